@@ -1,0 +1,50 @@
+// prism: the command-line entry point. Subcommands live one per file in cli/.
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+
+#include "cli/command.h"
+#include "prism/core/error.h"
+
+namespace prism::cli {
+
+std::vector<Command>& commands() {
+  static std::vector<Command> all;
+  return all;
+}
+
+}  // namespace prism::cli
+
+int main(int argc, char** argv) {
+  using prism::cli::Action;
+  CLI::App app{"prism: a portable inference stack", "prism"};
+  app.set_version_flag("--version", std::string("prism ") + PRISM_VERSION);
+  app.require_subcommand(1);
+
+  auto& commands = prism::cli::commands();
+  std::sort(commands.begin(), commands.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::vector<std::pair<CLI::App*, Action>> actions;
+  for (auto& command : commands) {
+    CLI::App* sub = app.add_subcommand(command.name, command.help);
+    actions.emplace_back(sub, command.setup(*sub));
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& [sub, action] : actions) {
+      if (sub->parsed()) return action();
+    }
+  } catch (const prism::Error& e) {
+    std::fprintf(stderr, "prism: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "prism: internal error: %s\n", e.what());
+    return 2;
+  }
+  return 1;
+}

@@ -40,9 +40,9 @@ uint16_t f32_to_f16(float f) {
   std::memcpy(&bits, &f, 4);
   uint32_t sign = (bits >> 16) & 0x8000;
   uint32_t abs = bits & 0x7fffffff;
-  if (abs > 0x7f800000) return static_cast<uint16_t>(sign | 0x7e00);  // NaN
+  if (abs > 0x7f800000) return static_cast<uint16_t>(sign | 0x7e00);   // NaN
   if (abs >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // overflow -> inf
-  if (abs < 0x38800000) {  // subnormal or zero in f16
+  if (abs < 0x38800000) {                                              // subnormal or zero in f16
     if (abs < 0x33000000) return static_cast<uint16_t>(sign);
     uint32_t exp = abs >> 23;
     uint32_t mant = (abs & 0x7fffff) | 0x800000;

@@ -18,9 +18,9 @@ struct DTypeInfo {
 };
 
 inline constexpr DTypeInfo kDTypeInfo[kNumDTypes] = {
-    {"f64", 8, true, true}, {"f32", 4, true, true}, {"f16", 2, true, true},
-    {"bf16", 2, true, true}, {"i64", 8, false, true}, {"i32", 4, false, true},
-    {"i16", 2, false, true}, {"i8", 1, false, true}, {"u8", 1, false, false},
+    {"f64", 8, true, true},   {"f32", 4, true, true},    {"f16", 2, true, true},
+    {"bf16", 2, true, true},  {"i64", 8, false, true},   {"i32", 4, false, true},
+    {"i16", 2, false, true},  {"i8", 1, false, true},    {"u8", 1, false, false},
     {"u32", 4, false, false}, {"bool", 1, false, false},
 };
 

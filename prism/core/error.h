@@ -21,11 +21,11 @@ template <typename... Args>
 }
 
 // Checks an invariant of the caller's input; throws prism::Error when it does not hold.
-#define PRISM_CHECK(cond, ...)     \
-  do {                             \
-    if (!(cond)) {                 \
-      ::prism::fail(__VA_ARGS__);  \
-    }                              \
+#define PRISM_CHECK(cond, ...)    \
+  do {                            \
+    if (!(cond)) {                \
+      ::prism::fail(__VA_ARGS__); \
+    }                             \
   } while (0)
 
 }  // namespace prism

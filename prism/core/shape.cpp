@@ -7,7 +7,8 @@ namespace prism {
 Shape::Shape(DType dtype, std::span<const Dim> dims, std::string_view op) : dtype_(dtype) {
   if (dims.size() > kMaxRank) {
     std::string s;
-    for (const Dim& d : dims) s += fmt::format("{}{}={}", s.empty() ? "" : ",", d.tag.str(), d.size);
+    for (const Dim& d : dims)
+      s += fmt::format("{}{}={}", s.empty() ? "" : ",", d.tag.str(), d.size);
     fail("{}: rank {} exceeds the maximum of {} in {{{}}}", op, dims.size(), kMaxRank, s);
   }
   rank_ = static_cast<int>(dims.size());

@@ -10,9 +10,9 @@ namespace prism {
 
 class Tag {
  public:
-  constexpr Tag() = default;  // the empty tag: an unnamed dimension
+  constexpr Tag() = default;                              // the empty tag: an unnamed dimension
   Tag(const char* name) : Tag(std::string_view(name)) {}  // NOLINT: tags read like names
-  Tag(std::string_view name);                              // NOLINT
+  Tag(std::string_view name);                             // NOLINT
   Tag(const std::string& name) : Tag(std::string_view(name)) {}  // NOLINT
 
   bool empty() const { return id_ == 0; }

@@ -1,0 +1,40 @@
+// The CPU platform: host memory, one thread pool, kernels over a preplanned arena.
+#pragma once
+
+#include <memory>
+
+#include "prism/backends/cpu/thread_pool.h"
+#include "prism/runtime/platform.h"
+
+namespace prism::cpu {
+
+// Host memory owned by `owner` (an allocation, or a mapped file for zero-copy loads).
+struct CpuMemory : DeviceMemory {
+  std::byte* data = nullptr;
+  size_t bytes = 0;
+  std::shared_ptr<void> owner;
+};
+
+inline std::byte* data_of(const Buffer& b) { return static_cast<CpuMemory*>(b.memory())->data; }
+
+class CpuPlatform : public Platform {
+ public:
+  CpuPlatform();
+  std::string_view name() const override { return "cpu"; }
+  std::vector<DeviceInfo> devices() const override;
+  Buffer allocate(const Shape& shape) override;
+  Buffer upload(const HostBuffer& host) override;
+  void write(Buffer& buffer, size_t offset, std::span<const std::byte> bytes) override;
+  HostBuffer download(const Buffer& buffer) override;
+  bool supports(const ir::Node& node) const override;
+  std::unique_ptr<ExecutableImpl> compile(const ir::Graph& graph, const CompileSpec& spec) override;
+
+  // Wraps memory owned by someone else (e.g. a mapped file) without copying.
+  Buffer wrap(const Shape& shape, std::byte* data, std::shared_ptr<void> owner);
+  ThreadPool& pool() { return pool_; }
+
+ private:
+  ThreadPool pool_;
+};
+
+}  // namespace prism::cpu

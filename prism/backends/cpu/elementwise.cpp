@@ -1,0 +1,409 @@
+#include "prism/backends/cpu/elementwise.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+namespace prism::cpu {
+
+using ir::Op;
+
+namespace {
+
+constexpr int kRegisterBytes = FusedKernel::kBlock * 8;
+
+template <typename T>
+T* reg(std::byte* registers, int r) {
+  return reinterpret_cast<T*>(registers + static_cast<size_t>(r) * kRegisterBytes);
+}
+
+// Reads n output-ordered elements starting at flat output index `begin`.
+template <typename T, typename S>
+void load_block(const S* src, bool contiguous, const std::array<int64_t, kMaxRank>& stride,
+                const Shape& out, int64_t begin, int n, T* dst) {
+  if (contiguous) {
+    for (int i = 0; i < n; ++i) dst[i] = to_compute<T>(src[begin + i]);
+    return;
+  }
+  int rank = out.rank();
+  if (rank == 0) {
+    for (int i = 0; i < n; ++i) dst[i] = to_compute<T>(src[0]);
+    return;
+  }
+  std::array<int64_t, kMaxRank> index{};
+  int64_t rest = begin, offset = 0;
+  for (int a = rank - 1; a >= 0; --a) {
+    index[a] = rest % out.size(a);
+    rest /= out.size(a);
+    offset += index[a] * stride[a];
+  }
+  int last = rank - 1;
+  int64_t inner = out.size(last), step = stride[last];
+  int done = 0;
+  while (done < n) {
+    int run = static_cast<int>(std::min<int64_t>(n - done, inner - index[last]));
+    if (step == 0) {
+      T v = to_compute<T>(src[offset]);
+      for (int i = 0; i < run; ++i) dst[done + i] = v;
+    } else {
+      for (int i = 0; i < run; ++i) dst[done + i] = to_compute<T>(src[offset + i * step]);
+    }
+    done += run;
+    offset += run * step;
+    index[last] += run;
+    for (int a = last; a > 0 && index[a] == out.size(a); --a) {  // carry
+      offset -= index[a] * stride[a];
+      index[a] = 0;
+      ++index[a - 1];
+      offset += stride[a - 1];
+    }
+  }
+}
+
+template <typename T>
+void unary(Op op, const T* x, T* y, int n) {
+  if constexpr (std::is_floating_point_v<T>) {
+    switch (op) {
+      case Op::neg:
+        for (int i = 0; i < n; ++i) y[i] = -x[i];
+        return;
+      case Op::abs:
+        for (int i = 0; i < n; ++i) y[i] = std::abs(x[i]);
+        return;
+      case Op::exp:
+        for (int i = 0; i < n; ++i) y[i] = std::exp(x[i]);
+        return;
+      case Op::log:
+        for (int i = 0; i < n; ++i) y[i] = std::log(x[i]);
+        return;
+      case Op::log1p:
+        for (int i = 0; i < n; ++i) y[i] = std::log1p(x[i]);
+        return;
+      case Op::sqrt:
+        for (int i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
+        return;
+      case Op::rsqrt:
+        for (int i = 0; i < n; ++i) y[i] = T(1) / std::sqrt(x[i]);
+        return;
+      case Op::tanh:
+        for (int i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+        return;
+      case Op::logistic:
+        for (int i = 0; i < n; ++i) y[i] = T(1) / (T(1) + std::exp(-x[i]));
+        return;
+      case Op::sin:
+        for (int i = 0; i < n; ++i) y[i] = std::sin(x[i]);
+        return;
+      case Op::cos:
+        for (int i = 0; i < n; ++i) y[i] = std::cos(x[i]);
+        return;
+      case Op::erf:
+        for (int i = 0; i < n; ++i) y[i] = std::erf(x[i]);
+        return;
+      case Op::floor:
+        for (int i = 0; i < n; ++i) y[i] = std::floor(x[i]);
+        return;
+      case Op::ceil:
+        for (int i = 0; i < n; ++i) y[i] = std::ceil(x[i]);
+        return;
+      case Op::round:
+        for (int i = 0; i < n; ++i) y[i] = std::nearbyint(x[i]);
+        return;
+      case Op::sign:
+        for (int i = 0; i < n; ++i) y[i] = std::isnan(x[i]) ? x[i] : T((x[i] > 0) - (x[i] < 0));
+        return;
+      default:
+        break;
+    }
+  } else {
+    switch (op) {
+      case Op::neg:
+        for (int i = 0; i < n; ++i) y[i] = -x[i];
+        return;
+      case Op::abs:
+        for (int i = 0; i < n; ++i) y[i] = x[i] < 0 ? -x[i] : x[i];
+        return;
+      case Op::sign:
+        for (int i = 0; i < n; ++i) y[i] = (x[i] > 0) - (x[i] < 0);
+        return;
+      case Op::logical_not:
+        for (int i = 0; i < n; ++i) y[i] = !x[i];
+        return;
+      default:
+        break;
+    }
+  }
+  fail("cpu: elementwise {} is not defined for this dtype", ir::op_name(op));
+}
+
+template <typename T>
+void binary(Op op, const T* a, const T* b, T* y, int n) {
+  switch (op) {
+    case Op::add:
+      for (int i = 0; i < n; ++i) y[i] = a[i] + b[i];
+      return;
+    case Op::sub:
+      for (int i = 0; i < n; ++i) y[i] = a[i] - b[i];
+      return;
+    case Op::mul:
+      for (int i = 0; i < n; ++i) y[i] = a[i] * b[i];
+      return;
+    case Op::max:
+      if constexpr (std::is_floating_point_v<T>) {  // NaN propagates
+        for (int i = 0; i < n; ++i) y[i] = (a[i] > b[i] || std::isnan(a[i])) ? a[i] : b[i];
+      } else {
+        for (int i = 0; i < n; ++i) y[i] = std::max(a[i], b[i]);
+      }
+      return;
+    case Op::min:
+      if constexpr (std::is_floating_point_v<T>) {
+        for (int i = 0; i < n; ++i) y[i] = (a[i] < b[i] || std::isnan(a[i])) ? a[i] : b[i];
+      } else {
+        for (int i = 0; i < n; ++i) y[i] = std::min(a[i], b[i]);
+      }
+      return;
+    default:
+      break;
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    switch (op) {
+      case Op::div:
+        for (int i = 0; i < n; ++i) y[i] = a[i] / b[i];
+        return;
+      case Op::pow:
+        for (int i = 0; i < n; ++i) y[i] = std::pow(a[i], b[i]);
+        return;
+      case Op::rem:
+        for (int i = 0; i < n; ++i) y[i] = std::fmod(a[i], b[i]);
+        return;
+      case Op::atan2:
+        for (int i = 0; i < n; ++i) y[i] = std::atan2(a[i], b[i]);
+        return;
+      default:
+        break;
+    }
+  } else {
+    switch (op) {
+      case Op::div:  // truncates toward zero; x/0 is 0 rather than a trap
+        for (int i = 0; i < n; ++i) y[i] = b[i] == 0 ? 0 : a[i] / b[i];
+        return;
+      case Op::rem:
+        for (int i = 0; i < n; ++i) y[i] = b[i] == 0 ? 0 : a[i] % b[i];
+        return;
+      case Op::pow:
+        for (int i = 0; i < n; ++i) {
+          T r = 1, base = a[i];
+          for (T e = b[i]; e > 0; e >>= 1, base *= base)
+            if (e & 1) r *= base;
+          y[i] = b[i] < 0 ? (a[i] == 1 ? 1 : (a[i] == -1 ? ((b[i] & 1) ? -1 : 1) : 0)) : r;
+        }
+        return;
+      case Op::logical_and:
+        for (int i = 0; i < n; ++i) y[i] = a[i] && b[i];
+        return;
+      case Op::logical_or:
+        for (int i = 0; i < n; ++i) y[i] = a[i] || b[i];
+        return;
+      case Op::logical_xor:
+        for (int i = 0; i < n; ++i) y[i] = (a[i] != 0) != (b[i] != 0);
+        return;
+      default:
+        break;
+    }
+  }
+  fail("cpu: elementwise {} is not defined for this dtype", ir::op_name(op));
+}
+
+template <typename T>
+void compare(Op op, const T* a, const T* b, int64_t* y, int n) {
+  switch (op) {
+    case Op::eq:
+      for (int i = 0; i < n; ++i) y[i] = a[i] == b[i];
+      return;
+    case Op::ne:
+      for (int i = 0; i < n; ++i) y[i] = a[i] != b[i];
+      return;
+    case Op::lt:
+      for (int i = 0; i < n; ++i) y[i] = a[i] < b[i];
+      return;
+    case Op::le:
+      for (int i = 0; i < n; ++i) y[i] = a[i] <= b[i];
+      return;
+    case Op::gt:
+      for (int i = 0; i < n; ++i) y[i] = a[i] > b[i];
+      return;
+    case Op::ge:
+      for (int i = 0; i < n; ++i) y[i] = a[i] >= b[i];
+      return;
+    default:
+      fail("cpu: {} is not a comparison", ir::op_name(op));
+  }
+}
+
+bool is_compare(Op op) {
+  return op == Op::eq || op == Op::ne || op == Op::lt || op == Op::le || op == Op::gt ||
+         op == Op::ge;
+}
+
+// Converts a register between classes, rounding through the target dtype.
+template <typename From>
+void convert(const From* x, DType to, std::byte* out, int n) {
+  visit_storage(to, [&](auto s) {
+    using S = decltype(s);
+    visit_class(class_of(to), [&](auto t) {
+      using T = decltype(t);
+      T* y = reinterpret_cast<T*>(out);
+      for (int i = 0; i < n; ++i) y[i] = to_compute<T>(to_storage<S>(x[i]));
+    });
+  });
+}
+
+}  // namespace
+
+FusedKernel::FusedKernel(const ir::Graph& g, const compiler::FusionPlan& plan,
+                         const compiler::FusionGroup& group)
+    : out_shape_(g.node(group.root).shape) {
+  std::vector<int> reg_of(g.size(), -1);
+  auto load = [&](ir::ValueId v) {
+    if (reg_of[v] >= 0) return reg_of[v];
+    // Read through virtual broadcasts: a stride of 0 on the broadcast axes.
+    std::array<int64_t, kMaxRank> stride{};
+    ir::ValueId src = v;
+    std::vector<int> axis_map(out_shape_.rank());
+    for (int i = 0; i < out_shape_.rank(); ++i) axis_map[i] = i;
+    while (plan.virtual_broadcast[src]) {
+      const ir::Node& b = g.node(src);
+      const auto& dims = b.attr<ir::AxesAttrs>().axes;
+      // axis_map: output axis -> axis of b; remap to b's operand axis (or -1 if broadcast).
+      std::vector<int> inverse(b.shape.rank(), -1);
+      const Shape& operand = g.node(b.inputs[0]).shape;
+      for (int i = 0; i < operand.rank(); ++i) {
+        if (operand.size(i) == b.shape.size(dims[i])) inverse[dims[i]] = i;
+      }
+      for (int& a : axis_map) a = a < 0 ? -1 : inverse[a];
+      src = b.inputs[0];
+    }
+    const Shape& s = g.node(src).shape;
+    auto strides = s.strides();
+    bool contiguous = s.numel() == out_shape_.numel();
+    for (int i = 0; i < out_shape_.rank(); ++i) {
+      stride[i] = axis_map[i] < 0 ? 0 : strides[axis_map[i]];
+      if (axis_map[i] != i) contiguous = contiguous && out_shape_.size(i) == 1;
+    }
+    if (src == v) contiguous = true;
+    int source =
+        static_cast<int>(std::find(sources_.begin(), sources_.end(), src) - sources_.begin());
+    if (source == static_cast<int>(sources_.size())) sources_.push_back(src);
+    loads_.push_back({source, s.dtype(), contiguous, stride});
+    Instr in{Op::input, class_of(s.dtype()), class_of(s.dtype()), s.dtype()};
+    in.load = static_cast<int>(loads_.size()) - 1;
+    program_.push_back(in);
+    return reg_of[v] = static_cast<int>(program_.size()) - 1;
+  };
+  for (ir::ValueId operand : group.operands) load(operand);
+  for (ir::ValueId m : group.nodes) {
+    const ir::Node& n = g.node(m);
+    Instr in{n.op, class_of(n.shape.dtype()), class_of(g.node(n.inputs[0]).shape.dtype()),
+             n.shape.dtype()};
+    if (n.op == Op::select) in.in_cls = class_of(g.node(n.inputs[1]).shape.dtype());
+    int* slots[3] = {&in.a, &in.b, &in.c};
+    for (size_t k = 0; k < n.inputs.size(); ++k) *slots[k] = reg_of[n.inputs[k]];
+    program_.push_back(in);
+    reg_of[m] = static_cast<int>(program_.size()) - 1;
+  }
+}
+
+void FusedKernel::run_block(std::span<const std::byte* const> sources, std::byte* out,
+                            int64_t begin, int n, std::byte* registers) const {
+  for (size_t r = 0; r < program_.size(); ++r) {
+    const Instr& in = program_[r];
+    std::byte* dst = registers + r * kRegisterBytes;
+    if (in.load >= 0) {
+      const Load& l = loads_[in.load];
+      visit_storage(l.dtype, [&](auto s) {
+        using S = decltype(s);
+        visit_class(in.cls, [&](auto t) {
+          using T = decltype(t);
+          load_block(reinterpret_cast<const S*>(sources[l.source]), l.contiguous, l.stride,
+                     out_shape_, begin, n, reinterpret_cast<T*>(dst));
+        });
+      });
+      continue;
+    }
+    if (in.op == Op::convert || in.op == Op::is_nan) {
+      visit_class(in.in_cls, [&](auto t) {
+        using T = decltype(t);
+        const T* x = reg<T>(registers, in.a);
+        if (in.op == Op::convert) {
+          convert(x, in.dtype, dst, n);
+        } else {
+          auto* y = reinterpret_cast<int64_t*>(dst);
+          for (int i = 0; i < n; ++i) y[i] = x[i] != x[i];
+        }
+      });
+      continue;
+    }
+    if (in.op == Op::select) {
+      const int64_t* c = reg<int64_t>(registers, in.a);
+      visit_class(in.cls, [&](auto t) {
+        using T = decltype(t);
+        const T *a = reg<T>(registers, in.b), *b = reg<T>(registers, in.c);
+        T* y = reinterpret_cast<T*>(dst);
+        for (int i = 0; i < n; ++i) y[i] = c[i] ? a[i] : b[i];
+      });
+      continue;
+    }
+    if (is_compare(in.op)) {
+      visit_class(in.in_cls, [&](auto t) {
+        using T = decltype(t);
+        compare(in.op, reg<T>(registers, in.a), reg<T>(registers, in.b),
+                reinterpret_cast<int64_t*>(dst), n);
+      });
+      continue;
+    }
+    visit_class(in.cls, [&](auto t) {
+      using T = decltype(t);
+      if (in.b < 0) {
+        unary(in.op, reg<T>(registers, in.a), reinterpret_cast<T*>(dst), n);
+      } else {
+        binary(in.op, reg<T>(registers, in.a), reg<T>(registers, in.b), reinterpret_cast<T*>(dst),
+               n);
+      }
+    });
+    // Halves are computed in float; round each result so that the fused loop gives what one
+    // kernel per op would.
+    if (in.dtype == DType::f16 || in.dtype == DType::bf16) {
+      convert(reinterpret_cast<float*>(dst), in.dtype, dst, n);
+    }
+  }
+  const Instr& last = program_.back();
+  const std::byte* result = registers + (program_.size() - 1) * kRegisterBytes;
+  visit_storage(out_shape_.dtype(), [&](auto s) {
+    using S = decltype(s);
+    visit_class(last.cls, [&](auto t) {
+      using T = decltype(t);
+      const T* x = reinterpret_cast<const T*>(result);
+      S* y = reinterpret_cast<S*>(out) + begin;
+      for (int i = 0; i < n; ++i) y[i] = to_storage<S>(x[i]);
+    });
+  });
+}
+
+void FusedKernel::run(std::span<const std::byte* const> sources, std::byte* out,
+                      ThreadPool& pool) const {
+  int64_t total = out_shape_.numel();
+  int64_t blocks = (total + kBlock - 1) / kBlock;
+  pool.parallel_for(blocks, 16, [&](int64_t b0, int64_t b1) {
+    auto registers = std::make_unique<std::byte[]>(program_.size() * kRegisterBytes + 64);
+    std::byte* aligned = reinterpret_cast<std::byte*>(
+        (reinterpret_cast<uintptr_t>(registers.get()) + 63) & ~uintptr_t(63));
+    for (int64_t b = b0; b < b1; ++b) {
+      int64_t begin = b * kBlock;
+      int n = static_cast<int>(std::min<int64_t>(kBlock, total - begin));
+      run_block(sources, out, begin, n, aligned);
+    }
+  });
+}
+
+}  // namespace prism::cpu

@@ -1,0 +1,54 @@
+// Fused elementwise loops. A FusionGroup becomes a small program that runs over blocks of the
+// output: each instruction fills a register of kBlock values (double, float or int64_t), so
+// dispatch costs once per block and every inner loop is a plain vectorizable loop.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "prism/backends/cpu/storage.h"
+#include "prism/backends/cpu/thread_pool.h"
+#include "prism/compiler/fusion.h"
+#include "prism/ir/graph.h"
+
+namespace prism::cpu {
+
+class FusedKernel {
+ public:
+  FusedKernel(const ir::Graph& graph, const compiler::FusionPlan& plan,
+              const compiler::FusionGroup& group);
+
+  // The values whose memory the kernel reads, in the order run() expects their pointers.
+  const std::vector<ir::ValueId>& sources() const { return sources_; }
+  void run(std::span<const std::byte* const> sources, std::byte* out, ThreadPool& pool) const;
+
+  static constexpr int kBlock = 512;
+
+ private:
+  struct Load {
+    int source;  // index into sources_
+    DType dtype;
+    bool contiguous;                       // same elements as the output, row-major
+    std::array<int64_t, kMaxRank> stride;  // per output axis, 0 where broadcast
+  };
+  struct Instr {
+    ir::Op op;
+    Class cls;                   // class of the result
+    Class in_cls;                // class of the operands
+    DType dtype;                 // dtype of the result (convert rounds to it)
+    int a = -1, b = -1, c = -1;  // operand registers
+    int load = -1;               // for a load
+  };
+
+  void run_block(std::span<const std::byte* const> sources, std::byte* out, int64_t begin, int n,
+                 std::byte* registers) const;
+
+  Shape out_shape_;
+  std::vector<ir::ValueId> sources_;
+  std::vector<Load> loads_;
+  std::vector<Instr> program_;  // the last instruction's register is the result
+};
+
+}  // namespace prism::cpu

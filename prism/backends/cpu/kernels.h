@@ -1,0 +1,43 @@
+// CPU kernels for the non-elementwise ops. make_kernel prepares one node once, at compile
+// time (strides, oneDNN primitives), and returns what runs it on each call.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <span>
+
+#include "prism/backends/cpu/thread_pool.h"
+#include "prism/ir/graph.h"
+
+namespace prism::cpu {
+
+using Kernel =
+    std::function<void(std::span<const std::byte* const> inputs, std::byte* out, ThreadPool&)>;
+
+// Whether the CPU runs this composite node as one kernel (else it is decomposed).
+bool cpu_supports(const ir::Node& node);
+
+Kernel make_kernel(const ir::Graph& graph, ir::ValueId id);
+
+// Families, one file each.
+Kernel make_data_kernel(const ir::Graph& graph, ir::ValueId id);    // kernels_data.cpp
+Kernel make_reduce_kernel(const ir::Graph& graph, ir::ValueId id);  // kernels_reduce.cpp
+Kernel make_dot_kernel(const ir::Graph& graph, ir::ValueId id);     // kernels_dot.cpp
+Kernel make_conv_kernel(const ir::Graph& graph, ir::ValueId id);    // kernels_conv.cpp
+Kernel make_nn_kernel(const ir::Graph& graph, ir::ValueId id);      // kernels_nn.cpp
+
+// Copies the elements of a strided view into another: for each index of `shape`,
+// dst[dst_offset + sum(i*dst_stride)] = src[src_offset + sum(i*src_stride)], in elements of
+// `elem` bytes. Parallel over outer rows.
+void strided_copy(const Shape& shape, int elem, const std::byte* src, int64_t src_offset,
+                  const std::array<int64_t, kMaxRank>& src_stride, std::byte* dst,
+                  int64_t dst_offset, const std::array<int64_t, kMaxRank>& dst_stride,
+                  ThreadPool& pool);
+
+// Splits the axes of `shape` around [first, last): outer, middle and inner element counts.
+struct Split3 {
+  int64_t outer = 1, middle = 1, inner = 1;
+};
+Split3 split3(const Shape& shape, int first, int last);
+
+}  // namespace prism::cpu

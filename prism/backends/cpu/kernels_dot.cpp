@@ -1,0 +1,191 @@
+// dot_general on the CPU: operands are viewed as batched matrices {B, M, K} x {B, K, N}
+// (transposed views need no copy; other layouts are copied once), then multiplied by oneDNN
+// (f32, bf16 with AMX where the CPU has it) or by a plain loop for the other dtypes.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "prism/backends/cpu/kernels.h"
+#include "prism/backends/cpu/storage.h"
+
+namespace prism::cpu {
+namespace {
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// How one operand maps onto a matrix: the order of its axes in memory, whether the matrix is
+// stored transposed, and the copy that makes it canonical when no view fits.
+struct Operand {
+  Shape shape;
+  std::vector<int> order;   // batch, rows, cols in the canonical order
+  bool transposed = false;  // memory holds {B, cols, rows}
+  bool needs_copy = false;  // neither layout: copy into `order`
+  int64_t batch = 1, rows = 1, cols = 1;
+
+  std::array<int64_t, 3> strides() const {  // in elements, for dims {batch, rows, cols}
+    if (transposed) return {rows * cols, 1, rows};
+    return {rows * cols, cols, 1};
+  }
+};
+
+bool is_identity(const std::vector<int>& v) {
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] != static_cast<int>(i)) return false;
+  return true;
+}
+
+Operand describe(const Shape& s, const std::vector<int>& batch, const std::vector<int>& rows,
+                 const std::vector<int>& cols) {
+  Operand o;
+  o.shape = s;
+  for (int a : batch) o.batch *= s.size(a);
+  for (int a : rows) o.rows *= s.size(a);
+  for (int a : cols) o.cols *= s.size(a);
+  std::vector<int> straight = batch, flipped = batch;
+  straight.insert(straight.end(), rows.begin(), rows.end());
+  straight.insert(straight.end(), cols.begin(), cols.end());
+  flipped.insert(flipped.end(), cols.begin(), cols.end());
+  flipped.insert(flipped.end(), rows.begin(), rows.end());
+  o.order = straight;
+  if (is_identity(straight)) return o;
+  if (is_identity(flipped)) {
+    o.transposed = true;
+    return o;
+  }
+  o.needs_copy = true;
+  return o;
+}
+
+// Copies an operand into its canonical {B, rows, cols} layout.
+void make_canonical(const Operand& o, const std::byte* src, std::byte* dst, ThreadPool& pool) {
+  std::vector<Dim> dims;
+  std::array<int64_t, kMaxRank> src_stride{};
+  auto st = o.shape.strides();
+  for (size_t i = 0; i < o.order.size(); ++i) {
+    dims.push_back({Tag(), o.shape.size(o.order[i])});
+    src_stride[i] = st[o.order[i]];
+  }
+  Shape canon(o.shape.dtype(), dims);
+  strided_copy(canon, size_of(o.shape.dtype()), src, 0, src_stride, dst, 0, canon.strides(), pool);
+}
+
+class DotKernel {
+ public:
+  DotKernel(const ir::Graph& g, const ir::Node& n) : out_(n.shape) {
+    const auto& a = n.attr<ir::DotAttrs>();
+    const Shape& ls = g.node(n.inputs[0]).shape;
+    const Shape& rs = g.node(n.inputs[1]).shape;
+    std::vector<int> lfree, rfree;
+    for (int i = 0; i < ls.rank(); ++i) {
+      if (!contains(a.lhs_batch, i) && !contains(a.lhs_contract, i)) lfree.push_back(i);
+    }
+    for (int i = 0; i < rs.rank(); ++i) {
+      if (!contains(a.rhs_batch, i) && !contains(a.rhs_contract, i)) rfree.push_back(i);
+    }
+    lhs_ = describe(ls, a.lhs_batch, lfree, a.lhs_contract);
+    rhs_ = describe(rs, a.rhs_batch, a.rhs_contract, rfree);
+    DType t = ls.dtype();
+    if ((t == DType::f32 || t == DType::bf16) && lhs_.batch * lhs_.rows * lhs_.cols > 0 &&
+        rhs_.cols > 0) {
+      try {
+        auto dt = t == DType::f32 ? dnnl::memory::data_type::f32 : dnnl::memory::data_type::bf16;
+        auto ls3 = lhs_.strides(), rs3 = rhs_.strides();
+        src_md_ =
+            dnnl::memory::desc({lhs_.batch, lhs_.rows, lhs_.cols}, dt, {ls3[0], ls3[1], ls3[2]});
+        wei_md_ =
+            dnnl::memory::desc({rhs_.batch, rhs_.rows, rhs_.cols}, dt, {rs3[0], rs3[1], rs3[2]});
+        dst_md_ = dnnl::memory::desc({lhs_.batch, lhs_.rows, rhs_.cols}, dt,
+                                     dnnl::memory::format_tag::abc);
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md_, wei_md_, dst_md_), engine());
+        matmul_ = std::make_unique<dnnl::matmul>(pd);
+      } catch (const dnnl::error&) {
+        matmul_.reset();  // the plain loop below covers it
+      }
+    }
+  }
+
+  void operator()(std::span<const std::byte* const> in, std::byte* out, ThreadPool& pool) const {
+    const std::byte* l = in[0];
+    const std::byte* r = in[1];
+    std::unique_ptr<std::byte[]> lcopy, rcopy;
+    if (lhs_.needs_copy) {
+      lcopy = std::make_unique<std::byte[]>(lhs_.shape.bytes());
+      make_canonical(lhs_, l, lcopy.get(), pool);
+      l = lcopy.get();
+    }
+    if (rhs_.needs_copy) {
+      rcopy = std::make_unique<std::byte[]>(rhs_.shape.bytes());
+      make_canonical(rhs_, r, rcopy.get(), pool);
+      r = rcopy.get();
+    }
+    if (out_.numel() == 0) return;
+    if (lhs_.cols == 0) {
+      std::memset(out, 0, out_.bytes());
+      return;
+    }
+    if (matmul_) {
+      dnnl::stream stream(engine());
+      dnnl::memory src(src_md_, engine(), const_cast<std::byte*>(l));
+      dnnl::memory wei(wei_md_, engine(), const_cast<std::byte*>(r));
+      dnnl::memory dst(dst_md_, engine(), out);
+      matmul_->execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
+      stream.wait();
+      return;
+    }
+    loop(l, r, out, pool);
+  }
+
+ private:
+  static bool contains(const std::vector<int>& v, int x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  }
+
+  void loop(const std::byte* l, const std::byte* r, std::byte* out, ThreadPool& pool) const {
+    auto ls = lhs_.strides(), rs = rhs_.strides();
+    int64_t M = lhs_.rows, K = lhs_.cols, N = rhs_.cols;
+    visit_storage(out_.dtype(), [&](auto tag) {
+      using S = decltype(tag);
+      using A = std::conditional_t<std::is_same_v<S, double>, double,
+                                   std::conditional_t<std::is_integral_v<S>, int64_t, float>>;
+      const S* a = reinterpret_cast<const S*>(l);
+      const S* b = reinterpret_cast<const S*>(r);
+      S* y = reinterpret_cast<S*>(out);
+      pool.parallel_for(lhs_.batch * M, 1, [&](int64_t t0, int64_t t1) {
+        std::vector<A> acc(N);
+        for (int64_t t = t0; t < t1; ++t) {
+          int64_t bi = t / M, m = t % M;
+          std::fill(acc.begin(), acc.end(), A(0));
+          for (int64_t k = 0; k < K; ++k) {
+            A av = to_compute<A>(a[bi * ls[0] + m * ls[1] + k * ls[2]]);
+            const S* brow = b + bi * rs[0] + k * rs[1];
+            for (int64_t n = 0; n < N; ++n) acc[n] += av * to_compute<A>(brow[n * rs[2]]);
+          }
+          for (int64_t n = 0; n < N; ++n) y[t * N + n] = to_storage<S>(acc[n]);
+        }
+      });
+    });
+  }
+
+  Shape out_;
+  Operand lhs_, rhs_;
+  dnnl::memory::desc src_md_, wei_md_, dst_md_;
+  std::unique_ptr<dnnl::matmul> matmul_;
+};
+
+}  // namespace
+
+Kernel make_dot_kernel(const ir::Graph& g, ir::ValueId id) {
+  const ir::Node& n = g.node(id);
+  if (n.op != ir::Op::dot) return nullptr;
+  auto kernel = std::make_shared<DotKernel>(g, n);
+  return [kernel](std::span<const std::byte* const> in, std::byte* out, ThreadPool& pool) {
+    (*kernel)(in, out, pool);
+  };
+}
+
+}  // namespace prism::cpu

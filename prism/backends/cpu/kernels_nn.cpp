@@ -1,0 +1,232 @@
+// The composites as single kernels: softmax, log_softmax, rms_norm, layer_norm, rope and
+// attention (causal, grouped-query, sliding window, mask, offset). Halves compute in f32.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "prism/backends/cpu/kernels.h"
+#include "prism/backends/cpu/storage.h"
+
+namespace prism::cpu {
+
+using ir::Op;
+
+namespace {
+
+template <typename F>
+void visit_float(DType t, F&& f) {
+  visit_storage(t, [&](auto s) {
+    using S = decltype(s);
+    if constexpr (std::is_same_v<S, double> || std::is_same_v<S, float> || std::is_same_v<S, F16> ||
+                  std::is_same_v<S, BF16>) {
+      f(s);
+    } else {
+      fail("cpu: {} needs a floating-point dtype", name(t));
+    }
+  });
+}
+
+template <typename S>
+using Compute = std::conditional_t<std::is_same_v<S, double>, double, float>;
+
+Kernel softmax(const ir::Node& n) {
+  int axis = n.attr<ir::AxisAttrs>().axis;
+  Shape x = n.shape;
+  bool log = n.op == Op::log_softmax;
+  Split3 s = split3(x, axis, axis + 1);
+  return [=](auto in, std::byte* out, ThreadPool& pool) {
+    visit_float(x.dtype(), [&](auto tag) {
+      using S = decltype(tag);
+      using T = Compute<S>;
+      const S* xp = reinterpret_cast<const S*>(in[0]);
+      S* y = reinterpret_cast<S*>(out);
+      pool.parallel_for(s.outer * s.inner, 8, [&](int64_t t0, int64_t t1) {
+        std::vector<T> row(s.middle);
+        for (int64_t t = t0; t < t1; ++t) {
+          int64_t o = t / s.inner, i = t % s.inner, base = o * s.middle * s.inner + i;
+          T mx = -std::numeric_limits<T>::infinity();
+          for (int64_t m = 0; m < s.middle; ++m) {
+            row[m] = to_compute<T>(xp[base + m * s.inner]);
+            mx = std::max(mx, row[m]);
+          }
+          T sum = 0;
+          for (int64_t m = 0; m < s.middle; ++m) sum += std::exp(row[m] - mx);
+          T lsum = std::log(sum);
+          for (int64_t m = 0; m < s.middle; ++m) {
+            T v = log ? row[m] - mx - lsum : std::exp(row[m] - mx) / sum;
+            y[base + m * s.inner] = to_storage<S>(v);
+          }
+        }
+      });
+    });
+  };
+}
+
+Kernel norm(const ir::Node& n) {
+  const auto a = n.attr<ir::NormAttrs>();
+  Shape x = n.shape;
+  bool center = n.op == Op::layer_norm;
+  Split3 s = split3(x, a.axes.front(), a.axes.back() + 1);
+  return [=](auto in, std::byte* out, ThreadPool& pool) {
+    visit_float(x.dtype(), [&](auto tag) {
+      using S = decltype(tag);
+      using T = Compute<S>;
+      const S* xp = reinterpret_cast<const S*>(in[0]);
+      S* y = reinterpret_cast<S*>(out);
+      pool.parallel_for(s.outer * s.inner, 8, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          int64_t o = t / s.inner, i = t % s.inner, base = o * s.middle * s.inner + i;
+          double mean = 0, sq = 0;
+          if (center) {
+            for (int64_t m = 0; m < s.middle; ++m) mean += to_compute<T>(xp[base + m * s.inner]);
+            mean /= double(s.middle);
+          }
+          for (int64_t m = 0; m < s.middle; ++m) {
+            double d = to_compute<T>(xp[base + m * s.inner]) - mean;
+            sq += d * d;
+          }
+          T scale = static_cast<T>(1.0 / std::sqrt(sq / double(s.middle) + a.eps));
+          for (int64_t m = 0; m < s.middle; ++m) {
+            T v = (to_compute<T>(xp[base + m * s.inner]) - static_cast<T>(mean)) * scale;
+            y[base + m * s.inner] = to_storage<S>(v);
+          }
+        }
+      });
+    });
+  };
+}
+
+Kernel rope(const ir::Node& n) {
+  bool interleaved = n.attr<ir::RopeAttrs>().interleaved;
+  Shape x = n.shape;
+  int64_t d = x.size(x.rank() - 1), half = d / 2, rows = x.numel() / std::max<int64_t>(d, 1);
+  return [=](auto in, std::byte* out, ThreadPool& pool) {
+    visit_float(x.dtype(), [&](auto tag) {
+      using S = decltype(tag);
+      using T = Compute<S>;
+      const S* xp = reinterpret_cast<const S*>(in[0]);
+      const S* cp = reinterpret_cast<const S*>(in[1]);
+      const S* sp = reinterpret_cast<const S*>(in[2]);
+      S* y = reinterpret_cast<S*>(out);
+      pool.parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const S* xr = xp + r * d;
+          S* yr = y + r * d;
+          for (int64_t i = 0; i < half; ++i) {
+            T c = to_compute<T>(cp[r * half + i]), s = to_compute<T>(sp[r * half + i]);
+            int64_t p = interleaved ? 2 * i : i, q = interleaved ? 2 * i + 1 : i + half;
+            T a = to_compute<T>(xr[p]), b = to_compute<T>(xr[q]);
+            yr[p] = to_storage<S>(a * c - b * s);
+            yr[q] = to_storage<S>(b * c + a * s);
+          }
+        }
+      });
+    });
+  };
+}
+
+Kernel attention(const ir::Graph& g, const ir::Node& n) {
+  const auto a = n.attr<ir::AttentionAttrs>();
+  Shape q = g.node(n.inputs[0]).shape, k = g.node(n.inputs[1]).shape;
+  Shape v = g.node(n.inputs[2]).shape;
+  DType mask_dtype = a.has_mask ? g.node(n.inputs[3]).shape.dtype() : DType::boolean;
+  DType offset_dtype = a.has_offset ? g.node(n.inputs.back()).shape.dtype() : DType::i64;
+  return [=](auto in, std::byte* out, ThreadPool& pool) {
+    int64_t B = q.size(0), H = q.size(1), Sq = q.size(2), D = q.size(3);
+    int64_t G = k.size(1), Sk = k.size(2), E = v.size(3), rep = H / G;
+    int64_t offset = a.has_offset ? load_index(offset_dtype, in.back(), 0) : Sk - Sq;
+    visit_float(q.dtype(), [&](auto tag) {
+      using S = decltype(tag);
+      using T = Compute<S>;
+      const S* qp = reinterpret_cast<const S*>(in[0]);
+      const S* kp = reinterpret_cast<const S*>(in[1]);
+      const S* vp = reinterpret_cast<const S*>(in[2]);
+      S* y = reinterpret_cast<S*>(out);
+      pool.parallel_for(B * H * Sq, 1, [&](int64_t t0, int64_t t1) {
+        std::vector<T> scores(Sk), acc(E), qrow(D);
+        for (int64_t t = t0; t < t1; ++t) {
+          int64_t i = t % Sq, h = (t / Sq) % H, b = t / (Sq * H), gk = h / rep;
+          const S* qr = qp + ((b * H + h) * Sq + i) * D;
+          for (int64_t d = 0; d < D; ++d) qrow[d] = to_compute<T>(qr[d]);
+          int64_t qpos = offset + i;
+          T mx = -std::numeric_limits<T>::infinity();
+          for (int64_t j = 0; j < Sk; ++j) {
+            bool visible = (!a.causal || j <= qpos) && (a.window <= 0 || j > qpos - a.window);
+            T s = -std::numeric_limits<T>::infinity();
+            if (visible) {
+              const S* kr = kp + ((b * G + gk) * Sk + j) * D;
+              T dot = 0;
+              for (int64_t d = 0; d < D; ++d) dot += qrow[d] * to_compute<T>(kr[d]);
+              s = dot * static_cast<T>(a.scale);
+              if (a.has_mask) {
+                int64_t at = ((b * H + h) * Sq + i) * Sk + j;
+                if (mask_dtype == DType::boolean) {
+                  if (!reinterpret_cast<const uint8_t*>(in[3])[at]) {
+                    s = -std::numeric_limits<T>::infinity();
+                  }
+                } else {
+                  s += static_cast<T>(load_f64(mask_dtype, in[3], at));
+                }
+              }
+            }
+            scores[j] = s;
+            mx = std::max(mx, s);
+          }
+          T sum = 0;
+          for (int64_t j = 0; j < Sk; ++j) {
+            scores[j] = std::exp(scores[j] - mx);
+            sum += scores[j];
+          }
+          std::fill(acc.begin(), acc.end(), T(0));
+          for (int64_t j = 0; j < Sk; ++j) {
+            if (scores[j] == 0) continue;
+            const S* vr = vp + ((b * G + gk) * Sk + j) * E;
+            T p = scores[j] / sum;
+            for (int64_t e = 0; e < E; ++e) acc[e] += p * to_compute<T>(vr[e]);
+          }
+          S* yr = y + ((b * H + h) * Sq + i) * E;
+          for (int64_t e = 0; e < E; ++e) yr[e] = to_storage<S>(acc[e]);
+        }
+      });
+    });
+  };
+}
+
+}  // namespace
+
+bool cpu_supports(const ir::Node& n) {
+  if (n.op == Op::rms_norm || n.op == Op::layer_norm) {  // one contiguous run of axes
+    const auto& axes = n.attr<ir::NormAttrs>().axes;
+    return !axes.empty() && axes.back() - axes.front() + 1 == static_cast<int>(axes.size());
+  }
+  return true;
+}
+
+Kernel make_nn_kernel(const ir::Graph& g, ir::ValueId id) {
+  const ir::Node& n = g.node(id);
+  switch (n.op) {
+    case Op::softmax:
+    case Op::log_softmax:
+      return softmax(n);
+    case Op::rms_norm:
+    case Op::layer_norm:
+      return norm(n);
+    case Op::rope:
+      return rope(n);
+    case Op::attention:
+      return attention(g, n);
+    default:
+      return nullptr;
+  }
+}
+
+Kernel make_kernel(const ir::Graph& g, ir::ValueId id) {
+  for (auto make :
+       {make_data_kernel, make_reduce_kernel, make_dot_kernel, make_conv_kernel, make_nn_kernel}) {
+    if (Kernel k = make(g, id)) return k;
+  }
+  fail("cpu: no kernel for {}", ir::print(g, id));
+}
+
+}  // namespace prism::cpu

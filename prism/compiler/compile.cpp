@@ -1,0 +1,137 @@
+#include "prism/compiler/compile.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "prism/compiler/passes.h"
+#include "prism/core/error.h"
+#include "prism/core/tracer.h"
+
+namespace prism {
+namespace {
+
+int debug_level() {
+  static const int level = [] {
+    const char* v = std::getenv("PRISM_DEBUG");
+    return v ? std::atoi(v) : 0;
+  }();
+  return level;
+}
+
+void debug_print(const char* stage, const ir::Graph& g) {
+  if (debug_level() >= 1) std::fprintf(stderr, "--- %s\n%s", stage, ir::print(g).c_str());
+}
+
+}  // namespace
+
+ir::Graph trace(const TraceFn& fn, std::span<const Shape> inputs) {
+  Tracer tracer;
+  std::vector<Tensor> args;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    args.push_back(tracer.input(static_cast<int>(i), inputs[i]));
+  }
+  std::vector<Tensor> outputs = fn(args);
+  PRISM_CHECK(!outputs.empty(), "compile: the function returned no tensors");
+  for (const Tensor& t : outputs) tracer.graph().outputs().push_back(tracer.use(t, "output"));
+  return std::move(tracer.graph());
+}
+
+ir::Graph optimize(ir::Graph graph, const Platform& platform) {
+  debug_print("traced", graph);
+  compiler::verify(graph);
+  graph = compiler::decompose(graph, [&](const ir::Node& n) { return platform.supports(n); });
+  graph = compiler::simplify(graph);
+  compiler::verify(graph);
+  debug_print("optimized", graph);
+  return graph;
+}
+
+Executable compile(Platform& platform, const TraceFn& fn, std::vector<Shape> inputs,
+                   const CompileOptions& options) {
+  ir::Graph traced = trace(fn, inputs);
+  for (int d : options.donate) {
+    PRISM_CHECK(d >= 0 && d < static_cast<int>(inputs.size()),
+                "compile: donated input {} out of range ({} inputs)", d, inputs.size());
+  }
+  uint64_t key = traced.hash();
+  for (int d : options.donate) key = key * 31 + static_cast<uint64_t>(d) + 1;
+  {
+    std::lock_guard lock(platform.cache_mutex);
+    auto it = platform.cache.find(key);
+    if (it != platform.cache.end()) {
+      return Executable(platform, it->second.impl, it->second.graph);
+    }
+  }
+  auto graph = std::make_shared<const ir::Graph>(optimize(std::move(traced), platform));
+  std::shared_ptr<ExecutableImpl> impl = platform.compile(*graph, CompileSpec{options.donate});
+  std::lock_guard lock(platform.cache_mutex);
+  platform.cache[key] = {impl, graph};
+  return Executable(platform, impl, graph);
+}
+
+Executable::Executable(Platform& platform, std::shared_ptr<ExecutableImpl> impl,
+                       std::shared_ptr<const ir::Graph> graph)
+    : platform_(&platform), impl_(std::move(impl)), graph_(std::move(graph)) {
+  for (ir::ValueId id : graph_->parameters()) {
+    const ir::Node& n = graph_->node(id);
+    parameters_.push_back({n.attr<ir::ParameterAttrs>().name, n.shape});
+  }
+  for (ir::ValueId id : graph_->inputs()) inputs_.push_back(graph_->node(id).shape);
+  for (ir::ValueId id : graph_->outputs()) outputs_.push_back(graph_->node(id).shape);
+}
+
+std::vector<Buffer> Executable::call(std::span<const Buffer> params,
+                                     std::span<const Buffer> inputs) const {
+  PRISM_CHECK(params.size() == parameters_.size(), "call: {} parameters given, {} expected",
+              params.size(), parameters_.size());
+  PRISM_CHECK(inputs.size() == inputs_.size(), "call: {} inputs given, {} expected", inputs.size(),
+              inputs_.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    PRISM_CHECK(params[i].valid() && params[i].shape().dtype() == parameters_[i].shape.dtype() &&
+                    params[i].shape().numel() == parameters_[i].shape.numel() &&
+                    params[i].shape().sizes() == parameters_[i].shape.sizes(),
+                "call: parameter \"{}\" is {} but the executable expects {}", parameters_[i].name,
+                params[i].valid() ? params[i].shape().str() : "missing",
+                parameters_[i].shape.str());
+    PRISM_CHECK(&params[i].platform() == platform_, "call: parameter \"{}\" lives on {}, not {}",
+                parameters_[i].name, params[i].platform().name(), platform_->name());
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    PRISM_CHECK(inputs[i].valid() && inputs[i].shape().dtype() == inputs_[i].dtype() &&
+                    inputs[i].shape().sizes() == inputs_[i].sizes(),
+                "call: input {} is {} but the executable expects {}", i,
+                inputs[i].valid() ? inputs[i].shape().str() : "missing", inputs_[i].str());
+    PRISM_CHECK(&inputs[i].platform() == platform_, "call: input {} lives on {}, not {}", i,
+                inputs[i].platform().name(), platform_->name());
+  }
+  return impl_->call(params, inputs);
+}
+
+std::vector<Buffer> Executable::call(const std::map<std::string, Buffer, std::less<>>& params,
+                                     std::span<const Buffer> inputs) const {
+  std::vector<Buffer> ordered;
+  for (const Parameter& p : parameters_) {
+    auto it = params.find(p.name);
+    PRISM_CHECK(it != params.end(), "call: no buffer for parameter \"{}\" ({})", p.name,
+                p.shape.str());
+    ordered.push_back(it->second);
+  }
+  return call(ordered, inputs);
+}
+
+std::vector<HostBuffer> run(const TraceFn& fn, std::span<const HostBuffer> inputs,
+                            Platform* platform) {
+  std::vector<Shape> shapes;
+  for (const HostBuffer& h : inputs) shapes.push_back(h.shape());
+  Platform& p = platform ? *platform : get_platform("cpu");
+  Executable exe = compile(p, fn, shapes);
+  PRISM_CHECK(exe.parameters().empty(), "run: the function uses parameters (\"{}\"); use compile",
+              exe.parameters().front().name);
+  std::vector<Buffer> in;
+  for (const HostBuffer& h : inputs) in.push_back(p.upload(h));
+  std::vector<HostBuffer> out;
+  for (const Buffer& b : exe.call(std::span<const Buffer>{}, in)) out.push_back(b.to_host());
+  return out;
+}
+
+}  // namespace prism

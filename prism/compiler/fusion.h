@@ -1,0 +1,41 @@
+// Elementwise fusion and memory planning: decisions every backend that generates or
+// interprets fused loops needs, made once here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "prism/ir/graph.h"
+
+namespace prism::compiler {
+
+// A chain (tree) of elementwise nodes that runs as one loop and writes only `root`.
+struct FusionGroup {
+  ir::ValueId root;
+  std::vector<ir::ValueId> nodes;     // members in topological order, root last
+  std::vector<ir::ValueId> operands;  // values read from memory (may be virtual broadcasts)
+};
+
+struct FusionPlan {
+  std::vector<int> group_of;  // per value: its group, or -1
+  std::vector<FusionGroup> groups;
+  std::vector<bool> virtual_broadcast;  // read through by fused loops, never materialized
+};
+
+// Groups elementwise nodes: a node joins its single user's group. Broadcasts whose users are
+// all elementwise become strided reads instead of copies.
+FusionPlan fuse_elementwise(const ir::Graph& graph);
+
+// One value's lifetime in a schedule of steps, for plan_memory.
+struct Lifetime {
+  int64_t bytes = 0;
+  int first_step = 0;    // written by this step
+  int last_step = 0;     // last read by this step
+  int reuse_value = -1;  // in place: take the storage of this value, which dies at first_step
+};
+
+// Offsets into one arena, reusing the space of values that are dead (first fit).
+std::vector<int64_t> plan_memory(const std::vector<Lifetime>& values, int64_t* arena_bytes,
+                                 int64_t alignment = 64);
+
+}  // namespace prism::compiler

@@ -1,0 +1,42 @@
+// Tracer: the graph being recorded. A Tracer is current on its thread from construction to
+// destruction (scoped, never global), so two models can be traced at once on two threads.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "prism/core/tensor.h"
+#include "prism/ir/graph.h"
+
+namespace prism {
+
+class Tracer {
+ public:
+  Tracer();
+  ~Tracer();
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+
+  // The innermost tracer of this thread; `op` names the caller in the error when there is none.
+  static Tracer& current(std::string_view op);
+  static bool active();
+
+  ir::Graph& graph() { return graph_; }
+  uint64_t id() const { return id_; }
+
+  Tensor input(int index, const Shape& shape);
+  ir::ValueId parameter(const std::string& name, const Shape& shape);
+  // A Tensor for a node already in this graph.
+  Tensor wrap(ir::ValueId id);
+  // The value of `t` in this graph; `op` names the caller in errors.
+  ir::ValueId use(const Tensor& t, std::string_view op);
+
+ private:
+  ir::Graph graph_;
+  uint64_t id_;
+  Tracer* previous_;
+  std::unordered_map<std::string, ir::ValueId> parameters_;
+};
+
+}  // namespace prism

@@ -1,0 +1,157 @@
+// The graph IR: a list of nodes in SSA form (a node's inputs always come before it).
+// Dimensions are positional here; the tags of each node's Shape are kept for printing and
+// errors only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "prism/core/shape.h"
+
+namespace prism::ir {
+
+enum class Op : uint8_t {
+#define PRISM_OP(name, kind) name,
+#include "prism/ir/ops.def"
+#undef PRISM_OP
+};
+
+enum class OpKind : uint8_t { leaf, unary, binary, ternary, other, composite };
+
+std::string_view op_name(Op op);
+OpKind op_kind(Op op);
+inline bool is_elementwise(Op op) {
+  OpKind k = op_kind(op);
+  return k == OpKind::unary || k == OpKind::binary || k == OpKind::ternary;
+}
+
+using ValueId = int32_t;
+
+// Attributes, one struct per family of ops.
+struct ParameterAttrs {
+  std::string name;
+  bool operator==(const ParameterAttrs&) const = default;
+};
+struct InputAttrs {
+  int index = 0;
+  bool operator==(const InputAttrs&) const = default;
+};
+struct ConstantAttrs {
+  std::shared_ptr<const std::vector<std::byte>> data;  // shape.bytes() bytes, row-major
+  bool operator==(const ConstantAttrs& o) const { return data == o.data || *data == *o.data; }
+};
+struct AxisAttrs {  // iota, argmax/argmin, concatenate, gather, take_along, cumsum, softmax
+  int axis = 0;
+  bool exclusive = false;  // cumsum
+  bool reverse = false;    // cumsum
+  bool operator==(const AxisAttrs&) const = default;
+};
+struct AxesAttrs {  // reductions, transpose (a permutation), broadcast (operand axis -> out axis)
+  std::vector<int> axes;
+  bool operator==(const AxesAttrs&) const = default;
+};
+struct DotAttrs {
+  std::vector<int> lhs_batch, rhs_batch, lhs_contract, rhs_contract;
+  bool operator==(const DotAttrs&) const = default;
+};
+struct SliceAttrs {
+  std::vector<int64_t> starts, limits, strides;
+  bool operator==(const SliceAttrs&) const = default;
+};
+enum class PadMode : uint8_t { constant, edge, reflect };
+struct PadAttrs {
+  std::vector<int64_t> low, high;  // negative values crop
+  PadMode mode = PadMode::constant;
+  bool operator==(const PadAttrs&) const = default;
+};
+enum class ScatterReduce : uint8_t { none, add, mul, max, min };
+struct ScatterAttrs {
+  int axis = 0;
+  ScatterReduce reduce = ScatterReduce::none;
+  bool operator==(const ScatterAttrs&) const = default;
+};
+struct ConvAttrs {  // lhs {N, C, spatial...}, rhs {O, C/groups, spatial...}, out {N, O, spatial...}
+  std::vector<int64_t> strides, pad_low, pad_high, dilations;
+  int64_t groups = 1;
+  bool operator==(const ConvAttrs&) const = default;
+};
+struct ArgsortAttrs {
+  int axis = 0;
+  int64_t k = 0;
+  bool descending = true;
+  bool operator==(const ArgsortAttrs&) const = default;
+};
+struct NormAttrs {  // rms_norm / layer_norm over `axes`
+  std::vector<int> axes;
+  double eps = 1e-6;
+  bool operator==(const NormAttrs&) const = default;
+};
+struct RopeAttrs {  // x {..., d}, cos and sin {..., d/2} of x's rank
+  bool interleaved = false;
+  bool operator==(const RopeAttrs&) const = default;
+};
+struct AttentionAttrs {  // q {B,Hq,Sq,D} k {B,Hkv,Sk,D} v {B,Hkv,Sk,Dv} [mask {B,Hq,Sq,Sk}]
+                         // [offset]
+  double scale = 1.0;
+  bool causal = false;
+  int64_t window = 0;  // sliding window in keys, 0 = none
+  bool has_mask = false;
+  bool has_offset = false;  // a scalar i32/i64 input: position of the first query
+  bool operator==(const AttentionAttrs&) const = default;
+};
+
+using Attrs = std::variant<std::monostate, ParameterAttrs, InputAttrs, ConstantAttrs, AxisAttrs,
+                           AxesAttrs, DotAttrs, SliceAttrs, PadAttrs, ScatterAttrs, ConvAttrs,
+                           ArgsortAttrs, NormAttrs, RopeAttrs, AttentionAttrs>;
+
+struct Node {
+  Op op;
+  Shape shape;
+  std::vector<ValueId> inputs;
+  Attrs attrs;
+
+  template <typename T>
+  const T& attr() const {
+    return std::get<T>(attrs);
+  }
+  bool operator==(const Node& o) const {
+    return op == o.op && shape == o.shape && inputs == o.inputs && attrs == o.attrs;
+  }
+};
+
+// Hash of one node (op, shape, inputs, attributes), consistent with Node::operator==.
+uint64_t hash(const Node& node);
+
+class Graph {
+ public:
+  ValueId add(Node node);
+  const Node& node(ValueId id) const { return nodes_[id]; }
+  Node& node(ValueId id) { return nodes_[id]; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  int size() const { return static_cast<int>(nodes_.size()); }
+
+  std::vector<ValueId>& outputs() { return outputs_; }
+  const std::vector<ValueId>& outputs() const { return outputs_; }
+
+  // Inputs by position and parameters in order of first use.
+  std::vector<ValueId> inputs() const;
+  std::vector<ValueId> parameters() const;
+
+  // Structural hash: ops, shapes, attributes, constants' bytes, parameter names.
+  uint64_t hash() const;
+
+ private:
+  std::vector<Node> nodes_;
+  std::vector<ValueId> outputs_;
+};
+
+// A readable text form, one node a line:  %3 = f32{s=7,d=64} add(%1, %2)
+std::string print(const Graph& graph);
+std::string print(const Graph& graph, ValueId id);
+
+}  // namespace prism::ir

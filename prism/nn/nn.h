@@ -1,0 +1,46 @@
+// Neural-network building blocks on tagged tensors. The composites (softmax, norms, rope,
+// attention) are single IR nodes that a backend may run as one kernel; the compiler
+// decomposes them into primitives for backends that cannot (prism/compiler/decompose.cpp).
+#pragma once
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "prism/core/tensor.h"
+
+namespace prism::nn {
+
+// cos and sin tables for rotary embeddings: positions (integer, any tags) times each inverse
+// frequency, as f32 tensors with the tags of `positions` plus `half` of size inv_freq.size().
+std::pair<Tensor, Tensor> rope_tables(const Tensor& positions, const std::vector<double>& inv_freq,
+                                      Tag half = "hd");
+// The standard inverse frequencies theta^(-2i/dim), i < dim/2.
+std::vector<double> rope_inv_freq(int64_t dim, double theta);
+
+// Rotates the `dim` tag of x by (cos, sin), which have `dim` of half its size (and any of x's
+// other tags). rotate-half pairs i with i + d/2 (Llama in Hugging Face layout); interleaved
+// pairs 2i with 2i + 1 (the original GPT-J / Meta layout).
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, Tag dim = "hd",
+            bool interleaved = false);
+
+struct AttentionOptions {
+  Tag head = "h";    // query heads in q; kv heads in k and v (grouped-query when fewer)
+  Tag query = "q";   // query positions in q
+  Tag key = "k";     // key positions in k and v
+  Tag dim = "hd";    // head dim, contracted for scores; v's may differ
+  double scale = 0;  // 0: 1/sqrt(head dim)
+  bool causal = false;
+  int64_t window = 0;  // sliding window (keys per query, itself included), 0 = none
+  // Keys a query may see: a bool mask (true = attend) or an additive float mask, with tags
+  // among the batch tags, head, query and key.
+  std::optional<Tensor> mask;
+  // Integer scalar: the position of the first query among the keys (a KV cache's fill level).
+  // Without it, queries are the last positions (offset = keys - queries).
+  std::optional<Tensor> offset;
+};
+// softmax(q.k * scale + mask) . v. Every tag of q besides head/query/dim is a batch tag shared
+// with k and v. Result: q's tags, with v's head dim.
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o);
+
+}  // namespace prism::nn

@@ -1,0 +1,107 @@
+// Platforms, buffers and executables: the runtime side of prism. A Platform is one backend
+// instance (the CPU, an OpenCL device, a CUDA GPU, a PJRT plugin), chosen at run time by name.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "prism/core/host_buffer.h"
+#include "prism/core/shape.h"
+#include "prism/ir/graph.h"
+
+namespace prism {
+
+class Platform;
+
+// Bytes on a device. Backends derive from it; Buffer holds it by shared ownership.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+};
+
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Shape shape, std::shared_ptr<DeviceMemory> memory, Platform* platform)
+      : shape_(shape), memory_(std::move(memory)), platform_(platform) {}
+
+  bool valid() const { return memory_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  DeviceMemory* memory() const { return memory_.get(); }
+  const std::shared_ptr<DeviceMemory>& shared_memory() const { return memory_; }
+  Platform& platform() const { return *platform_; }
+  HostBuffer to_host() const;
+
+ private:
+  Shape shape_;
+  std::shared_ptr<DeviceMemory> memory_;
+  Platform* platform_ = nullptr;
+};
+
+struct DeviceInfo {
+  std::string name;
+  int64_t memory_bytes = 0;
+};
+
+// What a compiled program does with its arguments, as the compile pipeline passes it down.
+struct CompileSpec {
+  std::vector<int> donated_inputs;  // inputs whose memory may be reused for outputs
+};
+
+// A backend's compiled program.
+class ExecutableImpl {
+ public:
+  virtual ~ExecutableImpl() = default;
+  // `params` in the order of Graph::parameters(), `inputs` by position.
+  virtual std::vector<Buffer> call(std::span<const Buffer> params,
+                                   std::span<const Buffer> inputs) = 0;
+};
+
+class Platform {
+ public:
+  virtual ~Platform() = default;
+  virtual std::string_view name() const = 0;
+  virtual std::vector<DeviceInfo> devices() const = 0;
+
+  virtual Buffer allocate(const Shape& shape) = 0;  // zero-filled
+  virtual Buffer upload(const HostBuffer& host) = 0;
+  // Copies `bytes` into `buffer` at byte `offset` (streaming loads write in chunks).
+  virtual void write(Buffer& buffer, size_t offset, std::span<const std::byte> bytes) = 0;
+  virtual HostBuffer download(const Buffer& buffer) = 0;
+
+  // Whether the backend runs this composite node as it is; the compiler decomposes the others.
+  virtual bool supports(const ir::Node& node) const = 0;
+  virtual std::unique_ptr<ExecutableImpl> compile(const ir::Graph& graph,
+                                                  const CompileSpec& spec) = 0;
+
+  // Compiled programs by graph hash (see prism/compiler/compile.h).
+  struct CacheEntry {
+    std::shared_ptr<ExecutableImpl> impl;
+    std::shared_ptr<const ir::Graph> graph;
+  };
+  std::mutex cache_mutex;
+  std::unordered_map<uint64_t, CacheEntry> cache;
+};
+
+// The platforms this binary knows, whether each is compiled in and usable on this machine.
+struct PlatformStatus {
+  std::string name;
+  bool compiled_in = false;
+  bool available = false;
+  std::string reason;  // why not available
+};
+std::vector<PlatformStatus> platform_statuses();
+
+// The platform called `name` ("cpu", "opencl", "cuda", "pjrt:<plugin>", or "auto": a GPU
+// platform with a device if there is one, else the CPU). An empty name reads PRISM_PLATFORM,
+// then "auto". Platforms are created once and live for the process.
+Platform& get_platform(std::string_view name = "");
+
+}  // namespace prism

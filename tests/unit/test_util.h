@@ -1,0 +1,54 @@
+// Helpers shared by the op tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "prism/compiler/compile.h"
+#include "prism/core/error.h"
+#include "prism/core/tensor.h"
+
+namespace prism::testing {
+
+inline HostBuffer f32(Shape shape, std::vector<float> v) {
+  return HostBuffer::from<float>(shape.with_dtype(DType::f32), v);
+}
+inline HostBuffer i32(Shape shape, std::vector<int32_t> v) {
+  return HostBuffer::from<int32_t>(shape.with_dtype(DType::i32), v);
+}
+inline Shape S(std::initializer_list<Dim> dims, DType t = DType::f32) { return Shape(t, dims); }
+
+inline void expect_values(const HostBuffer& got, const std::vector<double>& want,
+                          double tol = 1e-5) {
+  std::vector<double> g = got.to_f64();
+  ASSERT_EQ(g.size(), want.size()) << got.shape().str();
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(g[i])) << "at " << i;
+    } else {
+      EXPECT_NEAR(g[i], want[i], tol * std::max(1.0, std::abs(want[i]))) << "at " << i;
+    }
+  }
+}
+
+// Runs a one-output function and returns its result.
+template <typename F>
+HostBuffer run1(F&& fn, std::initializer_list<HostBuffer> inputs) {
+  return run(std::forward<F>(fn), inputs).at(0);
+}
+
+// The message of the prism::Error that fn throws ("" when it throws none).
+template <typename F>
+std::string error_of(F&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace prism::testing

@@ -31,9 +31,13 @@ class CpuPlatform : public Platform {
 
   // Wraps memory owned by someone else (e.g. a mapped file) without copying.
   Buffer wrap(const Shape& shape, std::byte* data, std::shared_ptr<void> owner);
+  // Like allocate, without zero-filling: for buffers a kernel overwrites whole.
+  Buffer allocate_uninitialized(const Shape& shape);
   ThreadPool& pool() { return pool_; }
 
  private:
+  class BlockCache;
+  std::shared_ptr<BlockCache> blocks_;  // shared with the buffers it handed out
   ThreadPool pool_;
 };
 

@@ -1,0 +1,25 @@
+// The scheme implementations behind vfs.h, for vfs.cpp's dispatch and for schemes that build
+// on each other (hf serves files out of its local cache through the local file system).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "prism/io/vfs.h"
+
+namespace prism::io {
+
+FileSystem& local_filesystem();
+FileSystem& http_filesystem();
+FileSystem& hf_filesystem();
+FileSystem& s3_filesystem();
+
+// Opens a local file, reporting errors and uri() as `display_uri` (e.g. the hf:// URI the
+// cached file stands for).
+std::shared_ptr<File> open_local_file(const std::string& path, std::string display_uri);
+
+// "file:///a/b" -> "/a/b"; a plain path is returned as is.
+std::string local_path_of(std::string_view uri);
+
+}  // namespace prism::io

@@ -20,7 +20,28 @@ struct FdCloser {
   }
 };
 
+void write_all_at(int fd, std::span<const std::byte> bytes, uint64_t offset,
+                  const std::string& path) {
+  for (size_t written = 0; written < bytes.size();) {
+    ssize_t n = ::pwrite(fd, bytes.data() + written, bytes.size() - written,
+                         static_cast<off_t>(offset + written));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("{}: write failed: {}", path, std::strerror(errno));
+    written += static_cast<size_t>(n);
+  }
+}
+
 }  // namespace
+
+void File::read_to(uint64_t offset, uint64_t length, const ByteSink& sink) const {
+  constexpr uint64_t kPiece = 4ull << 20;
+  std::vector<std::byte> buffer(std::min(length, kPiece));
+  for (uint64_t done = 0; done < length; done += buffer.size()) {
+    auto piece = std::span(buffer).first(std::min<uint64_t>(buffer.size(), length - done));
+    read_at(offset + done, piece);
+    sink(done, piece);
+  }
+}
 
 std::string_view scheme_of(std::string_view uri) {
   size_t colon = uri.find("://");
@@ -100,8 +121,14 @@ void read_ranges(std::span<const ReadRange> ranges, const ReadOptions& options) 
 }
 
 void copy_to_local(std::string_view uri, const std::string& dest, const ReadOptions& options) {
-  auto file = open(uri);
-  std::string partial = dest + ".partial";
+  copy_to_local(*open(uri), dest, options, ".partial");
+}
+
+void copy_to_local(const File& source, const std::string& dest, const ReadOptions& options,
+                   const std::string& partial_suffix,
+                   const std::function<void(const std::string&)>& verify) {
+  const File* file = &source;
+  std::string partial = dest + partial_suffix;
   int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("{}: cannot create: {}", partial, std::strerror(errno));
   FdCloser closer{fd};
@@ -109,19 +136,17 @@ void copy_to_local(std::string_view uri, const std::string& dest, const ReadOpti
     uint64_t size = file->size();
     uint64_t chunk = std::max<uint64_t>(options.chunk_size, 1);
     size_t chunks = (size + chunk - 1) / chunk;
+    // Each chunk streams straight into its place in the file: memory stays bounded by what
+    // the transport buffers, whatever the chunk size.
     parallel_for(chunks, options.parallelism, [&](size_t i) {
-      uint64_t offset = i * chunk;
-      std::vector<std::byte> buffer(std::min(chunk, size - offset));
-      file->read_at(offset, buffer);
-      for (size_t written = 0; written < buffer.size();) {
-        ssize_t n = ::pwrite(fd, buffer.data() + written, buffer.size() - written,
-                             static_cast<off_t>(offset + written));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) fail("{}: write failed: {}", partial, std::strerror(errno));
-        written += static_cast<size_t>(n);
-      }
+      uint64_t start = i * chunk;
+      file->read_to(start, std::min(chunk, size - start),
+                    [&](uint64_t offset, std::span<const std::byte> bytes) {
+                      write_all_at(fd, bytes, start + offset, partial);
+                    });
     });
     if (::fsync(fd) != 0) fail("{}: fsync failed: {}", partial, std::strerror(errno));
+    if (verify) verify(partial);
     if (::rename(partial.c_str(), dest.c_str()) != 0) {
       fail("{}: cannot rename to {}: {}", partial, dest, std::strerror(errno));
     }

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -32,6 +33,9 @@ struct FileEntry {
   bool is_dir = false;
 };
 
+// Receives bytes in order; `offset` is relative to the start of the range asked for.
+using ByteSink = std::function<void(uint64_t offset, std::span<const std::byte> bytes)>;
+
 // A readable file. read_at is safe to call concurrently.
 class File {
  public:
@@ -44,6 +48,9 @@ class File {
   // Fills `out` with the bytes at [offset, offset + out.size()). Throws prism::Error (naming
   // the URI) when the range is past the end or the source fails after its retries.
   virtual void read_at(uint64_t offset, std::span<std::byte> out) const = 0;
+  // Streams [offset, offset + length) to `sink` as it arrives, without holding it all in
+  // memory. The default reads through read_at in pieces.
+  virtual void read_to(uint64_t offset, uint64_t length, const ByteSink& sink) const;
   // The whole file as memory when the source maps it (local files); empty otherwise. Lets a
   // reader on the CPU use the bytes in place instead of copying them.
   virtual std::span<const std::byte> mapped() const { return {}; }
@@ -104,6 +111,11 @@ void read_ranges(std::span<const ReadRange> ranges, const ReadOptions& options =
 // Copies any URI to a local path: written to "<dest>.partial" and renamed when complete, so a
 // failed copy never leaves a file that looks whole.
 void copy_to_local(std::string_view uri, const std::string& dest, const ReadOptions& options = {});
+// The same from an opened file, with the temporary name's suffix and a check of the complete
+// temporary file (size, digest) that runs before the rename and throws to reject it.
+void copy_to_local(const File& file, const std::string& dest, const ReadOptions& options,
+                   const std::string& partial_suffix,
+                   const std::function<void(const std::string& partial_path)>& verify = {});
 
 // Runs fn(0), ..., fn(n-1) on up to `parallelism` threads (the caller's among them), indices
 // taken in order. The first exception stops the remaining work and is rethrown here.

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "prism/io/http.h"
 #include "prism/io/vfs.h"
 
 namespace prism::io {
@@ -18,6 +19,13 @@ FileSystem& s3_filesystem();
 // Opens a local file, reporting errors and uri() as `display_uri` (e.g. the hf:// URI the
 // cached file stands for).
 std::shared_ptr<File> open_local_file(const std::string& path, std::string display_uri);
+
+// A file over http(s): HEAD for the size, range requests for the bytes. `sign` adds headers
+// to each request (authentication); errors and uri() name `display_uri`.
+std::shared_ptr<File> open_http_file(const std::string& url, HeaderProvider sign,
+                                     const std::string& display_uri);
+FileEntry http_stat(const std::string& url, const HeaderProvider& sign,
+                    const std::string& display_uri);
 
 // "file:///a/b" -> "/a/b"; a plain path is returned as is.
 std::string local_path_of(std::string_view uri);

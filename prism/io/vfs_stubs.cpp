@@ -3,7 +3,6 @@
 #include "prism/io/vfs_schemes.h"
 
 namespace prism::io {
-FileSystem& http_filesystem() { fail("https:// is not implemented yet"); }
 FileSystem& hf_filesystem() { fail("hf:// is not implemented yet"); }
 FileSystem& s3_filesystem() { fail("s3:// is not implemented yet"); }
 }  // namespace prism::io

@@ -1,11 +1,6 @@
 #include "prism/io/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "prism/core/error.h"
@@ -246,26 +241,6 @@ std::string encode_safetensors(std::span<const SafetensorsEntry> entries,
     out.append(reinterpret_cast<const char*>(e.data.data()), e.data.size());
   }
   return out;
-}
-
-void write_file_atomic(const std::string& path, std::string_view bytes) {
-  std::string partial = path + ".partial";
-  int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("{}: cannot create: {}", partial, std::strerror(errno));
-  size_t written = 0;
-  while (written < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    written += static_cast<size_t>(n);
-  }
-  bool ok = written == bytes.size() && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(partial.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(partial.c_str());
-    fail("{}: write failed: {}", path, std::strerror(err));
-  }
 }
 
 void write_safetensors(const std::string& path, std::span<const SafetensorsEntry> entries,

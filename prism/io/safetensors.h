@@ -89,7 +89,5 @@ std::string encode_safetensors(std::span<const SafetensorsEntry> entries,
 // Writes a safetensors file atomically (temporary name, then rename).
 void write_safetensors(const std::string& path, std::span<const SafetensorsEntry> entries,
                        const std::map<std::string, std::string>& metadata = {});
-// Writes any bytes atomically to a local path.
-void write_file_atomic(const std::string& path, std::string_view bytes);
 
 }  // namespace prism::io

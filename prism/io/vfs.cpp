@@ -156,6 +156,26 @@ void copy_to_local(const File& source, const std::string& dest, const ReadOption
   }
 }
 
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  std::string partial = path + ".partial";
+  int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("{}: cannot create: {}", partial, std::strerror(errno));
+  size_t written = 0;
+  while (written < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    written += static_cast<size_t>(n);
+  }
+  bool ok = written == bytes.size() && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(partial.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(partial.c_str());
+    fail("{}: write failed: {}", path, std::strerror(err));
+  }
+}
+
 std::string format_bytes(uint64_t bytes) {
   static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   if (bytes < 1024) return fmt::format("{} B", bytes);

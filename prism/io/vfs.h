@@ -149,6 +149,9 @@ void parallel_for(size_t n, int parallelism, Fn&& fn) {
   if (error) std::rethrow_exception(error);
 }
 
+// Writes bytes to a local path atomically: a temporary name, fsync, then rename.
+void write_file_atomic(const std::string& path, std::string_view bytes);
+
 // Human-readable sizes: "812 B", "1.50 KiB", "3.20 GiB".
 std::string format_bytes(uint64_t bytes);
 

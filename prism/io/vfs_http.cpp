@@ -26,7 +26,15 @@ class HttpFile final : public File {
       fail("{}: read of {} bytes at offset {} is past the end of the file ({} bytes)", uri(),
            length, offset, size_);
     }
-    http_read_range(request(), offset, length, sink);
+    if (uri() == url_) return http_read_range(request(), offset, length, sink);
+    // Errors name what the caller opened (hf://, s3://) as well as the URL that failed.
+    try {
+      http_read_range(request(), offset, length, sink);
+    } catch (const HttpError& e) {
+      throw HttpError(fmt::format("{}: {}", uri(), e.what()), e.status());
+    } catch (const Error& e) {
+      fail("{}: {}", uri(), e.what());
+    }
   }
 
  private:
@@ -76,6 +84,11 @@ FileEntry http_stat(const std::string& url, const HeaderProvider& sign,
 std::shared_ptr<File> open_http_file(const std::string& url, HeaderProvider sign,
                                      const std::string& display_uri) {
   uint64_t size = http_stat(url, sign, display_uri).size;
+  return std::make_shared<HttpFile>(url, std::move(sign), display_uri, size);
+}
+
+std::shared_ptr<File> open_http_file_with_size(const std::string& url, HeaderProvider sign,
+                                               const std::string& display_uri, uint64_t size) {
   return std::make_shared<HttpFile>(url, std::move(sign), display_uri, size);
 }
 

@@ -24,6 +24,9 @@ std::shared_ptr<File> open_local_file(const std::string& path, std::string displ
 // to each request (authentication); errors and uri() name `display_uri`.
 std::shared_ptr<File> open_http_file(const std::string& url, HeaderProvider sign,
                                      const std::string& display_uri);
+// The same when the size is known already (no HEAD request).
+std::shared_ptr<File> open_http_file_with_size(const std::string& url, HeaderProvider sign,
+                                               const std::string& display_uri, uint64_t size);
 FileEntry http_stat(const std::string& url, const HeaderProvider& sign,
                     const std::string& display_uri);
 

@@ -3,6 +3,5 @@
 #include "prism/io/vfs_schemes.h"
 
 namespace prism::io {
-FileSystem& hf_filesystem() { fail("hf:// is not implemented yet"); }
 FileSystem& s3_filesystem() { fail("s3:// is not implemented yet"); }
 }  // namespace prism::io

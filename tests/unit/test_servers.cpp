@@ -261,6 +261,17 @@ void NginxServer::start() {
 
 std::string NginxServer::access_log() const { return read_bytes(dir_.str("access.log")); }
 
+std::string NginxServer::wait_for_log(const std::string& pattern) const {
+  std::regex re(pattern);
+  auto deadline = std::chrono::steady_clock::now() + 2s;
+  std::string log = access_log();
+  while (!std::regex_search(log, re) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(2ms);
+    log = access_log();
+  }
+  return log;
+}
+
 bool S3Server::available() {
   return fs::exists(fs::path(PRISM_NPM_DIR) / "s3rver/bin/s3rver.js") &&
          !find_program("node", {}).empty();

@@ -45,7 +45,9 @@ void wait_for_port(int port, ChildProcess& child, const std::string& log_path,
 // Sets environment variables for a scope and restores the previous values.
 class ScopedEnv {
  public:
-  ScopedEnv(std::map<std::string, std::optional<std::string>> values);
+  explicit ScopedEnv(std::map<std::string, std::optional<std::string>> values);
+  ScopedEnv(const std::string& name, std::optional<std::string> value)
+      : ScopedEnv(std::map<std::string, std::optional<std::string>>{{name, std::move(value)}}) {}
   ~ScopedEnv();
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
@@ -77,6 +79,9 @@ class NginxServer {
   int port() const { return port_; }
   std::string url() const { return "https://127.0.0.1:" + std::to_string(port_); }
   std::string access_log() const;
+  // The access log once it matches `pattern` (ECMAScript regex), or as it is after 2 s: nginx
+  // logs a request after answering it, so the last line may land after the client is done.
+  std::string wait_for_log(const std::string& pattern) const;
   // The self-signed certificate to trust (CURL_CA_BUNDLE).
   static const std::string& ca_file();
 

@@ -53,18 +53,6 @@ class Https : public ::testing::Test {
         {"PRISM_HTTP_RETRIES", "4"}});
   }
 
-  // The access log once it matches `pattern` (nginx logs a request after answering it, so the
-  // last line may land a moment after the client is done), or as it is after 2 s.
-  std::string wait_for_log(const std::regex& pattern) {
-    auto deadline = std::chrono::steady_clock::now() + 2s;
-    std::string log = server_->access_log();
-    while (!std::regex_search(log, pattern) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(2ms);
-      log = server_->access_log();
-    }
-    return log;
-  }
-
   // The order matters: the environment is restored before the server stops.
   TempDir www_;
   TempDir out_;
@@ -84,7 +72,7 @@ TEST_F(Https, ReadsRangesWithManyInFlight) {
   ReadRange range{file.get(), 0, std::as_writable_bytes(std::span(all))};
   read_ranges(std::span(&range, 1), {.parallelism = 8, .chunk_size = 64 << 10});
   EXPECT_TRUE(all == blob_);
-  EXPECT_TRUE(std::regex_search(wait_for_log(std::regex("bytes=983040-1048575")),
+  EXPECT_TRUE(std::regex_search(server_->wait_for_log("bytes=983040-1048575"),
                                 std::regex("GET /data/blob.bin 206 range=bytes=983040-1048575")));
   EXPECT_NE(error_of([&] {
               file->read_at(blob_.size() - 1, std::as_writable_bytes(std::span(part)));
@@ -122,7 +110,7 @@ TEST_F(Https, ReportsNotFoundUnauthorizedAndForbidden) {
 TEST_F(Https, RetriesServerErrorsThenGivesUp) {
   std::string error = error_of([&] { open(server_->url() + "/broken/x.bin"); });
   EXPECT_TRUE(error.starts_with(server_->url() + "/broken/x.bin: HTTP 503")) << error;
-  std::string log = wait_for_log(std::regex("(HEAD /broken/x.bin 503[\\s\\S]*){4}"));
+  std::string log = server_->wait_for_log("(HEAD /broken/x.bin 503[\\s\\S]*){4}");
   size_t attempts = 0;
   for (size_t at = 0; (at = log.find("HEAD /broken/x.bin 503", at)) != std::string::npos; ++at) {
     ++attempts;
@@ -131,7 +119,7 @@ TEST_F(Https, RetriesServerErrorsThenGivesUp) {
 }
 
 TEST_F(Https, RejectsAnUntrustedCertificate) {
-  ScopedEnv no_ca({{"CURL_CA_BUNDLE", std::nullopt}});
+  ScopedEnv no_ca("CURL_CA_BUNDLE", std::nullopt);
   std::string error = error_of([&] { open(server_->url() + "/data/blob.bin"); });
   EXPECT_NE(error.find("set CURL_CA_BUNDLE"), std::string::npos) << error;
 }
@@ -163,9 +151,9 @@ TEST_F(Https, ResumesWhenTheServerIsKilledMidTransfer) {
   EXPECT_TRUE(test::read_bytes(dest) == slow_);
   // The retry asked only for what was missing.
   std::smatch resumed;
-  std::regex resumed_request(R"(GET /slow/big.bin 206 range=bytes=([1-9]\d*)-393215)");
-  std::string log = wait_for_log(resumed_request);
-  ASSERT_TRUE(std::regex_search(log, resumed, resumed_request)) << log;
+  const char* resumed_request = R"(GET /slow/big.bin 206 range=bytes=([1-9]\d*)-393215)";
+  std::string log = server_->wait_for_log(resumed_request);
+  ASSERT_TRUE(std::regex_search(log, resumed, std::regex(resumed_request))) << log;
   EXPECT_GT(std::stoul(resumed[1]), 256u << 10);
   EXPECT_FALSE(std::filesystem::exists(dest + ".partial"));
 }

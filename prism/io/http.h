@@ -42,10 +42,10 @@ using HeaderProvider =
 struct HttpRequest {
   std::string method = "GET";  // GET, HEAD, PUT
   std::string url;
-  std::vector<std::string> headers;  // "Name: value"
-  HeaderProvider sign;               // optional, called per attempt
+  std::vector<std::string> headers = {};  // "Name: value"
+  HeaderProvider sign = {};               // optional, called per attempt
   bool follow_redirects = true;
-  std::string_view body;  // PUT payload
+  std::string_view body = {};  // PUT payload
 };
 
 struct HttpResponse {

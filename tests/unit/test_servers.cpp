@@ -281,7 +281,9 @@ S3Server::S3Server(const std::string& bucket) {
   std::string log = dir_.str("s3rver.log");
   fs::create_directories(dir_.path() / "data");
   process_.emplace(
-      std::vector<std::string>{find_program("node", {}),
+      // s3rver makes ListObjectsV2 continuation tokens with DES, which OpenSSL 3 (Node >= 17)
+      // only offers through its legacy provider: without it, the second page is a 500.
+      std::vector<std::string>{find_program("node", {}), "--openssl-legacy-provider",
                                (fs::path(PRISM_NPM_DIR) / "s3rver/bin/s3rver.js").string(), "-d",
                                dir_.str("data"), "-a", "127.0.0.1", "-p", "0", "--silent",
                                "--configure-bucket", bucket},

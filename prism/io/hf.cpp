@@ -197,7 +197,7 @@ void throw_hub_error(const std::string& what, const HttpResponse& response, bool
         status);
   }
   if (status == 404) {
-    throw HttpError(fmt::format("{}: not found (HTTP 404){}", what, hub_says), status);
+    throw NotFoundError(fmt::format("{}: not found (HTTP 404){}", what, hub_says));
   }
   throw_http_error(what, response);
 }

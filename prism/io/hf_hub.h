@@ -14,7 +14,7 @@ namespace prism::io::hf {
 std::vector<std::string> auth_headers(const std::string& token);
 
 // Throws the error a failed Hub answer deserves: 401/403 say how to log in (or that the repo
-// is gated), 404 says "not found".
+// is gated), 404 is a NotFoundError.
 [[noreturn]] void throw_hub_error(const std::string& what, const HttpResponse& response,
                                   bool had_token);
 

@@ -258,7 +258,7 @@ void throw_http_error(const std::string& what, const HttpResponse& response) {
   if (!detail.empty()) detail = ": " + detail;
   switch (status) {
     case 404:
-      throw HttpError(fmt::format("{}: not found (HTTP 404)", what), status);
+      throw NotFoundError(fmt::format("{}: not found (HTTP 404)", what));
     case 401:
       throw HttpError(fmt::format("{}: unauthorized (HTTP 401){}", what, detail), status);
     case 403:

@@ -24,8 +24,9 @@
 
 namespace prism::io {
 
-// A request answered with an error status (after retries, for retryable ones). `what()` says
-// which URL and what the status means; callers add advice (how to log in, ...).
+// A request answered with an error status other than 404 (which is a NotFoundError) (after retries,
+// for retryable ones). `what()` says which URL and what the status means; callers add advice (how
+// to log in, ...).
 class HttpError : public Error {
  public:
   HttpError(const std::string& message, long status) : Error(message), status_(status) {}
@@ -63,7 +64,7 @@ struct HttpResponse {
 HttpResponse http_request(const HttpRequest& request);
 
 // Streams bytes [offset, offset + length) of the resource to `sink`, with retries that resume
-// where a broken transfer stopped. Throws HttpError for error statuses ("not found" for 404).
+// where a broken transfer stopped. Throws HttpError for error statuses, NotFoundError for 404.
 void http_read_range(const HttpRequest& request, uint64_t offset, uint64_t length,
                      const ByteSink& sink);
 

@@ -69,11 +69,8 @@ bool exists(std::string_view uri) {
   try {
     stat(uri);
     return true;
-  } catch (const Error& e) {
-    // Every scheme words a missing file the same way, so that this can tell it apart from an
-    // authentication or network failure (which must not read as "absent").
-    if (std::string_view(e.what()).find("not found") != std::string_view::npos) return false;
-    throw;
+  } catch (const NotFoundError&) {
+    return false;  // anything else (auth, network) must not read as "absent": it propagates
   }
 }
 

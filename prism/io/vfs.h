@@ -23,7 +23,16 @@
 #include <thread>
 #include <vector>
 
+#include "prism/core/error.h"
+
 namespace prism::io {
+
+// A file, object or repo path that does not exist, as opposed to one that cannot be read
+// (auth, network): exists() and the checkpoint probing of Store rely on the difference.
+class NotFoundError : public Error {
+ public:
+  using Error::Error;
+};
 
 // One entry of a listing, or what stat() says about a URI.
 struct FileEntry {

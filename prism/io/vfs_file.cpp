@@ -23,7 +23,7 @@ class LocalFile final : public File {
   LocalFile(const std::string& path, std::string display_uri) : File(std::move(display_uri)) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      if (errno == ENOENT) fail("{}: not found", uri());
+      if (errno == ENOENT) throw NotFoundError(fmt::format("{}: not found", uri()));
       fail("{}: cannot open: {}", uri(), std::strerror(errno));
     }
     struct stat st {};
@@ -74,7 +74,7 @@ class LocalFileSystem final : public FileSystem {
     fs::path path = local_path_of(uri);
     std::error_code ec;
     fs::file_status status = fs::status(path, ec);
-    if (ec || !fs::exists(status)) fail("{}: not found", uri);
+    if (ec || !fs::exists(status)) throw NotFoundError(fmt::format("{}: not found", uri));
     FileEntry entry{std::string(uri), "", 0, fs::is_directory(status)};
     if (!entry.is_dir) entry.size = fs::file_size(path, ec);
     return entry;
@@ -84,7 +84,7 @@ class LocalFileSystem final : public FileSystem {
     fs::path root = local_path_of(uri);
     std::error_code ec;
     if (!fs::is_directory(root, ec)) {
-      if (!fs::exists(root, ec)) fail("{}: not found", uri);
+      if (!fs::exists(root, ec)) throw NotFoundError(fmt::format("{}: not found", uri));
       fail("{}: not a directory", uri);
     }
     std::vector<FileEntry> entries;

@@ -61,10 +61,10 @@ std::optional<fs::path> cached_path(const HubSettings& settings, const RepoPath&
 }
 
 [[noreturn]] void fail_offline(const HubSettings& settings, const RepoPath& repo) {
-  fail(
+  throw NotFoundError(fmt::format(
       "{}: not found in the Hugging Face cache {} (HF_HUB_OFFLINE is set, so nothing is "
       "downloaded)",
-      repo.uri(), settings.cache_dir);
+      repo.uri(), settings.cache_dir));
 }
 
 std::string origin_of(const std::string& url) {
@@ -286,8 +286,7 @@ class HfFileSystem final : public FileSystem {
     try {
       RemoteFile remote = head_remote(settings, repo, read_token(settings));
       return {std::string(uri), "", remote.size, false};
-    } catch (const HttpError& e) {
-      if (e.status() != 404) throw;
+    } catch (const NotFoundError&) {
       // Not a file; it may be a directory of the repo.
       for (const auto& [name, size] : repo_files(settings, repo)) {
         if (name.starts_with(repo.path + "/")) return {std::string(uri), "", 0, true};
@@ -311,7 +310,9 @@ class HfFileSystem final : public FileSystem {
         entries[rel] = FileEntry{join(uri, rel), rel, size, false};
       }
     }
-    if (entries.empty() && !repo.path.empty()) fail("{}: not found", uri);
+    if (entries.empty() && !repo.path.empty()) {
+      throw NotFoundError(fmt::format("{}: not found", uri));
+    }
     std::vector<FileEntry> out;
     for (auto& [name, entry] : entries) out.push_back(std::move(entry));
     return out;

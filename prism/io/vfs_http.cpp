@@ -30,6 +30,8 @@ class HttpFile final : public File {
     // Errors name what the caller opened (hf://, s3://) as well as the URL that failed.
     try {
       http_read_range(request(), offset, length, sink);
+    } catch (const NotFoundError& e) {
+      throw NotFoundError(fmt::format("{}: {}", uri(), e.what()));
     } catch (const HttpError& e) {
       throw HttpError(fmt::format("{}: {}", uri(), e.what()), e.status());
     } catch (const Error& e) {

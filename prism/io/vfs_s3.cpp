@@ -214,8 +214,7 @@ class S3FileSystem final : public FileSystem {
     if (!object.key.empty()) {
       try {
         return {std::string(uri), "", head(s, target(s, object), uri), false};
-      } catch (const HttpError& e) {
-        if (e.status() != 404) throw;
+      } catch (const NotFoundError&) {
       }
     }
     // Not an object: a "directory" if any key lies under it.
@@ -224,7 +223,7 @@ class S3FileSystem final : public FileSystem {
     if (object.key.empty() || !listing.objects.empty() || !listing.prefixes.empty()) {
       return {std::string(uri), "", 0, true};
     }
-    fail("{}: not found", uri);
+    throw NotFoundError(fmt::format("{}: not found", uri));
   }
 
   std::vector<FileEntry> list(std::string_view uri, bool recursive) override {
@@ -243,7 +242,9 @@ class S3FileSystem final : public FileSystem {
       while (rel.ends_with('/')) rel.pop_back();
       entries.push_back({join(uri, rel), rel, 0, true});
     }
-    if (entries.empty() && !object.key.empty()) fail("{}: not found", uri);
+    if (entries.empty() && !object.key.empty()) {
+      throw NotFoundError(fmt::format("{}: not found", uri));
+    }
     std::sort(entries.begin(), entries.end(),
               [](const FileEntry& a, const FileEntry& b) { return a.path < b.path; });
     return entries;

@@ -335,12 +335,23 @@ TEST(Ops, Convolution) {
       .spatial = {"h", "w"}, .strides = {2, 2}, .pad_low = {1, 1}, .pad_high = {1, 1}};
   expect_values(run1([&](Tensor x, Tensor k) { return conv(x, k, padded); }, {x, k}),
                 {1, 5, 11, 28});
+  // f64 takes the direct loop instead of oneDNN: same answers.
+  expect_values(
+      run1([&](Tensor x,
+               Tensor k) { return conv(x.convert(DType::f64), k.convert(DType::f64), padded); },
+           {x, k}),
+      {1, 5, 11, 28});
   // Two groups over 2 channels of 1-D signals.
   auto x1 = f32(S({{"b", 1}, {"c", 2}, {"t", 3}}), {1, 2, 3, 10, 20, 30});
   auto k1 = f32(S({{"o", 2}, {"c", 1}, {"t", 2}}), {1, -1, 1, 1});
   ConvOptions grouped{.spatial = {"t"}, .groups = 2};
   expect_values(run1([&](Tensor x, Tensor k) { return conv(x, k, grouped); }, {x1, k1}),
                 {-1, -1, 30, 50});
+  expect_values(
+      run1([&](Tensor x,
+               Tensor k) { return conv(x.convert(DType::f64), k.convert(DType::f64), grouped); },
+           {x1, k1}),
+      {-1, -1, 30, 50});
 }
 
 TEST(Ops, Activations) {

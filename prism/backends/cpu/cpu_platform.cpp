@@ -101,10 +101,12 @@ Buffer CpuPlatform::allocate(const Shape& shape) {
   return b;
 }
 
-Buffer CpuPlatform::wrap(const Shape& shape, std::byte* data, std::shared_ptr<void> owner) {
+std::optional<Buffer> CpuPlatform::adopt_host(const Shape& shape, const std::byte* data,
+                                              std::shared_ptr<const void> owner) {
   auto m = std::make_shared<CpuMemory>();
   m->bytes = static_cast<size_t>(shape.bytes());
-  m->data = data;
+  // Executables never write to parameters, so read-only mapped pages are safe to adopt.
+  m->data = const_cast<std::byte*>(data);
   m->owner = std::move(owner);
   return Buffer(shape, std::move(m), this);
 }

@@ -107,12 +107,14 @@ class CpuExecutable : public ExecutableImpl {
   void schedule() {
     slots_.resize(graph_.size());
     step_of_.assign(graph_.size(), -1);
+    int parameters = 0;  // in the order of Graph::parameters()
     for (ValueId id = 0; id < graph_.size(); ++id) {
       const ir::Node& n = graph_.node(id);
       Slot& slot = slots_[id];
       switch (n.op) {
         case Op::parameter:
           slot.kind = Storage::parameter;
+          slot.index = parameters++;
           continue;
         case Op::input:
           slot.kind = Storage::input;

@@ -1,0 +1,119 @@
+// Llama against an independent PyTorch implementation of Hugging Face's semantics
+// (tools/make_tiny_llama.py): greedy continuations and first-step logits, for a tied bf16
+// checkpoint with llama3 rope scaling and an untied f32 one.
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "prism/llm/engine.h"
+#include "tests/unit/test_util.h"
+
+namespace prism {
+namespace {
+
+struct Reference {
+  std::vector<int32_t> prompt, greedy;
+  std::map<int, double> first_logits;
+};
+
+std::string fixture(const std::string& name) {
+  return std::string(PRISM_TEST_DATA) + "/llama/" + name;
+}
+
+Reference reference(const std::string& name) {
+  std::ifstream in(fixture(name) + "/reference.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  Reference r;
+  r.prompt = j["prompt_ids"].get<std::vector<int32_t>>();
+  r.greedy = j["greedy_ids"].get<std::vector<int32_t>>();
+  for (auto& [k, v] : j["first_logits"].items()) r.first_logits[std::stoi(k)] = v.get<double>();
+  return r;
+}
+
+llm::EngineOptions options(DType dtype) {
+  llm::EngineOptions o;
+  o.seqlen = 64;
+  o.dtype = dtype;
+  o.load.report = false;
+  return o;
+}
+
+std::vector<int32_t> greedy(llm::Engine& engine, std::vector<float> logits, size_t steps) {
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < steps; ++i) {
+    int32_t next =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.push_back(next);
+    if (i + 1 < steps) logits = engine.feed(std::vector<int32_t>{next});
+  }
+  return out;
+}
+
+struct Case {
+  const char* name;
+  DType dtype;
+  double logit_tol;
+};
+
+class LlamaReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(LlamaReference, GreedyAndLogitsMatchPyTorch) {
+  const Case& c = GetParam();
+  Reference ref = reference(c.name);
+  llm::Engine engine(fixture(c.name), get_platform("cpu"), options(c.dtype));
+  std::vector<float> logits = engine.feed(ref.prompt);
+  for (auto [id, want] : ref.first_logits) {
+    EXPECT_NEAR(logits[id], want, c.logit_tol * std::max(1.0, std::abs(want))) << "token " << id;
+  }
+  EXPECT_EQ(greedy(engine, logits, ref.greedy.size()), ref.greedy);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaReference,
+                         ::testing::Values(Case{"tiny-f32", DType::f32, 1e-4},
+                                           Case{"tiny-bf16-tied", DType::f32, 2e-2},
+                                           Case{"tiny-bf16-tied", DType::bf16, 5e-2}),
+                         [](const auto& info) {
+                           std::string n = std::string(info.param.name) + "_" +
+                                           std::string(name(info.param.dtype));
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+TEST(Llama, IncrementalPrefillEqualsOneShot) {
+  Reference ref = reference("tiny-f32");
+  Platform& cpu = get_platform("cpu");
+  llm::Engine whole(fixture("tiny-f32"), cpu, options(DType::f32));
+  std::vector<float> a = whole.feed(ref.prompt);
+  // The same prompt in two turns, then one token at a time: the cache carries the context.
+  llm::Engine parts(fixture("tiny-f32"), cpu, options(DType::f32));
+  parts.feed(std::span(ref.prompt).first(2));
+  std::vector<float> b = parts.feed(std::span(ref.prompt).subspan(2));
+  llm::Engine single(fixture("tiny-f32"), cpu, options(DType::f32));
+  std::vector<float> c;
+  for (int32_t t : ref.prompt) c = single.feed(std::vector<int32_t>{t});
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); i += 997) {
+    EXPECT_NEAR(a[i], b[i], 1e-4);
+    EXPECT_NEAR(a[i], c[i], 1e-4);
+  }
+  // After reset the cache is reused from position 0.
+  parts.reset();
+  std::vector<float> d = parts.feed(ref.prompt);
+  for (size_t i = 0; i < a.size(); i += 997) EXPECT_NEAR(a[i], d[i], 1e-4);
+}
+
+TEST(Llama, BadInputGivesClearErrors) {
+  Platform& cpu = get_platform("cpu");
+  llm::EngineOptions o = options(DType::f32);
+  o.seqlen = 8;
+  llm::Engine engine(fixture("tiny-f32"), cpu, o);
+  EXPECT_EQ(testing::error_of([&] { engine.feed(std::vector<int32_t>(9, 1)); }),
+            "llm: the conversation needs 9 positions but the cache holds 8 (--seqlen)");
+  EXPECT_EQ(testing::error_of([&] { engine.feed(std::vector<int32_t>{128256}); }),
+            "llm: token id 128256 is outside the vocabulary of 128256");
+  o.seqlen = 1 << 20;
+  EXPECT_EQ(testing::error_of([&] { llm::Engine(fixture("tiny-f32"), cpu, o); }),
+            "llm: --seqlen=1048576 must be between 1 and the model's 2048 positions");
+}
+
+}  // namespace
+}  // namespace prism

@@ -1,7 +1,8 @@
+#include "prism/core/shape.h"
+
 #include <gtest/gtest.h>
 
 #include "prism/core/error.h"
-#include "prism/core/shape.h"
 
 namespace prism {
 namespace {
@@ -33,8 +34,9 @@ TEST(Shape, RejectsMisuse) {
     EXPECT_STREQ(e.what(), "shape: duplicate tag \"a\" in {a=2,a=3}");
   }
   try {
-    Shape(DType::f32, {{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}, {"e", 1}, {"f", 1}, {"g", 1},
-                       {"h", 1}, {"i", 1}});
+    Shape(
+        DType::f32,
+        {{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}, {"e", 1}, {"f", 1}, {"g", 1}, {"h", 1}, {"i", 1}});
     FAIL();
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),

@@ -90,7 +90,7 @@ class Lexer {
         tokens_.push_back({kind == '{' ? Token::Kind::ExprOpen : Token::Kind::StmtOpen,
                            kind == '{' ? "{{" : "{%", location(open)});
         size_t first_token = tokens_.size();
-        pos = lex_tag(inner, kind == '{' ? '}' : '%', strip_after);
+        pos = lex_tag(open, inner, kind == '{' ? '}' : '%', strip_after);
         if (kind == '%' && !strip_after) pos = trim_block_newline(pos);
         if (kind == '%' && tokens_.size() == first_token + 2 &&
             tokens_[first_token].kind == Token::Kind::Name && tokens_[first_token].text == "raw") {
@@ -180,13 +180,13 @@ class Lexer {
   }
 
   // Tokens of one tag up to its closing `}}` or `%}`; returns the offset after it.
-  size_t lex_tag(size_t pos, char closer, bool& strip_after) {
+  size_t lex_tag(size_t tag_start, size_t pos, char closer, bool& strip_after) {
     int depth = 0;  // open brackets: a '}' inside a dict literal does not close the tag
     while (true) {
       while (pos < src_.size() && std::isspace(static_cast<unsigned char>(src_[pos]))) ++pos;
       if (pos >= src_.size()) {
-        error(pos, closer == '}' ? "expected '}}' before the end of the template"
-                                 : "expected '%}' before the end of the template");
+        error(tag_start, closer == '}' ? "this '{{' is never closed with '}}'"
+                                       : "this '{%' is never closed with '%}'");
       }
       char c = src_[pos];
       auto closes_at = [&](size_t p) {

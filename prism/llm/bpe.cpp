@@ -89,8 +89,10 @@ BpeModel::BpeModel(const json& model, const JsonPath& where) {
       }
       return it->second;
     };
-    merges_.try_emplace(pair_key(lookup(left), lookup(right)),
-                        Merge{static_cast<int32_t>(rank), lookup(merged)});
+    int32_t left_id = lookup(left);
+    int32_t right_id = lookup(right);
+    int32_t merged_id = lookup(merged);
+    merges_.try_emplace(pair_key(left_id, right_id), Merge{static_cast<int32_t>(rank), merged_id});
   }
 }
 

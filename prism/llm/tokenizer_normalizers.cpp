@@ -133,10 +133,27 @@ class Strip final : public Normalizer {
   bool left_, right_;
 };
 
-// Removes combining marks (category Mn); meant to follow NFD/NFKD.
+// Removes combining marks: all of them (Mn, Mc, Me), or only the non-spacing ones (Mn), which is
+// what BertNormalizer strips.
+std::string strip_marks(const std::string& text, bool nonspacing_only) {
+  std::string out;
+  out.reserve(text.size());
+  size_t pos = 0;
+  while (pos < text.size()) {
+    char32_t c = unicode::next_code_point(text, pos);
+    auto category = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+    bool mark = nonspacing_only
+                    ? category == UTF8PROC_CATEGORY_MN
+                    : category >= UTF8PROC_CATEGORY_MN && category <= UTF8PROC_CATEGORY_ME;
+    if (!mark) unicode::append_utf8(out, c);
+  }
+  return out;
+}
+
+// StripAccents: meant to follow NFD or NFKD.
 class StripAccents final : public Normalizer {
  public:
-  std::string normalize(std::string text) const override;
+  std::string normalize(std::string text) const override { return strip_marks(text, false); }
 };
 
 class Sequence final : public Normalizer {
@@ -150,18 +167,6 @@ class Sequence final : public Normalizer {
  private:
   std::vector<std::unique_ptr<Normalizer>> stages_;
 };
-
-std::string StripAccents::normalize(std::string text) const {
-  std::string out;
-  out.reserve(text.size());
-  size_t pos = 0;
-  while (pos < text.size()) {
-    char32_t c = unicode::next_code_point(text, pos);
-    if (utf8proc_category(static_cast<utf8proc_int32_t>(c)) == UTF8PROC_CATEGORY_MN) continue;
-    unicode::append_utf8(out, c);
-  }
-  return out;
-}
 
 // BertNormalizer: drop control characters, map whitespace to ' ', pad CJK ideographs with
 // spaces, optionally strip accents and lowercase.
@@ -181,7 +186,11 @@ class BertNormalizer final : public Normalizer {
       char32_t c = unicode::next_code_point(text, pos);
       if (clean_text_) {
         if (c == 0 || c == 0xFFFD) continue;
-        if (c != '\t' && c != '\n' && c != '\r' && unicode::is_control(c)) continue;
+        // Control, format, unassigned and private-use characters go (BERT's _is_control).
+        auto category = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+        bool control = category == UTF8PROC_CATEGORY_CC || category == UTF8PROC_CATEGORY_CF ||
+                       category == UTF8PROC_CATEGORY_CN || category == UTF8PROC_CATEGORY_CO;
+        if (c != '\t' && c != '\n' && c != '\r' && control) continue;
         if (unicode::is_whitespace(c)) c = ' ';
       }
       bool chinese = (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
@@ -196,7 +205,7 @@ class BertNormalizer final : public Normalizer {
       }
     }
     if (strip_accents_) {
-      out = StripAccents().normalize(unicode::normalize(out, unicode::NormalForm::NFD));
+      out = strip_marks(unicode::normalize(out, unicode::NormalForm::NFD), true);
     }
     if (lowercase_) out = unicode::to_lower(out);
     return out;

@@ -132,6 +132,20 @@ std::string map_code_points(std::string_view text, Map map) {
 }  // namespace
 
 std::string to_lower(std::string_view text) {
+  // U+0130 (capital I with dot above) is the one character whose lowercase is two code points
+  // (SpecialCasing.txt, unconditional); utf8proc gives only simple case mappings.
+  constexpr std::string_view kDottedCapitalI = "\xC4\xB0";
+  if (text.find(kDottedCapitalI) != std::string_view::npos) {
+    std::string expanded;
+    size_t last = 0, pos;
+    while ((pos = text.find(kDottedCapitalI, last)) != std::string_view::npos) {
+      expanded.append(text.substr(last, pos - last));
+      expanded += "i\xCC\x87";
+      last = pos + kDottedCapitalI.size();
+    }
+    expanded.append(text.substr(last));
+    return to_lower(expanded);
+  }
   return map_code_points(text, [](char32_t c) {
     return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c)));
   });

@@ -83,6 +83,22 @@ std::string to_valid_utf8(std::string_view bytes) {
   return out;
 }
 
+namespace {
+
+std::string normalize_with_utf8proc(std::string_view text, int options) {
+  utf8proc_uint8_t* result = nullptr;
+  auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                        static_cast<utf8proc_ssize_t>(text.size()), &result,
+                        static_cast<utf8proc_option_t>(options));
+  if (n < 0) fail("unicode normalization failed: {}", utf8proc_errmsg(n));
+  std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(result, &std::free);
+  return std::string(reinterpret_cast<const char*>(result), static_cast<size_t>(n));
+}
+
+bool is_ascii(char c) { return static_cast<unsigned char>(c) < 0x80; }
+
+}  // namespace
+
 std::string normalize(std::string_view text, NormalForm form) {
   int options = UTF8PROC_STABLE;
   switch (form) {
@@ -99,17 +115,29 @@ std::string normalize(std::string_view text, NormalForm form) {
       options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
       break;
   }
-  // ASCII is in every normal form already: skip the library call for the common case.
-  bool ascii = true;
-  for (char c : text) ascii &= static_cast<unsigned char>(c) < 0x80;
-  if (ascii) return std::string(text);
-  utf8proc_uint8_t* result = nullptr;
-  auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                        static_cast<utf8proc_ssize_t>(text.size()), &result,
-                        static_cast<utf8proc_option_t>(options));
-  if (n < 0) fail("unicode normalization failed: {}", utf8proc_errmsg(n));
-  std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(result, &std::free);
-  return std::string(reinterpret_cast<const char*>(result), static_cast<size_t>(n));
+  // ASCII is in every normal form, and an ASCII character followed by another ASCII character
+  // never interacts with its neighbours (no composition has an ASCII second element). So only the
+  // non-ASCII runs, each with the ASCII starter just before it, go through the library.
+  std::string out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t next = pos;
+    while (next < text.size() && is_ascii(text[next])) ++next;
+    if (next == text.size()) {
+      out.append(text.substr(pos));
+      break;
+    }
+    size_t start = next > pos ? next - 1 : next;
+    out.append(text.substr(pos, start - pos));
+    size_t end = next;
+    while (end < text.size() &&
+           !(is_ascii(text[end]) && (end + 1 == text.size() || is_ascii(text[end + 1])))) {
+      ++end;
+    }
+    out += normalize_with_utf8proc(text.substr(start, end - start), options);
+    pos = end;
+  }
+  return out;
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include "prism/core/error.h"
+#include "prism/llm/pattern_fast_path.h"
 #include "prism/llm/unicode.h"
 
 namespace prism::llm {
@@ -45,9 +46,13 @@ Regex::Regex(std::string_view pattern, std::string_view context) : pattern_(patt
   compiled->code = code;
   compiled->jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
   compiled_ = std::move(compiled);
+  if (auto max_digits = llama3_family_max_digits(pattern)) fast_path_max_digits_ = *max_digits;
 }
 
 std::vector<Match> Regex::find_all(std::string_view text) const {
+  if (fast_path_max_digits_ > 0) {
+    return split_llama3_family(text, fast_path_max_digits_);
+  }
   std::vector<Match> matches;
   if (!compiled_) return matches;
   thread_local std::unique_ptr<MatchData> match_data;

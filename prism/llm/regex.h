@@ -30,6 +30,8 @@ class Regex {
   struct Compiled;
   std::shared_ptr<const Compiled> compiled_;
   std::string pattern_;
+  // Set for the Llama 3 / Qwen pre-tokenizer pattern, matched by pattern_fast_path.h instead.
+  int fast_path_max_digits_ = 0;
 };
 
 // The pattern that matches `literal` exactly.

@@ -1,14 +1,24 @@
 // `prism llm`: runs a Llama model from any source. With --prompt-ids it feeds ids as they
 // are and generates; --print-ids prints the generated ids on one line.
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 
 #include "cli/command.h"
 #include "prism/core/error.h"
+#include "prism/io/vfs.h"
+#include "prism/llm/chat_template.h"
 #include "prism/llm/engine.h"
 #include "prism/llm/sampler.h"
+#include "prism/llm/tokenizer.h"
 
 namespace {
 
@@ -17,6 +27,8 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   std::string model;
   std::string prompt;
+  std::string system;
+  std::vector<std::string> stop;
   std::string prompt_ids;
   bool print_ids = false;
   int64_t max_tokens = 256;
@@ -44,17 +56,89 @@ std::vector<int32_t> parse_ids(const std::string& text) {
   return ids;
 }
 
+// Ctrl-C during an answer stops the answer, not the program.
+std::atomic<bool> g_interrupted{false};
+void on_interrupt(int) { g_interrupted = true; }
+
+struct Stats {
+  size_t prefill_tokens = 0, decode_tokens = 0;
+  double prefill_ms = 0, decode_ms = 0;
+  void print() const {
+    std::fprintf(stderr,
+                 "prefill: %zu tok in %.1f ms (%.1f tok/s) · decode: %zu tok in %.1f ms "
+                 "(%.1f tok/s)\n",
+                 prefill_tokens, prefill_ms,
+                 prefill_ms > 0 ? prefill_tokens / (prefill_ms / 1e3) : 0.0, decode_tokens,
+                 decode_ms, decode_ms > 0 ? decode_tokens / (decode_ms / 1e3) : 0.0);
+  }
+};
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// Generates after `prompt` (fed at the engine's position); streams text through `detok` (or
+// collects ids) and returns the generated ids. Stops at an eos id, a stop string, the token
+// limit, a full cache or Ctrl-C.
+std::vector<int32_t> generate(prism::llm::Engine& engine, prism::llm::Sampler& sampler,
+                              std::span<const int32_t> prompt, const Options& o,
+                              prism::llm::StreamingDetokenizer* detok,
+                              std::vector<int32_t>& history, Stats& stats) {
+  const auto& eos = engine.config().eos_token_ids;
+  auto t0 = Clock::now();
+  std::vector<float> logits = engine.feed(prompt);
+  stats.prefill_ms += ms_since(t0);
+  stats.prefill_tokens += prompt.size();
+  history.insert(history.end(), prompt.begin(), prompt.end());
+  std::vector<int32_t> generated;
+  std::string text;
+  t0 = Clock::now();
+  g_interrupted = false;
+  for (int64_t i = 0; i < o.max_tokens && !g_interrupted; ++i) {
+    int32_t next = sampler.next(logits, history);
+    if (std::find(eos.begin(), eos.end(), next) != eos.end()) break;
+    generated.push_back(next);
+    history.push_back(next);
+    if (detok) {
+      std::string piece = detok->push(next);
+      text += piece;
+      std::fputs(piece.c_str(), stdout);
+      std::fflush(stdout);
+      bool stop = false;
+      for (const std::string& s : o.stop) stop = stop || text.find(s) != std::string::npos;
+      if (stop) break;
+    }
+    if (i + 1 == o.max_tokens) break;
+    if (engine.position() >= engine.seqlen()) {
+      std::fprintf(stderr, "\nllm: stopped at the cache's %ld positions (--seqlen)\n",
+                   engine.seqlen());
+      break;
+    }
+    int32_t feed[] = {next};
+    logits = engine.feed(feed);
+    ++stats.decode_tokens;
+  }
+  stats.decode_ms += ms_since(t0);
+  if (detok) std::fputs(detok->finish().c_str(), stdout);
+  return generated;
+}
+
 int run(const Options& o) {
   PRISM_CHECK(o.prompt.empty() || o.prompt_ids.empty(),
               "llm: give --prompt or --prompt-ids, not both");
-  PRISM_CHECK(!o.prompt_ids.empty(),
-              "llm: text prompts and chat need the model's tokenizer, which this build does not "
-              "wire in yet; use --prompt-ids=ID,ID,...");
   PRISM_CHECK(o.max_tokens >= 0, "llm: --max-tokens must be >= 0, got {}", o.max_tokens);
-  std::vector<int32_t> prompt = parse_ids(o.prompt_ids);
   prism::DType dtype = prism::dtype_from_name(o.dtype);
   PRISM_CHECK(dtype == prism::DType::f32 || dtype == prism::DType::bf16,
               "llm: --dtype must be f32 or bf16, got {}", o.dtype);
+  std::vector<int32_t> prompt_ids;
+  if (!o.prompt_ids.empty()) prompt_ids = parse_ids(o.prompt_ids);
+  std::optional<prism::llm::Tokenizer> tokenizer;
+  if (o.prompt_ids.empty() || !o.print_ids) {
+    if (!prism::io::exists(prism::io::join(o.model, "tokenizer.json"))) {
+      prism::fail("llm: {} has no tokenizer.json: use --prompt-ids=... with --print-ids", o.model);
+    }
+    tokenizer = prism::llm::Tokenizer::load(o.model);
+  }
 
   prism::Platform& platform = prism::get_platform(o.platform);
   prism::llm::EngineOptions options;
@@ -62,42 +146,80 @@ int run(const Options& o) {
   options.dtype = dtype;
   prism::llm::Engine engine(o.model, platform, options);
   prism::llm::Sampler sampler(o.sampling);
-  const auto& eos = engine.config().eos_token_ids;
+  Stats stats;
+  std::vector<int32_t> history;
 
-  auto t0 = Clock::now();
-  std::vector<float> logits = engine.feed(prompt);
-  double prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  std::vector<int32_t> history = prompt, generated;
-  t0 = Clock::now();
-  for (int64_t i = 0; i < o.max_tokens; ++i) {
-    int32_t next = sampler.next(logits, history);
-    generated.push_back(next);
-    history.push_back(next);
-    if (!o.print_ids) {
-      std::printf("%d ", next);
-      std::fflush(stdout);
+  if (!o.prompt_ids.empty()) {  // ids as they are: no template, no BOS added
+    std::optional<prism::llm::StreamingDetokenizer> detok;
+    if (!o.print_ids) detok.emplace(*tokenizer, true);
+    std::vector<int32_t> out =
+        generate(engine, sampler, prompt_ids, o, detok ? &*detok : nullptr, history, stats);
+    if (o.print_ids) {
+      for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? " " : "", out[i]);
     }
-    if (std::find(eos.begin(), eos.end(), next) != eos.end()) break;
-    if (i + 1 == o.max_tokens) break;
-    if (engine.position() >= engine.seqlen()) {
-      std::fprintf(stderr, "llm: stopped at the cache's %ld positions (--seqlen)\n",
-                   engine.seqlen());
-      break;
+    std::printf("\n");
+    stats.print();
+    return 0;
+  }
+
+  // Text: through the model's own chat template when it has one.
+  std::optional<prism::llm::ChatTemplate> chat;
+  if (!tokenizer->config().chat_template.empty()) {
+    chat = prism::llm::ChatTemplate::from_tokenizer(*tokenizer);
+  }
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
+  // The ids of the conversation so far, rendered; only what follows them is fed.
+  auto turn = [&](const std::string& user) {
+    messages.push_back({{"role", "user"}, {"content", user}});
+    std::vector<int32_t> ids;
+    if (chat) {
+      prism::llm::ChatTemplateOptions t;
+      t.add_generation_prompt = true;
+      ids = tokenizer->encode(chat->apply(messages, t));
+    } else {
+      ids = tokenizer->encode(user, {.add_special_tokens = history.empty()});
+      ids.insert(ids.begin(), history.begin(), history.end());
     }
-    int32_t feed[] = {next};
-    logits = engine.feed(feed);
+    bool continues =
+        ids.size() >= history.size() && std::equal(history.begin(), history.end(), ids.begin());
+    if (!continues) {  // the template rewrote earlier turns: start over
+      engine.reset();
+      history.clear();
+    }
+    std::vector<int32_t> fresh(ids.begin() + history.size(), ids.end());
+    prism::llm::StreamingDetokenizer detok(*tokenizer, true);
+    std::vector<int32_t> reply = generate(engine, sampler, fresh, o, &detok, history, stats);
+    std::printf("\n");
+    messages.push_back({{"role", "assistant"},
+                        {"content", tokenizer->decode(reply, {.skip_special_tokens = true})}});
+  };
+
+  if (!o.prompt.empty()) {
+    turn(o.prompt);
+    stats.print();
+    return 0;
   }
-  double decode_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  if (o.print_ids) {
-    for (size_t i = 0; i < generated.size(); ++i) std::printf("%s%d", i ? " " : "", generated[i]);
+  std::signal(SIGINT, on_interrupt);
+  std::fprintf(stderr, "chat with %s: /reset starts over, /exit (or end of input) leaves\n",
+               o.model.c_str());
+  std::string line;
+  bool terminal = isatty(0);
+  while (true) {
+    if (terminal) std::fprintf(stderr, "> ");
+    if (!std::getline(std::cin, line)) break;
+    if (line == "/exit") break;
+    if (line == "/reset") {
+      engine.reset();
+      history.clear();
+      messages = nlohmann::ordered_json::array();
+      if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
+      continue;
+    }
+    if (line.empty()) continue;
+    turn(line);
   }
-  std::printf("\n");
-  size_t decoded = generated.empty() ? 0 : generated.size() - 1;  // the first came from prefill
-  std::fprintf(
-      stderr,
-      "prefill: %zu tok in %.1f ms (%.1f tok/s) · decode: %zu tok in %.1f ms (%.1f tok/s)\n",
-      prompt.size(), prefill_ms, prompt.size() / (prefill_ms / 1e3), decoded, decode_ms,
-      decoded ? decoded / (decode_ms / 1e3) : 0.0);
+  stats.print();
   return 0;
 }
 
@@ -106,7 +228,9 @@ const prism::cli::RegisterCommand kLlm{
     [](CLI::App& app) -> prism::cli::Action {
       auto o = std::make_shared<Options>();
       app.add_option("--model", o->model, "model URI")->required();
-      app.add_option("--prompt", o->prompt, "prompt text");
+      app.add_option("--prompt", o->prompt, "prompt text (without it: an interactive chat)");
+      app.add_option("--system", o->system, "system prompt");
+      app.add_option("--stop", o->stop, "stop when the answer contains this text (repeatable)");
       app.add_option("--prompt-ids", o->prompt_ids, "prompt as comma-separated token ids");
       app.add_flag("--print-ids", o->print_ids, "print the generated ids on one line");
       app.add_option("--max-tokens", o->max_tokens, "tokens to generate")->capture_default_str();

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "prism/core/error.h"
+#include "prism/io/vfs.h"
 #include "prism/llm/bpe.h"
 #include "prism/llm/json_file.h"
 #include "prism/llm/tokenizer_pipeline.h"
@@ -141,30 +142,22 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::load(std::string_view location) {
-  namespace fs = std::filesystem;
+  // Any VFS location: a local path, https://, hf://org/repo or s3://bucket/prefix.
   std::string where(location);
   if (where.rfind("file://", 0) == 0) where = where.substr(7);
-  if (where.find("://") != std::string::npos) {
-    fail("{}: only local directories and files are supported for tokenizers so far", location);
-  }
-  fs::path dir = where, tokenizer_path = fs::path(where) / "tokenizer.json";
-  if (fs::is_regular_file(where)) {
-    tokenizer_path = where;
-    dir = fs::path(where).parent_path();
-  } else if (!fs::is_directory(where)) {
-    fail("{}: no such tokenizer directory or file", location);
-  }
-  std::string tokenizer_text = read_text_file(tokenizer_path.string());
-  fs::path config_path = dir / "tokenizer_config.json";
-  std::string config_text;
-  if (fs::exists(config_path)) config_text = read_text_file(config_path.string());
+  bool is_file = where.size() >= 5 && where.compare(where.size() - 5, 5, ".json") == 0;
+  std::string dir = is_file ? std::string(io::parent_of(where)) : where;
+  std::string tokenizer_uri = is_file ? where : io::join(where, "tokenizer.json");
+  if (!io::exists(tokenizer_uri)) fail("{}: no tokenizer.json there", location);
+  std::string config_uri = io::join(dir, "tokenizer_config.json");
+  std::string config_text = io::exists(config_uri) ? io::read_text(config_uri) : "";
   Tokenizer tokenizer =
-      from_json(tokenizer_text, tokenizer_path.string(), config_text, config_path.string());
+      from_json(io::read_text(tokenizer_uri), tokenizer_uri, config_text, config_uri);
   // Newer checkpoints keep the template in its own file, which then takes precedence.
-  fs::path template_path = dir / "chat_template.jinja";
-  if (fs::exists(template_path)) {
-    tokenizer.impl_->config.chat_template = read_text_file(template_path.string());
-    tokenizer.impl_->config.chat_template_source = template_path.string();
+  std::string template_uri = io::join(dir, "chat_template.jinja");
+  if (io::exists(template_uri)) {
+    tokenizer.impl_->config.chat_template = io::read_text(template_uri);
+    tokenizer.impl_->config.chat_template_source = template_uri;
   }
   return tokenizer;
 }

@@ -90,7 +90,7 @@ expect_error "malformed messages" "bad_messages.json:2:13: malformed JSON" \
   "$prism" chat-template --tokenizer="$qwen" --messages="$tmp/bad_messages.json"
 expect_error "unknown id" "token id 999999 is not in the vocabulary" \
   "$prism" detokenize --tokenizer="$llama" 999999
-expect_error "missing tokenizer" "no such tokenizer directory or file" \
+expect_error "missing tokenizer" "no tokenizer.json there" \
   "$prism" tokenize --tokenizer="$tmp/nowhere" x
 
 if ((failures)); then

@@ -117,3 +117,44 @@ TEST(Llama, BadInputGivesClearErrors) {
 
 }  // namespace
 }  // namespace prism
+
+#include "prism/io/s3.h"
+#include "tests/unit/io_test_util.h"
+#include "tests/unit/test_servers.h"
+
+namespace prism {
+namespace {
+
+// The same greedy continuation when the checkpoint is served over HTTPS or from S3.
+std::vector<int32_t> greedy_from(const std::string& uri) {
+  Reference ref = reference("tiny-f32");
+  llm::Engine engine(uri, get_platform("cpu"), options(DType::f32));
+  return greedy(engine, engine.feed(ref.prompt), ref.greedy.size());
+}
+
+TEST(Llama, RunsFromHttps) {
+  if (!test::NginxServer::available()) GTEST_SKIP() << "nginx is not installed";
+  test::NginxServer server(std::string(PRISM_TEST_DATA) + "/llama");
+  test::ScopedEnv ca("CURL_CA_BUNDLE", test::NginxServer::ca_file());
+  EXPECT_EQ(greedy_from(server.url() + "/tiny-f32"), reference("tiny-f32").greedy);
+}
+
+TEST(Llama, RunsFromS3) {
+  if (!test::S3Server::available()) GTEST_SKIP() << "s3rver is not installed";
+  test::S3Server server("models");
+  test::ScopedEnv env(
+      std::map<std::string, std::optional<std::string>>{{"AWS_ENDPOINT_URL", server.endpoint()},
+                                                        {"AWS_ENDPOINT_URL_S3", std::nullopt},
+                                                        {"AWS_ACCESS_KEY_ID", "S3RVER"},
+                                                        {"AWS_SECRET_ACCESS_KEY", "S3RVER"},
+                                                        {"AWS_SESSION_TOKEN", std::nullopt},
+                                                        {"AWS_REGION", "us-east-1"}});
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors"}) {
+    io::s3::put_object(std::string("s3://models/tiny-f32/") + f,
+                       test::read_bytes(fixture("tiny-f32") + "/" + f));
+  }
+  EXPECT_EQ(greedy_from("s3://models/tiny-f32"), reference("tiny-f32").greedy);
+}
+
+}  // namespace
+}  // namespace prism

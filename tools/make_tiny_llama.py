@@ -39,7 +39,7 @@ CHECKPOINTS = {
         rope_scaling=None, embed_std=1.0, seed=2),
 }
 PROMPT = [128000, 791, 6864, 315, 9822, 374]  # "<|begin_of_text|>The capital of France is"
-STEPS = 12
+STEPS = 24
 
 
 def inv_frequencies(cfg, head_dim):

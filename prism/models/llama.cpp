@@ -21,7 +21,7 @@ int64_t required(const nlohmann::json& c, const char* key, std::string_view sour
 
 LlamaConfig LlamaConfig::parse(const nlohmann::json& c, std::string_view source) {
   if (c.value("model_type", "") != "llama") {
-    fail("llama: {} has model_type \"{}\", expected \"llama\"", source,
+    fail("llm: {} has model_type \"{}\"; supported: llama", source,
          c.value("model_type", "(none)"));
   }
   LlamaConfig k;

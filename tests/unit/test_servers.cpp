@@ -194,16 +194,15 @@ const std::string& NginxServer::ca_file() {
   return cert;
 }
 
-NginxServer::NginxServer(std::string root, std::string extra_config) : root_(std::move(root)) {
+NginxServer::NginxServer(std::string root, std::string extra_config, int workers)
+    : root_(std::move(root)) {
   const std::string& cert = ca_file();
   std::string key = (fs::path(cert).parent_path() / "key.pem").string();
   fs::create_directories(dir_.path() / "tmp");
   port_ = free_port();
-  // master_process off: one process, so that killing it drops every connection at once (a
-  // worker would outlive a killed master).
-  std::string conf = R"(daemon off;
-master_process off;
-pid )" + dir_.str("nginx.pid") +
+  std::string processes =
+      workers > 0 ? "worker_processes " + std::to_string(workers) + ";\n" : "master_process off;\n";
+  std::string conf = "daemon off;\n" + processes + R"(pid )" + dir_.str("nginx.pid") +
                      R"(;
 error_log )" + dir_.str("error.log") +
                      R"( warn;

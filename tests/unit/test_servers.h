@@ -68,7 +68,9 @@ class NginxServer {
   // Skips the calling test when nginx is not installed.
   static bool available();
 
-  explicit NginxServer(std::string root, std::string extra_config = "");
+  // `workers` = 0 runs one process (light, for tests); more run a master and that many
+  // worker processes (for benchmarks). Either way kill() takes the whole process group down.
+  explicit NginxServer(std::string root, std::string extra_config = "", int workers = 0);
   ~NginxServer() = default;
 
   // (Re)starts on the same port; waits until it accepts connections.

@@ -241,6 +241,7 @@ http {
     location /forbidden/ { return 403; }
     location /broken/ { return 503; }
     location /slow/ { limit_rate_after 256k; limit_rate 128k; }
+    location /stall/ { limit_rate 100; }
 )" + extra_config + R"(
   }
 }

@@ -60,6 +60,7 @@ class ScopedEnv {
 //   /private/  requires "Authorization: Bearer <kBearerToken>" (401 otherwise)
 //   /forbidden/ always 403, /broken/ always 503
 //   /slow/     the first 256 KiB fast, then 128 KiB/s (for killing mid-transfer)
+//   /stall/    100 B/s from the first byte (for timeouts)
 // plus whatever `extra_config` adds inside the server block. The access log records each
 // request's Range header.
 class NginxServer {

@@ -124,6 +124,19 @@ TEST_F(Https, RejectsAnUntrustedCertificate) {
   EXPECT_NE(error.find("set CURL_CA_BUNDLE"), std::string::npos) << error;
 }
 
+TEST_F(Https, TimesOutStalledTransfersAndRetriesThem) {
+  // 100 B/s is under the 1 KiB/s floor: each attempt is dropped after the 1 s timeout and
+  // retried. (Resuming after a partial transfer is what the kill tests below check: curl
+  // averages speed over several seconds, so a stall after a burst takes too long to detect
+  // for a unit test.)
+  ScopedEnv fast_timeout(std::map<std::string, std::optional<std::string>>{
+      {"PRISM_HTTP_TIMEOUT_S", "1"}, {"PRISM_HTTP_RETRIES", "2"}});
+  test::write_bytes(www_.str("stall/file.bin"), random_bytes(64 << 10, 3));
+  std::string error = error_of([&] { read_text(server_->url() + "/stall/file.bin"); });
+  EXPECT_TRUE(error.starts_with(server_->url() + "/stall/file.bin: Operation too slow")) << error;
+  EXPECT_NE(error.find("after 2 attempts"), std::string::npos) << error;
+}
+
 // Starts copying /slow/big.bin and returns once part of it has arrived, so that the server
 // can be killed mid-transfer.
 std::jthread start_slow_copy(const std::string& url, const std::string& dest, std::string& error) {

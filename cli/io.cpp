@@ -31,6 +31,14 @@ bool natural_less(const std::string& a, const std::string& b) {
   return a < b;
 }
 
+// Spaces that pad `text` to `width` terminal columns (the tree's box characters are
+// multi-byte UTF-8, so printf's byte-counting %-60s would misalign them).
+std::string padding(const std::string& text, size_t width) {
+  size_t columns = 0;
+  for (unsigned char c : text) columns += (c & 0xc0) != 0x80;  // count code points
+  return std::string(columns < width ? width - columns : 0, ' ');
+}
+
 // A tree of names split at a separator ('.' for tensors, '/' for files), with totals.
 struct NameTree {
   struct Node {
@@ -42,8 +50,9 @@ struct NameTree {
   };
   Node root;
   char separator;
+  const char* unit;  // what the leaves are: "tensors", "files"
 
-  explicit NameTree(char sep) : separator(sep) {}
+  NameTree(char sep, const char* leaf_unit) : separator(sep), unit(leaf_unit) {}
 
   void add(const std::string& name, uint64_t bytes, std::string leaf) {
     Node* node = &root;
@@ -78,9 +87,10 @@ struct NameTree {
       }
       std::string line = indent + (last ? "└─ " : "├─ ") + label;
       if (shown->is_leaf) {
-        std::printf("%-60s %s\n", line.c_str(), shown->leaf.c_str());
+        std::printf("%s%s %s\n", line.c_str(), padding(line, 60).c_str(), shown->leaf.c_str());
       } else {
-        std::printf("%s  (%llu, %s)\n", line.c_str(), static_cast<unsigned long long>(shown->count),
+        std::printf("%s  (%llu %s, %s)\n", line.c_str(),
+                    static_cast<unsigned long long>(shown->count), unit,
                     io::format_bytes(shown->bytes).c_str());
         print(*shown, indent + (last ? "   " : "│  "));
       }
@@ -100,7 +110,7 @@ int run_ls(const IoOptions& o) {
 }
 
 int run_tree(const IoOptions& o) {
-  NameTree tree('/');
+  NameTree tree('/', "files");
   for (const auto& e : io::list(o.uri, true)) tree.add(e.path, e.size, io::format_bytes(e.size));
   std::printf("%s  (%llu files, %s)\n", o.uri.c_str(),
               static_cast<unsigned long long>(tree.root.count),
@@ -148,7 +158,7 @@ int run_cp(const IoOptions& o) {
 int run_inspect(const IoOptions& o) {
   io::Store store = io::Store::open(o.uri, o.read());
   std::map<std::string, uint64_t> dtypes;
-  NameTree tree('.');
+  NameTree tree('.', "tensors");
   for (const auto& name : store.names()) {
     const io::StoredTensor& t = store.at(name);
     dtypes[std::string(io::name(t.info.dtype))] += 1;

@@ -27,7 +27,7 @@ echo hello >"$tmp/model/sub/notes.txt"
 out="$("$prism" io inspect "$tmp/model")"
 grep -q "3 tensors, 24 B in 1 file (dtypes BF16:1 F32:1 F8_E4M3:1)" <<<"$out" || fail "inspect summary: $out"
 grep -q "lm_head.weight .*F32 .*\[3\] .*12 B" <<<"$out" || fail "inspect leaf: $out"
-grep -q "model.layers  (2, 12 B)" <<<"$out" || fail "inspect totals: $out"
+grep -q "model.layers  (2 tensors, 12 B)" <<<"$out" || fail "inspect totals: $out"
 "$prism" io inspect --flat "$tmp/model/model.safetensors" | grep -q "^model.layers.1.w .*F8_E4M3 .*\[4\]" ||
   fail "inspect --flat"
 

@@ -281,17 +281,36 @@ TEST_F(Hf, LeavesNoPartialFileInTheCacheWhenADownloadFails) {
   EXPECT_FALSE(fs::exists(repo + "/refs/main"));
 }
 
+// Runs the prism command with the test's environment; returns (exit code, stdout + stderr).
+std::pair<int, std::string> run_prism(const std::string& args) {
+  TempDir out;
+  std::string cmd =
+      std::string(PRISM_BIN_DIR) + "/prism " + args + " > " + out.str("out") + " 2>&1";
+  int status = std::system(cmd.c_str());
+  return {WEXITSTATUS(status), test::read_bytes(out.str("out"))};
+}
+
+TEST_F(Hf, IoCommandsWorkOnRepos) {
+  if (!fs::exists(std::string(PRISM_BIN_DIR) + "/prism")) GTEST_SKIP() << "prism is not built";
+  auto [rc, out] = run_prism("io inspect hf://org/tiny");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("hf://org/tiny: 6 tensors, 416 B in 1 file (dtypes F32:6)"), std::string::npos)
+      << out;
+  std::tie(rc, out) = run_prism("io ls hf://org/tiny");
+  EXPECT_NE(out.find("sub/"), std::string::npos) << out;
+  std::tie(rc, out) = run_prism("io cat hf://org/tiny/config.json");
+  EXPECT_EQ(out, R"({"hidden_size": 4})");
+  std::tie(rc, out) = run_prism("io stat hf://org/tiny/missing.bin");
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(out, "prism: error: hf://org/tiny/missing.bin: not found (HTTP 404)\n");
+}
+
 TEST_F(Hf, LoginCommandSavesAVerifiedTokenOnly) {
-  std::string prism = std::string(PRISM_BIN_DIR) + "/prism";
-  if (!fs::exists(prism)) GTEST_SKIP() << "the prism binary is not built";
+  if (!fs::exists(std::string(PRISM_BIN_DIR) + "/prism")) GTEST_SKIP() << "prism is not built";
   TempDir io;
   test::write_bytes(io.str("good"), std::string(NginxServer::kBearerToken) + "\n");
   test::write_bytes(io.str("bad"), "bad-token\n");
-  auto run = [&](const std::string& args) {
-    std::string cmd = prism + " " + args + " > " + io.str("out") + " 2>&1";
-    int status = std::system(cmd.c_str());
-    return std::pair(WEXITSTATUS(status), test::read_bytes(io.str("out")));
-  };
+  auto run = run_prism;
   auto [rc, out] = run("hf auth login < " + io.str("bad"));
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("the token was refused"), std::string::npos) << out;

@@ -156,7 +156,8 @@ int run_cp(const IoOptions& o) {
 }
 
 int run_inspect(const IoOptions& o) {
-  io::Store store = io::Store::open(o.uri, o.read());
+  // Metadata only: inspecting an hf:// checkpoint reads its headers, it does not download it.
+  io::Store store = io::Store::open(o.uri, {.parallelism = o.parallelism, .metadata_only = true});
   std::map<std::string, uint64_t> dtypes;
   NameTree tree('.', "tensors");
   for (const auto& name : store.names()) {

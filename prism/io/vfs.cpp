@@ -59,7 +59,9 @@ FileSystem& filesystem_for(std::string_view uri) {
        uri, scheme);
 }
 
-std::shared_ptr<File> open(std::string_view uri) { return filesystem_for(uri).open(uri); }
+std::shared_ptr<File> open(std::string_view uri, const OpenOptions& options) {
+  return filesystem_for(uri).open(uri, options);
+}
 FileEntry stat(std::string_view uri) { return filesystem_for(uri).stat(uri); }
 std::vector<FileEntry> list(std::string_view uri, bool recursive) {
   return filesystem_for(uri).list(uri, recursive);

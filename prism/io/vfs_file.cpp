@@ -79,7 +79,7 @@ class LocalFile final : public File {
 
 class LocalFileSystem final : public FileSystem {
  public:
-  std::shared_ptr<File> open(std::string_view uri) override {
+  std::shared_ptr<File> open(std::string_view uri, const OpenOptions&) override {
     return open_local_file(local_path_of(uri), std::string(uri));
   }
 

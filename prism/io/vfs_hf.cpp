@@ -139,6 +139,13 @@ RemoteFile head_remote(const HubSettings& settings, const RepoPath& repo,
   fail("{}: too many redirects", repo.uri());
 }
 
+// The token goes to the Hub only, never to the CDN a large file redirects to.
+HeaderProvider hub_signer(const HubSettings& settings, const std::string& url,
+                          const std::string& token) {
+  if (token.empty() || origin_of(url) != origin_of(settings.endpoint)) return nullptr;
+  return [token](std::string_view, const std::string&) { return auth_headers(token); };
+}
+
 // An exclusive lock on a file, held while one process downloads a blob: two processes
 // loading the same model fetch it once.
 class FileLock {
@@ -161,12 +168,9 @@ class FileLock {
 
 void download_blob(const RemoteFile& remote, const fs::path& blob, const std::string& token,
                    const HubSettings& settings, const RepoPath& repo, const ReadOptions& options) {
-  // The token goes to the Hub only, never to the CDN a large file redirects to.
-  HeaderProvider sign;
-  if (!token.empty() && origin_of(remote.download_url) == origin_of(settings.endpoint)) {
-    sign = [token](std::string_view, const std::string&) { return auth_headers(token); };
-  }
-  auto file = open_http_file_with_size(remote.download_url, sign, repo.uri(), remote.size);
+  auto file = open_http_file_with_size(remote.download_url,
+                                       hub_signer(settings, remote.download_url, token), repo.uri(),
+                                       remote.size);
   auto verify = [&](const std::string& partial) {
     uint64_t size = fs::file_size(partial);
     if (size != remote.size) {
@@ -265,9 +269,18 @@ std::vector<std::pair<std::string, uint64_t>> repo_files(const HubSettings& sett
 
 class HfFileSystem final : public FileSystem {
  public:
-  std::shared_ptr<File> open(std::string_view uri) override {
+  std::shared_ptr<File> open(std::string_view uri, const OpenOptions& options) override {
     RepoPath repo = RepoPath::parse(uri);
-    return open_local_file(cached_file(repo, HubSettings::from_env()), std::string(uri));
+    HubSettings settings = HubSettings::from_env();
+    if (options.metadata_only && !settings.offline && !cached_path(settings, repo)) {
+      // Headers only: read remotely, without filling the cache with the whole file.
+      std::string token = read_token(settings);
+      RemoteFile remote = head_remote(settings, repo, token);
+      return open_http_file_with_size(remote.download_url,
+                                      hub_signer(settings, remote.download_url, token),
+                                      std::string(uri), remote.size);
+    }
+    return open_local_file(cached_file(repo, settings), std::string(uri));
   }
 
   FileEntry stat(std::string_view uri) override {

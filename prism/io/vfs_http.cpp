@@ -54,7 +54,7 @@ class HttpFile final : public File {
 
 class HttpFileSystem final : public FileSystem {
  public:
-  std::shared_ptr<File> open(std::string_view uri) override {
+  std::shared_ptr<File> open(std::string_view uri, const OpenOptions&) override {
     return open_http_file(std::string(uri), nullptr, std::string(uri));
   }
   FileEntry stat(std::string_view uri) override {

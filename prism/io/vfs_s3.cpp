@@ -199,7 +199,7 @@ Listing list_objects(const S3Settings& s, const std::string& bucket, const std::
 
 class S3FileSystem final : public FileSystem {
  public:
-  std::shared_ptr<File> open(std::string_view uri) override {
+  std::shared_ptr<File> open(std::string_view uri, const OpenOptions&) override {
     S3Settings s = S3Settings::from_env();
     ObjectUri object = ObjectUri::parse(uri);
     if (object.key.empty()) fail("{}: is a bucket, not an object", uri);

@@ -156,6 +156,25 @@ TEST_F(Hf, DownloadsIntoTheStandardCacheLayout) {
   EXPECT_EQ(read_text("hf://org/tiny@" + std::string(kCommit) + "/sub/notes.txt"), "notes");
 }
 
+TEST_F(Hf, ReadsHeadersRemotelyWithoutFillingTheCache) {
+  Store store = Store::open("hf://org/tiny", {.metadata_only = true});
+  ASSERT_EQ(store.size(), test::tiny_model().size());
+  std::string sha = hex(sha256(tiny_model_bytes()));
+  std::string blob = repo_cache("models--org--tiny") + "/blobs/" + sha;
+  EXPECT_FALSE(fs::exists(blob));
+  // The bytes can still be read, remotely (range requests to the CDN location).
+  std::vector<float> values(test::tiny_model()[5].values.size());
+  store.read_tensor_bytes("lm_head.weight", std::as_writable_bytes(std::span(values)));
+  EXPECT_EQ(values, test::tiny_model()[5].values);
+  EXPECT_FALSE(fs::exists(blob));
+  EXPECT_TRUE(store.mapped_bytes("lm_head.weight").empty());
+  // Once cached, metadata-only opens use the cache.
+  Store::open("hf://org/tiny");
+  EXPECT_TRUE(fs::exists(blob));
+  EXPECT_FALSE(
+      Store::open("hf://org/tiny", {.metadata_only = true}).mapped_bytes("lm_head.weight").empty());
+}
+
 TEST_F(Hf, ListsAndStatsThroughTheApi) {
   auto entries = list("hf://org/tiny");
   ASSERT_EQ(entries.size(), 3u);
@@ -294,6 +313,9 @@ TEST_F(Hf, IoCommandsWorkOnRepos) {
   if (!fs::exists(std::string(PRISM_BIN_DIR) + "/prism")) GTEST_SKIP() << "prism is not built";
   auto [rc, out] = run_prism("io inspect hf://org/tiny");
   EXPECT_EQ(rc, 0) << out;
+  // inspect reads headers; it does not download the checkpoint.
+  EXPECT_FALSE(
+      fs::exists(repo_cache("models--org--tiny") + "/blobs/" + hex(sha256(tiny_model_bytes()))));
   EXPECT_NE(out.find("hf://org/tiny: 6 tensors, 416 B in 1 file (dtypes F32:6)"), std::string::npos)
       << out;
   std::tie(rc, out) = run_prism("io ls hf://org/tiny");

@@ -61,6 +61,10 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::stri
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
+  // Servers that fork workers (nginx with a master) leave them to be reaped by whoever adopts
+  // them when the master dies: make that this process, so kill() can reap the whole group.
+  static const bool subreaper = ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
+  (void)subreaper;
   int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) throw std::runtime_error("cannot open " + log_path);
   pid_t parent = ::getpid();
@@ -101,6 +105,12 @@ void ChildProcess::kill() {
     while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
     }
     status_ = status;
+  }
+  // Reap the rest of the group (workers adopted by this process when their master died).
+  for (int status = 0;;) {
+    pid_t r = ::waitpid(-pid_, &status, 0);
+    if (r > 0 || (r < 0 && errno == EINTR)) continue;
+    break;
   }
   pid_ = -1;
 }

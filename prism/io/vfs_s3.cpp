@@ -52,8 +52,11 @@ S3Target target(const S3Settings& s, const ObjectUri& object,
                 std::vector<std::pair<std::string, std::string>> query = {}) {
   S3Target t;
   std::string base;
-  if (!s.endpoint.empty()) {
-    base = s.endpoint;
+  // Path-style for custom endpoints, and for bucket names with dots, which do not match AWS's
+  // wildcard certificate as virtual-hosted names.
+  bool path_style = !s.endpoint.empty() || object.bucket.find('.') != std::string::npos;
+  if (path_style) {
+    base = s.endpoint.empty() ? "https://s3." + s.region + ".amazonaws.com" : s.endpoint;
     t.path = "/" + url_encode(object.bucket, false) + "/" + url_encode(object.key, true);
     if (object.key.empty()) t.path.pop_back();  // "/bucket"
   } else {
@@ -89,6 +92,12 @@ HeaderProvider signer(const S3Settings& s, const S3Target& t, std::string payloa
 
 [[noreturn]] void throw_s3_error(const std::string& what, const HttpResponse& response,
                                  const S3Settings& s) {
+  // A request to the wrong region is answered 301/400 with the bucket's region in a header.
+  if (std::string region = response.header("x-amz-bucket-region");
+      !region.empty() && region != s.region && (response.status == 301 || response.status == 400)) {
+    fail("{}: the bucket is in region {}, not {}: set AWS_REGION={}", what, region, s.region,
+         region);
+  }
   if (response.status == 401 || response.status == 403) {
     std::string code;
     if (size_t at = response.body.find("<Code>"); at != std::string::npos) {

@@ -150,8 +150,22 @@ int run_cat(const IoOptions& o) {
 
 int run_cp(const IoOptions& o) {
   std::string dest = o.dest;
-  if (std::filesystem::is_directory(dest)) dest = io::join(dest, io::base_name(o.uri));
-  io::copy_to_local(o.uri, dest, o.read());
+  if (!io::stat(o.uri).is_dir) {
+    if (std::filesystem::is_directory(dest)) dest = io::join(dest, io::base_name(o.uri));
+    io::copy_to_local(o.uri, dest, o.read());
+    return 0;
+  }
+  // A directory, repo or prefix: everything under it, into `dest` (created if needed).
+  uint64_t files = 0, bytes = 0;
+  for (const auto& e : io::list(o.uri, true)) {
+    std::filesystem::path target = std::filesystem::path(dest) / e.path;
+    std::filesystem::create_directories(target.parent_path());
+    io::copy_to_local(e.uri, target.string(), o.read());
+    files += 1;
+    bytes += e.size;
+  }
+  std::fprintf(stderr, "copied %llu files, %s\n", static_cast<unsigned long long>(files),
+               io::format_bytes(bytes).c_str());
   return 0;
 }
 
@@ -202,14 +216,16 @@ const RegisterCommand kIo{
       add("stat", "Print a file's size and type", run_stat);
       for (CLI::App* sub :
            {add("cat", "Write a file's bytes to stdout", run_cat),
-            add("cp", "Copy a file to a local path", run_cp),
+            add("cp", "Copy a file, or all under a directory/repo/prefix, to a local path", run_cp),
             add("inspect",
                 "Print every tensor of a safetensors file or checkpoint (name, dtype, "
                 "shape, size), as a tree by name prefix with totals",
                 run_inspect)}) {
         sub->add_option("--parallelism", o->parallelism, "Reads in flight")->capture_default_str();
         sub->add_option("--chunk-size", o->chunk_size, "Bytes per read")->capture_default_str();
-        if (sub->get_name() == "cp") sub->add_option("dest", o->dest, "Local path")->required();
+        if (sub->get_name() == "cp") {
+          sub->add_option("dest", o->dest, "Local file or directory")->required();
+        }
         if (sub->get_name() == "inspect") sub->add_flag("--flat", o->flat, "One line per tensor");
       }
       return [o, chosen] { return (*chosen)(*o); };

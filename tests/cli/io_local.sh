@@ -39,6 +39,10 @@ grep -q "model.layers  (2 tensors, 12 B)" <<<"$out" || fail "inspect totals: $ou
 cmp "$tmp/model/model.safetensors" "$tmp/copy.safetensors" || fail "cp"
 [[ ! -e "$tmp/copy.safetensors.partial" ]] || fail "cp left a partial file"
 
+"$prism" io cp "$tmp/model" "$tmp/tree-copy" 2>/dev/null
+cmp "$tmp/model/sub/notes.txt" "$tmp/tree-copy/sub/notes.txt" || fail "cp of a directory"
+cmp "$tmp/model/model.safetensors" "$tmp/tree-copy/model.safetensors" || fail "cp of a directory"
+
 # Corrupt input: one line naming the file and what is wrong, exit code 1.
 head -c 100 "$tmp/model/model.safetensors" >"$tmp/truncated.safetensors"
 set +e

@@ -322,6 +322,11 @@ TEST_F(Hf, IoCommandsWorkOnRepos) {
   EXPECT_NE(out.find("sub/"), std::string::npos) << out;
   std::tie(rc, out) = run_prism("io cat hf://org/tiny/config.json");
   EXPECT_EQ(out, R"({"hidden_size": 4})");
+  TempDir copy;
+  std::tie(rc, out) = run_prism("io cp hf://org/tiny " + copy.str("tiny"));
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(test::read_bytes(copy.str("tiny/sub/notes.txt")), "notes");
+  EXPECT_TRUE(test::read_bytes(copy.str("tiny/model.safetensors")) == tiny_model_bytes());
   std::tie(rc, out) = run_prism("io stat hf://org/tiny/missing.bin");
   EXPECT_EQ(rc, 1);
   EXPECT_EQ(out, "prism: error: hf://org/tiny/missing.bin: not found (HTTP 404)\n");

@@ -316,8 +316,9 @@ void http_read_range(const HttpRequest& request, uint64_t offset, uint64_t lengt
       }
       throw_http_error(request.url, t.response);
     }
-    if (code != CURLE_OK && !retryable(code))
+    if (code != CURLE_OK && !retryable(code)) {
       fail_transport(request, code, curl_error, attempt + 1);
+    }
     // A transfer that made progress earns a fresh set of attempts: it is resuming, not failing.
     if (t.received > 0) attempt = 0;
     if (++attempt >= s.attempts) {

@@ -175,6 +175,20 @@ TEST_F(Hf, ReadsHeadersRemotelyWithoutFillingTheCache) {
       Store::open("hf://org/tiny", {.metadata_only = true}).mapped_bytes("lm_head.weight").empty());
 }
 
+TEST_F(Hf, RejectsADownloadThatDoesNotMatchItsDigest) {
+  std::string bytes = tiny_model_bytes();
+  std::string sha = hex(sha256(bytes));
+  bytes.back() ^= 1;  // same size, one bit off
+  test::write_bytes(www_.str("cdn/" + sha), bytes);
+  std::string error = error_of([] { open("hf://org/tiny/model.safetensors"); });
+  EXPECT_NE(error.find("hf://org/tiny/model.safetensors: downloaded file has SHA-256"),
+            std::string::npos)
+      << error;
+  std::string repo = repo_cache("models--org--tiny");
+  EXPECT_TRUE(fs::is_empty(repo + "/blobs"));
+  EXPECT_FALSE(fs::exists(repo + "/snapshots/" + std::string(kCommit) + "/model.safetensors"));
+}
+
 TEST_F(Hf, ListsAndStatsThroughTheApi) {
   auto entries = list("hf://org/tiny");
   ASSERT_EQ(entries.size(), 3u);
@@ -202,6 +216,13 @@ TEST_F(Hf, WorksOfflineFromTheCache) {
   std::string error = error_of([] { open("hf://org/tiny/config-other.json"); });
   EXPECT_NE(error.find("not found in the Hugging Face cache"), std::string::npos) << error;
   EXPECT_NE(error.find("HF_HUB_OFFLINE is set"), std::string::npos) << error;
+}
+
+TEST_F(Hf, RejectsRevisionsThatLeaveTheCache) {
+  EXPECT_NE(error_of([] {
+              open("hf://org/tiny@..%2F..%2Fx/config.json");
+            }).find("invalid revision '../../x'"),
+            std::string::npos);
 }
 
 TEST_F(Hf, ReusesACacheWrittenByOtherToolsWithoutARequest) {

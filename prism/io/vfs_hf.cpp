@@ -51,11 +51,34 @@ std::optional<std::string> cached_commit(const HubSettings& settings, const Repo
   return commit;
 }
 
+fs::path no_exist_marker(const HubSettings& settings, const RepoPath& repo,
+                         const std::string& commit) {
+  return repo_dir(settings, repo) / ".no_exist" / commit / repo.path;
+}
+
+// Records, as huggingface_hub does, that the file is absent at `commit`: the next lookup
+// answers "not found" from the cache instead of asking again.
+void record_missing(const HubSettings& settings, const RepoPath& repo, const std::string& commit) {
+  if (commit.empty() || repo.path.empty()) return;
+  fs::path marker = no_exist_marker(settings, repo, commit);
+  std::error_code ec;
+  fs::create_directories(marker.parent_path(), ec);
+  std::ofstream touch(marker);
+}
+
+// The cached file, if the cache has it; throws NotFoundError when the cache records that it
+// does not exist at that commit.
 std::optional<fs::path> cached_path(const HubSettings& settings, const RepoPath& repo) {
   auto commit = cached_commit(settings, repo);
   if (!commit) return std::nullopt;
-  fs::path path = repo_dir(settings, repo) / "snapshots" / *commit / repo.path;
   std::error_code ec;
+  if (!repo.path.empty() && fs::exists(no_exist_marker(settings, repo, *commit), ec)) {
+    throw NotFoundError(
+        fmt::format("{}: not found (the cache records that commit {} has no "
+                    "such file)",
+                    repo.uri(), *commit));
+  }
+  fs::path path = repo_dir(settings, repo) / "snapshots" / *commit / repo.path;
   if (fs::exists(path, ec)) return path;  // follows the symlink: a dangling one is a miss
   return std::nullopt;
 }
@@ -96,8 +119,9 @@ struct RemoteFile {
   std::string download_url;
 };
 
-RemoteFile head_remote(const HubSettings& settings, const RepoPath& repo,
-                       const std::string& token) {
+// `missing_commit` receives the commit a 404 answer names (to record the absence).
+RemoteFile head_remote(const HubSettings& settings, const RepoPath& repo, const std::string& token,
+                       std::string* missing_commit = nullptr) {
   std::string url = settings.endpoint + "/" + repo.url_prefix() + "/resolve/" +
                     url_encode(repo.revision, false) + "/" + url_encode(repo.path, true);
   // Redirects are read, not followed: the Hub's own headers (X-Repo-Commit, X-Linked-Etag)
@@ -109,6 +133,9 @@ RemoteFile head_remote(const HubSettings& settings, const RepoPath& repo,
     head.headers = auth_headers(token);
     head.follow_redirects = false;
     HttpResponse response = http_request(head);
+    if (response.status == 404 && missing_commit) {
+      *missing_commit = response.header("x-repo-commit");
+    }
     if (response.status >= 400) throw_hub_error(repo.uri(), response, !token.empty());
     RemoteFile remote;
     remote.commit = response.header("x-repo-commit");
@@ -196,7 +223,14 @@ std::string cached_file(const RepoPath& repo, const HubSettings& settings,
   if (auto path = cached_path(settings, repo)) return path->string();
   if (settings.offline) fail_offline(settings, repo);
   std::string token = read_token(settings);
-  RemoteFile remote = head_remote(settings, repo, token);
+  std::string missing_commit;
+  RemoteFile remote;
+  try {
+    remote = head_remote(settings, repo, token, &missing_commit);
+  } catch (const NotFoundError&) {
+    record_missing(settings, repo, missing_commit);
+    throw;
+  }
   fs::path dir = repo_dir(settings, repo);
   fs::path blob = dir / "blobs" / remote.etag;
   fs::path snapshot = dir / "snapshots" / remote.commit / repo.path;
@@ -296,14 +330,16 @@ class HfFileSystem final : public FileSystem {
       return {std::string(uri), "", is_dir ? 0 : fs::file_size(*path, ec), is_dir};
     }
     if (settings.offline) fail_offline(settings, repo);
+    std::string missing_commit;
     try {
-      RemoteFile remote = head_remote(settings, repo, read_token(settings));
+      RemoteFile remote = head_remote(settings, repo, read_token(settings), &missing_commit);
       return {std::string(uri), "", remote.size, false};
     } catch (const NotFoundError&) {
       // Not a file; it may be a directory of the repo.
       for (const auto& [name, size] : repo_files(settings, repo)) {
         if (name.starts_with(repo.path + "/")) return {std::string(uri), "", 0, true};
       }
+      record_missing(settings, repo, missing_commit);
       throw;
     }
   }

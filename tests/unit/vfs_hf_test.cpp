@@ -73,8 +73,8 @@ std::string add_repo(const std::string& www, const FakeRepo& repo) {
                     fmt::format(R"({{"sha":"{}","siblings":[{}]}})", kCommit, siblings));
   // try_files: a directory is "not found", as on the Hub (nginx would say 403).
   config += fmt::format(
-      "location /{}/resolve/ {{ {} add_header X-Repo-Commit {}; try_files $uri =404; }}\n", repo.id,
-      repo.guard, kCommit);
+      "location /{}/resolve/ {{ {} add_header X-Repo-Commit {} always; try_files $uri =404; }}\n",
+      repo.id, repo.guard, kCommit);
   config += fmt::format("location /api/models/{}/ {{ {} default_type application/json; }}\n",
                         repo.id, repo.guard);
   return config;
@@ -216,6 +216,20 @@ TEST_F(Hf, WorksOfflineFromTheCache) {
   std::string error = error_of([] { open("hf://org/tiny/config-other.json"); });
   EXPECT_NE(error.find("not found in the Hugging Face cache"), std::string::npos) << error;
   EXPECT_NE(error.find("HF_HUB_OFFLINE is set"), std::string::npos) << error;
+}
+
+TEST_F(Hf, OpensACachedCheckpointWithoutAnyRequest) {
+  // The first open learns that there is no index (recorded under .no_exist, as Python tools
+  // do) and fetches model.safetensors; the second needs the server for nothing.
+  Store::open("hf://org/tiny");
+  EXPECT_TRUE(fs::exists(repo_cache("models--org--tiny") + "/.no_exist/" + kCommit +
+                         "/model.safetensors.index.json"));
+  server_->kill();
+  EXPECT_EQ(Store::open("hf://org/tiny").size(), test::tiny_model().size());
+  EXPECT_NE(error_of([] {
+              open("hf://org/tiny/model.safetensors.index.json");
+            }).find("not found (the cache records that commit"),
+            std::string::npos);
 }
 
 TEST_F(Hf, RejectsRevisionsThatLeaveTheCache) {

@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < mapped.size(); i += 4096) sum += static_cast<uint8_t>(mapped[i]);
     if (sum == 1) std::printf(" ");
   });
-  std::printf("  %-44s %6.2f GB/s  (%.2fx cat)\n", "mapped() in place (touch every page)",
+  std::printf("  %-44s %6.2f GB/s  (%.2fx cat)\n", "mapped(), then touch every page",
               gbps(size, touch_s), cat_s / touch_s);
 
   // HTTPS on loopback.

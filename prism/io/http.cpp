@@ -310,6 +310,9 @@ void http_read_range(const HttpRequest& request, uint64_t offset, uint64_t lengt
     }
     if (done == length && (code == CURLE_OK || t.has_all)) return;
     if (code == CURLE_OK && status >= 300 && !retryable_status(status)) {
+      if (status == 412) {
+        fail("{}: the file changed while being read (its ETag no longer matches)", request.url);
+      }
       if (status == 416) {
         fail("{}: range {}-{} is past the end of the file", request.url, offset + done,
              offset + length - 1);

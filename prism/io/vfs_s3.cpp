@@ -213,8 +213,8 @@ class S3FileSystem final : public FileSystem {
     ObjectUri object = ObjectUri::parse(uri);
     if (object.key.empty()) fail("{}: is a bucket, not an object", uri);
     S3Target t = target(s, object);
-    uint64_t size = head(s, t, uri);
-    return open_http_file_with_size(t.url, signer(s, t), std::string(uri), size);
+    auto [size, etag] = head(s, t, uri);
+    return open_http_file_with_size(t.url, signer(s, t), std::string(uri), size, etag);
   }
 
   FileEntry stat(std::string_view uri) override {
@@ -222,7 +222,7 @@ class S3FileSystem final : public FileSystem {
     ObjectUri object = ObjectUri::parse(uri);
     if (!object.key.empty()) {
       try {
-        return {std::string(uri), "", head(s, target(s, object), uri), false};
+        return {std::string(uri), "", head(s, target(s, object), uri).first, false};
       } catch (const NotFoundError&) {
       }
     }
@@ -260,13 +260,15 @@ class S3FileSystem final : public FileSystem {
   }
 
  private:
-  static uint64_t head(const S3Settings& s, const S3Target& t, std::string_view uri) {
+  // The object's size and ETag.
+  static std::pair<uint64_t, std::string> head(const S3Settings& s, const S3Target& t,
+                                               std::string_view uri) {
     HttpRequest request{.method = "HEAD", .url = t.url, .sign = signer(s, t)};
     HttpResponse response = http_request(request);
     if (response.status != 200) throw_s3_error(std::string(uri), response, s);
     std::string length = response.header("content-length");
     if (length.empty()) fail("{}: the server sent no Content-Length", uri);
-    return std::stoull(length);
+    return {std::stoull(length), response.header("etag")};
   }
 };
 

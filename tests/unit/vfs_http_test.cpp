@@ -118,6 +118,18 @@ TEST_F(Https, RetriesServerErrorsThenGivesUp) {
   EXPECT_EQ(attempts, 4u);
 }
 
+TEST_F(Https, RefusesToMixVersionsOfAFileReplacedWhileOpen) {
+  auto file = open(server_->url() + "/data/blob.bin");
+  // Same size, other bytes, another modification time: another ETag.
+  std::string path = www_.str("data/blob.bin");
+  test::write_bytes(path, random_bytes(blob_.size(), 9));
+  std::filesystem::last_write_time(path,
+                                   std::filesystem::last_write_time(path) - std::chrono::hours(1));
+  std::string part(100, '\0');
+  std::string error = error_of([&] { file->read_at(0, std::as_writable_bytes(std::span(part))); });
+  EXPECT_NE(error.find("the file changed while being read"), std::string::npos) << error;
+}
+
 TEST_F(Https, RejectsAnUntrustedCertificate) {
   ScopedEnv no_ca("CURL_CA_BUNDLE", std::nullopt);
   std::string error = error_of([&] { open(server_->url() + "/data/blob.bin"); });

@@ -31,6 +31,14 @@ bool natural_less(const std::string& a, const std::string& b) {
   return a < b;
 }
 
+// Spaces that pad `text` to `width` terminal columns (the tree's box characters are
+// multi-byte UTF-8, so printf's byte-counting %-60s would misalign them).
+std::string padding(const std::string& text, size_t width) {
+  size_t columns = 0;
+  for (unsigned char c : text) columns += (c & 0xc0) != 0x80;  // count code points
+  return std::string(columns < width ? width - columns : 0, ' ');
+}
+
 // A tree of names split at a separator ('.' for tensors, '/' for files), with totals.
 struct NameTree {
   struct Node {
@@ -42,8 +50,9 @@ struct NameTree {
   };
   Node root;
   char separator;
+  const char* unit;  // what the leaves are: "tensors", "files"
 
-  explicit NameTree(char sep) : separator(sep) {}
+  NameTree(char sep, const char* leaf_unit) : separator(sep), unit(leaf_unit) {}
 
   void add(const std::string& name, uint64_t bytes, std::string leaf) {
     Node* node = &root;
@@ -78,9 +87,10 @@ struct NameTree {
       }
       std::string line = indent + (last ? "└─ " : "├─ ") + label;
       if (shown->is_leaf) {
-        std::printf("%-60s %s\n", line.c_str(), shown->leaf.c_str());
+        std::printf("%s%s %s\n", line.c_str(), padding(line, 60).c_str(), shown->leaf.c_str());
       } else {
-        std::printf("%s  (%llu, %s)\n", line.c_str(), static_cast<unsigned long long>(shown->count),
+        std::printf("%s  (%llu %s, %s)\n", line.c_str(),
+                    static_cast<unsigned long long>(shown->count), unit,
                     io::format_bytes(shown->bytes).c_str());
         print(*shown, indent + (last ? "   " : "│  "));
       }
@@ -100,7 +110,7 @@ int run_ls(const IoOptions& o) {
 }
 
 int run_tree(const IoOptions& o) {
-  NameTree tree('/');
+  NameTree tree('/', "files");
   for (const auto& e : io::list(o.uri, true)) tree.add(e.path, e.size, io::format_bytes(e.size));
   std::printf("%s  (%llu files, %s)\n", o.uri.c_str(),
               static_cast<unsigned long long>(tree.root.count),
@@ -140,15 +150,30 @@ int run_cat(const IoOptions& o) {
 
 int run_cp(const IoOptions& o) {
   std::string dest = o.dest;
-  if (std::filesystem::is_directory(dest)) dest = io::join(dest, io::base_name(o.uri));
-  io::copy_to_local(o.uri, dest, o.read());
+  if (!io::stat(o.uri).is_dir) {
+    if (std::filesystem::is_directory(dest)) dest = io::join(dest, io::base_name(o.uri));
+    io::copy_to_local(o.uri, dest, o.read());
+    return 0;
+  }
+  // A directory, repo or prefix: everything under it, into `dest` (created if needed).
+  uint64_t files = 0, bytes = 0;
+  for (const auto& e : io::list(o.uri, true)) {
+    std::filesystem::path target = std::filesystem::path(dest) / e.path;
+    std::filesystem::create_directories(target.parent_path());
+    io::copy_to_local(e.uri, target.string(), o.read());
+    files += 1;
+    bytes += e.size;
+  }
+  std::fprintf(stderr, "copied %llu files, %s\n", static_cast<unsigned long long>(files),
+               io::format_bytes(bytes).c_str());
   return 0;
 }
 
 int run_inspect(const IoOptions& o) {
-  io::Store store = io::Store::open(o.uri, o.read());
+  // Metadata only: inspecting an hf:// checkpoint reads its headers, it does not download it.
+  io::Store store = io::Store::open(o.uri, {.parallelism = o.parallelism, .metadata_only = true});
   std::map<std::string, uint64_t> dtypes;
-  NameTree tree('.');
+  NameTree tree('.', "tensors");
   for (const auto& name : store.names()) {
     const io::StoredTensor& t = store.at(name);
     dtypes[std::string(io::name(t.info.dtype))] += 1;
@@ -191,14 +216,16 @@ const RegisterCommand kIo{
       add("stat", "Print a file's size and type", run_stat);
       for (CLI::App* sub :
            {add("cat", "Write a file's bytes to stdout", run_cat),
-            add("cp", "Copy a file to a local path", run_cp),
+            add("cp", "Copy a file, or all under a directory/repo/prefix, to a local path", run_cp),
             add("inspect",
                 "Print every tensor of a safetensors file or checkpoint (name, dtype, "
                 "shape, size), as a tree by name prefix with totals",
                 run_inspect)}) {
         sub->add_option("--parallelism", o->parallelism, "Reads in flight")->capture_default_str();
         sub->add_option("--chunk-size", o->chunk_size, "Bytes per read")->capture_default_str();
-        if (sub->get_name() == "cp") sub->add_option("dest", o->dest, "Local path")->required();
+        if (sub->get_name() == "cp") {
+          sub->add_option("dest", o->dest, "Local file or directory")->required();
+        }
         if (sub->get_name() == "inspect") sub->add_flag("--flat", o->flat, "One line per tensor");
       }
       return [o, chosen] { return (*chosen)(*o); };

@@ -100,6 +100,10 @@ RepoPath RepoPath::parse(std::string_view uri) {
     r.revision_given = true;
     repo = repo.substr(0, at);
     if (r.revision.empty()) fail("{}: empty revision after '@'", uri);
+    // The revision names a file under refs/ in the cache: it must stay inside it.
+    if (r.revision.front() == '/' || r.revision.find("..") != std::string::npos) {
+      fail("{}: invalid revision '{}'", uri, r.revision);
+    }
   }
   r.repo_id = std::string(repo);
   if (r.repo_id.size() <= org_end + 1) fail("{}: expected hf://org/repo[@revision][/path]", uri);

@@ -12,6 +12,7 @@
 //   HF_HUB_CACHE/models--org--repo/blobs/<etag>                 file contents, by etag
 //   HF_HUB_CACHE/models--org--repo/snapshots/<commit>/<path>    symlink to ../../blobs/<etag>
 //   HF_HUB_CACHE/models--org--repo/refs/<revision>              the commit a branch/tag was at
+//   HF_HUB_CACHE/models--org--repo/.no_exist/<commit>/<path>    marks a file the Hub lacks
 #pragma once
 
 #include <optional>

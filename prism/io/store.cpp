@@ -36,16 +36,17 @@ void add_file(Store::Catalog& catalog, std::shared_ptr<File> file,
 // Opens files and reads their headers with several requests in flight: over the network a
 // header costs a round trip or two, and checkpoints have dozens of shards.
 std::vector<std::pair<std::shared_ptr<File>, SafetensorsHeader>> open_all(
-    const std::vector<std::string>& uris, const ReadOptions& options) {
+    const std::vector<std::string>& uris, const StoreOptions& options) {
   std::vector<std::pair<std::shared_ptr<File>, SafetensorsHeader>> opened(uris.size());
   parallel_for(uris.size(), options.parallelism, [&](size_t i) {
-    opened[i].first = io::open(uris[i]);
+    opened[i].first = io::open(uris[i], {.metadata_only = options.metadata_only});
     opened[i].second = SafetensorsHeader::read(*opened[i].first);
   });
   return opened;
 }
 
-void open_index(Store::Catalog& catalog, const std::string& index_uri, const ReadOptions& options) {
+void open_index(Store::Catalog& catalog, const std::string& index_uri,
+                const StoreOptions& options) {
   nlohmann::json index;
   try {
     index = nlohmann::json::parse(read_text(index_uri));
@@ -97,7 +98,7 @@ void open_index(Store::Catalog& catalog, const std::string& index_uri, const Rea
 
 }  // namespace
 
-Store Store::open(std::string_view uri_view, const ReadOptions& options) {
+Store Store::open(std::string_view uri_view, const StoreOptions& options) {
   auto catalog = std::make_shared<Catalog>();
   std::string uri(uri_view);
   while (uri.size() > 1 && uri.back() == '/' && !uri.ends_with("://")) uri.pop_back();
@@ -106,14 +107,14 @@ Store Store::open(std::string_view uri_view, const ReadOptions& options) {
   if (base.ends_with(".json")) {
     open_index(*catalog, uri, options);
   } else if (base.ends_with(".safetensors")) {
-    auto file = io::open(uri);
+    auto file = io::open(uri, {.metadata_only = options.metadata_only});
     auto header = SafetensorsHeader::read(*file);
     catalog->metadata = header.metadata;
     add_file(*catalog, file, header);
   } else if (exists(join(uri, kIndexName))) {
     open_index(*catalog, join(uri, kIndexName), options);
   } else if (exists(join(uri, kSingleName))) {
-    auto file = io::open(join(uri, kSingleName));
+    auto file = io::open(join(uri, kSingleName), {.metadata_only = options.metadata_only});
     auto header = SafetensorsHeader::read(*file);
     catalog->metadata = header.metadata;
     add_file(*catalog, file, header);

@@ -29,11 +29,16 @@ struct StoredTensor {
   uint64_t bytes = 0;
 };
 
+struct StoreOptions {
+  int parallelism = 8;         // headers read at once (one round trip or two each, remotely)
+  bool metadata_only = false;  // see OpenOptions: inspect a remote checkpoint without fetching it
+};
+
 class Store {
  public:
   // `uri` is a .safetensors file, a model.safetensors.index.json, or a directory/repo/prefix
   // holding either (index first, then model.safetensors, then every *.safetensors in it).
-  static Store open(std::string_view uri, const ReadOptions& options = {});
+  static Store open(std::string_view uri, const StoreOptions& options = {});
   // A store over already opened safetensors files (tests, tools).
   static Store from_files(std::string uri, const std::vector<std::shared_ptr<File>>& files);
 

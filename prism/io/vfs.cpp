@@ -59,7 +59,9 @@ FileSystem& filesystem_for(std::string_view uri) {
        uri, scheme);
 }
 
-std::shared_ptr<File> open(std::string_view uri) { return filesystem_for(uri).open(uri); }
+std::shared_ptr<File> open(std::string_view uri, const OpenOptions& options) {
+  return filesystem_for(uri).open(uri, options);
+}
 FileEntry stat(std::string_view uri) { return filesystem_for(uri).stat(uri); }
 std::vector<FileEntry> list(std::string_view uri, bool recursive) {
   return filesystem_for(uri).list(uri, recursive);
@@ -124,23 +126,22 @@ void copy_to_local(std::string_view uri, const std::string& dest, const ReadOpti
 void copy_to_local(const File& source, const std::string& dest, const ReadOptions& options,
                    const std::string& partial_suffix,
                    const std::function<void(const std::string&)>& verify) {
-  const File* file = &source;
   std::string partial = dest + partial_suffix;
   int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("{}: cannot create: {}", partial, std::strerror(errno));
   FdCloser closer{fd};
   try {
-    uint64_t size = file->size();
+    uint64_t size = source.size();
     uint64_t chunk = std::max<uint64_t>(options.chunk_size, 1);
     size_t chunks = (size + chunk - 1) / chunk;
     // Each chunk streams straight into its place in the file: memory stays bounded by what
     // the transport buffers, whatever the chunk size.
     parallel_for(chunks, options.parallelism, [&](size_t i) {
       uint64_t start = i * chunk;
-      file->read_to(start, std::min(chunk, size - start),
-                    [&](uint64_t offset, std::span<const std::byte> bytes) {
-                      write_all_at(fd, bytes, start + offset, partial);
-                    });
+      source.read_to(start, std::min(chunk, size - start),
+                     [&](uint64_t offset, std::span<const std::byte> bytes) {
+                       write_all_at(fd, bytes, start + offset, partial);
+                     });
     });
     if (::fsync(fd) != 0) fail("{}: fsync failed: {}", partial, std::strerror(errno));
     if (verify) verify(partial);

@@ -71,11 +71,18 @@ class File {
   std::string uri_;
 };
 
+// How a file will be read. Schemes that fetch whole files into a local cache before reading
+// them (hf) serve a metadata-only file remotely instead: reading the header of a 5 GB shard
+// must not download it.
+struct OpenOptions {
+  bool metadata_only = false;
+};
+
 // One implementation per scheme.
 class FileSystem {
  public:
   virtual ~FileSystem() = default;
-  virtual std::shared_ptr<File> open(std::string_view uri) = 0;
+  virtual std::shared_ptr<File> open(std::string_view uri, const OpenOptions& options) = 0;
   virtual FileEntry stat(std::string_view uri) = 0;
   // Entries under a directory or prefix, sorted by path. Non-recursive listings include
   // subdirectories (is_dir); recursive ones list files only.
@@ -86,7 +93,7 @@ class FileSystem {
 std::string_view scheme_of(std::string_view uri);
 FileSystem& filesystem_for(std::string_view uri);
 
-std::shared_ptr<File> open(std::string_view uri);
+std::shared_ptr<File> open(std::string_view uri, const OpenOptions& options = {});
 FileEntry stat(std::string_view uri);
 std::vector<FileEntry> list(std::string_view uri, bool recursive = false);
 // True when stat() finds the URI; other errors (auth, network) still throw.

@@ -51,11 +51,34 @@ std::optional<std::string> cached_commit(const HubSettings& settings, const Repo
   return commit;
 }
 
+fs::path no_exist_marker(const HubSettings& settings, const RepoPath& repo,
+                         const std::string& commit) {
+  return repo_dir(settings, repo) / ".no_exist" / commit / repo.path;
+}
+
+// Records, as huggingface_hub does, that the file is absent at `commit`: the next lookup
+// answers "not found" from the cache instead of asking again.
+void record_missing(const HubSettings& settings, const RepoPath& repo, const std::string& commit) {
+  if (commit.empty() || repo.path.empty()) return;
+  fs::path marker = no_exist_marker(settings, repo, commit);
+  std::error_code ec;
+  fs::create_directories(marker.parent_path(), ec);
+  std::ofstream touch(marker);
+}
+
+// The cached file, if the cache has it; throws NotFoundError when the cache records that it
+// does not exist at that commit.
 std::optional<fs::path> cached_path(const HubSettings& settings, const RepoPath& repo) {
   auto commit = cached_commit(settings, repo);
   if (!commit) return std::nullopt;
-  fs::path path = repo_dir(settings, repo) / "snapshots" / *commit / repo.path;
   std::error_code ec;
+  if (!repo.path.empty() && fs::exists(no_exist_marker(settings, repo, *commit), ec)) {
+    throw NotFoundError(
+        fmt::format("{}: not found (the cache records that commit {} has no "
+                    "such file)",
+                    repo.uri(), *commit));
+  }
+  fs::path path = repo_dir(settings, repo) / "snapshots" / *commit / repo.path;
   if (fs::exists(path, ec)) return path;  // follows the symlink: a dangling one is a miss
   return std::nullopt;
 }
@@ -96,8 +119,9 @@ struct RemoteFile {
   std::string download_url;
 };
 
-RemoteFile head_remote(const HubSettings& settings, const RepoPath& repo,
-                       const std::string& token) {
+// `missing_commit` receives the commit a 404 answer names (to record the absence).
+RemoteFile head_remote(const HubSettings& settings, const RepoPath& repo, const std::string& token,
+                       std::string* missing_commit = nullptr) {
   std::string url = settings.endpoint + "/" + repo.url_prefix() + "/resolve/" +
                     url_encode(repo.revision, false) + "/" + url_encode(repo.path, true);
   // Redirects are read, not followed: the Hub's own headers (X-Repo-Commit, X-Linked-Etag)
@@ -109,6 +133,9 @@ RemoteFile head_remote(const HubSettings& settings, const RepoPath& repo,
     head.headers = auth_headers(token);
     head.follow_redirects = false;
     HttpResponse response = http_request(head);
+    if (response.status == 404 && missing_commit) {
+      *missing_commit = response.header("x-repo-commit");
+    }
     if (response.status >= 400) throw_hub_error(repo.uri(), response, !token.empty());
     RemoteFile remote;
     remote.commit = response.header("x-repo-commit");
@@ -139,6 +166,13 @@ RemoteFile head_remote(const HubSettings& settings, const RepoPath& repo,
   fail("{}: too many redirects", repo.uri());
 }
 
+// The token goes to the Hub only, never to the CDN a large file redirects to.
+HeaderProvider hub_signer(const HubSettings& settings, const std::string& url,
+                          const std::string& token) {
+  if (token.empty() || origin_of(url) != origin_of(settings.endpoint)) return nullptr;
+  return [token](std::string_view, const std::string&) { return auth_headers(token); };
+}
+
 // An exclusive lock on a file, held while one process downloads a blob: two processes
 // loading the same model fetch it once.
 class FileLock {
@@ -161,12 +195,9 @@ class FileLock {
 
 void download_blob(const RemoteFile& remote, const fs::path& blob, const std::string& token,
                    const HubSettings& settings, const RepoPath& repo, const ReadOptions& options) {
-  // The token goes to the Hub only, never to the CDN a large file redirects to.
-  HeaderProvider sign;
-  if (!token.empty() && origin_of(remote.download_url) == origin_of(settings.endpoint)) {
-    sign = [token](std::string_view, const std::string&) { return auth_headers(token); };
-  }
-  auto file = open_http_file_with_size(remote.download_url, sign, repo.uri(), remote.size);
+  auto file = open_http_file_with_size(remote.download_url,
+                                       hub_signer(settings, remote.download_url, token), repo.uri(),
+                                       remote.size);
   auto verify = [&](const std::string& partial) {
     uint64_t size = fs::file_size(partial);
     if (size != remote.size) {
@@ -192,7 +223,14 @@ std::string cached_file(const RepoPath& repo, const HubSettings& settings,
   if (auto path = cached_path(settings, repo)) return path->string();
   if (settings.offline) fail_offline(settings, repo);
   std::string token = read_token(settings);
-  RemoteFile remote = head_remote(settings, repo, token);
+  std::string missing_commit;
+  RemoteFile remote;
+  try {
+    remote = head_remote(settings, repo, token, &missing_commit);
+  } catch (const NotFoundError&) {
+    record_missing(settings, repo, missing_commit);
+    throw;
+  }
   fs::path dir = repo_dir(settings, repo);
   fs::path blob = dir / "blobs" / remote.etag;
   fs::path snapshot = dir / "snapshots" / remote.commit / repo.path;
@@ -265,9 +303,18 @@ std::vector<std::pair<std::string, uint64_t>> repo_files(const HubSettings& sett
 
 class HfFileSystem final : public FileSystem {
  public:
-  std::shared_ptr<File> open(std::string_view uri) override {
+  std::shared_ptr<File> open(std::string_view uri, const OpenOptions& options) override {
     RepoPath repo = RepoPath::parse(uri);
-    return open_local_file(cached_file(repo, HubSettings::from_env()), std::string(uri));
+    HubSettings settings = HubSettings::from_env();
+    if (options.metadata_only && !settings.offline && !cached_path(settings, repo)) {
+      // Headers only: read remotely, without filling the cache with the whole file.
+      std::string token = read_token(settings);
+      RemoteFile remote = head_remote(settings, repo, token);
+      return open_http_file_with_size(remote.download_url,
+                                      hub_signer(settings, remote.download_url, token),
+                                      std::string(uri), remote.size);
+    }
+    return open_local_file(cached_file(repo, settings), std::string(uri));
   }
 
   FileEntry stat(std::string_view uri) override {
@@ -283,14 +330,16 @@ class HfFileSystem final : public FileSystem {
       return {std::string(uri), "", is_dir ? 0 : fs::file_size(*path, ec), is_dir};
     }
     if (settings.offline) fail_offline(settings, repo);
+    std::string missing_commit;
     try {
-      RemoteFile remote = head_remote(settings, repo, read_token(settings));
+      RemoteFile remote = head_remote(settings, repo, read_token(settings), &missing_commit);
       return {std::string(uri), "", remote.size, false};
     } catch (const NotFoundError&) {
       // Not a file; it may be a directory of the repo.
       for (const auto& [name, size] : repo_files(settings, repo)) {
         if (name.starts_with(repo.path + "/")) return {std::string(uri), "", 0, true};
       }
+      record_missing(settings, repo, missing_commit);
       throw;
     }
   }

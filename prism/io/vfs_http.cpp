@@ -10,8 +10,13 @@ namespace {
 
 class HttpFile final : public File {
  public:
-  HttpFile(std::string url, HeaderProvider sign, std::string display_uri, uint64_t size)
-      : File(std::move(display_uri)), url_(std::move(url)), sign_(std::move(sign)), size_(size) {}
+  HttpFile(std::string url, HeaderProvider sign, std::string display_uri, uint64_t size,
+           std::string etag)
+      : File(std::move(display_uri)),
+        url_(std::move(url)),
+        sign_(std::move(sign)),
+        size_(size),
+        etag_(std::move(etag)) {}
 
   uint64_t size() const override { return size_; }
 
@@ -44,17 +49,21 @@ class HttpFile final : public File {
     HttpRequest r;
     r.url = url_;
     r.sign = sign_;
+    // Every range must come from the same version of the file: a file replaced while a model
+    // loads fails (412) instead of mixing old and new bytes. Weak etags cannot promise that.
+    if (!etag_.empty() && !etag_.starts_with("W/")) r.headers.push_back("If-Match: " + etag_);
     return r;
   }
 
   std::string url_;
   HeaderProvider sign_;
   uint64_t size_;
+  std::string etag_;
 };
 
 class HttpFileSystem final : public FileSystem {
  public:
-  std::shared_ptr<File> open(std::string_view uri) override {
+  std::shared_ptr<File> open(std::string_view uri, const OpenOptions&) override {
     return open_http_file(std::string(uri), nullptr, std::string(uri));
   }
   FileEntry stat(std::string_view uri) override {
@@ -70,8 +79,8 @@ class HttpFileSystem final : public FileSystem {
 
 }  // namespace
 
-FileEntry http_stat(const std::string& url, const HeaderProvider& sign,
-                    const std::string& display_uri) {
+HttpHead http_head(const std::string& url, const HeaderProvider& sign,
+                   const std::string& display_uri) {
   HttpRequest head;
   head.method = "HEAD";
   head.url = url;
@@ -80,18 +89,24 @@ FileEntry http_stat(const std::string& url, const HeaderProvider& sign,
   if (response.status != 200) throw_http_error(display_uri, response);
   std::string length = response.header("content-length");
   if (length.empty()) fail("{}: the server sent no Content-Length", display_uri);
-  return {display_uri, "", std::stoull(length), false};
+  return {std::stoull(length), response.header("etag")};
+}
+
+FileEntry http_stat(const std::string& url, const HeaderProvider& sign,
+                    const std::string& display_uri) {
+  return {display_uri, "", http_head(url, sign, display_uri).size, false};
 }
 
 std::shared_ptr<File> open_http_file(const std::string& url, HeaderProvider sign,
                                      const std::string& display_uri) {
-  uint64_t size = http_stat(url, sign, display_uri).size;
-  return std::make_shared<HttpFile>(url, std::move(sign), display_uri, size);
+  HttpHead head = http_head(url, sign, display_uri);
+  return std::make_shared<HttpFile>(url, std::move(sign), display_uri, head.size, head.etag);
 }
 
 std::shared_ptr<File> open_http_file_with_size(const std::string& url, HeaderProvider sign,
-                                               const std::string& display_uri, uint64_t size) {
-  return std::make_shared<HttpFile>(url, std::move(sign), display_uri, size);
+                                               const std::string& display_uri, uint64_t size,
+                                               const std::string& etag) {
+  return std::make_shared<HttpFile>(url, std::move(sign), display_uri, size, etag);
 }
 
 FileSystem& http_filesystem() {

@@ -52,8 +52,11 @@ S3Target target(const S3Settings& s, const ObjectUri& object,
                 std::vector<std::pair<std::string, std::string>> query = {}) {
   S3Target t;
   std::string base;
-  if (!s.endpoint.empty()) {
-    base = s.endpoint;
+  // Path-style for custom endpoints, and for bucket names with dots, which do not match AWS's
+  // wildcard certificate as virtual-hosted names.
+  bool path_style = !s.endpoint.empty() || object.bucket.find('.') != std::string::npos;
+  if (path_style) {
+    base = s.endpoint.empty() ? "https://s3." + s.region + ".amazonaws.com" : s.endpoint;
     t.path = "/" + url_encode(object.bucket, false) + "/" + url_encode(object.key, true);
     if (object.key.empty()) t.path.pop_back();  // "/bucket"
   } else {
@@ -89,6 +92,12 @@ HeaderProvider signer(const S3Settings& s, const S3Target& t, std::string payloa
 
 [[noreturn]] void throw_s3_error(const std::string& what, const HttpResponse& response,
                                  const S3Settings& s) {
+  // A request to the wrong region is answered 301/400 with the bucket's region in a header.
+  if (std::string region = response.header("x-amz-bucket-region");
+      !region.empty() && region != s.region && (response.status == 301 || response.status == 400)) {
+    fail("{}: the bucket is in region {}, not {}: set AWS_REGION={}", what, region, s.region,
+         region);
+  }
   if (response.status == 401 || response.status == 403) {
     std::string code;
     if (size_t at = response.body.find("<Code>"); at != std::string::npos) {
@@ -199,13 +208,13 @@ Listing list_objects(const S3Settings& s, const std::string& bucket, const std::
 
 class S3FileSystem final : public FileSystem {
  public:
-  std::shared_ptr<File> open(std::string_view uri) override {
+  std::shared_ptr<File> open(std::string_view uri, const OpenOptions&) override {
     S3Settings s = S3Settings::from_env();
     ObjectUri object = ObjectUri::parse(uri);
     if (object.key.empty()) fail("{}: is a bucket, not an object", uri);
     S3Target t = target(s, object);
-    uint64_t size = head(s, t, uri);
-    return open_http_file_with_size(t.url, signer(s, t), std::string(uri), size);
+    auto [size, etag] = head(s, t, uri);
+    return open_http_file_with_size(t.url, signer(s, t), std::string(uri), size, etag);
   }
 
   FileEntry stat(std::string_view uri) override {
@@ -213,7 +222,7 @@ class S3FileSystem final : public FileSystem {
     ObjectUri object = ObjectUri::parse(uri);
     if (!object.key.empty()) {
       try {
-        return {std::string(uri), "", head(s, target(s, object), uri), false};
+        return {std::string(uri), "", head(s, target(s, object), uri).first, false};
       } catch (const NotFoundError&) {
       }
     }
@@ -251,13 +260,15 @@ class S3FileSystem final : public FileSystem {
   }
 
  private:
-  static uint64_t head(const S3Settings& s, const S3Target& t, std::string_view uri) {
+  // The object's size and ETag.
+  static std::pair<uint64_t, std::string> head(const S3Settings& s, const S3Target& t,
+                                               std::string_view uri) {
     HttpRequest request{.method = "HEAD", .url = t.url, .sign = signer(s, t)};
     HttpResponse response = http_request(request);
     if (response.status != 200) throw_s3_error(std::string(uri), response, s);
     std::string length = response.header("content-length");
     if (length.empty()) fail("{}: the server sent no Content-Length", uri);
-    return std::stoull(length);
+    return {std::stoull(length), response.header("etag")};
   }
 };
 

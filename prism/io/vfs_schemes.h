@@ -24,9 +24,17 @@ std::shared_ptr<File> open_local_file(const std::string& path, std::string displ
 // to each request (authentication); errors and uri() name `display_uri`.
 std::shared_ptr<File> open_http_file(const std::string& url, HeaderProvider sign,
                                      const std::string& display_uri);
-// The same when the size is known already (no HEAD request).
+// The same when the size is known already (no HEAD request). With an `etag`, every range
+// request carries If-Match, so that a file replaced mid-read fails instead of mixing versions.
 std::shared_ptr<File> open_http_file_with_size(const std::string& url, HeaderProvider sign,
-                                               const std::string& display_uri, uint64_t size);
+                                               const std::string& display_uri, uint64_t size,
+                                               const std::string& etag = "");
+struct HttpHead {
+  uint64_t size = 0;
+  std::string etag;  // as sent, quotes included; "" when absent
+};
+HttpHead http_head(const std::string& url, const HeaderProvider& sign,
+                   const std::string& display_uri);
 FileEntry http_stat(const std::string& url, const HeaderProvider& sign,
                     const std::string& display_uri);
 

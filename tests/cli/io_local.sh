@@ -27,7 +27,7 @@ echo hello >"$tmp/model/sub/notes.txt"
 out="$("$prism" io inspect "$tmp/model")"
 grep -q "3 tensors, 24 B in 1 file (dtypes BF16:1 F32:1 F8_E4M3:1)" <<<"$out" || fail "inspect summary: $out"
 grep -q "lm_head.weight .*F32 .*\[3\] .*12 B" <<<"$out" || fail "inspect leaf: $out"
-grep -q "model.layers  (2, 12 B)" <<<"$out" || fail "inspect totals: $out"
+grep -q "model.layers  (2 tensors, 12 B)" <<<"$out" || fail "inspect totals: $out"
 "$prism" io inspect --flat "$tmp/model/model.safetensors" | grep -q "^model.layers.1.w .*F8_E4M3 .*\[4\]" ||
   fail "inspect --flat"
 
@@ -38,6 +38,10 @@ grep -q "model.layers  (2, 12 B)" <<<"$out" || fail "inspect totals: $out"
 "$prism" io cp --chunk-size 5 "$tmp/model/model.safetensors" "$tmp/copy.safetensors"
 cmp "$tmp/model/model.safetensors" "$tmp/copy.safetensors" || fail "cp"
 [[ ! -e "$tmp/copy.safetensors.partial" ]] || fail "cp left a partial file"
+
+"$prism" io cp "$tmp/model" "$tmp/tree-copy" 2>/dev/null
+cmp "$tmp/model/sub/notes.txt" "$tmp/tree-copy/sub/notes.txt" || fail "cp of a directory"
+cmp "$tmp/model/model.safetensors" "$tmp/tree-copy/model.safetensors" || fail "cp of a directory"
 
 # Corrupt input: one line naming the file and what is wrong, exit code 1.
 head -c 100 "$tmp/model/model.safetensors" >"$tmp/truncated.safetensors"

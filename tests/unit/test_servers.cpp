@@ -61,6 +61,10 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::stri
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
+  // Servers that fork workers (nginx with a master) leave them to be reaped by whoever adopts
+  // them when the master dies: make that this process, so kill() can reap the whole group.
+  static const bool subreaper = ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
+  (void)subreaper;
   int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) throw std::runtime_error("cannot open " + log_path);
   pid_t parent = ::getpid();
@@ -101,6 +105,12 @@ void ChildProcess::kill() {
     while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
     }
     status_ = status;
+  }
+  // Reap the rest of the group (workers adopted by this process when their master died).
+  for (int status = 0;;) {
+    pid_t r = ::waitpid(-pid_, &status, 0);
+    if (r > 0 || (r < 0 && errno == EINTR)) continue;
+    break;
   }
   pid_ = -1;
 }
@@ -194,16 +204,15 @@ const std::string& NginxServer::ca_file() {
   return cert;
 }
 
-NginxServer::NginxServer(std::string root, std::string extra_config) : root_(std::move(root)) {
+NginxServer::NginxServer(std::string root, std::string extra_config, int workers)
+    : root_(std::move(root)) {
   const std::string& cert = ca_file();
   std::string key = (fs::path(cert).parent_path() / "key.pem").string();
   fs::create_directories(dir_.path() / "tmp");
   port_ = free_port();
-  // master_process off: one process, so that killing it drops every connection at once (a
-  // worker would outlive a killed master).
-  std::string conf = R"(daemon off;
-master_process off;
-pid )" + dir_.str("nginx.pid") +
+  std::string processes =
+      workers > 0 ? "worker_processes " + std::to_string(workers) + ";\n" : "master_process off;\n";
+  std::string conf = "daemon off;\n" + processes + R"(pid )" + dir_.str("nginx.pid") +
                      R"(;
 error_log )" + dir_.str("error.log") +
                      R"( warn;
@@ -242,6 +251,7 @@ http {
     location /forbidden/ { return 403; }
     location /broken/ { return 503; }
     location /slow/ { limit_rate_after 256k; limit_rate 128k; }
+    location /stall/ { limit_rate 100; }
 )" + extra_config + R"(
   }
 }

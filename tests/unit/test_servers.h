@@ -60,6 +60,7 @@ class ScopedEnv {
 //   /private/  requires "Authorization: Bearer <kBearerToken>" (401 otherwise)
 //   /forbidden/ always 403, /broken/ always 503
 //   /slow/     the first 256 KiB fast, then 128 KiB/s (for killing mid-transfer)
+//   /stall/    100 B/s from the first byte (for timeouts)
 // plus whatever `extra_config` adds inside the server block. The access log records each
 // request's Range header.
 class NginxServer {
@@ -68,7 +69,9 @@ class NginxServer {
   // Skips the calling test when nginx is not installed.
   static bool available();
 
-  explicit NginxServer(std::string root, std::string extra_config = "");
+  // `workers` = 0 runs one process (light, for tests); more run a master and that many
+  // worker processes (for benchmarks). Either way kill() takes the whole process group down.
+  explicit NginxServer(std::string root, std::string extra_config = "", int workers = 0);
   ~NginxServer() = default;
 
   // (Re)starts on the same port; waits until it accepts connections.

@@ -73,8 +73,8 @@ std::string add_repo(const std::string& www, const FakeRepo& repo) {
                     fmt::format(R"({{"sha":"{}","siblings":[{}]}})", kCommit, siblings));
   // try_files: a directory is "not found", as on the Hub (nginx would say 403).
   config += fmt::format(
-      "location /{}/resolve/ {{ {} add_header X-Repo-Commit {}; try_files $uri =404; }}\n", repo.id,
-      repo.guard, kCommit);
+      "location /{}/resolve/ {{ {} add_header X-Repo-Commit {} always; try_files $uri =404; }}\n",
+      repo.id, repo.guard, kCommit);
   config += fmt::format("location /api/models/{}/ {{ {} default_type application/json; }}\n",
                         repo.id, repo.guard);
   return config;
@@ -156,6 +156,39 @@ TEST_F(Hf, DownloadsIntoTheStandardCacheLayout) {
   EXPECT_EQ(read_text("hf://org/tiny@" + std::string(kCommit) + "/sub/notes.txt"), "notes");
 }
 
+TEST_F(Hf, ReadsHeadersRemotelyWithoutFillingTheCache) {
+  Store store = Store::open("hf://org/tiny", {.metadata_only = true});
+  ASSERT_EQ(store.size(), test::tiny_model().size());
+  std::string sha = hex(sha256(tiny_model_bytes()));
+  std::string blob = repo_cache("models--org--tiny") + "/blobs/" + sha;
+  EXPECT_FALSE(fs::exists(blob));
+  // The bytes can still be read, remotely (range requests to the CDN location).
+  std::vector<float> values(test::tiny_model()[5].values.size());
+  store.read_tensor_bytes("lm_head.weight", std::as_writable_bytes(std::span(values)));
+  EXPECT_EQ(values, test::tiny_model()[5].values);
+  EXPECT_FALSE(fs::exists(blob));
+  EXPECT_TRUE(store.mapped_bytes("lm_head.weight").empty());
+  // Once cached, metadata-only opens use the cache.
+  Store::open("hf://org/tiny");
+  EXPECT_TRUE(fs::exists(blob));
+  EXPECT_FALSE(
+      Store::open("hf://org/tiny", {.metadata_only = true}).mapped_bytes("lm_head.weight").empty());
+}
+
+TEST_F(Hf, RejectsADownloadThatDoesNotMatchItsDigest) {
+  std::string bytes = tiny_model_bytes();
+  std::string sha = hex(sha256(bytes));
+  bytes.back() ^= 1;  // same size, one bit off
+  test::write_bytes(www_.str("cdn/" + sha), bytes);
+  std::string error = error_of([] { open("hf://org/tiny/model.safetensors"); });
+  EXPECT_NE(error.find("hf://org/tiny/model.safetensors: downloaded file has SHA-256"),
+            std::string::npos)
+      << error;
+  std::string repo = repo_cache("models--org--tiny");
+  EXPECT_TRUE(fs::is_empty(repo + "/blobs"));
+  EXPECT_FALSE(fs::exists(repo + "/snapshots/" + std::string(kCommit) + "/model.safetensors"));
+}
+
 TEST_F(Hf, ListsAndStatsThroughTheApi) {
   auto entries = list("hf://org/tiny");
   ASSERT_EQ(entries.size(), 3u);
@@ -183,6 +216,27 @@ TEST_F(Hf, WorksOfflineFromTheCache) {
   std::string error = error_of([] { open("hf://org/tiny/config-other.json"); });
   EXPECT_NE(error.find("not found in the Hugging Face cache"), std::string::npos) << error;
   EXPECT_NE(error.find("HF_HUB_OFFLINE is set"), std::string::npos) << error;
+}
+
+TEST_F(Hf, OpensACachedCheckpointWithoutAnyRequest) {
+  // The first open learns that there is no index (recorded under .no_exist, as Python tools
+  // do) and fetches model.safetensors; the second needs the server for nothing.
+  Store::open("hf://org/tiny");
+  EXPECT_TRUE(fs::exists(repo_cache("models--org--tiny") + "/.no_exist/" + kCommit +
+                         "/model.safetensors.index.json"));
+  server_->kill();
+  EXPECT_EQ(Store::open("hf://org/tiny").size(), test::tiny_model().size());
+  EXPECT_NE(error_of([] {
+              open("hf://org/tiny/model.safetensors.index.json");
+            }).find("not found (the cache records that commit"),
+            std::string::npos);
+}
+
+TEST_F(Hf, RejectsRevisionsThatLeaveTheCache) {
+  EXPECT_NE(error_of([] {
+              open("hf://org/tiny@..%2F..%2Fx/config.json");
+            }).find("invalid revision '../../x'"),
+            std::string::npos);
 }
 
 TEST_F(Hf, ReusesACacheWrittenByOtherToolsWithoutARequest) {
@@ -281,17 +335,44 @@ TEST_F(Hf, LeavesNoPartialFileInTheCacheWhenADownloadFails) {
   EXPECT_FALSE(fs::exists(repo + "/refs/main"));
 }
 
+// Runs the prism command with the test's environment; returns (exit code, stdout + stderr).
+std::pair<int, std::string> run_prism(const std::string& args) {
+  TempDir out;
+  std::string cmd =
+      std::string(PRISM_BIN_DIR) + "/prism " + args + " > " + out.str("out") + " 2>&1";
+  int status = std::system(cmd.c_str());
+  return {WEXITSTATUS(status), test::read_bytes(out.str("out"))};
+}
+
+TEST_F(Hf, IoCommandsWorkOnRepos) {
+  if (!fs::exists(std::string(PRISM_BIN_DIR) + "/prism")) GTEST_SKIP() << "prism is not built";
+  auto [rc, out] = run_prism("io inspect hf://org/tiny");
+  EXPECT_EQ(rc, 0) << out;
+  // inspect reads headers; it does not download the checkpoint.
+  EXPECT_FALSE(
+      fs::exists(repo_cache("models--org--tiny") + "/blobs/" + hex(sha256(tiny_model_bytes()))));
+  EXPECT_NE(out.find("hf://org/tiny: 6 tensors, 416 B in 1 file (dtypes F32:6)"), std::string::npos)
+      << out;
+  std::tie(rc, out) = run_prism("io ls hf://org/tiny");
+  EXPECT_NE(out.find("sub/"), std::string::npos) << out;
+  std::tie(rc, out) = run_prism("io cat hf://org/tiny/config.json");
+  EXPECT_EQ(out, R"({"hidden_size": 4})");
+  TempDir copy;
+  std::tie(rc, out) = run_prism("io cp hf://org/tiny " + copy.str("tiny"));
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(test::read_bytes(copy.str("tiny/sub/notes.txt")), "notes");
+  EXPECT_TRUE(test::read_bytes(copy.str("tiny/model.safetensors")) == tiny_model_bytes());
+  std::tie(rc, out) = run_prism("io stat hf://org/tiny/missing.bin");
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(out, "prism: error: hf://org/tiny/missing.bin: not found (HTTP 404)\n");
+}
+
 TEST_F(Hf, LoginCommandSavesAVerifiedTokenOnly) {
-  std::string prism = std::string(PRISM_BIN_DIR) + "/prism";
-  if (!fs::exists(prism)) GTEST_SKIP() << "the prism binary is not built";
+  if (!fs::exists(std::string(PRISM_BIN_DIR) + "/prism")) GTEST_SKIP() << "prism is not built";
   TempDir io;
   test::write_bytes(io.str("good"), std::string(NginxServer::kBearerToken) + "\n");
   test::write_bytes(io.str("bad"), "bad-token\n");
-  auto run = [&](const std::string& args) {
-    std::string cmd = prism + " " + args + " > " + io.str("out") + " 2>&1";
-    int status = std::system(cmd.c_str());
-    return std::pair(WEXITSTATUS(status), test::read_bytes(io.str("out")));
-  };
+  auto run = run_prism;
   auto [rc, out] = run("hf auth login < " + io.str("bad"));
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("the token was refused"), std::string::npos) << out;

@@ -118,10 +118,35 @@ TEST_F(Https, RetriesServerErrorsThenGivesUp) {
   EXPECT_EQ(attempts, 4u);
 }
 
+TEST_F(Https, RefusesToMixVersionsOfAFileReplacedWhileOpen) {
+  auto file = open(server_->url() + "/data/blob.bin");
+  // Same size, other bytes, another modification time: another ETag.
+  std::string path = www_.str("data/blob.bin");
+  test::write_bytes(path, random_bytes(blob_.size(), 9));
+  std::filesystem::last_write_time(path,
+                                   std::filesystem::last_write_time(path) - std::chrono::hours(1));
+  std::string part(100, '\0');
+  std::string error = error_of([&] { file->read_at(0, std::as_writable_bytes(std::span(part))); });
+  EXPECT_NE(error.find("the file changed while being read"), std::string::npos) << error;
+}
+
 TEST_F(Https, RejectsAnUntrustedCertificate) {
   ScopedEnv no_ca("CURL_CA_BUNDLE", std::nullopt);
   std::string error = error_of([&] { open(server_->url() + "/data/blob.bin"); });
   EXPECT_NE(error.find("set CURL_CA_BUNDLE"), std::string::npos) << error;
+}
+
+TEST_F(Https, TimesOutStalledTransfersAndRetriesThem) {
+  // 100 B/s is under the 1 KiB/s floor: each attempt is dropped after the 1 s timeout and
+  // retried. (Resuming after a partial transfer is what the kill tests below check: curl
+  // averages speed over several seconds, so a stall after a burst takes too long to detect
+  // for a unit test.)
+  ScopedEnv fast_timeout(std::map<std::string, std::optional<std::string>>{
+      {"PRISM_HTTP_TIMEOUT_S", "1"}, {"PRISM_HTTP_RETRIES", "2"}});
+  test::write_bytes(www_.str("stall/file.bin"), random_bytes(64 << 10, 3));
+  std::string error = error_of([&] { read_text(server_->url() + "/stall/file.bin"); });
+  EXPECT_TRUE(error.starts_with(server_->url() + "/stall/file.bin: Operation too slow")) << error;
+  EXPECT_NE(error.find("after 2 attempts"), std::string::npos) << error;
 }
 
 // Starts copying /slow/big.bin and returns once part of it has arrived, so that the server

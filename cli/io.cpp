@@ -1,13 +1,15 @@
-// `prism io ls|tree|stat|cat|cp|inspect URI`: the VFS and safetensors layers from the shell,
-// for every scheme (local paths, https://, hf://, s3://).
+// `prism io ls|tree|stat|cat|cp|inspect|load URI`: the VFS and safetensors layers from the
+// shell, for every scheme (local paths, https://, hf://, s3://).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "cli/command.h"
 #include "prism/core/error.h"
+#include "prism/io/load.h"
 #include "prism/io/store.h"
 #include "prism/io/vfs.h"
 
@@ -18,6 +20,8 @@ struct IoOptions {
   std::string uri;
   std::string dest;
   bool flat = false;
+  std::string platform;
+  std::string dtype;  // load: convert to this dtype ("" keeps the file's)
   int parallelism = 8;
   uint64_t chunk_size = 16ull << 20;
   io::ReadOptions read() const { return {.parallelism = parallelism, .chunk_size = chunk_size}; }
@@ -196,6 +200,27 @@ int run_inspect(const IoOptions& o) {
   return 0;
 }
 
+// Streams every tensor of a checkpoint into buffers on a platform, as a model's load would.
+int run_load(const IoOptions& o) {
+  io::Store store = io::Store::open(o.uri, {.parallelism = o.parallelism});
+  std::optional<DType> to;
+  if (!o.dtype.empty()) to = dtype_from_name(o.dtype);
+  std::vector<Executable::Parameter> tensors;
+  for (const std::string& name : store.names()) {
+    Shape s = store.at(name).info.core_shape();
+    tensors.push_back({name, to ? s.with_dtype(*to) : s});
+  }
+  Platform& platform = get_platform(o.platform);
+  io::LoadOptions options;
+  options.parallelism = o.parallelism;
+  options.chunk_size = o.chunk_size;
+  io::LoadStats stats;
+  io::load(store, tensors, platform, options, &stats);
+  std::printf("%s on %s: %zu tensors (%zu used in place)\n", store.uri().c_str(),
+              std::string(platform.name()).c_str(), stats.tensors, stats.zero_copy);
+  return 0;
+}
+
 const RegisterCommand kIo{
     "io", "Browse and copy files and checkpoints (local, https, hf, s3)",
     [](CLI::App& app) -> Action {
@@ -220,13 +245,19 @@ const RegisterCommand kIo{
             add("inspect",
                 "Print every tensor of a safetensors file or checkpoint (name, dtype, "
                 "shape, size), as a tree by name prefix with totals",
-                run_inspect)}) {
+                run_inspect),
+            add("load", "Stream a checkpoint's tensors onto a platform and report the speed",
+                run_load)}) {
         sub->add_option("--parallelism", o->parallelism, "Reads in flight")->capture_default_str();
         sub->add_option("--chunk-size", o->chunk_size, "Bytes per read")->capture_default_str();
         if (sub->get_name() == "cp") {
           sub->add_option("dest", o->dest, "Local file or directory")->required();
         }
         if (sub->get_name() == "inspect") sub->add_flag("--flat", o->flat, "One line per tensor");
+        if (sub->get_name() == "load") {
+          sub->add_option("--platform", o->platform, "cpu, opencl, cuda, auto");
+          sub->add_option("--dtype", o->dtype, "Convert every tensor to this dtype (f32, bf16...)");
+        }
       }
       return [o, chosen] { return (*chosen)(*o); };
     }};

@@ -104,27 +104,29 @@ std::vector<double> HostBuffer::to_f64() const {
   return out;
 }
 
+void convert_elements(DType from, const std::byte* src, DType to, std::byte* dst, int64_t n) {
+  // The conversions weights take on load, without the double round trip.
+  const auto* u16 = reinterpret_cast<const uint16_t*>(src);
+  auto* f32 = reinterpret_cast<float*>(dst);
+  if (from == to) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * size_of(from));
+  } else if (to == DType::f32 && from == DType::bf16) {
+    for (int64_t i = 0; i < n; ++i) f32[i] = bf16_to_f32(u16[i]);
+  } else if (to == DType::f32 && from == DType::f16) {
+    for (int64_t i = 0; i < n; ++i) f32[i] = f16_to_f32(u16[i]);
+  } else if (to == DType::bf16 && from == DType::f32) {
+    const auto* in = reinterpret_cast<const float*>(src);
+    auto* out = reinterpret_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i]);
+  } else {
+    int s = size_of(from), d = size_of(to);
+    for (int64_t i = 0; i < n; ++i) store(to, dst + i * d, load(from, src + i * s));
+  }
+}
+
 HostBuffer HostBuffer::convert(DType t) const {
   HostBuffer out(shape_.with_dtype(t));
-  // The conversions weights take on load, without the double round trip.
-  const auto* u16 = reinterpret_cast<const uint16_t*>(data());
-  auto* f32 = reinterpret_cast<float*>(out.data());
-  if (t == DType::f32 && dtype() == DType::bf16) {
-    for (int64_t i = 0; i < numel(); ++i) f32[i] = bf16_to_f32(u16[i]);
-    return out;
-  }
-  if (t == DType::f32 && dtype() == DType::f16) {
-    for (int64_t i = 0; i < numel(); ++i) f32[i] = f16_to_f32(u16[i]);
-    return out;
-  }
-  if (t == DType::bf16 && dtype() == DType::f32) {
-    const auto* src = reinterpret_cast<const float*>(data());
-    auto* dst = reinterpret_cast<uint16_t*>(out.data());
-    for (int64_t i = 0; i < numel(); ++i) dst[i] = f32_to_bf16(src[i]);
-    return out;
-  }
-  int s = size_of(dtype()), d = size_of(t);
-  for (int64_t i = 0; i < numel(); ++i) store(t, out.data() + i * d, load(dtype(), data() + i * s));
+  convert_elements(dtype(), data(), t, out.data(), numel());
   return out;
 }
 

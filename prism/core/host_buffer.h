@@ -28,6 +28,9 @@ constexpr DType dtype_of() {
   if constexpr (std::is_same_v<T, bool>) return DType::boolean;
 }
 
+// Converts n elements between dtypes (round to nearest even for halves, integers truncate).
+void convert_elements(DType from, const std::byte* src, DType to, std::byte* dst, int64_t n);
+
 class HostBuffer {
  public:
   HostBuffer() = default;

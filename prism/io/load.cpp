@@ -99,7 +99,7 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
         continue;
       }
     }
-    targets.push_back({&p, &st, *file_dtype, platform.allocate(p.shape)});
+    targets.push_back({&p, &st, *file_dtype, platform.allocate_for_write(p.shape)});
   }
 
   // Chunks hold whole elements of the file's dtype, so each converts on its own.
@@ -118,7 +118,8 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
   parallel_for(chunks.size(), options.parallelism, [&](size_t i) {
     const Chunk& c = chunks[i];
     Target& t = targets[c.tensor];
-    thread_local std::vector<std::byte> staging;
+    // One staging chunk (and one converted chunk) per worker, reused across chunks.
+    thread_local std::vector<std::byte> staging, converted;
     staging.resize(c.src_bytes);
     t.stored->file->read_at(t.stored->offset + c.src_offset, staging);
     DType want = t.param->shape.dtype();
@@ -126,10 +127,9 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
       platform.write(t.buffer, c.src_offset, staging);
     } else {
       int64_t n = static_cast<int64_t>(c.src_bytes / size_of(t.file_dtype));
-      HostBuffer piece(Shape(t.file_dtype, {{Tag(), n}}), staging);
-      HostBuffer converted = piece.convert(want);
-      platform.write(t.buffer, c.src_offset / size_of(t.file_dtype) * size_of(want),
-                     converted.bytes());
+      converted.resize(n * size_of(want));
+      convert_elements(t.file_dtype, staging.data(), want, converted.data(), n);
+      platform.write(t.buffer, c.src_offset / size_of(t.file_dtype) * size_of(want), converted);
     }
     progress.add(c.src_bytes);
   });

@@ -72,6 +72,8 @@ class Platform {
   virtual std::vector<DeviceInfo> devices() const = 0;
 
   virtual Buffer allocate(const Shape& shape) = 0;  // zero-filled
+  // For a buffer the caller overwrites whole: may skip the zero fill.
+  virtual Buffer allocate_for_write(const Shape& shape) { return allocate(shape); }
   virtual Buffer upload(const HostBuffer& host) = 0;
   // Copies `bytes` into `buffer` at byte `offset` (streaming loads write in chunks).
   virtual void write(Buffer& buffer, size_t offset, std::span<const std::byte> bytes) = 0;

@@ -33,6 +33,7 @@ class CpuPlatform : public Platform {
 
   // Like allocate, without zero-filling: for buffers a kernel overwrites whole.
   Buffer allocate_uninitialized(const Shape& shape);
+  Buffer allocate_for_write(const Shape& shape) override { return allocate_uninitialized(shape); }
   ThreadPool& pool() { return pool_; }
 
  private:

@@ -4,7 +4,7 @@
 //
 // Prints one summary line, "onnx-node: P passed, F failed, S skipped". Exits non-zero when a
 // case fails or fewer than N pass. --verbose lists every skipped case with its reason and every
-// failure with its first mismatch.
+// failure with its first mismatch; --trace prints every node's outputs as it runs.
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -23,6 +23,7 @@ struct Options {
   std::string data{kDefaultData};
   std::string filter;
   bool verbose = false;
+  bool trace = false;
   long min_passed = 0;
 };
 
@@ -37,6 +38,8 @@ bool parse_args(int argc, char** argv, Options& o) {
     };
     if (arg == "--verbose" || arg == "-v") {
       o.verbose = true;
+    } else if (arg == "--trace") {
+      o.trace = true;
     } else if (auto v = value("--data")) {
       o.data = *v;
     } else if (auto v = value("--filter")) {
@@ -84,7 +87,7 @@ int main(int argc, char** argv) {
     std::string name = dir.filename().string();
     CaseResult r;
     try {
-      r = prism::conformance::run_case(dir.string());
+      r = prism::conformance::run_case(dir.string(), options.trace);
     } catch (const prism::conformance::Unsupported& e) {
       r = {CaseResult::Status::skipped, e.what()};
     } catch (const std::exception& e) {

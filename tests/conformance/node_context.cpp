@@ -76,9 +76,17 @@ const OpTable& op_table() {
     register_nn_ops(t);
     register_pool_ops(t);
     register_loss_ops(t);
+    register_misc_ops(t);
+    register_training_ops(t);
     return t;
   }();
   return table;
+}
+
+const OpBuilder* find_builder(const onnx::Node& node) {
+  bool default_domain = node.domain.empty() || node.domain == "ai.onnx";
+  auto it = op_table().find(default_domain ? node.op_type : node.domain + "." + node.op_type);
+  return it == op_table().end() ? nullptr : &it->second;
 }
 
 // --- Positional tags --------------------------------------------------------------------------

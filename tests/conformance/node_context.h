@@ -75,6 +75,7 @@ class NodeContext {
 
 // Builds one node inside a trace and returns one tensor per output (extra ones are dropped).
 using OpBuilder = std::function<std::vector<Tensor>(const NodeContext&)>;
+// Keyed by op type for the default domain, "domain.OpType" for others.
 using OpTable = std::map<std::string, OpBuilder, std::less<>>;
 
 // The op families, one file each.
@@ -86,7 +87,11 @@ void register_index_ops(OpTable& table);
 void register_nn_ops(OpTable& table);
 void register_pool_ops(OpTable& table);
 void register_loss_ops(OpTable& table);
+void register_misc_ops(OpTable& table);
+void register_training_ops(OpTable& table);
 const OpTable& op_table();
+// The builder of `node`, or nullptr.
+const OpBuilder* find_builder(const onnx::Node& node);
 
 // --- Positional tags --------------------------------------------------------------------------
 // ONNX addresses dimensions by position and broadcasts like numpy (aligned from the right). The

@@ -78,6 +78,7 @@ const OpTable& op_table() {
     register_loss_ops(t);
     register_misc_ops(t);
     register_training_ops(t);
+    register_resize_ops(t);
     return t;
   }();
   return table;

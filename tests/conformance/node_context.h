@@ -89,6 +89,7 @@ void register_pool_ops(OpTable& table);
 void register_loss_ops(OpTable& table);
 void register_misc_ops(OpTable& table);
 void register_training_ops(OpTable& table);
+void register_resize_ops(OpTable& table);
 const OpTable& op_table();
 // The builder of `node`, or nullptr.
 const OpBuilder* find_builder(const onnx::Node& node);

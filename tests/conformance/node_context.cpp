@@ -79,6 +79,7 @@ const OpTable& op_table() {
     register_misc_ops(t);
     register_training_ops(t);
     register_resize_ops(t);
+    register_conv_ops(t);
     return t;
   }();
   return table;
@@ -149,6 +150,18 @@ std::vector<Tensor> broadcast_all(std::vector<Tensor> tensors) {
   std::vector<int64_t> out = broadcast_sizes(shapes);
   for (Tensor& t : tensors) t = broadcast_to_sizes(t, out);
   return tensors;
+}
+
+Tensor with_tags(const Tensor& x, const std::vector<Tag>& tags) {
+  std::vector<Dim> dims;
+  for (size_t i = 0; i < tags.size(); ++i) dims.push_back({tags[i], x.shape().size(int(i))});
+  return x.reshape(Shape(x.dtype(), dims));
+}
+
+Tensor per_channel(const Tensor& v, const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> s(sizes.size() - 1, 1);
+  s[0] = v.shape().size(0);
+  return broadcast_to_sizes(reshape_to(v, s), sizes);
 }
 
 // --- Element types ----------------------------------------------------------------------------

@@ -90,6 +90,7 @@ void register_loss_ops(OpTable& table);
 void register_misc_ops(OpTable& table);
 void register_training_ops(OpTable& table);
 void register_resize_ops(OpTable& table);
+void register_conv_ops(OpTable& table);
 const OpTable& op_table();
 // The builder of `node`, or nullptr.
 const OpBuilder* find_builder(const onnx::Node& node);
@@ -111,6 +112,10 @@ int normalize_axis(int64_t axis, int rank);
 std::vector<int64_t> broadcast_sizes(const std::vector<std::vector<int64_t>>& shapes);
 Tensor broadcast_to_sizes(const Tensor& t, const std::vector<int64_t>& sizes);
 std::vector<Tensor> broadcast_all(std::vector<Tensor> tensors);
+// x's dims relabelled by `tags`, in order (for ops that name dims: dot, conv).
+Tensor with_tags(const Tensor& x, const std::vector<Tag>& tags);
+// A per-channel vector [C] broadcast against [N, C, spatial...] of `sizes`.
+Tensor per_channel(const Tensor& v, const std::vector<int64_t>& sizes);
 
 // The prism dtype of an ONNX element type; Unsupported for strings, complex, u16, u64...
 DType to_dtype(onnx::ElemType t);

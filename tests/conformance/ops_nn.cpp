@@ -1,5 +1,5 @@
 // Matrix products (MatMul, Gemm, Einsum), softmax family and normalizations, Dropout (as
-// inference) and Conv.
+// inference).
 #include <set>
 
 #include "prism/core/error.h"
@@ -7,13 +7,6 @@
 
 namespace prism::conformance {
 namespace {
-
-// x's dims relabelled by `tags`, in order.
-Tensor with_tags(const Tensor& x, const std::vector<Tag>& tags) {
-  std::vector<Dim> dims;
-  for (size_t i = 0; i < tags.size(); ++i) dims.push_back({tags[i], x.shape().size(int(i))});
-  return x.reshape(Shape(x.dtype(), dims));
-}
 
 // numpy matmul: 1-D operands gain a unit dim (removed again), batch dims broadcast.
 std::vector<Tensor> matmul(const NodeContext& ctx) {
@@ -188,13 +181,6 @@ std::vector<Tensor> layer_norm(const NodeContext& ctx) {
   return {y, n.mean, n.inv_std};
 }
 
-// A per-channel vector [C] broadcast against [N, C, spatial...] of `sizes`.
-Tensor per_channel(const Tensor& v, const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> s(sizes.size() - 1, 1);
-  s[0] = v.shape().size(0);
-  return broadcast_to_sizes(reshape_to(v, s), sizes);
-}
-
 std::vector<Tensor> batch_norm(const NodeContext& ctx) {
   ctx.expect_attributes({"epsilon", "momentum", "training_mode"});
   Tensor x = ctx.input(0);
@@ -270,41 +256,6 @@ std::vector<Tensor> dropout(const NodeContext& ctx) {
   return {x, Tensor::full(x.shape().with_dtype(DType::boolean), 1)};
 }
 
-std::vector<Tensor> conv(const NodeContext& ctx) {
-  ctx.expect_attributes({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
-  std::vector<int64_t> in = ctx.dims(0), k = ctx.dims(1);
-  int spatial = static_cast<int>(in.size()) - 2;
-  ConvOptions o;
-  o.groups = ctx.attr_int("group", 1);
-  o.strides = ctx.attr_ints("strides", std::vector<int64_t>(spatial, 1));
-  o.dilations = ctx.attr_ints("dilations", std::vector<int64_t>(spatial, 1));
-  std::vector<int64_t> pads = ctx.attr_ints("pads", std::vector<int64_t>(2 * spatial, 0));
-  std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
-  for (int i = 0; i < spatial; ++i) {
-    o.spatial.push_back(Tag(fmt::format("s{}", i)));
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      int64_t out = (in[2 + i] + o.strides[i] - 1) / o.strides[i];
-      int64_t span = (k[2 + i] - 1) * o.dilations[i] + 1;
-      int64_t total = std::max<int64_t>(0, (out - 1) * o.strides[i] + span - in[2 + i]);
-      int64_t small = total / 2;
-      o.pad_low.push_back(auto_pad == "SAME_UPPER" ? small : total - small);
-      o.pad_high.push_back(auto_pad == "SAME_UPPER" ? total - small : small);
-    } else if (auto_pad == "VALID") {
-      o.pad_low.push_back(0);
-      o.pad_high.push_back(0);
-    } else {
-      o.pad_low.push_back(pads[i]);
-      o.pad_high.push_back(pads[spatial + i]);
-    }
-  }
-  std::vector<Tag> x_tags{o.batch, o.channels}, w_tags{o.out_channels, o.channels};
-  x_tags.insert(x_tags.end(), o.spatial.begin(), o.spatial.end());
-  w_tags.insert(w_tags.end(), o.spatial.begin(), o.spatial.end());
-  Tensor y = positional(conv(with_tags(ctx.input(0), x_tags), with_tags(ctx.input(1), w_tags), o));
-  if (ctx.has_input(2)) y = y + per_channel(ctx.input(2), sizes_of(y));
-  return {y};
-}
-
 }  // namespace
 
 void register_nn_ops(OpTable& t) {
@@ -320,7 +271,6 @@ void register_nn_ops(OpTable& t) {
   t["MeanVarianceNormalization"] = mean_variance_norm;
   t["LRN"] = lrn;
   t["Dropout"] = dropout;
-  t["Conv"] = conv;
 }
 
 }  // namespace prism::conformance

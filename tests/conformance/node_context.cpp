@@ -80,6 +80,7 @@ const OpTable& op_table() {
     register_training_ops(t);
     register_resize_ops(t);
     register_conv_ops(t);
+    register_recurrent_ops(t);
     return t;
   }();
   return table;

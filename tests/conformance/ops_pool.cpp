@@ -48,46 +48,116 @@ Window window(const NodeContext& ctx) {
   return w;
 }
 
-// Pads the spatial dims of x (explicit pads with `pad_value`, ceil-mode overhang with
-// `extra_value`), then folds one strided slice per kernel offset with `fold`.
-Tensor pool(Tensor x, const Window& w, double pad_value, double extra_value,
-            Tensor (*fold)(const Tensor&, const Tensor&)) {
+// Pads the spatial dims of x: explicit pads with `pad_value`, the ceil-mode overhang with
+// `extra_value`.
+Tensor pad_window(Tensor x, const Window& w, double pad_value, double extra_value) {
   int rank = x.rank(), n = rank - 2;
   for (int i = 0; i < n; ++i) {
     Tag t = axis_tag(2 + i, rank);
     if (w.pad_low[i] || w.pad_high[i]) x = x.pad(t, w.pad_low[i], w.pad_high[i], pad_value);
     if (w.extra_high[i]) x = x.pad(t, 0, w.extra_high[i], extra_value);
   }
+  return x;
+}
+
+int64_t window_offsets(const Window& w) {
   int64_t offsets = 1;
   for (int64_t k : w.kernel) offsets *= k;
-  Tensor acc;
-  for (int64_t o = 0; o < offsets; ++o) {
-    Tensor part = x;
-    int64_t rest = o;
-    for (int i = n - 1; i >= 0; --i) {
-      int64_t k = rest % w.kernel[i];
-      rest /= w.kernel[i];
-      part = part.slice(axis_tag(2 + i, rank), k * w.dilations[i], w.out[i], w.strides[i]);
-    }
-    acc = acc.valid() ? fold(acc, part) : part;
+  return offsets;
+}
+
+// The elements at kernel offset `o` (row-major over the kernel) of every window of padded x.
+Tensor window_slice(const Tensor& padded, const Window& w, int64_t o) {
+  int rank = padded.rank(), n = rank - 2;
+  Tensor part = padded;
+  for (int i = n - 1; i >= 0; --i) {
+    int64_t k = o % w.kernel[i];
+    o /= w.kernel[i];
+    part = part.slice(axis_tag(2 + i, rank), k * w.dilations[i], w.out[i], w.strides[i]);
   }
+  return part;
+}
+
+// Pads x and folds the slices of every kernel offset with `fold`.
+Tensor pool(const Tensor& x, const Window& w, double pad_value, double extra_value,
+            Tensor (*fold)(const Tensor&, const Tensor&)) {
+  Tensor padded = pad_window(x, w, pad_value, extra_value);
+  Tensor acc = window_slice(padded, w, 0);
+  for (int64_t o = 1; o < window_offsets(w); ++o) acc = fold(acc, window_slice(padded, w, o));
   return acc;
 }
 
 Tensor add(const Tensor& a, const Tensor& b) { return a + b; }
 
+// The flat index of every element of an {N, C, spatial...} tensor: row-major, or with the
+// spatial dims column-major when storage_order is 1.
+Tensor flat_index(const std::vector<int64_t>& sizes, bool column_major) {
+  int rank = static_cast<int>(sizes.size());
+  Shape shape = positional_shape(DType::i64, sizes);
+  std::vector<int> order{0, 1};
+  for (int a = 2; a < rank; ++a) order.push_back(column_major ? rank + 1 - a : a);
+  Tensor index = Tensor::zeros(shape);
+  int64_t stride = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    int a = order[i];
+    index = index + Tensor::iota(shape, axis_tag(a, rank)) * static_cast<double>(stride);
+    stride *= sizes[a];
+  }
+  return index;
+}
+
 std::vector<Tensor> max_pool(const NodeContext& ctx) {
   ctx.expect_attributes(
       {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"});
-  if (ctx.wants_output(1)) unsupported("MaxPool: the Indices output");
   Tensor x = ctx.input(0);
-  double lowest = is_float(x.dtype())      ? -std::numeric_limits<double>::infinity()
-                  : x.dtype() == DType::u8 ? 0
-                                           : -128;
   if (!is_float(x.dtype()) && x.dtype() != DType::u8 && x.dtype() != DType::i8) {
     unsupported("MaxPool: dtype {}", name(x.dtype()));
   }
-  return {pool(x, window(ctx), lowest, lowest, maximum)};
+  double lowest = is_float(x.dtype())      ? -std::numeric_limits<double>::infinity()
+                  : x.dtype() == DType::u8 ? 0
+                                           : -128;
+  Window w = window(ctx);
+  if (!ctx.wants_output(1)) return {pool(x, w, lowest, lowest, maximum)};
+  // With Indices: fold values and their flat indices together, keeping the first maximum.
+  Tensor padded = pad_window(x, w, lowest, lowest);
+  Tensor index =
+      pad_window(flat_index(sizes_of(x), ctx.attr_int("storage_order", 0) == 1), w, -1, -1);
+  Tensor best = window_slice(padded, w, 0), best_index = window_slice(index, w, 0);
+  for (int64_t o = 1; o < window_offsets(w); ++o) {
+    Tensor v = window_slice(padded, w, o);
+    Tensor better = gt(v, best);
+    best = select(better, v, best);
+    best_index = select(better, window_slice(index, w, o), best_index);
+  }
+  return {best, best_index};
+}
+
+// MaxUnpool: zeros with each value written at its flat index, a scatter on the flattened
+// output.
+std::vector<Tensor> max_unpool(const NodeContext& ctx) {
+  ctx.expect_attributes({"kernel_shape", "pads", "strides"});
+  std::vector<int64_t> in = ctx.dims(0), out = in;
+  int n = static_cast<int>(in.size()) - 2;
+  std::vector<int64_t> k = ctx.attr_ints("kernel_shape");
+  std::vector<int64_t> s = ctx.attr_ints("strides", std::vector<int64_t>(n, 1));
+  std::vector<int64_t> p = ctx.attr_ints("pads", std::vector<int64_t>(2 * n, 0));
+  for (int i = 0; i < n; ++i) out[2 + i] = (in[2 + i] - 1) * s[i] - p[i] - p[n + i] + k[i];
+  int64_t total = 1, count = ctx.value(0).numel();
+  for (int64_t d : out) total *= d;
+  Tensor x = ctx.input(0);
+  Tensor flat = Tensor::zeros(positional_shape(x.dtype(), {total}));
+  Tensor values = reshape_to(x, {count});
+  Tensor index = reshape_to(ctx.input(1), {count});
+  Tensor y = reshape_to(flat.scatter(axis_tag(0, 1), index, values), out);
+  // The indices address the default output; a larger output_shape pads it at the end.
+  if (ctx.has_input(2)) {
+    std::vector<int64_t> shape = ctx.ints(2);
+    int rank = n + 2;
+    for (int a = 2; a < rank; ++a) {
+      if (shape[a] != out[a]) y = y.pad(axis_tag(a, rank), 0, shape[a] - out[a]);
+    }
+  }
+  return {y};
 }
 
 // AveragePool divides by the number of elements each window covered: the pool of a ones
@@ -123,6 +193,7 @@ OpBuilder global_pool(bool is_max) {
 
 void register_pool_ops(OpTable& t) {
   t["MaxPool"] = max_pool;
+  t["MaxUnpool"] = max_unpool;
   t["AveragePool"] = average_pool;
   t["GlobalMaxPool"] = global_pool(true);
   t["GlobalAveragePool"] = global_pool(false);

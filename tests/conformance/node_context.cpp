@@ -165,6 +165,20 @@ Tensor per_channel(const Tensor& v, const std::vector<int64_t>& sizes) {
   return broadcast_to_sizes(reshape_to(v, s), sizes);
 }
 
+namespace {
+
+double lowest(DType t) { return t == DType::u8 ? 0 : t == DType::i8 ? -128 : -2147483648.0; }
+double highest(DType t) { return t == DType::u8 ? 255 : t == DType::i8 ? 127 : 2147483647.0; }
+
+}  // namespace
+
+Tensor quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point, DType to) {
+  Tensor q = (x / scale).round() + zero_point.convert(x.dtype());
+  q = minimum(maximum(q, Tensor::scalar(lowest(to), x.dtype())),
+              Tensor::scalar(highest(to), x.dtype()));
+  return q.convert(to);
+}
+
 // --- Element types ----------------------------------------------------------------------------
 
 DType to_dtype(onnx::ElemType t) {

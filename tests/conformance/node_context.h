@@ -96,6 +96,12 @@ const OpTable& op_table();
 // The builder of `node`, or nullptr.
 const OpBuilder* find_builder(const onnx::Node& node);
 
+// Builders shared by several ops.
+// numpy's matmul: 1-D operands gain a unit dim (removed again), batch dims broadcast.
+Tensor numpy_matmul(const Tensor& a, const Tensor& b);
+// round(x / scale) + zero_point (half to even), saturated to `to` (u8, i8 or i32).
+Tensor quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point, DType to);
+
 // --- Positional tags --------------------------------------------------------------------------
 // ONNX addresses dimensions by position and broadcasts like numpy (aligned from the right). The
 // harness gives axis i of a rank-r tensor the tag "p{r-1-i}", so that broadcasting by tag lines

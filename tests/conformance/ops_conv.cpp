@@ -131,12 +131,39 @@ std::vector<Tensor> conv_integer(const NodeContext& ctx) {
   return {y.convert(DType::i32)};
 }
 
+// QLinearConv: inputs x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
+// y_zero_point, bias (int32). The integer convolution is exact in f64, then requantized.
+std::vector<Tensor> qlinear_conv(const NodeContext& ctx) {
+  ctx.expect_attributes({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  auto scalar_f64 = [&](int i) {
+    if (ctx.value(i).numel() != 1) unsupported("QLinearConv: per-channel input {}", i);
+    return reshape_to(ctx.input(i), {}).convert(DType::f64);
+  };
+  Tensor x = ctx.input(0).convert(DType::f64) - scalar_f64(2);
+  Tensor w = ctx.input(3).convert(DType::f64) - scalar_f64(5);
+  // conv_geometry reads the kernel as input 1; QLinearConv has it at 3.
+  std::vector<int64_t> in = ctx.dims(0), k = ctx.dims(3);
+  ConvGeometry g;
+  int n = static_cast<int>(in.size()) - 2;
+  g.strides = ctx.attr_ints("strides", std::vector<int64_t>(n, 1));
+  g.dilations = ctx.attr_ints("dilations", std::vector<int64_t>(n, 1));
+  std::vector<int64_t> pads = ctx.attr_ints("pads", std::vector<int64_t>(2 * n, 0));
+  if (ctx.attr_string("auto_pad", "NOTSET") != "NOTSET") unsupported("QLinearConv: auto_pad");
+  g.pad_low.assign(pads.begin(), pads.begin() + n);
+  g.pad_high.assign(pads.begin() + n, pads.end());
+  Tensor y = conv_positional(x, w, g, ctx.attr_int("group", 1));
+  if (ctx.has_input(8)) y = y + per_channel(ctx.input(8).convert(DType::f64), sizes_of(y));
+  Tensor scale = scalar_f64(1) * scalar_f64(4);
+  return {quantize(y * scale, scalar_f64(6), reshape_to(ctx.input(7), {}), ctx.dtype(7))};
+}
+
 }  // namespace
 
 void register_conv_ops(OpTable& t) {
   t["Conv"] = conv_op;
   t["ConvTranspose"] = conv_transpose;
   t["ConvInteger"] = conv_integer;
+  t["QLinearConv"] = qlinear_conv;
 }
 
 }  // namespace prism::conformance

@@ -62,17 +62,6 @@ Tensor quant_param(const NodeContext& ctx, int i, const std::vector<int64_t>& x_
   return broadcast_to_sizes(reshape_to(p, s), x_sizes);
 }
 
-double lowest(DType t) { return t == DType::u8 ? 0 : t == DType::i8 ? -128 : -2147483648.0; }
-double highest(DType t) { return t == DType::u8 ? 255 : t == DType::i8 ? 127 : 2147483647.0; }
-
-// round(x / scale) + zero_point (round half to even), saturated to the target type.
-Tensor quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point, DType to) {
-  Tensor q = (x / scale).round() + zero_point.convert(x.dtype());
-  q = minimum(maximum(q, Tensor::scalar(lowest(to), x.dtype())),
-              Tensor::scalar(highest(to), x.dtype()));
-  return q.convert(to);
-}
-
 std::vector<Tensor> quantize_linear(const NodeContext& ctx) {
   ctx.expect_attributes({"axis"});
   Tensor x = ctx.input(0);

@@ -6,12 +6,9 @@
 #include "tests/conformance/node_context.h"
 
 namespace prism::conformance {
-namespace {
+namespace {}  // namespace
 
-// numpy matmul: 1-D operands gain a unit dim (removed again), batch dims broadcast.
-std::vector<Tensor> matmul(const NodeContext& ctx) {
-  ctx.expect_attributes({});
-  Tensor a = ctx.input(0), b = ctx.input(1);
+Tensor numpy_matmul(const Tensor& a, const Tensor& b) {
   std::vector<int64_t> as = sizes_of(a), bs = sizes_of(b);
   bool a_vector = as.size() == 1, b_vector = bs.size() == 1;
   if (a_vector) as.insert(as.begin(), 1);
@@ -34,7 +31,48 @@ std::vector<Tensor> matmul(const NodeContext& ctx) {
   std::vector<int64_t> out = batch;
   if (!a_vector) out.push_back(as[as.size() - 2]);
   if (!b_vector) out.push_back(bs.back());
-  return {reshape_to(fa.dot(fb, "k"), out)};
+  return reshape_to(fa.dot(fb, "k"), out);
+}
+
+namespace {
+
+std::vector<Tensor> matmul(const NodeContext& ctx) {
+  ctx.expect_attributes({});
+  return {numpy_matmul(ctx.input(0), ctx.input(1))};
+}
+
+// A zero point, as a scalar or (per row of a matrix operand) a column to broadcast.
+Tensor zero_point_of(const NodeContext& ctx, int i, bool per_row) {
+  Tensor zp = ctx.input(i).convert(DType::f64);
+  if (ctx.value(i).numel() == 1) return reshape_to(zp, {});
+  return per_row ? reshape_to(zp, {ctx.value(i).numel(), 1}) : positional(zp);
+}
+
+// (a - a_zero_point) x (b - b_zero_point), exact in f64.
+Tensor integer_matmul(const NodeContext& ctx, int a, int a_zp, int b, int b_zp) {
+  Tensor x = ctx.input(a).convert(DType::f64), y = ctx.input(b).convert(DType::f64);
+  auto subtract = [](const Tensor& v, const Tensor& zp) {
+    auto both = broadcast_all({v, zp});
+    return both[0] - both[1];
+  };
+  if (ctx.has_input(a_zp)) x = subtract(x, zero_point_of(ctx, a_zp, true));
+  if (ctx.has_input(b_zp)) y = subtract(y, zero_point_of(ctx, b_zp, false));
+  return numpy_matmul(x, y);
+}
+
+std::vector<Tensor> matmul_integer(const NodeContext& ctx) {
+  ctx.expect_attributes({});
+  return {integer_matmul(ctx, 0, 2, 1, 3).convert(DType::i32)};
+}
+
+// Inputs: a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point.
+std::vector<Tensor> qlinear_matmul(const NodeContext& ctx) {
+  ctx.expect_attributes({});
+  Tensor product = integer_matmul(ctx, 0, 2, 3, 5);
+  Tensor scale = reshape_to(ctx.input(1), {}).convert(DType::f64) *
+                 reshape_to(ctx.input(4), {}).convert(DType::f64);
+  Tensor y_scale = reshape_to(ctx.input(6), {}).convert(DType::f64);
+  return {quantize(product * scale, y_scale, reshape_to(ctx.input(7), {}), ctx.dtype(7))};
 }
 
 std::vector<Tensor> gemm(const NodeContext& ctx) {
@@ -260,6 +298,8 @@ std::vector<Tensor> dropout(const NodeContext& ctx) {
 
 void register_nn_ops(OpTable& t) {
   t["MatMul"] = matmul;
+  t["MatMulInteger"] = matmul_integer;
+  t["QLinearMatMul"] = qlinear_matmul;
   t["Gemm"] = gemm;
   t["Einsum"] = einsum;
   t["Softmax"] = softmax_like(softmax);

@@ -1,5 +1,6 @@
 // Smaller families: BitShift, ReverseSequence, the window functions, and linear
-// quantization (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear).
+// quantization (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear), DFT and STFT.
+#include <cmath>
 #include <numbers>
 
 #include "prism/core/error.h"
@@ -95,10 +96,91 @@ std::vector<Tensor> dynamic_quantize_linear(const NodeContext& ctx) {
   return {quantize(x, scale, zero_point, DType::u8), scale, zero_point};
 }
 
+// DFT along `axis` of positional x (last axis: 1 real or 2 complex parts) as products with
+// cosine and sine tables: for output bin k and input n, theta = 2 pi k n / N, Y = sum x e^{-i
+// theta} (e^{+i theta} / N for the inverse). The tables depend on sizes only.
+Tensor dft_along(Tensor x, int axis, int64_t length, bool onesided, bool inverse) {
+  std::vector<int64_t> sizes = sizes_of(x);
+  int rank = x.rank();
+  PRISM_CHECK(axis < rank - 1, "DFT: axis {} is the real/imaginary axis", axis);
+  Tag signal = axis_tag(axis, rank), last = axis_tag(rank - 1, rank);
+  if (length < sizes[axis]) x = x.slice(signal, 0, length);
+  if (length > sizes[axis]) x = x.pad(signal, 0, length - sizes[axis]);
+  int64_t bins = onesided ? length / 2 + 1 : length;
+  std::vector<double> cos_table, sin_table;
+  for (int64_t n = 0; n < length; ++n) {
+    for (int64_t k = 0; k < bins; ++k) {
+      double theta = 2 * std::numbers::pi * double((k * n) % length) / double(length);
+      cos_table.push_back(std::cos(theta));
+      sin_table.push_back(std::sin(theta));
+    }
+  }
+  Shape table_shape(DType::f64, {{signal, length}, {"bin", bins}});
+  auto table = [&](const std::vector<double>& v) {
+    return Tensor::constant(
+        HostBuffer::from<double>(table_shape, std::span<const double>(v)).convert(x.dtype()));
+  };
+  Tensor c = table(cos_table), s = table(sin_table);
+  Tensor re = x.slice(last, 0, 1), im;
+  if (sizes.back() == 2) im = x.slice(last, 1, 1);
+  // Each part keeps its unit last axis; the bins replace the signal axis in place.
+  std::vector<Tag> order;
+  for (int a = 0; a < rank; ++a) order.push_back(a == axis ? Tag("bin") : axis_tag(a, rank));
+  auto project = [&](const Tensor& part, const Tensor& t) {
+    return part.dot(t, signal).transpose(TagList(order));
+  };
+  double sign = inverse ? 1 : -1;
+  Tensor out_re = project(re, c), out_im = project(re, s) * sign;
+  if (im.valid()) {
+    out_re = out_re - project(im, s) * sign;
+    out_im = out_im + project(im, c);
+  }
+  Tensor y = concat({out_re, out_im}, last);
+  if (inverse) y = y / double(length);
+  return positional(y);
+}
+
+std::vector<Tensor> dft(const NodeContext& ctx) {
+  ctx.expect_attributes({"axis", "inverse", "onesided"});
+  int axis = normalize_axis(ctx.attr_int("axis", 1), ctx.rank(0));
+  int64_t length = ctx.has_input(1) ? static_cast<int64_t>(ctx.scalar(1)) : ctx.dims(0)[axis];
+  return {dft_along(ctx.input(0), axis, length, ctx.attr_int("onesided", 0) != 0,
+                    ctx.attr_int("inverse", 0) != 0)};
+}
+
+[[noreturn]] int64_t unsupported_length() {
+  unsupported("STFT: neither frame_length nor a window gives the frame length");
+}
+
+// STFT: frames of the signal ([batch, length, parts]) cut with strided slices, windowed,
+// stacked on a frame axis and transformed: [batch, frames, bins, 2].
+std::vector<Tensor> stft(const NodeContext& ctx) {
+  ctx.expect_attributes({"onesided"});
+  Tensor signal = ctx.input(0);
+  std::vector<int64_t> sizes = sizes_of(signal);
+  auto step = static_cast<int64_t>(ctx.scalar(1));
+  int64_t frame = ctx.has_input(3)   ? static_cast<int64_t>(ctx.scalar(3))
+                  : ctx.has_input(2) ? ctx.dims(2)[0]
+                                     : unsupported_length();
+  int64_t frames = (sizes[1] - frame) / step + 1;
+  std::vector<Tensor> parts;
+  for (int64_t f = 0; f < frames; ++f) {
+    Tensor part = signal.slice(axis_tag(1, 3), f * step, frame);
+    if (ctx.has_input(2)) {
+      auto windowed = broadcast_all({part, reshape_to(ctx.input(2), {frame, 1})});
+      part = windowed[0] * windowed[1];
+    }
+    parts.push_back(reshape_to(part, {sizes[0], 1, frame, sizes[2]}));
+  }
+  Tensor framed = concat(parts, axis_tag(1, 4));
+  return {dft_along(framed, 2, frame, ctx.attr_int("onesided", 1) != 0, false)};
+}
 }  // namespace
 
 void register_misc_ops(OpTable& t) {
   t["BitShift"] = bit_shift;
+  t["DFT"] = dft;
+  t["STFT"] = stft;
   t["ReverseSequence"] = reverse_sequence;
   t["HannWindow"] = window({0.5, -0.5});
   t["HammingWindow"] = window({25.0 / 46.0, -21.0 / 46.0});

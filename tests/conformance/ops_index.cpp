@@ -1,6 +1,6 @@
 // Indexing: Gather, GatherElements, GatherND, ScatterElements (and the older Scatter),
-// ScatterND, OneHot. ONNX allows negative indices (counting from the end); they are wrapped
-// with a select before prism sees them.
+// ScatterND, OneHot, Compress. ONNX allows negative indices (counting from the end); they are
+// wrapped with a select before prism sees them.
 #include "prism/core/error.h"
 #include "tests/conformance/node_context.h"
 
@@ -138,6 +138,24 @@ std::vector<Tensor> one_hot(const NodeContext& ctx) {
   return {select(hot, on, off)};
 }
 
+// Compress: the condition decides the output's shape, so it is read on the host like a shape
+// input; the selection itself is a gather of the kept positions.
+std::vector<Tensor> compress(const NodeContext& ctx) {
+  ctx.expect_attributes({"axis"});
+  Tensor x = ctx.input(0);
+  if (!ctx.has_attr("axis")) x = reshape_to(x, {ctx.value(0).numel()});
+  int rank = x.rank();
+  int axis = normalize_axis(ctx.attr_int("axis", 0), rank);
+  std::vector<double> condition = ctx.value(1).to_f64();
+  std::vector<int64_t> kept;
+  for (size_t i = 0; i < condition.size() && int64_t(i) < x.shape().size(axis); ++i) {
+    if (condition[i] != 0) kept.push_back(static_cast<int64_t>(i));
+  }
+  Tensor index = Tensor::constant(HostBuffer::from<int64_t>(
+      Shape(DType::i64, {{"kept", int64_t(kept.size())}}), std::span<const int64_t>(kept)));
+  return {positional(x.gather(axis_tag(axis, rank), index))};
+}
+
 }  // namespace
 
 void register_index_ops(OpTable& t) {
@@ -148,6 +166,7 @@ void register_index_ops(OpTable& t) {
   t["Scatter"] = scatter_elements;
   t["ScatterND"] = scatter_nd;
   t["OneHot"] = one_hot;
+  t["Compress"] = compress;
 }
 
 }  // namespace prism::conformance

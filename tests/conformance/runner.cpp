@@ -97,6 +97,27 @@ HostBuffer load_tensor(const fs::path& path, onnx::ElemType declared) {
   return to_host_buffer(t);
 }
 
+// Ops that prism's tensor API cannot express, and why (other unmapped ops are reported as
+// such).
+const std::map<std::string, std::string, std::less<>> kInexpressible = {
+    {"NonZero", "its output shape depends on the input values"},
+    {"Unique", "its output shape depends on the input values"},
+    {"NonMaxSuppression", "its output shape depends on the input values"},
+    {"If", "control flow (subgraphs) is not traced"},
+    {"Loop", "control flow (subgraphs) is not traced"},
+    {"Scan", "control flow (subgraphs) is not traced"},
+    {"SequenceInsert", "sequences are not tensors"},
+    {"SequenceLength", "sequences are not tensors"},
+    {"SequenceMap", "sequences are not tensors"},
+    {"OptionalHasElement", "optionals are not tensors"},
+    {"OptionalGetElement", "optionals are not tensors"},
+    {"StringNormalizer", "prism has no string type"},
+    {"TfIdfVectorizer", "n-gram matching over variable-length pools has no tensor form here"},
+    {"Bernoulli", "it draws random numbers"},
+    {"RandomUniformLike", "it draws random numbers"},
+    {"RandomNormalLike", "it draws random numbers"},
+};
+
 // Cases whose expected data does not follow from their model; each says why.
 const std::map<std::string, std::string, std::less<>> kInconsistentData = {
     {"test_adam_multiple",
@@ -113,6 +134,10 @@ CaseResult run_case(const std::string& dir, bool trace) {
   const onnx::Graph& graph = model.graph;
   // Check that every op is known before reading data, so skips name the op.
   for (const onnx::Node& node : graph.nodes) {
+    auto inexpressible = kInexpressible.find(node.op_type);
+    if (inexpressible != kInexpressible.end()) {
+      unsupported("op {}: {}", node.op_type, inexpressible->second);
+    }
     if (!find_builder(node)) {
       bool default_domain = node.domain.empty() || node.domain == "ai.onnx";
       unsupported("op {}{} has no prism mapping", default_domain ? "" : node.domain + ".",

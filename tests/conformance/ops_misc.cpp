@@ -1,5 +1,6 @@
 // Smaller families: BitShift, ReverseSequence, the window functions, and linear
-// quantization (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear), DFT and STFT.
+// quantization (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear), DFT and
+// STFT, Det.
 #include <cmath>
 #include <numbers>
 
@@ -175,11 +176,37 @@ std::vector<Tensor> stft(const NodeContext& ctx) {
   Tensor framed = concat(parts, axis_tag(1, 4));
   return {dft_along(framed, 2, frame, ctx.attr_int("onesided", 1) != 0, false)};
 }
+// Det of the trailing square matrices by cofactor expansion, written out for n <= 3 (prism
+// has no factorization primitive for larger ones).
+std::vector<Tensor> det(const NodeContext& ctx) {
+  ctx.expect_attributes({});
+  Tensor x = ctx.input(0);
+  int rank = x.rank();
+  int64_t n = ctx.dims(0).back();
+  if (n > 3) unsupported("Det: {}x{} matrices (only up to 3x3 are written out)", n, n);
+  Tag row = axis_tag(rank - 2, rank), col = axis_tag(rank - 1, rank);
+  auto at = [&](int64_t i, int64_t j) { return x.slice(row, i, 1).slice(col, j, 1); };
+  Tensor d;
+  if (n == 1) {
+    d = at(0, 0);
+  } else if (n == 2) {
+    d = at(0, 0) * at(1, 1) - at(0, 1) * at(1, 0);
+  } else {
+    d = at(0, 0) * (at(1, 1) * at(2, 2) - at(1, 2) * at(2, 1)) -
+        at(0, 1) * (at(1, 0) * at(2, 2) - at(1, 2) * at(2, 0)) +
+        at(0, 2) * (at(1, 0) * at(2, 1) - at(1, 1) * at(2, 0));
+  }
+  std::vector<int64_t> batch = ctx.dims(0);
+  batch.resize(batch.size() - 2);
+  return {reshape_to(d, batch)};
+}
+
 }  // namespace
 
 void register_misc_ops(OpTable& t) {
   t["BitShift"] = bit_shift;
   t["DFT"] = dft;
+  t["Det"] = det;
   t["STFT"] = stft;
   t["ReverseSequence"] = reverse_sequence;
   t["HannWindow"] = window({0.5, -0.5});

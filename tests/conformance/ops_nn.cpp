@@ -1,5 +1,6 @@
 // Matrix products (MatMul, Gemm, Einsum), softmax family and normalizations, Dropout (as
 // inference).
+#include <cctype>
 #include <set>
 
 #include "prism/core/error.h"
@@ -97,7 +98,6 @@ std::vector<Tensor> einsum(const NodeContext& ctx) {
   for (char c : ctx.attr_string("equation")) {
     if (c != ' ') eq += c;
   }
-  if (eq.find("...") != std::string::npos) unsupported("Einsum: ellipsis");
   size_t arrow = eq.find("->");
   std::string lhs = eq.substr(0, arrow), out;
   std::vector<std::string> terms;
@@ -107,24 +107,57 @@ std::vector<Tensor> einsum(const NodeContext& ctx) {
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
+  // An ellipsis stands for the leading dims, aligned from the right across operands: they get
+  // the upper-case letters, the last of them 'Z'.
+  std::string ellipsis;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    size_t at = terms[i].find("...");
+    if (at == std::string::npos) continue;
+    size_t count = ctx.rank(static_cast<int>(i)) - (terms[i].size() - 3);
+    std::string letters;
+    for (size_t k = 0; k < count; ++k) letters += static_cast<char>('Z' - (count - 1 - k));
+    if (letters.size() > ellipsis.size()) ellipsis = letters;
+    terms[i].replace(at, 3, letters);
+  }
   if (arrow != std::string::npos) {
     out = eq.substr(arrow + 2);
+    if (size_t at = out.find("..."); at != std::string::npos) out.replace(at, 3, ellipsis);
   } else {
-    std::multiset<char> all(lhs.begin(), lhs.end());
-    for (char c : std::set<char>(lhs.begin(), lhs.end())) {
-      if (c != ',' && all.count(c) == 1) out += c;
+    std::multiset<char> all;
+    for (const std::string& t : terms) all.insert(t.begin(), t.end());
+    out = ellipsis;
+    for (char c : std::set<char>(all.begin(), all.end())) {
+      if (std::islower(c) && all.count(c) == 1) out += c;
     }
   }
   auto tag = [](char c) { return Tag(std::string("e_") + c); };
   std::vector<Tensor> ops;
   for (size_t i = 0; i < terms.size(); ++i) {
-    const std::string& t = terms[i];
-    if (std::set<char>(t.begin(), t.end()).size() != t.size()) {
-      unsupported("Einsum: a repeated index in \"{}\" (a diagonal)", t);
-    }
+    std::string& t = terms[i];
     std::vector<Tag> tags;
-    for (char c : t) tags.push_back(tag(c));
-    ops.push_back(with_tags(ctx.input(static_cast<int>(i)), tags));
+    for (size_t k = 0; k < t.size(); ++k) {
+      bool repeat = t.find(t[k]) < k;
+      tags.push_back(repeat ? Tag(fmt::format("e_{}_{}", t[k], k)) : tag(t[k]));
+    }
+    Tensor x = with_tags(ctx.input(static_cast<int>(i)), tags);
+    // A repeated letter takes the diagonal: pick x[..., j, j] with take_along on the second
+    // occurrence, indexed by the position along the first, then drop that unit axis.
+    for (size_t k = t.size(); k-- > 0;) {
+      if (t.find(t[k]) == k) continue;
+      Tag first = tag(t[k]), second = tags[k];
+      Shape unit = x.shape();
+      std::vector<Dim> dims(unit.dims().begin(), unit.dims().end());
+      for (Dim& d : dims) d.size = d.tag == second ? 1 : d.size;
+      Tensor index = Tensor::iota(Shape(DType::i64, dims), first);
+      x = x.take_along(second, index);
+      std::vector<Dim> kept;
+      for (const Dim& d : x.shape().dims()) {
+        if (d.tag != second) kept.push_back(d);
+      }
+      x = x.reshape(Shape(x.dtype(), kept));
+      t.erase(k, 1);
+    }
+    ops.push_back(x);
   }
   // Which letters are still needed after operand i: by the output or a later operand.
   auto needed_after = [&](size_t i, char c) {

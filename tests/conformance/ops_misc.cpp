@@ -1,6 +1,6 @@
 // Smaller families: BitShift, ReverseSequence, the window functions, and linear
 // quantization (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear), DFT and
-// STFT, Det.
+// STFT, Det, TfIdfVectorizer.
 #include <cmath>
 #include <numbers>
 
@@ -201,12 +201,76 @@ std::vector<Tensor> det(const NodeContext& ctx) {
   return {reshape_to(d, batch)};
 }
 
+// TfIdfVectorizer over integer tokens. The pool of n-grams is an attribute, so each pool entry
+// becomes one count: for every skip distance, the token windows that match it (one slice per
+// n-gram position compared with the pool's token, and-ed together), summed over positions.
+std::vector<Tensor> tf_idf_vectorizer(const NodeContext& ctx) {
+  ctx.expect_attributes({"max_gram_length", "min_gram_length", "max_skip_count", "mode",
+                         "ngram_counts", "ngram_indexes", "pool_int64s", "weights"});
+  if (!ctx.has_attr("pool_int64s")) unsupported("TfIdfVectorizer: a string pool");
+  Tensor x = ctx.input(0).convert(DType::i64);
+  bool batched = x.rank() == 2;
+  if (!batched) x = reshape_to(x, {1, ctx.dims(0)[0]});
+  int64_t rows = x.size("p1"), length = x.size("p0");
+  int64_t min_n = ctx.attr_int("min_gram_length", 1), max_n = ctx.attr_int("max_gram_length", 1);
+  int64_t max_skip = ctx.attr_int("max_skip_count", 0);
+  std::vector<int64_t> counts = ctx.attr_ints("ngram_counts"),
+                       indexes = ctx.attr_ints("ngram_indexes");
+  std::vector<int64_t> pool = ctx.attr_ints("pool_int64s");
+  std::vector<float> weights =
+      ctx.attr("weights") ? ctx.attr("weights")->floats : std::vector<float>{};
+  std::string mode = ctx.attr_string("mode", "TF");
+  int64_t outputs = 0;
+  for (int64_t i : indexes) outputs = std::max(outputs, i + 1);
+  std::vector<Tensor> columns(outputs);
+  Shape column_shape = positional_shape(DType::f32, {rows});
+  int64_t entry = 0;  // index of the n-gram in pool order
+  for (size_t level = 0; level < counts.size(); ++level) {
+    int64_t n = static_cast<int64_t>(level) + 1;
+    int64_t begin = counts[level];
+    int64_t end = level + 1 < counts.size() ? counts[level + 1] : int64_t(pool.size());
+    for (int64_t at = begin; at + n <= end; at += n, ++entry) {
+      Tensor count = Tensor::zeros(column_shape);
+      if (n >= min_n && n <= max_n) {
+        for (int64_t skip = 0; skip <= (n == 1 ? 0 : max_skip); ++skip) {
+          int64_t windows = length - (n - 1) * (skip + 1);
+          if (windows <= 0) continue;
+          Tensor match;
+          for (int64_t j = 0; j < n; ++j) {
+            Tensor part = x.slice("p0", j * (skip + 1), windows);
+            Tensor same = eq(part, Tensor::scalar(double(pool[at + j]), DType::i64));
+            match = match.valid() ? logical_and(match, same) : same;
+          }
+          count = count + positional(match.convert(DType::f32).sum("p0"));
+        }
+      }
+      double weight = entry < int64_t(weights.size()) ? weights[entry] : 1.0;
+      if (mode == "IDF") {
+        count = select(gt(count, Tensor::scalar(0)), Tensor::full(column_shape, weight),
+                       Tensor::zeros(column_shape));
+      } else if (mode == "TFIDF") {
+        count = count * weight;
+      } else if (mode != "TF") {
+        unsupported("TfIdfVectorizer: mode \"{}\"", mode);
+      }
+      columns[indexes.at(entry)] = reshape_to(count, {rows, 1});
+    }
+  }
+  for (Tensor& c : columns) {
+    if (!c.valid()) c = Tensor::zeros(positional_shape(DType::f32, {rows, 1}));
+  }
+  Tensor y = concat(columns, "p0");
+  if (!batched) y = reshape_to(y, {outputs});
+  return {y};
+}
+
 }  // namespace
 
 void register_misc_ops(OpTable& t) {
   t["BitShift"] = bit_shift;
   t["DFT"] = dft;
   t["Det"] = det;
+  t["TfIdfVectorizer"] = tf_idf_vectorizer;
   t["STFT"] = stft;
   t["ReverseSequence"] = reverse_sequence;
   t["HannWindow"] = window({0.5, -0.5});

@@ -112,7 +112,6 @@ const std::map<std::string, std::string, std::less<>> kInexpressible = {
     {"OptionalHasElement", "optionals are not tensors"},
     {"OptionalGetElement", "optionals are not tensors"},
     {"StringNormalizer", "prism has no string type"},
-    {"TfIdfVectorizer", "n-gram matching over variable-length pools has no tensor form here"},
     {"Bernoulli", "it draws random numbers"},
     {"RandomUniformLike", "it draws random numbers"},
     {"RandomNormalLike", "it draws random numbers"},

@@ -212,35 +212,6 @@ DType to_dtype(onnx::ElemType t) {
   }
 }
 
-onnx::ElemType to_elem_type(DType t) {
-  using E = onnx::ElemType;
-  switch (t) {
-    case DType::f32:
-      return E::float32;
-    case DType::f64:
-      return E::float64;
-    case DType::f16:
-      return E::float16;
-    case DType::bf16:
-      return E::bfloat16;
-    case DType::i64:
-      return E::int64;
-    case DType::i32:
-      return E::int32;
-    case DType::i16:
-      return E::int16;
-    case DType::i8:
-      return E::int8;
-    case DType::u8:
-      return E::uint8;
-    case DType::u32:
-      return E::uint32;
-    case DType::boolean:
-      return E::boolean;
-  }
-  return E::undefined;
-}
-
 HostBuffer to_host_buffer(const onnx::TensorProto& t) {
   if (t.external) unsupported("tensor \"{}\" keeps its data in an external file", t.name);
   DType dtype = to_dtype(t.type);

@@ -78,7 +78,7 @@ using OpBuilder = std::function<std::vector<Tensor>(const NodeContext&)>;
 // Keyed by op type for the default domain, "domain.OpType" for others.
 using OpTable = std::map<std::string, OpBuilder, std::less<>>;
 
-// The op families, one file each.
+// The op families, one file each (ops_<family>.cpp).
 void register_elementwise_ops(OpTable& table);
 void register_activation_ops(OpTable& table);
 void register_reduce_ops(OpTable& table);
@@ -114,7 +114,7 @@ Shape positional_shape(DType dtype, const std::vector<int64_t>& sizes);
 Tensor positional(const Tensor& t);
 Tensor reshape_to(const Tensor& t, const std::vector<int64_t>& sizes);
 std::vector<int64_t> sizes_of(const Tensor& t);
-// Resolves a possibly negative axis; Unsupported-free: an out-of-range axis is a prism::Error.
+// Resolves a possibly negative axis; an out-of-range one is a prism::Error (a failed case).
 int normalize_axis(int64_t axis, int rank);
 // numpy broadcasting of several tensors: each comes back with the common positional shape.
 std::vector<int64_t> broadcast_sizes(const std::vector<std::vector<int64_t>>& shapes);
@@ -127,7 +127,6 @@ Tensor per_channel(const Tensor& v, const std::vector<int64_t>& sizes);
 
 // The prism dtype of an ONNX element type; Unsupported for strings, complex, u16, u64...
 DType to_dtype(onnx::ElemType t);
-onnx::ElemType to_elem_type(DType t);
 HostBuffer to_host_buffer(const onnx::TensorProto& t);
 
 }  // namespace prism::conformance

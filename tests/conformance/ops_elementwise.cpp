@@ -61,13 +61,13 @@ std::vector<Tensor> mod(const NodeContext& ctx) {
   return {c_fmod ? rem(v[0], v[1]) : python_mod(v[0], v[1])};
 }
 
-// Pow keeps the base's type. Mixed types are computed in the base's float type; an integer
-// base is raised in f64 and converted back (exact for the small integers of integer powers).
+// Pow keeps the base's type. The exponent is converted to it, except that an integer base
+// with a float exponent is raised in f64 and truncated back (as numpy's cast does).
 std::vector<Tensor> power(const NodeContext& ctx) {
   ctx.expect_attributes({});
   auto v = broadcast_all({ctx.input(0), ctx.input(1)});
   DType base = v[0].dtype();
-  if (is_float(base)) return {pow(v[0], v[1].convert(base))};
+  if (is_float(base) || !is_float(v[1].dtype())) return {pow(v[0], v[1].convert(base))};
   Tensor r = pow(v[0].convert(DType::f64), v[1].convert(DType::f64));
   return {r.convert(base)};
 }

@@ -44,14 +44,14 @@ std::vector<Tensor> matmul(const NodeContext& ctx) {
 
 // A zero point, as a scalar or (per row of a matrix operand) a column to broadcast.
 Tensor zero_point_of(const NodeContext& ctx, int i, bool per_row) {
-  Tensor zp = ctx.input(i).convert(DType::f64);
+  Tensor zp = ctx.input(i).convert(DType::i32);
   if (ctx.value(i).numel() == 1) return reshape_to(zp, {});
   return per_row ? reshape_to(zp, {ctx.value(i).numel(), 1}) : positional(zp);
 }
 
-// (a - a_zero_point) x (b - b_zero_point), exact in f64.
+// (a - a_zero_point) x (b - b_zero_point) in int32.
 Tensor integer_matmul(const NodeContext& ctx, int a, int a_zp, int b, int b_zp) {
-  Tensor x = ctx.input(a).convert(DType::f64), y = ctx.input(b).convert(DType::f64);
+  Tensor x = ctx.input(a).convert(DType::i32), y = ctx.input(b).convert(DType::i32);
   auto subtract = [](const Tensor& v, const Tensor& zp) {
     auto both = broadcast_all({v, zp});
     return both[0] - both[1];
@@ -63,13 +63,13 @@ Tensor integer_matmul(const NodeContext& ctx, int a, int a_zp, int b, int b_zp) 
 
 std::vector<Tensor> matmul_integer(const NodeContext& ctx) {
   ctx.expect_attributes({});
-  return {integer_matmul(ctx, 0, 2, 1, 3).convert(DType::i32)};
+  return {integer_matmul(ctx, 0, 2, 1, 3)};
 }
 
 // Inputs: a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point.
 std::vector<Tensor> qlinear_matmul(const NodeContext& ctx) {
   ctx.expect_attributes({});
-  Tensor product = integer_matmul(ctx, 0, 2, 3, 5);
+  Tensor product = integer_matmul(ctx, 0, 2, 3, 5).convert(DType::f64);
   Tensor scale = reshape_to(ctx.input(1), {}).convert(DType::f64) *
                  reshape_to(ctx.input(4), {}).convert(DType::f64);
   Tensor y_scale = reshape_to(ctx.input(6), {}).convert(DType::f64);

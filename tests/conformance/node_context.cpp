@@ -81,7 +81,7 @@ const OpTable& op_table() {
     register_resize_ops(t);
     register_conv_ops(t);
     register_recurrent_ops(t);
-    register_grid_sample_ops(t);
+    register_sampling_ops(t);
     return t;
   }();
   return table;

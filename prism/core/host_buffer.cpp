@@ -106,6 +106,23 @@ std::vector<double> HostBuffer::to_f64() const {
 
 HostBuffer HostBuffer::convert(DType t) const {
   HostBuffer out(shape_.with_dtype(t));
+  // The conversions weights take on load, without the double round trip.
+  const auto* u16 = reinterpret_cast<const uint16_t*>(data());
+  auto* f32 = reinterpret_cast<float*>(out.data());
+  if (t == DType::f32 && dtype() == DType::bf16) {
+    for (int64_t i = 0; i < numel(); ++i) f32[i] = bf16_to_f32(u16[i]);
+    return out;
+  }
+  if (t == DType::f32 && dtype() == DType::f16) {
+    for (int64_t i = 0; i < numel(); ++i) f32[i] = f16_to_f32(u16[i]);
+    return out;
+  }
+  if (t == DType::bf16 && dtype() == DType::f32) {
+    const auto* src = reinterpret_cast<const float*>(data());
+    auto* dst = reinterpret_cast<uint16_t*>(out.data());
+    for (int64_t i = 0; i < numel(); ++i) dst[i] = f32_to_bf16(src[i]);
+    return out;
+  }
   int s = size_of(dtype()), d = size_of(t);
   for (int64_t i = 0; i < numel(); ++i) store(t, out.data() + i * d, load(dtype(), data() + i * s));
   return out;

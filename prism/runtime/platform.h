@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -75,6 +76,12 @@ class Platform {
   // Copies `bytes` into `buffer` at byte `offset` (streaming loads write in chunks).
   virtual void write(Buffer& buffer, size_t offset, std::span<const std::byte> bytes) = 0;
   virtual HostBuffer download(const Buffer& buffer) = 0;
+  // A buffer over host memory that `owner` keeps alive, without copying, where the platform
+  // computes on host memory (the CPU); nullopt elsewhere. Loads from mapped files use it.
+  virtual std::optional<Buffer> adopt_host(const Shape& shape, const std::byte* data,
+                                           std::shared_ptr<const void> owner) {
+    return std::nullopt;
+  }
 
   // Whether the backend runs this composite node as it is; the compiler decomposes the others.
   virtual bool supports(const ir::Node& node) const = 0;

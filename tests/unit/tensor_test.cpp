@@ -160,3 +160,24 @@ TEST(Tensor, CompilesAreCached) {
 
 }  // namespace
 }  // namespace prism
+
+namespace prism {
+namespace {
+
+TEST(Tensor, ManyParametersBindToTheirOwnBuffers) {
+  Platform& cpu = get_platform("cpu");
+  Tensor a = Tensor::parameter("a", testing::S({{"n", 2}}));
+  Tensor b = Tensor::parameter("b", testing::S({{"n", 2}}));
+  Tensor c = Tensor::parameter("c", testing::S({{"n", 2}}));
+  Executable exe =
+      compile(cpu, [&](Tensor x) { return (x + a) * b - c; }, {testing::S({{"n", 2}})});
+  std::map<std::string, Buffer, std::less<>> params{
+      {"a", cpu.upload(testing::f32(testing::S({{"n", 2}}), {1, 2}))},
+      {"b", cpu.upload(testing::f32(testing::S({{"n", 2}}), {10, 100}))},
+      {"c", cpu.upload(testing::f32(testing::S({{"n", 2}}), {5, 7}))}};
+  std::vector<Buffer> in{cpu.upload(testing::f32(testing::S({{"n", 2}}), {0, 1}))};
+  testing::expect_values(exe.call(params, in)[0].to_host(), {5, 293});
+}
+
+}  // namespace
+}  // namespace prism

@@ -12,7 +12,7 @@ namespace prism::cpu {
 struct CpuMemory : DeviceMemory {
   std::byte* data = nullptr;
   size_t bytes = 0;
-  std::shared_ptr<void> owner;
+  std::shared_ptr<const void> owner;
 };
 
 inline std::byte* data_of(const Buffer& b) { return static_cast<CpuMemory*>(b.memory())->data; }
@@ -26,14 +26,18 @@ class CpuPlatform : public Platform {
   Buffer upload(const HostBuffer& host) override;
   void write(Buffer& buffer, size_t offset, std::span<const std::byte> bytes) override;
   HostBuffer download(const Buffer& buffer) override;
+  std::optional<Buffer> adopt_host(const Shape& shape, const std::byte* data,
+                                   std::shared_ptr<const void> owner) override;
   bool supports(const ir::Node& node) const override;
   std::unique_ptr<ExecutableImpl> compile(const ir::Graph& graph, const CompileSpec& spec) override;
 
-  // Wraps memory owned by someone else (e.g. a mapped file) without copying.
-  Buffer wrap(const Shape& shape, std::byte* data, std::shared_ptr<void> owner);
+  // Like allocate, without zero-filling: for buffers a kernel overwrites whole.
+  Buffer allocate_uninitialized(const Shape& shape);
   ThreadPool& pool() { return pool_; }
 
  private:
+  class BlockCache;
+  std::shared_ptr<BlockCache> blocks_;  // shared with the buffers it handed out
   ThreadPool pool_;
 };
 

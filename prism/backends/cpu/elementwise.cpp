@@ -5,6 +5,8 @@
 #include <cstring>
 #include <memory>
 
+#include "prism/backends/cpu/fast_math.h"
+
 namespace prism::cpu {
 
 using ir::Op;
@@ -72,7 +74,11 @@ void unary(Op op, const T* x, T* y, int n) {
         for (int i = 0; i < n; ++i) y[i] = std::abs(x[i]);
         return;
       case Op::exp:
-        for (int i = 0; i < n; ++i) y[i] = std::exp(x[i]);
+        if constexpr (std::is_same_v<T, float>) {
+          exp_f32(x, y, n);
+        } else {
+          for (int i = 0; i < n; ++i) y[i] = std::exp(x[i]);
+        }
         return;
       case Op::log:
         for (int i = 0; i < n; ++i) y[i] = std::log(x[i]);
@@ -90,7 +96,11 @@ void unary(Op op, const T* x, T* y, int n) {
         for (int i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
         return;
       case Op::logistic:
-        for (int i = 0; i < n; ++i) y[i] = T(1) / (T(1) + std::exp(-x[i]));
+        if constexpr (std::is_same_v<T, float>) {
+          for (int i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + exp_f32(-x[i]));
+        } else {
+          for (int i = 0; i < n; ++i) y[i] = T(1) / (T(1) + std::exp(-x[i]));
+        }
         return;
       case Op::sin:
         for (int i = 0; i < n; ++i) y[i] = std::sin(x[i]);

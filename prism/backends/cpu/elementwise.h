@@ -24,7 +24,7 @@ class FusedKernel {
   const std::vector<ir::ValueId>& sources() const { return sources_; }
   void run(std::span<const std::byte* const> sources, std::byte* out, ThreadPool& pool) const;
 
-  static constexpr int kBlock = 512;
+  static constexpr int kBlock = 1024;
 
  private:
   struct Load {

@@ -47,14 +47,14 @@ class CpuExecutable : public ExecutableImpl {
                            std::span<const Buffer> inputs) override {
     std::lock_guard lock(mutex_);
     if (!arena_.valid() && arena_bytes_ > 0) {
-      arena_ = platform_.allocate(Shape(DType::u8, {{"arena", arena_bytes_}}));
+      arena_ = platform_.allocate_uninitialized(Shape(DType::u8, {{"arena", arena_bytes_}}));
     }
     std::vector<Buffer> outputs(graph_.outputs().size());
     for (size_t k = 0; k < outputs.size(); ++k) {
       const Shape& shape = graph_.node(graph_.outputs()[k]).shape;
       outputs[k] = donated_output_[k] >= 0
                        ? Buffer(shape, inputs[donated_output_[k]].shared_memory(), &platform_)
-                       : platform_.allocate(shape);
+                       : platform_.allocate_uninitialized(shape);
     }
     std::vector<std::byte*> ptr(graph_.size(), nullptr);
     for (ValueId v = 0; v < graph_.size(); ++v) {
@@ -108,12 +108,14 @@ class CpuExecutable : public ExecutableImpl {
   void schedule() {
     slots_.resize(graph_.size());
     step_of_.assign(graph_.size(), -1);
+    int parameters = 0;  // in the order of Graph::parameters()
     for (ValueId id = 0; id < graph_.size(); ++id) {
       const ir::Node& n = graph_.node(id);
       Slot& slot = slots_[id];
       switch (n.op) {
         case Op::parameter:
           slot.kind = Storage::parameter;
+          slot.index = parameters++;
           continue;
         case Op::input:
           slot.kind = Storage::input;

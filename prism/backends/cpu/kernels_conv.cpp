@@ -1,6 +1,9 @@
-// Direct N-d convolution with groups, strides, padding and dilation:
+// N-d convolution with groups, strides, padding and dilation:
 // lhs {N, C, spatial...} x rhs {O, C/groups, spatial...} -> {N, O, spatial...}.
+// oneDNN runs f32 and bf16 with 1 to 3 spatial dims; a direct loop covers the rest.
 #include <algorithm>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
 #include "prism/backends/cpu/kernels.h"
@@ -8,11 +11,67 @@
 
 namespace prism::cpu {
 
+namespace {
+
+dnnl::memory::dims dims_of(const Shape& s) {
+  dnnl::memory::dims d;
+  for (int i = 0; i < s.rank(); ++i) d.push_back(s.size(i));
+  return d;
+}
+
+// A oneDNN convolution over plain row-major layouts, or null when oneDNN cannot take it.
+Kernel onednn_conv(const Shape& x, const Shape& w, const Shape& y, const ir::ConvAttrs& a) {
+  using tag = dnnl::memory::format_tag;
+  int sp = x.rank() - 2;
+  if (sp < 1 || sp > 3 || (x.dtype() != DType::f32 && x.dtype() != DType::bf16)) return nullptr;
+  for (int i = 0; i < sp; ++i) {
+    if (a.pad_low[i] < 0 || a.pad_high[i] < 0) return nullptr;
+  }
+  if (x.numel() == 0 || y.numel() == 0) return nullptr;
+  auto dt = x.dtype() == DType::f32 ? dnnl::memory::data_type::f32 : dnnl::memory::data_type::bf16;
+  const tag act[] = {tag::ncw, tag::nchw, tag::ncdhw};
+  const tag wei[] = {tag::oiw, tag::oihw, tag::oidhw};
+  const tag gwei[] = {tag::goiw, tag::goihw, tag::goidhw};
+  dnnl::memory::dims wd = dims_of(w);
+  if (a.groups > 1) {  // {G, O/G, C/G, spatial...}
+    wd[0] /= a.groups;
+    wd.insert(wd.begin(), a.groups);
+  }
+  dnnl::memory::dims strides(a.strides.begin(), a.strides.end());
+  dnnl::memory::dims dilates, pad_l(a.pad_low.begin(), a.pad_low.end()),
+      pad_r(a.pad_high.begin(), a.pad_high.end());
+  for (int64_t d : a.dilations) dilates.push_back(d - 1);  // oneDNN counts the gaps
+  try {
+    static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    dnnl::memory::desc src(dims_of(x), dt, act[sp - 1]);
+    dnnl::memory::desc weights(wd, dt, a.groups > 1 ? gwei[sp - 1] : wei[sp - 1]);
+    dnnl::memory::desc dst(dims_of(y), dt, act[sp - 1]);
+    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                         dnnl::algorithm::convolution_direct, src, weights, dst,
+                                         strides, dilates, pad_l, pad_r);
+    auto conv = std::make_shared<dnnl::convolution_forward>(
+        dnnl::convolution_forward::primitive_desc(desc, engine));
+    return [=](std::span<const std::byte* const> in, std::byte* out, ThreadPool&) {
+      dnnl::stream stream(engine);
+      dnnl::memory s(src, engine, const_cast<std::byte*>(in[0]));
+      dnnl::memory k(weights, engine, const_cast<std::byte*>(in[1]));
+      dnnl::memory d(dst, engine, out);
+      conv->execute(stream, {{DNNL_ARG_SRC, s}, {DNNL_ARG_WEIGHTS, k}, {DNNL_ARG_DST, d}});
+      stream.wait();
+    };
+  } catch (const dnnl::error&) {
+    return nullptr;
+  }
+}
+
+}  // namespace
+
 Kernel make_conv_kernel(const ir::Graph& g, ir::ValueId id) {
   const ir::Node& n = g.node(id);
   if (n.op != ir::Op::convolution) return nullptr;
   const auto a = n.attr<ir::ConvAttrs>();
   Shape x = g.node(n.inputs[0]).shape, w = g.node(n.inputs[1]).shape, y = n.shape;
+  if (Kernel fast = onednn_conv(x, w, y, a)) return fast;
   return [=](std::span<const std::byte* const> in, std::byte* out, ThreadPool& pool) {
     int sp = x.rank() - 2;
     int64_t batch = x.size(0), c_in = x.size(1), c_out = w.size(0), cg = w.size(1);

@@ -90,8 +90,12 @@ class DotKernel {
     lhs_ = describe(ls, a.lhs_batch, lfree, a.lhs_contract);
     rhs_ = describe(rs, a.rhs_batch, a.rhs_contract, rfree);
     DType t = ls.dtype();
-    if ((t == DType::f32 || t == DType::bf16) && lhs_.batch * lhs_.rows * lhs_.cols > 0 &&
-        rhs_.cols > 0) {
+    // Few rows (decoding): our own matrix-vector loops; oneDNN's OpenMP workers would spin
+    // after every call and fight the pool for the cores.
+    small_ = (t == DType::f32 || t == DType::bf16) && lhs_.batch * lhs_.rows <= kSmallRows &&
+             !lhs_.transposed && rhs_.cols > 0;
+    if (!small_ && (t == DType::f32 || t == DType::bf16) &&
+        lhs_.batch * lhs_.rows * lhs_.cols > 0 && rhs_.cols > 0) {
       try {
         auto dt = t == DType::f32 ? dnnl::memory::data_type::f32 : dnnl::memory::data_type::bf16;
         auto ls3 = lhs_.strides(), rs3 = rhs_.strides();
@@ -126,6 +130,10 @@ class DotKernel {
     if (out_.numel() == 0) return;
     if (lhs_.cols == 0) {
       std::memset(out, 0, out_.bytes());
+      return;
+    }
+    if (small_) {
+      small(l, r, out, pool);
       return;
     }
     if (matmul_) {
@@ -171,8 +179,80 @@ class DotKernel {
     });
   }
 
+  static constexpr int64_t kSmallRows = 8;
+
+  // y[b, m, :] = x[b, m, :] . W[b] for a handful of rows, parallel over output columns.
+  // Accumulates in 16 independent lanes so the compiler vectorizes without reassociating.
+  void small(const std::byte* l, const std::byte* r, std::byte* out, ThreadPool& pool) const {
+    int64_t B = lhs_.batch, M = lhs_.rows, K = lhs_.cols, N = rhs_.cols;
+    bool bf16 = out_.dtype() == DType::bf16;
+    auto ls = lhs_.strides(), rs = rhs_.strides();
+    // The rows of x in f32, once.
+    std::vector<float> x(B * M * K);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < K; ++k) {
+          int64_t at = b * ls[0] + m * ls[1] + k;
+          x[(b * M + m) * K + k] = bf16 ? bf16_to_f32(reinterpret_cast<const uint16_t*>(l)[at])
+                                        : reinterpret_cast<const float*>(l)[at];
+        }
+    auto weight = [&](int64_t at) {
+      return bf16 ? bf16_to_f32(reinterpret_cast<const uint16_t*>(r)[at])
+                  : reinterpret_cast<const float*>(r)[at];
+    };
+    auto store = [&](int64_t at, float v) {
+      if (bf16) {
+        reinterpret_cast<uint16_t*>(out)[at] = f32_to_bf16(v);
+      } else {
+        reinterpret_cast<float*>(out)[at] = v;
+      }
+    };
+    pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
+      std::vector<float> acc;
+      for (int64_t b = 0; b < B; ++b) {
+        if (rhs_.transposed) {  // W stored [N][K]: each output is a dot of two rows
+          for (int64_t n = n0; n < n1; ++n) {
+            int64_t row = b * rs[0] + n * rs[2];
+            for (int64_t m = 0; m < M; ++m) {
+              const float* xr = &x[(b * M + m) * K];
+              float lanes[16] = {};
+              int64_t k = 0;
+              if (bf16) {
+                const uint16_t* w = reinterpret_cast<const uint16_t*>(r) + row;
+                for (; k + 16 <= K; k += 16)
+                  for (int j = 0; j < 16; ++j) lanes[j] += xr[k + j] * bf16_to_f32(w[k + j]);
+              } else {
+                const float* w = reinterpret_cast<const float*>(r) + row;
+                for (; k + 16 <= K; k += 16)
+                  for (int j = 0; j < 16; ++j) lanes[j] += xr[k + j] * w[k + j];
+              }
+              float sum = 0;
+              for (float v : lanes) sum += v;
+              for (; k < K; ++k) sum += xr[k] * weight(row + k);
+              store((b * M + m) * N + n, sum);
+            }
+          }
+        } else {  // W stored [K][N]: accumulate scaled rows
+          acc.assign(M * (n1 - n0), 0.0f);
+          for (int64_t k = 0; k < K; ++k) {
+            int64_t row = b * rs[0] + k * rs[1];
+            for (int64_t m = 0; m < M; ++m) {
+              float xv = x[(b * M + m) * K + k];
+              float* a = &acc[m * (n1 - n0)];
+              for (int64_t n = n0; n < n1; ++n) a[n - n0] += xv * weight(row + n);
+            }
+          }
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = n0; n < n1; ++n)
+              store((b * M + m) * N + n, acc[m * (n1 - n0) + n - n0]);
+        }
+      }
+    });
+  }
+
   Shape out_;
   Operand lhs_, rhs_;
+  bool small_ = false;
   dnnl::memory::desc src_md_, wei_md_, dst_md_;
   std::unique_ptr<dnnl::matmul> matmul_;
 };

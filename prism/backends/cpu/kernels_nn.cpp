@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "prism/backends/cpu/fast_math.h"
 #include "prism/backends/cpu/kernels.h"
 #include "prism/backends/cpu/storage.h"
 
@@ -30,6 +31,11 @@ void visit_float(DType t, F&& f) {
 template <typename S>
 using Compute = std::conditional_t<std::is_same_v<S, double>, double, float>;
 
+inline void exp_row(const float* x, float* y, int64_t n) { exp_f32(x, y, n); }
+inline void exp_row(const double* x, double* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
+}
+
 Kernel softmax(const ir::Node& n) {
   int axis = n.attr<ir::AxisAttrs>().axis;
   Shape x = n.shape;
@@ -42,7 +48,7 @@ Kernel softmax(const ir::Node& n) {
       const S* xp = reinterpret_cast<const S*>(in[0]);
       S* y = reinterpret_cast<S*>(out);
       pool.parallel_for(s.outer * s.inner, 8, [&](int64_t t0, int64_t t1) {
-        std::vector<T> row(s.middle);
+        std::vector<T> row(s.middle), ex(s.middle);
         for (int64_t t = t0; t < t1; ++t) {
           int64_t o = t / s.inner, i = t % s.inner, base = o * s.middle * s.inner + i;
           T mx = -std::numeric_limits<T>::infinity();
@@ -50,11 +56,13 @@ Kernel softmax(const ir::Node& n) {
             row[m] = to_compute<T>(xp[base + m * s.inner]);
             mx = std::max(mx, row[m]);
           }
+          for (int64_t m = 0; m < s.middle; ++m) row[m] -= mx;
+          exp_row(row.data(), ex.data(), s.middle);
           T sum = 0;
-          for (int64_t m = 0; m < s.middle; ++m) sum += std::exp(row[m] - mx);
-          T lsum = std::log(sum);
+          for (int64_t m = 0; m < s.middle; ++m) sum += ex[m];
+          T lsum = std::log(sum), inv = T(1) / sum;
           for (int64_t m = 0; m < s.middle; ++m) {
-            T v = log ? row[m] - mx - lsum : std::exp(row[m] - mx) / sum;
+            T v = log ? row[m] - lsum : ex[m] * inv;
             y[base + m * s.inner] = to_storage<S>(v);
           }
         }

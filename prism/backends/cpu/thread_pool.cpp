@@ -2,20 +2,27 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 
 namespace prism::cpu {
 namespace {
 
-std::pair<int64_t, int64_t> chunk(int64_t n, int chunks, int i) {
-  int64_t base = n / chunks, extra = n % chunks;
-  int64_t begin = i * base + std::min<int64_t>(i, extra);
-  return {begin, begin + base + (i < extra ? 1 : 0)};
-}
-
-// Set on pool workers: a kernel that calls parallel_for from inside a chunk runs it serially.
-thread_local bool t_in_pool = false;
+// Set while a thread runs a chunk: nested parallel_for calls run serially.
+thread_local bool t_in_chunk = false;
 
 }  // namespace
+
+struct ThreadPool::Job {
+  const std::function<void(int64_t, int64_t)>* fn;
+  int64_t n = 0;
+  int chunks = 0;
+  std::atomic<int> next{0};      // the next chunk to claim
+  std::atomic<int> finished{0};  // chunks done
+  std::mutex mutex;
+  std::condition_variable done;
+  std::exception_ptr error;
+  int active = 0;  // workers inside run_chunks (guarded by the pool's mutex)
+};
 
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) {
@@ -23,7 +30,7 @@ ThreadPool::ThreadPool(int threads) {
     threads = env ? std::atoi(env) : 0;
   }
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -35,48 +42,79 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+void ThreadPool::run_chunks(Job& job) {
+  t_in_chunk = true;
+  for (int c = job.next++; c < job.chunks; c = job.next++) {
+    int64_t base = job.n / job.chunks, extra = job.n % job.chunks;
+    int64_t begin = c * base + std::min<int64_t>(c, extra);
+    int64_t end = begin + base + (c < extra ? 1 : 0);
+    try {
+      (*job.fn)(begin, end);
+    } catch (...) {
+      std::lock_guard lock(job.mutex);
+      if (!job.error) job.error = std::current_exception();
+    }
+    if (++job.finished == job.chunks) {
+      std::lock_guard lock(job.mutex);
+      job.done.notify_all();
+    }
+  }
+  t_in_chunk = false;
+}
+
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
-  int chunks = static_cast<int>(std::min<int64_t>(size(), std::max<int64_t>(1, n / grain)));
-  if (chunks <= 1 || t_in_pool) {
+  // Four chunks a thread: enough slack for a late worker, few enough to stay cheap.
+  int64_t most = std::max<int64_t>(1, n / std::max<int64_t>(grain, 1));
+  int chunks = static_cast<int>(std::min<int64_t>(4 * size(), most));
+  if (chunks <= 1 || size() == 1 || t_in_chunk) {
     fn(0, n);
     return;
   }
   std::lock_guard call(call_mutex_);
+  Job job;
+  job.fn = &fn;
+  job.n = n;
+  job.chunks = chunks;
   {
     std::lock_guard lock(mutex_);
-    job_ = &fn;
-    job_n_ = n;
-    chunks_ = chunks;
-    pending_ = chunks - 1;
+    job_ = &job;
     ++generation_;
   }
   wake_.notify_all();
-  auto [b, e] = chunk(n, chunks, 0);
-  t_in_pool = true;
-  fn(b, e);
-  t_in_pool = false;
-  std::unique_lock lock(mutex_);
-  done_.wait(lock, [this] { return pending_ == 0; });
-  job_ = nullptr;
+  run_chunks(job);
+  {
+    std::unique_lock lock(job.mutex);
+    job.done.wait(lock, [&] { return job.finished == job.chunks; });
+  }
+  {
+    // No worker may still hold a pointer to `job` when it goes out of scope.
+    std::unique_lock lock(mutex_);
+    job_ = nullptr;
+    idle_.wait(lock, [&] { return job.active == 0; });
+  }
+  if (job.error) std::rethrow_exception(job.error);
 }
 
-void ThreadPool::work(int index) {
-  t_in_pool = true;
+void ThreadPool::work() {
   uint64_t seen = 0;
   for (;;) {
-    std::unique_lock lock(mutex_);
-    wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-    if (stop_) return;
-    seen = generation_;
-    if (index >= chunks_) continue;
-    const auto* fn = job_;
-    auto [b, e] = chunk(job_n_, chunks_, index);
-    lock.unlock();
-    (*fn)(b, e);
-    lock.lock();
-    if (--pending_ == 0) done_.notify_one();
+    Job* job;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stop_ || (generation_ != seen && job_); });
+      if (stop_) return;
+      seen = generation_;
+      job = job_;
+      // Joined under the lock: parallel_for clears job_ and waits for active == 0 under it
+      // before `job` dies.
+      if (job->next >= job->chunks) continue;
+      ++job->active;
+    }
+    run_chunks(*job);
+    std::lock_guard lock(mutex_);
+    if (--job->active == 0) idle_.notify_all();
   }
 }
 

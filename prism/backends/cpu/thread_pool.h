@@ -1,7 +1,10 @@
-// One pool of worker threads for every CPU kernel. Workers sleep on a condition variable
-// rather than spin: a spinning pool collapses when another process takes a core.
+// One pool of worker threads for the CPU kernels. It degrades gracefully when the machine is
+// busy: work is cut into more chunks than threads and claimed dynamically, so a worker that
+// is not scheduled in time leaves its chunks to the threads that are, instead of making
+// everyone wait; and workers sleep on a condition variable rather than spin.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -21,20 +24,20 @@ class ThreadPool {
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
-  // Runs fn(begin, end) over [0, n) split into at most size() contiguous chunks of at least
-  // `grain` items; the calling thread takes a chunk too. Returns when all are done.
+  // Runs fn(begin, end) over contiguous chunks covering [0, n), each of at least `grain` items,
+  // on the pool and the calling thread; returns when all are done. Called from inside a chunk
+  // it runs serially. An exception thrown by fn is rethrown here.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
-  void work(int index);
+  struct Job;
+  void work();
+  static void run_chunks(Job& job);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
-  std::condition_variable wake_, done_;
-  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
-  int64_t job_n_ = 0;
-  int chunks_ = 0;
-  int pending_ = 0;
+  std::condition_variable wake_, idle_;
+  Job* job_ = nullptr;
   uint64_t generation_ = 0;
   bool stop_ = false;
   std::mutex call_mutex_;  // one parallel_for at a time

@@ -1,0 +1,58 @@
+// A small benchmark runner: each benchmark registers itself, measures medians of repeated
+// runs, and prints ratios against limits measured in the same run. Speed claims live here,
+// never in tests.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace prism::bench {
+
+struct Benchmark {
+  std::string name;
+  std::string help;
+  std::function<void()> run;
+};
+
+std::vector<Benchmark>& registry();
+
+struct Register {
+  Register(std::string name, std::string help, std::function<void()> run) {
+    registry().push_back({std::move(name), std::move(help), std::move(run)});
+  }
+};
+
+// Median seconds of `repeats` runs of fn (after one warm-up run).
+inline double median_seconds(const std::function<void()>& fn, int repeats = 5) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Best seconds of `repeats` runs: for probes of the machine's limits, which noise only lowers.
+inline double best_seconds(const std::function<void()>& fn, int repeats = 5) {
+  fn();
+  double best = 1e30;
+  for (int i = 0; i < repeats; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    fn();
+    best = std::min(
+        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
+// The machine's limits, measured by the bench itself.
+double measure_fp32_peak_gflops(int threads);  // independent FMA chains in registers
+double measure_triad_gbps(int threads);        // STREAM triad over arrays far larger than cache
+
+}  // namespace prism::bench

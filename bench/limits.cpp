@@ -1,0 +1,93 @@
+// Measures the machine's fp32 peak and memory bandwidth, so that every benchmark can print
+// its result as a fraction of what this machine can do, measured in the same run.
+#include <immintrin.h>
+
+#include <cstdlib>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "bench/bench.h"
+
+namespace prism::bench {
+namespace {
+
+// Runs fn(thread index) on `threads` threads and waits.
+void on_threads(int threads, const std::function<void(int)>& fn) {
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(fn, t);
+  fn(0);
+  for (auto& t : pool) t.join();
+}
+
+// 12 independent accumulators hide the FMA latency on two pipes; returns flops done.
+double fma_loop(int64_t iterations) {
+#if defined(__AVX512F__)
+  using V = __m512;
+  constexpr int lanes = 16;
+  auto set = [](float x) { return _mm512_set1_ps(x); };
+  auto fma = [](V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); };
+  auto add = [](V a, V b) { return _mm512_add_ps(a, b); };
+  auto sum = [](V a) { return _mm512_reduce_add_ps(a); };
+#elif defined(__AVX2__) && defined(__FMA__)
+  using V = __m256;
+  constexpr int lanes = 8;
+  auto set = [](float x) { return _mm256_set1_ps(x); };
+  auto fma = [](V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); };
+  auto add = [](V a, V b) { return _mm256_add_ps(a, b); };
+  auto sum = [](V a) {
+    alignas(32) float f[8];
+    _mm256_store_ps(f, a);
+    float s = 0;
+    for (float x : f) s += x;
+    return s;
+  };
+#else
+#error "the fp32 peak probe needs AVX2+FMA or AVX-512"
+#endif
+  V acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = set(0.001f * i);
+  V a = set(0.999999f), b = set(1e-7f);
+  for (int64_t it = 0; it < iterations; ++it) {
+    for (int i = 0; i < 12; ++i) acc[i] = fma(acc[i], a, b);
+  }
+  V total = acc[0];
+  for (int i = 1; i < 12; ++i) total = add(total, acc[i]);
+  volatile float sink = sum(total);
+  (void)sink;
+  return 2.0 * lanes * 12 * static_cast<double>(iterations);
+}
+
+double fma_flops_per_iteration() { return fma_loop(1); }
+
+}  // namespace
+
+double measure_fp32_peak_gflops(int threads) {
+  const int64_t iterations = 20'000'000;
+  const double flops = fma_flops_per_iteration() * iterations;
+  double s = best_seconds([&] { on_threads(threads, [&](int) { fma_loop(iterations); }); }, 5);
+  return flops * threads / s / 1e9;
+}
+
+double measure_triad_gbps(int threads) {
+  const int64_t n = 32 << 20;  // 3 arrays of 128 MiB
+  auto alloc = [&] {
+    auto* p = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
+    return std::unique_ptr<float, decltype(&std::free)>(p, &std::free);
+  };
+  auto a = alloc(), b = alloc(), c = alloc();
+  on_threads(threads, [&](int t) {  // first touch by the thread that will use the pages
+    int64_t lo = n * t / threads, hi = n * (t + 1) / threads;
+    for (int64_t i = lo; i < hi; ++i) a.get()[i] = 0, b.get()[i] = 1, c.get()[i] = 2;
+  });
+  double s = best_seconds([&] {
+    on_threads(threads, [&](int t) {
+      int64_t lo = n * t / threads, hi = n * (t + 1) / threads;
+      float *pa = a.get(), *pb = b.get(), *pc = c.get();
+      for (int64_t i = lo; i < hi; ++i) pa[i] = pb[i] + 3.0f * pc[i];
+    });
+  });
+  return 3.0 * n * sizeof(float) / s / 1e9;
+}
+
+}  // namespace prism::bench

@@ -1,0 +1,84 @@
+// LLM decode and prefill at Llama 3.2 1B's shapes (bf16 weights, f32 and bf16 compute), next
+// to the bound that memory bandwidth puts on decoding: every token reads every weight once,
+// so tokens/s <= triad bandwidth / bytes of weights.
+#include <cstdio>
+
+#include "bench/bench.h"
+#include "prism/backends/cpu/cpu_platform.h"
+#include "prism/compiler/compile.h"
+#include "prism/models/llama.h"
+
+namespace prism::bench {
+namespace {
+
+models::LlamaConfig llama_1b() {
+  models::LlamaConfig c;
+  c.vocab_size = 128256;
+  c.hidden_size = 2048;
+  c.intermediate_size = 8192;
+  c.num_layers = 16;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim = 64;
+  c.max_positions = 131072;
+  c.rope_theta = 500000;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+void llm_bench() {
+  Platform& cpu = get_platform("cpu");
+  int threads = static_cast<cpu::CpuPlatform&>(cpu).pool().size();
+  double triad = measure_triad_gbps(threads);
+  const int64_t seqlen = 512;
+  std::printf("Llama 3.2 1B shapes, %d threads, triad %.1f GB/s\n", threads, triad);
+  std::printf("%-6s %-8s %10s %12s %16s\n", "dtype", "step", "tokens", "tok/s",
+              "of bandwidth bound");
+  for (DType dtype : {DType::bf16, DType::f32}) {
+    models::Llama model(llama_1b(), dtype);
+    auto compile_window = [&](int64_t window) {
+      std::vector<Shape> inputs{Shape(DType::i32, {{"s", window}}), Shape::scalar(DType::i32),
+                                Shape::scalar(DType::i32)};
+      CompileOptions options;
+      for (const Shape& s : model.cache_shapes(seqlen)) {
+        options.donate.push_back(static_cast<int>(inputs.size()));
+        inputs.push_back(s);
+      }
+      TraceFn fn = [&](std::span<const Tensor> in) {
+        return model.forward(in[0], in[1], in[2], in.subspan(3));
+      };
+      return compile(cpu, fn, inputs, options);
+    };
+    Executable decode = compile_window(1), prefill = compile_window(128);
+    std::map<std::string, Buffer, std::less<>> weights;
+    double weight_bytes = 0;
+    for (const auto& p : decode.parameters()) {
+      weights.emplace(p.name, cpu.allocate(p.shape));
+      weight_bytes += p.shape.bytes();
+    }
+    std::vector<Buffer> caches;
+    for (const Shape& s : model.cache_shapes(seqlen)) caches.push_back(cpu.allocate(s));
+    auto step = [&](Executable& exe, int64_t window, int32_t pos) {
+      std::vector<Buffer> in{
+          cpu.upload(HostBuffer(Shape(DType::i32, {{"s", window}}))),
+          cpu.upload(HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {pos})),
+          cpu.upload(HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {int32_t(window - 1)}))};
+      in.insert(in.end(), caches.begin(), caches.end());
+      std::vector<Buffer> out = exe.call(weights, in);
+      caches.assign(out.begin() + 1, out.end());
+    };
+    double p = median_seconds([&] { step(prefill, 128, 0); }, 3);
+    int32_t pos = 128;
+    double d = median_seconds([&] { step(decode, 1, pos++); }, 9);
+    double bound = triad * 1e9 / weight_bytes;
+    std::string dt(name(dtype));
+    std::printf("%-6s %-8s %10d %12.1f\n", dt.c_str(), "prefill", 128, 128 / p);
+    std::printf("%-6s %-8s %10d %12.2f %15.0f%%\n", dt.c_str(), "decode", 1, 1 / d,
+                100 * (1 / d) / bound);
+  }
+}
+
+const Register kLlm{"llm", "Llama 3.2 1B-shaped decode and prefill", llm_bench};
+
+}  // namespace
+}  // namespace prism::bench

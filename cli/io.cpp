@@ -1,0 +1,235 @@
+// `prism io ls|tree|stat|cat|cp|inspect URI`: the VFS and safetensors layers from the shell,
+// for every scheme (local paths, https://, hf://, s3://).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "cli/command.h"
+#include "prism/core/error.h"
+#include "prism/io/store.h"
+#include "prism/io/vfs.h"
+
+namespace prism::cli {
+namespace {
+
+struct IoOptions {
+  std::string uri;
+  std::string dest;
+  bool flat = false;
+  int parallelism = 8;
+  uint64_t chunk_size = 16ull << 20;
+  io::ReadOptions read() const { return {.parallelism = parallelism, .chunk_size = chunk_size}; }
+};
+
+// "model.layers.10" after "model.layers.9": numeric components compare as numbers.
+bool natural_less(const std::string& a, const std::string& b) {
+  bool a_num = !a.empty() && std::all_of(a.begin(), a.end(), ::isdigit);
+  bool b_num = !b.empty() && std::all_of(b.begin(), b.end(), ::isdigit);
+  if (a_num && b_num && a.size() != b.size()) return a.size() < b.size();
+  return a < b;
+}
+
+// Spaces that pad `text` to `width` terminal columns (the tree's box characters are
+// multi-byte UTF-8, so printf's byte-counting %-60s would misalign them).
+std::string padding(const std::string& text, size_t width) {
+  size_t columns = 0;
+  for (unsigned char c : text) columns += (c & 0xc0) != 0x80;  // count code points
+  return std::string(columns < width ? width - columns : 0, ' ');
+}
+
+// A tree of names split at a separator ('.' for tensors, '/' for files), with totals.
+struct NameTree {
+  struct Node {
+    std::map<std::string, std::unique_ptr<Node>, decltype(&natural_less)> children{&natural_less};
+    std::string leaf;  // what to print for a leaf ("F32  [8, 4]  128 B")
+    bool is_leaf = false;
+    uint64_t count = 0;
+    uint64_t bytes = 0;
+  };
+  Node root;
+  char separator;
+  const char* unit;  // what the leaves are: "tensors", "files"
+
+  NameTree(char sep, const char* leaf_unit) : separator(sep), unit(leaf_unit) {}
+
+  void add(const std::string& name, uint64_t bytes, std::string leaf) {
+    Node* node = &root;
+    size_t start = 0;
+    while (true) {
+      node->count += 1;
+      node->bytes += bytes;
+      size_t end = name.find(separator, start);
+      std::string part = name.substr(start, end == std::string::npos ? end : end - start);
+      auto& child = node->children[part];
+      if (!child) child = std::make_unique<Node>();
+      node = child.get();
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
+    node->count += 1;
+    node->bytes += bytes;
+    node->is_leaf = true;
+    node->leaf = std::move(leaf);
+  }
+
+  void print(const Node& node, const std::string& indent) const {
+    size_t i = 0;
+    for (const auto& [part, child] : node.children) {
+      bool last = ++i == node.children.size();
+      // Chains with one child print as one name: "embed_tokens.weight", not two levels.
+      std::string label = part;
+      const Node* shown = child.get();
+      while (!shown->is_leaf && shown->children.size() == 1) {
+        label += separator + shown->children.begin()->first;
+        shown = shown->children.begin()->second.get();
+      }
+      std::string line = indent + (last ? "└─ " : "├─ ") + label;
+      if (shown->is_leaf) {
+        std::printf("%s%s %s\n", line.c_str(), padding(line, 60).c_str(), shown->leaf.c_str());
+      } else {
+        std::printf("%s  (%llu %s, %s)\n", line.c_str(),
+                    static_cast<unsigned long long>(shown->count), unit,
+                    io::format_bytes(shown->bytes).c_str());
+        print(*shown, indent + (last ? "   " : "│  "));
+      }
+    }
+  }
+};
+
+int run_ls(const IoOptions& o) {
+  for (const auto& e : io::list(o.uri, false)) {
+    if (e.is_dir) {
+      std::printf("%12s  %s/\n", "-", e.path.c_str());
+    } else {
+      std::printf("%12llu  %s\n", static_cast<unsigned long long>(e.size), e.path.c_str());
+    }
+  }
+  return 0;
+}
+
+int run_tree(const IoOptions& o) {
+  NameTree tree('/', "files");
+  for (const auto& e : io::list(o.uri, true)) tree.add(e.path, e.size, io::format_bytes(e.size));
+  std::printf("%s  (%llu files, %s)\n", o.uri.c_str(),
+              static_cast<unsigned long long>(tree.root.count),
+              io::format_bytes(tree.root.bytes).c_str());
+  tree.print(tree.root, "");
+  return 0;
+}
+
+int run_stat(const IoOptions& o) {
+  io::FileEntry e = io::stat(o.uri);
+  std::printf("uri:  %s\n", e.uri.c_str());
+  std::printf("type: %s\n", e.is_dir ? "directory" : "file");
+  if (!e.is_dir) {
+    std::printf("size: %llu (%s)\n", static_cast<unsigned long long>(e.size),
+                io::format_bytes(e.size).c_str());
+  }
+  return 0;
+}
+
+int run_cat(const IoOptions& o) {
+  auto file = io::open(o.uri);
+  // Reads a window of parallelism x chunk_size at a time, so that output stays in order while
+  // several requests are in flight.
+  uint64_t window = o.chunk_size * static_cast<uint64_t>(std::max(o.parallelism, 1));
+  std::vector<std::byte> buffer(std::min<uint64_t>(window, file->size()));
+  for (uint64_t offset = 0; offset < file->size(); offset += buffer.size()) {
+    auto out = std::span(buffer).first(std::min<uint64_t>(buffer.size(), file->size() - offset));
+    io::ReadRange range{file.get(), offset, out};
+    io::read_ranges(std::span(&range, 1), o.read());
+    if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size()) {
+      fail("{}: cannot write to stdout", o.uri);
+    }
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+int run_cp(const IoOptions& o) {
+  std::string dest = o.dest;
+  if (!io::stat(o.uri).is_dir) {
+    if (std::filesystem::is_directory(dest)) dest = io::join(dest, io::base_name(o.uri));
+    io::copy_to_local(o.uri, dest, o.read());
+    return 0;
+  }
+  // A directory, repo or prefix: everything under it, into `dest` (created if needed).
+  uint64_t files = 0, bytes = 0;
+  for (const auto& e : io::list(o.uri, true)) {
+    std::filesystem::path target = std::filesystem::path(dest) / e.path;
+    std::filesystem::create_directories(target.parent_path());
+    io::copy_to_local(e.uri, target.string(), o.read());
+    files += 1;
+    bytes += e.size;
+  }
+  std::fprintf(stderr, "copied %llu files, %s\n", static_cast<unsigned long long>(files),
+               io::format_bytes(bytes).c_str());
+  return 0;
+}
+
+int run_inspect(const IoOptions& o) {
+  // Metadata only: inspecting an hf:// checkpoint reads its headers, it does not download it.
+  io::Store store = io::Store::open(o.uri, {.parallelism = o.parallelism, .metadata_only = true});
+  std::map<std::string, uint64_t> dtypes;
+  NameTree tree('.', "tensors");
+  for (const auto& name : store.names()) {
+    const io::StoredTensor& t = store.at(name);
+    dtypes[std::string(io::name(t.info.dtype))] += 1;
+    if (o.flat) {
+      std::printf("%-60s %-8s %-20s %s\n", name.c_str(),
+                  std::string(io::name(t.info.dtype)).c_str(), t.info.shape_str().c_str(),
+                  io::format_bytes(t.bytes).c_str());
+    } else {
+      tree.add(name, t.bytes,
+               fmt::format("{:<8} {:<20} {}", io::name(t.info.dtype), t.info.shape_str(),
+                           io::format_bytes(t.bytes)));
+    }
+  }
+  std::string dtype_summary;
+  for (const auto& [dtype, count] : dtypes) dtype_summary += fmt::format(" {}:{}", dtype, count);
+  std::printf("%s: %zu tensors, %s in %zu file%s (dtypes%s)\n", store.uri().c_str(), store.size(),
+              io::format_bytes(store.total_bytes()).c_str(), store.files().size(),
+              store.files().size() == 1 ? "" : "s", dtype_summary.c_str());
+  if (!o.flat) tree.print(tree.root, "");
+  return 0;
+}
+
+const RegisterCommand kIo{
+    "io", "Browse and copy files and checkpoints (local, https, hf, s3)",
+    [](CLI::App& app) -> Action {
+      auto o = std::make_shared<IoOptions>();
+      auto chosen = std::make_shared<std::function<int(const IoOptions&)>>();
+      app.require_subcommand(1);
+      auto add = [&](const char* name, const char* help, int (*fn)(const IoOptions&)) {
+        CLI::App* sub = app.add_subcommand(name, help);
+        sub->add_option("uri", o->uri,
+                        "A path, file://, https://, hf://org/repo[@rev]/path or "
+                        "s3://bucket/key")
+            ->required();
+        sub->callback([chosen, fn] { *chosen = fn; });
+        return sub;
+      };
+      add("ls", "List a directory, repo or prefix", run_ls);
+      add("tree", "List everything under a directory, repo or prefix, as a tree", run_tree);
+      add("stat", "Print a file's size and type", run_stat);
+      for (CLI::App* sub :
+           {add("cat", "Write a file's bytes to stdout", run_cat),
+            add("cp", "Copy a file, or all under a directory/repo/prefix, to a local path", run_cp),
+            add("inspect",
+                "Print every tensor of a safetensors file or checkpoint (name, dtype, "
+                "shape, size), as a tree by name prefix with totals",
+                run_inspect)}) {
+        sub->add_option("--parallelism", o->parallelism, "Reads in flight")->capture_default_str();
+        sub->add_option("--chunk-size", o->chunk_size, "Bytes per read")->capture_default_str();
+        if (sub->get_name() == "cp") {
+          sub->add_option("dest", o->dest, "Local file or directory")->required();
+        }
+        if (sub->get_name() == "inspect") sub->add_flag("--flat", o->flat, "One line per tensor");
+      }
+      return [o, chosen] { return (*chosen)(*o); };
+    }};
+
+}  // namespace
+}  // namespace prism::cli

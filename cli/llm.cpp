@@ -1,0 +1,249 @@
+// `prism llm`: runs a Llama model from any source. With --prompt-ids it feeds ids as they
+// are and generates; --print-ids prints the generated ids on one line.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "cli/command.h"
+#include "prism/core/error.h"
+#include "prism/io/vfs.h"
+#include "prism/llm/chat_template.h"
+#include "prism/llm/engine.h"
+#include "prism/llm/sampler.h"
+#include "prism/llm/tokenizer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string model;
+  std::string prompt;
+  std::string system;
+  std::vector<std::string> stop;
+  std::string prompt_ids;
+  bool print_ids = false;
+  int64_t max_tokens = 256;
+  prism::llm::SamplerOptions sampling;
+  int64_t seqlen = 4096;
+  std::string platform;
+  std::string dtype = "f32";
+};
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    try {
+      size_t used = 0;
+      long long v = std::stoll(item, &used);
+      PRISM_CHECK(used == item.size() && v >= 0 && v <= INT32_MAX, "bad");
+      ids.push_back(static_cast<int32_t>(v));
+    } catch (const std::exception&) {
+      prism::fail("llm: --prompt-ids must be comma-separated token ids, got '{}'", item);
+    }
+  }
+  PRISM_CHECK(!ids.empty(), "llm: --prompt-ids is empty");
+  return ids;
+}
+
+// Ctrl-C during an answer stops the answer, not the program.
+std::atomic<bool> g_interrupted{false};
+void on_interrupt(int) { g_interrupted = true; }
+
+struct Stats {
+  size_t prefill_tokens = 0, decode_tokens = 0;
+  double prefill_ms = 0, decode_ms = 0;
+  void print() const {
+    std::fprintf(stderr,
+                 "prefill: %zu tok in %.1f ms (%.1f tok/s) · decode: %zu tok in %.1f ms "
+                 "(%.1f tok/s)\n",
+                 prefill_tokens, prefill_ms,
+                 prefill_ms > 0 ? prefill_tokens / (prefill_ms / 1e3) : 0.0, decode_tokens,
+                 decode_ms, decode_ms > 0 ? decode_tokens / (decode_ms / 1e3) : 0.0);
+  }
+};
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// Generates after `prompt` (fed at the engine's position); streams text through `detok` (or
+// collects ids) and returns the generated ids. Stops at an eos id, a stop string, the token
+// limit, a full cache or Ctrl-C.
+std::vector<int32_t> generate(prism::llm::Engine& engine, prism::llm::Sampler& sampler,
+                              std::span<const int32_t> prompt, const Options& o,
+                              prism::llm::StreamingDetokenizer* detok,
+                              std::vector<int32_t>& history, Stats& stats) {
+  const auto& eos = engine.config().eos_token_ids;
+  auto t0 = Clock::now();
+  std::vector<float> logits = engine.feed(prompt);
+  stats.prefill_ms += ms_since(t0);
+  stats.prefill_tokens += prompt.size();
+  history.insert(history.end(), prompt.begin(), prompt.end());
+  std::vector<int32_t> generated;
+  std::string text;
+  t0 = Clock::now();
+  g_interrupted = false;
+  for (int64_t i = 0; i < o.max_tokens && !g_interrupted; ++i) {
+    int32_t next = sampler.next(logits, history);
+    if (std::find(eos.begin(), eos.end(), next) != eos.end()) break;
+    generated.push_back(next);
+    history.push_back(next);
+    if (detok) {
+      std::string piece = detok->push(next);
+      text += piece;
+      std::fputs(piece.c_str(), stdout);
+      std::fflush(stdout);
+      bool stop = false;
+      for (const std::string& s : o.stop) stop = stop || text.find(s) != std::string::npos;
+      if (stop) break;
+    }
+    if (i + 1 == o.max_tokens) break;
+    if (engine.position() >= engine.seqlen()) {
+      std::fprintf(stderr, "\nllm: stopped at the cache's %ld positions (--seqlen)\n",
+                   engine.seqlen());
+      break;
+    }
+    int32_t feed[] = {next};
+    logits = engine.feed(feed);
+    ++stats.decode_tokens;
+  }
+  stats.decode_ms += ms_since(t0);
+  if (detok) std::fputs(detok->finish().c_str(), stdout);
+  return generated;
+}
+
+int run(const Options& o) {
+  PRISM_CHECK(o.prompt.empty() || o.prompt_ids.empty(),
+              "llm: give --prompt or --prompt-ids, not both");
+  PRISM_CHECK(o.max_tokens >= 0, "llm: --max-tokens must be >= 0, got {}", o.max_tokens);
+  prism::DType dtype = prism::dtype_from_name(o.dtype);
+  PRISM_CHECK(dtype == prism::DType::f32 || dtype == prism::DType::bf16,
+              "llm: --dtype must be f32 or bf16, got {}", o.dtype);
+  std::vector<int32_t> prompt_ids;
+  if (!o.prompt_ids.empty()) prompt_ids = parse_ids(o.prompt_ids);
+  std::optional<prism::llm::Tokenizer> tokenizer;
+  if (o.prompt_ids.empty() || !o.print_ids) {
+    if (!prism::io::exists(prism::io::join(o.model, "tokenizer.json"))) {
+      prism::fail("llm: {} has no tokenizer.json: use --prompt-ids=... with --print-ids", o.model);
+    }
+    tokenizer = prism::llm::Tokenizer::load(o.model);
+  }
+
+  prism::Platform& platform = prism::get_platform(o.platform);
+  prism::llm::EngineOptions options;
+  options.seqlen = o.seqlen;
+  options.dtype = dtype;
+  prism::llm::Engine engine(o.model, platform, options);
+  prism::llm::Sampler sampler(o.sampling);
+  Stats stats;
+  std::vector<int32_t> history;
+
+  if (!o.prompt_ids.empty()) {  // ids as they are: no template, no BOS added
+    std::optional<prism::llm::StreamingDetokenizer> detok;
+    if (!o.print_ids) detok.emplace(*tokenizer, true);
+    std::vector<int32_t> out =
+        generate(engine, sampler, prompt_ids, o, detok ? &*detok : nullptr, history, stats);
+    if (o.print_ids) {
+      for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? " " : "", out[i]);
+    }
+    std::printf("\n");
+    stats.print();
+    return 0;
+  }
+
+  // Text: through the model's own chat template when it has one.
+  std::optional<prism::llm::ChatTemplate> chat;
+  if (!tokenizer->config().chat_template.empty()) {
+    chat = prism::llm::ChatTemplate::from_tokenizer(*tokenizer);
+  }
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
+  // The ids of the conversation so far, rendered; only what follows them is fed.
+  auto turn = [&](const std::string& user) {
+    messages.push_back({{"role", "user"}, {"content", user}});
+    std::vector<int32_t> ids;
+    if (chat) {
+      prism::llm::ChatTemplateOptions t;
+      t.add_generation_prompt = true;
+      ids = tokenizer->encode(chat->apply(messages, t));
+    } else {
+      ids = tokenizer->encode(user, {.add_special_tokens = history.empty()});
+      ids.insert(ids.begin(), history.begin(), history.end());
+    }
+    bool continues =
+        ids.size() >= history.size() && std::equal(history.begin(), history.end(), ids.begin());
+    if (!continues) {  // the template rewrote earlier turns: start over
+      engine.reset();
+      history.clear();
+    }
+    std::vector<int32_t> fresh(ids.begin() + history.size(), ids.end());
+    prism::llm::StreamingDetokenizer detok(*tokenizer, true);
+    std::vector<int32_t> reply = generate(engine, sampler, fresh, o, &detok, history, stats);
+    std::printf("\n");
+    messages.push_back({{"role", "assistant"},
+                        {"content", tokenizer->decode(reply, {.skip_special_tokens = true})}});
+  };
+
+  if (!o.prompt.empty()) {
+    turn(o.prompt);
+    stats.print();
+    return 0;
+  }
+  std::signal(SIGINT, on_interrupt);
+  std::fprintf(stderr, "chat with %s: /reset starts over, /exit (or end of input) leaves\n",
+               o.model.c_str());
+  std::string line;
+  bool terminal = isatty(0);
+  while (true) {
+    if (terminal) std::fprintf(stderr, "> ");
+    if (!std::getline(std::cin, line)) break;
+    if (line == "/exit") break;
+    if (line == "/reset") {
+      engine.reset();
+      history.clear();
+      messages = nlohmann::ordered_json::array();
+      if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
+      continue;
+    }
+    if (line.empty()) continue;
+    turn(line);
+  }
+  stats.print();
+  return 0;
+}
+
+const prism::cli::RegisterCommand kLlm{
+    "llm", "Generate with a Llama model from a directory, https://, hf:// or s3://",
+    [](CLI::App& app) -> prism::cli::Action {
+      auto o = std::make_shared<Options>();
+      app.add_option("--model", o->model, "model URI")->required();
+      app.add_option("--prompt", o->prompt, "prompt text (without it: an interactive chat)");
+      app.add_option("--system", o->system, "system prompt");
+      app.add_option("--stop", o->stop, "stop when the answer contains this text (repeatable)");
+      app.add_option("--prompt-ids", o->prompt_ids, "prompt as comma-separated token ids");
+      app.add_flag("--print-ids", o->print_ids, "print the generated ids on one line");
+      app.add_option("--max-tokens", o->max_tokens, "tokens to generate")->capture_default_str();
+      app.add_option("--temperature", o->sampling.temperature, "0 = greedy")->capture_default_str();
+      app.add_option("--top-k", o->sampling.top_k, "0 = all");
+      app.add_option("--top-p", o->sampling.top_p);
+      app.add_option("--min-p", o->sampling.min_p);
+      app.add_option("--repetition-penalty", o->sampling.repetition_penalty);
+      app.add_option("--seed", o->sampling.seed);
+      app.add_option("--seqlen", o->seqlen, "KV cache length")->capture_default_str();
+      app.add_option("--platform", o->platform, "cpu, opencl, cuda, auto");
+      app.add_option("--dtype", o->dtype, "f32 or bf16")->capture_default_str();
+      return [o] { return run(*o); };
+    }};
+
+}  // namespace

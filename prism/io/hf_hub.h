@@ -1,0 +1,21 @@
+// Pieces shared by hf.cpp and vfs_hf.cpp: talking to the Hub with a token, and errors that
+// say what to do.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "prism/io/hf.h"
+#include "prism/io/http.h"
+
+namespace prism::io::hf {
+
+// "Authorization: Bearer <token>", or nothing without a token.
+std::vector<std::string> auth_headers(const std::string& token);
+
+// Throws the error a failed Hub answer deserves: 401/403 say how to log in (or that the repo
+// is gated), 404 is a NotFoundError.
+[[noreturn]] void throw_hub_error(const std::string& what, const HttpResponse& response,
+                                  bool had_token);
+
+}  // namespace prism::io::hf

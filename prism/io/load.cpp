@@ -1,0 +1,143 @@
+#include "prism/io/load.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+
+#include "prism/core/error.h"
+
+namespace prism::io {
+namespace {
+
+struct Chunk {
+  size_t tensor;
+  uint64_t src_offset;  // within the tensor, in file bytes
+  uint64_t src_bytes;
+};
+
+class Progress {
+ public:
+  Progress(bool enabled, uint64_t total) : enabled_(enabled && isatty(2)), total_(total) {}
+  ~Progress() {
+    if (enabled_ && drawn_) std::fprintf(stderr, "\r\033[K");
+  }
+  void add(uint64_t bytes) {
+    uint64_t done = done_ += bytes;
+    if (!enabled_) return;
+    auto now = std::chrono::steady_clock::now();
+    std::lock_guard lock(mutex_);
+    if (done < total_ && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    drawn_ = true;
+    int width = 30, filled = total_ ? static_cast<int>(width * done / total_) : width;
+    std::fprintf(stderr, "\rloading [%s%s] %3d%% %s / %s", std::string(filled, '=').c_str(),
+                 std::string(width - filled, ' ').c_str(),
+                 total_ ? static_cast<int>(100 * done / total_) : 100, format_bytes(done).c_str(),
+                 format_bytes(total_).c_str());
+  }
+
+ private:
+  bool enabled_;
+  uint64_t total_;
+  std::atomic<uint64_t> done_{0};
+  std::mutex mutex_;
+  std::chrono::steady_clock::time_point last_{};
+  bool drawn_ = false;
+};
+
+std::string dims_str(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::string LoadStats::line() const {
+  return fmt::format("loaded {} tensors, {:.2f} GB in {:.2f} s ({:.2f} GB/s)", tensors, bytes / 1e9,
+                     seconds, seconds > 0 ? bytes / 1e9 / seconds : 0.0);
+}
+
+Weights load(const Store& store, std::span<const Executable::Parameter> parameters,
+             Platform& platform, const LoadOptions& options, LoadStats* stats_out) {
+  auto start = std::chrono::steady_clock::now();
+  PRISM_CHECK(options.chunk_size > 0 && options.parallelism > 0,
+              "load: chunk_size and parallelism must be positive");
+  struct Target {
+    const Executable::Parameter* param;
+    const StoredTensor* stored;
+    DType file_dtype;
+    Buffer buffer;
+  };
+  std::vector<Target> targets;
+  LoadStats stats;
+  Weights weights;
+  for (const Executable::Parameter& p : parameters) {
+    const StoredTensor& st = store.at(p.name);
+    std::optional<DType> file_dtype = to_core_dtype(st.info.dtype);
+    if (!file_dtype) {
+      fail("load: tensor \"{}\" in {} is {}, which prism cannot load", p.name, store.uri(),
+           name(st.info.dtype));
+    }
+    if (st.info.shape != p.shape.sizes()) {
+      fail("load: tensor \"{}\" in {} is {}{} but the model expects {}", p.name, store.uri(),
+           name(st.info.dtype), dims_str(st.info.shape), p.shape.str());
+    }
+    stats.bytes += p.shape.bytes();
+    ++stats.tensors;
+    std::span<const std::byte> mapped = options.zero_copy && *file_dtype == p.shape.dtype()
+                                            ? store.mapped_bytes(p.name)
+                                            : std::span<const std::byte>{};
+    if (!mapped.empty() &&
+        reinterpret_cast<uintptr_t>(mapped.data()) % size_of(p.shape.dtype()) == 0) {
+      if (auto b = platform.adopt_host(p.shape, mapped.data(), st.file)) {
+        weights.emplace(p.name, *b);
+        ++stats.zero_copy;
+        continue;
+      }
+    }
+    targets.push_back({&p, &st, *file_dtype, platform.allocate(p.shape)});
+  }
+
+  // Chunks hold whole elements of the file's dtype, so each converts on its own.
+  std::vector<Chunk> chunks;
+  uint64_t to_read = 0;
+  for (size_t t = 0; t < targets.size(); ++t) {
+    uint64_t elem = size_of(targets[t].file_dtype);
+    uint64_t step = std::max<uint64_t>(elem, options.chunk_size / elem * elem);
+    uint64_t bytes = targets[t].stored->bytes;
+    for (uint64_t off = 0; off < bytes; off += step) {
+      chunks.push_back({t, off, std::min(step, bytes - off)});
+    }
+    to_read += bytes;
+  }
+  Progress progress(options.progress, to_read);
+  parallel_for(chunks.size(), options.parallelism, [&](size_t i) {
+    const Chunk& c = chunks[i];
+    Target& t = targets[c.tensor];
+    thread_local std::vector<std::byte> staging;
+    staging.resize(c.src_bytes);
+    t.stored->file->read_at(t.stored->offset + c.src_offset, staging);
+    DType want = t.param->shape.dtype();
+    if (t.file_dtype == want) {
+      platform.write(t.buffer, c.src_offset, staging);
+    } else {
+      int64_t n = static_cast<int64_t>(c.src_bytes / size_of(t.file_dtype));
+      HostBuffer piece(Shape(t.file_dtype, {{Tag(), n}}), staging);
+      HostBuffer converted = piece.convert(want);
+      platform.write(t.buffer, c.src_offset / size_of(t.file_dtype) * size_of(want),
+                     converted.bytes());
+    }
+    progress.add(c.src_bytes);
+  });
+  for (Target& t : targets) weights.emplace(t.param->name, std::move(t.buffer));
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (options.report) std::fprintf(stderr, "%s\n", stats.line().c_str());
+  if (stats_out) *stats_out = stats;
+  return weights;
+}
+
+}  // namespace prism::io

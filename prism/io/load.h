@@ -1,0 +1,48 @@
+// Streams a checkpoint's tensors into device buffers for the parameters an executable needs.
+//
+//   Executable exe = compile(platform, model_fn, input_shapes);
+//   io::Weights w = io::load(io::Store::open(uri), exe.parameters(), platform);
+//   exe.call(w, inputs);
+//
+// Tensors are read in chunks by `parallelism` workers, each with one staging chunk, converted
+// when the file's dtype differs from the parameter's (bf16 -> f32, ...), and written to the
+// device. On the CPU, a local file's tensors are used in place (zero copy) when their dtype
+// matches and they are aligned.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+
+#include "prism/compiler/compile.h"
+#include "prism/io/store.h"
+#include "prism/runtime/platform.h"
+
+namespace prism::io {
+
+struct LoadOptions {
+  int parallelism = 8;                // chunks read at once
+  uint64_t chunk_size = 16ull << 20;  // bytes per staging chunk
+  bool progress = true;               // a progress bar, when stderr is a terminal
+  bool report = true;                 // "loaded N tensors, X GB in Y s (Z GB/s)" on stderr
+  bool zero_copy = true;              // adopt mapped files where the platform can
+};
+
+struct LoadStats {
+  size_t tensors = 0;
+  size_t zero_copy = 0;  // tensors used in place
+  uint64_t bytes = 0;    // bytes of the loaded buffers
+  double seconds = 0;
+  std::string line() const;  // the report line
+};
+
+using Weights = std::map<std::string, Buffer, std::less<>>;
+
+// Loads every parameter by name from `store`. Throws, naming the tensor, when one is missing
+// (with the closest names), has other sizes than the parameter, or has a dtype that cannot be
+// converted.
+Weights load(const Store& store, std::span<const Executable::Parameter> parameters,
+             Platform& platform, const LoadOptions& options = {}, LoadStats* stats = nullptr);
+
+}  // namespace prism::io

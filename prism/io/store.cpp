@@ -1,0 +1,234 @@
+#include "prism/io/store.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "prism/core/error.h"
+
+namespace prism::io {
+
+struct Store::Catalog {
+  std::string uri;
+  std::vector<std::shared_ptr<File>> files;
+  std::map<std::string, StoredTensor, std::less<>> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+namespace {
+
+constexpr std::string_view kIndexName = "model.safetensors.index.json";
+constexpr std::string_view kSingleName = "model.safetensors";
+
+void add_file(Store::Catalog& catalog, std::shared_ptr<File> file,
+              const SafetensorsHeader& header) {
+  for (const auto& t : header.tensors) {
+    auto [it, inserted] = catalog.tensors.try_emplace(
+        t.name, StoredTensor{t, file, header.data_offset + t.begin, t.bytes()});
+    if (!inserted) {
+      fail("{}: tensor '{}' appears in both {} and {}", catalog.uri, t.name, it->second.file->uri(),
+           file->uri());
+    }
+  }
+  catalog.files.push_back(std::move(file));
+}
+
+// Opens files and reads their headers with several requests in flight: over the network a
+// header costs a round trip or two, and checkpoints have dozens of shards.
+std::vector<std::pair<std::shared_ptr<File>, SafetensorsHeader>> open_all(
+    const std::vector<std::string>& uris, const StoreOptions& options) {
+  std::vector<std::pair<std::shared_ptr<File>, SafetensorsHeader>> opened(uris.size());
+  parallel_for(uris.size(), options.parallelism, [&](size_t i) {
+    opened[i].first = io::open(uris[i], {.metadata_only = options.metadata_only});
+    opened[i].second = SafetensorsHeader::read(*opened[i].first);
+  });
+  return opened;
+}
+
+void open_index(Store::Catalog& catalog, const std::string& index_uri,
+                const StoreOptions& options) {
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(read_text(index_uri));
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("{}: not valid JSON: {}", index_uri, e.what());
+  }
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+    fail("{}: no \"weight_map\" object", index_uri);
+  }
+  if (index.contains("metadata") && index["metadata"].is_object()) {
+    for (const auto& [key, value] : index["metadata"].items()) {
+      catalog.metadata[key] = value.is_string() ? value.get<std::string>() : value.dump();
+    }
+  }
+  std::map<std::string, std::vector<std::string>> names_by_shard;
+  for (const auto& [name, shard] : index["weight_map"].items()) {
+    if (!shard.is_string()) fail("{}: weight_map['{}'] is not a file name", index_uri, name);
+    std::string file = shard.get<std::string>();
+    if (file.empty() || file.front() == '/' || file.find("..") != std::string::npos) {
+      fail("{}: weight_map['{}'] names '{}', which is not a file beside the index", index_uri, name,
+           file);
+    }
+    names_by_shard[file].push_back(name);
+  }
+  std::string dir(parent_of(index_uri));
+  std::vector<std::string> shard_uris;
+  for (const auto& [file, names] : names_by_shard) {
+    shard_uris.push_back(join(dir, file));
+    if (!exists(shard_uris.back())) {
+      fail("{}: missing shard '{}' (it holds {} tensors, e.g. '{}')", index_uri, file, names.size(),
+           names.front());
+    }
+  }
+  for (auto& [file, header] : open_all(shard_uris, options)) add_file(catalog, file, header);
+  for (const auto& [file, names] : names_by_shard) {
+    for (const auto& name : names) {
+      auto it = catalog.tensors.find(name);
+      if (it == catalog.tensors.end()) {
+        fail("{}: tensor '{}' is listed in shard '{}' but that file does not hold it", index_uri,
+             name, file);
+      }
+      if (base_name(it->second.file->uri()) != base_name(file)) {
+        fail("{}: tensor '{}' is listed in shard '{}' but found in {}", index_uri, name, file,
+             it->second.file->uri());
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Store Store::open(std::string_view uri_view, const StoreOptions& options) {
+  auto catalog = std::make_shared<Catalog>();
+  std::string uri(uri_view);
+  while (uri.size() > 1 && uri.back() == '/' && !uri.ends_with("://")) uri.pop_back();
+  catalog->uri = uri;
+  std::string_view base = base_name(uri);
+  if (base.ends_with(".json")) {
+    open_index(*catalog, uri, options);
+  } else if (base.ends_with(".safetensors")) {
+    auto file = io::open(uri, {.metadata_only = options.metadata_only});
+    auto header = SafetensorsHeader::read(*file);
+    catalog->metadata = header.metadata;
+    add_file(*catalog, file, header);
+  } else if (exists(join(uri, kIndexName))) {
+    open_index(*catalog, join(uri, kIndexName), options);
+  } else if (exists(join(uri, kSingleName))) {
+    auto file = io::open(join(uri, kSingleName), {.metadata_only = options.metadata_only});
+    auto header = SafetensorsHeader::read(*file);
+    catalog->metadata = header.metadata;
+    add_file(*catalog, file, header);
+  } else {
+    std::vector<std::string> uris;
+    for (const auto& e : list(uri, false)) {
+      if (!e.is_dir && e.path.ends_with(".safetensors")) uris.push_back(e.uri);
+    }
+    if (uris.empty()) {
+      fail("{}: no {}, {} or *.safetensors files found", uri, kIndexName, kSingleName);
+    }
+    for (auto& [file, header] : open_all(uris, options)) add_file(*catalog, file, header);
+  }
+  return Store(std::move(catalog), "");
+}
+
+Store Store::from_files(std::string uri, const std::vector<std::shared_ptr<File>>& files) {
+  auto catalog = std::make_shared<Catalog>();
+  catalog->uri = std::move(uri);
+  for (const auto& file : files) add_file(*catalog, file, SafetensorsHeader::read(*file));
+  return Store(std::move(catalog), "");
+}
+
+Store Store::view(std::string_view prefix) const {
+  while (prefix.ends_with('.')) prefix.remove_suffix(1);
+  if (prefix.empty()) return *this;
+  return Store(catalog_, prefix_ + std::string(prefix) + ".");
+}
+
+const std::string& Store::uri() const { return catalog_->uri; }
+const std::map<std::string, std::string>& Store::metadata() const { return catalog_->metadata; }
+
+std::vector<std::string> Store::files() const {
+  std::vector<std::string> uris;
+  for (const auto& f : catalog_->files) uris.push_back(f->uri());
+  return uris;
+}
+
+std::string Store::full_name(std::string_view name) const { return prefix_ + std::string(name); }
+
+bool Store::contains(std::string_view name) const {
+  return catalog_->tensors.find(full_name(name)) != catalog_->tensors.end();
+}
+
+const StoredTensor& Store::at(std::string_view name) const {
+  std::string full = full_name(name);
+  auto it = catalog_->tensors.find(full);
+  if (it != catalog_->tensors.end()) return it->second;
+  // Suggest the names that share the longest prefix with the one asked for: usually the
+  // typo or the wrong layer number is then obvious.
+  std::vector<std::string> near;
+  auto pos = catalog_->tensors.lower_bound(full);
+  for (auto back = pos; back != catalog_->tensors.begin() && near.size() < 2;) {
+    --back;
+    if (back->first.starts_with(prefix_)) near.insert(near.begin(), back->first);
+  }
+  for (auto fwd = pos; fwd != catalog_->tensors.end() && near.size() < 4; ++fwd) {
+    if (fwd->first.starts_with(prefix_)) near.push_back(fwd->first);
+  }
+  fail("{}: no tensor '{}'{} (nearby names: {})", catalog_->uri, full,
+       prefix_.empty() ? "" : fmt::format(" in view '{}'", prefix_.substr(0, prefix_.size() - 1)),
+       near.empty() ? "none" : fmt::format("{}", fmt::join(near, ", ")));
+}
+
+Shape Store::shape(std::string_view name) const { return at(name).info.core_shape(); }
+
+std::vector<std::string> Store::names() const {
+  std::vector<std::string> out;
+  for (auto it = catalog_->tensors.lower_bound(prefix_);
+       it != catalog_->tensors.end() && it->first.starts_with(prefix_); ++it) {
+    out.push_back(it->first.substr(prefix_.size()));
+  }
+  return out;
+}
+
+size_t Store::size() const {
+  if (prefix_.empty()) return catalog_->tensors.size();
+  return names().size();
+}
+
+uint64_t Store::total_bytes() const {
+  uint64_t total = 0;
+  for (auto it = catalog_->tensors.lower_bound(prefix_);
+       it != catalog_->tensors.end() && it->first.starts_with(prefix_); ++it) {
+    total += it->second.bytes;
+  }
+  return total;
+}
+
+void Store::read_tensor_bytes(std::string_view name, std::span<std::byte> out,
+                              const ReadOptions& options) const {
+  TensorRead read{std::string(name), out};
+  read_tensors(std::span(&read, 1), options);
+}
+
+void Store::read_tensors(std::span<const TensorRead> reads, const ReadOptions& options) const {
+  std::vector<ReadRange> ranges;
+  ranges.reserve(reads.size());
+  for (const auto& r : reads) {
+    const StoredTensor& t = at(r.name);
+    if (r.out.size() != t.bytes) {
+      fail("{}: tensor '{}' is {} bytes ({} {}) but the destination holds {}", catalog_->uri,
+           t.info.name, t.bytes, name(t.info.dtype), t.info.shape_str(), r.out.size());
+    }
+    ranges.push_back({t.file.get(), t.offset, r.out});
+  }
+  read_ranges(ranges, options);
+}
+
+std::span<const std::byte> Store::mapped_bytes(std::string_view name) const {
+  const StoredTensor& t = at(name);
+  auto mapped = t.file->mapped();
+  if (mapped.empty()) return {};
+  return mapped.subspan(t.offset, t.bytes);
+}
+
+}  // namespace prism::io

@@ -1,0 +1,85 @@
+// Store: the map from tensor name to where its bytes live, over one safetensors file or a
+// sharded checkpoint, on any scheme the VFS knows. Opening a store reads headers only; bytes
+// move when someone asks (read_tensor_bytes / read_tensors, or a loader on top of them).
+//
+//   auto store = prism::io::Store::open("hf://org/model");
+//   auto layer = store.view("model.layers.3");          // names relative to the prefix
+//   Shape w = layer.shape("self_attn.q_proj.weight");
+//   layer.read_tensor_bytes("self_attn.q_proj.weight", buffer);
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "prism/core/shape.h"
+#include "prism/io/safetensors.h"
+#include "prism/io/vfs.h"
+
+namespace prism::io {
+
+struct StoredTensor {
+  SafetensorsTensor info;      // full name, file dtype, dims
+  std::shared_ptr<File> file;  // the shard that holds it
+  uint64_t offset = 0;         // absolute byte offset in `file`
+  uint64_t bytes = 0;
+};
+
+struct StoreOptions {
+  int parallelism = 8;         // headers read at once (one round trip or two each, remotely)
+  bool metadata_only = false;  // see OpenOptions: inspect a remote checkpoint without fetching it
+};
+
+class Store {
+ public:
+  // `uri` is a .safetensors file, a model.safetensors.index.json, or a directory/repo/prefix
+  // holding either (index first, then model.safetensors, then every *.safetensors in it).
+  static Store open(std::string_view uri, const StoreOptions& options = {});
+  // A store over already opened safetensors files (tests, tools).
+  static Store from_files(std::string uri, const std::vector<std::shared_ptr<File>>& files);
+
+  // The tensors whose names start with "<prefix>.", named without it. Views nest.
+  Store view(std::string_view prefix) const;
+  const std::string& prefix() const { return prefix_; }
+  const std::string& uri() const;
+  // URIs of the files the checkpoint is made of.
+  std::vector<std::string> files() const;
+  const std::map<std::string, std::string>& metadata() const;
+
+  bool contains(std::string_view name) const;
+  // Throws, naming the store, the view and the closest names, when `name` is absent.
+  const StoredTensor& at(std::string_view name) const;
+  Shape shape(std::string_view name) const;
+  std::vector<std::string> names() const;  // relative to the view, sorted
+  size_t size() const;
+  uint64_t total_bytes() const;
+
+  // Copies a tensor's bytes (in its file dtype) into `out`, which must be exactly its size.
+  void read_tensor_bytes(std::string_view name, std::span<std::byte> out,
+                         const ReadOptions& options = {}) const;
+  struct TensorRead {
+    std::string name;
+    std::span<std::byte> out;
+  };
+  // Reads many tensors with one bound on reads in flight across all of them.
+  void read_tensors(std::span<const TensorRead> reads, const ReadOptions& options = {}) const;
+  // The tensor's bytes in place when its file is mapped (local files); empty otherwise.
+  std::span<const std::byte> mapped_bytes(std::string_view name) const;
+
+  // The shared, immutable tables behind a store and all of its views (defined in store.cpp).
+  struct Catalog;
+
+ private:
+  Store(std::shared_ptr<const Catalog> catalog, std::string prefix)
+      : catalog_(std::move(catalog)), prefix_(std::move(prefix)) {}
+  std::string full_name(std::string_view name) const;
+
+  std::shared_ptr<const Catalog> catalog_;
+  std::string prefix_;  // "" or "model.layers.3."
+};
+
+}  // namespace prism::io

@@ -1,0 +1,119 @@
+#include "prism/llm/engine.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "prism/core/error.h"
+#include "prism/io/vfs.h"
+
+namespace prism::llm {
+namespace {
+
+nlohmann::json read_json(const std::string& uri) {
+  std::string text = io::read_text(uri);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not valid JSON ({})", uri, e.what());
+  }
+}
+
+// Window sizes compiled for prefill; a window is padded up to the next one that fits.
+constexpr int64_t kWindows[] = {1, 16, 64, 256, 1024};
+
+}  // namespace
+
+Engine::Engine(const std::string& model_uri, Platform& platform, const EngineOptions& options)
+    : platform_(platform), options_(options), store_(io::Store::open(model_uri)) {
+  std::string config_uri = io::join(model_uri, "config.json");
+  models::LlamaConfig config = models::LlamaConfig::parse(read_json(config_uri), config_uri);
+  std::string generation_uri = io::join(model_uri, "generation_config.json");
+  if (io::exists(generation_uri)) {  // its eos ids join config.json's
+    nlohmann::json g = read_json(generation_uri);
+    if (g.contains("eos_token_id")) {
+      auto add = [&](int64_t id) {
+        if (std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), id) ==
+            config.eos_token_ids.end()) {
+          config.eos_token_ids.push_back(id);
+        }
+      };
+      const auto& e = g["eos_token_id"];
+      if (e.is_array()) {
+        for (const auto& id : e) add(id.get<int64_t>());
+      } else if (e.is_number_integer()) {
+        add(e.get<int64_t>());
+      }
+    }
+  }
+  PRISM_CHECK(options.seqlen >= 1 && options.seqlen <= config.max_positions,
+              "llm: --seqlen={} must be between 1 and the model's {} positions", options.seqlen,
+              config.max_positions);
+  model_ = std::make_unique<models::Llama>(config, options.dtype);
+  for (const Shape& s : model_->cache_shapes(options.seqlen)) {
+    caches_.push_back(platform_.allocate(s));
+  }
+  // Every window's executable reads the same weights: load them for the first one.
+  weights_ = io::load(store_, executable(1).parameters(), platform_, options.load);
+}
+
+Executable& Engine::executable(int64_t window) {
+  auto it = executables_.find(window);
+  if (it != executables_.end()) return it->second;
+  std::vector<Shape> inputs{Shape(DType::i32, {{"s", window}}), Shape::scalar(DType::i32),
+                            Shape::scalar(DType::i32)};
+  CompileOptions compile_options;
+  for (const Shape& s : model_->cache_shapes(options_.seqlen)) {
+    compile_options.donate.push_back(static_cast<int>(inputs.size()));
+    inputs.push_back(s);
+  }
+  TraceFn fn = [this](std::span<const Tensor> in) {
+    return model_->forward(in[0], in[1], in[2], in.subspan(3));
+  };
+  return executables_.emplace(window, compile(platform_, fn, inputs, compile_options))
+      .first->second;
+}
+
+std::vector<float> Engine::feed(std::span<const int32_t> tokens) {
+  PRISM_CHECK(!tokens.empty(), "llm: nothing to feed");
+  int64_t n = static_cast<int64_t>(tokens.size());
+  PRISM_CHECK(position_ + n <= options_.seqlen,
+              "llm: the conversation needs {} positions but the cache holds {} (--seqlen)",
+              position_ + n, options_.seqlen);
+  for (int32_t t : tokens) {
+    PRISM_CHECK(t >= 0 && t < config().vocab_size,
+                "llm: token id {} is outside the vocabulary "
+                "of {}",
+                t, config().vocab_size);
+  }
+  std::vector<float> logits;
+  for (int64_t done = 0; done < n;) {
+    int64_t remaining = n - done, room = options_.seqlen - position_;
+    int64_t window = remaining;  // exact, unless a compiled size fits
+    for (int64_t w : kWindows) {
+      if (w >= remaining && w <= room) {
+        window = w;
+        break;
+      }
+    }
+    window = std::min(window, kWindows[std::size(kWindows) - 1]);
+    int64_t chunk = std::min(remaining, window);
+    HostBuffer ids(Shape(DType::i32, {{"s", window}}));
+    std::copy(tokens.begin() + done, tokens.begin() + done + chunk, ids.as<int32_t>().begin());
+    std::vector<Buffer> in{platform_.upload(ids),
+                           platform_.upload(HostBuffer::from<int32_t>(
+                               Shape::scalar(DType::i32), {static_cast<int32_t>(position_)})),
+                           platform_.upload(HostBuffer::from<int32_t>(
+                               Shape::scalar(DType::i32), {static_cast<int32_t>(chunk - 1)}))};
+    in.insert(in.end(), caches_.begin(), caches_.end());
+    caches_.clear();  // donated: the outputs are the caches now
+    std::vector<Buffer> out = executable(window).call(weights_, in);
+    caches_.assign(out.begin() + 1, out.end());
+    HostBuffer l = out[0].to_host();
+    logits.assign(l.as<float>().begin(), l.as<float>().end());
+    position_ += chunk;
+    done += chunk;
+  }
+  return logits;
+}
+
+}  // namespace prism::llm

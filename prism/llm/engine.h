@@ -1,0 +1,52 @@
+// The LLM engine: a model's executables (one per window size, compiled on first use and
+// cached), its weights on the device, and the KV cache, kept on the device between calls and
+// updated in place. Feeding tokens appends to the conversation: a chat turn prefills only the
+// new tokens.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "prism/compiler/compile.h"
+#include "prism/io/load.h"
+#include "prism/models/llama.h"
+
+namespace prism::llm {
+
+struct EngineOptions {
+  int64_t seqlen = 4096;     // KV cache length: the longest conversation
+  DType dtype = DType::f32;  // compute dtype
+  io::LoadOptions load;
+};
+
+class Engine {
+ public:
+  // `model_uri`: a directory (or https/hf/s3 prefix) with config.json and safetensors.
+  Engine(const std::string& model_uri, Platform& platform, const EngineOptions& options = {});
+
+  const models::LlamaConfig& config() const { return model_->config(); }
+  int64_t position() const { return position_; }
+  int64_t seqlen() const { return options_.seqlen; }
+
+  // Runs `tokens` at the current position and returns the logits after the last one.
+  std::vector<float> feed(std::span<const int32_t> tokens);
+  // Forgets the conversation (the cache is overwritten as positions are reused).
+  void reset() { position_ = 0; }
+
+ private:
+  Executable& executable(int64_t window);
+
+  Platform& platform_;
+  EngineOptions options_;
+  std::unique_ptr<models::Llama> model_;
+  io::Store store_;
+  io::Weights weights_;
+  std::vector<Buffer> caches_;
+  std::map<int64_t, Executable> executables_;
+  int64_t position_ = 0;
+};
+
+}  // namespace prism::llm

@@ -1,0 +1,305 @@
+#include "prism/llm/jinja/value.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace prism::llm::jinja {
+
+const Value* Dict::find(std::string_view key) const {
+  for (const auto& [k, v] : entries) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+void Dict::set(std::string key, Value value) {
+  for (auto& [k, v] : entries) {
+    if (k == key) {
+      v = std::move(value);
+      return;
+    }
+  }
+  entries.emplace_back(std::move(key), std::move(value));
+}
+
+const Value* Arguments::get(std::string_view name, size_t index) const {
+  for (const auto& [k, v] : keyword) {
+    if (k == name) return &v;
+  }
+  return index < positional.size() ? &positional[index] : nullptr;
+}
+
+Value Value::undefined(std::string description, int line, int column) {
+  Value v;
+  v.storage_ = Undefined{
+      std::make_shared<UndefinedOrigin>(UndefinedOrigin{std::move(description), line, column})};
+  return v;
+}
+
+const UndefinedOrigin* Value::undefined_origin() const {
+  return is_undefined() ? std::get<Undefined>(storage_).origin.get() : nullptr;
+}
+
+Value Value::from_json(const nlohmann::ordered_json& json) {
+  switch (json.type()) {
+    case nlohmann::ordered_json::value_t::null:
+      return Value(None{});
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value(json.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      return Value(json.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value(json.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value(json.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      List list;
+      list.reserve(json.size());
+      for (const auto& item : json) list.push_back(from_json(item));
+      return Value(std::move(list));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      Dict dict;
+      for (const auto& [key, item] : json.items()) dict.entries.emplace_back(key, from_json(item));
+      return Value(std::move(dict));
+    }
+    default:
+      return Value();
+  }
+}
+
+bool Value::truthy() const {
+  return std::visit(
+      [](const auto& v) -> bool {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, Undefined> || std::is_same_v<T, None>)
+          return false;
+        else if constexpr (std::is_same_v<T, bool>)
+          return v;
+        else if constexpr (std::is_same_v<T, int64_t>)
+          return v != 0;
+        else if constexpr (std::is_same_v<T, double>)
+          return v != 0.0;
+        else if constexpr (std::is_same_v<T, std::string>)
+          return !v.empty();
+        else if constexpr (std::is_same_v<T, std::shared_ptr<List>>)
+          return !v->empty();
+        else if constexpr (std::is_same_v<T, std::shared_ptr<Dict>>)
+          return !v->entries.empty();
+        else
+          return true;
+      },
+      storage_);
+}
+
+namespace {
+
+// Python's repr() of a float: the shortest text that reads back the same, always with a point
+// or an exponent.
+std::string float_repr(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  std::string text = fmt::format("{}", d);
+  if (text.find_first_of(".e") == std::string::npos) text += ".0";
+  return text;
+}
+
+std::string string_repr(const std::string& s) {
+  char quote = (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
+  std::string out(1, quote);
+  for (char c : s) {
+    switch (c) {
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c == quote) out += '\\';
+        out += c;
+    }
+  }
+  out += quote;
+  return out;
+}
+
+void append_json_string(std::string& out, const std::string& s) {
+  out += '"';
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        if (c < 0x20) {
+          out += fmt::format("\\u{:04x}", c);
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  out += '"';
+}
+
+void append_json(std::string& out, const Value& v, int indent, int depth) {
+  auto newline = [&](int level) {
+    if (indent < 0) return;
+    out += '\n';
+    out.append(static_cast<size_t>(indent * level), ' ');
+  };
+  const char* item_separator = indent < 0 ? ", " : ",";
+  if (v.is_none() || v.is_undefined()) {
+    out += "null";
+  } else if (v.is_bool()) {
+    out += v.as_bool() ? "true" : "false";
+  } else if (v.is_int()) {
+    out += std::to_string(v.as_int());
+  } else if (v.is_float()) {
+    double d = v.as_number();
+    out += std::isnan(d)   ? "NaN"
+           : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
+                           : float_repr(d);
+  } else if (v.is_string()) {
+    append_json_string(out, v.as_string());
+  } else if (v.is_list()) {
+    const List& list = v.as_list();
+    if (list.empty()) {
+      out += "[]";
+      return;
+    }
+    out += '[';
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (i) out += item_separator;
+      newline(depth + 1);
+      append_json(out, list[i], indent, depth + 1);
+    }
+    newline(depth);
+    out += ']';
+  } else if (v.is_dict()) {
+    const Dict& dict = v.as_dict();
+    if (dict.entries.empty()) {
+      out += "{}";
+      return;
+    }
+    out += '{';
+    for (size_t i = 0; i < dict.entries.size(); ++i) {
+      if (i) out += item_separator;
+      newline(depth + 1);
+      append_json_string(out, dict.entries[i].first);
+      out += ": ";
+      append_json(out, dict.entries[i].second, indent, depth + 1);
+    }
+    newline(depth);
+    out += '}';
+  } else {
+    out += "null";
+  }
+}
+
+}  // namespace
+
+std::string Value::str() const {
+  if (is_undefined()) return "";
+  if (is_string()) return as_string();
+  return repr();
+}
+
+std::string Value::repr() const {
+  if (is_undefined()) return "Undefined";
+  if (is_none()) return "None";
+  if (is_bool()) return as_bool() ? "True" : "False";
+  if (is_int()) return std::to_string(as_int());
+  if (is_float()) return float_repr(as_number());
+  if (is_string()) return string_repr(as_string());
+  if (is_list()) {
+    std::string out = "[";
+    const List& list = as_list();
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (i) out += ", ";
+      out += list[i].repr();
+    }
+    return out + "]";
+  }
+  if (is_dict()) {
+    std::string out = "{";
+    const Dict& dict = as_dict();
+    for (size_t i = 0; i < dict.entries.size(); ++i) {
+      if (i) out += ", ";
+      out += string_repr(dict.entries[i].first) + ": " + dict.entries[i].second.repr();
+    }
+    return out + "}";
+  }
+  return "<function>";
+}
+
+std::string Value::type_name() const {
+  if (is_undefined()) return "undefined";
+  if (is_none()) return "NoneType";
+  if (is_bool()) return "bool";
+  if (is_int()) return "int";
+  if (is_float()) return "float";
+  if (is_string()) return "str";
+  if (is_list()) return "list";
+  if (is_dict()) return as_dict().is_namespace ? "namespace" : "dict";
+  return "function";
+}
+
+std::string Value::to_json(int indent) const {
+  std::string out;
+  append_json(out, *this, indent, 0);
+  return out;
+}
+
+bool operator==(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.is_int() && b.is_int()) return a.as_int() == b.as_int();
+    return a.as_number() == b.as_number();
+  }
+  // Python: True == 1 and False == 0.
+  if (a.is_bool() && b.is_number()) return Value(static_cast<int64_t>(a.as_bool())) == b;
+  if (b.is_bool() && a.is_number()) return a == Value(static_cast<int64_t>(b.as_bool()));
+  if (a.storage_.index() != b.storage_.index()) return false;
+  if (a.is_undefined() || a.is_none()) return true;
+  if (a.is_bool()) return a.as_bool() == b.as_bool();
+  if (a.is_string()) return a.as_string() == b.as_string();
+  if (a.is_list()) return a.as_list() == b.as_list();
+  if (a.is_dict()) {
+    const Dict &x = a.as_dict(), &y = b.as_dict();
+    if (x.entries.size() != y.entries.size()) return false;
+    for (const auto& [key, value] : x.entries) {
+      const Value* other = y.find(key);
+      if (!other || !(*other == value)) return false;
+    }
+    return true;
+  }
+  return &a.as_function() == &b.as_function();
+}
+
+}  // namespace prism::llm::jinja

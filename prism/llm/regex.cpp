@@ -1,0 +1,98 @@
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "prism/llm/regex.h"
+
+#include <pcre2.h>
+
+#include "prism/core/error.h"
+#include "prism/llm/pattern_fast_path.h"
+#include "prism/llm/unicode.h"
+
+namespace prism::llm {
+
+struct Regex::Compiled {
+  pcre2_code* code = nullptr;
+  bool jit = false;
+  ~Compiled() { pcre2_code_free(code); }
+};
+
+namespace {
+
+struct MatchData {
+  pcre2_match_data* data;
+  explicit MatchData(const pcre2_code* code)
+      : data(pcre2_match_data_create_from_pattern(code, nullptr)) {}
+  ~MatchData() { pcre2_match_data_free(data); }
+  MatchData(const MatchData&) = delete;
+  MatchData& operator=(const MatchData&) = delete;
+};
+
+std::string pcre2_message(int code) {
+  PCRE2_UCHAR buffer[256];
+  pcre2_get_error_message(code, buffer, sizeof(buffer));
+  return reinterpret_cast<const char*>(buffer);
+}
+
+}  // namespace
+
+Regex::Regex(std::string_view pattern, std::string_view context) : pattern_(pattern) {
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                   PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+  if (code == nullptr) {
+    fail("{}: bad regex /{}/ at offset {}: {}", context, pattern, offset, pcre2_message(error));
+  }
+  auto compiled = std::make_shared<Compiled>();
+  compiled->code = code;
+  compiled->jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+  compiled_ = std::move(compiled);
+  if (auto max_digits = llama3_family_max_digits(pattern)) fast_path_max_digits_ = *max_digits;
+}
+
+std::vector<Match> Regex::find_all(std::string_view text) const {
+  if (fast_path_max_digits_ > 0) {
+    return split_llama3_family(text, fast_path_max_digits_);
+  }
+  std::vector<Match> matches;
+  if (!compiled_) return matches;
+  thread_local std::unique_ptr<MatchData> match_data;
+  thread_local const pcre2_code* match_data_owner = nullptr;
+  // Match data sized for this pattern, reused across calls on this thread.
+  if (match_data_owner != compiled_->code) {
+    match_data = std::make_unique<MatchData>(compiled_->code);
+    match_data_owner = compiled_->code;
+  }
+  auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  size_t start = 0;
+  while (start <= text.size()) {
+    int rc = compiled_->jit ? pcre2_jit_match(compiled_->code, subject, text.size(), start,
+                                              PCRE2_NO_UTF_CHECK, match_data->data, nullptr)
+                            : pcre2_match(compiled_->code, subject, text.size(), start,
+                                          PCRE2_NO_UTF_CHECK, match_data->data, nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) fail("regex /{}/: match failed: {}", pattern_, pcre2_message(rc));
+    PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match_data->data);
+    size_t begin = ovector[0], end = ovector[1];
+    if (end > begin) {
+      matches.push_back({begin, end});
+      start = end;
+    } else {
+      // An empty match: step over one character so the scan moves on.
+      if (begin >= text.size()) break;
+      start = begin + static_cast<size_t>(
+                          unicode::sequence_length(static_cast<unsigned char>(text[begin])));
+    }
+  }
+  return matches;
+}
+
+std::string regex_escape(std::string_view literal) {
+  std::string out;
+  for (char c : literal) {
+    if (std::string_view("\\^$.|?*+()[]{}-/").find(c) != std::string_view::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace prism::llm

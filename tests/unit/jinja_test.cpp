@@ -1,0 +1,185 @@
+// The Jinja interpreter on the constructs chat templates use, and its errors. Expected outputs
+// are what Jinja2 (with trim_blocks and lstrip_blocks, as transformers configures it) renders.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "prism/core/error.h"
+#include "prism/llm/jinja/template.h"
+
+namespace prism::llm::jinja {
+namespace {
+
+std::string render(std::string_view source, const char* context_json = "{}") {
+  Value context = Value::from_json(nlohmann::ordered_json::parse(context_json));
+  return Template(source, "test.jinja").render(context.as_dict());
+}
+
+std::string error_of(std::string_view source, const char* context_json = "{}") {
+  try {
+    render(source, context_json);
+  } catch (const prism::Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Jinja, TextAndOutput) {
+  EXPECT_EQ(render("plain"), "plain");
+  EXPECT_EQ(render("{{ 'a' + 'b' }}{{ 1 + 2 }}{{ 7 // 2 }}{{ 7 / 2 }}{{ -7 % 3 }}"), "ab333.52");
+  EXPECT_EQ(render("{{ x }} {{ y }} {{ z }} {{ n }}",
+                   R"({"x": true, "y": null, "z": 1.0, "n": [1, "a"]})"),
+            "True None 1.0 [1, 'a']");
+  EXPECT_EQ(render("{{ 'x' ~ 1 ~ none }}"), "x1None");
+  EXPECT_EQ(render("{# a comment #}ok"), "ok");
+  EXPECT_EQ(render("{{ \"esc\\n\\t\\u00e9\" }}"), "esc\n\t\xc3\xa9");
+}
+
+TEST(Jinja, IfElifElse) {
+  const char* t = "{% if n > 2 %}big{% elif n == 2 %}two{% else %}small{% endif %}";
+  EXPECT_EQ(render(t, R"({"n": 3})"), "big");
+  EXPECT_EQ(render(t, R"({"n": 2})"), "two");
+  EXPECT_EQ(render(t, R"({"n": 1})"), "small");
+  EXPECT_EQ(render("{{ 'y' if flag else 'n' }}", R"({"flag": false})"), "n");
+  EXPECT_EQ(render("{% if not missing %}none{% endif %}"), "none");
+  EXPECT_EQ(render("{{ a and b }} {{ a or b }}", R"({"a": 0, "b": "x"})"), "0 x");
+}
+
+TEST(Jinja, ForLoops) {
+  EXPECT_EQ(render("{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}"
+                   "{{ loop.first }}{{ loop.last }}{{ loop.length }},{% endfor %}",
+                   R"({"xs": ["a", "b"]})"),
+            "102TrueFalse2,211FalseTrue2,");
+  EXPECT_EQ(render("{% for x in [] %}x{% else %}empty{% endfor %}"), "empty");
+  EXPECT_EQ(render("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}",
+                   R"({"d": {"b": 1, "a": 2}})"),
+            "b=1;a=2;");
+  EXPECT_EQ(render("{% for x in range(5) if x is odd %}{{ x }}{% endfor %}"), "13");
+  EXPECT_EQ(
+      render("{% for x in range(5) %}{% if x == 3 %}{% break %}{% endif %}{{ x }}{% endfor %}"),
+      "012");
+  EXPECT_EQ(
+      render(
+          "{% for x in range(4) %}{% if x is even %}{% continue %}{% endif %}{{ x }}{% endfor %}"),
+      "13");
+  EXPECT_EQ(render("{% for x in 'ab' %}{{ loop.cycle('-', '+') }}{{ x }}{% endfor %}"), "-a+b");
+  // Assignments inside a loop do not leak out of it.
+  EXPECT_EQ(render("{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}"), "1");
+}
+
+TEST(Jinja, SetNamespaceAndMacros) {
+  EXPECT_EQ(
+      render(
+          "{% set ns = namespace(found=false, n=0) %}{% for x in [1, 2] %}"
+          "{% set ns.found = true %}{% set ns.n = ns.n + x %}{% endfor %}{{ ns.found }}{{ ns.n }}"),
+      "True3");
+  EXPECT_EQ(render("{% set a, b = [1, 2] %}{{ b }}{{ a }}"), "21");
+  EXPECT_EQ(render("{% set block %}in {{ 'side' }}{% endset %}[{{ block }}]"), "[in side]");
+  EXPECT_EQ(render("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}"
+                   "{{ greet('Ann') }} {{ greet('Bob', punct='?') }}"),
+            "Hi Ann! Hi Bob?");
+}
+
+TEST(Jinja, Filters) {
+  EXPECT_EQ(render("{{ '  x  ' | trim }}|{{ 'ab' | upper }}|{{ 'AB' | lower }}|{{ 'hello world' | "
+                   "capitalize }}"),
+            "x|AB|ab|Hello world");
+  EXPECT_EQ(render("{{ [1, 2, 3] | length }}{{ 'héllo' | length }}{{ {'a': 1} | length }}"), "351");
+  EXPECT_EQ(render("{{ missing | default('d') }}{{ '' | default('e', true) }}{{ 'x' | d('y') }}"),
+            "dex");
+  EXPECT_EQ(render("{{ [1, 2] | join(', ') }}|{{ 'a-b-c' | replace('-', '+') }}|{{ [3, 4] | first "
+                   "}}{{ [3, 4] | last }}"),
+            "1, 2|a+b+c|34");
+  EXPECT_EQ(render("{{ 42 | string }}{{ '7' | int + 1 }}{{ 3.9 | int }}"), "4283");
+  EXPECT_EQ(render("{% for k, v in {'a': 1} | items %}{{ k }}{{ v }}{% endfor %}"), "a1");
+  const char* people =
+      R"({"p": [{"n": "a", "ok": true, "r": "x"}, {"n": "b", "ok": false, "r": "y"}]})";
+  EXPECT_EQ(render("{{ p | selectattr('ok') | map(attribute='n') | join }}", people), "a");
+  EXPECT_EQ(render("{{ p | rejectattr('ok') | map(attribute='n') | join }}", people), "b");
+  EXPECT_EQ(render("{{ p | selectattr('r', 'equalto', 'y') | map(attribute='n') | list }}", people),
+            "['b']");
+  EXPECT_EQ(render("{{ ['a', 'b'] | map('upper') | join }}"), "AB");
+  EXPECT_EQ(render("{{ d | tojson }}", R"({"d": {"b": [1, 2.5, null, true], "a": "é\"\n"}})"),
+            R"({"b": [1, 2.5, null, true], "a": "é\"\n"})");
+  EXPECT_EQ(render("{{ {'a': [1]} | tojson(indent=2) }}"), "{\n  \"a\": [\n    1\n  ]\n}");
+}
+
+TEST(Jinja, Tests) {
+  const char* context = R"({"s": "x", "d": {}, "n": 1, "f": 1.5, "z": null, "l": [1]})";
+  EXPECT_EQ(
+      render("{{ s is defined }}{{ q is defined }}{{ q is not defined }}{{ z is none }}", context),
+      "TrueFalseTrueTrue");
+  EXPECT_EQ(
+      render("{{ s is string }}{{ n is string }}{{ d is mapping }}{{ l is mapping }}", context),
+      "TrueFalseTrueFalse");
+  EXPECT_EQ(
+      render("{{ l is iterable }}{{ n is iterable }}{{ n is number }}{{ f is number }}", context),
+      "TrueFalseTrueTrue");
+  EXPECT_EQ(render("{{ n is equalto 1 }}{{ n is equalto(2) }}{{ 4 is divisibleby 2 }}", context),
+            "TrueFalseTrue");
+  EXPECT_EQ(render("{{ 'a' in 'cat' }}{{ 2 in [1, 2] }}{{ 'k' not in {'k': 1} }}"),
+            "TrueTrueFalse");
+}
+
+TEST(Jinja, SlicingAndStringMethods) {
+  EXPECT_EQ(render("{{ [1, 2, 3][::-1] }}{{ [1, 2, 3][1:] }}{{ [1, 2, 3][-1] }}{{ 'héllo'[1:3] }}"),
+            "[3, 2, 1][2, 3]3él");
+  EXPECT_EQ(render("{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith(('x', 'c')) }}"), "TrueTrue");
+  EXPECT_EQ(render("{{ 'a,b,,c'.split(',') }}{{ ' a  b '.split() }}{{ 'a b c'.split(' ', 1) }}"),
+            "['a', 'b', '', 'c']['a', 'b']['a', 'b c']");
+  EXPECT_EQ(
+      render("[{{ '\n x \n'.strip() }}][{{ 'xxaxx'.lstrip('x') }}][{{ 'xxaxx'.rstrip('x') }}]"),
+      "[x][axx][xxa]");
+  EXPECT_EQ(render("{{ 'aXa'.replace('a', 'b') }}{{ 'Ab'.upper() }}{{ 'Ab'.lower() }}"), "bXbABab");
+  EXPECT_EQ(render("{{ m.content.split('</think>')[-1].lstrip('\\n') }}",
+                   R"({"m": {"content": "<think>r</think>\n\nanswer"}})"),
+            "answer");
+  EXPECT_EQ(
+      render("{{ d.get('a') }}{{ d.get('b', 0) }}{{ d.keys() | list }}", R"({"d": {"a": 1}})"),
+      "10['a']");
+}
+
+TEST(Jinja, WhitespaceControl) {
+  EXPECT_EQ(render("a  {{- 'b' -}}  c"), "abc");
+  EXPECT_EQ(render("a\n  {%- if true %}\nb{% endif %}"), "ab");
+  // trim_blocks drops the newline after a block tag; lstrip_blocks drops its indentation.
+  EXPECT_EQ(render("{% for x in [1, 2] %}\n    {{ x }}\n{% endfor %}\n"), "    1\n    2\n");
+  EXPECT_EQ(render("  {% if true %}\nx\n  {% endif %}\ny"), "x\ny");
+  EXPECT_EQ(render("  {%+ if true %}x{% endif %}"), "  x");
+  EXPECT_EQ(render("{{ 'a' }}\n{{ 'b' }}"), "a\nb");  // not after expressions
+  EXPECT_EQ(render("{# c #}\nx"), "x");
+  EXPECT_EQ(render("{% raw %}{{ not parsed }}{% endraw %}"), "{{ not parsed }}");
+}
+
+TEST(Jinja, Builtins) {
+  EXPECT_EQ(render("{{ range(3) | list }}{{ range(1, 7, 2) | list }}"), "[0, 1, 2][1, 3, 5]");
+  EXPECT_EQ(render("{{ strftime_now('%Y') | length }}"), "4");
+  EXPECT_EQ(error_of("{{ raise_exception('Only user and assistant roles') }}"),
+            "test.jinja:1:4: raise_exception: Only user and assistant roles");
+}
+
+TEST(Jinja, ErrorsNameFileLineAndColumn) {
+  EXPECT_EQ(error_of("line one\n{{ name }}"), "test.jinja:2:4: undefined variable 'name'");
+  EXPECT_EQ(error_of("{% for x in items %}{% endfor %}"),
+            "test.jinja:1:13: undefined variable 'items'");
+  EXPECT_EQ(error_of("{{ user.name }}"), "test.jinja:1:4: undefined variable 'user'");
+  EXPECT_EQ(error_of("{{ d.missing + 'x' }}", R"({"d": {}})"),
+            "test.jinja:1:5: dict has no attribute 'missing'");
+  EXPECT_EQ(error_of("{% if x %}\n  oops"),
+            "test.jinja:2:7: template syntax error: 'if' at line 1 column 1 was never closed "
+            "(expected 'endif')");
+  EXPECT_EQ(error_of("{{ 1 + }}"), "test.jinja:1:8: template syntax error: unexpected '}}'");
+  EXPECT_EQ(error_of("{% endfor %}"),
+            "test.jinja:1:4: template syntax error: unexpected 'endfor' with no block open");
+  EXPECT_EQ(error_of("{% frobnicate %}"),
+            "test.jinja:1:4: template syntax error: unknown statement 'frobnicate'");
+  EXPECT_EQ(error_of("{{ 'abc' }"),
+            "test.jinja:1:1: template syntax error: this '{{' is never closed with '}}'");
+  EXPECT_EQ(error_of("{{ x | nofilter }}", R"({"x": 1})"),
+            "test.jinja:1:8: unknown filter 'nofilter'");
+  EXPECT_EQ(error_of("{{ 'a' + 1 }}"),
+            "test.jinja:1:8: unsupported operand types for +: 'str' and 'int'");
+}
+
+}  // namespace
+}  // namespace prism::llm::jinja

@@ -1,0 +1,251 @@
+// Llama against an independent PyTorch implementation of Hugging Face's semantics
+// (tools/make_tiny_llama.py): greedy continuations and first-step logits, for a tied bf16
+// checkpoint with llama3 rope scaling and an untied f32 one.
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "prism/io/s3.h"
+#include "prism/llm/engine.h"
+#include "tests/unit/io_test_util.h"
+#include "tests/unit/test_servers.h"
+#include "tests/unit/test_util.h"
+
+namespace prism {
+namespace {
+
+struct Reference {
+  std::vector<int32_t> prompt, greedy;
+  std::map<int, double> first_logits;
+};
+
+std::string fixture(const std::string& name) {
+  return std::string(PRISM_TEST_DATA) + "/llama/" + name;
+}
+
+Reference reference(const std::string& name, const std::string& file = "reference.json") {
+  std::ifstream in(fixture(name) + "/" + file);
+  nlohmann::json j = nlohmann::json::parse(in);
+  Reference r;
+  r.prompt = j["prompt_ids"].get<std::vector<int32_t>>();
+  r.greedy = j["greedy_ids"].get<std::vector<int32_t>>();
+  for (auto& [k, v] : j["first_logits"].items()) r.first_logits[std::stoi(k)] = v.get<double>();
+  return r;
+}
+
+llm::EngineOptions options(DType dtype) {
+  llm::EngineOptions o;
+  o.seqlen = 64;
+  o.dtype = dtype;
+  o.load.report = false;
+  return o;
+}
+
+std::vector<int32_t> greedy(llm::Engine& engine, std::vector<float> logits, size_t steps) {
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < steps; ++i) {
+    int32_t next =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.push_back(next);
+    if (i + 1 < steps) logits = engine.feed(std::vector<int32_t>{next});
+  }
+  return out;
+}
+
+struct Case {
+  const char* name;
+  DType dtype;
+  double logit_tol;
+  size_t greedy_tokens;  // computing in bf16 rounds differently from PyTorch: near-ties flip
+};
+
+class LlamaReference : public ::testing::TestWithParam<Case> {};
+
+// Every reference*.json of a fixture: ours (tools/make_tiny_llama.py) and, where a machine
+// with transformers made it, reference_hf.json (tools/llama_reference_hf.py).
+TEST_P(LlamaReference, GreedyAndLogitsMatchPyTorch) {
+  const Case& c = GetParam();
+  int references = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(fixture(c.name))) {
+    std::string file = entry.path().filename().string();
+    if (file.rfind("reference", 0) != 0 || entry.path().extension() != ".json") continue;
+    SCOPED_TRACE(file);
+    ++references;
+    Reference ref = reference(c.name, file);
+    llm::Engine engine(fixture(c.name), get_platform("cpu"), options(c.dtype));
+    std::vector<float> logits = engine.feed(ref.prompt);
+    for (auto [id, want] : ref.first_logits) {
+      EXPECT_NEAR(logits[id], want, c.logit_tol * std::max(1.0, std::abs(want))) << "token " << id;
+    }
+    size_t n = std::min(c.greedy_tokens, ref.greedy.size());
+    EXPECT_EQ(greedy(engine, logits, n),
+              std::vector<int32_t>(ref.greedy.begin(), ref.greedy.begin() + n));
+  }
+  EXPECT_GE(references, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaReference,
+                         ::testing::Values(Case{"tiny-f32", DType::f32, 1e-4, 24},
+                                           Case{"tiny-bf16-tied", DType::f32, 2e-2, 24},
+                                           Case{"tiny-bf16-tied", DType::bf16, 5e-2, 12}),
+                         [](const auto& info) {
+                           std::string n = std::string(info.param.name) + "_" +
+                                           std::string(name(info.param.dtype));
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+TEST(Llama, IncrementalPrefillEqualsOneShot) {
+  Reference ref = reference("tiny-f32");
+  Platform& cpu = get_platform("cpu");
+  llm::Engine whole(fixture("tiny-f32"), cpu, options(DType::f32));
+  std::vector<float> a = whole.feed(ref.prompt);
+  // The same prompt in two turns, then one token at a time: the cache carries the context.
+  llm::Engine parts(fixture("tiny-f32"), cpu, options(DType::f32));
+  parts.feed(std::span(ref.prompt).first(2));
+  std::vector<float> b = parts.feed(std::span(ref.prompt).subspan(2));
+  llm::Engine single(fixture("tiny-f32"), cpu, options(DType::f32));
+  std::vector<float> c;
+  for (int32_t t : ref.prompt) c = single.feed(std::vector<int32_t>{t});
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); i += 997) {
+    EXPECT_NEAR(a[i], b[i], 1e-4);
+    EXPECT_NEAR(a[i], c[i], 1e-4);
+  }
+  // After reset the cache is reused from position 0.
+  parts.reset();
+  std::vector<float> d = parts.feed(ref.prompt);
+  for (size_t i = 0; i < a.size(); i += 997) EXPECT_NEAR(a[i], d[i], 1e-4);
+}
+
+TEST(Llama, BadInputGivesClearErrors) {
+  Platform& cpu = get_platform("cpu");
+  llm::EngineOptions o = options(DType::f32);
+  o.seqlen = 8;
+  llm::Engine engine(fixture("tiny-f32"), cpu, o);
+  EXPECT_EQ(testing::error_of([&] { engine.feed(std::vector<int32_t>(9, 1)); }),
+            "llm: the conversation needs 9 positions but the cache holds 8 (--seqlen)");
+  EXPECT_EQ(testing::error_of([&] { engine.feed(std::vector<int32_t>{128256}); }),
+            "llm: token id 128256 is outside the vocabulary of 128256");
+  o.seqlen = 1 << 20;
+  EXPECT_EQ(testing::error_of([&] { llm::Engine(fixture("tiny-f32"), cpu, o); }),
+            "llm: --seqlen=1048576 must be between 1 and the model's 2048 positions");
+}
+
+}  // namespace
+}  // namespace prism
+
+namespace prism {
+namespace {
+
+// The same greedy continuation when the checkpoint is served over HTTPS or from S3.
+std::vector<int32_t> greedy_from(const std::string& uri) {
+  Reference ref = reference("tiny-f32");
+  llm::Engine engine(uri, get_platform("cpu"), options(DType::f32));
+  return greedy(engine, engine.feed(ref.prompt), ref.greedy.size());
+}
+
+TEST(Llama, RunsFromHttps) {
+  if (!test::NginxServer::available()) GTEST_SKIP() << "nginx is not installed";
+  test::NginxServer server(std::string(PRISM_TEST_DATA) + "/llama");
+  test::ScopedEnv ca("CURL_CA_BUNDLE", test::NginxServer::ca_file());
+  EXPECT_EQ(greedy_from(server.url() + "/tiny-f32"), reference("tiny-f32").greedy);
+}
+
+TEST(Llama, RunsFromS3) {
+  if (!test::S3Server::available()) GTEST_SKIP() << "s3rver is not installed";
+  test::S3Server server("models");
+  test::ScopedEnv env(
+      std::map<std::string, std::optional<std::string>>{{"AWS_ENDPOINT_URL", server.endpoint()},
+                                                        {"AWS_ENDPOINT_URL_S3", std::nullopt},
+                                                        {"AWS_ACCESS_KEY_ID", "S3RVER"},
+                                                        {"AWS_SECRET_ACCESS_KEY", "S3RVER"},
+                                                        {"AWS_SESSION_TOKEN", std::nullopt},
+                                                        {"AWS_REGION", "us-east-1"}});
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors"}) {
+    io::s3::put_object(std::string("s3://models/tiny-f32/") + f,
+                       test::read_bytes(fixture("tiny-f32") + "/" + f));
+  }
+  EXPECT_EQ(greedy_from("s3://models/tiny-f32"), reference("tiny-f32").greedy);
+}
+
+}  // namespace
+}  // namespace prism
+
+namespace prism {
+namespace {
+
+TEST(Llama, CachedDecodingEqualsRecomputation) {
+  Reference ref = reference("tiny-f32");
+  Platform& cpu = get_platform("cpu");
+  llm::Engine cached(fixture("tiny-f32"), cpu, options(DType::f32));
+  std::vector<int32_t> seq = ref.prompt;
+  std::vector<float> logits = cached.feed(ref.prompt);
+  for (int i = 0; i < 5; ++i) {  // five tokens through the cache
+    seq.push_back(ref.greedy[i]);
+    logits = cached.feed(std::vector<int32_t>{ref.greedy[i]});
+  }
+  llm::Engine fresh(fixture("tiny-f32"), cpu, options(DType::f32));
+  std::vector<float> full = fresh.feed(seq);  // the whole sequence at once
+  double worst = 0;
+  for (size_t i = 0; i < full.size(); ++i)
+    worst = std::max<double>(worst, std::abs(full[i] - logits[i]));
+  EXPECT_LE(worst, 1e-4);
+}
+
+TEST(Llama, MultiTurnEqualsReprefillingTheConversation) {
+  Platform& cpu = get_platform("cpu");
+  std::vector<int32_t> turn1{128000, 791, 6864}, turn2{315, 9822, 374, 279};
+  llm::Engine chat(fixture("tiny-f32"), cpu, options(DType::f32));
+  std::vector<int32_t> answer1 = greedy(chat, chat.feed(turn1), 4);
+  chat.feed(std::vector<int32_t>{answer1.back()});  // the last answer token enters the cache
+  std::vector<int32_t> answer2 = greedy(chat, chat.feed(turn2), 6);
+
+  std::vector<int32_t> all = turn1;
+  all.insert(all.end(), answer1.begin(), answer1.end());
+  all.insert(all.end(), turn2.begin(), turn2.end());
+  llm::Engine again(fixture("tiny-f32"), cpu, options(DType::f32));
+  EXPECT_EQ(greedy(again, again.feed(all), 6), answer2);
+}
+
+// A model directory holding tiny-f32's weights and the given config.json text.
+struct ModelDir {
+  test::TempDir dir;
+  explicit ModelDir(const std::string& config) {
+    std::filesystem::create_symlink(fixture("tiny-f32") + "/model.safetensors",
+                                    dir.str("model.safetensors"));
+    if (!config.empty()) test::write_bytes(dir.str("config.json"), config);
+  }
+};
+
+std::string tiny_config(const std::string& key, const std::string& value) {
+  std::ifstream in(fixture("tiny-f32") + "/config.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j[key] = nlohmann::json::parse(value);
+  return j.dump();
+}
+
+TEST(Llama, BadCheckpointsGiveClearErrors) {
+  Platform& cpu = get_platform("cpu");
+  auto error = [&](const ModelDir& m) {
+    return testing::error_of([&] { llm::Engine(m.dir.str(), cpu, options(DType::f32)); });
+  };
+  ModelDir missing("");
+  EXPECT_NE(error(missing).find("config.json"), std::string::npos) << error(missing);
+  ModelDir malformed("{\"model_type\": \"llama\", ");
+  EXPECT_NE(error(malformed).find("config.json: not valid JSON"), std::string::npos)
+      << error(malformed);
+  ModelDir other(tiny_config("model_type", "\"mamba\""));
+  EXPECT_NE(error(other).find("has model_type \"mamba\"; supported: llama"), std::string::npos)
+      << error(other);
+  ModelDir deeper(tiny_config("num_hidden_layers", "4"));  // layer 3 is not in the file
+  EXPECT_NE(error(deeper).find("model.layers.3."), std::string::npos) << error(deeper);
+  ModelDir wider(tiny_config("hidden_size", "32"));
+  std::string e = error(wider);
+  EXPECT_NE(e.find("tensor \"model.embed_tokens.weight\""), std::string::npos) << e;
+  EXPECT_NE(e.find("F32[128256, 16] but the model expects f32{voc=128256,d=32}"), std::string::npos)
+      << e;
+}
+
+}  // namespace
+}  // namespace prism

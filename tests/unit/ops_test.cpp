@@ -1,0 +1,368 @@
+// Every primitive op, checked against hand-computed values on the CPU and compared across
+// platforms (today: the CPU with composites decomposed).
+#include <cmath>
+#include <numbers>
+
+#include "prism/nn/nn.h"
+#include "tests/unit/platforms.h"
+
+namespace prism {
+namespace {
+
+using testing::check_platforms;
+using testing::error_of;
+using testing::expect_values;
+using testing::f32;
+using testing::i32;
+using testing::run1;
+using testing::S;
+
+TEST(Ops, UnaryFloat) {
+  auto x = f32(S({{"n", 4}}), {-1.5f, -0.25f, 0.5f, 2.5f});
+  struct Case {
+    Tensor (Tensor::*op)() const;
+    double (*ref)(double);
+  };
+  const Case cases[] = {
+      {&Tensor::neg, [](double v) { return -v; }},
+      {&Tensor::abs, [](double v) { return std::abs(v); }},
+      {&Tensor::exp, [](double v) { return std::exp(v); }},
+      {&Tensor::tanh, [](double v) { return std::tanh(v); }},
+      {&Tensor::logistic, [](double v) { return 1 / (1 + std::exp(-v)); }},
+      {&Tensor::sin, [](double v) { return std::sin(v); }},
+      {&Tensor::cos, [](double v) { return std::cos(v); }},
+      {&Tensor::erf, [](double v) { return std::erf(v); }},
+      {&Tensor::floor, [](double v) { return std::floor(v); }},
+      {&Tensor::ceil, [](double v) { return std::ceil(v); }},
+      {&Tensor::round, [](double v) { return std::nearbyint(v); }},
+      {&Tensor::sign, [](double v) { return double((v > 0) - (v < 0)); }},
+  };
+  std::vector<double> in = x.to_f64();
+  for (const Case& c : cases) {
+    std::vector<double> want;
+    for (double v : in) want.push_back(c.ref(v));
+    auto op = c.op;
+    expect_values(check_platforms([op](Tensor t) { return (t.*op)(); }, {x})[0], want, 1e-6);
+  }
+  auto p = f32(S({{"n", 3}}), {0.25f, 1, 4});
+  expect_values(run1([](Tensor t) { return t.log(); }, {p}), {std::log(0.25), 0, std::log(4)});
+  expect_values(run1([](Tensor t) { return t.log1p(); }, {p}),
+                {std::log1p(0.25), std::log1p(1), std::log1p(4)});
+  expect_values(run1([](Tensor t) { return t.sqrt(); }, {p}), {0.5, 1, 2});
+  expect_values(run1([](Tensor t) { return t.rsqrt(); }, {p}), {2, 1, 0.5});
+  // round is half to even
+  expect_values(
+      run1([](Tensor t) { return t.round(); }, {f32(S({{"n", 4}}), {0.5, 1.5, 2.5, -0.5})}),
+      {0, 2, 2, -0});
+}
+
+TEST(Ops, UnaryRejectsIntegersWhereUndefined) {
+  EXPECT_EQ(error_of([] {
+              run1([](Tensor t) { return t.exp(); }, {i32(S({{"n", 1}}), {1})});
+            }),
+            "exp: needs a floating-point operand, got i32{n=1}");
+}
+
+TEST(Ops, BinaryFloat) {
+  auto a = f32(S({{"n", 4}}), {1, -2, 3, 7});
+  auto b = f32(S({{"n", 4}}), {2, 4, -1, 2});
+  expect_values(check_platforms([](Tensor a, Tensor b) { return a - b; }, {a, b})[0],
+                {-1, -6, 4, 5});
+  expect_values(run1([](Tensor a, Tensor b) { return a / b; }, {a, b}), {0.5, -0.5, -3, 3.5});
+  expect_values(run1([](Tensor a, Tensor b) { return pow(a, b); }, {a, b}), {1, 16, 1.0 / 3, 49});
+  expect_values(run1([](Tensor a, Tensor b) { return maximum(a, b); }, {a, b}), {2, 4, 3, 7});
+  expect_values(run1([](Tensor a, Tensor b) { return minimum(a, b); }, {a, b}), {1, -2, -1, 2});
+  expect_values(run1([](Tensor a, Tensor b) { return rem(a, b); }, {a, b}), {1, -2, 0, 1});
+  expect_values(run1([](Tensor a, Tensor b) { return atan2(a, b); }, {a, b}),
+                {std::atan2(1, 2), std::atan2(-2, 4), std::atan2(3, -1), std::atan2(7, 2)});
+}
+
+TEST(Ops, BinaryIntegerAndComparisons) {
+  auto a = i32(S({{"n", 4}}), {7, -7, 3, 0});
+  auto b = i32(S({{"n", 4}}), {2, 2, 3, 5});
+  expect_values(run1([](Tensor a, Tensor b) { return a / b; }, {a, b}), {3, -3, 1, 0});
+  expect_values(run1([](Tensor a, Tensor b) { return rem(a, b); }, {a, b}), {1, -1, 0, 0});
+  expect_values(run1([](Tensor a, Tensor b) { return pow(a, b); }, {a, b}), {49, 49, 27, 0});
+  expect_values(run1([](Tensor a, Tensor b) { return lt(a, b); }, {a, b}), {0, 1, 0, 1});
+  expect_values(run1([](Tensor a, Tensor b) { return ge(a, b); }, {a, b}), {1, 0, 1, 0});
+  expect_values(run1([](Tensor a, Tensor b) { return eq(a, b); }, {a, b}), {0, 0, 1, 0});
+  expect_values(run1([](Tensor a, Tensor b) { return ne(a, b); }, {a, b}), {1, 1, 0, 1});
+  auto logic = run1(
+      [](Tensor a, Tensor b) {
+        Tensor p = gt(a, b), q = gt(b, a);
+        return concat({logical_and(p, q), logical_or(p, q), logical_xor(p, q), p.logical_not()},
+                      "n");
+      },
+      {a, b});
+  expect_values(logic, {0, 0, 0, 0, 1, 1, 0, 1, 1, 1, 0, 1, 0, 1, 1, 1});
+}
+
+TEST(Ops, SelectAndConvert) {
+  auto c = HostBuffer::from<bool>(S({{"n", 3}}, DType::boolean), {true, false, true});
+  auto a = f32(S({{"n", 3}}), {1, 2, 3});
+  auto b = f32(S({{"n", 3}}), {-1, -2, -3});
+  expect_values(
+      check_platforms([](Tensor c, Tensor a, Tensor b) { return select(c, a, b); }, {c, a, b})[0],
+      {1, -2, 3});
+  auto x = f32(S({{"n", 4}}), {1.7f, -1.7f, 300.f, 1.00390625f});
+  expect_values(run1([](Tensor x) { return x.convert(DType::i32); }, {x}), {1, -1, 300, 1});
+  expect_values(run1([](Tensor x) { return x.convert(DType::i8); }, {x}), {1, -1, 127, 1});
+  // bf16 keeps 8 bits of mantissa: 1 + 2^-8 rounds to even (1).
+  expect_values(run1([](Tensor x) { return x.convert(DType::bf16).convert(DType::f32); }, {x}),
+                {1.703125, -1.703125, 300, 1});
+  expect_values(run1([](Tensor x) { return x.convert(DType::f16); }, {x}),
+                {1.7001953125, -1.7001953125, 300, 1.00390625});
+  auto nan = f32(S({{"n", 2}}), {std::nanf(""), 1});
+  expect_values(run1([](Tensor x) { return x.is_nan(); }, {nan}), {1, 0});
+}
+
+TEST(Ops, HalfPrecisionElementwiseRoundsEachOp) {
+  // In bf16, 256 + 1 = 256 (the 1 is lost), then - 256 = 0; in f32 it would be 1.
+  auto x = f32(S({{"n", 1}}), {256});
+  auto y = run1(
+      [](Tensor x) {
+        Tensor h = x.convert(DType::bf16);
+        return ((h + 1.0) - h).convert(DType::f32);
+      },
+      {x});
+  expect_values(y, {0});
+}
+
+TEST(Ops, IotaAndConstants) {
+  auto y = run1(
+      [](Tensor) {
+        return Tensor::iota(S({{"a", 2}, {"b", 3}}, DType::i32), "b") +
+               Tensor::full(S({{"b", 3}}, DType::i32), 10);
+      },
+      {f32(S({{"n", 1}}), {0})});
+  expect_values(y, {10, 11, 12, 10, 11, 12});
+  auto c = run1(
+      [](Tensor x) {
+        return x + Tensor::constant(f32(S({{"n", 2}}), {5, 6}));
+      },
+      {f32(S({{"n", 2}}), {1, 2})});
+  expect_values(c, {6, 8});
+}
+
+TEST(Ops, ReduceAnyAxes) {
+  std::vector<float> v(24);
+  for (int i = 0; i < 24; ++i) v[i] = float(i);
+  auto x = f32(S({{"a", 2}, {"b", 3}, {"c", 4}}), v);
+  // Non-adjacent axes a and c: sum over them leaves b.
+  expect_values(check_platforms(
+                    [](Tensor x) {
+                      return x.sum({"a", "c"});
+                    },
+                    {x})[0],
+                {0 + 1 + 2 + 3 + 12 + 13 + 14 + 15, 4 + 5 + 6 + 7 + 16 + 17 + 18 + 19,
+                 8 + 9 + 10 + 11 + 20 + 21 + 22 + 23});
+  expect_values(run1([](Tensor x) { return x.min("b"); }, {x}), {0, 1, 2, 3, 12, 13, 14, 15});
+  expect_values(run1([](Tensor x) { return x.argmin("c", DType::i64); }, {x}), {0, 0, 0, 0, 0, 0});
+  auto r = run1([](Tensor x) { return x.sum({"a", "b", "c"}); }, {x});
+  EXPECT_EQ(r.shape().rank(), 0);
+  expect_values(r, {276});
+}
+
+TEST(Ops, DotLayouts) {
+  // Every arrangement of the operands in memory gives the same product.
+  std::vector<float> a(6), b(12);
+  for (int i = 0; i < 6; ++i) a[i] = float(i + 1);
+  for (int i = 0; i < 12; ++i) b[i] = float(i % 5) - 2;
+  auto A = f32(S({{"m", 2}, {"k", 3}}), a);
+  auto B = f32(S({{"k", 3}, {"n", 4}}), b);
+  auto ref = run1([](Tensor a, Tensor b) { return a.dot(b, "k"); }, {A, B});
+  auto t1 = run1([](Tensor a, Tensor b) { return a.transpose({"k", "m"}).dot(b, "k"); }, {A, B});
+  auto t2 = run1([](Tensor a, Tensor b) { return a.dot(b.transpose({"n", "k"}), "k"); }, {A, B});
+  expect_values(t1, ref.to_f64());
+  expect_values(t2, ref.to_f64());
+  // hand-checked first row: [1 2 3] . columns of B
+  std::vector<double> r = ref.to_f64();
+  EXPECT_DOUBLE_EQ(r[0], 1 * -2 + 2 * 2 + 3 * 1);
+  // f64, i32 and bf16 take the other paths.
+  auto d =
+      run1([](Tensor a, Tensor b) { return a.convert(DType::f64).dot(b.convert(DType::f64), "k"); },
+           {A, B});
+  expect_values(d, ref.to_f64());
+  auto i =
+      run1([](Tensor a, Tensor b) { return a.convert(DType::i32).dot(b.convert(DType::i32), "k"); },
+           {A, B});
+  expect_values(i, ref.to_f64());
+  auto h = run1(
+      [](Tensor a, Tensor b) {
+        return a.convert(DType::bf16).dot(b.convert(DType::bf16), "k").convert(DType::f32);
+      },
+      {A, B});
+  expect_values(h, ref.to_f64(), 1e-2);
+}
+
+TEST(Ops, DotMultipleContractingAndBatchTags) {
+  std::vector<float> a(2 * 2 * 3), b(2 * 2 * 3 * 2);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float(i) * 0.5f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = float(i % 7) - 3;
+  auto A = f32(S({{"h", 2}, {"x", 2}, {"y", 3}}), a);
+  auto B = f32(S({{"y", 3}, {"h", 2}, {"o", 2}, {"x", 2}}), b);
+  auto got = run1([](Tensor a, Tensor b) { return a.dot(b, {"x", "y"}); }, {A, B});
+  EXPECT_EQ(got.shape().str(), "f32{h=2,o=2}");
+  std::vector<double> want(4, 0);
+  for (int h = 0; h < 2; ++h)
+    for (int o = 0; o < 2; ++o)
+      for (int x = 0; x < 2; ++x)
+        for (int y = 0; y < 3; ++y)
+          want[h * 2 + o] += a[(h * 2 + x) * 3 + y] * b[((y * 2 + h) * 2 + o) * 2 + x];
+  expect_values(got, want);
+}
+
+TEST(Ops, BroadcastTransposeSlice) {
+  auto x = f32(S({{"a", 2}, {"b", 3}}), {0, 1, 2, 3, 4, 5});
+  auto y = check_platforms(
+      [](Tensor x) {
+        return x.broadcast_to(S({{"b", 3}, {"c", 2}, {"a", 2}}));
+      },
+      {x})[0];
+  EXPECT_EQ(y.shape().str(), "f32{b=3,c=2,a=2}");
+  expect_values(y, {0, 3, 0, 3, 1, 4, 1, 4, 2, 5, 2, 5});
+  expect_values(run1([](Tensor x) { return x.slice("b", 1, 2); }, {x}), {1, 2, 4, 5});
+  expect_values(run1([](Tensor x) { return x.slice("b", 0, 2, 2); }, {x}), {0, 2, 3, 5});
+  EXPECT_EQ(error_of([&] { run1([](Tensor x) { return x.slice("b", 2, 2); }, {x}); }),
+            "slice: [2, +2 step 1) is out of bounds for tag \"b\" of size 3 in {a=2,b=3}");
+}
+
+TEST(Ops, DynamicSliceAndUpdate) {
+  auto x = f32(S({{"a", 2}, {"b", 4}}), {0, 1, 2, 3, 4, 5, 6, 7});
+  auto start = HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {1});
+  expect_values(
+      check_platforms([](Tensor x, Tensor s) { return x.dynamic_slice("b", s, 2); }, {x, start})[0],
+      {1, 2, 5, 6});
+  // Out-of-range starts clamp so the window fits.
+  auto far = HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {9});
+  expect_values(run1([](Tensor x, Tensor s) { return x.dynamic_slice("b", s, 2); }, {x, far}),
+                {2, 3, 6, 7});
+  auto u = f32(S({{"a", 2}, {"b", 1}}), {-1, -2});
+  expect_values(run1(
+                    [](Tensor x, Tensor u, Tensor s) {
+                      return x.dynamic_update_slice(u, {{"b", s}});
+                    },
+                    {x, u, start}),
+                {0, -1, 2, 3, 4, -2, 6, 7});
+}
+
+TEST(Ops, DonatedInputIsUpdatedInPlace) {
+  Platform& cpu = get_platform("cpu");
+  Shape cache_shape = S({{"s", 4}, {"d", 2}});
+  Executable exe =
+      compile(cpu,
+              [](Tensor cache, Tensor row, Tensor pos) {
+                return cache.dynamic_update_slice(row, {{"s", pos}});
+              },
+              {cache_shape, S({{"s", 1}, {"d", 2}}), Shape::scalar(DType::i32)}, {.donate = {0}});
+  Buffer cache = cpu.upload(HostBuffer(cache_shape));
+  for (int step = 0; step < 4; ++step) {
+    std::vector<Buffer> in{
+        cache, cpu.upload(f32(S({{"s", 1}, {"d", 2}}), {float(step), 1})),
+        cpu.upload(HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {step}))};
+    Buffer out = exe.call(std::span<const Buffer>{}, in)[0];
+    EXPECT_EQ(out.memory(), cache.memory()) << "the cache is updated where it is";
+    cache = out;
+  }
+  expect_values(cache.to_host(), {0, 1, 1, 1, 2, 1, 3, 1});
+}
+
+TEST(Ops, ConcatGatherTakeAlongScatter) {
+  auto a = f32(S({{"a", 2}, {"b", 2}}), {0, 1, 2, 3});
+  auto b = f32(S({{"b", 1}, {"a", 2}}), {8, 9});  // other tag order: aligned by name
+  expect_values(check_platforms(
+                    [](Tensor a, Tensor b) {
+                      return concat({a, b}, "b");
+                    },
+                    {a, b})[0],
+                {0, 1, 8, 2, 3, 9});
+  auto table = f32(S({{"voc", 3}, {"d", 2}}), {0, 1, 10, 11, 20, 21});
+  auto ids = i32(S({{"s", 4}}), {2, 0, 2, -1});
+  auto emb =
+      check_platforms([](Tensor t, Tensor i) { return t.gather("voc", i); }, {table, ids})[0];
+  EXPECT_EQ(emb.shape().str(), "f32{s=4,d=2}");
+  expect_values(emb, {20, 21, 0, 1, 20, 21, 20, 21});
+  auto idx = i32(S({{"a", 2}, {"b", 2}}), {1, 1, 0, 1});
+  expect_values(run1([](Tensor x, Tensor i) { return x.take_along("b", i); }, {a, idx}),
+                {1, 1, 2, 3});
+  auto upd = f32(S({{"a", 2}, {"b", 2}}), {5, 6, 7, 8});
+  expect_values(
+      run1([](Tensor x, Tensor i, Tensor u) { return x.scatter("b", i, u); }, {a, idx, upd}),
+      {0, 6, 7, 8});
+  expect_values(run1([](Tensor x, Tensor i,
+                        Tensor u) { return x.scatter("b", i, u, ir::ScatterReduce::add); },
+                     {a, idx, upd}),
+                {0, 12, 9, 11});
+}
+
+TEST(Ops, PadModes) {
+  auto x = f32(S({{"n", 3}}), {1, 2, 3});
+  expect_values(check_platforms([](Tensor x) { return x.pad("n", 2, 1, -1); }, {x})[0],
+                {-1, -1, 1, 2, 3, -1});
+  expect_values(run1([](Tensor x) { return x.pad("n", -1, 1); }, {x}), {2, 3, 0});
+  expect_values(run1([](Tensor x) { return x.pad("n", 2, 2, 0, ir::PadMode::edge); }, {x}),
+                {1, 1, 1, 2, 3, 3, 3});
+  expect_values(run1([](Tensor x) { return x.pad("n", 2, 2, 0, ir::PadMode::reflect); }, {x}),
+                {3, 2, 1, 2, 3, 2, 1});
+}
+
+TEST(Ops, CumsumAndTopK) {
+  auto x = f32(S({{"n", 5}}), {3, 1, 4, 1, 5});
+  expect_values(check_platforms([](Tensor x) { return x.cumsum("n"); }, {x})[0], {3, 4, 8, 9, 14});
+  expect_values(run1([](Tensor x) { return x.cumsum("n", true); }, {x}), {0, 3, 4, 8, 9});
+  expect_values(run1([](Tensor x) { return x.cumsum("n", false, true); }, {x}), {14, 11, 10, 6, 5});
+  auto top = run(
+      [](Tensor x) {
+        auto [v, i] = x.top_k("n", 3);
+        return std::vector<Tensor>{v, i};
+      },
+      {x});
+  expect_values(top[0], {5, 4, 3});
+  expect_values(top[1], {4, 2, 0});
+  auto low = run1([](Tensor x) { return x.top_k("n", 2, false).second; }, {x});
+  expect_values(low, {1, 3});  // ties: the lower index first
+}
+
+TEST(Ops, Convolution) {
+  // 1 image, 1 channel, 3x3, kernel 2x2 of ones, stride 1, no padding: sums of 2x2 windows.
+  auto x = f32(S({{"b", 1}, {"c", 1}, {"h", 3}, {"w", 3}}), {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  auto k = f32(S({{"o", 1}, {"c", 1}, {"h", 2}, {"w", 2}}), {1, 1, 1, 1});
+  ConvOptions o{.spatial = {"h", "w"}};
+  auto y = check_platforms([&](Tensor x, Tensor k) { return conv(x, k, o); }, {x, k})[0];
+  EXPECT_EQ(y.shape().str(), "f32{b=1,o=1,h=2,w=2}");
+  expect_values(y, {12, 16, 24, 28});
+  ConvOptions padded{
+      .spatial = {"h", "w"}, .strides = {2, 2}, .pad_low = {1, 1}, .pad_high = {1, 1}};
+  expect_values(run1([&](Tensor x, Tensor k) { return conv(x, k, padded); }, {x, k}),
+                {1, 5, 11, 28});
+  // f64 takes the direct loop instead of oneDNN: same answers.
+  expect_values(
+      run1([&](Tensor x,
+               Tensor k) { return conv(x.convert(DType::f64), k.convert(DType::f64), padded); },
+           {x, k}),
+      {1, 5, 11, 28});
+  // Two groups over 2 channels of 1-D signals.
+  auto x1 = f32(S({{"b", 1}, {"c", 2}, {"t", 3}}), {1, 2, 3, 10, 20, 30});
+  auto k1 = f32(S({{"o", 2}, {"c", 1}, {"t", 2}}), {1, -1, 1, 1});
+  ConvOptions grouped{.spatial = {"t"}, .groups = 2};
+  expect_values(run1([&](Tensor x, Tensor k) { return conv(x, k, grouped); }, {x1, k1}),
+                {-1, -1, 30, 50});
+  expect_values(
+      run1([&](Tensor x,
+               Tensor k) { return conv(x.convert(DType::f64), k.convert(DType::f64), grouped); },
+           {x1, k1}),
+      {-1, -1, 30, 50});
+}
+
+TEST(Ops, Activations) {
+  auto x = f32(S({{"n", 3}}), {-1, 0, 2});
+  expect_values(run1([](Tensor x) { return x.relu(); }, {x}), {0, 0, 2});
+  expect_values(run1([](Tensor x) { return x.silu(); }, {x}),
+                {-1 / (1 + std::exp(1.0)), 0, 2 / (1 + std::exp(-2.0))});
+  expect_values(run1([](Tensor x) { return x.gelu(); }, {x}),
+                {-0.5 * (1 + std::erf(-1 / std::numbers::sqrt2)), 0,
+                 2 * 0.5 * (1 + std::erf(2 / std::numbers::sqrt2))});
+}
+
+}  // namespace
+}  // namespace prism

@@ -1,0 +1,127 @@
+// s3:// against s3rver (npm) on 127.0.0.1, path-style through AWS_ENDPOINT_URL. s3rver checks
+// the access key but not SigV4 signatures: sigv4_test.cpp checks those against AWS's examples
+// and botocore.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "io_test_util.h"
+#include "prism/core/error.h"
+#include "prism/io/s3.h"
+#include "prism/io/store.h"
+#include "prism/io/vfs.h"
+#include "test_servers.h"
+
+namespace prism::io {
+namespace {
+
+using test::S3Server;
+using test::ScopedEnv;
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+class S3 : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!S3Server::available()) return;
+    // One server for the suite: node takes a moment to start.
+    server_ = new S3Server("models");
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    if (!server_) GTEST_SKIP() << "s3rver or node is missing (scripts/setup.sh)";
+    env_.emplace(
+        std::map<std::string, std::optional<std::string>>{{"AWS_ENDPOINT_URL", server_->endpoint()},
+                                                          {"AWS_ENDPOINT_URL_S3", std::nullopt},
+                                                          {"AWS_ACCESS_KEY_ID", "S3RVER"},
+                                                          {"AWS_SECRET_ACCESS_KEY", "S3RVER"},
+                                                          {"AWS_SESSION_TOKEN", std::nullopt},
+                                                          {"AWS_REGION", "us-east-1"},
+                                                          {"PRISM_HTTP_BACKOFF_MS", "20"},
+                                                          {"PRISM_HTTP_RETRIES", "3"}});
+  }
+
+  static S3Server* server_;
+  std::optional<ScopedEnv> env_;
+};
+
+S3Server* S3::server_ = nullptr;
+
+TEST_F(S3, ReadsObjectsWithRangeRequests) {
+  std::string blob(300000, '\0');
+  std::mt19937 rng(7);
+  for (auto& c : blob) c = static_cast<char>(rng());
+  s3::put_object("s3://models/blobs/random.bin", blob);
+  auto file = open("s3://models/blobs/random.bin");
+  ASSERT_EQ(file->size(), blob.size());
+  std::string all(blob.size(), '\0');
+  ReadRange range{file.get(), 0, std::as_writable_bytes(std::span(all))};
+  read_ranges(std::span(&range, 1), {.parallelism = 4, .chunk_size = 40000});
+  EXPECT_TRUE(all == blob);
+  // A key that needs escaping.
+  s3::put_object("s3://models/blobs/dir a/été+1.txt", "accents");
+  EXPECT_EQ(read_text("s3://models/blobs/dir a/été+1.txt"), "accents");
+}
+
+TEST_F(S3, OpensAShardedCheckpointUnderAPrefix) {
+  test::TempDir dir;
+  test::write_sharded(dir.str(), test::tiny_model());
+  for (const auto& e : list(dir.str())) {
+    s3::put_object("s3://models/tiny/" + e.path, test::read_bytes(e.uri));
+  }
+  Store store = Store::open("s3://models/tiny");
+  ASSERT_EQ(store.size(), test::tiny_model().size());
+  for (const auto& t : test::tiny_model()) {
+    std::vector<float> values(t.values.size());
+    store.read_tensor_bytes(t.name, std::as_writable_bytes(std::span(values)));
+    EXPECT_EQ(values, t.values) << t.name;
+  }
+}
+
+TEST_F(S3, ListsPrefixesAcrossPages) {
+  for (const char* key : {"a.txt", "b.txt", "c.txt", "sub/d.txt", "sub/deeper/e.txt"}) {
+    s3::put_object(std::string("s3://models/listing/") + key, key);
+  }
+  ScopedEnv small_pages("PRISM_S3_LIST_PAGE", "2");
+  auto entries = list("s3://models/listing");
+  ASSERT_EQ(entries.size(), 4u);
+  EXPECT_EQ(entries[0].path, "a.txt");
+  EXPECT_EQ(entries[0].size, 5u);
+  EXPECT_EQ(entries[3].path, "sub");
+  EXPECT_TRUE(entries[3].is_dir);
+  auto all = list("s3://models/listing/", true);
+  ASSERT_EQ(all.size(), 5u);
+  EXPECT_EQ(all[4].uri, "s3://models/listing/sub/deeper/e.txt");
+  EXPECT_TRUE(stat("s3://models/listing/sub").is_dir);
+  EXPECT_EQ(stat("s3://models/listing/sub/d.txt").size, 9u);
+  EXPECT_TRUE(stat("s3://models").is_dir);
+}
+
+TEST_F(S3, ReportsMissingObjectsAndRefusedCredentials) {
+  EXPECT_EQ(error_of([] { open("s3://models/nope.safetensors"); }),
+            "s3://models/nope.safetensors: not found (HTTP 404)");
+  EXPECT_FALSE(exists("s3://models/nope.safetensors"));
+  EXPECT_EQ(error_of([] { stat("s3://models/nope-dir"); }), "s3://models/nope-dir: not found");
+  s3::put_object("s3://models/private.txt", "x");
+  ScopedEnv wrong_key("AWS_ACCESS_KEY_ID", "WRONGKEY");
+  std::string error = error_of([] { list("s3://models"); });
+  EXPECT_TRUE(
+      error.starts_with("s3://models: access denied (HTTP 403, InvalidAccessKeyId); "
+                        "check AWS_ACCESS_KEY_ID"))
+      << error;
+  EXPECT_NE(error_of([] { open("s3://models/private.txt"); }).find("access denied (HTTP 403"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace prism::io

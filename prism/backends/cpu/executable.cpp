@@ -72,7 +72,8 @@ class CpuExecutable : public ExecutableImpl {
           ptr[v] = const_cast<std::byte*>(graph_.node(v).attr<ir::ConstantAttrs>().data->data());
           break;
         case Storage::arena:
-          ptr[v] = data_of(arena_) + s.offset;
+          // A graph whose intermediates are all empty has no arena.
+          ptr[v] = arena_.valid() ? data_of(arena_) + s.offset : nullptr;
           break;
         case Storage::output:
           ptr[v] = data_of(outputs[s.index]);

@@ -305,7 +305,7 @@ FusedKernel::FusedKernel(const ir::Graph& g, const compiler::FusionPlan& plan,
     int source =
         static_cast<int>(std::find(sources_.begin(), sources_.end(), src) - sources_.begin());
     if (source == static_cast<int>(sources_.size())) sources_.push_back(src);
-    loads_.push_back({source, s.dtype(), contiguous, stride});
+    loads_.push_back({source, s.dtype(), contiguous, stride, contiguous && same_type(s.dtype())});
     Instr in{Op::input, class_of(s.dtype()), class_of(s.dtype()), s.dtype()};
     in.load = static_cast<int>(loads_.size()) - 1;
     program_.push_back(in);
@@ -322,15 +322,35 @@ FusedKernel::FusedKernel(const ir::Graph& g, const compiler::FusionPlan& plan,
     program_.push_back(in);
     reg_of[m] = static_cast<int>(program_.size()) - 1;
   }
+  const Instr& last = program_.back();
+  direct_store_ =
+      last.load < 0 && same_type(out_shape_.dtype()) && last.cls == class_of(out_shape_.dtype());
+}
+
+bool FusedKernel::same_type(DType t) {
+  // The compute type is the storage type: f64 (double), f32 (float), i64 (int64_t).
+  return t == DType::f64 || t == DType::f32 || t == DType::i64;
 }
 
 void FusedKernel::run_block(std::span<const std::byte* const> sources, std::byte* out,
-                            int64_t begin, int n, std::byte* registers) const {
+                            int64_t begin, int n, std::byte* registers, std::byte** value) const {
+  // value[r]: where instruction r's block is. Loads that need no conversion read the source
+  // in place, and the last instruction writes straight into the output when it can, so a
+  // plain `x + y` touches memory as a hand-written loop would.
+  size_t last_index = program_.size() - 1;
   for (size_t r = 0; r < program_.size(); ++r) {
     const Instr& in = program_[r];
     std::byte* dst = registers + r * kRegisterBytes;
+    if (r == last_index && direct_store_) {
+      dst = out + begin * size_of(out_shape_.dtype());
+    }
+    value[r] = dst;
     if (in.load >= 0) {
       const Load& l = loads_[in.load];
+      if (l.direct) {
+        value[r] = const_cast<std::byte*>(sources[l.source]) + begin * size_of(l.dtype);
+        continue;
+      }
       visit_storage(l.dtype, [&](auto s) {
         using S = decltype(s);
         visit_class(in.cls, [&](auto t) {
@@ -344,7 +364,7 @@ void FusedKernel::run_block(std::span<const std::byte* const> sources, std::byte
     if (in.op == Op::convert || in.op == Op::is_nan) {
       visit_class(in.in_cls, [&](auto t) {
         using T = decltype(t);
-        const T* x = reg<T>(registers, in.a);
+        const T* x = reinterpret_cast<const T*>(value[in.a]);
         if (in.op == Op::convert) {
           convert(x, in.dtype, dst, n);
         } else {
@@ -355,10 +375,11 @@ void FusedKernel::run_block(std::span<const std::byte* const> sources, std::byte
       continue;
     }
     if (in.op == Op::select) {
-      const int64_t* c = reg<int64_t>(registers, in.a);
+      const int64_t* c = reinterpret_cast<const int64_t*>(value[in.a]);
       visit_class(in.cls, [&](auto t) {
         using T = decltype(t);
-        const T *a = reg<T>(registers, in.b), *b = reg<T>(registers, in.c);
+        const T *a = reinterpret_cast<const T*>(value[in.b]),
+                *b = reinterpret_cast<const T*>(value[in.c]);
         T* y = reinterpret_cast<T*>(dst);
         for (int i = 0; i < n; ++i) y[i] = c[i] ? a[i] : b[i];
       });
@@ -367,18 +388,18 @@ void FusedKernel::run_block(std::span<const std::byte* const> sources, std::byte
     if (is_compare(in.op)) {
       visit_class(in.in_cls, [&](auto t) {
         using T = decltype(t);
-        compare(in.op, reg<T>(registers, in.a), reg<T>(registers, in.b),
-                reinterpret_cast<int64_t*>(dst), n);
+        compare(in.op, reinterpret_cast<const T*>(value[in.a]),
+                reinterpret_cast<const T*>(value[in.b]), reinterpret_cast<int64_t*>(dst), n);
       });
       continue;
     }
     visit_class(in.cls, [&](auto t) {
       using T = decltype(t);
       if (in.b < 0) {
-        unary(in.op, reg<T>(registers, in.a), reinterpret_cast<T*>(dst), n);
+        unary(in.op, reinterpret_cast<const T*>(value[in.a]), reinterpret_cast<T*>(dst), n);
       } else {
-        binary(in.op, reg<T>(registers, in.a), reg<T>(registers, in.b), reinterpret_cast<T*>(dst),
-               n);
+        binary(in.op, reinterpret_cast<const T*>(value[in.a]),
+               reinterpret_cast<const T*>(value[in.b]), reinterpret_cast<T*>(dst), n);
       }
     });
     // Halves are computed in float; round each result so that the fused loop gives what one
@@ -387,8 +408,9 @@ void FusedKernel::run_block(std::span<const std::byte* const> sources, std::byte
       convert(reinterpret_cast<float*>(dst), in.dtype, dst, n);
     }
   }
+  if (direct_store_) return;
   const Instr& last = program_.back();
-  const std::byte* result = registers + (program_.size() - 1) * kRegisterBytes;
+  const std::byte* result = value[last_index];
   visit_storage(out_shape_.dtype(), [&](auto s) {
     using S = decltype(s);
     visit_class(last.cls, [&](auto t) {
@@ -408,10 +430,11 @@ void FusedKernel::run(std::span<const std::byte* const> sources, std::byte* out,
     auto registers = std::make_unique<std::byte[]>(program_.size() * kRegisterBytes + 64);
     std::byte* aligned = reinterpret_cast<std::byte*>(
         (reinterpret_cast<uintptr_t>(registers.get()) + 63) & ~uintptr_t(63));
+    std::vector<std::byte*> value(program_.size());
     for (int64_t b = b0; b < b1; ++b) {
       int64_t begin = b * kBlock;
       int n = static_cast<int>(std::min<int64_t>(kBlock, total - begin));
-      run_block(sources, out, begin, n, aligned);
+      run_block(sources, out, begin, n, aligned, value.data());
     }
   });
 }

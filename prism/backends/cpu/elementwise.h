@@ -32,6 +32,7 @@ class FusedKernel {
     DType dtype;
     bool contiguous;                       // same elements as the output, row-major
     std::array<int64_t, kMaxRank> stride;  // per output axis, 0 where broadcast
+    bool direct;                           // contiguous, no conversion: read in place
   };
   struct Instr {
     ir::Op op;
@@ -43,12 +44,14 @@ class FusedKernel {
   };
 
   void run_block(std::span<const std::byte* const> sources, std::byte* out, int64_t begin, int n,
-                 std::byte* registers) const;
+                 std::byte* registers, std::byte** value) const;
+  static bool same_type(DType t);
 
   Shape out_shape_;
   std::vector<ir::ValueId> sources_;
   std::vector<Load> loads_;
   std::vector<Instr> program_;  // the last instruction's register is the result
+  bool direct_store_ = false;   // the last instruction writes the output in place
 };
 
 }  // namespace prism::cpu

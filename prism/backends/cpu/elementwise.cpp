@@ -327,6 +327,28 @@ FusedKernel::FusedKernel(const ir::Graph& g, const compiler::FusionPlan& plan,
       last.load < 0 && same_type(out_shape_.dtype()) && last.cls == class_of(out_shape_.dtype());
 }
 
+std::string FusedKernel::describe() const {
+  std::string text;
+  for (size_t r = 0; r < program_.size(); ++r) {
+    const Instr& in = program_[r];
+    if (!text.empty()) text += "; ";
+    if (in.load >= 0) {
+      const Load& l = loads_[in.load];
+      text += fmt::format("r{} = load %{} ({}{})", r, sources_[l.source], name(l.dtype),
+                          l.direct       ? ", in place"
+                          : l.contiguous ? ""
+                                         : ", strided");
+      continue;
+    }
+    text += fmt::format("r{} = {}(", r, ir::op_name(in.op));
+    for (int operand : {in.a, in.b, in.c}) {
+      if (operand >= 0) text += fmt::format("{}r{}", text.back() == '(' ? "" : ", ", operand);
+    }
+    text += ")";
+  }
+  return text + (direct_store_ ? " -> written straight to memory" : " -> stored with conversion");
+}
+
 bool FusedKernel::same_type(DType t) {
   // The compute type is the storage type: f64 (double), f32 (float), i64 (int64_t).
   return t == DType::f64 || t == DType::f32 || t == DType::i64;

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "prism/backends/cpu/storage.h"
@@ -23,6 +24,8 @@ class FusedKernel {
   // The values whose memory the kernel reads, in the order run() expects their pointers.
   const std::vector<ir::ValueId>& sources() const { return sources_; }
   void run(std::span<const std::byte* const> sources, std::byte* out, ThreadPool& pool) const;
+  // The program as text, for PRISM_DEBUG=2: "r0 = load %3 (f32, in place); r1 = exp(r0) ...".
+  std::string describe() const;
 
   static constexpr int kBlock = 1024;
 

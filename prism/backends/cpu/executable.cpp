@@ -1,6 +1,8 @@
 // The CPU executable: a schedule of steps (fused elementwise loops and kernels) over one arena
 // planned at compile time. Outputs are written straight into their own buffers; a donated
 // input updated by dynamic_update_slice is updated in place and returned as the output.
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -41,6 +43,8 @@ class CpuExecutable : public ExecutableImpl {
     plan_ = compiler::fuse_elementwise(graph_);
     schedule();
     assign_storage(spec);
+    const char* debug = std::getenv("PRISM_DEBUG");
+    if (debug && std::atoi(debug) >= 2) print_schedule();
   }
 
   std::vector<Buffer> call(std::span<const Buffer> params,
@@ -103,6 +107,22 @@ class CpuExecutable : public ExecutableImpl {
   ValueId root(ValueId v) const {
     while (slots_[v].kind == Storage::alias) v = slots_[v].alias;
     return v;
+  }
+
+  // PRISM_DEBUG=2: every step with its kernel or fused program, and the arena size.
+  void print_schedule() const {
+    std::fprintf(stderr, "--- cpu schedule (%zu steps, arena %ld bytes)\n", steps_.size(),
+                 arena_bytes_);
+    for (const Step& step : steps_) {
+      std::string where = slots_[step.value].kind == Storage::output ? "output" : "arena";
+      if (step.fused) {
+        std::fprintf(stderr, "%%%d [%s] fused: %s\n", step.value, where.c_str(),
+                     step.fused->describe().c_str());
+      } else {
+        std::fprintf(stderr, "%%%d [%s] %s\n", step.value, where.c_str(),
+                     ir::print(graph_, step.value).c_str());
+      }
+    }
   }
 
   void schedule() {

@@ -30,7 +30,7 @@ void llm_bench() {
   Platform& cpu = get_platform("cpu");
   int threads = static_cast<cpu::CpuPlatform&>(cpu).pool().size();
   double triad = measure_triad_gbps(threads);
-  const int64_t seqlen = 512;
+  const int64_t seqlen = 1024;
   std::printf("Llama 3.2 1B shapes, %d threads, triad %.1f GB/s\n", threads, triad);
   std::printf("%-6s %-8s %10s %12s %16s\n", "dtype", "step", "tokens", "tok/s",
               "of bandwidth bound");
@@ -49,7 +49,7 @@ void llm_bench() {
       };
       return compile(cpu, fn, inputs, options);
     };
-    Executable decode = compile_window(1), prefill = compile_window(128);
+    Executable decode = compile_window(1), prefill = compile_window(512);
     std::map<std::string, Buffer, std::less<>> weights;
     double weight_bytes = 0;
     for (const auto& p : decode.parameters()) {
@@ -67,12 +67,12 @@ void llm_bench() {
       std::vector<Buffer> out = exe.call(weights, in);
       caches.assign(out.begin() + 1, out.end());
     };
-    double p = median_seconds([&] { step(prefill, 128, 0); }, 3);
-    int32_t pos = 128;
+    double p = median_seconds([&] { step(prefill, 512, 0); }, 3);
+    int32_t pos = 512;
     double d = median_seconds([&] { step(decode, 1, pos++); }, 9);
     double bound = triad * 1e9 / weight_bytes;
     std::string dt(name(dtype));
-    std::printf("%-6s %-8s %10d %12.1f\n", dt.c_str(), "prefill", 128, 128 / p);
+    std::printf("%-6s %-8s %10d %12.1f\n", dt.c_str(), "prefill", 512, 512 / p);
     std::printf("%-6s %-8s %10d %12.2f %15.0f%%\n", dt.c_str(), "decode", 1, 1 / d,
                 100 * (1 / d) / bound);
   }

@@ -132,7 +132,8 @@ struct Tokenizer::Impl {
   TokenizerConfig config;
 
   void encode_segment(std::string_view text, bool at_input_start, std::vector<int32_t>& ids) const;
-  void encode_normalized(std::string text, bool at_input_start, std::vector<int32_t>& ids) const;
+  void encode_normalized(std::string_view text, bool at_input_start,
+                         std::vector<int32_t>& ids) const;
 };
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -252,12 +253,14 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   return Tokenizer(std::move(impl));
 }
 
-void Tokenizer::Impl::encode_normalized(std::string text, bool at_input_start,
+void Tokenizer::Impl::encode_normalized(std::string_view text, bool at_input_start,
                                         std::vector<int32_t>& ids) const {
-  std::vector<pipeline::Piece> pieces;
-  pieces.push_back({std::move(text), at_input_start});
-  if (pre_tokenizer) pre_tokenizer->pre_tokenize(pieces);
-  for (const pipeline::Piece& piece : pieces) model->tokenize(piece.text, ids);
+  if (!pre_tokenizer) {
+    model->tokenize(text, ids);
+    return;
+  }
+  pre_tokenizer->pre_tokenize(text, at_input_start,
+                              [&](std::string_view piece, bool) { model->tokenize(piece, ids); });
 }
 
 void Tokenizer::Impl::encode_segment(std::string_view text, bool at_input_start,
@@ -266,20 +269,22 @@ void Tokenizer::Impl::encode_segment(std::string_view text, bool at_input_start,
   std::string normalized =
       normalizer ? normalizer->normalize(std::string(text)) : std::string(text);
   if (normalized_matcher.empty()) {
-    encode_normalized(std::move(normalized), at_input_start, ids);
+    encode_normalized(normalized, at_input_start, ids);
     return;
   }
   size_t last = 0;
   for (const auto& found : normalized_matcher.find_all(normalized)) {
     if (found.begin > last) {
-      encode_normalized(normalized.substr(last, found.begin - last), at_input_start && last == 0,
+      encode_normalized(std::string_view(normalized).substr(last, found.begin - last),
+                        at_input_start && last == 0,
                         ids);
     }
     ids.push_back(found.token->id);
     last = found.end;
   }
   if (last < normalized.size()) {
-    encode_normalized(normalized.substr(last), at_input_start && last == 0, ids);
+    encode_normalized(std::string_view(normalized).substr(last), at_input_start && last == 0,
+                      ids);
   }
 }
 

@@ -38,17 +38,31 @@ class Normalizer {
   virtual std::string normalize(std::string text) const = 0;
 };
 
-// A piece of text between pre-tokenizer splits. `at_input_start` is true for the piece that
+// Receives the pieces a pre-tokenizer cuts, one at a time, without owning them: a non-owning
+// reference to a callable (no allocation per call). `at_input_start` is true for the piece that
 // begins the whole input (Metaspace's prepend_scheme "first" depends on it).
-struct Piece {
-  std::string text;
-  bool at_input_start = false;
+class PieceSink {
+ public:
+  template <typename F>
+  PieceSink(const F& f)  // NOLINT: implicit, like a function_ref
+      : object_(&f), call_([](const void* o, std::string_view text, bool at_input_start) {
+          (*static_cast<const F*>(o))(text, at_input_start);
+        }) {}
+  void operator()(std::string_view text, bool at_input_start) const {
+    call_(object_, text, at_input_start);
+  }
+
+ private:
+  const void* object_;
+  void (*call_)(const void*, std::string_view, bool);
 };
 
 class PreTokenizer {
  public:
   virtual ~PreTokenizer() = default;
-  virtual void pre_tokenize(std::vector<Piece>& pieces) const = 0;
+  // Cuts `text` and hands each piece, in order, to `sink`.
+  virtual void pre_tokenize(std::string_view text, bool at_input_start,
+                            PieceSink sink) const = 0;
 };
 
 class PostProcessor {

@@ -16,10 +16,9 @@ using nlohmann::json;
 
 std::vector<std::string> pre_tokenize(const char* pre_tokenizer_json, std::string text) {
   auto stage = pipeline::make_pre_tokenizer(json::parse(pre_tokenizer_json), {"test", ""});
-  std::vector<pipeline::Piece> pieces{{std::move(text), true}};
-  stage->pre_tokenize(pieces);
   std::vector<std::string> out;
-  for (auto& piece : pieces) out.push_back(piece.text);
+  stage->pre_tokenize(text, true,
+                      [&](std::string_view piece, bool) { out.push_back(std::string(piece)); });
   return out;
 }
 

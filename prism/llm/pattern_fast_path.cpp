@@ -166,16 +166,19 @@ std::optional<int> llama3_family_max_digits(std::string_view pattern) {
   return std::nullopt;
 }
 
-std::vector<Match> split_llama3_family(std::string_view text, int max_digits) {
+void for_each_llama3_family_match(std::string_view text, int max_digits, MatchSink sink) {
   Scanner scanner(text, character_classes());
-  std::vector<Match> matches;
-  matches.reserve(text.size() / 4 + 1);
   size_t pos = 0;
   while (pos < text.size()) {
     size_t end = match_at(scanner, pos, max_digits);
-    matches.push_back({pos, end});
+    sink({pos, end});
     pos = end;
   }
+}
+
+std::vector<Match> split_llama3_family(std::string_view text, int max_digits) {
+  std::vector<Match> matches;
+  for_each_llama3_family_match(text, max_digits, [&](Match m) { matches.push_back(m); });
   return matches;
 }
 

@@ -50,11 +50,17 @@ Regex::Regex(std::string_view pattern, std::string_view context) : pattern_(patt
 }
 
 std::vector<Match> Regex::find_all(std::string_view text) const {
-  if (fast_path_max_digits_ > 0) {
-    return split_llama3_family(text, fast_path_max_digits_);
-  }
   std::vector<Match> matches;
-  if (!compiled_) return matches;
+  for_each_match(text, [&](Match m) { matches.push_back(m); });
+  return matches;
+}
+
+void Regex::for_each_match(std::string_view text, MatchSink sink) const {
+  if (fast_path_max_digits_ > 0) {
+    for_each_llama3_family_match(text, fast_path_max_digits_, sink);
+    return;
+  }
+  if (!compiled_) return;
   thread_local std::unique_ptr<MatchData> match_data;
   thread_local const pcre2_code* match_data_owner = nullptr;
   // Match data sized for this pattern, reused across calls on this thread.
@@ -74,7 +80,7 @@ std::vector<Match> Regex::find_all(std::string_view text) const {
     PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match_data->data);
     size_t begin = ovector[0], end = ovector[1];
     if (end > begin) {
-      matches.push_back({begin, end});
+      sink({begin, end});
       start = end;
     } else {
       // An empty match: step over one character so the scan moves on.
@@ -83,7 +89,6 @@ std::vector<Match> Regex::find_all(std::string_view text) const {
                           unicode::sequence_length(static_cast<unsigned char>(text[begin])));
     }
   }
-  return matches;
 }
 
 std::string regex_escape(std::string_view literal) {

@@ -276,15 +276,13 @@ void Tokenizer::Impl::encode_segment(std::string_view text, bool at_input_start,
   for (const auto& found : normalized_matcher.find_all(normalized)) {
     if (found.begin > last) {
       encode_normalized(std::string_view(normalized).substr(last, found.begin - last),
-                        at_input_start && last == 0,
-                        ids);
+                        at_input_start && last == 0, ids);
     }
     ids.push_back(found.token->id);
     last = found.end;
   }
   if (last < normalized.size()) {
-    encode_normalized(std::string_view(normalized).substr(last), at_input_start && last == 0,
-                      ids);
+    encode_normalized(std::string_view(normalized).substr(last), at_input_start && last == 0, ids);
   }
 }
 

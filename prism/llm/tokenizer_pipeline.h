@@ -61,8 +61,7 @@ class PreTokenizer {
  public:
   virtual ~PreTokenizer() = default;
   // Cuts `text` and hands each piece, in order, to `sink`.
-  virtual void pre_tokenize(std::string_view text, bool at_input_start,
-                            PieceSink sink) const = 0;
+  virtual void pre_tokenize(std::string_view text, bool at_input_start, PieceSink sink) const = 0;
 };
 
 class PostProcessor {

@@ -113,11 +113,30 @@ class Splitter : public PreTokenizer {
  public:
   Splitter(SplitBehavior behavior, bool invert) : behavior_(behavior), invert_(invert) {}
   void pre_tokenize(std::string_view text, bool at_input_start, PieceSink sink) const override {
-    split_piece(text, at_input_start, find(text), behavior_, invert_, sink);
+    if (behavior_ != SplitBehavior::Isolated && behavior_ != SplitBehavior::Removed) {
+      split_piece(text, at_input_start, find(text), behavior_, invert_, sink);
+      return;
+    }
+    // Isolated and Removed act on each match as it is found: nothing to collect.
+    const bool keep_gaps = !(behavior_ == SplitBehavior::Removed && invert_);
+    const bool keep_matches = !(behavior_ == SplitBehavior::Removed && !invert_);
+    auto emit = [&](size_t begin, size_t end) {
+      if (end > begin) sink(text.substr(begin, end - begin), at_input_start && begin == 0);
+    };
+    size_t last = 0;
+    for_each_match(text, [&](Match m) {
+      if (keep_gaps) emit(last, m.begin);
+      if (keep_matches) emit(m.begin, m.end);
+      last = m.end;
+    });
+    if (keep_gaps) emit(last, text.size());
   }
 
  protected:
   virtual std::vector<Match> find(std::string_view text) const = 0;
+  virtual void for_each_match(std::string_view text, MatchSink sink) const {
+    for (const Match& m : find(text)) sink(m);
+  }
 
  private:
   SplitBehavior behavior_;
@@ -131,6 +150,9 @@ class RegexSplit final : public Splitter {
 
  protected:
   std::vector<Match> find(std::string_view text) const override { return regex_.find_all(text); }
+  void for_each_match(std::string_view text, MatchSink sink) const override {
+    regex_.for_each_match(text, sink);
+  }
 
  private:
   Regex regex_;

@@ -47,6 +47,17 @@ std::string optional_string(const json& node, std::string_view key, std::string_
   return it->get<std::string>();
 }
 
+Regex pattern_regex(const json& node, const JsonPath& where) {
+  const json& pattern = require(node, "pattern", where);
+  if (pattern.contains("String") && pattern["String"].is_string()) {
+    return Regex(regex_escape(pattern["String"].get<std::string>()), where.str());
+  }
+  if (pattern.contains("Regex") && pattern["Regex"].is_string()) {
+    return Regex(pattern["Regex"].get<std::string>(), where.str());
+  }
+  fail("{}: pattern must hold \"String\" or \"Regex\"", (where / "pattern").str());
+}
+
 namespace {
 
 class UnicodeNormalizer final : public Normalizer {
@@ -66,17 +77,8 @@ class Lowercase final : public Normalizer {
 // Replace: a literal string or a regex, every occurrence.
 class Replace final : public Normalizer {
  public:
-  Replace(const json& node, const JsonPath& where) {
-    const json& pattern = require(node, "pattern", where);
-    if (pattern.contains("String")) {
-      regex_ = Regex(regex_escape(pattern["String"].get<std::string>()), where.str());
-    } else if (pattern.contains("Regex")) {
-      regex_ = Regex(pattern["Regex"].get<std::string>(), where.str());
-    } else {
-      fail("{}: pattern must hold \"String\" or \"Regex\"", (where / "pattern").str());
-    }
-    content_ = require_string(node, "content", where);
-  }
+  Replace(const json& node, const JsonPath& where)
+      : regex_(pattern_regex(node, where)), content_(require_string(node, "content", where)) {}
   std::string normalize(std::string text) const override {
     std::string out;
     size_t last = 0;

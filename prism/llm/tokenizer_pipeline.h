@@ -11,6 +11,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "prism/llm/regex.h"
+
 namespace prism::llm::pipeline {
 
 // Where a JSON value sits, for errors: "tokenizer.json: normalizer.normalizers[1]".
@@ -31,6 +33,9 @@ bool optional_bool(const nlohmann::json& node, std::string_view key, bool fallba
                    const JsonPath& where);
 std::string optional_string(const nlohmann::json& node, std::string_view key,
                             std::string_view fallback, const JsonPath& where);
+
+// The "pattern" field of Split, Replace: {"String": literal} or {"Regex": pattern}.
+Regex pattern_regex(const nlohmann::json& node, const JsonPath& where);
 
 class Normalizer {
  public:

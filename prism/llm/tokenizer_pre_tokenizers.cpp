@@ -295,15 +295,6 @@ class Sequence final : public PreTokenizer {
   std::vector<std::unique_ptr<PreTokenizer>> stages_;
 };
 
-Regex pattern_regex(const json& node, const JsonPath& where) {
-  const json& pattern = require(node, "pattern", where);
-  if (pattern.contains("String")) {
-    return Regex(regex_escape(pattern["String"].get<std::string>()), where.str());
-  }
-  if (pattern.contains("Regex")) return Regex(pattern["Regex"].get<std::string>(), where.str());
-  fail("{}: pattern must hold \"String\" or \"Regex\"", (where / "pattern").str());
-}
-
 }  // namespace
 
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& node, const JsonPath& where) {

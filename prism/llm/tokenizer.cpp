@@ -174,7 +174,7 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
                                std::string_view config_json, std::string_view config_source_name) {
   auto impl = std::make_unique<Impl>();
   json root = parse_json(tokenizer_json, source_name);
-  JsonPath top{std::string(source_name), ""};
+  JsonPath top{std::string(source_name), "", tokenizer_json};
   if (!root.is_object()) fail("{}: expected a JSON object at the top", source_name);
 
   impl->model = std::make_unique<BpeModel>(pipeline::require(root, "model", top), top / "model");
@@ -225,7 +225,7 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   TokenizerConfig& config = impl->config;
   if (!config_json.empty()) {
     config.raw = parse_json(config_json, config_source_name);
-    JsonPath ctop{std::string(config_source_name), ""};
+    JsonPath ctop{std::string(config_source_name), "", config_json};
     if (!config.raw.is_object()) fail("{}: expected a JSON object at the top", config_source_name);
     config.chat_template_source = std::string(config_source_name);
     if (auto it = config.raw.find("chat_template"); it != config.raw.end() && !it->is_null()) {

@@ -3,6 +3,7 @@
 #include <utf8proc.h>
 
 #include "prism/core/error.h"
+#include "prism/llm/json_file.h"
 #include "prism/llm/regex.h"
 #include "prism/llm/tokenizer_pipeline.h"
 #include "prism/llm/unicode.h"
@@ -12,11 +13,21 @@ namespace prism::llm::pipeline {
 using nlohmann::json;
 
 JsonPath JsonPath::operator/(std::string_view key) const {
-  return {file, path.empty() ? std::string(key) : fmt::format("{}.{}", path, key)};
+  return {file, path.empty() ? std::string(key) : fmt::format("{}.{}", path, key), text};
 }
 
 JsonPath JsonPath::operator[](size_t index) const {
-  return {file, fmt::format("{}[{}]", path, index)};
+  return {file, fmt::format("{}[{}]", path, index), text};
+}
+
+std::string JsonPath::str() const {
+  if (path.empty()) return file;
+  if (!text.empty()) {
+    if (auto at = locate_json_path(text, path)) {
+      return fmt::format("{}:{}:{}: {}", file, at->line, at->column, path);
+    }
+  }
+  return file + ": " + path;
 }
 
 const json& require(const json& node, std::string_view key, const JsonPath& where) {

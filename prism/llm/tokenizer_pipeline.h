@@ -16,12 +16,14 @@
 namespace prism::llm::pipeline {
 
 // Where a JSON value sits, for errors: "tokenizer.json: normalizer.normalizers[1]".
+// With the file's text at hand, the place is given as file:line:column too.
 struct JsonPath {
   std::string file;
   std::string path;
+  std::string_view text;  // the whole file, when known
   JsonPath operator/(std::string_view key) const;
   JsonPath operator[](size_t index) const;
-  std::string str() const { return path.empty() ? file : file + ": " + path; }
+  std::string str() const;
 };
 
 // A field of `node` that must be there and have the right type.

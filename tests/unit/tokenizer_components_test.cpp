@@ -15,7 +15,7 @@ namespace {
 using nlohmann::json;
 
 std::vector<std::string> pre_tokenize(const char* pre_tokenizer_json, std::string text) {
-  auto stage = pipeline::make_pre_tokenizer(json::parse(pre_tokenizer_json), {"test", ""});
+  auto stage = pipeline::make_pre_tokenizer(json::parse(pre_tokenizer_json), {"test", "", {}});
   std::vector<std::string> out;
   stage->pre_tokenize(text, true,
                       [&](std::string_view piece, bool) { out.push_back(std::string(piece)); });
@@ -131,16 +131,17 @@ TEST(TokenizerComponents, MalformedFilesNameTheFileAndPlace) {
   EXPECT_EQ(
       error_of(
           R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "normalizer": {"type": "Nope"}})"),
-      "dir/tokenizer.json: normalizer: unsupported normalizer type \"Nope\"");
+      "dir/tokenizer.json:1:69: normalizer: unsupported normalizer type \"Nope\"");
   EXPECT_EQ(
       error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})"),
-      "dir/tokenizer.json: model.merges[0]: merge uses \"b\", which is not in the vocabulary");
+      "dir/tokenizer.json:1:57: model.merges[0]: merge uses \"b\", which is not in the vocabulary");
   EXPECT_EQ(error_of(R"({"model": {"type": "WordLevel", "vocab": {}}})"),
-            "dir/tokenizer.json: model: unsupported model type \"WordLevel\" (only BPE)");
-  EXPECT_EQ(error_of(R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
+            "dir/tokenizer.json:1:11: model: unsupported model type \"WordLevel\" (only BPE)");
+  EXPECT_EQ(
+      error_of(R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
       "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"}})"),
-            "dir/tokenizer.json: pre_tokenizer: bad regex /(unclosed/ at offset 9: missing closing "
-            "parenthesis");
+      "dir/tokenizer.json:2:24: pre_tokenizer: bad regex /(unclosed/ at offset 9: missing closing "
+      "parenthesis");
 }
 
 TEST(TokenizerComponents, StreamingNeverSplitsACharacter) {

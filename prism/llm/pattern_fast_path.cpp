@@ -82,7 +82,7 @@ bool is_other(uint8_t flags) { return (flags & (kLetter | kNumber | kSpace)) == 
 
 // (?i:'s|'t|'re|'ve|'m|'ll|'d) at `pos` (which holds the apostrophe): the end, or 0.
 size_t contraction(const Scanner& s, size_t pos) {
-  size_t after1, after2, after3;
+  size_t after1, after2;
   if (pos + 1 >= s.size()) return 0;
   char32_t c1 = s.at(pos + 1, after1);
   // Caseless under Unicode: U+017F (long s) folds to 's'.
@@ -92,7 +92,6 @@ size_t contraction(const Scanner& s, size_t pos) {
   }
   if (after1 >= s.size()) return 0;
   char32_t c2 = s.at(after1, after2);
-  (void)after3;
   if ((c1 == 'r' || c1 == 'R' || c1 == 'v' || c1 == 'V') && (c2 == 'e' || c2 == 'E')) {
     return after2;
   }

@@ -61,23 +61,19 @@ void Regex::for_each_match(std::string_view text, MatchSink sink) const {
     return;
   }
   if (!compiled_) return;
-  thread_local std::unique_ptr<MatchData> match_data;
-  thread_local const pcre2_code* match_data_owner = nullptr;
-  // Match data sized for this pattern, reused across calls on this thread.
-  if (match_data_owner != compiled_->code) {
-    match_data = std::make_unique<MatchData>(compiled_->code);
-    match_data_owner = compiled_->code;
-  }
+  // One match data per call: `sink` may run other patterns (a Split followed by a ByteLevel with
+  // its regex) before this scan resumes, so nothing here may be shared.
+  MatchData match_data(compiled_->code);
   auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t start = 0;
   while (start <= text.size()) {
     int rc = compiled_->jit ? pcre2_jit_match(compiled_->code, subject, text.size(), start,
-                                              PCRE2_NO_UTF_CHECK, match_data->data, nullptr)
+                                              PCRE2_NO_UTF_CHECK, match_data.data, nullptr)
                             : pcre2_match(compiled_->code, subject, text.size(), start,
-                                          PCRE2_NO_UTF_CHECK, match_data->data, nullptr);
+                                          PCRE2_NO_UTF_CHECK, match_data.data, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) fail("regex /{}/: match failed: {}", pattern_, pcre2_message(rc));
-    PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match_data->data);
+    PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match_data.data);
     size_t begin = ovector[0], end = ovector[1];
     if (end > begin) {
       sink({begin, end});

@@ -53,6 +53,16 @@ TEST(TokenizerComponents, PunctuationDigitsWhitespace) {
   EXPECT_EQ(pre_tokenize(R"({"type": "WhitespaceSplit"})", " a\tb\n c "), (Pieces{"a", "b", "c"}));
 }
 
+// A regex split whose pieces go through another regex (ByteLevel's) while the first scan is
+// still under way.
+TEST(TokenizerComponents, NestedRegexSplits) {
+  const char* nested = R"({"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"Regex": "[,;]"}, "behavior": "Isolated", "invert": false},
+      {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}]})";
+  EXPECT_EQ(pre_tokenize(nested, "ab cd,ef gh;ij"),
+            (Pieces{"ab", "Ġcd", ",", "ef", "Ġgh", ";", "ij"}));
+}
+
 TEST(TokenizerComponents, MetaspacePrependSchemes) {
   const char* first = R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first"})";
   EXPECT_EQ(pre_tokenize(first, "Hey there"), (Pieces{"▁Hey", "▁there"}));

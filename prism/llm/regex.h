@@ -16,6 +16,19 @@ struct Match {
   size_t end = 0;
 };
 
+// A non-owning reference to a callable that receives matches (no allocation per call).
+class MatchSink {
+ public:
+  template <typename F>
+  MatchSink(const F& f)  // NOLINT: implicit, like a function_ref
+      : object_(&f), call_([](const void* o, Match m) { (*static_cast<const F*>(o))(m); }) {}
+  void operator()(Match m) const { call_(object_, m); }
+
+ private:
+  const void* object_;
+  void (*call_)(const void*, Match);
+};
+
 class Regex {
  public:
   Regex() = default;
@@ -24,6 +37,8 @@ class Regex {
 
   // Every non-overlapping, non-empty match in `text`, left to right. `text` must be valid UTF-8.
   std::vector<Match> find_all(std::string_view text) const;
+  // The same matches, handed to `sink` one at a time as they are found.
+  void for_each_match(std::string_view text, MatchSink sink) const;
   const std::string& pattern() const { return pattern_; }
 
  private:

@@ -133,7 +133,8 @@ struct Tokenizer::Impl {
   TokenizerConfig config;
 
   void encode_segment(std::string_view text, bool at_input_start, std::vector<int32_t>& ids) const;
-  void encode_normalized(std::string text, bool at_input_start, std::vector<int32_t>& ids) const;
+  void encode_normalized(std::string_view text, bool at_input_start,
+                         std::vector<int32_t>& ids) const;
 };
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -166,7 +167,7 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
                                std::string_view config_json, std::string_view config_source_name) {
   auto impl = std::make_unique<Impl>();
   json root = parse_json(tokenizer_json, source_name);
-  JsonPath top{std::string(source_name), ""};
+  JsonPath top{std::string(source_name), "", tokenizer_json};
   if (!root.is_object()) fail("{}: expected a JSON object at the top", source_name);
 
   impl->model = std::make_unique<BpeModel>(pipeline::require(root, "model", top), top / "model");
@@ -217,7 +218,7 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   TokenizerConfig& config = impl->config;
   if (!config_json.empty()) {
     config.raw = parse_json(config_json, config_source_name);
-    JsonPath ctop{std::string(config_source_name), ""};
+    JsonPath ctop{std::string(config_source_name), "", config_json};
     if (!config.raw.is_object()) fail("{}: expected a JSON object at the top", config_source_name);
     config.chat_template_source = std::string(config_source_name);
     if (auto it = config.raw.find("chat_template"); it != config.raw.end() && !it->is_null()) {
@@ -245,12 +246,14 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   return Tokenizer(std::move(impl));
 }
 
-void Tokenizer::Impl::encode_normalized(std::string text, bool at_input_start,
+void Tokenizer::Impl::encode_normalized(std::string_view text, bool at_input_start,
                                         std::vector<int32_t>& ids) const {
-  std::vector<pipeline::Piece> pieces;
-  pieces.push_back({std::move(text), at_input_start});
-  if (pre_tokenizer) pre_tokenizer->pre_tokenize(pieces);
-  for (const pipeline::Piece& piece : pieces) model->tokenize(piece.text, ids);
+  if (!pre_tokenizer) {
+    model->tokenize(text, ids);
+    return;
+  }
+  pre_tokenizer->pre_tokenize(text, at_input_start,
+                              [&](std::string_view piece, bool) { model->tokenize(piece, ids); });
 }
 
 void Tokenizer::Impl::encode_segment(std::string_view text, bool at_input_start,
@@ -259,20 +262,20 @@ void Tokenizer::Impl::encode_segment(std::string_view text, bool at_input_start,
   std::string normalized =
       normalizer ? normalizer->normalize(std::string(text)) : std::string(text);
   if (normalized_matcher.empty()) {
-    encode_normalized(std::move(normalized), at_input_start, ids);
+    encode_normalized(normalized, at_input_start, ids);
     return;
   }
   size_t last = 0;
   for (const auto& found : normalized_matcher.find_all(normalized)) {
     if (found.begin > last) {
-      encode_normalized(normalized.substr(last, found.begin - last), at_input_start && last == 0,
-                        ids);
+      encode_normalized(std::string_view(normalized).substr(last, found.begin - last),
+                        at_input_start && last == 0, ids);
     }
     ids.push_back(found.token->id);
     last = found.end;
   }
   if (last < normalized.size()) {
-    encode_normalized(normalized.substr(last), at_input_start && last == 0, ids);
+    encode_normalized(std::string_view(normalized).substr(last), at_input_start && last == 0, ids);
   }
 }
 

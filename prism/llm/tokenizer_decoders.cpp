@@ -229,15 +229,6 @@ class SequenceDecoder final : public Decoder {
   std::vector<std::unique_ptr<Decoder>> stages_;
 };
 
-Regex pattern_regex(const json& node, const JsonPath& where) {
-  const json& pattern = require(node, "pattern", where);
-  if (pattern.contains("String")) {
-    return Regex(regex_escape(pattern["String"].get<std::string>()), where.str());
-  }
-  if (pattern.contains("Regex")) return Regex(pattern["Regex"].get<std::string>(), where.str());
-  fail("{}: pattern must hold \"String\" or \"Regex\"", (where / "pattern").str());
-}
-
 size_t optional_count(const json& node, std::string_view key, const JsonPath& where) {
   auto it = node.find(key);
   if (it == node.end() || it->is_null()) return 0;

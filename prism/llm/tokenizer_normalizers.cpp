@@ -3,6 +3,7 @@
 #include <utf8proc.h>
 
 #include "prism/core/error.h"
+#include "prism/llm/json_file.h"
 #include "prism/llm/regex.h"
 #include "prism/llm/tokenizer_pipeline.h"
 #include "prism/llm/unicode.h"
@@ -12,11 +13,21 @@ namespace prism::llm::pipeline {
 using nlohmann::json;
 
 JsonPath JsonPath::operator/(std::string_view key) const {
-  return {file, path.empty() ? std::string(key) : fmt::format("{}.{}", path, key)};
+  return {file, path.empty() ? std::string(key) : fmt::format("{}.{}", path, key), text};
 }
 
 JsonPath JsonPath::operator[](size_t index) const {
-  return {file, fmt::format("{}[{}]", path, index)};
+  return {file, fmt::format("{}[{}]", path, index), text};
+}
+
+std::string JsonPath::str() const {
+  if (path.empty()) return file;
+  if (!text.empty()) {
+    if (auto at = locate_json_path(text, path)) {
+      return fmt::format("{}:{}:{}: {}", file, at->line, at->column, path);
+    }
+  }
+  return file + ": " + path;
 }
 
 const json& require(const json& node, std::string_view key, const JsonPath& where) {
@@ -47,6 +58,17 @@ std::string optional_string(const json& node, std::string_view key, std::string_
   return it->get<std::string>();
 }
 
+Regex pattern_regex(const json& node, const JsonPath& where) {
+  const json& pattern = require(node, "pattern", where);
+  if (pattern.contains("String") && pattern["String"].is_string()) {
+    return Regex(regex_escape(pattern["String"].get<std::string>()), where.str());
+  }
+  if (pattern.contains("Regex") && pattern["Regex"].is_string()) {
+    return Regex(pattern["Regex"].get<std::string>(), where.str());
+  }
+  fail("{}: pattern must hold \"String\" or \"Regex\"", (where / "pattern").str());
+}
+
 namespace {
 
 class UnicodeNormalizer final : public Normalizer {
@@ -66,17 +88,8 @@ class Lowercase final : public Normalizer {
 // Replace: a literal string or a regex, every occurrence.
 class Replace final : public Normalizer {
  public:
-  Replace(const json& node, const JsonPath& where) {
-    const json& pattern = require(node, "pattern", where);
-    if (pattern.contains("String")) {
-      regex_ = Regex(regex_escape(pattern["String"].get<std::string>()), where.str());
-    } else if (pattern.contains("Regex")) {
-      regex_ = Regex(pattern["Regex"].get<std::string>(), where.str());
-    } else {
-      fail("{}: pattern must hold \"String\" or \"Regex\"", (where / "pattern").str());
-    }
-    content_ = require_string(node, "content", where);
-  }
+  Replace(const json& node, const JsonPath& where)
+      : regex_(pattern_regex(node, where)), content_(require_string(node, "content", where)) {}
   std::string normalize(std::string text) const override {
     std::string out;
     size_t last = 0;

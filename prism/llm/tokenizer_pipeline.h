@@ -11,15 +11,19 @@
 #include <unordered_set>
 #include <vector>
 
+#include "prism/llm/regex.h"
+
 namespace prism::llm::pipeline {
 
 // Where a JSON value sits, for errors: "tokenizer.json: normalizer.normalizers[1]".
+// With the file's text at hand, the place is given as file:line:column too.
 struct JsonPath {
   std::string file;
   std::string path;
+  std::string_view text;  // the whole file, when known
   JsonPath operator/(std::string_view key) const;
   JsonPath operator[](size_t index) const;
-  std::string str() const { return path.empty() ? file : file + ": " + path; }
+  std::string str() const;
 };
 
 // A field of `node` that must be there and have the right type.
@@ -32,23 +36,39 @@ bool optional_bool(const nlohmann::json& node, std::string_view key, bool fallba
 std::string optional_string(const nlohmann::json& node, std::string_view key,
                             std::string_view fallback, const JsonPath& where);
 
+// The "pattern" field of Split, Replace: {"String": literal} or {"Regex": pattern}.
+Regex pattern_regex(const nlohmann::json& node, const JsonPath& where);
+
 class Normalizer {
  public:
   virtual ~Normalizer() = default;
   virtual std::string normalize(std::string text) const = 0;
 };
 
-// A piece of text between pre-tokenizer splits. `at_input_start` is true for the piece that
+// Receives the pieces a pre-tokenizer cuts, one at a time, without owning them: a non-owning
+// reference to a callable (no allocation per call). `at_input_start` is true for the piece that
 // begins the whole input (Metaspace's prepend_scheme "first" depends on it).
-struct Piece {
-  std::string text;
-  bool at_input_start = false;
+class PieceSink {
+ public:
+  template <typename F>
+  PieceSink(const F& f)  // NOLINT: implicit, like a function_ref
+      : object_(&f), call_([](const void* o, std::string_view text, bool at_input_start) {
+          (*static_cast<const F*>(o))(text, at_input_start);
+        }) {}
+  void operator()(std::string_view text, bool at_input_start) const {
+    call_(object_, text, at_input_start);
+  }
+
+ private:
+  const void* object_;
+  void (*call_)(const void*, std::string_view, bool);
 };
 
 class PreTokenizer {
  public:
   virtual ~PreTokenizer() = default;
-  virtual void pre_tokenize(std::vector<Piece>& pieces) const = 0;
+  // Cuts `text` and hands each piece, in order, to `sink`.
+  virtual void pre_tokenize(std::string_view text, bool at_input_start, PieceSink sink) const = 0;
 };
 
 class PostProcessor {

@@ -33,11 +33,26 @@ struct Span {
   bool is_match;
 };
 
-// Cuts `piece` at `matches` the way Hugging Face's NormalizedString::split does, and appends the
-// non-empty parts to `out`.
-void split_piece(Piece piece, const std::vector<Match>& matches, SplitBehavior behavior,
-                 bool invert, std::vector<Piece>& out) {
-  const std::string& text = piece.text;
+// Cuts `text` at `matches` the way Hugging Face's NormalizedString::split does, and hands the
+// non-empty parts to `sink`.
+void split_piece(std::string_view text, bool at_input_start, const std::vector<Match>& matches,
+                 SplitBehavior behavior, bool invert, PieceSink sink) {
+  auto emit = [&](size_t begin, size_t end) {
+    if (end > begin) sink(text.substr(begin, end - begin), at_input_start && begin == 0);
+  };
+  // The common cases, without building the list of parts.
+  if (behavior == SplitBehavior::Isolated || behavior == SplitBehavior::Removed) {
+    size_t last = 0;
+    for (const Match& m : matches) {
+      bool gap_removed = behavior == SplitBehavior::Removed && invert;
+      bool match_removed = behavior == SplitBehavior::Removed && !invert;
+      if (!gap_removed) emit(last, m.begin);
+      if (!match_removed) emit(m.begin, m.end);
+      last = m.end;
+    }
+    if (!(behavior == SplitBehavior::Removed && invert)) emit(last, text.size());
+    return;
+  }
   std::vector<Span> spans;
   size_t last = 0;
   for (const Match& m : matches) {
@@ -48,57 +63,37 @@ void split_piece(Piece piece, const std::vector<Match>& matches, SplitBehavior b
   if (last < text.size()) spans.push_back({last, text.size(), invert});
 
   std::vector<Span> parts;
-  switch (behavior) {
-    case SplitBehavior::Isolated:
-    case SplitBehavior::Removed:
-      parts = spans;
-      break;
-    case SplitBehavior::Contiguous: {
-      bool previous_match = false;
-      for (const Span& s : spans) {
-        if (s.is_match == previous_match && !parts.empty()) {
-          parts.back().end = s.end;
-        } else {
-          parts.push_back({s.begin, s.end, false});
-        }
-        previous_match = s.is_match;
+  bool previous_match = false;
+  if (behavior == SplitBehavior::Contiguous) {
+    for (const Span& span : spans) {
+      if (span.is_match == previous_match && !parts.empty()) {
+        parts.back().end = span.end;
+      } else {
+        parts.push_back(span);
       }
-      break;
+      previous_match = span.is_match;
     }
-    case SplitBehavior::MergedWithPrevious: {
-      bool previous_match = false;
-      for (const Span& s : spans) {
-        if (s.is_match && !previous_match && !parts.empty()) {
-          parts.back().end = s.end;
-        } else {
-          parts.push_back({s.begin, s.end, false});
-        }
-        previous_match = s.is_match;
+  } else if (behavior == SplitBehavior::MergedWithPrevious) {
+    for (const Span& span : spans) {
+      if (span.is_match && !previous_match && !parts.empty()) {
+        parts.back().end = span.end;
+      } else {
+        parts.push_back(span);
       }
-      break;
+      previous_match = span.is_match;
     }
-    case SplitBehavior::MergedWithNext: {
-      bool previous_match = false;
-      for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
-        if (it->is_match && !previous_match && !parts.empty()) {
-          parts.back().begin = it->begin;
-        } else {
-          parts.push_back({it->begin, it->end, false});
-        }
-        previous_match = it->is_match;
+  } else {  // MergedWithNext
+    for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
+      if (it->is_match && !previous_match && !parts.empty()) {
+        parts.back().begin = it->begin;
+      } else {
+        parts.push_back(*it);
       }
-      std::reverse(parts.begin(), parts.end());
-      break;
+      previous_match = it->is_match;
     }
+    std::reverse(parts.begin(), parts.end());
   }
-  bool first = true;
-  for (const Span& s : parts) {
-    if (behavior == SplitBehavior::Removed && s.is_match) continue;
-    if (s.end == s.begin) continue;
-    out.push_back(
-        {text.substr(s.begin, s.end - s.begin), piece.at_input_start && first && s.begin == 0});
-    first = false;
-  }
+  for (const Span& part : parts) emit(part.begin, part.end);
 }
 
 // Matches of single characters that satisfy `predicate`, one match per character.
@@ -117,18 +112,31 @@ std::vector<Match> character_matches(std::string_view text, Predicate predicate)
 class Splitter : public PreTokenizer {
  public:
   Splitter(SplitBehavior behavior, bool invert) : behavior_(behavior), invert_(invert) {}
-  void pre_tokenize(std::vector<Piece>& pieces) const override {
-    std::vector<Piece> out;
-    out.reserve(pieces.size() * 4);
-    for (Piece& piece : pieces) {
-      auto matches = find(piece.text);
-      split_piece(std::move(piece), matches, behavior_, invert_, out);
+  void pre_tokenize(std::string_view text, bool at_input_start, PieceSink sink) const override {
+    if (behavior_ != SplitBehavior::Isolated && behavior_ != SplitBehavior::Removed) {
+      split_piece(text, at_input_start, find(text), behavior_, invert_, sink);
+      return;
     }
-    pieces = std::move(out);
+    // Isolated and Removed act on each match as it is found: nothing to collect.
+    const bool keep_gaps = !(behavior_ == SplitBehavior::Removed && invert_);
+    const bool keep_matches = !(behavior_ == SplitBehavior::Removed && !invert_);
+    auto emit = [&](size_t begin, size_t end) {
+      if (end > begin) sink(text.substr(begin, end - begin), at_input_start && begin == 0);
+    };
+    size_t last = 0;
+    for_each_match(text, [&](Match m) {
+      if (keep_gaps) emit(last, m.begin);
+      if (keep_matches) emit(m.begin, m.end);
+      last = m.end;
+    });
+    if (keep_gaps) emit(last, text.size());
   }
 
  protected:
   virtual std::vector<Match> find(std::string_view text) const = 0;
+  virtual void for_each_match(std::string_view text, MatchSink sink) const {
+    for (const Match& m : find(text)) sink(m);
+  }
 
  private:
   SplitBehavior behavior_;
@@ -142,6 +150,9 @@ class RegexSplit final : public Splitter {
 
  protected:
   std::vector<Match> find(std::string_view text) const override { return regex_.find_all(text); }
+  void for_each_match(std::string_view text, MatchSink sink) const override {
+    regex_.for_each_match(text, sink);
+  }
 
  private:
   Regex regex_;
@@ -189,19 +200,25 @@ class ByteLevel final : public PreTokenizer {
       split_ = std::make_unique<RegexSplit>(Regex(kGpt2Pattern, where.str()),
                                             SplitBehavior::Isolated, false);
   }
-  void pre_tokenize(std::vector<Piece>& pieces) const override {
-    if (add_prefix_space_) {
-      for (Piece& piece : pieces) {
-        if (piece.text.empty() || piece.text[0] != ' ') piece.text.insert(0, 1, ' ');
-      }
+  void pre_tokenize(std::string_view text, bool at_input_start, PieceSink sink) const override {
+    std::string prefixed;
+    if (add_prefix_space_ && (text.empty() || text[0] != ' ')) {
+      prefixed.reserve(text.size() + 1);
+      prefixed += ' ';
+      prefixed += text;
+      text = prefixed;
     }
-    if (split_) split_->pre_tokenize(pieces);
     const auto& alphabet = unicode::byte_level_alphabet();
-    for (Piece& piece : pieces) {
-      std::string mapped;
-      mapped.reserve(piece.text.size() * 2);
-      for (char c : piece.text) mapped += alphabet.byte_to_utf8[static_cast<unsigned char>(c)];
-      piece.text = std::move(mapped);
+    std::string mapped;  // reused for every piece of this call
+    auto map_and_emit = [&](std::string_view piece, bool piece_at_start) {
+      mapped.clear();
+      for (char c : piece) mapped += alphabet.byte_to_utf8[static_cast<unsigned char>(c)];
+      sink(mapped, piece_at_start);
+    };
+    if (split_) {
+      split_->pre_tokenize(text, at_input_start, map_and_emit);
+    } else {
+      map_and_emit(text, at_input_start);
     }
   }
 
@@ -227,30 +244,26 @@ class Metaspace final : public PreTokenizer {
     split_ = optional_bool(node, "split", true, where);
     split_regex_ = Regex(regex_escape(replacement_), where.str());
   }
-  void pre_tokenize(std::vector<Piece>& pieces) const override {
-    std::vector<Piece> out;
-    for (Piece& piece : pieces) {
-      std::string replaced;
-      for (char c : piece.text) {
-        if (c == ' ') {
-          replaced += replacement_;
-        } else {
-          replaced += c;
-        }
-      }
-      bool starts = replaced.compare(0, replacement_.size(), replacement_) == 0;
-      if (!starts && (prepend_always_ || (prepend_first_ && piece.at_input_start))) {
-        replaced.insert(0, replacement_);
-      }
-      piece.text = std::move(replaced);
-      if (split_) {
-        auto matches = split_regex_.find_all(piece.text);
-        split_piece(std::move(piece), matches, SplitBehavior::MergedWithNext, false, out);
+  void pre_tokenize(std::string_view text, bool at_input_start, PieceSink sink) const override {
+    std::string replaced;
+    replaced.reserve(text.size() + replacement_.size());
+    for (char c : text) {
+      if (c == ' ') {
+        replaced += replacement_;
       } else {
-        out.push_back(std::move(piece));
+        replaced += c;
       }
     }
-    pieces = std::move(out);
+    bool starts = replaced.compare(0, replacement_.size(), replacement_) == 0;
+    if (!starts && (prepend_always_ || (prepend_first_ && at_input_start))) {
+      replaced.insert(0, replacement_);
+    }
+    if (split_) {
+      split_piece(replaced, at_input_start, split_regex_.find_all(replaced),
+                  SplitBehavior::MergedWithNext, false, sink);
+    } else {
+      sink(replaced, at_input_start);
+    }
   }
 
  private:
@@ -263,22 +276,24 @@ class Sequence final : public PreTokenizer {
  public:
   explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> stages)
       : stages_(std::move(stages)) {}
-  void pre_tokenize(std::vector<Piece>& pieces) const override {
-    for (const auto& stage : stages_) stage->pre_tokenize(pieces);
+  void pre_tokenize(std::string_view text, bool at_input_start, PieceSink sink) const override {
+    run(0, text, at_input_start, sink);
   }
 
  private:
+  // Stage `index` cuts `text`; each of its pieces goes through the following stages.
+  void run(size_t index, std::string_view text, bool at_input_start, PieceSink sink) const {
+    if (index == stages_.size()) {
+      sink(text, at_input_start);
+      return;
+    }
+    stages_[index]->pre_tokenize(text, at_input_start, [&](std::string_view piece, bool start) {
+      run(index + 1, piece, start, sink);
+    });
+  }
+
   std::vector<std::unique_ptr<PreTokenizer>> stages_;
 };
-
-Regex pattern_regex(const json& node, const JsonPath& where) {
-  const json& pattern = require(node, "pattern", where);
-  if (pattern.contains("String")) {
-    return Regex(regex_escape(pattern["String"].get<std::string>()), where.str());
-  }
-  if (pattern.contains("Regex")) return Regex(pattern["Regex"].get<std::string>(), where.str());
-  fail("{}: pattern must hold \"String\" or \"Regex\"", (where / "pattern").str());
-}
 
 }  // namespace
 

@@ -213,8 +213,6 @@ bool is_punctuation(char32_t c) {
   return cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO;
 }
 
-bool is_control(char32_t c) { return category(c) == UTF8PROC_CATEGORY_CC; }
-
 const ByteLevelAlphabet& byte_level_alphabet() {
   static const ByteLevelAlphabet alphabet = [] {
     ByteLevelAlphabet a;

@@ -39,7 +39,6 @@ bool is_whitespace(char32_t c);
 bool is_alphanumeric(char32_t c);
 bool is_numeric(char32_t c);
 bool is_punctuation(char32_t c);
-bool is_control(char32_t c);
 
 // GPT-2's reversible map from the 256 byte values to printable code points: printable
 // Latin-1 bytes map to themselves, the rest to U+0100 onwards.

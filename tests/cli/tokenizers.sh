@@ -73,7 +73,8 @@ expect_error "malformed tokenizer.json" "$tmp/bad_json/tokenizer.json:4:22: malf
   "$prism" tokenize --tokenizer="$tmp/bad_json" x
 printf '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Nope"}}' \
   >"$tmp/bad_json/tokenizer.json"
-expect_error "unknown pre-tokenizer" "pre_tokenizer: unsupported pre_tokenizer type \"Nope\"" \
+expect_error "unknown pre-tokenizer" \
+  "tokenizer.json:1:78: pre_tokenizer: unsupported pre_tokenizer type \"Nope\"" \
   "$prism" tokenize --tokenizer="$tmp/bad_json" x
 printf '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}' >"$tmp/bad_template/tokenizer.json"
 cp "$tmp/bad_template/tokenizer.json" "$tmp/undefined/tokenizer.json"

@@ -15,11 +15,10 @@ namespace {
 using nlohmann::json;
 
 std::vector<std::string> pre_tokenize(const char* pre_tokenizer_json, std::string text) {
-  auto stage = pipeline::make_pre_tokenizer(json::parse(pre_tokenizer_json), {"test", ""});
-  std::vector<pipeline::Piece> pieces{{std::move(text), true}};
-  stage->pre_tokenize(pieces);
+  auto stage = pipeline::make_pre_tokenizer(json::parse(pre_tokenizer_json), {"test", "", {}});
   std::vector<std::string> out;
-  for (auto& piece : pieces) out.push_back(piece.text);
+  stage->pre_tokenize(text, true,
+                      [&](std::string_view piece, bool) { out.push_back(std::string(piece)); });
   return out;
 }
 
@@ -52,6 +51,16 @@ TEST(TokenizerComponents, PunctuationDigitsWhitespace) {
   EXPECT_EQ(pre_tokenize(R"({"type": "Whitespace"})", "Hey friend!  How are_you?"),
             (Pieces{"Hey", "friend", "!", "How", "are_you", "?"}));
   EXPECT_EQ(pre_tokenize(R"({"type": "WhitespaceSplit"})", " a\tb\n c "), (Pieces{"a", "b", "c"}));
+}
+
+// A regex split whose pieces go through another regex (ByteLevel's) while the first scan is
+// still under way.
+TEST(TokenizerComponents, NestedRegexSplits) {
+  const char* nested = R"({"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"Regex": "[,;]"}, "behavior": "Isolated", "invert": false},
+      {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}]})";
+  EXPECT_EQ(pre_tokenize(nested, "ab cd,ef gh;ij"),
+            (Pieces{"ab", "Ġcd", ",", "ef", "Ġgh", ";", "ij"}));
 }
 
 TEST(TokenizerComponents, MetaspacePrependSchemes) {
@@ -132,16 +141,17 @@ TEST(TokenizerComponents, MalformedFilesNameTheFileAndPlace) {
   EXPECT_EQ(
       error_of(
           R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "normalizer": {"type": "Nope"}})"),
-      "dir/tokenizer.json: normalizer: unsupported normalizer type \"Nope\"");
+      "dir/tokenizer.json:1:69: normalizer: unsupported normalizer type \"Nope\"");
   EXPECT_EQ(
       error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})"),
-      "dir/tokenizer.json: model.merges[0]: merge uses \"b\", which is not in the vocabulary");
+      "dir/tokenizer.json:1:57: model.merges[0]: merge uses \"b\", which is not in the vocabulary");
   EXPECT_EQ(error_of(R"({"model": {"type": "WordLevel", "vocab": {}}})"),
-            "dir/tokenizer.json: model: unsupported model type \"WordLevel\" (only BPE)");
-  EXPECT_EQ(error_of(R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
+            "dir/tokenizer.json:1:11: model: unsupported model type \"WordLevel\" (only BPE)");
+  EXPECT_EQ(
+      error_of(R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
       "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"}})"),
-            "dir/tokenizer.json: pre_tokenizer: bad regex /(unclosed/ at offset 9: missing closing "
-            "parenthesis");
+      "dir/tokenizer.json:2:24: pre_tokenizer: bad regex /(unclosed/ at offset 9: missing closing "
+      "parenthesis");
 }
 
 TEST(TokenizerComponents, StreamingNeverSplitsACharacter) {

@@ -69,6 +69,8 @@ class Interpreter {
         return Flow::Normal;
       case Node::Kind::Output: {
         Value value = eval(*node.expr);
+        const UndefinedOrigin* origin = value.undefined_origin();
+        if (origin && origin->prints_empty) return Flow::Normal;
         out += defined(value, node.expr->at).str();
         return Flow::Normal;
       }
@@ -315,7 +317,7 @@ class Interpreter {
         if (eval(*expr.object).truthy()) return eval(*expr.operand);
         if (expr.alternative) return eval(*expr.alternative);
         return Value::undefined("the condition was false and there is no else", expr.at.line,
-                                expr.at.column);
+                                expr.at.column, /*prints_empty=*/true);
       }
     }
     return Value();

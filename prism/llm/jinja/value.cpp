@@ -30,10 +30,10 @@ const Value* Arguments::get(std::string_view name, size_t index) const {
   return index < positional.size() ? &positional[index] : nullptr;
 }
 
-Value Value::undefined(std::string description, int line, int column) {
+Value Value::undefined(std::string description, int line, int column, bool prints_empty) {
   Value v;
-  v.storage_ = Undefined{
-      std::make_shared<UndefinedOrigin>(UndefinedOrigin{std::move(description), line, column})};
+  v.storage_ = Undefined{std::make_shared<UndefinedOrigin>(
+      UndefinedOrigin{std::move(description), line, column, prints_empty})};
   return v;
 }
 

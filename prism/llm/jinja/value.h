@@ -21,6 +21,8 @@ struct UndefinedOrigin {
   std::string description;  // "'foo' is undefined", "dict has no key 'bar'"
   int line = 0;
   int column = 0;
+  // `a if c` without else: Jinja prints it as nothing, a common idiom, so that is not an error.
+  bool prints_empty = false;
 };
 struct Undefined {
   std::shared_ptr<const UndefinedOrigin> origin;
@@ -63,7 +65,8 @@ class Value {
   Value(List list) : storage_(std::make_shared<List>(std::move(list))) {}
   Value(Dict dict) : storage_(std::make_shared<Dict>(std::move(dict))) {}
   Value(Function f) : storage_(std::make_shared<Function>(std::move(f))) {}
-  static Value undefined(std::string description, int line = 0, int column = 0);
+  static Value undefined(std::string description, int line = 0, int column = 0,
+                         bool prints_empty = false);
   static Value from_json(const nlohmann::ordered_json& json);
 
   bool is_undefined() const { return std::holds_alternative<Undefined>(storage_); }

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "prism/backends/cpu/dot_rows.h"
 #include "prism/backends/cpu/kernels.h"
 #include "prism/backends/cpu/storage.h"
 
@@ -182,7 +183,6 @@ class DotKernel {
   static constexpr int64_t kSmallRows = 8;
 
   // y[b, m, :] = x[b, m, :] . W[b] for a handful of rows, parallel over output columns.
-  // Accumulates in 16 independent lanes so the compiler vectorizes without reassociating.
   void small(const std::byte* l, const std::byte* r, std::byte* out, ThreadPool& pool) const {
     int64_t B = lhs_.batch, M = lhs_.rows, K = lhs_.cols, N = rhs_.cols;
     bool bf16 = out_.dtype() == DType::bf16;
@@ -215,20 +215,8 @@ class DotKernel {
             int64_t row = b * rs[0] + n * rs[2];
             for (int64_t m = 0; m < M; ++m) {
               const float* xr = &x[(b * M + m) * K];
-              float lanes[16] = {};
-              int64_t k = 0;
-              if (bf16) {
-                const uint16_t* w = reinterpret_cast<const uint16_t*>(r) + row;
-                for (; k + 16 <= K; k += 16)
-                  for (int j = 0; j < 16; ++j) lanes[j] += xr[k + j] * bf16_to_f32(w[k + j]);
-              } else {
-                const float* w = reinterpret_cast<const float*>(r) + row;
-                for (; k + 16 <= K; k += 16)
-                  for (int j = 0; j < 16; ++j) lanes[j] += xr[k + j] * w[k + j];
-              }
-              float sum = 0;
-              for (float v : lanes) sum += v;
-              for (; k < K; ++k) sum += xr[k] * weight(row + k);
+              float sum = bf16 ? dot_row_bf16(xr, reinterpret_cast<const uint16_t*>(r) + row, K)
+                               : dot_row_f32(xr, reinterpret_cast<const float*>(r) + row, K);
               store((b * M + m) * N + n, sum);
             }
           }

@@ -31,6 +31,15 @@ void visit_float(DType t, F&& f) {
 template <typename S>
 using Compute = std::conditional_t<std::is_same_v<S, double>, double, float>;
 
+// Calls fn(base) for every lane along the middle axis of `s` (its elements are at
+// base + m * s.inner), in parallel.
+template <typename F>
+void for_each_lane(const Split3& s, ThreadPool& pool, F&& fn) {
+  pool.parallel_for(s.outer * s.inner, 8, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) fn(t / s.inner * s.middle * s.inner + t % s.inner);
+  });
+}
+
 inline void exp_row(const float* x, float* y, int64_t n) { exp_f32(x, y, n); }
 inline void exp_row(const double* x, double* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
@@ -47,24 +56,23 @@ Kernel softmax(const ir::Node& n) {
       using T = Compute<S>;
       const S* xp = reinterpret_cast<const S*>(in[0]);
       S* y = reinterpret_cast<S*>(out);
-      pool.parallel_for(s.outer * s.inner, 8, [&](int64_t t0, int64_t t1) {
-        std::vector<T> row(s.middle), ex(s.middle);
-        for (int64_t t = t0; t < t1; ++t) {
-          int64_t o = t / s.inner, i = t % s.inner, base = o * s.middle * s.inner + i;
-          T mx = -std::numeric_limits<T>::infinity();
-          for (int64_t m = 0; m < s.middle; ++m) {
-            row[m] = to_compute<T>(xp[base + m * s.inner]);
-            mx = std::max(mx, row[m]);
-          }
-          for (int64_t m = 0; m < s.middle; ++m) row[m] -= mx;
-          exp_row(row.data(), ex.data(), s.middle);
-          T sum = 0;
-          for (int64_t m = 0; m < s.middle; ++m) sum += ex[m];
-          T lsum = std::log(sum), inv = T(1) / sum;
-          for (int64_t m = 0; m < s.middle; ++m) {
-            T v = log ? row[m] - lsum : ex[m] * inv;
-            y[base + m * s.inner] = to_storage<S>(v);
-          }
+      for_each_lane(s, pool, [&](int64_t base) {
+        thread_local std::vector<T> row, ex;
+        row.resize(s.middle);
+        ex.resize(s.middle);
+        T mx = -std::numeric_limits<T>::infinity();
+        for (int64_t m = 0; m < s.middle; ++m) {
+          row[m] = to_compute<T>(xp[base + m * s.inner]);
+          mx = std::max(mx, row[m]);
+        }
+        for (int64_t m = 0; m < s.middle; ++m) row[m] -= mx;
+        exp_row(row.data(), ex.data(), s.middle);
+        T sum = 0;
+        for (int64_t m = 0; m < s.middle; ++m) sum += ex[m];
+        T lsum = std::log(sum), inv = T(1) / sum;
+        for (int64_t m = 0; m < s.middle; ++m) {
+          T v = log ? row[m] - lsum : ex[m] * inv;
+          y[base + m * s.inner] = to_storage<S>(v);
         }
       });
     });
@@ -82,23 +90,20 @@ Kernel norm(const ir::Node& n) {
       using T = Compute<S>;
       const S* xp = reinterpret_cast<const S*>(in[0]);
       S* y = reinterpret_cast<S*>(out);
-      pool.parallel_for(s.outer * s.inner, 8, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) {
-          int64_t o = t / s.inner, i = t % s.inner, base = o * s.middle * s.inner + i;
-          double mean = 0, sq = 0;
-          if (center) {
-            for (int64_t m = 0; m < s.middle; ++m) mean += to_compute<T>(xp[base + m * s.inner]);
-            mean /= double(s.middle);
-          }
-          for (int64_t m = 0; m < s.middle; ++m) {
-            double d = to_compute<T>(xp[base + m * s.inner]) - mean;
-            sq += d * d;
-          }
-          T scale = static_cast<T>(1.0 / std::sqrt(sq / double(s.middle) + a.eps));
-          for (int64_t m = 0; m < s.middle; ++m) {
-            T v = (to_compute<T>(xp[base + m * s.inner]) - static_cast<T>(mean)) * scale;
-            y[base + m * s.inner] = to_storage<S>(v);
-          }
+      for_each_lane(s, pool, [&](int64_t base) {
+        double mean = 0, sq = 0;
+        if (center) {
+          for (int64_t m = 0; m < s.middle; ++m) mean += to_compute<T>(xp[base + m * s.inner]);
+          mean /= double(s.middle);
+        }
+        for (int64_t m = 0; m < s.middle; ++m) {
+          double d = to_compute<T>(xp[base + m * s.inner]) - mean;
+          sq += d * d;
+        }
+        T scale = static_cast<T>(1.0 / std::sqrt(sq / double(s.middle) + a.eps));
+        for (int64_t m = 0; m < s.middle; ++m) {
+          T v = (to_compute<T>(xp[base + m * s.inner]) - static_cast<T>(mean)) * scale;
+          y[base + m * s.inner] = to_storage<S>(v);
         }
       });
     });

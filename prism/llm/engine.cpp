@@ -30,20 +30,7 @@ Engine::Engine(const std::string& model_uri, Platform& platform, const EngineOpt
   std::string generation_uri = io::join(model_uri, "generation_config.json");
   if (io::exists(generation_uri)) {  // its eos ids join config.json's
     nlohmann::json g = read_json(generation_uri);
-    if (g.contains("eos_token_id")) {
-      auto add = [&](int64_t id) {
-        if (std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), id) ==
-            config.eos_token_ids.end()) {
-          config.eos_token_ids.push_back(id);
-        }
-      };
-      const auto& e = g["eos_token_id"];
-      if (e.is_array()) {
-        for (const auto& id : e) add(id.get<int64_t>());
-      } else if (e.is_number_integer()) {
-        add(e.get<int64_t>());
-      }
-    }
+    if (g.contains("eos_token_id")) config.add_eos_token_ids(g["eos_token_id"]);
   }
   PRISM_CHECK(options.seqlen >= 1 && options.seqlen <= config.max_positions,
               "llm: --seqlen={} must be between 1 and the model's {} positions", options.seqlen,

@@ -1,5 +1,6 @@
 #include "prism/models/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <numbers>
@@ -53,18 +54,28 @@ LlamaConfig LlamaConfig::parse(const nlohmann::json& c, std::string_view source)
                                      s.value("original_max_position_embeddings", int64_t{8192})};
     }
   }
-  if (c.contains("eos_token_id")) {
-    const auto& e = c["eos_token_id"];
-    if (e.is_array()) {
-      for (const auto& id : e) k.eos_token_ids.push_back(id.get<int64_t>());
-    } else if (e.is_number_integer()) {
-      k.eos_token_ids.push_back(e.get<int64_t>());
-    }
-  }
+  if (c.contains("eos_token_id")) k.add_eos_token_ids(c["eos_token_id"]);
   if (c.contains("bos_token_id") && c["bos_token_id"].is_number_integer()) {
     k.bos_token_id = c["bos_token_id"].get<int64_t>();
   }
   return k;
+}
+
+void LlamaConfig::add_eos_token_ids(const nlohmann::json& value) {
+  auto add = [&](int64_t id) {
+    if (std::find(eos_token_ids.begin(), eos_token_ids.end(), id) == eos_token_ids.end()) {
+      eos_token_ids.push_back(id);
+    }
+  };
+  if (value.is_array()) {
+    for (const auto& id : value) {
+      PRISM_CHECK(id.is_number_integer(), "llm: eos_token_id lists {}, which is not a token id",
+                  id.dump());
+      add(id.get<int64_t>());
+    }
+  } else if (value.is_number_integer()) {  // null or absent: no eos id
+    add(value.get<int64_t>());
+  }
 }
 
 std::vector<double> LlamaConfig::rope_inv_freq() const {

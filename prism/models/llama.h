@@ -35,6 +35,9 @@ struct LlamaConfig {
 
   // Reads config.json's fields; `source` names the file in errors.
   static LlamaConfig parse(const nlohmann::json& config, std::string_view source);
+  // Adds an `eos_token_id` value (one id or a list) to eos_token_ids, skipping known ones:
+  // config.json and generation_config.json each may name some.
+  void add_eos_token_ids(const nlohmann::json& value);
   // Rotary inverse frequencies, with llama3 scaling applied when configured.
   std::vector<double> rope_inv_freq() const;
 };

@@ -155,13 +155,7 @@ TEST(Llama, RunsFromHttps) {
 TEST(Llama, RunsFromS3) {
   if (!test::S3Server::available()) GTEST_SKIP() << "s3rver is not installed";
   test::S3Server server("models");
-  test::ScopedEnv env(
-      std::map<std::string, std::optional<std::string>>{{"AWS_ENDPOINT_URL", server.endpoint()},
-                                                        {"AWS_ENDPOINT_URL_S3", std::nullopt},
-                                                        {"AWS_ACCESS_KEY_ID", "S3RVER"},
-                                                        {"AWS_SECRET_ACCESS_KEY", "S3RVER"},
-                                                        {"AWS_SESSION_TOKEN", std::nullopt},
-                                                        {"AWS_REGION", "us-east-1"}});
+  test::ScopedEnv env(server.client_env());
   for (const char* f : {"config.json", "generation_config.json", "model.safetensors"}) {
     io::s3::put_object(std::string("s3://models/tiny-f32/") + f,
                        test::read_bytes(fixture("tiny-f32") + "/" + f));

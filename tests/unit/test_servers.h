@@ -102,6 +102,12 @@ class S3Server {
   explicit S3Server(const std::string& bucket);
   int port() const { return port_; }
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // The environment that points prism's s3:// at this server (for ScopedEnv).
+  std::map<std::string, std::optional<std::string>> client_env() const {
+    return {{"AWS_ENDPOINT_URL", endpoint()},    {"AWS_ENDPOINT_URL_S3", std::nullopt},
+            {"AWS_ACCESS_KEY_ID", "S3RVER"},     {"AWS_SECRET_ACCESS_KEY", "S3RVER"},
+            {"AWS_SESSION_TOKEN", std::nullopt}, {"AWS_REGION", "us-east-1"}};
+  }
 
  private:
   TempDir dir_;

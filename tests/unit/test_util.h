@@ -40,7 +40,7 @@ HostBuffer run1(F&& fn, std::initializer_list<HostBuffer> inputs) {
   return run(std::forward<F>(fn), inputs).at(0);
 }
 
-// The message of the prism::Error that fn throws ("" when it throws none).
+// The message of the prism::Error that fn throws ("no error" when it throws none).
 template <typename F>
 std::string error_of(F&& fn) {
   try {
@@ -48,7 +48,7 @@ std::string error_of(F&& fn) {
   } catch (const Error& e) {
     return e.what();
   }
-  return "";
+  return "no error";
 }
 
 }  // namespace prism::testing

@@ -16,6 +16,7 @@
 #include "prism/io/store.h"
 #include "prism/io/vfs.h"
 #include "test_servers.h"
+#include "test_util.h"
 
 namespace prism::io {
 namespace {
@@ -28,14 +29,7 @@ using test::TempDir;
 
 constexpr const char* kCommit = "0123456789abcdef0123456789abcdef01234567";
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using testing::error_of;
 
 // Lays out a repo on the fake Hub. Files in `lfs` are served like large files: the resolve
 // path answers 302 to /cdn/<sha256> (or /slow/<sha256>) with X-Linked-Etag and X-Linked-Size.

@@ -11,6 +11,7 @@
 #include "prism/io/store.h"
 #include "prism/io/vfs.h"
 #include "test_servers.h"
+#include "test_util.h"
 
 namespace prism::io {
 namespace {
@@ -27,14 +28,7 @@ std::string random_bytes(size_t n, unsigned seed) {
   return s;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using testing::error_of;
 
 class Https : public ::testing::Test {
  protected:

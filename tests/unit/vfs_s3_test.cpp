@@ -11,6 +11,7 @@
 #include "prism/io/store.h"
 #include "prism/io/vfs.h"
 #include "test_servers.h"
+#include "test_util.h"
 
 namespace prism::io {
 namespace {
@@ -18,14 +19,7 @@ namespace {
 using test::S3Server;
 using test::ScopedEnv;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using testing::error_of;
 
 class S3 : public ::testing::Test {
  protected:
@@ -40,15 +34,10 @@ class S3 : public ::testing::Test {
   }
   void SetUp() override {
     if (!server_) GTEST_SKIP() << "s3rver or node is missing (scripts/setup.sh)";
-    env_.emplace(
-        std::map<std::string, std::optional<std::string>>{{"AWS_ENDPOINT_URL", server_->endpoint()},
-                                                          {"AWS_ENDPOINT_URL_S3", std::nullopt},
-                                                          {"AWS_ACCESS_KEY_ID", "S3RVER"},
-                                                          {"AWS_SECRET_ACCESS_KEY", "S3RVER"},
-                                                          {"AWS_SESSION_TOKEN", std::nullopt},
-                                                          {"AWS_REGION", "us-east-1"},
-                                                          {"PRISM_HTTP_BACKOFF_MS", "20"},
-                                                          {"PRISM_HTTP_RETRIES", "3"}});
+    auto env = server_->client_env();
+    env["PRISM_HTTP_BACKOFF_MS"] = "20";
+    env["PRISM_HTTP_RETRIES"] = "3";
+    env_.emplace(env);
   }
 
   static S3Server* server_;

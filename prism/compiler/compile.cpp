@@ -88,7 +88,6 @@ std::vector<Buffer> Executable::call(std::span<const Buffer> params,
               inputs_.size());
   for (size_t i = 0; i < params.size(); ++i) {
     PRISM_CHECK(params[i].valid() && params[i].shape().dtype() == parameters_[i].shape.dtype() &&
-                    params[i].shape().numel() == parameters_[i].shape.numel() &&
                     params[i].shape().sizes() == parameters_[i].shape.sizes(),
                 "call: parameter \"{}\" is {} but the executable expects {}", parameters_[i].name,
                 params[i].valid() ? params[i].shape().str() : "missing",

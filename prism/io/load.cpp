@@ -48,12 +48,6 @@ class Progress {
   bool drawn_ = false;
 };
 
-std::string dims_str(const std::vector<int64_t>& dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
-  return s + "]";
-}
-
 }  // namespace
 
 std::string LoadStats::line() const {
@@ -84,7 +78,7 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
     }
     if (st.info.shape != p.shape.sizes()) {
       fail("load: tensor \"{}\" in {} is {}{} but the model expects {}", p.name, store.uri(),
-           name(st.info.dtype), dims_str(st.info.shape), p.shape.str());
+           name(st.info.dtype), st.info.shape_str(), p.shape.str());
     }
     stats.bytes += p.shape.bytes();
     ++stats.tensors;

@@ -6,6 +6,7 @@
 #include "bench/bench.h"
 #include "prism/backends/cpu/cpu_platform.h"
 #include "prism/compiler/compile.h"
+#include "prism/llm/engine.h"
 #include "prism/models/llama.h"
 
 namespace prism::bench {
@@ -36,20 +37,8 @@ void llm_bench() {
               "of bandwidth bound");
   for (DType dtype : {DType::bf16, DType::f32}) {
     models::Llama model(llama_1b(), dtype);
-    auto compile_window = [&](int64_t window) {
-      std::vector<Shape> inputs{Shape(DType::i32, {{"s", window}}), Shape::scalar(DType::i32),
-                                Shape::scalar(DType::i32)};
-      CompileOptions options;
-      for (const Shape& s : model.cache_shapes(seqlen)) {
-        options.donate.push_back(static_cast<int>(inputs.size()));
-        inputs.push_back(s);
-      }
-      TraceFn fn = [&](std::span<const Tensor> in) {
-        return model.forward(in[0], in[1], in[2], in.subspan(3));
-      };
-      return compile(cpu, fn, inputs, options);
-    };
-    Executable decode = compile_window(1), prefill = compile_window(512);
+    Executable decode = llm::compile_step(cpu, model, 1, seqlen);
+    Executable prefill = llm::compile_step(cpu, model, 512, seqlen);
     std::map<std::string, Buffer, std::less<>> weights;
     double weight_bytes = 0;
     for (const auto& p : decode.parameters()) {

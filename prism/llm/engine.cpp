@@ -43,20 +43,25 @@ Engine::Engine(const std::string& model_uri, Platform& platform, const EngineOpt
   weights_ = io::load(store_, executable(1).parameters(), platform_, options.load);
 }
 
+Executable compile_step(Platform& platform, const models::Llama& model, int64_t window,
+                        int64_t seqlen) {
+  std::vector<Shape> inputs{Shape(DType::i32, {{"s", window}}), Shape::scalar(DType::i32),
+                            Shape::scalar(DType::i32)};
+  CompileOptions options;
+  for (const Shape& s : model.cache_shapes(seqlen)) {
+    options.donate.push_back(static_cast<int>(inputs.size()));
+    inputs.push_back(s);
+  }
+  TraceFn fn = [&model](std::span<const Tensor> in) {
+    return model.forward(in[0], in[1], in[2], in.subspan(3));
+  };
+  return compile(platform, fn, inputs, options);
+}
+
 Executable& Engine::executable(int64_t window) {
   auto it = executables_.find(window);
   if (it != executables_.end()) return it->second;
-  std::vector<Shape> inputs{Shape(DType::i32, {{"s", window}}), Shape::scalar(DType::i32),
-                            Shape::scalar(DType::i32)};
-  CompileOptions compile_options;
-  for (const Shape& s : model_->cache_shapes(options_.seqlen)) {
-    compile_options.donate.push_back(static_cast<int>(inputs.size()));
-    inputs.push_back(s);
-  }
-  TraceFn fn = [this](std::span<const Tensor> in) {
-    return model_->forward(in[0], in[1], in[2], in.subspan(3));
-  };
-  return executables_.emplace(window, compile(platform_, fn, inputs, compile_options))
+  return executables_.emplace(window, compile_step(platform_, *model_, window, options_.seqlen))
       .first->second;
 }
 

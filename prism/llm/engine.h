@@ -22,6 +22,12 @@ struct EngineOptions {
   io::LoadOptions load;
 };
 
+// The model's step over a window of `window` tokens with a cache of `seqlen` positions,
+// compiled with the caches donated. Inputs: tokens {s} (i32), start and last (i32 scalars),
+// then the caches; outputs: the logits at `last`, then the updated caches.
+Executable compile_step(Platform& platform, const models::Llama& model, int64_t window,
+                        int64_t seqlen);
+
 class Engine {
  public:
   // `model_uri`: a directory (or https/hf/s3 prefix) with config.json and safetensors.

@@ -3,6 +3,7 @@
 // model traced with are not known here.
 #include <cmath>
 #include <limits>
+#include <span>
 #include <string>
 
 #include "prism/compiler/passes.h"
@@ -16,11 +17,21 @@ using ir::Op;
 
 Tag pos(int i) { return Tag(std::to_string(i)); }
 
-// `t` with tags "0", "1", ... (a reshape that moves no data).
-Tensor positional(const Tensor& t) {
+// `t` with the given tags, in order (a reshape that moves no data).
+Tensor named(const Tensor& t, std::span<const Tag> tags) {
   std::vector<Dim> dims;
-  for (int i = 0; i < t.rank(); ++i) dims.push_back({pos(i), t.shape().size(i)});
+  for (int i = 0; i < t.rank(); ++i) dims.push_back({tags[i], t.shape().size(i)});
   return t.reshape(Shape(t.dtype(), dims));
+}
+Tensor named(const Tensor& t, std::initializer_list<Tag> tags) {
+  return named(t, std::span(tags.begin(), tags.size()));
+}
+
+// `t` with tags "0", "1", ...
+Tensor positional(const Tensor& t) {
+  std::vector<Tag> tags;
+  for (int i = 0; i < t.rank(); ++i) tags.push_back(pos(i));
+  return named(t, tags);
 }
 
 // Computes in f32 when x is a half type, as the CPU kernels do.
@@ -59,12 +70,6 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, bool interlea
 
 // q {b,h,s,d}, k {b,g,t,d}, v {b,g,t,e} with positional tags "0".."3"; mask {b,h,s,t}.
 Tensor attention(const std::vector<Tensor>& in, const ir::AttentionAttrs& a) {
-  auto named = [](const Tensor& t, std::initializer_list<Tag> tags) {
-    std::vector<Dim> dims;
-    auto it = tags.begin();
-    for (int i = 0; i < t.rank(); ++i) dims.push_back({*it++, t.shape().size(i)});
-    return t.reshape(Shape(t.dtype(), dims));
-  };
   DType ct = compute_dtype(in[0].dtype());
   Tensor q = named(in[0], {"b", "h", "s", "d"}).convert(ct);
   Tensor k = named(in[1], {"b", "g", "t", "d"}).convert(ct);

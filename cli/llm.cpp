@@ -104,8 +104,13 @@ std::vector<int32_t> generate(prism::llm::Engine& engine, prism::llm::Sampler& s
       text += piece;
       std::fputs(piece.c_str(), stdout);
       std::fflush(stdout);
+      // A new match ends inside the new piece: search only the tail that could hold it.
       bool stop = false;
-      for (const std::string& s : o.stop) stop = stop || text.find(s) != std::string::npos;
+      for (const std::string& s : o.stop) {
+        size_t from = text.size() - piece.size();
+        from = from > s.size() ? from - s.size() : 0;
+        stop = stop || (!s.empty() && text.find(s, from) != std::string::npos);
+      }
       if (stop) break;
     }
     if (i + 1 == o.max_tokens) break;

@@ -37,6 +37,13 @@ want=$("$prism" detokenize --tokenizer="$tmp" --skip-special $gen)
 got=$("$prism" llm --model="$tmp" --system="Be brief." --prompt="What is the capital of France?" --max-tokens=6 2>/dev/null)
 check "text prompt = template + ids + detokenize" "$want" "$got"
 
+# --stop: the answer ends with the token that completes the stop text, which may span tokens.
+full=$("$prism" llm --model="$tmp" --prompt=hi --max-tokens=10 2>/dev/null)
+stop="${full:3:6}"
+cut=$("$prism" llm --model="$tmp" --prompt=hi --max-tokens=10 --stop="$stop" 2>/dev/null)
+[[ "$full" == "$cut"* && "$cut" == *"$stop"* && ${#cut} -lt ${#full} ]] \
+  || { echo "FAIL stop: '$cut' for stop '$stop' in '$full'"; fail=1; }
+
 # Chat: turns from standard input, /reset, /exit; the second turn prefills only its new tokens.
 out=$(printf 'hello\nhow are you\n/reset\nhi\n/exit\n' | "$prism" llm --model="$tmp" --max-tokens=3 2>"$tmp/chat.err"); rc=$?
 check "chat exit" 0 "$rc"

@@ -13,6 +13,7 @@
 
 #include "prism/llm/engine.h"
 #include "tests/unit/io_test_util.h"
+#include "tests/unit/platforms.h"
 #include "tests/unit/test_util.h"
 
 namespace prism {
@@ -169,6 +170,16 @@ TEST(Lfm2, ResetClearsTheConvolutionState) {
   engine.feed(std::vector<int32_t>{5, 9, 11});
   engine.reset();
   EXPECT_LE(max_diff(engine.feed(ref.prompt), first), 1e-5);
+}
+
+// A backend without a short_conv kernel runs the model through the op's decomposition. (One
+// call per engine: the decomposing test platform hands its outputs back as the CPU's.)
+TEST(Lfm2, DecomposedCompositesGiveTheSameLogits) {
+  Reference ref = reference("tiny-bf16-untied");
+  testing::DecomposingCpu cpu_decomposed;
+  llm::Engine kernels(fixture("tiny-bf16-untied"), get_platform("cpu"), options());
+  llm::Engine decomposed(fixture("tiny-bf16-untied"), cpu_decomposed, options());
+  EXPECT_LE(max_diff(kernels.feed(ref.prompt), decomposed.feed(ref.prompt)), 1e-4);
 }
 
 // config.json's fields as configuration_lfm2 reads them.

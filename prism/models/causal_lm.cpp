@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "prism/core/error.h"
+#include "prism/models/lfm2.h"
 #include "prism/models/llama.h"
 
 namespace prism::models {
@@ -19,6 +20,7 @@ struct Architecture {
 // One line per architecture: config.json's model_type and the model's factory.
 constexpr Architecture kArchitectures[] = {
     {"llama", make_llama},
+    {"lfm2", make_lfm2},
 };
 
 }  // namespace

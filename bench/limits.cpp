@@ -42,8 +42,13 @@ double fma_loop(int64_t iterations) {
     for (float x : f) s += x;
     return s;
   };
-#else
-#error "the fp32 peak probe needs AVX2+FMA or AVX-512"
+#else  // a portable build (-DPRISM_NATIVE=OFF): the SSE vectors every x86-64 has, no FMA
+  using V = float __attribute__((vector_size(16)));
+  constexpr int lanes = 4;
+  auto set = [](float x) { return V{x, x, x, x}; };
+  auto fma = [](V a, V b, V c) { return a * b + c; };
+  auto add = [](V a, V b) { return a + b; };
+  auto sum = [](V a) { return a[0] + a[1] + a[2] + a[3]; };
 #endif
   V acc[12];
   for (int i = 0; i < 12; ++i) acc[i] = set(0.001f * i);

@@ -4,7 +4,7 @@
 // Replace, Fuse and ByteFallback decoders. Their BPE merges are learned here from a small corpus
 // so that encodings are non-trivial.
 
-const BYTE_LEVEL_CHARS = (() => {
+export const BYTE_LEVEL_CHARS = (() => {
   const printable = (b) => (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
   const table = [];
   let next = 0;
@@ -12,12 +12,12 @@ const BYTE_LEVEL_CHARS = (() => {
   return table;
 })();
 
-function byteLevel(text) {
+export function byteLevel(text) {
   return Array.from(new TextEncoder().encode(text), (b) => BYTE_LEVEL_CHARS[b]).join('');
 }
 
 // Learns `count` merges over words given as symbol lists; returns the merges in order.
-function learnMerges(words, count, joinPair = (a, b) => a + b) {
+export function learnMerges(words, count, joinPair = (a, b) => a + b) {
   words = words.map((w) => [...w]);
   const merges = [];
   for (let m = 0; m < count; ++m) {

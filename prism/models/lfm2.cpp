@@ -93,6 +93,7 @@ Lfm2Config Lfm2Config::parse(const nlohmann::json& c, std::string_view source) {
   k.vocab_size = required(c, "vocab_size", source);
   k.hidden_size = required(c, "hidden_size", source);
   const int64_t n = required(c, "num_hidden_layers", source);
+  PRISM_CHECK(n > 0, "lfm2: {}: num_hidden_layers must be positive, got {}", source, n);
   k.num_heads = required(c, "num_attention_heads", source);
   k.num_kv_heads = optional_value<int64_t>(c, "num_key_value_heads", 8, source);
   k.head_dim = optional_value<int64_t>(c, "head_dim",
@@ -124,10 +125,10 @@ Lfm2Config Lfm2Config::parse(const nlohmann::json& c, std::string_view source) {
   }
   k.intermediate_size = width;
 
-  PRISM_CHECK(k.vocab_size > 0 && k.hidden_size > 0 && n > 0 && k.intermediate_size > 0,
-              "lfm2: {}: vocab_size, hidden_size, num_hidden_layers and the MLP width must be "
-              "positive, got {}, {}, {} and {}",
-              source, k.vocab_size, k.hidden_size, n, k.intermediate_size);
+  PRISM_CHECK(k.vocab_size > 0 && k.hidden_size > 0 && k.intermediate_size > 0,
+              "lfm2: {}: vocab_size, hidden_size and the MLP width must be positive, got {}, {} "
+              "and {}",
+              source, k.vocab_size, k.hidden_size, k.intermediate_size);
   PRISM_CHECK(k.num_heads > 0 && k.num_kv_heads > 0 && k.num_heads % k.num_kv_heads == 0,
               "lfm2: {}: {} attention heads are not a multiple of {} key/value heads", source,
               k.num_heads, k.num_kv_heads);

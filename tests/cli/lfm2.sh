@@ -22,4 +22,18 @@ done
 
 err=$("$prism" llm --model="$data/tiny-bf16-tied" --prompt=hi 2>&1 >/dev/null); rc=$?
 check "no tokenizer" "1 prism: error: llm: $data/tiny-bf16-tied has no tokenizer.json: use --prompt-ids=... with --print-ids" "$rc $err"
+
+# The tokenizer of LFM's kind (tools/make_lfm2_tokenizer.mjs) through the commands: the chat
+# template renders LFM's turns, and the prompt tokenizes to ids the model runs on. (Text out
+# is not checked here: the tiny checkpoints answer with ids beyond this small vocabulary.)
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+for f in config.json generation_config.json model.safetensors; do ln -s "$data/tiny-bf16-tied/$f" "$tmp/$f"; done
+for f in tokenizer.json tokenizer_config.json; do ln -s "$data/tokenizer/$f" "$tmp/$f"; done
+printf '[{"role":"system","content":"Be brief."},{"role":"user","content":"What is the capital of France?"}]' >"$tmp/messages.json"
+"$prism" chat-template --tokenizer="$tmp" --messages="$tmp/messages.json" --add-generation-prompt >"$tmp/prompt.txt"
+check "chat template" "$(printf '<|startoftext|><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n')" "$(cat "$tmp/prompt.txt")"
+ids=$("$prism" tokenize --tokenizer="$tmp" --text-file="$tmp/prompt.txt" | tr ' ' ',')
+[[ "$ids" == 1,6,* ]] || { echo "FAIL prompt ids: '$ids'"; fail=1; }
+got=$("$prism" llm --model="$tmp" --prompt-ids="$ids" --print-ids --max-tokens=6 2>/dev/null | wc -w)
+check "answer to the tokenized prompt" 6 "$got"
 exit $fail

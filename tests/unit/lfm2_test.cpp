@@ -248,6 +248,11 @@ TEST(Lfm2, BadConfigsGiveClearErrors) {
             "lfm2: config.json: conv_L_cache must be at least 2, got 1");
   EXPECT_EQ(error([](auto& j) { j["conv_bias"] = "no"; }),
             "lfm2: config.json: \"conv_bias\" is \"no\", which is not a boolean");
+  EXPECT_EQ(error([](auto& j) { j["num_hidden_layers"] = -1; }),
+            "lfm2: config.json: num_hidden_layers must be positive, got -1");
+  EXPECT_EQ(error([](auto& j) { j["block_ff_dim"] = 1; }),
+            "lfm2: config.json: vocab_size, hidden_size and the MLP width must be positive, got "
+            "65536, 2048 and 0");
   EXPECT_EQ(error([](auto& j) { j.erase("hidden_size"); }),
             "lfm2: config.json has no integer \"hidden_size\"");
 }

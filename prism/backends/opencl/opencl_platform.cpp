@@ -187,7 +187,10 @@ cl_program OpenClPlatform::program(const std::string& source) {
   cl_int err = CL_SUCCESS;
   cl_program p = api_->clCreateProgramWithSource(context_, 1, &text, &length, &err);
   check_cl(err, "creating a program");
-  err = api_->clBuildProgram(p, 1, &device_, "", nullptr, nullptr);
+  // PRISM_OPENCL_OPTIONS: extra compiler options (e.g. -cl-opt-disable to spend less time
+  // compiling small test programs).
+  const char* options = std::getenv("PRISM_OPENCL_OPTIONS");
+  err = api_->clBuildProgram(p, 1, &device_, options ? options : "", nullptr, nullptr);
   if (err != CL_SUCCESS) {
     size_t size = 0;
     api_->clGetProgramBuildInfo(p, device_, CL_PROGRAM_BUILD_LOG, 0, nullptr, &size);

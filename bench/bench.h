@@ -51,6 +51,10 @@ inline double best_seconds(const std::function<void()>& fn, int repeats = 5) {
   return best;
 }
 
+// The platform given with --platform (default "cpu"); benchmarks that support it measure it
+// beside the CPU and print the ratio.
+std::string& platform_option();
+
 // The machine's limits, measured by the bench itself.
 double measure_fp32_peak_gflops(int threads);  // independent FMA chains in registers
 double measure_triad_gbps(int threads);        // STREAM triad over arrays far larger than cache

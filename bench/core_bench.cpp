@@ -21,22 +21,49 @@ Buffer random_buffer(Platform& p, const Shape& shape) {
   return p.upload(h.convert(shape.dtype()));
 }
 
+// The platform given with --platform when it is not the CPU, else null.
+Platform* other_platform() {
+  const std::string& name = platform_option();
+  return name == "cpu" ? nullptr : &get_platform(name);
+}
+
+// Median seconds of one call of `exe` on its platform, waiting for the device to finish.
+double call_seconds(const Executable& exe, const std::vector<Buffer>& in, int repeats) {
+  return median_seconds(
+      [&] {
+        exe.call(std::span<const Buffer>{}, in);
+        exe.platform().synchronize();
+      },
+      repeats);
+}
+
 void dot_bench() {
   int n_threads = threads();
   double peak = measure_fp32_peak_gflops(n_threads);
+  Platform* other = other_platform();
   std::printf("fp32 peak (measured, %d threads): %.0f GFLOP/s\n", n_threads, peak);
-  std::printf("%-6s %6s %12s %10s\n", "dtype", "n", "GFLOP/s", "of peak");
+  std::printf("%-6s %6s %12s %10s", "dtype", "n", "GFLOP/s", "of peak");
+  if (other) std::printf(" %14s %10s", (std::string(other->name()) + " GFLOP/s").c_str(), "vs cpu");
+  std::printf("\n");
   Platform& cpu = get_platform("cpu");
   for (DType t : {DType::f32, DType::bf16}) {
     for (int64_t n : {512, 1024, 2048, 4096}) {
       Shape a(t, {{"m", n}, {"k", n}}), b(t, {{"k", n}, {"n", n}});
-      Executable exe = compile(cpu, [](Tensor x, Tensor y) { return x.dot(y, "k"); }, {a, b});
-      std::vector<Buffer> in{random_buffer(cpu, a), random_buffer(cpu, b)};
-      double s =
-          median_seconds([&] { exe.call(std::span<const Buffer>{}, in); }, n >= 4096 ? 3 : 7);
+      auto fn = [](Tensor x, Tensor y) { return x.dot(y, "k"); };
+      Executable exe = compile(cpu, fn, {a, b});
+      int repeats = n >= 4096 ? 3 : 7;
+      double s = call_seconds(exe, {random_buffer(cpu, a), random_buffer(cpu, b)}, repeats);
       double gflops = 2.0 * n * n * n / s / 1e9;
-      std::printf("%-6s %6ld %12.1f %9.0f%%\n", std::string(name(t)).c_str(), n, gflops,
+      std::printf("%-6s %6ld %12.1f %9.0f%%", std::string(name(t)).c_str(), n, gflops,
                   100 * gflops / peak);
+      if (other && n <= 2048) {  // a device without a matrix engine needs minutes at 4096
+        Executable on = compile(*other, fn, {a, b});
+        double so = call_seconds(on, {random_buffer(*other, a), random_buffer(*other, b)}, repeats);
+        double g = 2.0 * n * n * n / so / 1e9;
+        std::printf(" %14.1f %9.2fx", g, g / gflops);
+      }
+      std::printf("\n");
+      std::fflush(stdout);
     }
   }
 }
@@ -44,10 +71,13 @@ void dot_bench() {
 void elementwise_bench() {
   int n_threads = threads();
   double triad = measure_triad_gbps(n_threads);
+  Platform* other = other_platform();
   std::printf("triad bandwidth (measured, %d threads): %.1f GB/s\n", n_threads, triad);
   Platform& cpu = get_platform("cpu");
   const int64_t n = 32 << 20;
-  std::printf("%-28s %10s %10s\n", "op", "GB/s", "of triad");
+  std::printf("%-28s %10s %10s", "op", "GB/s", "of triad");
+  if (other) std::printf(" %14s %10s", (std::string(other->name()) + " GB/s").c_str(), "vs cpu");
+  std::printf("\n");
   struct Case {
     const char* name;
     std::function<Tensor(Tensor, Tensor)> fn;
@@ -59,10 +89,16 @@ void elementwise_bench() {
   for (const Case& c : cases) {
     Shape s(DType::f32, {{"n", n}});
     Executable exe = compile(cpu, c.fn, {s, s});
-    std::vector<Buffer> in{random_buffer(cpu, s), random_buffer(cpu, s)};
-    double sec = median_seconds([&] { exe.call(std::span<const Buffer>{}, in); });
+    double sec = call_seconds(exe, {random_buffer(cpu, s), random_buffer(cpu, s)}, 5);
     double gbps = 3.0 * n * 4 / sec / 1e9;
-    std::printf("%-28s %10.1f %9.0f%%\n", c.name, gbps, 100 * gbps / triad);
+    std::printf("%-28s %10.1f %9.0f%%", c.name, gbps, 100 * gbps / triad);
+    if (other) {
+      Executable on = compile(*other, c.fn, {s, s});
+      double so = call_seconds(on, {random_buffer(*other, s), random_buffer(*other, s)}, 5);
+      double g = 3.0 * n * 4 / so / 1e9;
+      std::printf(" %14.1f %9.2fx", g, g / gbps);
+    }
+    std::printf("\n");
   }
 }
 

@@ -14,6 +14,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # CPU backend
   libdnnl-dev libhwy-dev libopenblas-dev
+  # OpenCL backend: headers to build it, PoCL (the CPU as an OpenCL device) to run it in tests
+  ocl-icd-opencl-dev opencl-headers opencl-clhpp-headers pocl-opencl-icd clinfo
   # common libraries
   nlohmann-json3-dev libcli11-dev libfmt-dev
   # tokenizers

@@ -78,6 +78,9 @@ class Platform {
   // Copies `bytes` into `buffer` at byte `offset` (streaming loads write in chunks).
   virtual void write(Buffer& buffer, size_t offset, std::span<const std::byte> bytes) = 0;
   virtual HostBuffer download(const Buffer& buffer) = 0;
+  // Waits until the work handed to the platform has finished (calls may return before their
+  // results are computed on devices with queues; downloads wait by themselves).
+  virtual void synchronize() {}
   // A buffer over host memory that `owner` keeps alive, without copying, where the platform
   // computes on host memory (the CPU); nullopt elsewhere. Loads from mapped files use it.
   virtual std::optional<Buffer> adopt_host(const Shape& shape, const std::byte* data,
@@ -104,13 +107,14 @@ struct PlatformStatus {
   std::string name;
   bool compiled_in = false;
   bool available = false;
-  std::string reason;  // why not available
+  std::string reason;    // why not available
+  bool has_gpu = false;  // a GPU among its devices: `auto` prefers such a platform
 };
 std::vector<PlatformStatus> platform_statuses();
 
-// The platform called `name` ("cpu", "opencl", "cuda", "pjrt:<plugin>", or "auto": a GPU
-// platform with a device if there is one, else the CPU). An empty name reads PRISM_PLATFORM,
-// then "auto". Platforms are created once and live for the process.
+// The platform called `name` ("cpu", "opencl", "cuda", "pjrt:<plugin>", or "auto": the first
+// platform, in the registry's order, with a GPU device, else the CPU). An empty name reads
+// PRISM_PLATFORM, then "auto". Platforms are created once and live for the process.
 Platform& get_platform(std::string_view name = "");
 
 }  // namespace prism

@@ -13,6 +13,19 @@ got=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=128000,791,6864,315,982
   --max-tokens=24 --print-ids --seqlen=64 2>/dev/null)
 check "greedy ids" "$want" "$got"
 
+# The same ids on every other platform this binary has available (OpenCL on PoCL in CI), chosen
+# with --platform and with PRISM_PLATFORM.
+for p in $("$prism" info | sed -n 's/^  \([a-z]*\) *available$/\1/p' | grep -v '^cpu$'); do
+  got=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=128000,791,6864,315,9822,374 \
+    --max-tokens=24 --print-ids --seqlen=64 --platform="$p" 2>/dev/null)
+  check "greedy ids on $p" "$want" "$got"
+  got=$(PRISM_PLATFORM="$p" "$prism" llm --model="$data/tiny-f32" \
+    --prompt-ids=128000,791,6864,315,9822,374 --max-tokens=24 --print-ids --seqlen=64 2>/dev/null)
+  check "greedy ids on $p (PRISM_PLATFORM)" "$want" "$got"
+done
+err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --print-ids --platform=tpu 2>&1 >/dev/null); rc=$?
+check "unknown platform" "1 prism: error: unknown platform 'tpu' (expected cpu, opencl, cuda, pjrt:<plugin.so> or auto)" "$rc $err"
+
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1,x,3 2>&1 >/dev/null); rc=$?
 check "bad ids exit" 1 "$rc"
 check "bad ids message" "prism: error: llm: --prompt-ids must be comma-separated token ids, got 'x'" "$err"

@@ -1,10 +1,11 @@
 // prism-conformance: runs the ONNX node tests (Debian's libonnx-testdata) against prism's ops.
 //
-//   prism-conformance [--data=DIR] [--filter=SUBSTR] [--verbose] [--min-passed=N]
+//   prism-conformance [--platform=NAME] [--data=DIR] [--filter=SUBSTR] [--verbose]
+//                     [--min-passed=N]
 //
-// Prints one summary line, "onnx-node: P passed, F failed, S skipped". Exits non-zero when a
-// case fails or fewer than N pass. --verbose lists every skipped case with its reason and every
-// failure with its first mismatch; --trace prints every node's outputs as it runs.
+// Prints one summary line per platform, "onnx-node [cpu]: P passed, F failed, S skipped". Exits
+// non-zero when a case fails or fewer than N pass. --verbose lists every skipped case with its
+// reason and every failure with its first mismatch; --trace prints every node's outputs as it runs.
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -22,6 +23,7 @@ constexpr std::string_view kDefaultData = "/usr/share/libonnx-testdata/data/node
 struct Options {
   std::string data{kDefaultData};
   std::string filter;
+  std::string platform = "cpu";
   bool verbose = false;
   bool trace = false;
   long min_passed = 0;
@@ -42,14 +44,16 @@ bool parse_args(int argc, char** argv, Options& o) {
       o.trace = true;
     } else if (auto v = value("--data")) {
       o.data = *v;
+    } else if (auto v = value("--platform")) {
+      o.platform = *v;
     } else if (auto v = value("--filter")) {
       o.filter = *v;
     } else if (auto v = value("--min-passed")) {
       o.min_passed = std::stol(*v);
     } else if (arg == "--help" || arg == "-h") {
       std::printf(
-          "usage: prism-conformance [--data=DIR] [--filter=SUBSTR] [--verbose] "
-          "[--min-passed=N]\n");
+          "usage: prism-conformance [--platform=cpu|opencl|...] [--data=DIR] [--filter=SUBSTR] "
+          "[--verbose] [--min-passed=N]\n");
       std::exit(0);
     } else {
       std::fprintf(stderr, "prism-conformance: unknown argument %s\n", argv[i]);
@@ -73,6 +77,13 @@ int main(int argc, char** argv) {
                  options.data.c_str());
     return 2;
   }
+  prism::Platform* platform = nullptr;
+  try {
+    platform = &prism::get_platform(options.platform);
+  } catch (const prism::Error& e) {
+    std::fprintf(stderr, "prism-conformance: %s\n", e.what());
+    return 2;
+  }
   std::vector<fs::path> cases;
   for (const auto& entry : fs::directory_iterator(options.data)) {
     std::string name = entry.path().filename().string();
@@ -87,7 +98,7 @@ int main(int argc, char** argv) {
     std::string name = dir.filename().string();
     CaseResult r;
     try {
-      r = prism::conformance::run_case(dir.string(), options.trace);
+      r = prism::conformance::run_case(dir.string(), *platform, options.trace);
     } catch (const prism::conformance::Unsupported& e) {
       r = {CaseResult::Status::skipped, e.what()};
     } catch (const std::exception& e) {
@@ -107,7 +118,8 @@ int main(int argc, char** argv) {
         break;
     }
   }
-  std::printf("onnx-node: %ld passed, %ld failed, %ld skipped\n", passed, failed, skipped);
+  std::printf("onnx-node [%s]: %ld passed, %ld failed, %ld skipped\n",
+              std::string(platform->name()).c_str(), passed, failed, skipped);
   if (failed > 0) return 1;
   if (passed < options.min_passed) {
     std::fprintf(stderr, "prism-conformance: %ld passed, fewer than the required %ld\n", passed,

@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 
 // Runs one node: every present, non-empty input becomes an input of the trace; empty ones
 // (a zero-length axes list, say) are baked in as constants.
-std::vector<HostBuffer> run_node(const OpBuilder& build, NodeContext& ctx) {
+std::vector<HostBuffer> run_node(const OpBuilder& build, NodeContext& ctx, Platform& platform) {
   std::vector<HostBuffer> args;
   std::vector<int> arg_of_input(ctx.num_inputs(), -1);
   for (int i = 0; i < ctx.num_inputs(); ++i) {
@@ -44,7 +44,7 @@ std::vector<HostBuffer> run_node(const OpBuilder& build, NodeContext& ctx) {
     outputs.resize(ctx.num_outputs());
     return outputs;
   };
-  return run(fn, args);
+  return run(fn, args, &platform);
 }
 
 Tolerance tolerance_for(DType t) {
@@ -126,7 +126,7 @@ const std::map<std::string, std::string, std::less<>> kInconsistentData = {
 
 }  // namespace
 
-CaseResult run_case(const std::string& dir, bool trace) {
+CaseResult run_case(const std::string& dir, Platform& platform, bool trace) {
   auto known_bad = kInconsistentData.find(fs::path(dir).filename().string());
   if (known_bad != kInconsistentData.end()) unsupported("{}", known_bad->second);
   onnx::Model model = onnx::parse_model(onnx::read_file((fs::path(dir) / "model.onnx").string()));
@@ -182,7 +182,7 @@ CaseResult run_case(const std::string& dir, bool trace) {
         inputs.emplace_back(it->second);
       }
       NodeContext ctx(node, model.opset, std::move(inputs));
-      std::vector<HostBuffer> outputs = run_node(*find_builder(node), ctx);
+      std::vector<HostBuffer> outputs = run_node(*find_builder(node), ctx, platform);
       for (size_t i = 0; i < node.outputs.size(); ++i) {
         if (node.outputs[i].empty()) continue;
         values[node.outputs[i]] = outputs[i];

@@ -1,9 +1,11 @@
 // Runs one ONNX node test: reads model.onnx and test_data_set_*/, evaluates the graph node by
-// node with prism (each node traced, compiled and run on the CPU platform), and compares every
+// node with prism (each node traced, compiled and run on the chosen platform), and compares every
 // output with the expected TensorProto.
 #pragma once
 
 #include <string>
+
+#include "prism/runtime/platform.h"
 
 namespace prism::conformance {
 
@@ -14,7 +16,7 @@ struct CaseResult {
 };
 
 // `trace` prints each node's outputs (their first values) to stderr while it runs.
-CaseResult run_case(const std::string& dir, bool trace = false);
+CaseResult run_case(const std::string& dir, Platform& platform, bool trace = false);
 
 // Tolerances for floating-point outputs: |got - want| <= atol + rtol * |want|. We use the ONNX
 // runner's rtol (1e-3) and onnxruntime's atol (1e-5; ONNX's own 1e-7 is below f32 rounding for

@@ -8,6 +8,7 @@
 #include "prism/io/s3.h"
 #include "prism/llm/engine.h"
 #include "tests/unit/io_test_util.h"
+#include "tests/unit/platforms.h"
 #include "tests/unit/test_servers.h"
 #include "tests/unit/test_util.h"
 
@@ -94,6 +95,30 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaReference,
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });
+
+// Every other platform available here (OpenCL on PoCL in CI) gives the CPU's greedy tokens and
+// logits close to the CPU's, from the same weights.
+TEST(Llama, SameGreedyTokensOnEveryPlatform) {
+  testing::check_expected_platforms();
+  const Case cases[] = {{"tiny-f32", DType::f32, 1e-3, 24},
+                        {"tiny-bf16-tied", DType::bf16, 5e-2, 12}};
+  for (const PlatformStatus& s : platform_statuses()) {
+    if (!s.available || s.name == "cpu") continue;
+    for (const Case& c : cases) {
+      SCOPED_TRACE(s.name + " " + c.name + " " + std::string(name(c.dtype)));
+      Reference ref = reference(c.name);
+      llm::Engine cpu(fixture(c.name), get_platform("cpu"), options(c.dtype));
+      llm::Engine other(fixture(c.name), get_platform(s.name), options(c.dtype));
+      std::vector<float> want = cpu.feed(ref.prompt), got = other.feed(ref.prompt);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], c.logit_tol * std::max(1.0f, std::abs(want[i])))
+            << "token " << i;
+      }
+      EXPECT_EQ(greedy(other, got, c.greedy_tokens), greedy(cpu, want, c.greedy_tokens));
+    }
+  }
+}
 
 TEST(Llama, IncrementalPrefillEqualsOneShot) {
   Reference ref = reference("tiny-f32");

@@ -2,7 +2,10 @@
 // composite decomposed into primitives, and compares each result with the CPU's.
 #pragma once
 
+#include <algorithm>
+#include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "prism/backends/cpu/cpu_platform.h"
 #include "tests/unit/test_util.h"
@@ -28,13 +31,53 @@ class DecomposingCpu : public Platform {
   Buffer rehome(const Buffer& b) { return Buffer(b.shape(), b.shared_memory(), this); }
 };
 
+// PRISM_EXPECT_PLATFORMS=opencl[,cuda...]: platforms that must be available, set by the ctest
+// entries of a build that has them, so that a missing driver fails the tests loudly instead of
+// quietly comparing fewer platforms.
+inline void check_expected_platforms() {
+  const char* env = std::getenv("PRISM_EXPECT_PLATFORMS");
+  std::string names = env ? env : "";
+  for (size_t at = 0; at < names.size();) {
+    size_t end = std::min(names.find(',', at), names.size());
+    std::string name = names.substr(at, end - at);
+    at = end + 1;
+    if (name.empty()) continue;
+    std::string why = "not a platform of this build";
+    for (const PlatformStatus& s : platform_statuses()) {
+      if (s.name == name) why = s.available ? "" : s.reason;
+    }
+    if (!why.empty()) {
+      ADD_FAILURE() << "platform " << name << " is expected (PRISM_EXPECT_PLATFORMS) but "
+                    << "unavailable: " << why;
+    }
+  }
+}
+
 inline std::vector<Platform*> platforms_to_compare() {
+  check_expected_platforms();
   static DecomposingCpu decomposed;
   std::vector<Platform*> all{&decomposed};
   for (const PlatformStatus& s : platform_statuses()) {
     if (s.available && s.name != "cpu") all.push_back(&get_platform(s.name));
   }
   return all;
+}
+
+// How far another platform may be from the CPU, per dtype of the output: floats differ in
+// summation order and in the last bits of exp/tanh..., halves by one rounding of their own;
+// integers and bools must match exactly.
+inline double platform_tolerance(DType t, double tol) {
+  switch (t) {
+    case DType::f16:
+      return std::max(tol, 2e-3);
+    case DType::bf16:
+      return std::max(tol, 1.6e-2);
+    case DType::f32:
+    case DType::f64:
+      return tol;
+    default:
+      return 0;
+  }
 }
 
 // Runs fn on the CPU, checks the CPU result against `want` (when given), then checks every
@@ -48,7 +91,7 @@ std::vector<HostBuffer> check_platforms(F&& fn, std::vector<HostBuffer> inputs, 
     for (size_t k = 0; k < got.size() && k < ref.size(); ++k) {
       SCOPED_TRACE(std::string(p->name()) + " output " + std::to_string(k));
       EXPECT_EQ(got[k].shape(), ref[k].shape());
-      expect_values(got[k], ref[k].to_f64(), tol);
+      expect_values(got[k], ref[k].to_f64(), platform_tolerance(ref[k].dtype(), tol));
     }
   }
   return ref;

@@ -1,0 +1,306 @@
+// The OpenCL executable: the compiler's fusion groups and memory plan, as on the CPU, turned
+// into one generated program whose kernels run in order on the platform's in-order queue.
+// Intermediates live in one arena buffer (kernels take a byte offset beside each buffer); a
+// donated input updated by dynamic_update_slice is updated in place and returned as the output.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "prism/backends/opencl/codegen.h"
+#include "prism/backends/opencl/opencl_platform.h"
+#include "prism/compiler/fusion.h"
+#include "prism/core/error.h"
+
+namespace prism::opencl {
+
+using ir::Op;
+using ir::ValueId;
+
+namespace {
+
+enum class Storage : uint8_t { none, parameter, input, constant, arena, output, alias };
+
+struct Slot {
+  Storage kind = Storage::none;
+  int index = 0;       // parameter, input, output or constant position
+  int64_t offset = 0;  // arena offset in bytes
+  ValueId alias = -1;  // for aliases (reshape): the value whose memory this is
+};
+
+struct Step {
+  ValueId value;
+  KernelSource source;
+  cl_kernel kernel = nullptr;
+};
+
+class OpenClExecutable : public ExecutableImpl {
+ public:
+  OpenClExecutable(OpenClPlatform& platform, const ir::Graph& graph, const CompileSpec& spec)
+      : platform_(platform), api_(platform.api()), graph_(graph) {
+    plan_ = compiler::fuse_elementwise(graph_);
+    schedule();
+    assign_storage(spec);
+    build();
+  }
+
+  ~OpenClExecutable() override {
+    for (Step& s : steps_) {
+      if (s.kernel) api_.clReleaseKernel(s.kernel);
+    }
+  }
+
+  std::vector<Buffer> call(std::span<const Buffer> params,
+                           std::span<const Buffer> inputs) override {
+    std::lock_guard lock(mutex_);
+    if (!arena_.valid()) {
+      arena_ = platform_.allocate_for_write(Shape(DType::u8, {{"arena", arena_bytes_}}));
+    }
+    std::vector<Buffer> outputs(graph_.outputs().size());
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      const Shape& shape = graph_.node(graph_.outputs()[k]).shape;
+      outputs[k] = donated_output_[k] >= 0
+                       ? Buffer(shape, inputs[donated_output_[k]].shared_memory(), &platform_)
+                       : platform_.allocate_for_write(shape);
+    }
+    std::vector<Place> at(graph_.size(), Place{mem_of(arena_), 0});
+    for (ValueId v = 0; v < graph_.size(); ++v) {
+      const Slot& s = slots_[v];
+      switch (s.kind) {
+        case Storage::none:
+          break;
+        case Storage::parameter:
+          at[v] = {mem_of(params[s.index]), 0};
+          break;
+        case Storage::input:
+          at[v] = {mem_of(inputs[s.index]), 0};
+          break;
+        case Storage::constant:
+          at[v] = {mem_of(constants_[s.index]), 0};
+          break;
+        case Storage::arena:
+          at[v] = {mem_of(arena_), static_cast<cl_ulong>(s.offset)};
+          break;
+        case Storage::output:
+          at[v] = {mem_of(outputs[s.index]), 0};
+          break;
+        case Storage::alias:
+          at[v] = at[s.alias];
+          break;
+      }
+    }
+    for (Step& step : steps_) run(step, at);
+    for (auto [k, v] : final_copies_) {
+      copy(at[v], {mem_of(outputs[k]), 0}, graph_.node(v).shape.bytes());
+    }
+    return outputs;
+  }
+
+ private:
+  struct Place {
+    cl_mem mem;
+    cl_ulong offset;
+    bool operator==(const Place&) const = default;
+  };
+
+  void copy(Place from, Place to, int64_t bytes) {
+    if (bytes <= 0 || from == to) return;
+    check_cl(api_.clEnqueueCopyBuffer(platform_.queue(), from.mem, to.mem, from.offset, to.offset,
+                                      static_cast<size_t>(bytes), 0, nullptr, nullptr),
+             "copying a buffer");
+  }
+
+  void run(Step& step, const std::vector<Place>& at) {
+    const KernelSource& ks = step.source;
+    if (ks.starts_as_operand) {
+      copy(at[ks.reads[0]], at[step.value], graph_.node(step.value).shape.bytes());
+    }
+    if (ks.global[0] == 0 || ks.global[1] == 0 || ks.global[2] == 0) return;
+    cl_uint arg = 0;
+    auto set = [&](Place p) {
+      check_cl(api_.clSetKernelArg(step.kernel, arg++, sizeof(cl_mem), &p.mem), "kernel argument");
+      check_cl(api_.clSetKernelArg(step.kernel, arg++, sizeof(cl_ulong), &p.offset),
+               "kernel argument");
+    };
+    for (ValueId r : ks.reads) set(at[r]);
+    set(at[step.value]);
+    size_t global[3], local[3];
+    bool fixed_local = ks.local[0] > 0;
+    for (int d = 0; d < ks.dims; ++d) {
+      size_t l = fixed_local ? static_cast<size_t>(ks.local[d]) : (d == 0 ? work_group_ : 1);
+      local[d] = l;
+      global[d] = (static_cast<size_t>(ks.global[d]) + l - 1) / l * l;
+    }
+    check_cl(api_.clEnqueueNDRangeKernel(platform_.queue(), step.kernel, ks.dims, nullptr, global,
+                                         local, 0, nullptr, nullptr),
+             "launching a kernel");
+  }
+
+  ValueId root(ValueId v) const {
+    while (slots_[v].kind == Storage::alias) v = slots_[v].alias;
+    return v;
+  }
+
+  void schedule() {
+    slots_.resize(graph_.size());
+    step_of_.assign(graph_.size(), -1);
+    int parameters = 0;
+    for (ValueId id = 0; id < graph_.size(); ++id) {
+      const ir::Node& n = graph_.node(id);
+      Slot& slot = slots_[id];
+      switch (n.op) {
+        case Op::parameter:
+          slot = {Storage::parameter, parameters++};
+          continue;
+        case Op::input:
+          slot = {Storage::input, n.attr<ir::InputAttrs>().index};
+          continue;
+        case Op::constant: {
+          slot = {Storage::constant, static_cast<int>(constants_.size())};
+          const auto& bytes = *n.attr<ir::ConstantAttrs>().data;
+          constants_.push_back(platform_.upload(
+              HostBuffer(n.shape, std::span<const std::byte>(bytes.data(), bytes.size()))));
+          continue;
+        }
+        case Op::reshape:
+          slot.kind = Storage::alias;
+          slot.alias = n.inputs[0];
+          continue;
+        default:
+          break;
+      }
+      if (plan_.virtual_broadcast[id]) continue;
+      std::string name = fmt::format("k{}", id);
+      Step step{id, {}};
+      if (ir::is_elementwise(n.op)) {
+        int g = plan_.group_of[id];
+        if (plan_.groups[g].root != id) continue;  // computed inside its group's kernel
+        for (ValueId m : plan_.groups[g].nodes) check_fp64(m);
+        step.source = fused_kernel(graph_, plan_, plan_.groups[g], name);
+      } else {
+        step.source = node_kernel(graph_, id, name, platform_.traits());
+      }
+      slot.kind = Storage::arena;
+      step_of_[id] = static_cast<int>(steps_.size());
+      steps_.push_back(std::move(step));
+    }
+  }
+
+  void check_fp64(ValueId id) const {
+    bool uses = graph_.node(id).shape.dtype() == DType::f64;
+    for (ValueId in : graph_.node(id).inputs) {
+      uses = uses || graph_.node(in).shape.dtype() == DType::f64;
+    }
+    if (uses && !platform_.traits().fp64) {
+      fail("opencl: {} needs f64, which device \"{}\" does not support (no cl_khr_fp64)",
+           ir::print(graph_, id), platform_.traits().name);
+    }
+  }
+
+  void assign_storage(const CompileSpec& spec) {
+    int end = static_cast<int>(steps_.size());
+    std::vector<int> last_use(graph_.size(), -1);
+    for (int s = 0; s < end; ++s) {
+      for (ValueId r : steps_[s].source.reads) {
+        last_use[root(r)] = std::max(last_use[root(r)], s);
+      }
+    }
+    for (ValueId out : graph_.outputs()) last_use[root(out)] = end;
+
+    donated_output_.assign(graph_.outputs().size(), -1);
+    for (size_t k = 0; k < graph_.outputs().size(); ++k) {
+      ValueId v = graph_.outputs()[k];
+      if (slots_[v].kind != Storage::arena) {
+        final_copies_.emplace_back(static_cast<int>(k), v);
+        continue;
+      }
+      slots_[v].kind = Storage::output;
+      slots_[v].index = static_cast<int>(k);
+      const ir::Node& n = graph_.node(v);
+      if (n.op != Op::dynamic_update_slice) continue;
+      ValueId operand = root(n.inputs[0]);
+      const Slot& os = slots_[operand];
+      bool donated = os.kind == Storage::input &&
+                     std::find(spec.donated_inputs.begin(), spec.donated_inputs.end(), os.index) !=
+                         spec.donated_inputs.end();
+      if (donated && last_use[operand] == step_of_[v] &&
+          graph_.node(operand).shape.bytes() == n.shape.bytes() &&
+          std::find(donated_output_.begin(), donated_output_.end(), os.index) ==
+              donated_output_.end()) {
+        slots_[v] = Slot{Storage::input, os.index};
+        donated_output_[k] = os.index;
+      }
+    }
+
+    std::vector<compiler::Lifetime> lifetimes(graph_.size());
+    for (ValueId v = 0; v < graph_.size(); ++v) {
+      if (slots_[v].kind != Storage::arena) continue;
+      compiler::Lifetime& l = lifetimes[v];
+      l.bytes = graph_.node(v).shape.bytes();
+      l.first_step = step_of_[v];
+      l.last_step = std::max(last_use[v], l.first_step);
+      const ir::Node& n = graph_.node(v);
+      if (n.op == Op::dynamic_update_slice || n.op == Op::scatter) {  // may run in place
+        ValueId operand = root(n.inputs[0]);
+        if (slots_[operand].kind == Storage::arena && last_use[operand] == step_of_[v]) {
+          l.reuse_value = operand;
+        }
+      }
+    }
+    std::vector<int64_t> offsets = compiler::plan_memory(lifetimes, &arena_bytes_);
+    for (ValueId v = 0; v < graph_.size(); ++v) {
+      if (slots_[v].kind == Storage::arena) slots_[v].offset = offsets[v];
+    }
+  }
+
+  // One program holds every kernel of the executable; it is built once per distinct source.
+  void build() {
+    if (steps_.empty()) return;
+    std::string source = preamble(platform_.traits());
+    for (const Step& s : steps_) source += "\n" + s.source.code;
+    const char* debug = std::getenv("PRISM_DEBUG");
+    if (debug && std::atoi(debug) >= 2) {
+      std::fprintf(stderr, "--- opencl program (%zu kernels, arena %ld bytes)\n%s", steps_.size(),
+                   static_cast<long>(arena_bytes_), source.c_str());
+    }
+    cl_program program = platform_.program(source);
+    for (Step& s : steps_) {
+      cl_int err = CL_SUCCESS;
+      s.kernel = api_.clCreateKernel(program, s.source.name.c_str(), &err);
+      check_cl(err, "creating a kernel");
+    }
+    // A work group of 64 where the device allows it: every vendor's GPUs schedule it well.
+    size_t limit = 64;
+    for (Step& s : steps_) {
+      size_t max = 0;
+      api_.clGetKernelWorkGroupInfo(s.kernel, nullptr, CL_KERNEL_WORK_GROUP_SIZE, sizeof(max), &max,
+                                    nullptr);
+      if (max > 0) limit = std::min(limit, max);
+    }
+    work_group_ = limit;
+  }
+
+  OpenClPlatform& platform_;
+  const ClApi& api_;
+  ir::Graph graph_;
+  compiler::FusionPlan plan_;
+  std::vector<Step> steps_;
+  std::vector<Slot> slots_;
+  std::vector<int> step_of_;
+  std::vector<Buffer> constants_;
+  std::vector<int> donated_output_;
+  std::vector<std::pair<int, ValueId>> final_copies_;
+  int64_t arena_bytes_ = 0;
+  size_t work_group_ = 64;
+  Buffer arena_;
+  std::mutex mutex_;
+};
+
+}  // namespace
+
+std::unique_ptr<ExecutableImpl> make_executable(OpenClPlatform& platform, const ir::Graph& graph,
+                                                const CompileSpec& spec) {
+  return std::make_unique<OpenClExecutable>(platform, graph, spec);
+}
+
+}  // namespace prism::opencl

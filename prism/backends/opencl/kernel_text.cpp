@@ -1,0 +1,128 @@
+#include "prism/backends/opencl/kernel_text.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace prism::opencl {
+
+using ir::ValueId;
+
+Class class_of(DType t) {
+  if (t == DType::f64) return Class::f64;
+  if (is_float(t)) return Class::f32;
+  return Class::i64;
+}
+const char* ctype(Class c) {
+  return c == Class::f64 ? "double" : c == Class::f32 ? "float" : "long";
+}
+
+// The OpenCL C type an element is stored as.
+const char* storage(DType t) {
+  switch (t) {
+    case DType::f64:
+      return "double";
+    case DType::f32:
+      return "float";
+    case DType::f16:
+    case DType::bf16:
+      return "ushort";
+    case DType::i64:
+      return "long";
+    case DType::i32:
+      return "int";
+    case DType::i16:
+      return "short";
+    case DType::i8:
+      return "char";
+    case DType::u8:
+    case DType::boolean:
+      return "uchar";
+    case DType::u32:
+      return "uint";
+  }
+  return "uchar";
+}
+
+// Element `index` of `ptr` (of dtype t) in its compute class.
+std::string load(DType t, const std::string& ptr, const std::string& index) {
+  std::string e = fmt::format("{}[{}]", ptr, index);
+  switch (t) {
+    case DType::f16:
+      return fmt::format("f16_to_f32({})", e);
+    case DType::bf16:
+      return fmt::format("bf16_to_f32({})", e);
+    case DType::f64:
+    case DType::f32:
+      return e;
+    case DType::boolean:
+      return fmt::format("(long)({} != 0)", e);
+    default:
+      return fmt::format("(long){}", e);
+  }
+}
+
+// A value of class `from` as element dtype `to`: halves round to nearest even, floats to
+// integers truncate and saturate (NaN gives 0), integers to integers wrap, as on the CPU.
+std::string store(DType to, Class from, const std::string& v) {
+  switch (to) {
+    case DType::f64:
+      return fmt::format("(double)({})", v);
+    case DType::f32:
+      return fmt::format("(float)({})", v);
+    case DType::f16:
+      return fmt::format("f32_to_f16((float)({}))", v);
+    case DType::bf16:
+      return fmt::format("f32_to_bf16((float)({}))", v);
+    case DType::boolean:
+      return fmt::format("(uchar)(({}) != 0)", v);
+    default:
+      if (from == Class::i64) return fmt::format("({})({})", storage(to), v);
+      return fmt::format("convert_{}_sat({})", storage(to), v);
+  }
+}
+
+// A value of class `from` converted to the compute class of `via`, rounded through dtype
+// `via` (convert's semantics).
+std::string convert(DType via, Class from, const std::string& v) {
+  std::string s = store(via, from, v);
+  switch (via) {
+    case DType::f16:
+      return fmt::format("f16_to_f32({})", s);
+    case DType::bf16:
+      return fmt::format("bf16_to_f32({})", s);
+    case DType::f64:
+    case DType::f32:
+      return s;
+    default:
+      return fmt::format("(long){}", s);
+  }
+}
+
+// Kernel text: signature with one (buffer, offset) pair per read and typed views of them.
+std::string signature(const std::string& name, const ir::Graph& g,
+                      const std::vector<ValueId>& reads, DType out) {
+  std::string s = fmt::format("__kernel void {}(", name);
+  for (size_t k = 0; k < reads.size(); ++k) {
+    s += fmt::format("__global const uchar* a{0}_, ulong o{0}_, ", k);
+  }
+  s += "__global uchar* out_, ulong oo_) {\n";
+  for (size_t k = 0; k < reads.size(); ++k) {
+    const char* t = storage(g.node(reads[k]).shape.dtype());
+    s += fmt::format("  __global const {0}* in{1} = (__global const {0}*)(a{1}_ + o{1}_);\n", t, k);
+  }
+  s += fmt::format("  __global {0}* out = (__global {0}*)(out_ + oo_);\n", storage(out));
+  return s;
+}
+
+// `long i0, i1...` for the multi-index of flat index `flat` in `shape`.
+std::string unflatten(const Shape& shape, const std::string& flat, const std::string& prefix) {
+  std::string s = fmt::format("  long {}rest = {};\n", prefix, flat);
+  for (int a = shape.rank() - 1; a >= 0; --a) {
+    s += fmt::format("  long {0}{1} = {0}rest % {2}L; {0}rest /= {2}L;\n", prefix, a,
+                     std::max<int64_t>(shape.size(a), 1));
+  }
+  return s;
+}
+
+}  // namespace prism::opencl

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Choosing a platform from the command line: --platform, PRISM_PLATFORM, auto, and the one-line
+# reasons a platform is unavailable.
+set -u
+prism="$1"
+fail=0
+check() {  # name, expected, actual
+  if [[ "$2" != "$3" ]]; then echo "FAIL $1: expected '$2', got '$3'"; fail=1; else echo "ok $1"; fi
+}
+
+info=$("$prism" info)
+echo "$info" | grep -q '^  cpu      available$' || { echo "FAIL info: no cpu line"; fail=1; }
+if echo "$info" | grep -q '^  opencl   available$'; then
+  # PoCL's device is a CPU: auto must not take it.
+  if ! clinfo -l 2>/dev/null | grep -qi gpu; then
+    got=$("$prism" mnist --index=3 --platform=auto | sed -n 's/^model [a-z]* on \([a-z]*\) .*/\1/p')
+    check "auto without a GPU" cpu "$got"
+  fi
+  got=$(PRISM_PLATFORM=opencl "$prism" mnist --index=3 | sed -n 's/^model [a-z]* on \([a-z]*\) .*/\1/p')
+  check "PRISM_PLATFORM" opencl "$got"
+  # With the ICD loader pointed at no drivers, OpenCL says why it cannot run, in one line.
+  err=$(OCL_ICD_VENDORS=/nonexistent "$prism" mnist --platform=opencl 2>&1 >/dev/null); rc=$?
+  check "no OpenCL driver" \
+    "1 prism: error: platform opencl is not available: no OpenCL platforms (no driver or ICD installed)" \
+    "$rc $err"
+fi
+err=$("$prism" mnist --platform=bogus 2>&1 >/dev/null); rc=$?
+check "unknown platform" \
+  "1 prism: error: unknown platform 'bogus' (expected cpu, opencl, cuda, pjrt:<plugin.so> or auto)" \
+  "$rc $err"
+exit $fail

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "prism/runtime/platform.h"
+
 namespace prism::bench {
 
 struct Benchmark {
@@ -50,6 +52,10 @@ inline double best_seconds(const std::function<void()>& fn, int repeats = 5) {
   }
   return best;
 }
+
+// The platform the benchmarks that take one run on: `--platform=NAME` (default cpu).
+std::string& platform_name();
+Platform& platform();
 
 // The machine's limits, measured by the bench itself.
 double measure_fp32_peak_gflops(int threads);  // independent FMA chains in registers

@@ -1,5 +1,6 @@
 // The core's benchmarks: dot GFLOP/s against the measured fp32 peak, elementwise add GB/s
-// against measured triad bandwidth, and the compile time of a 32-layer Llama-shaped graph.
+// against measured triad bandwidth (on a GPU: against the device's nominal limits), and the
+// compile time of a 32-layer Llama-shaped graph.
 #include <cstdio>
 #include <random>
 
@@ -21,33 +22,62 @@ Buffer random_buffer(Platform& p, const Shape& shape) {
   return p.upload(h.convert(shape.dtype()));
 }
 
+// A device's nominal limits (a GPU), or none (the CPU, whose limits the bench measures).
+const DeviceInfo* device_limits(Platform& p) {
+  static std::vector<DeviceInfo> devices;
+  if (p.name() == "cpu") return nullptr;
+  devices = p.devices();
+  return devices.empty() ? nullptr : &devices.front();
+}
+
 void dot_bench() {
-  int n_threads = threads();
-  double peak = measure_fp32_peak_gflops(n_threads);
-  std::printf("fp32 peak (measured, %d threads): %.0f GFLOP/s\n", n_threads, peak);
+  Platform& p = platform();
+  const DeviceInfo* dev = device_limits(p);
+  double peak_f32 = 0, peak_bf16 = 0;
+  std::vector<int64_t> sizes{512, 1024, 2048, 4096};
+  if (dev) {
+    peak_f32 = dev->fp32_gflops;
+    peak_bf16 = dev->bf16_gflops;
+    sizes = {1024, 2048, 4096, 8192};
+    std::printf("%s: %s, nominal fp32 %.0f GFLOP/s, bf16 %.0f GFLOP/s\n",
+                std::string(p.name()).c_str(), dev->name.c_str(), peak_f32, peak_bf16);
+  } else {
+    int n_threads = threads();
+    peak_f32 = peak_bf16 = measure_fp32_peak_gflops(n_threads);
+    std::printf("fp32 peak (measured, %d threads): %.0f GFLOP/s\n", n_threads, peak_f32);
+  }
   std::printf("%-6s %6s %12s %10s\n", "dtype", "n", "GFLOP/s", "of peak");
-  Platform& cpu = get_platform("cpu");
   for (DType t : {DType::f32, DType::bf16}) {
-    for (int64_t n : {512, 1024, 2048, 4096}) {
+    double peak = t == DType::f32 ? peak_f32 : peak_bf16;
+    for (int64_t n : sizes) {
       Shape a(t, {{"m", n}, {"k", n}}), b(t, {{"k", n}, {"n", n}});
-      Executable exe = compile(cpu, [](Tensor x, Tensor y) { return x.dot(y, "k"); }, {a, b});
-      std::vector<Buffer> in{random_buffer(cpu, a), random_buffer(cpu, b)};
+      Executable exe = compile(p, [](Tensor x, Tensor y) { return x.dot(y, "k"); }, {a, b});
+      std::vector<Buffer> in{random_buffer(p, a), random_buffer(p, b)};
       double s =
           median_seconds([&] { exe.call(std::span<const Buffer>{}, in); }, n >= 4096 ? 3 : 7);
       double gflops = 2.0 * n * n * n / s / 1e9;
       std::printf("%-6s %6ld %12.1f %9.0f%%\n", std::string(name(t)).c_str(), n, gflops,
-                  100 * gflops / peak);
+                  peak > 0 ? 100 * gflops / peak : 0.0);
     }
   }
 }
 
 void elementwise_bench() {
-  int n_threads = threads();
-  double triad = measure_triad_gbps(n_threads);
-  std::printf("triad bandwidth (measured, %d threads): %.1f GB/s\n", n_threads, triad);
-  Platform& cpu = get_platform("cpu");
-  const int64_t n = 32 << 20;
-  std::printf("%-28s %10s %10s\n", "op", "GB/s", "of triad");
+  Platform& p = platform();
+  const DeviceInfo* dev = device_limits(p);
+  double limit = 0;
+  int64_t n = 32 << 20;
+  if (dev) {
+    limit = dev->memory_gbps;
+    n = 256 << 20;
+    std::printf("%s: %s, nominal memory bandwidth %.0f GB/s\n", std::string(p.name()).c_str(),
+                dev->name.c_str(), limit);
+  } else {
+    int n_threads = threads();
+    limit = measure_triad_gbps(n_threads);
+    std::printf("triad bandwidth (measured, %d threads): %.1f GB/s\n", n_threads, limit);
+  }
+  std::printf("%-28s %10s %10s\n", "op", "GB/s", dev ? "of nominal" : "of triad");
   struct Case {
     const char* name;
     std::function<Tensor(Tensor, Tensor)> fn;
@@ -58,11 +88,11 @@ void elementwise_bench() {
   };
   for (const Case& c : cases) {
     Shape s(DType::f32, {{"n", n}});
-    Executable exe = compile(cpu, c.fn, {s, s});
-    std::vector<Buffer> in{random_buffer(cpu, s), random_buffer(cpu, s)};
+    Executable exe = compile(p, c.fn, {s, s});
+    std::vector<Buffer> in{random_buffer(p, s), random_buffer(p, s)};
     double sec = median_seconds([&] { exe.call(std::span<const Buffer>{}, in); });
     double gbps = 3.0 * n * 4 / sec / 1e9;
-    std::printf("%-28s %10.1f %9.0f%%\n", c.name, gbps, 100 * gbps / triad);
+    std::printf("%-28s %10.1f %9.0f%%\n", c.name, gbps, limit > 0 ? 100 * gbps / limit : 0.0);
   }
 }
 

@@ -1,5 +1,6 @@
-// prism-bench [FILTER...]: runs the benchmarks whose name contains one of the filters (all
-// when none is given) and prints one table each.
+// prism-bench [--platform=NAME] [FILTER...]: runs the benchmarks whose name contains one of
+// the filters (all when none is given) and prints one table each. dot, elementwise and llm
+// run on the platform named (cpu by default).
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -11,6 +12,11 @@ std::vector<Benchmark>& registry() {
   static std::vector<Benchmark> all;
   return all;
 }
+std::string& platform_name() {
+  static std::string name = "cpu";
+  return name;
+}
+Platform& platform() { return get_platform(platform_name()); }
 }  // namespace prism::bench
 
 int main(int argc, char** argv) {
@@ -19,10 +25,18 @@ int main(int argc, char** argv) {
     for (const auto& b : all) std::printf("%-16s %s\n", b.name.c_str(), b.help.c_str());
     return 0;
   }
+  std::vector<std::string> filters;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strncmp(argv[i], "--platform=", 11)) {
+      prism::bench::platform_name() = argv[i] + 11;
+    } else {
+      filters.push_back(argv[i]);
+    }
+  }
   try {
     for (const auto& b : all) {
-      bool chosen = argc == 1;
-      for (int i = 1; i < argc; ++i) chosen = chosen || b.name.find(argv[i]) != std::string::npos;
+      bool chosen = filters.empty();
+      for (const std::string& f : filters) chosen = chosen || b.name.find(f) != std::string::npos;
       if (!chosen) continue;
       std::printf("== %s: %s\n", b.name.c_str(), b.help.c_str());
       b.run();

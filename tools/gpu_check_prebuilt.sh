@@ -11,12 +11,14 @@
 # script goes on after a failure; the log (default gpu_check.log) ends with a summary table.
 # The whole run takes a few minutes on one GPU.
 #
-# Libraries a machine without the build's packages may lack (copy them into BIN_DIR/lib):
-# libdnnl.so.2, libfmt.so.9, libutf8proc.so.2, libhwy.so.1, libpcre2-8.so.0, libcurl.so.4 and
-# its dependencies, libgomp.so.1. `ldd BIN_DIR/prism | grep "not found"` lists what is missing.
-# CUDA itself needs only the driver (libcuda.so.1); NVRTC (libnvrtc.so.13 with
-# libnvrtc-builtins.so.13.0) and cuBLASLt (libcublasLt.so.13, libcublas.so.13) are loaded at
-# run time and may be copied into BIN_DIR/lib too.
+# tools/gpu_bundle.sh BUILD_DIR OUT_DIR packs the binaries, their libraries and the data for
+# this script. Libraries a machine without the build's packages lacks (Debian 12 build):
+# libdnnl.so.2 (with libOpenCL.so.1, libgomp.so.1), libfmt.so.9, libutf8proc.so.2,
+# libpcre2-8.so.0, libcurl.so.4 with its dependencies (nghttp2, idn2, rtmp, ssh2, psl, krb5,
+# ldap, brotli, zstd, gnutls...), libssl.so.3/libcrypto.so.3; Highway is linked statically.
+# `ldd BIN_DIR/prism | grep "not found"` lists what is missing. CUDA itself needs only the
+# driver (libcuda.so.1); NVRTC (libnvrtc.so.13 with libnvrtc-builtins.so.13.0) and cuBLASLt
+# (libcublasLt.so.13) are loaded at run time from LD_LIBRARY_PATH or the system.
 set -u
 bin=$(cd "${1:?usage: gpu_check_prebuilt.sh BIN_DIR [DATA_DIR] [LOG]}" && pwd)
 data=$(cd "${2:-$(dirname "$0")/..}" && pwd)

@@ -15,8 +15,12 @@
 #include "prism/backends/cuda/cuda_api.h"
 #include "prism/backends/cuda/matmul.h"
 #include "prism/backends/cuda/nvrtc_compiler.h"
+#include "prism/compiler/compile.h"
 #include "prism/compiler/fusion.h"
 #include "prism/core/error.h"
+#include "prism/llm/engine.h"
+#include "prism/models/llama.h"
+#include "prism/models/mnist.h"
 #include "prism/runtime/platform.h"
 #include "tests/unit/test_util.h"
 
@@ -48,19 +52,27 @@ struct Builder {
 };
 
 // Every step's kernels, as the executable would generate them, named after `label`.
-std::string kernels_of(const ir::Graph& g, const std::string& label, int* count) {
+std::vector<KernelCode> kernels_of(const ir::Graph& g, const std::string& label) {
   compiler::FusionPlan plan = compiler::fuse_elementwise(g);
-  std::string source;
+  std::vector<KernelCode> kernels;
   for (ValueId id = 0; id < g.size(); ++id) {
     const ir::Node& n = g.node(id);
-    if (ir::op_kind(n.op) == ir::OpKind::leaf || plan.virtual_broadcast[id]) continue;
+    bool stored = n.op == Op::parameter || n.op == Op::input || n.op == Op::constant;
+    if (stored || plan.virtual_broadcast[id]) continue;
     if (ir::is_elementwise(n.op) && plan.groups[plan.group_of[id]].root != id) continue;
-    for (const KernelCode& k : generate(g, plan, id, fmt::format("{}_{}", label, id))) {
-      source += "\n" + k.source;
-      ++*count;
+    for (KernelCode& k : generate(g, plan, id, fmt::format("{}_{}", label, id))) {
+      kernels.push_back(std::move(k));
     }
   }
-  return source;
+  return kernels;
+}
+
+// The module source of `kernels`, as an executable compiles it.
+std::string source_of(const std::vector<KernelCode>& kernels) {
+  std::vector<const KernelCode*> all;
+  for (const KernelCode& k : kernels) all.push_back(&k);
+  std::vector<std::string> names;
+  return module_source(all, &names);
 }
 
 bool float_only(Op op) {
@@ -187,6 +199,12 @@ ir::Graph all_ops(DType t) {
     b.out(Op::attention, ys, {q, k, v}, ir::AttentionAttrs{0.125, true, 0, false, false});
     b.out(Op::attention, ys, {q, k, v, bmask, s32}, ir::AttentionAttrs{0.5, true, 2, true, true});
     b.out(Op::attention, ys, {q, k, v, fmask}, ir::AttentionAttrs{1.0, false, 0, true, false});
+    // Many query rows (prefill): fewer warps per row.
+    ValueId q2 = b.input(shape(t, {{"b", 1}, {"h", 4}, {"s", 300}, {"d", 40}}));
+    ValueId k2 = b.input(shape(t, {{"b", 1}, {"h", 2}, {"k", 300}, {"d", 40}}));
+    ValueId v2 = b.input(shape(t, {{"b", 1}, {"h", 2}, {"k", 300}, {"e", 36}}));
+    b.out(Op::attention, shape(t, {{"b", 1}, {"h", 4}, {"s", 300}, {"e", 36}}), {q2, k2, v2},
+          ir::AttentionAttrs{0.125, true, 0, false, false});
   }
   return b.g;
 }
@@ -196,14 +214,52 @@ class CudaKernelsCompile : public ::testing::TestWithParam<DType> {};
 TEST_P(CudaKernelsCompile, EveryOpCompilesWithNvrtc) {
   if (!nvrtc_library().ok) GTEST_SKIP() << "NVRTC not found: " << nvrtc_library().error;
   DType t = GetParam();
-  int count = 0;
-  std::string source = prelude() + kernels_of(all_ops(t), std::string(name(t)), &count);
-  EXPECT_GT(count, 60);
+  std::vector<KernelCode> kernels = kernels_of(all_ops(t), std::string(name(t)));
+  EXPECT_GT(kernels.size(), 60u);
+  std::string source = source_of(kernels);
   EXPECT_NO_THROW(compile_cuda(source, "sm_90")) << source;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDTypes, CudaKernelsCompile, ::testing::ValuesIn(kAllDTypes),
                          [](const auto& info) { return std::string(name(info.param)); });
+
+// The graphs real models compile to (the CPU's supports() declines the same composites as
+// cuda's, so the optimized graphs are the ones cuda gets): Llama prefill and decode steps in
+// f32 and bf16, and both MNIST models.
+TEST(CudaCodegen, ModelGraphsCompileWithNvrtc) {
+  if (!nvrtc_library().ok) GTEST_SKIP() << "NVRTC not found: " << nvrtc_library().error;
+  Platform& cpu = get_platform("cpu");
+  models::LlamaConfig c;
+  c.vocab_size = 64;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 8;
+  c.max_positions = 64;
+  c.tie_word_embeddings = true;
+  std::vector<KernelCode> kernels;
+  auto add = [&](const ir::Graph& g, const std::string& label) {
+    for (KernelCode& k : kernels_of(g, label)) kernels.push_back(std::move(k));
+  };
+  for (DType t : {DType::f32, DType::bf16}) {
+    models::Llama model(c, t);
+    for (int64_t window : {1, 5}) {
+      Executable step = llm::compile_step(cpu, model, window, 16);
+      add(step.graph(), fmt::format("llama_{}_{}", name(t), window));
+    }
+  }
+  for (auto kind : {models::Mnist::Kind::mlp, models::Mnist::Kind::cnn}) {
+    models::Mnist model(kind);
+    Executable exe = compile(cpu, [&](Tensor x) { return model.forward(x); },
+                             {Shape(DType::u8, {{"b", 3}, {"h", 28}, {"w", 28}})});
+    add(exe.graph(), kind == models::Mnist::Kind::mlp ? "mlp" : "cnn");
+  }
+  EXPECT_GT(kernels.size(), 20u);
+  std::string source = source_of(kernels);
+  EXPECT_NO_THROW(compile_cuda(source, "sm_90")) << source;
+}
 
 TEST(CudaCodegen, NvrtcErrorsCarryTheLog) {
   if (!nvrtc_library().ok) GTEST_SKIP() << "NVRTC not found";
@@ -236,6 +292,24 @@ TEST(CudaCodegen, FusedGroupReadsBroadcastsInPlace) {
   EXPECT_EQ(k[0].work, 12);
   EXPECT_NE(k[0].source.find("expf("), std::string::npos) << k[0].source;
   EXPECT_NE(k[0].source.find("in1[c1 * 1LL]"), std::string::npos) << k[0].source;
+}
+
+TEST(CudaCodegen, IdenticalKernelsAreCompiledOnce) {
+  Builder b;
+  Shape xy = shape(DType::f32, {{"a", 3}, {"b", 4}});
+  ValueId x = b.input(xy);
+  ValueId e1 = b.out(Op::exp, xy, {x});
+  ValueId e2 = b.out(Op::exp, xy, {x});  // the same kernel under another name
+  ValueId t = b.out(Op::tanh, xy, {x});
+  compiler::FusionPlan plan = compiler::fuse_elementwise(b.g);
+  std::vector<KernelCode> k1 = generate(b.g, plan, e1, "k1"), k2 = generate(b.g, plan, e2, "k2"),
+                          k3 = generate(b.g, plan, t, "k3");
+  std::vector<std::string> names;
+  std::string source = module_source({&k1[0], &k2[0], &k3[0]}, &names);
+  EXPECT_EQ(names, (std::vector<std::string>{"k1", "k1", "k3"}));
+  EXPECT_NE(source.find(" k1("), std::string::npos);
+  EXPECT_EQ(source.find(" k2("), std::string::npos);
+  EXPECT_NE(source.find(" k3("), std::string::npos);
 }
 
 TEST(CudaCodegen, LaunchSizes) {
@@ -291,6 +365,23 @@ TEST(CudaCodegen, MatmulViews) {
   ValueId pq = b.out(Op::dot, shape(DType::f32, {{"h", 2}, {"s", 5}, {"t", 6}}), {p, b3},
                      ir::DotAttrs{{1}, {0}, {2}, {1}});
   EXPECT_FALSE(plan_matmul(b.g, b.g.node(pq)));
+}
+
+TEST(CudaPlatform, ErrorsNameTheCallAndTheCode) {
+  EXPECT_EQ(testing::error_of([] { check(CUDA_SUCCESS, "cuInit"); }), "no error");
+  std::string driver_error =
+      testing::error_of([] { check(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc of 64 bytes"); });
+  EXPECT_EQ(driver_error.rfind("cuda: cuMemAlloc of 64 bytes: ", 0), 0u) << driver_error;
+  if (nvrtc_library().ok) {
+    EXPECT_EQ(testing::error_of([] { check(NVRTC_ERROR_COMPILATION, "nvrtcCompileProgram"); }),
+              "cuda: nvrtcCompileProgram: NVRTC_ERROR_COMPILATION");
+  }
+  if (cublaslt_library().ok) {
+    std::string lt =
+        testing::error_of([] { check(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul"); });
+    EXPECT_NE(lt.find("cuda: cublasLtMatmul: "), std::string::npos) << lt;
+    EXPECT_NE(lt.find("not supported"), std::string::npos) << lt;
+  }
 }
 
 TEST(CudaPlatform, SaysWhyItIsUnavailable) {

@@ -2,6 +2,7 @@
 #include "prism/backends/cuda/codegen.h"
 
 #include <algorithm>
+#include <map>
 
 #include "prism/core/error.h"
 
@@ -197,16 +198,39 @@ std::string grid_stride(int64_t n, const std::string& body) {
 }
 
 std::string coords(const Shape& shape, const std::string& flat, const std::string& prefix) {
-  std::string s = fmt::format("    i64 {}rest = {};\n", prefix, flat);
+  // 32-bit arithmetic where the shape allows it: divisions by constants become a multiply
+  // and a shift, where 64-bit ones are emulated.
+  bool narrow = shape.numel() <= 0xffffffffLL;
+  std::string type = narrow ? "u32" : "i64", suffix = narrow ? "u" : "LL";
+  std::string s = fmt::format("    {} {}rest = ({}){};\n", type, prefix, type, flat);
   for (int a = shape.rank() - 1; a >= 0; --a) {
-    s += fmt::format("    i64 {}{} = {}rest % {}LL;\n", prefix, a, prefix, shape.size(a));
-    if (a > 0) s += fmt::format("    {}rest /= {}LL;\n", prefix, shape.size(a));
+    s += fmt::format("    {} {}{} = {}rest % {}{};\n", type, prefix, a, prefix, shape.size(a),
+                     suffix);
+    if (a > 0) s += fmt::format("    {}rest /= {}{};\n", prefix, shape.size(a), suffix);
   }
   s += fmt::format("    (void){}rest;\n", prefix);
   return s;
 }
 
 }  // namespace detail
+
+std::string module_source(const std::vector<const KernelCode*>& kernels,
+                          std::vector<std::string>* names) {
+  std::string source = prelude();
+  std::map<std::string, std::string> name_of_body;
+  names->clear();
+  for (const KernelCode* k : kernels) {
+    std::string body = k->source;
+    std::string declared = " " + k->name + "(";
+    size_t at = body.find(declared);
+    PRISM_CHECK(at != std::string::npos, "cuda: kernel {} does not declare its name", k->name);
+    body.replace(at, declared.size(), " @(");
+    auto [it, fresh] = name_of_body.emplace(std::move(body), k->name);
+    if (fresh) source += "\n" + k->source;
+    names->push_back(it->second);
+  }
+  return source;
+}
 
 std::vector<ir::ValueId> step_reads(const ir::Graph& graph, const compiler::FusionPlan& plan,
                                     ir::ValueId id) {

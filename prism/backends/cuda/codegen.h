@@ -60,6 +60,13 @@ std::string compute_type(DType t);
 std::vector<KernelCode> generate(const ir::Graph& graph, const compiler::FusionPlan& plan,
                                  ir::ValueId id, const std::string& name);
 
+// The source of one module holding `kernels` after the prelude, each body once: kernels that
+// differ only in their names (the same op on the same shapes in every layer of a model) share
+// the first one's function, which keeps compile times flat in the number of layers.
+// `names[i]` is the function that runs kernels[i].
+std::string module_source(const std::vector<const KernelCode*>& kernels,
+                          std::vector<std::string>* names);
+
 // The values a step reads, in the order of its kernels' `in` parameters.
 std::vector<ir::ValueId> step_reads(const ir::Graph& graph, const compiler::FusionPlan& plan,
                                     ir::ValueId id);

@@ -1,8 +1,9 @@
 // The composites as single kernels: softmax and log_softmax, rms_norm and layer_norm (one
 // block per row, block reductions), rope (one thread per rotated pair), and attention with
 // grouped-query heads, causal and sliding-window masks, an explicit mask and a position
-// offset: one block of four warps per query row, each warp streaming a quarter of the keys
-// with an online softmax, the four partial results merged through shared memory.
+// offset: one block of warps per query row (16 when there are few rows, as in decoding, else
+// 4), each warp streaming its share of the keys with an online softmax, the partial results
+// merged through shared memory.
 #include <algorithm>
 
 #include "prism/backends/cuda/codegen.h"
@@ -148,7 +149,9 @@ KernelCode attention(const ir::Graph& g, const ir::Node& n, const std::string& n
   for (ir::ValueId in : n.inputs) ins.push_back(g.node(in).shape.dtype());
   std::string T = float_type(q.dtype()), L = ld(q.dtype()), ex = fn(T, "exp");
   std::string src = signature(name, n.shape.dtype(), ins, false);
-  constexpr int kWarps = 4;
+  // Few query rows (decoding): more warps per row, so that the keys are spread over more of
+  // the GPU; many rows (prefill): four, and the rows fill it.
+  const int warps = B * H * Sq < 1024 ? 16 : 4;
   std::string offset = a.has_offset ? load_index(ins.back(), fmt::format("in{}", ins.size() - 1))
                                     : fmt::format("{}LL", Sk - Sq);
   std::string visible = "true";
@@ -221,9 +224,9 @@ KernelCode attention(const ir::Graph& g, const ir::Node& n, const std::string& n
       "    out[row * {2}LL + e] = {17}(y / total);\n"
       "  }}\n"
       "}}\n",
-      T, kWarps, E, Sq, H, rep, offset, D, G, Sk, DT, ET, L, visible, a.scale, mask, ex,
+      T, warps, E, Sq, H, rep, offset, D, G, Sk, DT, ET, L, visible, a.scale, mask, ex,
       st(n.shape.dtype()));
-  return block_per_row(name, src, B * H * Sq, 32 * kWarps);
+  return block_per_row(name, src, B * H * Sq, 32 * warps);
 }
 
 }  // namespace

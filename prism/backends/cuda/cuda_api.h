@@ -14,7 +14,6 @@ namespace prism::cuda {
 // The driver entry points prism calls, by their exported (versioned) names.
 #define PRISM_CUDA_DRIVER_FUNCTIONS(X) \
   X(cuInit)                            \
-  X(cuDriverGetVersion)                \
   X(cuDeviceGetCount)                  \
   X(cuDeviceGet)                       \
   X(cuDeviceGetName)                   \
@@ -25,7 +24,6 @@ namespace prism::cuda {
   X(cuCtxSetCurrent)                   \
   X(cuMemAlloc_v2)                     \
   X(cuMemFree_v2)                      \
-  X(cuMemGetInfo_v2)                   \
   X(cuMemcpyHtoD_v2)                   \
   X(cuMemcpyDtoH_v2)                   \
   X(cuMemcpyDtoDAsync_v2)              \
@@ -39,11 +37,6 @@ namespace prism::cuda {
   X(cuLaunchKernel)                    \
   X(cuGetErrorName)                    \
   X(cuGetErrorString)                  \
-  X(cuEventCreate)                     \
-  X(cuEventRecord)                     \
-  X(cuEventSynchronize)                \
-  X(cuEventElapsedTime_v2)             \
-  X(cuEventDestroy_v2)                 \
   X(cuStreamBeginCapture_v2)           \
   X(cuStreamEndCapture)                \
   X(cuGraphInstantiateWithFlags)       \
@@ -52,7 +45,6 @@ namespace prism::cuda {
   X(cuGraphDestroy)
 
 #define PRISM_NVRTC_FUNCTIONS(X) \
-  X(nvrtcVersion)                \
   X(nvrtcGetErrorString)         \
   X(nvrtcCreateProgram)          \
   X(nvrtcDestroyProgram)         \
@@ -60,9 +52,7 @@ namespace prism::cuda {
   X(nvrtcGetProgramLogSize)      \
   X(nvrtcGetProgramLog)          \
   X(nvrtcGetCUBINSize)           \
-  X(nvrtcGetCUBIN)               \
-  X(nvrtcGetPTXSize)             \
-  X(nvrtcGetPTX)
+  X(nvrtcGetCUBIN)
 
 #define PRISM_CUBLASLT_FUNCTIONS(X)       \
   X(cublasLtCreate)                       \

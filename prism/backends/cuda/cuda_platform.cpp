@@ -72,6 +72,7 @@ CudaPlatform::~CudaPlatform() {
   // release what we can and report nothing.
   const auto& drv = driver_library();
   if (!drv.ok) return;
+  cache.clear();  // executables hold modules and arena blocks of this context
   blocks_->release();
   if (workspace_) drv.api.cuMemFree_v2(workspace_);
   if (lt_handle_ && cublaslt_library().ok) cublaslt_library().api.cublasLtDestroy(lt_handle_);
@@ -122,6 +123,7 @@ std::shared_ptr<CudaMemory> CudaPlatform::raw_allocate(size_t bytes) {
 }
 
 Buffer CudaPlatform::allocate_for_write(const Shape& shape) {
+  bind();
   return Buffer(shape, raw_allocate(static_cast<size_t>(shape.bytes())), this);
 }
 
@@ -133,6 +135,7 @@ Buffer CudaPlatform::allocate(const Shape& shape) {
 }
 
 Buffer CudaPlatform::upload(const HostBuffer& host) {
+  bind();
   Buffer b = allocate_for_write(host.shape());
   if (host.size_bytes()) {
     check(driver().cuStreamSynchronize(stream_), "cuStreamSynchronize");

@@ -357,24 +357,24 @@ class CudaExecutable : public ExecutableImpl {
     }
   }
 
-  // One NVRTC compile for every kernel of the executable, then one module.
+  // One NVRTC compile for every kernel of the executable (each distinct body once), then one
+  // module.
   void build() {
-    std::string source = prelude();
-    bool any = false;
+    std::vector<const KernelCode*> kernels;
     for (const Step& step : steps_) {
-      for (const KernelCode& k : step.kernels) {
-        source += "\n" + k.source;
-        any = true;
-      }
+      for (const KernelCode& k : step.kernels) kernels.push_back(&k);
     }
-    if (!any) return;
-    std::string cubin = compile_cuda(source, platform_.arch());
+    if (kernels.empty()) return;
+    std::vector<std::string> names;
+    std::string cubin = compile_cuda(module_source(kernels, &names), platform_.arch());
     const DriverApi& drv = driver();
     check(drv.cuModuleLoadData(&module_, cubin.data()), "cuModuleLoadData");
+    size_t next = 0;
     for (Step& step : steps_) {
-      for (const KernelCode& k : step.kernels) {
+      for (size_t k = 0; k < step.kernels.size(); ++k) {
+        const std::string& name = names[next++];
         CUfunction f = nullptr;
-        check(drv.cuModuleGetFunction(&f, module_, k.name.c_str()), k.name.c_str());
+        check(drv.cuModuleGetFunction(&f, module_, name.c_str()), name.c_str());
         step.functions.push_back(f);
       }
     }

@@ -47,7 +47,7 @@ step() {
 parity() {
   local name=$1 want=$2
   shift 2
-  step "$name" 120 bash -c 'got=$("$@" 2>/dev/null); echo "expected: $0"; echo "got:      $got"; [[ "$got" == "$0" ]]' "$want" "$@"
+  step "$name" 120 bash -c 'got=$("$@"); echo "expected: $0"; echo "got:      $got"; [[ "$got" == "$0" ]]' "$want" "$@"
 }
 
 step "nvidia-smi" 30 nvidia-smi
@@ -96,8 +96,8 @@ step "bench llm (cuda)" 240 "$bin/prism-bench" --platform=cuda llm
 {
   echo
   echo "=== summary"
-  printf '%-36s %-48s %6s\n' "check" "result" "s"
-  for i in "${!names[@]}"; do printf '%-36s %-48s %6s\n' "${names[$i]}" "${results[$i]}" "${seconds[$i]}"; done
+  printf '%-44s %-46s %6s\n' "check" "result" "s"
+  for i in "${!names[@]}"; do printf '%-44s %-46s %6s\n' "${names[$i]}" "${results[$i]}" "${seconds[$i]}"; done
 } | tee -a "$log"
 for r in "${results[@]}"; do [[ "$r" == ok || "$r" == skipped* ]] || exit 1; done
 exit 0

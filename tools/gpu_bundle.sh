@@ -5,8 +5,9 @@
 #   tools/gpu_bundle.sh BUILD_DIR OUT_DIR     then, there:   OUT_DIR/run.sh
 #
 # OUT_DIR/bin: prism, prism-unit-tests, prism-bench, prism-conformance; OUT_DIR/bin/lib: every
-# shared library they link except glibc's own (libc, libm, ld-linux...), plus NVRTC and
-# cuBLASLt from the toolkit (loaded at run time, so ldd does not list them; cuBLASLt is large);
+# shared library they link except glibc's own (libc, libm, ld-linux...), plus NVRTC (~110 MB,
+# required) and cuBLASLt (~540 MB, optional) from the toolkit, which are loaded at run time
+# so ldd does not list them;
 # OUT_DIR/data: models/mnist and tests/data/llama. The binaries need a glibc at least as new
 # as the build machine's.
 set -eu
@@ -22,7 +23,11 @@ done
 ldd "${bins[@]}" | awk '/=> \// {print $3}' | sort -u |
   grep -v -E '/(libc|libm|libdl|librt|libpthread|libresolv)\.so|ld-linux' |
   while read -r lib; do cp -L "$lib" "$out/bin/lib/"; done
-for lib in libnvrtc.so.13 libnvrtc-builtins.so.13.0 libcublasLt.so.13; do
+toolkit_libs=(libnvrtc.so.13 libnvrtc-builtins.so.13.0)
+# cuBLASLt is ~540 MB and optional (products then run in our kernels): PRISM_BUNDLE_CUBLASLT=0
+# leaves it out.
+[[ "${PRISM_BUNDLE_CUBLASLT:-1}" == 0 ]] || toolkit_libs+=(libcublasLt.so.13)
+for lib in "${toolkit_libs[@]}"; do
   [[ -e "$cuda_lib/$lib" ]] && cp -L "$cuda_lib/$lib" "$out/bin/lib/" || echo "note: $cuda_lib/$lib not found"
 done
 cp -r "$root/models/mnist" "$out/data/models/"

@@ -18,7 +18,8 @@
 # ldap, brotli, zstd, gnutls...), libssl.so.3/libcrypto.so.3; Highway is linked statically.
 # `ldd BIN_DIR/prism | grep "not found"` lists what is missing. CUDA itself needs only the
 # driver (libcuda.so.1); NVRTC (libnvrtc.so.13 with libnvrtc-builtins.so.13.0) and cuBLASLt
-# (libcublasLt.so.13) are loaded at run time from LD_LIBRARY_PATH or the system.
+# (libcublasLt.so.13, optional: without it products run in our kernels) are loaded at run
+# time from LD_LIBRARY_PATH or the system.
 set -u
 bin=$(cd "${1:?usage: gpu_check_prebuilt.sh BIN_DIR [DATA_DIR] [LOG]}" && pwd)
 data=$(cd "${2:-$(dirname "$0")/..}" && pwd)
@@ -79,6 +80,15 @@ for dir in "$data"/tests/data/llama/tiny-*; do
     "$bin/prism" llm --model="$dir" --prompt-ids=128000,791,6864,315,9822,374 --max-tokens=24 \
     --print-ids --seqlen=64 --platform=cuda
 done
+
+# The same with matrix products in our kernels instead of cuBLASLt.
+if [[ -f "$data/tests/data/llama/tiny-f32/reference.json" ]]; then
+  dir="$data/tests/data/llama/tiny-f32"
+  want=$(sed -n 's/.*"greedy_ids": *\[\([^]]*\)\].*/\1/p' <(tr -d '\n ' <"$dir/reference.json") | tr ',' ' ')
+  parity "llama tiny-f32 greedy ids, no cuBLASLt" "$want" env PRISM_CUDA_CUBLASLT=0 \
+    "$bin/prism" llm --model="$dir" --prompt-ids=128000,791,6864,315,9822,374 --max-tokens=24 \
+    --print-ids --seqlen=64 --platform=cuda
+fi
 
 # ONNX conformance on cuda, where the runner can choose a platform.
 if [[ -x "$bin/prism-conformance" ]] && "$bin/prism-conformance" --help 2>&1 | grep -q -- --platform; then

@@ -102,8 +102,9 @@ const DriverApi& driver();
 const NvrtcApi& nvrtc();
 const CublasLtApi& cublaslt();
 
-// Whether CUDA can run here: the libraries load, cuInit succeeds and there is a device.
-// Empty when usable, else the reason ("no driver (libcuda.so.1 not found)").
+// Whether CUDA can run here: the driver and NVRTC load, cuInit succeeds and there is a
+// device. Empty when usable, else the reason ("no driver (libcuda.so.1 not found)").
+// cuBLASLt is optional: without it matrix products run in generated kernels.
 std::string unavailable_reason();
 
 // Throws prism::Error "cuda: <what>: CUDA_ERROR_OUT_OF_MEMORY (out of memory)" on failure.

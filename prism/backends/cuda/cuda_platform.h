@@ -52,6 +52,7 @@ class CudaPlatform : public Platform {
   // thread); every entry point calls it first.
   void bind() const;
   CUstream stream() const { return stream_; }
+  // Null without cuBLASLt (then matrix products run in generated kernels).
   cublasLtHandle_t cublaslt_handle() const { return lt_handle_; }
   CUdeviceptr workspace() const { return workspace_; }
   static constexpr size_t kWorkspaceBytes = 32 << 20;

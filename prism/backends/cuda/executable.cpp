@@ -289,7 +289,7 @@ class CudaExecutable : public ExecutableImpl {
       if (ir::is_elementwise(n.op) && plan_.groups[plan_.group_of[id]].root != id) continue;
       Step step{id, step_reads(graph_, plan_, id), {}, {}, nullptr};
       std::optional<MatmulShape> mm;
-      if (n.op == Op::dot) mm = plan_matmul(graph_, n);
+      if (n.op == Op::dot && platform_.cublaslt_handle()) mm = plan_matmul(graph_, n);
       if (mm) {
         step.matmul = std::make_unique<Matmul>(*mm, platform_.cublaslt_handle(),
                                                CudaPlatform::kWorkspaceBytes);

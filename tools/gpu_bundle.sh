@@ -23,11 +23,12 @@ done
 ldd "${bins[@]}" | awk '/=> \// {print $3}' | sort -u |
   grep -v -E '/(libc|libm|libdl|librt|libpthread|libresolv)\.so|ld-linux' |
   while read -r lib; do cp -L "$lib" "$out/bin/lib/"; done
-toolkit_libs=(libnvrtc.so.13 libnvrtc-builtins.so.13.0)
-# cuBLASLt is ~540 MB and optional (products then run in our kernels): PRISM_BUNDLE_CUBLASLT=0
-# leaves it out.
+# PRISM_BUNDLE_NVRTC=0 / PRISM_BUNDLE_CUBLASLT=0 leave them out (where the GPU machine has
+# them, or to keep the bundle small: cuBLASLt is optional, products then run in our kernels).
+toolkit_libs=()
+[[ "${PRISM_BUNDLE_NVRTC:-1}" == 0 ]] || toolkit_libs+=(libnvrtc.so.13 libnvrtc-builtins.so.13.0)
 [[ "${PRISM_BUNDLE_CUBLASLT:-1}" == 0 ]] || toolkit_libs+=(libcublasLt.so.13)
-for lib in "${toolkit_libs[@]}"; do
+for lib in ${toolkit_libs[@]+"${toolkit_libs[@]}"}; do
   [[ -e "$cuda_lib/$lib" ]] && cp -L "$cuda_lib/$lib" "$out/bin/lib/" || echo "note: $cuda_lib/$lib not found"
 done
 cp -r "$root/models/mnist" "$out/data/models/"

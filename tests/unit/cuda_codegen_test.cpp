@@ -176,6 +176,11 @@ ir::Graph all_ops(DType t) {
   b.out(Op::argsort, shape(DType::i64, {{"a", 2}, {"b", 4}}), {x}, ir::ArgsortAttrs{0, 2, false});
   b.out(Op::dot, shape(t, {{"a", 3}, {"a2", 3}}), {x, y}, ir::DotAttrs{{}, {}, {1}, {1}});
   b.out(Op::dot, shape(t, {{"a", 3}}), {x, y}, ir::DotAttrs{{0}, {0}, {1}, {1}});
+  // Contracting a leading axis (no warp per output), and a long contiguous one (a warp each).
+  b.out(Op::dot, shape(t, {{"b", 4}, {"b2", 4}}), {x, y}, ir::DotAttrs{{}, {}, {0}, {0}});
+  ValueId xl = b.input(shape(t, {{"s", 2}, {"d", 64}})),
+          wl = b.input(shape(t, {{"o", 3}, {"d", 64}}));
+  b.out(Op::dot, shape(t, {{"s", 2}, {"o", 3}}), {xl, wl}, ir::DotAttrs{{}, {}, {1}, {1}});
   ValueId img = b.input(shape(t, {{"n", 1}, {"c", 2}, {"w", 5}}));
   ValueId ker = b.input(shape(t, {{"o", 2}, {"c", 1}, {"k", 3}}));
   b.out(Op::convolution, shape(t, {{"n", 1}, {"o", 2}, {"w", 3}}), {img, ker},
@@ -310,6 +315,19 @@ TEST(CudaCodegen, IdenticalKernelsAreCompiledOnce) {
   EXPECT_NE(source.find(" k1("), std::string::npos);
   EXPECT_EQ(source.find(" k2("), std::string::npos);
   EXPECT_NE(source.find(" k3("), std::string::npos);
+}
+
+TEST(CudaCodegen, LinearLayerProductsTakeAWarpPerOutput) {
+  Builder b;
+  ValueId x = b.input(shape(DType::bf16, {{"s", 1}, {"d", 2048}}));
+  ValueId w = b.input(shape(DType::bf16, {{"o", 512}, {"d", 2048}}));
+  ValueId y = b.out(Op::dot, shape(DType::bf16, {{"s", 1}, {"o", 512}}), {x, w},
+                    ir::DotAttrs{{}, {}, {1}, {1}});
+  compiler::FusionPlan plan = compiler::fuse_elementwise(b.g);
+  std::vector<KernelCode> k = generate(b.g, plan, y, "k");
+  ASSERT_EQ(k.size(), 1u);
+  EXPECT_EQ(k[0].work, 512 * 32);
+  EXPECT_NE(k[0].source.find("warp_sum(a)"), std::string::npos) << k[0].source;
 }
 
 TEST(CudaCodegen, LaunchSizes) {

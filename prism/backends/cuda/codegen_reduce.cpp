@@ -2,7 +2,8 @@
 // generic kernels: one thread per output element (or per lane along the reduced axis),
 // accumulating as the CPU backend does (double for floats in reductions, int64 for integers).
 // Matrix products of f32/f16/bf16/f64 normally run in cuBLASLt instead (matmul.h); the dot
-// kernel here covers integer dtypes and operand layouts cuBLASLt cannot view.
+// kernels here cover integer dtypes, operand layouts cuBLASLt cannot view, and machines
+// without cuBLASLt.
 #include <algorithm>
 
 #include "prism/backends/cuda/codegen.h"
@@ -187,6 +188,32 @@ KernelCode dot(const ir::Graph& g, const ir::Node& n, const std::string& name) {
   Shape kshape(ls.dtype(), kdims);
   DType t = n.shape.dtype();
   std::string acc = t == DType::f64 ? "double" : is_float(t) ? "float" : "i64";
+  bool rows = a.lhs_contract.size() == 1 && lst[a.lhs_contract[0]] == 1 &&
+              rst[a.rhs_contract[0]] == 1 && kshape.numel() >= 32;
+  if (rows) {
+    // Both operands contiguous along the contraction (x . W for a linear layer's [out, in]
+    // weight): one warp per output element, its lanes reading consecutive elements, so that
+    // matrix-vector products (decoding) stream the weights at full width.
+    std::string src = signature(name, t, {ls.dtype(), rs.dtype()});
+    src += fmt::format(
+        "  int lane = threadIdx.x & 31;\n"
+        "  i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;\n"
+        "  for (i64 i = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; i < {}LL; i += warps) "
+        "{{\n{}"
+        "    {} a = 0;\n"
+        "    for (i64 k = lane; k < {}LL; k += 32) a += ({})({}(in0[{} + k])) * ({})({}(in1[{} + "
+        "k]));\n"
+        "    a = warp_sum(a);\n"
+        "    if (lane == 0) out[i] = {}(a);\n"
+        "  }}\n}}\n",
+        n.shape.numel(), body, acc, kshape.numel(), acc, ld(ls.dtype()), loff, acc, ld(rs.dtype()),
+        roff, st(t));
+    KernelCode k;
+    k.name = name;
+    k.work = n.shape.numel() * 32;
+    k.source = src;
+    return k;
+  }
   body +=
       fmt::format("    {} a = 0;\n    for (i64 r = 0; r < {}LL; ++r) {{\n", acc, kshape.numel());
   body += coords(kshape, "r", "q");

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "prism/runtime/platform.h"
+
 namespace prism::bench {
 
 struct Benchmark {
@@ -54,6 +56,8 @@ inline double best_seconds(const std::function<void()>& fn, int repeats = 5) {
 // The platform given with --platform (default "cpu"); benchmarks that support it measure it
 // beside the CPU and print the ratio.
 std::string& platform_option();
+// That platform, for the benchmarks that run on it alone (llm).
+Platform& platform();
 
 // The machine's limits, measured by the bench itself.
 double measure_fp32_peak_gflops(int threads);  // independent FMA chains in registers

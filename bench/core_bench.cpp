@@ -1,5 +1,6 @@
 // The core's benchmarks: dot GFLOP/s against the measured fp32 peak, elementwise add GB/s
-// against measured triad bandwidth, and the compile time of a 32-layer Llama-shaped graph.
+// against measured triad bandwidth (on a GPU: against the device's nominal limits), and the
+// compile time of a 32-layer Llama-shaped graph.
 #include <cstdio>
 #include <random>
 
@@ -27,6 +28,15 @@ Platform* other_platform() {
   return name == "cpu" ? nullptr : &get_platform(name);
 }
 
+// The nominal limits of the platform's first device where the platform states them (CUDA
+// reads them from the driver), else null.
+const DeviceInfo* nominal_limits(Platform* p) {
+  static std::vector<DeviceInfo> devices;
+  if (!p) return nullptr;
+  devices = p->devices();
+  return devices.empty() || devices.front().fp32_gflops <= 0 ? nullptr : &devices.front();
+}
+
 // Median seconds of one call of `exe` on its platform, waiting for the device to finish.
 double call_seconds(const Executable& exe, const std::vector<Buffer>& in, int repeats) {
   return median_seconds(
@@ -41,9 +51,16 @@ void dot_bench() {
   int n_threads = threads();
   double peak = measure_fp32_peak_gflops(n_threads);
   Platform* other = other_platform();
+  const DeviceInfo* dev = nominal_limits(other);
   std::printf("fp32 peak (measured, %d threads): %.0f GFLOP/s\n", n_threads, peak);
+  if (dev) {
+    std::printf("%s: %s, nominal fp32 %.0f GFLOP/s, bf16 %.0f GFLOP/s\n",
+                std::string(other->name()).c_str(), dev->name.c_str(), dev->fp32_gflops,
+                dev->bf16_gflops);
+  }
   std::printf("%-6s %6s %12s %10s", "dtype", "n", "GFLOP/s", "of peak");
   if (other) std::printf(" %14s %10s", (std::string(other->name()) + " GFLOP/s").c_str(), "vs cpu");
+  if (dev) std::printf(" %10s", "of nominal");
   std::printf("\n");
   Platform& cpu = get_platform("cpu");
   for (DType t : {DType::f32, DType::bf16}) {
@@ -56,11 +73,15 @@ void dot_bench() {
       double gflops = 2.0 * n * n * n / s / 1e9;
       std::printf("%-6s %6ld %12.1f %9.0f%%", std::string(name(t)).c_str(), n, gflops,
                   100 * gflops / peak);
-      if (other && n <= 2048) {  // a device without a matrix engine needs minutes at 4096
+      if (other && (dev || n <= 2048)) {  // a device without a matrix engine needs minutes
         Executable on = compile(*other, fn, {a, b});
         double so = call_seconds(on, {random_buffer(*other, a), random_buffer(*other, b)}, repeats);
         double g = 2.0 * n * n * n / so / 1e9;
         std::printf(" %14.1f %9.2fx", g, g / gflops);
+        if (dev) {
+          double limit = t == DType::f32 ? dev->fp32_gflops : dev->bf16_gflops;
+          std::printf(" %9.0f%%", 100 * g / limit);
+        }
       }
       std::printf("\n");
       std::fflush(stdout);
@@ -72,11 +93,17 @@ void elementwise_bench() {
   int n_threads = threads();
   double triad = measure_triad_gbps(n_threads);
   Platform* other = other_platform();
+  const DeviceInfo* dev = nominal_limits(other);
   std::printf("triad bandwidth (measured, %d threads): %.1f GB/s\n", n_threads, triad);
+  if (dev) {
+    std::printf("%s: %s, nominal memory bandwidth %.0f GB/s\n", std::string(other->name()).c_str(),
+                dev->name.c_str(), dev->memory_gbps);
+  }
   Platform& cpu = get_platform("cpu");
   const int64_t n = 32 << 20;
   std::printf("%-28s %10s %10s", "op", "GB/s", "of triad");
   if (other) std::printf(" %14s %10s", (std::string(other->name()) + " GB/s").c_str(), "vs cpu");
+  if (dev) std::printf(" %10s", "of nominal");
   std::printf("\n");
   struct Case {
     const char* name;
@@ -97,6 +124,7 @@ void elementwise_bench() {
       double so = call_seconds(on, {random_buffer(*other, s), random_buffer(*other, s)}, 5);
       double g = 3.0 * n * 4 / so / 1e9;
       std::printf(" %14.1f %9.2fx", g, g / gbps);
+      if (dev) std::printf(" %9.0f%%", 100 * g / dev->memory_gbps);
     }
     std::printf("\n");
   }

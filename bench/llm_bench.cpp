@@ -28,30 +28,39 @@ models::LlamaConfig llama_1b() {
 }
 
 void llm_bench() {
-  Platform& cpu = get_platform("cpu");
-  int threads = static_cast<cpu::CpuPlatform&>(cpu).pool().size();
-  double triad = measure_triad_gbps(threads);
+  Platform& target = platform();
   const int64_t seqlen = 1024;
-  std::printf("Llama 3.2 1B shapes, %d threads, triad %.1f GB/s\n", threads, triad);
+  double triad = 0;  // the memory bandwidth decoding is bound by
+  if (target.name() == "cpu") {
+    int threads = static_cast<cpu::CpuPlatform&>(target).pool().size();
+    triad = measure_triad_gbps(threads);
+    std::printf("Llama 3.2 1B shapes, %d threads, triad %.1f GB/s\n", threads, triad);
+  } else {
+    DeviceInfo dev = target.devices().at(0);
+    triad = dev.memory_gbps;
+    std::printf("Llama 3.2 1B shapes, %s: %s, nominal bandwidth %.0f GB/s\n",
+                std::string(target.name()).c_str(), dev.name.c_str(), triad);
+  }
   std::printf("%-6s %-8s %10s %12s %16s\n", "dtype", "step", "tokens", "tok/s",
               "of bandwidth bound");
   for (DType dtype : {DType::bf16, DType::f32}) {
     models::Llama model(llama_1b(), dtype);
-    Executable decode = llm::compile_step(cpu, model, 1, seqlen);
-    Executable prefill = llm::compile_step(cpu, model, 512, seqlen);
+    Executable decode = llm::compile_step(target, model, 1, seqlen);
+    Executable prefill = llm::compile_step(target, model, 512, seqlen);
     std::map<std::string, Buffer, std::less<>> weights;
     double weight_bytes = 0;
     for (const auto& p : decode.parameters()) {
-      weights.emplace(p.name, cpu.allocate(p.shape));
+      weights.emplace(p.name, target.allocate(p.shape));
       weight_bytes += p.shape.bytes();
     }
     std::vector<Buffer> caches;
-    for (const Shape& s : model.cache_shapes(seqlen)) caches.push_back(cpu.allocate(s));
+    for (const Shape& s : model.cache_shapes(seqlen)) caches.push_back(target.allocate(s));
     auto step = [&](Executable& exe, int64_t window, int32_t pos) {
       std::vector<Buffer> in{
-          cpu.upload(HostBuffer(Shape(DType::i32, {{"s", window}}))),
-          cpu.upload(HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {pos})),
-          cpu.upload(HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {int32_t(window - 1)}))};
+          target.upload(HostBuffer(Shape(DType::i32, {{"s", window}}))),
+          target.upload(HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {pos})),
+          target.upload(
+              HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {int32_t(window - 1)}))};
       in.insert(in.end(), caches.begin(), caches.end());
       std::vector<Buffer> out = exe.call(weights, in);
       caches.assign(out.begin() + 1, out.end());

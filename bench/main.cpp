@@ -18,6 +18,7 @@ std::string& platform_option() {
   static std::string name = "cpu";
   return name;
 }
+Platform& platform() { return get_platform(platform_option()); }
 }  // namespace prism::bench
 
 int main(int argc, char** argv) {

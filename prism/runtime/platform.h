@@ -49,6 +49,11 @@ class Buffer {
 struct DeviceInfo {
   std::string name;
   int64_t memory_bytes = 0;
+  // Nominal limits from the device's specification, 0 where unknown: what benchmarks quote
+  // ratios against where they cannot measure the limit themselves (a GPU).
+  double memory_gbps = 0;
+  double fp32_gflops = 0;
+  double bf16_gflops = 0;  // dense, on matrix units where the device has them
 };
 
 // What a compiled program does with its arguments, as the compile pipeline passes it down.

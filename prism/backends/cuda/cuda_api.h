@@ -1,0 +1,115 @@
+// The CUDA libraries, loaded at run time with dlopen: the driver (libcuda.so.1), NVRTC and
+// cuBLASLt. Only the toolkit's headers are needed to build; a binary built with CUDA starts
+// on machines without a GPU or toolkit, and `status()` says why CUDA cannot be used there.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda.h>
+#include <nvrtc.h>
+
+#include <string>
+
+namespace prism::cuda {
+
+// The driver entry points prism calls, by their exported (versioned) names.
+#define PRISM_CUDA_DRIVER_FUNCTIONS(X) \
+  X(cuInit)                            \
+  X(cuDeviceGetCount)                  \
+  X(cuDeviceGet)                       \
+  X(cuDeviceGetName)                   \
+  X(cuDeviceGetAttribute)              \
+  X(cuDeviceTotalMem_v2)               \
+  X(cuDevicePrimaryCtxRetain)          \
+  X(cuDevicePrimaryCtxRelease_v2)      \
+  X(cuCtxSetCurrent)                   \
+  X(cuMemAlloc_v2)                     \
+  X(cuMemFree_v2)                      \
+  X(cuMemcpyHtoD_v2)                   \
+  X(cuMemcpyDtoH_v2)                   \
+  X(cuMemcpyDtoDAsync_v2)              \
+  X(cuMemsetD8Async)                   \
+  X(cuStreamCreate)                    \
+  X(cuStreamDestroy_v2)                \
+  X(cuStreamSynchronize)               \
+  X(cuModuleLoadData)                  \
+  X(cuModuleUnload)                    \
+  X(cuModuleGetFunction)               \
+  X(cuLaunchKernel)                    \
+  X(cuGetErrorName)                    \
+  X(cuGetErrorString)                  \
+  X(cuStreamBeginCapture_v2)           \
+  X(cuStreamEndCapture)                \
+  X(cuGraphInstantiateWithFlags)       \
+  X(cuGraphLaunch)                     \
+  X(cuGraphExecDestroy)                \
+  X(cuGraphDestroy)
+
+#define PRISM_NVRTC_FUNCTIONS(X) \
+  X(nvrtcGetErrorString)         \
+  X(nvrtcCreateProgram)          \
+  X(nvrtcDestroyProgram)         \
+  X(nvrtcCompileProgram)         \
+  X(nvrtcGetProgramLogSize)      \
+  X(nvrtcGetProgramLog)          \
+  X(nvrtcGetCUBINSize)           \
+  X(nvrtcGetCUBIN)
+
+#define PRISM_CUBLASLT_FUNCTIONS(X)       \
+  X(cublasLtCreate)                       \
+  X(cublasLtDestroy)                      \
+  X(cublasLtGetStatusString)              \
+  X(cublasLtMatmulDescCreate)             \
+  X(cublasLtMatmulDescDestroy)            \
+  X(cublasLtMatmulDescSetAttribute)       \
+  X(cublasLtMatrixLayoutCreate)           \
+  X(cublasLtMatrixLayoutDestroy)          \
+  X(cublasLtMatrixLayoutSetAttribute)     \
+  X(cublasLtMatmulPreferenceCreate)       \
+  X(cublasLtMatmulPreferenceDestroy)      \
+  X(cublasLtMatmulPreferenceSetAttribute) \
+  X(cublasLtMatmulAlgoGetHeuristic)       \
+  X(cublasLtMatmul)
+
+#define PRISM_CUDA_DECLARE(name) decltype(&::name) name = nullptr;
+
+struct DriverApi {
+  PRISM_CUDA_DRIVER_FUNCTIONS(PRISM_CUDA_DECLARE)
+};
+struct NvrtcApi {
+  PRISM_NVRTC_FUNCTIONS(PRISM_CUDA_DECLARE)
+};
+struct CublasLtApi {
+  PRISM_CUBLASLT_FUNCTIONS(PRISM_CUDA_DECLARE)
+};
+
+#undef PRISM_CUDA_DECLARE
+
+// A library loaded once per process, or the reason it could not be.
+template <typename Api>
+struct Loaded {
+  Api api;
+  bool ok = false;
+  std::string error;  // "libcuda.so.1 not found", "libnvrtc.so.13 lacks nvrtcGetCUBIN"
+};
+
+// The first of `names` that dlopen finds, with every function of the table resolved.
+const Loaded<DriverApi>& driver_library();
+const Loaded<NvrtcApi>& nvrtc_library();
+const Loaded<CublasLtApi>& cublaslt_library();
+
+// The loaded tables; each throws prism::Error with the reason when its library is missing.
+const DriverApi& driver();
+const NvrtcApi& nvrtc();
+const CublasLtApi& cublaslt();
+
+// Whether CUDA can run here: the driver and NVRTC load, cuInit succeeds and there is a
+// device. Empty when usable, else the reason ("no driver (libcuda.so.1 not found)").
+// cuBLASLt is optional: without it matrix products run in generated kernels.
+std::string unavailable_reason();
+
+// Throws prism::Error "cuda: <what>: CUDA_ERROR_OUT_OF_MEMORY (out of memory)" on failure.
+void check(CUresult result, const char* what);
+void check(nvrtcResult result, const char* what);
+void check(cublasStatus_t result, const char* what);
+
+}  // namespace prism::cuda

@@ -1,0 +1,408 @@
+// The CUDA executable: the CPU backend's schedule (fusion groups and one step per other op,
+// outputs written in place into their buffers, one arena for intermediates, donated inputs
+// updated in place), with every step's kernels generated as CUDA C and compiled in one NVRTC
+// call, and matrix products run by cuBLASLt. A call enqueues every step on the platform's
+// stream and waits for it once at the end.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "prism/backends/cuda/codegen.h"
+#include "prism/backends/cuda/cuda_platform.h"
+#include "prism/backends/cuda/matmul.h"
+#include "prism/backends/cuda/nvrtc_compiler.h"
+#include "prism/compiler/fusion.h"
+#include "prism/core/error.h"
+
+namespace prism::cuda {
+
+using ir::Op;
+using ir::ValueId;
+
+namespace {
+
+enum class Storage : uint8_t { none, parameter, input, constant, arena, output, alias };
+
+struct Slot {
+  Storage kind = Storage::none;
+  int index = 0;       // parameter, input, output or constant position
+  int64_t offset = 0;  // arena offset
+  ValueId alias = -1;  // for aliases: the value whose memory this is
+};
+
+struct Step {
+  ValueId value;
+  std::vector<ValueId> reads;
+  std::vector<KernelCode> kernels;
+  std::vector<CUfunction> functions;
+  std::unique_ptr<Matmul> matmul;  // a cuBLASLt product instead of kernels
+};
+
+class CudaExecutable : public ExecutableImpl {
+ public:
+  CudaExecutable(CudaPlatform& platform, const ir::Graph& graph, const CompileSpec& spec)
+      : platform_(platform), graph_(graph) {
+    plan_ = compiler::fuse_elementwise(graph_);
+    schedule();
+    assign_storage(spec);
+    build();
+    const char* debug = std::getenv("PRISM_DEBUG");
+    if (debug && std::atoi(debug) >= 2) print_schedule();
+  }
+
+  ~CudaExecutable() override {
+    graphs_.clear();  // before the module their kernels live in
+    const auto& drv = driver_library();
+    if (module_ && drv.ok) drv.api.cuModuleUnload(module_);
+  }
+
+  std::vector<Buffer> call(std::span<const Buffer> params,
+                           std::span<const Buffer> inputs) override {
+    std::lock_guard lock(mutex_);
+    platform_.bind();
+    const DriverApi& drv = driver();
+    CUstream stream = platform_.stream();
+    if (!arena_ && arena_bytes_ > 0) arena_ = platform_.raw_allocate(arena_bytes_);
+    std::vector<Buffer> outputs(graph_.outputs().size());
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      const Shape& shape = graph_.node(graph_.outputs()[k]).shape;
+      outputs[k] = donated_output_[k] >= 0
+                       ? Buffer(shape, inputs[donated_output_[k]].shared_memory(), &platform_)
+                       : platform_.allocate_for_write(shape);
+    }
+    std::vector<CUdeviceptr> ptr(graph_.size(), 0);
+    for (ValueId v = 0; v < graph_.size(); ++v) {
+      const Slot& s = slots_[v];
+      switch (s.kind) {
+        case Storage::none:
+          break;
+        case Storage::parameter:
+          ptr[v] = device_ptr(params[s.index]);
+          break;
+        case Storage::input:
+          ptr[v] = device_ptr(inputs[s.index]);
+          break;
+        case Storage::constant:
+          ptr[v] = device_ptr(constants_[s.index]);
+          break;
+        case Storage::arena:
+          ptr[v] = arena_ && s.offset >= 0 ? arena_->ptr + s.offset : 0;
+          break;
+        case Storage::output:
+          ptr[v] = device_ptr(outputs[s.index]);
+          break;
+        case Storage::alias:
+          ptr[v] = ptr[s.alias];
+          break;
+      }
+    }
+    std::vector<CUdeviceptr> outs;
+    for (const Buffer& b : outputs) outs.push_back(device_ptr(b));
+    if (!run_graph(ptr, outs)) enqueue(ptr, outs);
+    check(drv.cuStreamSynchronize(stream), "running the executable (cuStreamSynchronize)");
+    return outputs;
+  }
+
+ private:
+  ValueId root(ValueId v) const {
+    while (slots_[v].kind == Storage::alias) v = slots_[v].alias;
+    return v;
+  }
+
+  // Enqueues every step on the stream: kernels, cuBLASLt products, copies of outputs that no
+  // step computes.
+  void enqueue(const std::vector<CUdeviceptr>& ptr, const std::vector<CUdeviceptr>& outs) const {
+    const DriverApi& drv = driver();
+    CUstream stream = platform_.stream();
+    std::vector<CUdeviceptr> args;
+    std::vector<void*> arg_ptrs;
+    for (const Step& step : steps_) {
+      CUdeviceptr out = ptr[step.value];
+      args.assign(1, out);
+      for (ValueId r : step.reads) args.push_back(ptr[r]);
+      if (step.matmul) {
+        const MatmulShape& m = step.matmul->shape();
+        if (m.batch * m.m * m.n == 0) continue;
+        if (m.k == 0) {
+          check(drv.cuMemsetD8Async(out, 0, graph_.node(step.value).shape.bytes(), stream),
+                "cuMemsetD8Async");
+          continue;
+        }
+        step.matmul->run(args[1], args[2], out, platform_.workspace(), stream);
+        continue;
+      }
+      bool in_place = !step.reads.empty() && out == ptr[step.reads[0]];
+      for (size_t k = 0; k < step.kernels.size(); ++k) {
+        const KernelCode& code = step.kernels[k];
+        if (code.work == 0) continue;
+        if (code.when == InPlace::when_in_place && !in_place) continue;
+        if (code.when == InPlace::when_not_in_place && in_place) continue;
+        arg_ptrs.clear();
+        for (CUdeviceptr& a : args) arg_ptrs.push_back(&a);
+        Launch l = launch_for(code);
+        check(drv.cuLaunchKernel(step.functions[k], static_cast<unsigned>(l.grid), 1, 1,
+                                 static_cast<unsigned>(l.block), 1, 1, 0, stream, arg_ptrs.data(),
+                                 nullptr),
+              code.name.c_str());
+      }
+    }
+    for (auto [k, v] : final_copies_) {
+      size_t bytes = static_cast<size_t>(graph_.node(v).shape.bytes());
+      if (bytes) {
+        check(drv.cuMemcpyDtoDAsync_v2(outs[k], ptr[v], bytes, stream), "cuMemcpyDtoDAsync");
+      }
+    }
+  }
+
+  // CUDA graphs: a program of many small steps (a decode step) costs more in launches than in
+  // work. A graph bakes in the pointers its launches were captured with, so graphs are kept
+  // per set of pointers, and a set is captured only when it comes back (a decode loop reuses
+  // the same cached blocks): programs whose buffers change every call never pay for capture.
+  // PRISM_CUDA_GRAPHS=0 turns them off. Returns false when the steps must be enqueued.
+  bool run_graph(const std::vector<CUdeviceptr>& ptr, const std::vector<CUdeviceptr>& outs) {
+    static const bool enabled = [] {
+      const char* e = std::getenv("PRISM_CUDA_GRAPHS");
+      return !(e && std::string(e) == "0");
+    }();
+    if (!enabled || graphs_failed_ || steps_.size() < kMinGraphSteps) return false;
+    std::vector<CUdeviceptr> key = ptr;
+    key.insert(key.end(), outs.begin(), outs.end());
+    const DriverApi& drv = driver();
+    CUstream stream = platform_.stream();
+    for (GraphEntry& g : graphs_) {
+      if (g.key != key) continue;
+      g.last_use = ++clock_;
+      if (!g.exec) {  // seen once before: capture it now
+        CUgraph graph = nullptr;
+        try {
+          check(drv.cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                "cuStreamBeginCapture");
+          try {
+            enqueue(ptr, outs);
+          } catch (...) {
+            drv.cuStreamEndCapture(stream, &graph);
+            if (graph) drv.cuGraphDestroy(graph);
+            throw;
+          }
+          check(drv.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
+          CUresult r = drv.cuGraphInstantiateWithFlags(&g.exec, graph, 0);
+          drv.cuGraphDestroy(graph);
+          check(r, "cuGraphInstantiate");
+        } catch (const Error& e) {
+          // Run without graphs from now on; the steps themselves are still good.
+          graphs_failed_ = true;
+          const char* debug = std::getenv("PRISM_DEBUG");
+          if (debug && std::atoi(debug) >= 1) {
+            std::fprintf(stderr, "cuda: graphs disabled for this program: %s\n", e.what());
+          }
+          return false;
+        }
+      }
+      check(drv.cuGraphLaunch(g.exec, stream), "cuGraphLaunch");
+      return true;
+    }
+    // First sighting: remember it (evicting the least recently used) and run directly.
+    if (graphs_.size() >= kMaxGraphs) {
+      auto lru = std::min_element(graphs_.begin(), graphs_.end(), [](const auto& a, const auto& b) {
+        return a.last_use < b.last_use;
+      });
+      graphs_.erase(lru);
+    }
+    graphs_.push_back(GraphEntry{std::move(key), nullptr, ++clock_});
+    return false;
+  }
+
+  struct GraphEntry {
+    std::vector<CUdeviceptr> key;
+    CUgraphExec exec = nullptr;
+    uint64_t last_use = 0;
+    GraphEntry(std::vector<CUdeviceptr> k, CUgraphExec e, uint64_t t)
+        : key(std::move(k)), exec(e), last_use(t) {}
+    GraphEntry(GraphEntry&& o) noexcept
+        : key(std::move(o.key)), exec(std::exchange(o.exec, nullptr)), last_use(o.last_use) {}
+    GraphEntry& operator=(GraphEntry&& o) noexcept {
+      std::swap(key, o.key);
+      std::swap(exec, o.exec);
+      last_use = o.last_use;
+      return *this;
+    }
+    ~GraphEntry() {
+      const auto& drv = driver_library();
+      if (exec && drv.ok) drv.api.cuGraphExecDestroy(exec);
+    }
+  };
+  static constexpr size_t kMinGraphSteps = 8;
+  static constexpr size_t kMaxGraphs = 8;
+
+  void print_schedule() const {
+    std::fprintf(stderr, "--- cuda schedule (%zu steps, arena %ld bytes, %s)\n", steps_.size(),
+                 static_cast<long>(arena_bytes_), platform_.arch().c_str());
+    for (const Step& step : steps_) {
+      std::string what;
+      if (step.matmul) {
+        const MatmulShape& m = step.matmul->shape();
+        what =
+            fmt::format("cuBLASLt {} {}x{}x{} batch {}{}{}", name(m.dtype), m.m, m.n, m.k, m.batch,
+                        m.lhs_transposed ? " lhsT" : "", m.rhs_transposed ? " rhsT" : "");
+      } else {
+        for (const KernelCode& k : step.kernels) what += k.name + " ";
+      }
+      std::fprintf(stderr, "%%%d %s <- %s\n", step.value, what.c_str(),
+                   ir::print(graph_, step.value).c_str());
+    }
+  }
+
+  void schedule() {
+    slots_.resize(graph_.size());
+    step_of_.assign(graph_.size(), -1);
+    int parameters = 0;
+    for (ValueId id = 0; id < graph_.size(); ++id) {
+      const ir::Node& n = graph_.node(id);
+      Slot& slot = slots_[id];
+      switch (n.op) {
+        case Op::parameter:
+          slot.kind = Storage::parameter;
+          slot.index = parameters++;
+          continue;
+        case Op::input:
+          slot.kind = Storage::input;
+          slot.index = n.attr<ir::InputAttrs>().index;
+          continue;
+        case Op::constant:
+          slot.kind = Storage::constant;
+          slot.index = static_cast<int>(constants_.size());
+          constants_.push_back(platform_.upload(
+              HostBuffer(n.shape, std::span<const std::byte>(*n.attr<ir::ConstantAttrs>().data))));
+          continue;
+        case Op::reshape:
+          slot.kind = Storage::alias;
+          slot.alias = n.inputs[0];
+          continue;
+        default:
+          break;
+      }
+      if (plan_.virtual_broadcast[id]) continue;
+      if (ir::is_elementwise(n.op) && plan_.groups[plan_.group_of[id]].root != id) continue;
+      Step step{id, step_reads(graph_, plan_, id), {}, {}, nullptr};
+      std::optional<MatmulShape> mm;
+      if (n.op == Op::dot && platform_.cublaslt_handle()) mm = plan_matmul(graph_, n);
+      if (mm) {
+        step.matmul = std::make_unique<Matmul>(*mm, platform_.cublaslt_handle(),
+                                               CudaPlatform::kWorkspaceBytes);
+      } else {
+        step.kernels = generate(graph_, plan_, id, fmt::format("k{}", id));
+      }
+      slot.kind = Storage::arena;
+      step_of_[id] = static_cast<int>(steps_.size());
+      steps_.push_back(std::move(step));
+    }
+  }
+
+  void assign_storage(const CompileSpec& spec) {
+    int end = static_cast<int>(steps_.size());
+    std::vector<int> last_use(graph_.size(), -1);
+    for (int s = 0; s < end; ++s) {
+      for (ValueId r : steps_[s].reads) last_use[root(r)] = std::max(last_use[root(r)], s);
+    }
+    for (ValueId out : graph_.outputs()) last_use[root(out)] = end;
+
+    donated_output_.assign(graph_.outputs().size(), -1);
+    for (size_t k = 0; k < graph_.outputs().size(); ++k) {
+      ValueId v = graph_.outputs()[k];
+      if (slots_[v].kind != Storage::arena) {
+        final_copies_.emplace_back(static_cast<int>(k), v);
+        continue;
+      }
+      slots_[v].kind = Storage::output;
+      slots_[v].index = static_cast<int>(k);
+      const ir::Node& n = graph_.node(v);
+      if (n.op != Op::dynamic_update_slice) continue;
+      ValueId operand = root(n.inputs[0]);
+      const Slot& os = slots_[operand];
+      bool donated = os.kind == Storage::input &&
+                     std::find(spec.donated_inputs.begin(), spec.donated_inputs.end(), os.index) !=
+                         spec.donated_inputs.end();
+      if (donated && last_use[operand] == step_of_[v] &&
+          graph_.node(operand).shape.bytes() == n.shape.bytes() &&
+          std::find(donated_output_.begin(), donated_output_.end(), os.index) ==
+              donated_output_.end()) {
+        slots_[v] = Slot{Storage::input, os.index};
+        donated_output_[k] = os.index;
+      }
+    }
+
+    std::vector<compiler::Lifetime> lifetimes(graph_.size());
+    for (ValueId v = 0; v < graph_.size(); ++v) {
+      if (slots_[v].kind != Storage::arena) continue;
+      compiler::Lifetime& l = lifetimes[v];
+      l.bytes = graph_.node(v).shape.bytes();
+      l.first_step = step_of_[v];
+      l.last_step = std::max(last_use[v], l.first_step);
+      const ir::Node& n = graph_.node(v);
+      if (n.op == Op::dynamic_update_slice || n.op == Op::scatter) {
+        ValueId operand = root(n.inputs[0]);
+        if (slots_[operand].kind == Storage::arena && last_use[operand] == step_of_[v]) {
+          l.reuse_value = operand;
+        }
+      }
+    }
+    // 256-byte alignment: what cuBLASLt's fastest kernels and vector loads assume.
+    std::vector<int64_t> offsets = compiler::plan_memory(lifetimes, &arena_bytes_, 256);
+    for (ValueId v = 0; v < graph_.size(); ++v) {
+      if (slots_[v].kind == Storage::arena) slots_[v].offset = offsets[v];
+    }
+  }
+
+  // One NVRTC compile for every kernel of the executable (each distinct body once), then one
+  // module.
+  void build() {
+    std::vector<const KernelCode*> kernels;
+    for (const Step& step : steps_) {
+      for (const KernelCode& k : step.kernels) kernels.push_back(&k);
+    }
+    if (kernels.empty()) return;
+    std::vector<std::string> names;
+    std::string cubin = compile_cuda(module_source(kernels, &names), platform_.arch());
+    const DriverApi& drv = driver();
+    check(drv.cuModuleLoadData(&module_, cubin.data()), "cuModuleLoadData");
+    size_t next = 0;
+    for (Step& step : steps_) {
+      for (size_t k = 0; k < step.kernels.size(); ++k) {
+        const std::string& name = names[next++];
+        CUfunction f = nullptr;
+        check(drv.cuModuleGetFunction(&f, module_, name.c_str()), name.c_str());
+        step.functions.push_back(f);
+      }
+    }
+  }
+
+  CudaPlatform& platform_;
+  ir::Graph graph_;
+  compiler::FusionPlan plan_;
+  std::vector<Step> steps_;
+  std::vector<Slot> slots_;
+  std::vector<int> step_of_;
+  std::vector<Buffer> constants_;
+  std::vector<int> donated_output_;
+  std::vector<std::pair<int, ValueId>> final_copies_;
+  int64_t arena_bytes_ = 0;
+  std::shared_ptr<CudaMemory> arena_;
+  CUmodule module_ = nullptr;
+  std::vector<GraphEntry> graphs_;
+  uint64_t clock_ = 0;
+  bool graphs_failed_ = false;
+  std::mutex mutex_;
+};
+
+}  // namespace
+
+std::unique_ptr<ExecutableImpl> make_cuda_executable(CudaPlatform& platform, const ir::Graph& graph,
+                                                     const CompileSpec& spec) {
+  return std::make_unique<CudaExecutable>(platform, graph, spec);
+}
+
+}  // namespace prism::cuda

@@ -55,11 +55,6 @@ step "nvidia-smi" 30 nvidia-smi
 step "missing libraries" 10 bash -c "! ldd '$bin/prism' '$bin/prism-unit-tests' '$bin/prism-bench' | grep 'not found'"
 step "prism info" 60 bash -c "'$bin/prism' info && '$bin/prism' info | grep -q '^  cuda     available'"
 
-# The unit tests: the op harness compares every available platform (cuda here) with the CPU,
-# and the CUDA codegen tests compile every kernel with NVRTC.
-step "op harness + cuda tests" 300 "$bin/prism-unit-tests" \
-  --gtest_filter='Ops.*:Composites.*:EmptyTensor.*:Cuda*:AllDTypes/*' --gtest_brief=1
-
 # MNIST: the same accuracy on cuda as on the CPU.
 mnist=(--eval --weights="$data/models/mnist/mlp.safetensors"
   --images="$data/models/mnist/test-images-idx3-ubyte" --labels="$data/models/mnist/test-labels-idx1-ubyte")
@@ -102,6 +97,11 @@ fi
 step "bench dot (cuda)" 180 "$bin/prism-bench" --platform=cuda dot
 step "bench elementwise (cuda)" 120 "$bin/prism-bench" --platform=cuda elementwise
 step "bench llm (cuda)" 240 "$bin/prism-bench" --platform=cuda llm
+
+# Last, as the longest: the unit tests. The op harness compares every available platform
+# (cuda here) with the CPU, and the CUDA codegen tests compile every kernel with NVRTC.
+step "op harness + cuda tests" 300 "$bin/prism-unit-tests" \
+  --gtest_filter='Ops.*:Composites.*:EmptyTensor.*:Cuda*:AllDTypes/*' --gtest_brief=1
 
 {
   echo

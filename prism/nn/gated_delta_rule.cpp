@@ -1,5 +1,6 @@
 // Tracing of the gated delta rule composite: validation by tag, the operands brought to the
 // IR's layout, one node whose rows hold the outputs and then the final state.
+#include <algorithm>
 #include <string>
 
 #include "prism/core/error.h"
@@ -81,7 +82,7 @@ GatedDeltaRuleResult gated_delta_rule(const Tensor& q, const Tensor& k, const Te
   std::vector<Dim> packed_dims{{b_tag, b}, {h, heads}, {Tag("__rows"), len + kdim}, {dv, vdim}};
   Shape packed(dtype, packed_dims, op);
   Tensor y = make_node(Node{ir::Op::gated_delta_rule, packed, inputs,
-                            ir::GatedDeltaRuleAttrs{len > 1 ? o.chunk : 0}});
+                            ir::GatedDeltaRuleAttrs{len > 1 ? std::min(o.chunk, len) : 0}});
 
   // Back to the callers' tags: outputs in v's order and dtype, the state in its own order.
   std::vector<Dim> batch_dims;

@@ -12,6 +12,7 @@
 
 #include "prism/llm/engine.h"
 #include "tests/unit/io_test_util.h"
+#include "tests/unit/platforms.h"
 #include "tests/unit/test_util.h"
 
 namespace prism {
@@ -95,6 +96,20 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Qwen3_5Reference,
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });
+
+// Backends without a gated delta rule kernel run its decompositions (chunked for the prompt,
+// recurrent for each new token): the same logits and continuation.
+TEST(Qwen3_5, RunsThroughTheDecompositions) {
+  Reference ref = reference("tiny-bf16-tied");
+  testing::DecomposingCpu decomposed;
+  llm::Engine engine(fixture("tiny-bf16-tied"), decomposed, options());
+  std::vector<float> logits = engine.feed(ref.prompt);
+  for (auto [id, want] : ref.first_logits) {
+    EXPECT_NEAR(logits[id], want, 1e-3 * std::max(1.0, std::abs(want))) << "token " << id;
+  }
+  EXPECT_EQ(greedy(engine, logits, 4),
+            std::vector<int32_t>(ref.greedy.begin(), ref.greedy.begin() + 4));
+}
 
 // Computing in bf16 rounds every activation to 8 bits of mantissa: logits (up to ~8 here) move
 // by up to ~0.1.

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "prism/core/error.h"
+#include "prism/models/lfm2.h"
 #include "prism/models/llama.h"
 #include "prism/models/qwen3_5.h"
 
@@ -22,6 +23,7 @@ constexpr Architecture kArchitectures[] = {
     {"llama", make_llama},
     {"qwen3_5", make_qwen3_5},
     {"qwen3_5_text", make_qwen3_5},  // a text-only Qwen3_5ForCausalLM checkpoint
+    {"lfm2", make_lfm2},
 };
 
 }  // namespace

@@ -143,7 +143,7 @@ std::vector<StateSpec> Qwen3_5::state_specs(int64_t seqlen) const {
   std::vector<StateSpec> specs;
   for (Qwen3_5Config::Layer layer : c.layers) {
     if (layer == Qwen3_5Config::Layer::linear_attention) {
-      specs.push_back({Shape(dtype_, {{"t", c.conv_kernel - 1}, {"c", c.conv_channels()}}), false});
+      specs.push_back({Shape(dtype_, {{"s", c.conv_kernel - 1}, {"c", c.conv_channels()}}), false});
       specs.push_back({Shape(DType::f32, {{"h", c.linear_value_heads},
                                           {"dk", c.linear_key_dim},
                                           {"dv", c.linear_value_dim}}),
@@ -172,19 +172,6 @@ Tensor Qwen3_5::norm(const Tensor& x, const std::string& name, Tag tag) const {
   return x.rms_norm(tag, config_.rms_norm_eps) * (weight(name, {{tag, x.size(tag)}}) + 1.0);
 }
 
-std::pair<Tensor, Tensor> causal_conv_with_state(const Tensor& x, const Tensor& state,
-                                                 const Tensor& weight, const Tensor& last, Tag time,
-                                                 Tag channel) {
-  const int64_t taps = state.size(time), len = x.size(time);
-  Tensor all = concat({state, x.transpose({time, channel})}, time);  // {taps + len, c}
-  Tensor out;
-  for (int64_t j = 0; j <= taps; ++j) {
-    Tensor term = all.slice(time, j, len) * weight.slice("j", j, 1).sum("j");
-    out = j == 0 ? term : out + term;
-  }
-  return {out, all.dynamic_slice(time, last + 1, taps)};
-}
-
 Tensor Qwen3_5::linear_attention(const Tensor& x, const std::string& p, const Tensor& last,
                                  const Tensor& conv_state, const Tensor& recurrent_state,
                                  std::vector<Tensor>& states) const {
@@ -192,15 +179,16 @@ Tensor Qwen3_5::linear_attention(const Tensor& x, const std::string& p, const Te
   const int64_t d = c.hidden_size, nk = c.linear_key_heads, nv = c.linear_value_heads;
   const int64_t dk = c.linear_key_dim, dv = c.linear_value_dim, channels = c.conv_channels();
   const int64_t len = x.size("s");
-  Tensor qkv = linear(x, p + "in_proj_qkv.weight", "d", "c", channels).rename({{"s", "t"}});
-  Tensor kernel =
-      weight(p + "conv1d.weight", {{"c", channels}, {"one", 1}, {"j", c.conv_kernel}}).sum("one");
-  auto [conv, conv_next] = causal_conv_with_state(qkv, conv_state, kernel, last, "t", "c");
-  states.push_back(conv_next);
-  conv = conv.silu().rename({{"t", "s"}});
-  Tensor q = conv.slice("c", 0, nk * dk).split("c", {{"h", nk}, {"dk", dk}});
-  Tensor k = conv.slice("c", nk * dk, nk * dk).split("c", {{"h", nk}, {"dk", dk}});
-  Tensor v = conv.slice("c", 2 * nk * dk, nv * dv).split("c", {{"h", nv}, {"dv", dv}});
+  Tensor qkv = linear(x, p + "in_proj_qkv.weight", "d", "c", channels);  // {s, c}
+  // The depthwise causal convolution over q, k, v, carrying its last kernel - 1 inputs.
+  Tensor kernel = weight(p + "conv1d.weight", {{"c", channels}, {"one", 1}, {"tap", c.conv_kernel}})
+                      .reshape(Shape(dtype_, {{"c", channels}, {"tap", c.conv_kernel}}));
+  nn::ShortConvResult conv = nn::short_conv(qkv, conv_state, kernel, last, "s", "c", "tap");
+  states.push_back(conv.state);
+  Tensor mixed = conv.y.silu();
+  Tensor q = mixed.slice("c", 0, nk * dk).split("c", {{"h", nk}, {"dk", dk}});
+  Tensor k = mixed.slice("c", nk * dk, nk * dk).split("c", {{"h", nk}, {"dk", dk}});
+  Tensor v = mixed.slice("c", 2 * nk * dk, nv * dv).split("c", {{"h", nv}, {"dv", dv}});
   // q and k L2-normalized in f32 (eps 1e-6), q scaled by 1/sqrt(dk).
   auto l2 = [](const Tensor& t) {
     Tensor f = t.convert(DType::f32);

@@ -61,7 +61,7 @@ class Qwen3_5 : public CausalLM {
   const Qwen3_5Config& config() const { return config_; }
   const ModelInfo& info() const override { return info_; }
 
-  // Per layer, in order: a linear-attention layer holds its convolution state {t = kernel - 1
+  // Per layer, in order: a linear-attention layer holds its convolution state {s = kernel - 1
   // inputs, c} and its recurrent state (f32 {h, dk, dv}); a full-attention layer its keys
   // and values {h = kv heads, k = seqlen, hd}.
   std::vector<StateSpec> state_specs(int64_t seqlen) const override;
@@ -90,15 +90,5 @@ class Qwen3_5 : public CausalLM {
 // make_causal_lm's entry for model_type "qwen3_5" (and "qwen3_5_text").
 std::unique_ptr<CausalLM> make_qwen3_5(const nlohmann::json& config, std::string_view source,
                                        DType dtype);
-
-// A depthwise causal convolution over `time` that carries its state across calls: the
-// window x {time, channel} follows the state's taps {time = kernel - 1, channel}, and output
-// i is sum_j weight[channel, j] * (state ++ x)[i + j] for weight {channel, j = kernel}. The new
-// state is the kernel - 1 inputs ending at index `last` of x (later ones are padding).
-// Returns {output, new state}. Written with primitives; a composite for it (with its own
-// kernels) can replace this function without changing its callers.
-std::pair<Tensor, Tensor> causal_conv_with_state(const Tensor& x, const Tensor& state,
-                                                 const Tensor& weight, const Tensor& last, Tag time,
-                                                 Tag channel);
 
 }  // namespace prism::models

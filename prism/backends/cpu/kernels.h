@@ -29,6 +29,9 @@ Kernel make_nn_kernel(const ir::Graph& graph, ir::ValueId id);      // kernels_n
 // kernels_gated_delta.cpp
 Kernel make_gated_delta_kernel(const ir::Graph& graph, ir::ValueId id);
 
+// The causal short convolution (LFM 2), kernels_short_conv.cpp.
+Kernel make_short_conv_kernel(const ir::Graph& graph, ir::ValueId id);
+
 // Copies the elements of a strided view into another: for each index of `shape`,
 // dst[dst_offset + sum(i*dst_stride)] = src[src_offset + sum(i*src_stride)], in elements of
 // `elem` bytes. Parallel over outer rows.

@@ -100,6 +100,100 @@ Tensor attention(const std::vector<Tensor>& in, const ir::AttentionAttrs& a) {
       .convert(in[0].dtype());
 }
 
+// `t` without `tag`, which has size 1.
+Tensor drop(const Tensor& t, Tag tag) {
+  std::vector<Dim> dims;
+  for (const Dim& d : t.shape().dims())
+    if (d.tag != tag) dims.push_back(d);
+  return t.reshape(Shape(t.dtype(), dims));
+}
+
+// The gated delta rule, q/k {b,kh,s,d} v {b,h,s,e} g/beta {b,h,s} state {b,h,d,e} -> {b,h,s+d,e}.
+// Value heads are split {kh, r} so each reads its key head by broadcasting. Token by token
+// for chunk 0; else the chunked form, with the triangular system of each chunk solved by
+// forward substitution one row at a time (for all chunks at once) and the chunks chained.
+Tensor gated_delta_rule(const std::vector<Tensor>& in, const ir::GatedDeltaRuleAttrs& a) {
+  DType ct = compute_dtype(in[0].dtype());
+  Tensor q = named(in[0], {"b", "kh", "s", "d"}).convert(ct);
+  Tensor k = named(in[1], {"b", "kh", "s", "d"}).convert(ct);
+  const int64_t hk = q.size("kh"), heads = in[2].shape().size(1), rep = heads / hk;
+  const int64_t len = q.size("s"), dk = q.size("d");
+  auto by_key_head = [&](const Tensor& t, std::initializer_list<Tag> tags) {
+    return named(t, tags).convert(ct).split("h", {{"kh", hk}, {"r", rep}});
+  };
+  Tensor v = by_key_head(in[2], {"b", "h", "s", "e"});
+  Tensor g = by_key_head(in[3], {"b", "h", "s"});
+  Tensor beta = by_key_head(in[4], {"b", "h", "s"});
+  Tensor state = by_key_head(in[5], {"b", "h", "d", "e"});  // {b,kh,r,d,e}
+  std::vector<Tensor> outs;
+  if (a.chunk == 0) {
+    for (int64_t t = 0; t < len; ++t) {
+      auto at = [&](const Tensor& x) { return drop(x.slice("s", t, 1), "s"); };
+      Tensor kt = at(k), bt = at(beta);
+      state = state * at(g).exp();
+      Tensor delta = (at(v) - state.dot(kt, "d")) * bt;  // {b,kh,r,e}
+      state = state + kt * delta;
+      outs.push_back(state.dot(at(q), "d").insert("s", 1, 3));  // {b,kh,r,s,e}
+    }
+  } else {
+    const int64_t c = a.chunk, chunks = (len + c - 1) / c, pad = chunks * c - len;
+    // Padding tokens (g = 0, beta = 0) leave the state alone; their outputs are dropped.
+    auto blocks = [&](const Tensor& x) {
+      return x.pad("s", 0, pad).split("s", {{"n", chunks}, {"c", c}});
+    };
+    Tensor qc = blocks(q).insert("r", rep, 2), kc = blocks(k).insert("r", rep, 2);
+    Tensor vc = blocks(v), bc = blocks(beta), gc = blocks(g).cumsum("c");  // {b,kh,r,n,c}
+    Tensor ii = Tensor::iota(Shape(DType::i32, {{"i", c}}), "i");
+    Tensor jj = Tensor::iota(Shape(DType::i32, {{"j", c}}), "j");
+    Tensor zero = Tensor::scalar(0, ct);
+    auto decay = [&](bool strict) {  // exp(gc_i - gc_j) where j <= i (j < i), else 0
+      Tensor keep = strict ? gt(ii, jj) : ge(ii, jj);
+      Tensor diff = gc.rename({{"c", "i"}}) - gc.rename({{"c", "j"}});
+      return select(keep, select(keep, diff, zero).exp(), zero);
+    };
+    Tensor kb = kc * bc;
+    Tensor kj = kc.rename({{"c", "j"}});
+    Tensor system = kb.rename({{"c", "i"}}).dot(kj, "d") * decay(true);   // {.., n, i, j}
+    Tensor scores = qc.rename({{"c", "i"}}).dot(kj, "d") * decay(false);  // {.., n, i, j}
+    // inverse = (I + system)^-1, row by row: row_i = e_i - system[i, :i] . rows[:i], for
+    // every chunk at once; rows {b,kh,r,n,m,j}.
+    std::vector<Dim> row_dims(system.shape().dims().begin(), system.shape().dims().end());
+    row_dims[row_dims.size() - 2] = {"m", 1};
+    const Shape row_shape(ct, row_dims);
+    Tensor inverse;
+    for (int64_t i = 0; i < c; ++i) {
+      Tensor unit =
+          eq(jj, Tensor::scalar(double(i), DType::i32)).convert(ct).broadcast_to(row_shape);
+      if (i == 0) {
+        inverse = unit;
+        continue;
+      }
+      Tensor coeff = system.slice("i", i, 1).slice("j", 0, i).rename({{"i", "m2"}, {"j", "m"}});
+      Tensor row = unit - coeff.dot(inverse, "m").rename({{"m2", "m"}});
+      inverse = concat({inverse, row}, "m");
+    }
+    inverse = inverse.rename({{"m", "i"}});
+    Tensor egc = gc.exp();
+    Tensor values = inverse.dot((vc * bc).rename({{"c", "j"}}), "j");  // {.., n, i, e}
+    Tensor reads = inverse.dot((kb * egc).rename({{"c", "j"}}), "j");  // {.., n, i, d}
+    Tensor last = drop(gc.slice("c", c - 1, 1), "c");                  // {b,kh,r,n}
+    Tensor kdecayed = kc * (last - gc).exp();                          // {.., n, c, d}
+    Tensor qdecayed = qc * egc;                                        // {.., n, c, d}
+    for (int64_t n = 0; n < chunks; ++n) {
+      auto at = [&](const Tensor& x) { return drop(x.slice("n", n, 1), "n"); };
+      Tensor fresh = at(values) - at(reads).dot(state, "d");  // {b,kh,r,i,e}
+      Tensor o = at(qdecayed).rename({{"c", "i"}}).dot(state, "d") +
+                 at(scores).dot(fresh.rename({{"i", "j"}}), "j");
+      state = state * at(last).exp() + at(kdecayed).rename({{"c", "i"}}).dot(fresh, "i");
+      outs.push_back(o.transpose({"b", "kh", "r", "i", "e"}).rename({{"i", "s"}}));
+    }
+  }
+  Tensor y = concat(outs, "s").slice("s", 0, len);
+  Tensor packed =
+      concat({y, state.transpose({"b", "kh", "r", "d", "e"}).rename({{"d", "s"}})}, "s");
+  return positional(packed.merge({"kh", "r"}, "h")).convert(in[0].dtype());
+}
+
 // x {b,s,c}, state {b,k,c}, weight {k+1,c}: y[t] = sum_j weight[j] * concat(state, x)[t + j].
 Tensor short_conv(const Tensor& x, const Tensor& state, const Tensor& weight) {
   DType ct = compute_dtype(x.dtype());
@@ -129,6 +223,8 @@ Tensor decompose_node(const ir::Node& n, const std::vector<Tensor>& in) {
       return rope(in[0], in[1], in[2], n.attr<ir::RopeAttrs>().interleaved);
     case Op::attention:
       return attention(in, n.attr<ir::AttentionAttrs>());
+    case Op::gated_delta_rule:
+      return gated_delta_rule(in, n.attr<ir::GatedDeltaRuleAttrs>());
     case Op::short_conv:
       return short_conv(in[0], in[1], in[2]);
     default:

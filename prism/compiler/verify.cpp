@@ -35,6 +35,8 @@ int expected_arity(const ir::Node& n) {
       return 2 + n.shape.rank();
     case Op::concatenate:
       return -1;  // any
+    case Op::gated_delta_rule:
+      return 6;
     case Op::attention: {
       const auto& a = n.attr<ir::AttentionAttrs>();
       return 3 + a.has_mask + a.has_offset;

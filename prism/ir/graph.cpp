@@ -92,6 +92,8 @@ std::string attrs_str(const Node& n) {
         } else if constexpr (std::is_same_v<A, AttentionAttrs>) {
           return fmt::format(" scale={}{}{}", a.scale, a.causal ? " causal" : "",
                              a.window ? fmt::format(" window={}", a.window) : "");
+        } else if constexpr (std::is_same_v<A, GatedDeltaRuleAttrs>) {
+          return a.chunk ? fmt::format(" chunk={}", a.chunk) : std::string(" recurrent");
         } else {
           return "";
         }
@@ -173,6 +175,8 @@ void hash_into(Hasher& h, const Node& n) {
         } else if constexpr (std::is_same_v<A, AttentionAttrs>) {
           h.value(a.scale), h.value(a.causal), h.value(a.window), h.value(a.has_mask),
               h.value(a.has_offset);
+        } else if constexpr (std::is_same_v<A, GatedDeltaRuleAttrs>) {
+          h.value(a.chunk);
         }
       },
       n.attrs);

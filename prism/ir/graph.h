@@ -105,9 +105,17 @@ struct AttentionAttrs {  // q {B,Hq,Sq,D} k {B,Hkv,Sk,D} v {B,Hkv,Sk,Dv} [mask {
   bool operator==(const AttentionAttrs&) const = default;
 };
 
+// q {B,Hk,S,Dk} k {B,Hk,S,Dk} v {B,H,S,Dv} g {B,H,S} beta {B,H,S} state {B,H,Dk,Dv}, all of
+// the output's dtype. Output {B,H,S+Dk,Dv}: rows 0..S-1 of each head are the outputs, the Dk
+// rows after them the final state.
+struct GatedDeltaRuleAttrs {
+  int64_t chunk = 0;  // 0: token by token; else the chunked form over blocks of `chunk`
+  bool operator==(const GatedDeltaRuleAttrs&) const = default;
+};
+
 using Attrs = std::variant<std::monostate, ParameterAttrs, InputAttrs, ConstantAttrs, AxisAttrs,
                            AxesAttrs, DotAttrs, SliceAttrs, PadAttrs, ScatterAttrs, ConvAttrs,
-                           ArgsortAttrs, NormAttrs, RopeAttrs, AttentionAttrs>;
+                           ArgsortAttrs, NormAttrs, RopeAttrs, AttentionAttrs, GatedDeltaRuleAttrs>;
 
 struct Node {
   Op op;

@@ -6,6 +6,7 @@
 #include "prism/core/error.h"
 #include "prism/models/lfm2.h"
 #include "prism/models/llama.h"
+#include "prism/models/qwen3_5.h"
 
 namespace prism::models {
 namespace {
@@ -20,6 +21,8 @@ struct Architecture {
 // One line per architecture: config.json's model_type and the model's factory.
 constexpr Architecture kArchitectures[] = {
     {"llama", make_llama},
+    {"qwen3_5", make_qwen3_5},
+    {"qwen3_5_text", make_qwen3_5},  // a text-only Qwen3_5ForCausalLM checkpoint
     {"lfm2", make_lfm2},
 };
 

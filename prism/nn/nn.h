@@ -43,6 +43,32 @@ struct AttentionOptions {
 // with k and v. Result: q's tags, with v's head dim.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o);
 
+// The gated delta rule (Gated DeltaNet, the linear attention of Qwen 3.5 and Qwen3-Next):
+// for each value head a state S {dk, dv} that every token decays and then corrects,
+//   S <- exp(g) S;   S <- S + k (beta (v - S^T k))^T;   out = S^T q,
+// over the sequence from `state`. q and k have key heads, v / g / beta / state value heads;
+// value head h reads key head h / (value heads / key heads). No normalization or scaling is
+// applied to q or k here. `chunk` picks the algorithm: 0 runs the recurrence token by token
+// (decode); C > 0 runs the chunked form over blocks of C tokens (prefill), equal up to
+// rounding. A token with g = 0 and beta = 0 leaves the state as it is (padding).
+struct GatedDeltaRuleOptions {
+  Tag head = "h";        // key heads in q, k; value heads in v, g, beta, state
+  Tag seq = "s";         // tokens in q, k, v, g, beta
+  Tag key_dim = "dk";    // in q, k and the state's rows
+  Tag value_dim = "dv";  // in v and the state's columns
+  int64_t chunk = 64;
+};
+struct GatedDeltaRuleResult {
+  Tensor out;    // v's tags and dtype: {batch..., h, s, dv} in v's order
+  Tensor state;  // the state after the last token: state's tags and dtype
+};
+// q, k {batch..., hk, s, dk}, v {batch..., h, s, dv}, g, beta {batch..., h, s},
+// state {batch..., h, dk, dv}; the batch tags are any others, shared by all. Computes in the
+// state's dtype (f32 for half inputs is the usual choice).
+GatedDeltaRuleResult gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& g, const Tensor& beta, const Tensor& state,
+                                      const GatedDeltaRuleOptions& o = {});
+
 // Causal short convolution (LFM 2's): a depthwise convolution along `seq` over the inputs
 // before each position, the last (taps - 1) of which come from a carried state.
 //   y[t, c] = sum_j weight[c, j] * w[t + j, c],  w = concat(state, x) along seq,

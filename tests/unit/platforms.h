@@ -23,10 +23,28 @@ class DecomposingCpu : public Platform {
   HostBuffer download(const Buffer& b) override { return cpu().download(b); }
   bool supports(const ir::Node&) const override { return false; }
   std::unique_ptr<ExecutableImpl> compile(const ir::Graph& g, const CompileSpec& s) override {
-    return cpu().compile(g, s);
+    return std::make_unique<Rehomed>(cpu().compile(g, s), this);
   }
 
  private:
+  // The CPU's executable, its outputs on this platform (so that they can be fed back, as a
+  // decode loop does with its states).
+  class Rehomed : public ExecutableImpl {
+   public:
+    Rehomed(std::unique_ptr<ExecutableImpl> exe, DecomposingCpu* home)
+        : exe_(std::move(exe)), home_(home) {}
+    std::vector<Buffer> call(std::span<const Buffer> params,
+                             std::span<const Buffer> inputs) override {
+      std::vector<Buffer> out = exe_->call(params, inputs);
+      for (Buffer& b : out) b = home_->rehome(b);
+      return out;
+    }
+
+   private:
+    std::unique_ptr<ExecutableImpl> exe_;
+    DecomposingCpu* home_;
+  };
+
   static Platform& cpu() { return get_platform("cpu"); }
   Buffer rehome(const Buffer& b) { return Buffer(b.shape(), b.shared_memory(), this); }
 };

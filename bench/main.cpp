@@ -1,8 +1,11 @@
-// prism-bench [FILTER...]: runs the benchmarks whose name contains one of the filters (all
-// when none is given) and prints one table each.
+// prism-bench [--NAME=VALUE...] [FILTER...]: runs the benchmarks whose name contains one of the
+// filters (all when none is given) and prints one table each; options go to the benchmarks
+// that read them (bench::option).
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <map>
+#include <string>
 
 #include "bench/bench.h"
 
@@ -10,6 +13,18 @@ namespace prism::bench {
 std::vector<Benchmark>& registry() {
   static std::vector<Benchmark> all;
   return all;
+}
+
+namespace {
+std::map<std::string, std::string, std::less<>>& options() {
+  static std::map<std::string, std::string, std::less<>> all;
+  return all;
+}
+}  // namespace
+
+std::string option(std::string_view name, std::string_view fallback) {
+  auto it = options().find(name);
+  return it == options().end() ? std::string(fallback) : it->second;
 }
 }  // namespace prism::bench
 
@@ -19,10 +34,20 @@ int main(int argc, char** argv) {
     for (const auto& b : all) std::printf("%-16s %s\n", b.name.c_str(), b.help.c_str());
     return 0;
   }
+  std::vector<std::string> filters;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    size_t eq = arg.find('=');
+    if (arg.starts_with("--") && eq != std::string::npos) {
+      prism::bench::options()[arg.substr(2, eq - 2)] = arg.substr(eq + 1);
+    } else {
+      filters.push_back(arg);
+    }
+  }
   try {
     for (const auto& b : all) {
-      bool chosen = argc == 1;
-      for (int i = 1; i < argc; ++i) chosen = chosen || b.name.find(argv[i]) != std::string::npos;
+      bool chosen = filters.empty();
+      for (const auto& f : filters) chosen = chosen || b.name.find(f) != std::string::npos;
       if (!chosen) continue;
       std::printf("== %s: %s\n", b.name.c_str(), b.help.c_str());
       b.run();

@@ -5,7 +5,7 @@
 // (every token reads every weight once): bandwidth measured in the same run / bytes per token.
 // Greedy tokens of both are compared: the same ids show that both run the same model.
 //
-//   prism-bench llm [--model=DIR] [--repeats=N]
+//   prism-bench llm [--model=DIR] [--repeats=N] [--llamacpp=0] [--zero-copy=0]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -45,6 +45,7 @@ double median(std::vector<double> v) {
 struct Run {
   double prefill_tok_s = 0, decode_tok_s = 0;
   std::vector<int32_t> greedy_long, greedy_short;
+  std::vector<int32_t> forced_short;  // llama.cpp's next ids when fed prism's greedy_short
 };
 
 // The checkpoint, written by tools/make_bench_llama.py on first use.
@@ -110,13 +111,14 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 
 // llama.cpp through node-llama-cpp; nothing when the package is not installed.
 std::optional<Run> run_llamacpp(const std::string& dir, int threads,
-                                const std::vector<int32_t>& prompt) {
+                                const std::vector<int32_t>& prompt, const Run& prism) {
   std::string npm = PRISM_NPM_DIR;
+  if (option("llamacpp", "1") == "0") return std::nullopt;
   if (!std::filesystem::exists(npm + "/node-llama-cpp/package.json")) return std::nullopt;
   std::string command =
-      fmt::format("node '{}/bench/llm_llamacpp_peer.mjs' '{}' '{}/model.gguf' {} {} {} {} {} 3",
+      fmt::format("node '{}/bench/llm_llamacpp_peer.mjs' '{}' '{}/model.gguf' {} {} {} {} {} 3 {}",
                   PRISM_SOURCE_DIR, npm, dir, threads, join(prompt), kDecodeSteps,
-                  join(kShortPrompt), kShortSteps);
+                  join(kShortPrompt), kShortSteps, join(prism.greedy_short));
   std::map<std::string, std::string> lines;
   if (FILE* pipe = popen(command.c_str(), "r")) {
     char buf[1 << 16];
@@ -126,7 +128,7 @@ std::optional<Run> run_llamacpp(const std::string& dir, int threads,
       size_t space = line.find(' ');
       if (space != std::string::npos) lines[line.substr(0, space)] = line.substr(space + 1);
     }
-    PRISM_CHECK(pclose(pipe) == 0 && lines.size() == 4,
+    PRISM_CHECK(pclose(pipe) == 0 && lines.size() == 5,
                 "llm: the llama.cpp peer (bench/llm_llamacpp_peer.mjs) failed");
   }
   Run run;
@@ -134,6 +136,7 @@ std::optional<Run> run_llamacpp(const std::string& dir, int threads,
   run.decode_tok_s = std::stod(lines.at("decode_tok_s"));
   run.greedy_long = parse_ids(lines.at("greedy_long"));
   run.greedy_short = parse_ids(lines.at("greedy_short"));
+  run.forced_short = parse_ids(lines.at("forced_short"));
   return run;
 }
 
@@ -159,7 +162,9 @@ void llm_bench() {
   ensure_checkpoint(dir);
   Platform& cpu = get_platform("cpu");
   int threads = static_cast<cpu::CpuPlatform&>(cpu).pool().size();
-  llm::Engine engine(dir, cpu, {.seqlen = 1024, .dtype = DType::bf16, .load = {}});
+  llm::EngineOptions options{.seqlen = 1024, .dtype = DType::bf16, .load = {}};
+  options.load.zero_copy = option("zero-copy", "1") != "0";
+  llm::Engine engine(dir, cpu, options);
   double bytes = weight_bytes_per_token(engine.config(), DType::bf16);
   std::vector<int32_t> prompt = long_prompt();
 
@@ -170,7 +175,7 @@ void llm_bench() {
     triad.push_back(measure_triad_gbps(threads));
     read.push_back(measure_read_gbps(threads));
     last[0] = run_prism(engine, prompt);
-    std::optional<Run> l = run_llamacpp(dir, threads, prompt);
+    std::optional<Run> l = run_llamacpp(dir, threads, prompt, last[0]);
     peer = l.has_value();
     if (peer) last[1] = *l;
     for (int s = 0; s < (peer ? 2 : 1); ++s) {
@@ -218,8 +223,15 @@ void llm_bench() {
       "prompt, %zu of %zu after the 512-token one\n",
       agreeing(last[0].greedy_short, last[1].greedy_short), last[0].greedy_short.size(),
       agreeing(last[0].greedy_long, last[1].greedy_long), last[0].greedy_long.size());
+  size_t forced = 0;
+  for (size_t i = 0; i < last[1].forced_short.size(); ++i)
+    forced += last[1].forced_short[i] == last[0].greedy_short[i];
   std::printf("  prism     %s\n  llama.cpp %s\n", join(last[0].greedy_short).c_str(),
               join(last[1].greedy_short).c_str());
+  std::printf(
+      "fed prism's ids after the short prompt, llama.cpp's most likely next id is prism's "
+      "at %zu of %zu steps\n",
+      forced, last[1].forced_short.size());
 }
 
 const Register kLlm{"llm", "Llama 3.2 1B-shaped decode and prefill, side by side with llama.cpp",

@@ -17,6 +17,7 @@
 #include "bench/bench.h"
 #include "prism/backends/cpu/cpu_platform.h"
 #include "prism/core/error.h"
+#include "prism/io/store.h"
 #include "prism/llm/engine.h"
 
 namespace prism::bench {
@@ -140,14 +141,6 @@ std::optional<Run> run_llamacpp(const std::string& dir, int threads,
   return run;
 }
 
-// Bytes of weights one decode step reads: every matrix, the norms, the logits' matrix (the
-// embedding when tied), and one row of the embedding.
-double weight_bytes_per_token(const models::LlamaConfig& c, DType dtype) {
-  int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
-  int64_t layer = d * (q + 2 * kv) + q * d + 3 * d * c.intermediate_size + 2 * d;
-  return static_cast<double>(c.num_layers * layer + d + c.vocab_size * d + d) * size_of(dtype);
-}
-
 // How many leading ids agree.
 size_t agreeing(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   size_t n = 0;
@@ -165,7 +158,9 @@ void llm_bench() {
   llm::EngineOptions options{.seqlen = 1024, .dtype = DType::bf16, .load = {}};
   options.load.zero_copy = option("zero-copy", "1") != "0";
   llm::Engine engine(dir, cpu, options);
-  double bytes = weight_bytes_per_token(engine.config(), DType::bf16);
+  // A decode step reads every stored weight once (the tied embedding for the logits; its one
+  // row for the input is not counted), all in bf16 as stored.
+  double bytes = static_cast<double>(io::Store::open(dir).total_bytes());
   std::vector<int32_t> prompt = long_prompt();
 
   std::vector<double> triad, read, prefill[2], decode[2];

@@ -84,7 +84,7 @@ std::vector<int32_t> generate(prism::llm::Engine& engine, prism::llm::Sampler& s
                               std::span<const int32_t> prompt, const Options& o,
                               prism::llm::StreamingDetokenizer* detok,
                               std::vector<int32_t>& history, Stats& stats) {
-  const auto& eos = engine.config().eos_token_ids;
+  const auto& eos = engine.info().eos_token_ids;
   auto t0 = Clock::now();
   std::vector<float> logits = engine.feed(prompt);
   stats.prefill_ms += ms_since(t0);

@@ -100,6 +100,22 @@ Tensor attention(const std::vector<Tensor>& in, const ir::AttentionAttrs& a) {
       .convert(in[0].dtype());
 }
 
+// x {b,s,c}, state {b,k,c}, weight {k+1,c}: y[t] = sum_j weight[j] * concat(state, x)[t + j].
+Tensor short_conv(const Tensor& x, const Tensor& state, const Tensor& weight) {
+  DType ct = compute_dtype(x.dtype());
+  Tensor window = concat({named(state, {"b", "s", "c"}), named(x, {"b", "s", "c"})}, "s");
+  window = window.convert(ct);
+  Tensor w = named(weight, {"j", "c"}).convert(ct);
+  int64_t taps = w.size("j"), len = x.shape().size(1);
+  Tensor y;
+  for (int64_t j = 0; j < taps; ++j) {
+    Tensor term =
+        window.slice("s", j, len) * w.slice("j", j, 1).reshape(Shape(ct, {{"c", w.size("c")}}));
+    y = j == 0 ? term : y + term;
+  }
+  return positional(y).convert(x.dtype());
+}
+
 Tensor decompose_node(const ir::Node& n, const std::vector<Tensor>& in) {
   switch (n.op) {
     case Op::softmax:
@@ -113,6 +129,8 @@ Tensor decompose_node(const ir::Node& n, const std::vector<Tensor>& in) {
       return rope(in[0], in[1], in[2], n.attr<ir::RopeAttrs>().interleaved);
     case Op::attention:
       return attention(in, n.attr<ir::AttentionAttrs>());
+    case Op::short_conv:
+      return short_conv(in[0], in[1], in[2]);
     default:
       fail("decompose: {} is not a composite", ir::op_name(n.op));
   }

@@ -27,6 +27,7 @@ int expected_arity(const ir::Node& n) {
       return 2;
     case Op::scatter:
     case Op::rope:
+    case Op::short_conv:
       return 3;
     case Op::dynamic_slice:
       return 1 + n.shape.rank();

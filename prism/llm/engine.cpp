@@ -26,36 +26,42 @@ constexpr int64_t kWindows[] = {1, 16, 64, 256, 512, 1024};
 Engine::Engine(const std::string& model_uri, Platform& platform, const EngineOptions& options)
     : platform_(platform), options_(options), store_(io::Store::open(model_uri)) {
   std::string config_uri = io::join(model_uri, "config.json");
-  models::LlamaConfig config = models::LlamaConfig::parse(read_json(config_uri), config_uri);
+  model_ = models::make_causal_lm(read_json(config_uri), config_uri, options.dtype);
+  info_ = model_->info();
   std::string generation_uri = io::join(model_uri, "generation_config.json");
   if (io::exists(generation_uri)) {  // its eos ids join config.json's
     nlohmann::json g = read_json(generation_uri);
-    if (g.contains("eos_token_id")) config.add_eos_token_ids(g["eos_token_id"]);
+    if (g.contains("eos_token_id")) info_.add_eos_token_ids(g["eos_token_id"]);
   }
-  PRISM_CHECK(options.seqlen >= 1 && options.seqlen <= config.max_positions,
+  PRISM_CHECK(options.seqlen >= 1 && options.seqlen <= info_.max_positions,
               "llm: --seqlen={} must be between 1 and the model's {} positions", options.seqlen,
-              config.max_positions);
-  model_ = std::make_unique<models::Llama>(config, options.dtype);
-  for (const Shape& s : model_->cache_shapes(options.seqlen)) {
-    caches_.push_back(platform_.allocate(s));
-  }
+              info_.max_positions);
+  state_specs_ = model_->state_specs(options.seqlen);
+  for (const models::StateSpec& s : state_specs_) states_.push_back(platform_.allocate(s.shape));
   // Every window's executable reads the same weights: load them for the first one.
   weights_ = io::load(store_, executable(1).parameters(), platform_, options.load);
 }
 
-Executable compile_step(Platform& platform, const models::Llama& model, int64_t window,
+Executable compile_step(Platform& platform, const models::CausalLM& model, int64_t window,
                         int64_t seqlen) {
   std::vector<Shape> inputs{Shape(DType::i32, {{"s", window}}), Shape::scalar(DType::i32),
                             Shape::scalar(DType::i32)};
   CompileOptions options;
-  for (const Shape& s : model.cache_shapes(seqlen)) {
+  for (const models::StateSpec& s : model.state_specs(seqlen)) {
     options.donate.push_back(static_cast<int>(inputs.size()));
-    inputs.push_back(s);
+    inputs.push_back(s.shape);
   }
   TraceFn fn = [&model](std::span<const Tensor> in) {
     return model.forward(in[0], in[1], in[2], in.subspan(3));
   };
   return compile(platform, fn, inputs, options);
+}
+
+void Engine::reset() {
+  position_ = 0;
+  for (size_t i = 0; i < states_.size(); ++i) {
+    if (!state_specs_[i].positional) states_[i] = platform_.allocate(state_specs_[i].shape);
+  }
 }
 
 Executable& Engine::executable(int64_t window) {
@@ -72,10 +78,8 @@ std::vector<float> Engine::feed(std::span<const int32_t> tokens) {
               "llm: the conversation needs {} positions but the cache holds {} (--seqlen)",
               position_ + n, options_.seqlen);
   for (int32_t t : tokens) {
-    PRISM_CHECK(t >= 0 && t < config().vocab_size,
-                "llm: token id {} is outside the vocabulary "
-                "of {}",
-                t, config().vocab_size);
+    PRISM_CHECK(t >= 0 && t < info_.vocab_size, "llm: token id {} is outside the vocabulary of {}",
+                t, info_.vocab_size);
   }
   std::vector<float> logits;
   for (int64_t done = 0; done < n;) {
@@ -96,10 +100,10 @@ std::vector<float> Engine::feed(std::span<const int32_t> tokens) {
                                Shape::scalar(DType::i32), {static_cast<int32_t>(position_)})),
                            platform_.upload(HostBuffer::from<int32_t>(
                                Shape::scalar(DType::i32), {static_cast<int32_t>(chunk - 1)}))};
-    in.insert(in.end(), caches_.begin(), caches_.end());
-    caches_.clear();  // donated: the outputs are the caches now
+    in.insert(in.end(), states_.begin(), states_.end());
+    states_.clear();  // donated: the outputs are the states now
     std::vector<Buffer> out = executable(window).call(weights_, in);
-    caches_.assign(out.begin() + 1, out.end());
+    states_.assign(out.begin() + 1, out.end());
     HostBuffer l = out[0].to_host();
     logits.assign(l.as<float>().begin(), l.as<float>().end());
     position_ += chunk;

@@ -1,7 +1,7 @@
 // The LLM engine: a model's executables (one per window size, compiled on first use and
-// cached), its weights on the device, and the KV cache, kept on the device between calls and
-// updated in place. Feeding tokens appends to the conversation: a chat turn prefills only the
-// new tokens.
+// cached), its weights on the device, and its decode state (KV caches, recurrent and
+// convolution states), kept on the device between calls and updated in place. Feeding tokens
+// appends to the conversation: a chat turn prefills only the new tokens.
 #pragma once
 
 #include <map>
@@ -12,20 +12,20 @@
 
 #include "prism/compiler/compile.h"
 #include "prism/io/load.h"
-#include "prism/models/llama.h"
+#include "prism/models/causal_lm.h"
 
 namespace prism::llm {
 
 struct EngineOptions {
-  int64_t seqlen = 4096;     // KV cache length: the longest conversation
+  int64_t seqlen = 4096;     // the longest conversation (the KV caches' length)
   DType dtype = DType::f32;  // compute dtype
   io::LoadOptions load;
 };
 
-// The model's step over a window of `window` tokens with a cache of `seqlen` positions,
-// compiled with the caches donated. Inputs: tokens {s} (i32), start and last (i32 scalars),
-// then the caches; outputs: the logits at `last`, then the updated caches.
-Executable compile_step(Platform& platform, const models::Llama& model, int64_t window,
+// The model's step over a window of `window` tokens for conversations of up to `seqlen`
+// positions, compiled with the states donated. Inputs: tokens {s} (i32), start and last (i32
+// scalars), then the states; outputs: the logits at `last`, then the updated states.
+Executable compile_step(Platform& platform, const models::CausalLM& model, int64_t window,
                         int64_t seqlen);
 
 class Engine {
@@ -33,24 +33,28 @@ class Engine {
   // `model_uri`: a directory (or https/hf/s3 prefix) with config.json and safetensors.
   Engine(const std::string& model_uri, Platform& platform, const EngineOptions& options = {});
 
-  const models::LlamaConfig& config() const { return model_->config(); }
+  // The model's info, with generation_config.json's eos ids added to config.json's.
+  const models::ModelInfo& info() const { return info_; }
   int64_t position() const { return position_; }
   int64_t seqlen() const { return options_.seqlen; }
 
   // Runs `tokens` at the current position and returns the logits after the last one.
   std::vector<float> feed(std::span<const int32_t> tokens);
-  // Forgets the conversation (the cache is overwritten as positions are reused).
-  void reset() { position_ = 0; }
+  // Forgets the conversation: KV caches are overwritten as positions are reused, other
+  // states are cleared.
+  void reset();
 
  private:
   Executable& executable(int64_t window);
 
   Platform& platform_;
   EngineOptions options_;
-  std::unique_ptr<models::Llama> model_;
+  std::unique_ptr<models::CausalLM> model_;
+  models::ModelInfo info_;
   io::Store store_;
   io::Weights weights_;
-  std::vector<Buffer> caches_;
+  std::vector<models::StateSpec> state_specs_;
+  std::vector<Buffer> states_;
   std::map<int64_t, Executable> executables_;
   int64_t position_ = 0;
 };

@@ -21,10 +21,6 @@ int64_t required(const nlohmann::json& c, const char* key, std::string_view sour
 }  // namespace
 
 LlamaConfig LlamaConfig::parse(const nlohmann::json& c, std::string_view source) {
-  if (c.value("model_type", "") != "llama") {
-    fail("llm: {} has model_type \"{}\"; supported: llama", source,
-         c.value("model_type", "(none)"));
-  }
   LlamaConfig k;
   k.vocab_size = required(c, "vocab_size", source);
   k.hidden_size = required(c, "hidden_size", source);
@@ -54,28 +50,11 @@ LlamaConfig LlamaConfig::parse(const nlohmann::json& c, std::string_view source)
                                      s.value("original_max_position_embeddings", int64_t{8192})};
     }
   }
-  if (c.contains("eos_token_id")) k.add_eos_token_ids(c["eos_token_id"]);
-  if (c.contains("bos_token_id") && c["bos_token_id"].is_number_integer()) {
-    k.bos_token_id = c["bos_token_id"].get<int64_t>();
-  }
+  ModelInfo ids;
+  ids.read_special_ids(c);
+  k.eos_token_ids = ids.eos_token_ids;
+  k.bos_token_id = ids.bos_token_id;
   return k;
-}
-
-void LlamaConfig::add_eos_token_ids(const nlohmann::json& value) {
-  auto add = [&](int64_t id) {
-    if (std::find(eos_token_ids.begin(), eos_token_ids.end(), id) == eos_token_ids.end()) {
-      eos_token_ids.push_back(id);
-    }
-  };
-  if (value.is_array()) {
-    for (const auto& id : value) {
-      PRISM_CHECK(id.is_number_integer(), "llm: eos_token_id lists {}, which is not a token id",
-                  id.dump());
-      add(id.get<int64_t>());
-    }
-  } else if (value.is_number_integer()) {  // null or absent: no eos id
-    add(value.get<int64_t>());
-  }
 }
 
 std::vector<double> LlamaConfig::rope_inv_freq() const {
@@ -105,11 +84,27 @@ std::vector<double> LlamaConfig::rope_inv_freq() const {
 Llama::Llama(LlamaConfig config, DType dtype) : config_(std::move(config)), dtype_(dtype) {
   PRISM_CHECK(dtype == DType::f32 || dtype == DType::bf16,
               "llama: compute dtype must be f32 or bf16, got {}", name(dtype));
+  info_ = {.model_type = "llama",
+           .vocab_size = config_.vocab_size,
+           .max_positions = config_.max_positions,
+           .eos_token_ids = config_.eos_token_ids,
+           .bos_token_id = config_.bos_token_id};
+}
+
+std::unique_ptr<CausalLM> make_llama(const nlohmann::json& config, std::string_view source,
+                                     DType dtype) {
+  return std::make_unique<Llama>(LlamaConfig::parse(config, source), dtype);
 }
 
 std::vector<Shape> Llama::cache_shapes(int64_t max_seq) const {
   Shape s(dtype_, {{"h", config_.num_kv_heads}, {"k", max_seq}, {"hd", config_.head_dim}});
   return std::vector<Shape>(2 * config_.num_layers, s);
+}
+
+std::vector<StateSpec> Llama::state_specs(int64_t seqlen) const {
+  std::vector<StateSpec> specs;
+  for (const Shape& s : cache_shapes(seqlen)) specs.push_back({s, /*positional=*/true});
+  return specs;
 }
 
 Tensor Llama::weight(const std::string& name, std::initializer_list<Dim> dims) const {

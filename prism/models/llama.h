@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "prism/core/tensor.h"
+#include "prism/models/causal_lm.h"
 
 namespace prism::models {
 
@@ -35,34 +36,38 @@ struct LlamaConfig {
 
   // Reads config.json's fields; `source` names the file in errors.
   static LlamaConfig parse(const nlohmann::json& config, std::string_view source);
-  // Adds an `eos_token_id` value (one id or a list) to eos_token_ids, skipping known ones:
-  // config.json and generation_config.json each may name some.
-  void add_eos_token_ids(const nlohmann::json& value);
   // Rotary inverse frequencies, with llama3 scaling applied when configured.
   std::vector<double> rope_inv_freq() const;
 };
 
-class Llama {
+class Llama : public CausalLM {
  public:
   // Computes in `dtype` (f32 or bf16): weights are declared in it, the loader converts.
   Llama(LlamaConfig config, DType dtype);
   const LlamaConfig& config() const { return config_; }
+  const ModelInfo& info() const override { return info_; }
 
   // The KV cache: for each layer, keys then values, {h=kv heads, k=max_seq, hd}.
   std::vector<Shape> cache_shapes(int64_t max_seq) const;
+  std::vector<StateSpec> state_specs(int64_t seqlen) const override;
 
   // One step: `tokens` {s} (i32) at positions start..start+s-1, caches as cache_shapes.
   // Returns the logits (f32 {voc}) of the token at index `last` of the window, then the
   // updated caches (the window's keys and values written at `start`).
   std::vector<Tensor> forward(const Tensor& tokens, const Tensor& start, const Tensor& last,
-                              std::span<const Tensor> caches) const;
+                              std::span<const Tensor> caches) const override;
 
  private:
   Tensor weight(const std::string& name, std::initializer_list<Dim> dims) const;
   Tensor linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n) const;
 
   LlamaConfig config_;
+  ModelInfo info_;
   DType dtype_;
 };
+
+// make_causal_lm's entry for model_type "llama".
+std::unique_ptr<CausalLM> make_llama(const nlohmann::json& config, std::string_view source,
+                                     DType dtype);
 
 }  // namespace prism::models

@@ -43,4 +43,19 @@ struct AttentionOptions {
 // with k and v. Result: q's tags, with v's head dim.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o);
 
+// Causal short convolution (LFM 2's): a depthwise convolution along `seq` over the inputs
+// before each position, the last (taps - 1) of which come from a carried state.
+//   y[t, c] = sum_j weight[c, j] * w[t + j, c],  w = concat(state, x) along seq,
+// so weight's last tap multiplies the current input. x: `seq`, `channel` and any batch tags;
+// state: x's tags, `seq` of size taps - 1 (the inputs before x's first, oldest first); weight:
+// {channel, tap}. Returns y (x's tags) and the next state: the taps - 1 inputs ending at index
+// `last` of x (so that padding after `last` never enters it), or at x's end without `last`.
+struct ShortConvResult {
+  Tensor y;
+  Tensor state;
+};
+ShortConvResult short_conv(const Tensor& x, const Tensor& state, const Tensor& weight,
+                           const std::optional<Tensor>& last = std::nullopt, Tag seq = "s",
+                           Tag channel = "d", Tag tap = "tap");
+
 }  // namespace prism::nn

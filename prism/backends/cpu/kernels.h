@@ -26,6 +26,9 @@ Kernel make_dot_kernel(const ir::Graph& graph, ir::ValueId id);     // kernels_d
 Kernel make_conv_kernel(const ir::Graph& graph, ir::ValueId id);    // kernels_conv.cpp
 Kernel make_nn_kernel(const ir::Graph& graph, ir::ValueId id);      // kernels_nn.cpp
 
+// The causal short convolution (LFM 2), kernels_short_conv.cpp.
+Kernel make_short_conv_kernel(const ir::Graph& graph, ir::ValueId id);
+
 // Copies the elements of a strided view into another: for each index of `shape`,
 // dst[dst_offset + sum(i*dst_stride)] = src[src_offset + sum(i*src_stride)], in elements of
 // `elem` bytes. Parallel over outer rows.

@@ -1,0 +1,71 @@
+#include "prism/models/causal_lm.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "prism/core/error.h"
+#include "prism/models/lfm2.h"
+#include "prism/models/llama.h"
+
+namespace prism::models {
+namespace {
+
+using Factory = std::unique_ptr<CausalLM> (*)(const nlohmann::json&, std::string_view, DType);
+
+struct Architecture {
+  const char* model_type;
+  Factory make;
+};
+
+// One line per architecture: config.json's model_type and the model's factory.
+constexpr Architecture kArchitectures[] = {
+    {"llama", make_llama},
+    {"lfm2", make_lfm2},
+};
+
+}  // namespace
+
+void ModelInfo::add_eos_token_ids(const nlohmann::json& value) {
+  auto add = [&](int64_t id) {
+    if (std::find(eos_token_ids.begin(), eos_token_ids.end(), id) == eos_token_ids.end()) {
+      eos_token_ids.push_back(id);
+    }
+  };
+  if (value.is_array()) {
+    for (const auto& id : value) {
+      PRISM_CHECK(id.is_number_integer(), "llm: eos_token_id lists {}, which is not a token id",
+                  id.dump());
+      add(id.get<int64_t>());
+    }
+  } else if (value.is_number_integer()) {  // null or absent: no eos id
+    add(value.get<int64_t>());
+  }
+}
+
+void ModelInfo::read_special_ids(const nlohmann::json& config) {
+  if (config.contains("eos_token_id")) add_eos_token_ids(config["eos_token_id"]);
+  if (config.contains("bos_token_id") && config["bos_token_id"].is_number_integer()) {
+    bos_token_id = config["bos_token_id"].get<int64_t>();
+  }
+}
+
+std::vector<std::string> supported_model_types() {
+  std::vector<std::string> types;
+  for (const Architecture& a : kArchitectures) types.emplace_back(a.model_type);
+  return types;
+}
+
+std::unique_ptr<CausalLM> make_causal_lm(const nlohmann::json& config, std::string_view source,
+                                         DType dtype) {
+  PRISM_CHECK(config.is_object(), "llm: {} is not a JSON object", source);
+  std::string type = config.contains("model_type") && config["model_type"].is_string()
+                         ? config["model_type"].get<std::string>()
+                         : "(none)";
+  for (const Architecture& a : kArchitectures) {
+    if (type == a.model_type) return a.make(config, source, dtype);
+  }
+  fail("llm: {} has model_type \"{}\"; supported: {}", source, type,
+       fmt::join(supported_model_types(), ", "));
+}
+
+}  // namespace prism::models

@@ -1,0 +1,66 @@
+// The interface every language model presents to the engine: what it is (vocabulary, context
+// length, special ids), the decode state it keeps on the device between steps (KV caches,
+// recurrent and convolution states), and one step of its forward pass over a window of tokens.
+// Architectures register by config.json's `model_type`.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "prism/core/tensor.h"
+
+namespace prism::models {
+
+// What the engine and the commands need to know of any causal language model.
+struct ModelInfo {
+  std::string model_type;
+  int64_t vocab_size = 0;
+  int64_t max_positions = 0;
+  std::vector<int64_t> eos_token_ids;
+  std::optional<int64_t> bos_token_id;
+
+  // Adds an `eos_token_id` value (one id, a list, or null) to eos_token_ids, skipping known
+  // ones: config.json and generation_config.json each may name some.
+  void add_eos_token_ids(const nlohmann::json& value);
+  // Reads `eos_token_id` and `bos_token_id` where `config` has them.
+  void read_special_ids(const nlohmann::json& config);
+};
+
+// One tensor of decode state. A positional state (a KV cache) is written at the positions
+// being fed and read only below them, so it needs no clearing between conversations; any
+// other state (a recurrent or convolution state) is cleared when a conversation starts over.
+struct StateSpec {
+  Shape shape;
+  bool positional = false;
+};
+
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  virtual const ModelInfo& info() const = 0;
+
+  // The decode state for conversations of up to `seqlen` positions, in forward's order.
+  virtual std::vector<StateSpec> state_specs(int64_t seqlen) const = 0;
+
+  // One step over a window: `tokens` {s} (i32) at positions start..start+s-1, of which those
+  // at indices 0..last are real and the rest padding; padding must leave the state as the
+  // real tokens leave it. Returns the logits (f32 {voc}) of the token at index `last`, then
+  // the updated states in state_specs' order.
+  virtual std::vector<Tensor> forward(const Tensor& tokens, const Tensor& start, const Tensor& last,
+                                      std::span<const Tensor> states) const = 0;
+};
+
+// The architecture config.json names (`model_type`), computing in `dtype`; `source` names the
+// file in errors. An unknown model_type is an error that lists the supported ones.
+std::unique_ptr<CausalLM> make_causal_lm(const nlohmann::json& config, std::string_view source,
+                                         DType dtype);
+
+// The model_type values make_causal_lm knows.
+std::vector<std::string> supported_model_types();
+
+}  // namespace prism::models

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "prism/runtime/platform.h"
@@ -26,6 +27,9 @@ struct Register {
     registry().push_back({std::move(name), std::move(help), std::move(run)});
   }
 };
+
+// The value of `--name=VALUE` on the command line, else `fallback`.
+std::string option(std::string_view name, std::string_view fallback = "");
 
 // Median seconds of `repeats` runs of fn (after one warm-up run).
 inline double median_seconds(const std::function<void()>& fn, int repeats = 5) {
@@ -55,12 +59,13 @@ inline double best_seconds(const std::function<void()>& fn, int repeats = 5) {
 
 // The platform given with --platform (default "cpu"); benchmarks that support it measure it
 // beside the CPU and print the ratio.
-std::string& platform_option();
-// That platform, for the benchmarks that run on it alone (llm).
+std::string platform_option();
+// That platform, for the benchmarks that run on it alone (llm-shapes).
 Platform& platform();
 
 // The machine's limits, measured by the bench itself.
 double measure_fp32_peak_gflops(int threads);  // independent FMA chains in registers
 double measure_triad_gbps(int threads);        // STREAM triad over arrays far larger than cache
+double measure_read_gbps(int threads);         // reading 1 GiB, 4 interleaved streams per thread
 
 }  // namespace prism::bench

@@ -95,4 +95,37 @@ double measure_triad_gbps(int threads) {
   return 3.0 * n * sizeof(float) / s / 1e9;
 }
 
+// What a decode step does to its weights: each thread reads its share of 1 GiB once, as four
+// streams at a time (four rows of a matrix), summing with AVX-512 so the loads are the limit.
+double measure_read_gbps(int threads) {
+  const int64_t n = 256 << 20, streams = 4;  // floats: 1 GiB
+  auto* p = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
+  std::unique_ptr<float, decltype(&std::free)> data(p, &std::free);
+  on_threads(threads, [&](int t) {
+    for (int64_t i = n * t / threads; i < n * (t + 1) / threads; ++i) p[i] = 1;
+  });
+  std::vector<float> sums(threads);
+  double s = best_seconds([&] {
+    on_threads(threads, [&](int t) {
+      int64_t lo = n * t / threads, len = (n * (t + 1) / threads - lo) / streams / 16 * 16;
+      const float* s0 = p + lo;
+#if defined(__AVX512F__)
+      __m512 acc[streams] = {};
+      for (int64_t i = 0; i < len; i += 16)
+        for (int64_t j = 0; j < streams; ++j)
+          acc[j] = _mm512_add_ps(acc[j], _mm512_loadu_ps(s0 + j * len + i));
+      float sum = 0;
+      for (auto a : acc) sum += _mm512_reduce_add_ps(a);
+#else
+      float sum = 0;
+      for (int64_t i = 0; i < streams * len; ++i) sum += s0[i];
+#endif
+      sums[t] = sum;
+    });
+  });
+  volatile float sink = sums[0];
+  (void)sink;
+  return static_cast<double>(n) * sizeof(float) / s / 1e9;
+}
+
 }  // namespace prism::bench

@@ -1,11 +1,14 @@
-// prism-bench [--platform=NAME] [FILTER...]: runs the benchmarks whose name contains one of the
-// filters (all when none is given) and prints one table each. With --platform, the dot and
-// elementwise benchmarks also measure that platform and print its ratio against the CPU.
+// prism-bench [--NAME=VALUE...] [FILTER...]: runs the benchmarks named by a filter, or whose
+// name contains one where no benchmark has that exact name (all when none is given), and
+// prints one table each; options go to the benchmarks that read them (bench::option), e.g.
+// --platform=NAME: dot and elementwise also measure that platform and print its ratio
+// against the CPU, llm-shapes runs on it.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <string>
-#include <vector>
 
 #include "bench/bench.h"
 
@@ -14,10 +17,20 @@ std::vector<Benchmark>& registry() {
   static std::vector<Benchmark> all;
   return all;
 }
-std::string& platform_option() {
-  static std::string name = "cpu";
-  return name;
+
+namespace {
+std::map<std::string, std::string, std::less<>>& options() {
+  static std::map<std::string, std::string, std::less<>> all;
+  return all;
 }
+}  // namespace
+
+std::string option(std::string_view name, std::string_view fallback) {
+  auto it = options().find(name);
+  return it == options().end() ? std::string(fallback) : it->second;
+}
+
+std::string platform_option() { return option("platform", "cpu"); }
 Platform& platform() { return get_platform(platform_option()); }
 }  // namespace prism::bench
 
@@ -29,16 +42,22 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> filters;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strncmp(argv[i], "--platform=", 11)) {
-      prism::bench::platform_option() = argv[i] + 11;
+    std::string arg = argv[i];
+    size_t eq = arg.find('=');
+    if (arg.starts_with("--") && eq != std::string::npos) {
+      prism::bench::options()[arg.substr(2, eq - 2)] = arg.substr(eq + 1);
     } else {
-      filters.push_back(argv[i]);
+      filters.push_back(arg);
     }
   }
   try {
     for (const auto& b : all) {
       bool chosen = filters.empty();
-      for (const std::string& f : filters) chosen = chosen || b.name.find(f) != std::string::npos;
+      for (const auto& f : filters) {
+        bool exact =
+            std::any_of(all.begin(), all.end(), [&](const auto& o) { return o.name == f; });
+        chosen = chosen || (exact ? b.name == f : b.name.find(f) != std::string::npos);
+      }
       if (!chosen) continue;
       std::printf("== %s: %s\n", b.name.c_str(), b.help.c_str());
       b.run();

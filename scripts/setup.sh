@@ -3,6 +3,8 @@
 # Idempotent: installs only what is missing. Run as root (or with sudo available).
 #   scripts/setup.sh          system packages + npm test data
 #   scripts/setup.sh --tools  also what tools/ needs to regenerate fixtures (PyTorch)
+#   scripts/setup.sh --bench  also what `prism-bench llm` compares with: llama.cpp (~730 MB
+#                             from npm) and numpy for the checkpoint it writes
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,10 +28,14 @@ packages=(
   libonnx-testdata
   # npm test data
   nodejs npm
+  # tests of tools/ scripts
+  python3
 )
-if [[ "${1:-}" == "--tools" ]]; then
-  packages+=(python3-torch python3-numpy python3-botocore)
-fi
+want_bench=0
+case "${1:-}" in
+  --tools) packages+=(python3-torch python3-numpy python3-botocore) ;;
+  --bench) packages+=(python3-numpy) && want_bench=1 ;;
+esac
 
 sudo_cmd=()
 if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
@@ -74,4 +80,13 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   # transformers.js runs here only for tokenizers: skip install scripts (onnxruntime downloads).
   (cd "$npm_dir" && npm install --ignore-scripts --silent --no-audit --no-fund -E "${npm_packages[@]}" >/dev/null)
   echo "$want" >"$stamp"
+fi
+
+# llama.cpp for the side-by-side LLM benchmark: node-llama-cpp's prebuilt CPU libraries come
+# as optional dependency packages, so install scripts (which would build from source) are
+# skipped.
+if ((want_bench)) && [[ ! -f "$npm_dir/node_modules/node-llama-cpp/package.json" ]]; then
+  echo "setup: installing node-llama-cpp (llama.cpp) into third_party/npm"
+  (cd "$npm_dir" && npm install --ignore-scripts --silent --no-audit --no-fund -E \
+    node-llama-cpp@3.21.1 >/dev/null)
 fi

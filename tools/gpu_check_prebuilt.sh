@@ -96,7 +96,7 @@ fi
 # Llama 3.2 1B-shaped decode.
 step "bench dot (cuda)" 180 "$bin/prism-bench" --platform=cuda dot
 step "bench elementwise (cuda)" 120 "$bin/prism-bench" --platform=cuda elementwise
-step "bench llm (cuda)" 240 "$bin/prism-bench" --platform=cuda llm
+step "bench llm-shapes (cuda)" 240 "$bin/prism-bench" --platform=cuda llm-shapes
 
 # Last, as the longest: the unit tests. The op harness compares every available platform
 # (cuda here) with the CPU, and the CUDA codegen tests compile every kernel with NVRTC.

@@ -19,7 +19,7 @@ nlohmann::json read_json(const std::string& uri) {
 }
 
 // Window sizes compiled for prefill; a window is padded up to the next one that fits.
-constexpr int64_t kWindows[] = {1, 16, 64, 256, 1024};
+constexpr int64_t kWindows[] = {1, 16, 64, 256, 512, 1024};
 
 }  // namespace
 

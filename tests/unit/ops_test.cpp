@@ -195,6 +195,30 @@ TEST(Ops, DotLayouts) {
   expect_values(h, ref.to_f64(), 1e-2);
 }
 
+TEST(Ops, DotBf16MatrixVector) {
+  // Decoding's path: a few rows times weights stored {n, k} in bf16, four weight rows at a
+  // time. k = 70 leaves a tail after the 32-wide steps; n = 11 does not split into groups of
+  // four. Small integers and halves: every product and sum is exact in f32, so the result is
+  // the exact sum rounded once to bf16.
+  const int64_t M = 3, K = 70, N = 11;
+  std::vector<float> a(M * K), w(N * K);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = (float(i % 7) - 3) * 0.5f;
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float(i % 5) - 2;
+  auto A = f32(S({{"m", M}, {"k", K}}), a);
+  auto W = f32(S({{"n", N}, {"k", K}}), w);
+  auto got = run1(
+      [](Tensor a, Tensor w) {
+        return a.convert(DType::bf16).dot(w.convert(DType::bf16), "k").convert(DType::f32);
+      },
+      {A, W});
+  EXPECT_EQ(got.shape().str(), "f32{m=3,n=11}");
+  std::vector<double> want(M * N, 0);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) want[m * N + n] += double(a[m * K + k]) * w[n * K + k];
+  expect_values(got, want, 1.0 / 256);
+}
+
 TEST(Ops, DotMultipleContractingAndBatchTags) {
   std::vector<float> a(2 * 2 * 3), b(2 * 2 * 3 * 2);
   for (size_t i = 0; i < a.size(); ++i) a[i] = float(i) * 0.5f;

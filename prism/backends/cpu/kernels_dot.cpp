@@ -210,15 +210,23 @@ class DotKernel {
     pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
       std::vector<float> acc;
       for (int64_t b = 0; b < B; ++b) {
-        if (rhs_.transposed) {  // W stored [N][K]: each output is a dot of two rows
-          for (int64_t n = n0; n < n1; ++n) {
-            int64_t row = b * rs[0] + n * rs[2];
+        if (rhs_.transposed && bf16) {  // W stored [N][K]: dots of rows, four at a time
+          for_row_groups(n0, n1, [&](const int64_t* rows) {
+            const uint16_t* w[kDotRows];
+            for (int i = 0; i < kDotRows; ++i)
+              w[i] = reinterpret_cast<const uint16_t*>(r) + b * rs[0] + rows[i] * rs[2];
             for (int64_t m = 0; m < M; ++m) {
-              const float* xr = &x[(b * M + m) * K];
-              float sum = bf16 ? dot_row_bf16(xr, reinterpret_cast<const uint16_t*>(r) + row, K)
-                               : dot_row_f32(xr, reinterpret_cast<const float*>(r) + row, K);
-              store((b * M + m) * N + n, sum);
+              float sum[kDotRows];
+              dot4_bf16(reinterpret_cast<const uint16_t*>(l) + b * ls[0] + m * ls[1],
+                        &x[(b * M + m) * K], w, K, sum);
+              for (int i = 0; i < kDotRows; ++i) store((b * M + m) * N + rows[i], sum[i]);
             }
+          });
+        } else if (rhs_.transposed) {
+          for (int64_t n = n0; n < n1; ++n) {
+            const float* w = reinterpret_cast<const float*>(r) + b * rs[0] + n * rs[2];
+            for (int64_t m = 0; m < M; ++m)
+              store((b * M + m) * N + n, dot_row_f32(&x[(b * M + m) * K], w, K));
           }
         } else {  // W stored [K][N]: accumulate scaled rows
           acc.assign(M * (n1 - n0), 0.0f);

@@ -1,14 +1,36 @@
 #include "prism/backends/cpu/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <exception>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace prism::cpu {
 namespace {
 
 // Set while a thread runs a chunk: nested parallel_for calls run serially.
 thread_local bool t_in_chunk = false;
+
+// How long a thread spins for what it waits on before it sleeps: longer than the gap between
+// two kernels of a decode step, far shorter than a scheduler's time slice.
+constexpr auto kSpin = std::chrono::microseconds(100);
+
+// Spins until done() or kSpin has passed; returns done().
+template <typename Done>
+bool spin_until(Done done) {
+  auto until = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+#if defined(__x86_64__)
+    _mm_pause();
+#endif
+    if (i % 64 == 63 && std::chrono::steady_clock::now() > until) return done();
+  }
+}
 
 }  // namespace
 
@@ -84,7 +106,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   }
   wake_.notify_all();
   run_chunks(job);
-  {
+  if (!spin_until([&] { return job.finished == job.chunks; })) {
     std::unique_lock lock(job.mutex);
     job.done.wait(lock, [&] { return job.finished == job.chunks; });
   }
@@ -100,6 +122,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
 void ThreadPool::work() {
   uint64_t seen = 0;
   for (;;) {
+    spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
     Job* job;
     {
       std::unique_lock lock(mutex_);

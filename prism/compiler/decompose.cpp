@@ -117,7 +117,7 @@ Tensor gated_delta_rule(const std::vector<Tensor>& in, const ir::GatedDeltaRuleA
   Tensor q = named(in[0], {"b", "kh", "s", "d"}).convert(ct);
   Tensor k = named(in[1], {"b", "kh", "s", "d"}).convert(ct);
   const int64_t hk = q.size("kh"), heads = in[2].shape().size(1), rep = heads / hk;
-  const int64_t len = q.size("s"), dk = q.size("d");
+  const int64_t len = q.size("s");
   auto by_key_head = [&](const Tensor& t, std::initializer_list<Tag> tags) {
     return named(t, tags).convert(ct).split("h", {{"kh", hk}, {"r", rep}});
   };

@@ -13,29 +13,24 @@
 
 #include "prism/llm/engine.h"
 #include "tests/unit/io_test_util.h"
+#include "tests/unit/llm_test_util.h"
 #include "tests/unit/platforms.h"
 #include "tests/unit/test_util.h"
 
 namespace prism {
 namespace {
 
-struct Reference {
-  std::vector<int32_t> prompt, greedy;
-  std::map<int, double> first_logits;
-};
+using Reference = testing::LlmReference;
+using testing::argmax;
+using testing::greedy;
+using testing::max_diff;
 
 std::string fixture(const std::string& name) {
   return std::string(PRISM_TEST_DATA) + "/lfm2/" + name;
 }
 
 Reference reference(const std::string& name, const std::string& file = "reference.json") {
-  std::ifstream in(fixture(name) + "/" + file);
-  nlohmann::json j = nlohmann::json::parse(in);
-  Reference r;
-  r.prompt = j["prompt_ids"].get<std::vector<int32_t>>();
-  r.greedy = j["greedy_ids"].get<std::vector<int32_t>>();
-  for (auto& [k, v] : j["first_logits"].items()) r.first_logits[std::stoi(k)] = v.get<double>();
-  return r;
+  return testing::read_llm_reference(fixture(name) + "/" + file);
 }
 
 llm::EngineOptions options(DType dtype = DType::f32) {
@@ -44,26 +39,6 @@ llm::EngineOptions options(DType dtype = DType::f32) {
   o.dtype = dtype;
   o.load.report = false;
   return o;
-}
-
-std::vector<int32_t> greedy(llm::Engine& engine, std::vector<float> logits, size_t steps) {
-  std::vector<int32_t> out;
-  for (size_t i = 0; i < steps; ++i) {
-    int32_t next =
-        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    out.push_back(next);
-    if (i + 1 < steps) logits = engine.feed(std::vector<int32_t>{next});
-  }
-  return out;
-}
-
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    worst = std::max<double>(worst, std::abs(a[i] - b[i]));
-  }
-  return worst;
 }
 
 struct Case {

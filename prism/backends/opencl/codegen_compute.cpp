@@ -16,17 +16,6 @@ using ir::ValueId;
 
 namespace {
 
-std::string head(const KernelSource& k, const ir::Graph& g, DType out, int64_t n) {
-  return signature(k.name, g, k.reads, out) +
-         fmt::format("  long gid = get_global_id(0);\n  if (gid >= {}L) return;\n", n);
-}
-
-KernelSource finish(KernelSource k, std::string code, int64_t n) {
-  k.code = std::move(code) + "}\n";
-  k.global[0] = n;
-  return k;
-}
-
 // Statements adding `v` to `acc` (with compensation `comp` for float sums).
 std::string accumulate(Class c, const std::string& v) {
   if (c != Class::f32) return fmt::format("acc += {};", v);

@@ -15,17 +15,6 @@ using ir::ValueId;
 
 namespace {
 
-std::string head(const KernelSource& k, const ir::Graph& g, DType out, int64_t n) {
-  return signature(k.name, g, k.reads, out) +
-         fmt::format("  long gid = get_global_id(0);\n  if (gid >= {}L) return;\n", n);
-}
-
-KernelSource finish(KernelSource k, std::string code, int64_t n) {
-  k.code = std::move(code) + "}\n";
-  k.global[0] = n;
-  return k;
-}
-
 // A scalar index operand (any dtype) as long, truncating floats as the CPU does.
 std::string index_load(DType t, const std::string& ptr, const std::string& at) {
   return fmt::format("(long)({})", load(t, ptr, at));

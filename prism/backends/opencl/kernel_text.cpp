@@ -115,6 +115,17 @@ std::string signature(const std::string& name, const ir::Graph& g,
   return s;
 }
 
+std::string head(const KernelSource& k, const ir::Graph& g, DType out, int64_t n) {
+  return signature(k.name, g, k.reads, out) +
+         fmt::format("  long gid = get_global_id(0);\n  if (gid >= {}L) return;\n", n);
+}
+
+KernelSource finish(KernelSource k, std::string code, int64_t n) {
+  k.code = std::move(code) + "}\n";
+  k.global[0] = n;
+  return k;
+}
+
 // `long i0, i1...` for the multi-index of flat index `flat` in `shape`.
 std::string unflatten(const Shape& shape, const std::string& flat, const std::string& prefix) {
   std::string s = fmt::format("  long {}rest = {};\n", prefix, flat);

@@ -31,6 +31,11 @@ std::string convert(DType via, Class from, const std::string& v);
 // pointers in0, in1, ... and out.
 std::string signature(const std::string& name, const ir::Graph& g,
                       const std::vector<ir::ValueId>& reads, DType out);
+// The signature of a kernel with one work item per element of an `n`-element output, up to
+// `long gid` (its element) and the bounds check.
+std::string head(const KernelSource& k, const ir::Graph& g, DType out, int64_t n);
+// `k` with `code` (the text from head on) closed as its body, launched over `n` work items.
+KernelSource finish(KernelSource k, std::string code, int64_t n);
 // Lines declaring `long <prefix>0 .. <prefix>{rank-1}`: the multi-index of `flat` in `shape`.
 std::string unflatten(const Shape& shape, const std::string& flat, const std::string& prefix);
 

@@ -2,7 +2,7 @@
 // name contains one where no benchmark has that exact name (all when none is given), and
 // prints one table each; options go to the benchmarks that read them (bench::option), e.g.
 // --platform=NAME: dot and elementwise also measure that platform and print its ratio
-// against the CPU, llm-shapes runs on it.
+// against the CPU, llm-shapes, llm-lfm2 and qwen3_5 run on it.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>

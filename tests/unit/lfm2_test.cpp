@@ -52,12 +52,10 @@ class Lfm2Reference : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Lfm2Reference, GreedyAndLogitsMatchPyTorch) {
   const Case& c = GetParam();
-  int references = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(fixture(c.name))) {
-    std::string file = entry.path().filename().string();
-    if (file.rfind("reference", 0) != 0 || entry.path().extension() != ".json") continue;
+  std::vector<std::string> files = testing::reference_files(fixture(c.name));
+  EXPECT_GE(files.size(), 1u);
+  for (const std::string& file : files) {
     SCOPED_TRACE(file);
-    ++references;
     Reference ref = reference(c.name, file);
     llm::Engine engine(fixture(c.name), get_platform("cpu"), options(c.dtype));
     std::vector<float> logits = engine.feed(ref.prompt);
@@ -68,7 +66,6 @@ TEST_P(Lfm2Reference, GreedyAndLogitsMatchPyTorch) {
     EXPECT_EQ(greedy(engine, logits, n),
               std::vector<int32_t>(ref.greedy.begin(), ref.greedy.begin() + n));
   }
-  EXPECT_GE(references, 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Lfm2Reference,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -31,6 +32,18 @@ inline LlmReference read_llm_reference(const std::string& path) {
   r.greedy = j["greedy_ids"].get<std::vector<int32_t>>();
   for (auto& [k, v] : j["first_logits"].items()) r.first_logits[std::stoi(k)] = v.get<double>();
   return r;
+}
+
+// The reference*.json files of fixture directory `dir`, by name: ours and, where a machine
+// with transformers made it, reference_hf.json.
+inline std::vector<std::string> reference_files(const std::string& dir) {
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::string file = entry.path().filename().string();
+    if (file.starts_with("reference") && entry.path().extension() == ".json") files.push_back(file);
+  }
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 inline int32_t argmax(const std::vector<float>& logits) {

@@ -59,8 +59,12 @@ Executable compile_step(Platform& platform, const models::CausalLM& model, int64
 
 void Engine::reset() {
   position_ = 0;
+  // Cleared where they are: the states keep their buffers for the engine's whole life.
+  std::vector<std::byte> zeros;
   for (size_t i = 0; i < states_.size(); ++i) {
-    if (!state_specs_[i].positional) states_[i] = platform_.allocate(state_specs_[i].shape);
+    if (state_specs_[i].positional) continue;
+    zeros.resize(static_cast<size_t>(state_specs_[i].shape.bytes()));
+    platform_.write(states_[i], 0, zeros);
   }
 }
 

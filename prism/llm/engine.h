@@ -36,6 +36,8 @@ class Engine {
   // The model's info, with generation_config.json's eos ids added to config.json's.
   const models::ModelInfo& info() const { return info_; }
   int64_t position() const { return position_; }
+  // The decode states on the device, in the model's state_specs() order.
+  const std::vector<Buffer>& states() const { return states_; }
   int64_t seqlen() const { return options_.seqlen; }
 
   // Runs `tokens` at the current position and returns the logits after the last one.

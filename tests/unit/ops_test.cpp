@@ -270,25 +270,86 @@ TEST(Ops, DynamicSliceAndUpdate) {
                 {0, -1, 2, 3, 4, -2, 6, 7});
 }
 
+// Every platform: the CPU and those the harness compares with it.
+std::vector<Platform*> all_platforms() {
+  std::vector<Platform*> all{&get_platform("cpu")};
+  for (Platform* p : testing::platforms_to_compare()) all.push_back(p);
+  return all;
+}
+
 TEST(Ops, DonatedInputIsUpdatedInPlace) {
-  Platform& cpu = get_platform("cpu");
-  Shape cache_shape = S({{"s", 4}, {"d", 2}});
-  Executable exe =
-      compile(cpu,
-              [](Tensor cache, Tensor row, Tensor pos) {
-                return cache.dynamic_update_slice(row, {{"s", pos}});
-              },
-              {cache_shape, S({{"s", 1}, {"d", 2}}), Shape::scalar(DType::i32)}, {.donate = {0}});
-  Buffer cache = cpu.upload(HostBuffer(cache_shape));
-  for (int step = 0; step < 4; ++step) {
-    std::vector<Buffer> in{
-        cache, cpu.upload(f32(S({{"s", 1}, {"d", 2}}), {float(step), 1})),
-        cpu.upload(HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {step}))};
-    Buffer out = exe.call(std::span<const Buffer>{}, in)[0];
-    EXPECT_EQ(out.memory(), cache.memory()) << "the cache is updated where it is";
-    cache = out;
+  for (Platform* platform : all_platforms()) {
+    SCOPED_TRACE(std::string(platform->name()));
+    Shape cache_shape = S({{"s", 4}, {"d", 2}});
+    Executable exe =
+        compile(*platform,
+                [](Tensor cache, Tensor row, Tensor pos) {
+                  return cache.dynamic_update_slice(row, {{"s", pos}});
+                },
+                {cache_shape, S({{"s", 1}, {"d", 2}}), Shape::scalar(DType::i32)}, {.donate = {0}});
+    Buffer cache = platform->upload(HostBuffer(cache_shape));
+    for (int step = 0; step < 4; ++step) {
+      std::vector<Buffer> in{
+          cache, platform->upload(f32(S({{"s", 1}, {"d", 2}}), {float(step), 1})),
+          platform->upload(HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {step}))};
+      Buffer out = exe.call(std::span<const Buffer>{}, in)[0];
+      EXPECT_EQ(out.memory(), cache.memory()) << "the cache is updated where it is";
+      cache = out;
+    }
+    expect_values(cache.to_host(), {0, 1, 1, 1, 2, 1, 3, 1});
   }
-  expect_values(cache.to_host(), {0, 1, 1, 1, 2, 1, 3, 1});
+}
+
+// A state computed anew from the old one each step (a recurrent state) is written into the
+// donated input's memory once nothing reads the input any more.
+TEST(Ops, DonatedStateIsRewrittenInItsOwnMemory) {
+  for (Platform* platform : all_platforms()) {
+    SCOPED_TRACE(std::string(platform->name()));
+    Shape state_shape = S({{"h", 2}, {"d", 3}});
+    // Outputs: a readout of the old state, then the new state 0.5 * state + x.
+    Executable exe = compile(*platform,
+                             [](Tensor state, Tensor x) {
+                               return std::vector<Tensor>{state.sum("d"), state * 0.5 + x};
+                             },
+                             {state_shape, state_shape}, {.donate = {0}});
+    Buffer state = platform->upload(f32(state_shape, {2, 4, 6, 8, 10, 12}));
+    Buffer x = platform->upload(f32(state_shape, {1, 1, 1, 1, 1, 1}));
+    std::vector<Buffer> out = exe.call(std::span<const Buffer>{}, std::vector<Buffer>{state, x});
+    EXPECT_EQ(out[1].memory(), state.memory()) << "the new state takes the donated memory";
+    expect_values(out[0].to_host(), {12, 30});
+    expect_values(out[1].to_host(), {2, 3, 4, 5, 6, 7});
+    // Not donated: the input stays as it was, the output has its own memory.
+    Executable kept = compile(*platform, [](Tensor state, Tensor x) { return state * 0.5 + x; },
+                              {state_shape, state_shape});
+    Buffer fresh = kept.call(std::span<const Buffer>{}, std::vector<Buffer>{out[1], x})[0];
+    EXPECT_NE(fresh.memory(), out[1].memory());
+    expect_values(out[1].to_host(), {2, 3, 4, 5, 6, 7});
+    expect_values(fresh.to_host(), {2, 2.5, 3, 3.5, 4, 4.5});
+  }
+}
+
+// The donated memory is not reused while a later step still reads the input: here the new
+// state is written before the readout of the old one.
+TEST(Ops, DonatedInputReadLateIsNotOverwritten) {
+  for (Platform* platform : all_platforms()) {
+    SCOPED_TRACE(std::string(platform->name()));
+    Shape state_shape = S({{"d", 4}});
+    Executable exe =
+        compile(*platform,
+                [](Tensor state) {
+                  Tensor next = state + 1.0;
+                  // Reads the old state after `next` is computed, through a broadcast.
+                  Tensor wide = state.broadcast_to(Shape(DType::f32, {{"e", 2}, {"d", 4}}));
+                  Tensor late = (wide * next.sum("d")).sum("d").sum("e");
+                  return std::vector<Tensor>{next, late};
+                },
+                {state_shape}, {.donate = {0}});
+    Buffer state = platform->upload(f32(state_shape, {1, 2, 3, 4}));
+    std::vector<Buffer> out = exe.call(std::span<const Buffer>{}, std::vector<Buffer>{state});
+    EXPECT_NE(out[0].memory(), state.memory());
+    expect_values(out[0].to_host(), {2, 3, 4, 5});
+    expect_values(out[1].to_host(), {280});  // 2 * 14 * (1 + 2 + 3 + 4)
+  }
 }
 
 TEST(Ops, ConcatGatherTakeAlongScatter) {

@@ -143,6 +143,29 @@ TEST(Qwen3_5, ResetClearsTheRecurrentAndConvolutionStates) {
   EXPECT_EQ(max_diff(engine.feed(ref.prompt), first), 0);
 }
 
+// The recurrent, convolution and KV states stay in the buffers the engine allocated: every
+// step (prefill windows and decode) writes them where they are, and reset clears them there.
+// (The GPU backends share the schedule that decides it; Ops.Donated* run it on them.)
+TEST(Qwen3_5, StatesAreUpdatedInTheirOwnBuffers) {
+  static testing::DecomposingCpu decomposed;
+  for (Platform* platform : {&get_platform("cpu"), static_cast<Platform*>(&decomposed)}) {
+    SCOPED_TRACE(std::string(platform->name()));
+    llm::Engine engine(fixture("tiny-bf16-tied"), *platform, options());
+    auto memory = [&] {
+      std::vector<const void*> m;
+      for (const Buffer& b : engine.states()) m.push_back(b.memory());
+      return m;
+    };
+    const std::vector<const void*> before = memory();
+    ASSERT_EQ(before.size(), 8u);  // 2 linear-attention layers, 2 full: 2 states each
+    engine.feed(std::vector<int32_t>{151644, 872, 198, 3838, 374});  // a window of 16
+    engine.feed(std::vector<int32_t>{279});                          // decode
+    EXPECT_EQ(memory(), before);
+    engine.reset();
+    EXPECT_EQ(memory(), before);
+  }
+}
+
 TEST(Qwen3_5, ReadsThePublishedConfig) {
   // Qwen3.5-0.8B's text_config as published (the fields that change the computation).
   nlohmann::json config = nlohmann::json::parse(R"({

@@ -1,8 +1,8 @@
-// The CUDA executable: the CPU backend's schedule (fusion groups and one step per other op,
-// outputs written in place into their buffers, one arena for intermediates, donated inputs
-// updated in place), with every step's kernels generated as CUDA C and compiled in one NVRTC
-// call, and matrix products run by cuBLASLt. A call enqueues every step on the platform's
-// stream and waits for it once at the end.
+// The CUDA executable: the compiler's schedule (prism/compiler/schedule.h: fusion groups and
+// one step per other op, outputs written in place into their buffers, one arena for
+// intermediates, donated inputs reused), with every step's kernels generated as CUDA C and compiled
+// in one NVRTC call, and matrix products run by cuBLASLt. A call enqueues every step on the
+// platform's stream and waits for it once at the end.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -16,23 +16,16 @@
 #include "prism/backends/cuda/matmul.h"
 #include "prism/backends/cuda/nvrtc_compiler.h"
 #include "prism/compiler/fusion.h"
+#include "prism/compiler/schedule.h"
 #include "prism/core/error.h"
 
 namespace prism::cuda {
 
+using compiler::Storage;
 using ir::Op;
 using ir::ValueId;
 
 namespace {
-
-enum class Storage : uint8_t { none, parameter, input, constant, arena, output, alias };
-
-struct Slot {
-  Storage kind = Storage::none;
-  int index = 0;       // parameter, input, output or constant position
-  int64_t offset = 0;  // arena offset
-  ValueId alias = -1;  // for aliases: the value whose memory this is
-};
 
 struct Step {
   ValueId value;
@@ -45,10 +38,32 @@ struct Step {
 class CudaExecutable : public ExecutableImpl {
  public:
   CudaExecutable(CudaPlatform& platform, const ir::Graph& graph, const CompileSpec& spec)
-      : platform_(platform), graph_(graph) {
-    plan_ = compiler::fuse_elementwise(graph_);
-    schedule();
-    assign_storage(spec);
+      : platform_(platform),
+        graph_(graph),
+        plan_(compiler::fuse_elementwise(graph_)),
+        schedule_(graph_, plan_) {
+    for (ValueId id = 0; id < graph_.size(); ++id) {
+      const ir::Node& n = graph_.node(id);
+      if (n.op != Op::constant) continue;
+      constants_.push_back(platform_.upload(
+          HostBuffer(n.shape, std::span<const std::byte>(*n.attr<ir::ConstantAttrs>().data))));
+    }
+    std::vector<std::vector<ValueId>> reads;
+    for (ValueId id : schedule_.steps()) {
+      const ir::Node& n = graph_.node(id);
+      Step& step = steps_.emplace_back(Step{id, step_reads(graph_, plan_, id), {}, {}, nullptr});
+      std::optional<MatmulShape> mm;
+      if (n.op == Op::dot && platform_.cublaslt_handle()) mm = plan_matmul(graph_, n);
+      if (mm) {
+        step.matmul = std::make_unique<Matmul>(*mm, platform_.cublaslt_handle(),
+                                               CudaPlatform::kWorkspaceBytes);
+      } else {
+        step.kernels = generate(graph_, plan_, id, fmt::format("k{}", id));
+      }
+      reads.push_back(step.reads);
+    }
+    // 256-byte alignment: what cuBLASLt's fastest kernels and vector loads assume.
+    schedule_.place(graph_, reads, spec.donated_inputs, 256);
     build();
     const char* debug = std::getenv("PRISM_DEBUG");
     if (debug && std::atoi(debug) >= 2) print_schedule();
@@ -66,17 +81,18 @@ class CudaExecutable : public ExecutableImpl {
     platform_.bind();
     const DriverApi& drv = driver();
     CUstream stream = platform_.stream();
-    if (!arena_ && arena_bytes_ > 0) arena_ = platform_.raw_allocate(arena_bytes_);
+    const int64_t arena_bytes = schedule_.arena_bytes();
+    if (!arena_ && arena_bytes > 0) arena_ = platform_.raw_allocate(arena_bytes);
+    const std::vector<int>& donated = schedule_.donated_outputs();
     std::vector<Buffer> outputs(graph_.outputs().size());
     for (size_t k = 0; k < outputs.size(); ++k) {
       const Shape& shape = graph_.node(graph_.outputs()[k]).shape;
-      outputs[k] = donated_output_[k] >= 0
-                       ? Buffer(shape, inputs[donated_output_[k]].shared_memory(), &platform_)
-                       : platform_.allocate_for_write(shape);
+      outputs[k] = donated[k] >= 0 ? Buffer(shape, inputs[donated[k]].shared_memory(), &platform_)
+                                   : platform_.allocate_for_write(shape);
     }
     std::vector<CUdeviceptr> ptr(graph_.size(), 0);
     for (ValueId v = 0; v < graph_.size(); ++v) {
-      const Slot& s = slots_[v];
+      const compiler::Slot& s = schedule_.slot(v);
       switch (s.kind) {
         case Storage::none:
           break;
@@ -108,11 +124,6 @@ class CudaExecutable : public ExecutableImpl {
   }
 
  private:
-  ValueId root(ValueId v) const {
-    while (slots_[v].kind == Storage::alias) v = slots_[v].alias;
-    return v;
-  }
-
   // Enqueues every step on the stream: kernels, cuBLASLt products, copies of outputs that no
   // step computes.
   void enqueue(const std::vector<CUdeviceptr>& ptr, const std::vector<CUdeviceptr>& outs) const {
@@ -150,7 +161,7 @@ class CudaExecutable : public ExecutableImpl {
               code.name.c_str());
       }
     }
-    for (auto [k, v] : final_copies_) {
+    for (auto [k, v] : schedule_.final_copies()) {
       size_t bytes = static_cast<size_t>(graph_.node(v).shape.bytes());
       if (bytes) {
         check(drv.cuMemcpyDtoDAsync_v2(outs[k], ptr[v], bytes, stream), "cuMemcpyDtoDAsync");
@@ -240,7 +251,7 @@ class CudaExecutable : public ExecutableImpl {
 
   void print_schedule() const {
     std::fprintf(stderr, "--- cuda schedule (%zu steps, arena %ld bytes, %s)\n", steps_.size(),
-                 static_cast<long>(arena_bytes_), platform_.arch().c_str());
+                 static_cast<long>(schedule_.arena_bytes()), platform_.arch().c_str());
     for (const Step& step : steps_) {
       std::string what;
       if (step.matmul) {
@@ -253,107 +264,6 @@ class CudaExecutable : public ExecutableImpl {
       }
       std::fprintf(stderr, "%%%d %s <- %s\n", step.value, what.c_str(),
                    ir::print(graph_, step.value).c_str());
-    }
-  }
-
-  void schedule() {
-    slots_.resize(graph_.size());
-    step_of_.assign(graph_.size(), -1);
-    int parameters = 0;
-    for (ValueId id = 0; id < graph_.size(); ++id) {
-      const ir::Node& n = graph_.node(id);
-      Slot& slot = slots_[id];
-      switch (n.op) {
-        case Op::parameter:
-          slot.kind = Storage::parameter;
-          slot.index = parameters++;
-          continue;
-        case Op::input:
-          slot.kind = Storage::input;
-          slot.index = n.attr<ir::InputAttrs>().index;
-          continue;
-        case Op::constant:
-          slot.kind = Storage::constant;
-          slot.index = static_cast<int>(constants_.size());
-          constants_.push_back(platform_.upload(
-              HostBuffer(n.shape, std::span<const std::byte>(*n.attr<ir::ConstantAttrs>().data))));
-          continue;
-        case Op::reshape:
-          slot.kind = Storage::alias;
-          slot.alias = n.inputs[0];
-          continue;
-        default:
-          break;
-      }
-      if (plan_.virtual_broadcast[id]) continue;
-      if (ir::is_elementwise(n.op) && plan_.groups[plan_.group_of[id]].root != id) continue;
-      Step step{id, step_reads(graph_, plan_, id), {}, {}, nullptr};
-      std::optional<MatmulShape> mm;
-      if (n.op == Op::dot && platform_.cublaslt_handle()) mm = plan_matmul(graph_, n);
-      if (mm) {
-        step.matmul = std::make_unique<Matmul>(*mm, platform_.cublaslt_handle(),
-                                               CudaPlatform::kWorkspaceBytes);
-      } else {
-        step.kernels = generate(graph_, plan_, id, fmt::format("k{}", id));
-      }
-      slot.kind = Storage::arena;
-      step_of_[id] = static_cast<int>(steps_.size());
-      steps_.push_back(std::move(step));
-    }
-  }
-
-  void assign_storage(const CompileSpec& spec) {
-    int end = static_cast<int>(steps_.size());
-    std::vector<int> last_use(graph_.size(), -1);
-    for (int s = 0; s < end; ++s) {
-      for (ValueId r : steps_[s].reads) last_use[root(r)] = std::max(last_use[root(r)], s);
-    }
-    for (ValueId out : graph_.outputs()) last_use[root(out)] = end;
-
-    donated_output_.assign(graph_.outputs().size(), -1);
-    for (size_t k = 0; k < graph_.outputs().size(); ++k) {
-      ValueId v = graph_.outputs()[k];
-      if (slots_[v].kind != Storage::arena) {
-        final_copies_.emplace_back(static_cast<int>(k), v);
-        continue;
-      }
-      slots_[v].kind = Storage::output;
-      slots_[v].index = static_cast<int>(k);
-      const ir::Node& n = graph_.node(v);
-      if (n.op != Op::dynamic_update_slice) continue;
-      ValueId operand = root(n.inputs[0]);
-      const Slot& os = slots_[operand];
-      bool donated = os.kind == Storage::input &&
-                     std::find(spec.donated_inputs.begin(), spec.donated_inputs.end(), os.index) !=
-                         spec.donated_inputs.end();
-      if (donated && last_use[operand] == step_of_[v] &&
-          graph_.node(operand).shape.bytes() == n.shape.bytes() &&
-          std::find(donated_output_.begin(), donated_output_.end(), os.index) ==
-              donated_output_.end()) {
-        slots_[v] = Slot{Storage::input, os.index};
-        donated_output_[k] = os.index;
-      }
-    }
-
-    std::vector<compiler::Lifetime> lifetimes(graph_.size());
-    for (ValueId v = 0; v < graph_.size(); ++v) {
-      if (slots_[v].kind != Storage::arena) continue;
-      compiler::Lifetime& l = lifetimes[v];
-      l.bytes = graph_.node(v).shape.bytes();
-      l.first_step = step_of_[v];
-      l.last_step = std::max(last_use[v], l.first_step);
-      const ir::Node& n = graph_.node(v);
-      if (n.op == Op::dynamic_update_slice || n.op == Op::scatter) {
-        ValueId operand = root(n.inputs[0]);
-        if (slots_[operand].kind == Storage::arena && last_use[operand] == step_of_[v]) {
-          l.reuse_value = operand;
-        }
-      }
-    }
-    // 256-byte alignment: what cuBLASLt's fastest kernels and vector loads assume.
-    std::vector<int64_t> offsets = compiler::plan_memory(lifetimes, &arena_bytes_, 256);
-    for (ValueId v = 0; v < graph_.size(); ++v) {
-      if (slots_[v].kind == Storage::arena) slots_[v].offset = offsets[v];
     }
   }
 
@@ -383,13 +293,9 @@ class CudaExecutable : public ExecutableImpl {
   CudaPlatform& platform_;
   ir::Graph graph_;
   compiler::FusionPlan plan_;
+  compiler::Schedule schedule_;
   std::vector<Step> steps_;
-  std::vector<Slot> slots_;
-  std::vector<int> step_of_;
   std::vector<Buffer> constants_;
-  std::vector<int> donated_output_;
-  std::vector<std::pair<int, ValueId>> final_copies_;
-  int64_t arena_bytes_ = 0;
   std::shared_ptr<CudaMemory> arena_;
   CUmodule module_ = nullptr;
   std::vector<GraphEntry> graphs_;

@@ -1,7 +1,7 @@
 // The OpenCL executable: the compiler's fusion groups and memory plan, as on the CPU, turned
 // into one generated program whose kernels run in order on the platform's in-order queue.
-// Intermediates live in one arena buffer (kernels take a byte offset beside each buffer); a
-// donated input updated by dynamic_update_slice is updated in place and returned as the output.
+// Intermediates live in one arena buffer (kernels take a byte offset beside each buffer);
+// storage follows the compiler's schedule (prism/compiler/schedule.h), donation included.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -10,23 +10,16 @@
 #include "prism/backends/opencl/codegen.h"
 #include "prism/backends/opencl/opencl_platform.h"
 #include "prism/compiler/fusion.h"
+#include "prism/compiler/schedule.h"
 #include "prism/core/error.h"
 
 namespace prism::opencl {
 
+using compiler::Storage;
 using ir::Op;
 using ir::ValueId;
 
 namespace {
-
-enum class Storage : uint8_t { none, parameter, input, constant, arena, output, alias };
-
-struct Slot {
-  Storage kind = Storage::none;
-  int index = 0;       // parameter, input, output or constant position
-  int64_t offset = 0;  // arena offset in bytes
-  ValueId alias = -1;  // for aliases (reshape): the value whose memory this is
-};
 
 struct Step {
   ValueId value;
@@ -37,10 +30,33 @@ struct Step {
 class OpenClExecutable : public ExecutableImpl {
  public:
   OpenClExecutable(OpenClPlatform& platform, const ir::Graph& graph, const CompileSpec& spec)
-      : platform_(platform), api_(platform.api()), graph_(graph) {
-    plan_ = compiler::fuse_elementwise(graph_);
-    schedule();
-    assign_storage(spec);
+      : platform_(platform),
+        api_(platform.api()),
+        graph_(graph),
+        plan_(compiler::fuse_elementwise(graph_)),
+        schedule_(graph_, plan_) {
+    std::vector<std::vector<ValueId>> reads;
+    for (ValueId id = 0; id < graph_.size(); ++id) {
+      const ir::Node& n = graph_.node(id);
+      if (n.op != Op::constant) continue;
+      const auto& bytes = *n.attr<ir::ConstantAttrs>().data;
+      constants_.push_back(platform_.upload(
+          HostBuffer(n.shape, std::span<const std::byte>(bytes.data(), bytes.size()))));
+    }
+    for (ValueId id : schedule_.steps()) {
+      const ir::Node& n = graph_.node(id);
+      std::string name = fmt::format("k{}", id);
+      Step& step = steps_.emplace_back(Step{id, {}});
+      if (ir::is_elementwise(n.op)) {
+        const compiler::FusionGroup& group = plan_.groups[plan_.group_of[id]];
+        for (ValueId m : group.nodes) check_fp64(m);
+        step.source = fused_kernel(graph_, plan_, group, name);
+      } else {
+        step.source = node_kernel(graph_, id, name, platform_.traits());
+      }
+      reads.push_back(step.source.reads);
+    }
+    schedule_.place(graph_, reads, spec.donated_inputs);
     build();
   }
 
@@ -54,18 +70,18 @@ class OpenClExecutable : public ExecutableImpl {
                            std::span<const Buffer> inputs) override {
     std::lock_guard lock(mutex_);
     if (!arena_.valid()) {
-      arena_ = platform_.allocate_for_write(Shape(DType::u8, {{"arena", arena_bytes_}}));
+      arena_ = platform_.allocate_for_write(Shape(DType::u8, {{"arena", schedule_.arena_bytes()}}));
     }
+    const std::vector<int>& donated = schedule_.donated_outputs();
     std::vector<Buffer> outputs(graph_.outputs().size());
     for (size_t k = 0; k < outputs.size(); ++k) {
       const Shape& shape = graph_.node(graph_.outputs()[k]).shape;
-      outputs[k] = donated_output_[k] >= 0
-                       ? Buffer(shape, inputs[donated_output_[k]].shared_memory(), &platform_)
-                       : platform_.allocate_for_write(shape);
+      outputs[k] = donated[k] >= 0 ? Buffer(shape, inputs[donated[k]].shared_memory(), &platform_)
+                                   : platform_.allocate_for_write(shape);
     }
     std::vector<Place> at(graph_.size(), Place{mem_of(arena_), 0});
     for (ValueId v = 0; v < graph_.size(); ++v) {
-      const Slot& s = slots_[v];
+      const compiler::Slot& s = schedule_.slot(v);
       switch (s.kind) {
         case Storage::none:
           break;
@@ -90,7 +106,7 @@ class OpenClExecutable : public ExecutableImpl {
       }
     }
     for (Step& step : steps_) run(step, at);
-    for (auto [k, v] : final_copies_) {
+    for (auto [k, v] : schedule_.final_copies()) {
       copy(at[v], {mem_of(outputs[k]), 0}, graph_.node(v).shape.bytes());
     }
     return outputs;
@@ -136,56 +152,6 @@ class OpenClExecutable : public ExecutableImpl {
              "launching a kernel");
   }
 
-  ValueId root(ValueId v) const {
-    while (slots_[v].kind == Storage::alias) v = slots_[v].alias;
-    return v;
-  }
-
-  void schedule() {
-    slots_.resize(graph_.size());
-    step_of_.assign(graph_.size(), -1);
-    int parameters = 0;
-    for (ValueId id = 0; id < graph_.size(); ++id) {
-      const ir::Node& n = graph_.node(id);
-      Slot& slot = slots_[id];
-      switch (n.op) {
-        case Op::parameter:
-          slot = {Storage::parameter, parameters++};
-          continue;
-        case Op::input:
-          slot = {Storage::input, n.attr<ir::InputAttrs>().index};
-          continue;
-        case Op::constant: {
-          slot = {Storage::constant, static_cast<int>(constants_.size())};
-          const auto& bytes = *n.attr<ir::ConstantAttrs>().data;
-          constants_.push_back(platform_.upload(
-              HostBuffer(n.shape, std::span<const std::byte>(bytes.data(), bytes.size()))));
-          continue;
-        }
-        case Op::reshape:
-          slot.kind = Storage::alias;
-          slot.alias = n.inputs[0];
-          continue;
-        default:
-          break;
-      }
-      if (plan_.virtual_broadcast[id]) continue;
-      std::string name = fmt::format("k{}", id);
-      Step step{id, {}};
-      if (ir::is_elementwise(n.op)) {
-        int g = plan_.group_of[id];
-        if (plan_.groups[g].root != id) continue;  // computed inside its group's kernel
-        for (ValueId m : plan_.groups[g].nodes) check_fp64(m);
-        step.source = fused_kernel(graph_, plan_, plan_.groups[g], name);
-      } else {
-        step.source = node_kernel(graph_, id, name, platform_.traits());
-      }
-      slot.kind = Storage::arena;
-      step_of_[id] = static_cast<int>(steps_.size());
-      steps_.push_back(std::move(step));
-    }
-  }
-
   void check_fp64(ValueId id) const {
     bool uses = graph_.node(id).shape.dtype() == DType::f64;
     for (ValueId in : graph_.node(id).inputs) {
@@ -197,62 +163,6 @@ class OpenClExecutable : public ExecutableImpl {
     }
   }
 
-  void assign_storage(const CompileSpec& spec) {
-    int end = static_cast<int>(steps_.size());
-    std::vector<int> last_use(graph_.size(), -1);
-    for (int s = 0; s < end; ++s) {
-      for (ValueId r : steps_[s].source.reads) {
-        last_use[root(r)] = std::max(last_use[root(r)], s);
-      }
-    }
-    for (ValueId out : graph_.outputs()) last_use[root(out)] = end;
-
-    donated_output_.assign(graph_.outputs().size(), -1);
-    for (size_t k = 0; k < graph_.outputs().size(); ++k) {
-      ValueId v = graph_.outputs()[k];
-      if (slots_[v].kind != Storage::arena) {
-        final_copies_.emplace_back(static_cast<int>(k), v);
-        continue;
-      }
-      slots_[v].kind = Storage::output;
-      slots_[v].index = static_cast<int>(k);
-      const ir::Node& n = graph_.node(v);
-      if (n.op != Op::dynamic_update_slice) continue;
-      ValueId operand = root(n.inputs[0]);
-      const Slot& os = slots_[operand];
-      bool donated = os.kind == Storage::input &&
-                     std::find(spec.donated_inputs.begin(), spec.donated_inputs.end(), os.index) !=
-                         spec.donated_inputs.end();
-      if (donated && last_use[operand] == step_of_[v] &&
-          graph_.node(operand).shape.bytes() == n.shape.bytes() &&
-          std::find(donated_output_.begin(), donated_output_.end(), os.index) ==
-              donated_output_.end()) {
-        slots_[v] = Slot{Storage::input, os.index};
-        donated_output_[k] = os.index;
-      }
-    }
-
-    std::vector<compiler::Lifetime> lifetimes(graph_.size());
-    for (ValueId v = 0; v < graph_.size(); ++v) {
-      if (slots_[v].kind != Storage::arena) continue;
-      compiler::Lifetime& l = lifetimes[v];
-      l.bytes = graph_.node(v).shape.bytes();
-      l.first_step = step_of_[v];
-      l.last_step = std::max(last_use[v], l.first_step);
-      const ir::Node& n = graph_.node(v);
-      if (n.op == Op::dynamic_update_slice || n.op == Op::scatter) {  // may run in place
-        ValueId operand = root(n.inputs[0]);
-        if (slots_[operand].kind == Storage::arena && last_use[operand] == step_of_[v]) {
-          l.reuse_value = operand;
-        }
-      }
-    }
-    std::vector<int64_t> offsets = compiler::plan_memory(lifetimes, &arena_bytes_);
-    for (ValueId v = 0; v < graph_.size(); ++v) {
-      if (slots_[v].kind == Storage::arena) slots_[v].offset = offsets[v];
-    }
-  }
-
   // One program holds every kernel of the executable; it is built once per distinct source.
   void build() {
     if (steps_.empty()) return;
@@ -261,7 +171,7 @@ class OpenClExecutable : public ExecutableImpl {
     const char* debug = std::getenv("PRISM_DEBUG");
     if (debug && std::atoi(debug) >= 2) {
       std::fprintf(stderr, "--- opencl program (%zu kernels, arena %ld bytes)\n%s", steps_.size(),
-                   static_cast<long>(arena_bytes_), source.c_str());
+                   static_cast<long>(schedule_.arena_bytes()), source.c_str());
     }
     cl_program program = platform_.program(source);
     for (Step& s : steps_) {
@@ -284,13 +194,9 @@ class OpenClExecutable : public ExecutableImpl {
   const ClApi& api_;
   ir::Graph graph_;
   compiler::FusionPlan plan_;
+  compiler::Schedule schedule_;
   std::vector<Step> steps_;
-  std::vector<Slot> slots_;
-  std::vector<int> step_of_;
   std::vector<Buffer> constants_;
-  std::vector<int> donated_output_;
-  std::vector<std::pair<int, ValueId>> final_copies_;
-  int64_t arena_bytes_ = 0;
   size_t work_group_ = 64;
   Buffer arena_;
   std::mutex mutex_;

@@ -51,8 +51,13 @@ class Progress {
 }  // namespace
 
 std::string LoadStats::line() const {
-  return fmt::format("loaded {} tensors, {:.2f} GB in {:.2f} s ({:.2f} GB/s)", tensors, bytes / 1e9,
-                     seconds, seconds > 0 ? bytes / 1e9 / seconds : 0.0);
+  std::string line =
+      fmt::format("loaded {} tensors, {:.2f} GB in {:.2f} s", tensors, bytes / 1e9, seconds);
+  const uint64_t copied = bytes - mapped_bytes;
+  if (zero_copy == tensors && tensors > 0) return line + " (mapped in place, no copy)";
+  line += fmt::format(" ({:.2f} GB/s", seconds > 0 ? copied / 1e9 / seconds : 0.0);
+  if (zero_copy > 0) line += fmt::format("; {} tensors mapped in place, no copy", zero_copy);
+  return line + ")";
 }
 
 Weights load(const Store& store, std::span<const Executable::Parameter> parameters,
@@ -90,6 +95,7 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
       if (auto b = platform.adopt_host(p.shape, mapped.data(), st.file)) {
         weights.emplace(p.name, *b);
         ++stats.zero_copy;
+        stats.mapped_bytes += p.shape.bytes();
         continue;
       }
     }

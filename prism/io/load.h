@@ -31,10 +31,13 @@ struct LoadOptions {
 
 struct LoadStats {
   size_t tensors = 0;
-  size_t zero_copy = 0;  // tensors used in place
-  uint64_t bytes = 0;    // bytes of the loaded buffers
+  size_t zero_copy = 0;       // tensors used in place
+  uint64_t bytes = 0;         // bytes of the loaded buffers
+  uint64_t mapped_bytes = 0;  // of which used in place (nothing read yet)
   double seconds = 0;
-  std::string line() const;  // the report line
+  // The report line: "loaded N tensors, X GB in Y s (Z GB/s)", the rate over the bytes
+  // copied; tensors used in place are counted apart, as they cost nothing until read.
+  std::string line() const;
 };
 
 using Weights = std::map<std::string, Buffer, std::less<>>;

@@ -25,6 +25,8 @@ Kernel make_reduce_kernel(const ir::Graph& graph, ir::ValueId id);  // kernels_r
 Kernel make_dot_kernel(const ir::Graph& graph, ir::ValueId id);     // kernels_dot.cpp
 Kernel make_conv_kernel(const ir::Graph& graph, ir::ValueId id);    // kernels_conv.cpp
 Kernel make_nn_kernel(const ir::Graph& graph, ir::ValueId id);      // kernels_nn.cpp
+// kernels_attention.cpp
+Kernel make_attention_kernel(const ir::Graph& graph, ir::ValueId id);
 
 // kernels_gated_delta.cpp
 Kernel make_gated_delta_kernel(const ir::Graph& graph, ir::ValueId id);

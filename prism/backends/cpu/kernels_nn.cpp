@@ -1,5 +1,5 @@
-// The composites as single kernels: softmax, log_softmax, rms_norm, layer_norm, rope and
-// attention (causal, grouped-query, sliding window, mask, offset). Halves compute in f32.
+// The composites as single kernels: softmax, log_softmax, rms_norm, layer_norm and rope
+// (attention has its own file). Halves compute in f32.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -139,73 +139,6 @@ Kernel rope(const ir::Node& n) {
   };
 }
 
-Kernel attention(const ir::Graph& g, const ir::Node& n) {
-  const auto a = n.attr<ir::AttentionAttrs>();
-  Shape q = g.node(n.inputs[0]).shape, k = g.node(n.inputs[1]).shape;
-  Shape v = g.node(n.inputs[2]).shape;
-  DType mask_dtype = a.has_mask ? g.node(n.inputs[3]).shape.dtype() : DType::boolean;
-  DType offset_dtype = a.has_offset ? g.node(n.inputs.back()).shape.dtype() : DType::i64;
-  return [=](auto in, std::byte* out, ThreadPool& pool) {
-    int64_t B = q.size(0), H = q.size(1), Sq = q.size(2), D = q.size(3);
-    int64_t G = k.size(1), Sk = k.size(2), E = v.size(3), rep = H / G;
-    int64_t offset = a.has_offset ? load_index(offset_dtype, in.back(), 0) : Sk - Sq;
-    visit_float(q.dtype(), [&](auto tag) {
-      using S = decltype(tag);
-      using T = Compute<S>;
-      const S* qp = reinterpret_cast<const S*>(in[0]);
-      const S* kp = reinterpret_cast<const S*>(in[1]);
-      const S* vp = reinterpret_cast<const S*>(in[2]);
-      S* y = reinterpret_cast<S*>(out);
-      pool.parallel_for(B * H * Sq, 1, [&](int64_t t0, int64_t t1) {
-        std::vector<T> scores(Sk), acc(E), qrow(D);
-        for (int64_t t = t0; t < t1; ++t) {
-          int64_t i = t % Sq, h = (t / Sq) % H, b = t / (Sq * H), gk = h / rep;
-          const S* qr = qp + ((b * H + h) * Sq + i) * D;
-          for (int64_t d = 0; d < D; ++d) qrow[d] = to_compute<T>(qr[d]);
-          int64_t qpos = offset + i;
-          T mx = -std::numeric_limits<T>::infinity();
-          for (int64_t j = 0; j < Sk; ++j) {
-            bool visible = (!a.causal || j <= qpos) && (a.window <= 0 || j > qpos - a.window);
-            T s = -std::numeric_limits<T>::infinity();
-            if (visible) {
-              const S* kr = kp + ((b * G + gk) * Sk + j) * D;
-              T dot = 0;
-              for (int64_t d = 0; d < D; ++d) dot += qrow[d] * to_compute<T>(kr[d]);
-              s = dot * static_cast<T>(a.scale);
-              if (a.has_mask) {
-                int64_t at = ((b * H + h) * Sq + i) * Sk + j;
-                if (mask_dtype == DType::boolean) {
-                  if (!reinterpret_cast<const uint8_t*>(in[3])[at]) {
-                    s = -std::numeric_limits<T>::infinity();
-                  }
-                } else {
-                  s += static_cast<T>(load_f64(mask_dtype, in[3], at));
-                }
-              }
-            }
-            scores[j] = s;
-            mx = std::max(mx, s);
-          }
-          T sum = 0;
-          for (int64_t j = 0; j < Sk; ++j) {
-            scores[j] = std::exp(scores[j] - mx);
-            sum += scores[j];
-          }
-          std::fill(acc.begin(), acc.end(), T(0));
-          for (int64_t j = 0; j < Sk; ++j) {
-            if (scores[j] == 0) continue;
-            const S* vr = vp + ((b * G + gk) * Sk + j) * E;
-            T p = scores[j] / sum;
-            for (int64_t e = 0; e < E; ++e) acc[e] += p * to_compute<T>(vr[e]);
-          }
-          S* yr = y + ((b * H + h) * Sq + i) * E;
-          for (int64_t e = 0; e < E; ++e) yr[e] = to_storage<S>(acc[e]);
-        }
-      });
-    });
-  };
-}
-
 }  // namespace
 
 bool cpu_supports(const ir::Node& n) {
@@ -227,16 +160,15 @@ Kernel make_nn_kernel(const ir::Graph& g, ir::ValueId id) {
       return norm(n);
     case Op::rope:
       return rope(n);
-    case Op::attention:
-      return attention(g, n);
     default:
       return nullptr;
   }
 }
 
 Kernel make_kernel(const ir::Graph& g, ir::ValueId id) {
-  for (auto make : {make_data_kernel, make_reduce_kernel, make_dot_kernel, make_conv_kernel,
-                    make_nn_kernel, make_short_conv_kernel, make_gated_delta_kernel}) {
+  for (auto make :
+       {make_data_kernel, make_reduce_kernel, make_dot_kernel, make_conv_kernel, make_nn_kernel,
+        make_attention_kernel, make_short_conv_kernel, make_gated_delta_kernel}) {
     if (Kernel k = make(g, id)) return k;
   }
   fail("cpu: no kernel for {}", ir::print(g, id));

@@ -218,8 +218,8 @@ def main():
         # The logits at the top ten, the special ids, and every 257th id (a spread over the
         # whole vocabulary).
         probe = tiny_lm.probe_ids(result.first_logits, 10, [0, 1, 6, 7, *range(0, VOCAB, 257)])
-        reference = tiny_lm.reference(PROMPT, result, probe,
-                                      "tools/make_tiny_lfm2.py (independent PyTorch, float32)")
+        reference = tiny_lm.reference_json(
+            PROMPT, result, probe, "tools/make_tiny_lfm2.py (independent PyTorch, float32)")
         tiny_lm.write_json(os.path.join(out, "reference.json"), reference, indent=0)
         print(name, "mlp width", mlp_width(cfg), "greedy:", result.ids)
 

@@ -140,7 +140,7 @@ def main():
              "do_sample": False}, w)
         probe = tiny_lm.probe_ids(result.first_logits, 5, [0, 1, 128000])
         tiny_lm.write_json(os.path.join(out, "reference.json"),
-                           tiny_lm.reference(PROMPT, result, probe), indent=1)
+                           tiny_lm.reference_json(PROMPT, result, probe), indent=1)
         print(name, "greedy:", result.ids)
 
 

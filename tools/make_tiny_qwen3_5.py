@@ -261,7 +261,7 @@ def main():
         probe = tiny_lm.probe_ids(result.first_logits, 8,
                                   [0, 1, 198, 9625, 151643, EOS, VOCAB - 1])
         tiny_lm.write_json(os.path.join(out, "reference.json"),
-                           tiny_lm.reference(PROMPT, result, probe), indent=1)
+                           tiny_lm.reference_json(PROMPT, result, probe), indent=1)
         # A test with a logit tolerance well below the smallest top-2 margin cannot flip a
         # near-tie.
         print(name, "greedy:", result.ids, "smallest top-2 margin:", result.margin)

@@ -9,6 +9,7 @@ remake the references with transformers' classes.
 The scripts import it as a sibling (`import tiny_lm`), which works from any directory since
 Python puts a script's own directory first on its path.
 """
+import dataclasses
 import json
 import math
 import os
@@ -75,14 +76,15 @@ def randn_fan_in(*shape):
 # --- Reference outputs -------------------------------------------------------------------
 
 
+@dataclasses.dataclass
 class Greedy:
     """A greedy continuation: `ids` (the new tokens), `first_logits` (the prompt's
     last-position logits) and `margin`, the smallest gap between the best and second-best
     logit along the way (a test whose logit tolerance is well below it cannot flip a
     near-tie)."""
-
-    def __init__(self, ids, first_logits, margin):
-        self.ids, self.first_logits, self.margin = ids, first_logits, margin
+    ids: list
+    first_logits: torch.Tensor
+    margin: float
 
 
 def greedy(forward, prompt, steps):
@@ -107,7 +109,7 @@ def probe_ids(logits, top, also):
     return sorted(set(int(i) for i in logits.topk(top).indices) | set(also))
 
 
-def reference(prompt, result, probe, made_with=None):
+def reference_json(prompt, result, probe, made_with=None):
     """The reference.json of a fixture, which the tests read: the prompt, the greedy ids, the
     first step's logits at the ids of `probe`, and what made them."""
     value = {

@@ -13,7 +13,6 @@ with every reference*.json they find.
 
   python3 tools/lfm2_reference_hf.py [tests/data/lfm2]
 """
-import json
 import os
 import sys
 
@@ -21,13 +20,11 @@ import torch
 import transformers
 from transformers import Lfm2ForCausalLM
 
+import tiny_lm
+
 
 def load(path):
-    kwargs = dict(attn_implementation="eager", local_files_only=True)
-    try:
-        model = Lfm2ForCausalLM.from_pretrained(path, dtype=torch.float32, **kwargs)
-    except TypeError:  # transformers before `dtype` replaced `torch_dtype`
-        model = Lfm2ForCausalLM.from_pretrained(path, torch_dtype=torch.float32, **kwargs)
+    model = tiny_lm.from_pretrained_f32(Lfm2ForCausalLM, path)
     model.eval()
     return model.float()
 
@@ -58,17 +55,10 @@ def greedy_recomputed(model, prompt, steps):
 
 
 def main():
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests/data/lfm2")
     torch.manual_seed(0)
     print("torch", torch.__version__, "transformers", transformers.__version__)
     failures = 0
-    for name in sorted(os.listdir(root)):
-        path = os.path.join(root, name)
-        if not os.path.isfile(os.path.join(path, "reference.json")):
-            continue
-        with open(os.path.join(path, "reference.json")) as f:
-            ours = json.load(f)
+    for name, path, ours in tiny_lm.reference_dirs("lfm2"):
         model = load(path)
         steps = len(ours["greedy_ids"])
         with torch.no_grad():
@@ -80,8 +70,7 @@ def main():
             "first_logits": {k: float(first[int(k)]) for k in ours["first_logits"]},
             "made_with": f"transformers {transformers.__version__} Lfm2ForCausalLM, float32, eager",
         }
-        with open(os.path.join(path, "reference_hf.json"), "w") as f:
-            json.dump(result, f, indent=0)
+        tiny_lm.write_json(os.path.join(path, "reference_hf.json"), result, indent=0)
         diff = max(abs(result["first_logits"][k] - v) for k, v in ours["first_logits"].items())
         same = tokens == ours["greedy_ids"]
         print(f"{name}: max |logit diff| vs reference.json {diff:.3g}")

@@ -10,24 +10,17 @@ with every reference_*.json they find.
 
   python3 tools/llama_reference_hf.py [tests/data/llama]
 """
-import json
 import os
-import sys
 
 import torch
 from transformers import LlamaForCausalLM
 
+import tiny_lm
+
 
 def main():
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests/data/llama")
     torch.manual_seed(0)
-    for name in sorted(os.listdir(root)):
-        path = os.path.join(root, name)
-        if not os.path.isfile(os.path.join(path, "reference.json")):
-            continue
-        with open(os.path.join(path, "reference.json")) as f:
-            ours = json.load(f)
+    for name, path, ours in tiny_lm.reference_dirs("llama"):
         model = LlamaForCausalLM.from_pretrained(path, torch_dtype="auto",
                                                  attn_implementation="eager")
         model.eval()
@@ -42,8 +35,7 @@ def main():
             "first_logits": {k: float(first[int(k)]) for k in ours["first_logits"]},
             "made_with": "transformers LlamaForCausalLM",
         }
-        with open(os.path.join(path, "reference_hf.json"), "w") as f:
-            json.dump(result, f, indent=1)
+        tiny_lm.write_json(os.path.join(path, "reference_hf.json"), result, indent=1)
         print(name, "greedy:", result["greedy_ids"])
 
 

@@ -19,15 +19,13 @@ of ids. No tokenizer files: LFM's cannot be had offline.
 
   scripts/setup.sh --tools && /usr/bin/python3 tools/make_tiny_lfm2.py
 """
-import json
-import math
 import os
-import struct
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "tests/data/lfm2")
+import tiny_lm
+
+OUT = tiny_lm.fixture_root("lfm2")
 VOCAB = 65536  # the LFM 2 tokenizer's
 
 CHECKPOINTS = {
@@ -76,16 +74,6 @@ def head_dim(cfg):
     return cfg["hidden_size"] // cfg["num_attention_heads"]
 
 
-def rms_norm(x, w, eps):
-    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return w * x
-
-
-def rotate_half(x):
-    a, b = x.chunk(2, dim=-1)
-    return torch.cat((-b, a), dim=-1)
-
-
 def linear(x, w, p, name, bias):
     y = x @ w[p + name + ".weight"].T
     return y + w[p + name + ".bias"] if bias else y
@@ -93,16 +81,10 @@ def linear(x, w, p, name, bias):
 
 def short_conv(cfg, w, p, h):
     """The gated short convolution of one layer over all positions of h {n, d}."""
-    d, L, bias = cfg["hidden_size"], cfg["conv_L_cache"], cfg["conv_bias"]
+    d, bias = cfg["hidden_size"], cfg["conv_bias"]
     bcx = linear(h, w, p, "conv.in_proj", bias)  # {n, 3d}
     b, c, x = bcx[:, :d], bcx[:, d:2 * d], bcx[:, 2 * d:]
-    bx = b * x
-    kernel = w[p + "conv.conv.weight"][:, 0, :]  # {d, L}; tap L-1 multiplies the newest input
-    padded = torch.cat((torch.zeros(L - 1, d), bx), dim=0)
-    n = h.shape[0]
-    out = torch.zeros(n, d)
-    for t in range(n):
-        out[t] = (padded[t:t + L].T * kernel).sum(-1)
+    out = tiny_lm.causal_conv1d(b * x, w[p + "conv.conv.weight"][:, 0, :])  # kernel {d, L}
     if bias:
         out = out + w[p + "conv.conv.bias"]
     return linear(c * out, w, p, "conv.out_proj", bias)
@@ -115,37 +97,29 @@ def attention(cfg, w, p, h, cos, sin):
     q = (h @ w[p + "self_attn.q_proj.weight"].T).view(n, nh, hd)
     k = (h @ w[p + "self_attn.k_proj.weight"].T).view(n, nkv, hd)
     v = (h @ w[p + "self_attn.v_proj.weight"].T).view(n, nkv, hd)
-    q = rms_norm(q, w[p + "self_attn.q_layernorm.weight"], eps).transpose(0, 1)
-    k = rms_norm(k, w[p + "self_attn.k_layernorm.weight"], eps).transpose(0, 1)
+    # Per-head RMSNorms of q and k, before the rope.
+    q = tiny_lm.rms_norm(q, w[p + "self_attn.q_layernorm.weight"], eps).transpose(0, 1)
+    k = tiny_lm.rms_norm(k, w[p + "self_attn.k_layernorm.weight"], eps).transpose(0, 1)
     v = v.transpose(0, 1)
-    q = q * cos + rotate_half(q) * sin
-    k = k * cos + rotate_half(k) * sin
-    k = k.repeat_interleave(nh // nkv, dim=0)
-    v = v.repeat_interleave(nh // nkv, dim=0)
-    causal = torch.full((n, n), float("-inf")).triu(1)
-    scores = (q @ k.transpose(1, 2)) * hd ** -0.5 + causal
-    a = (torch.softmax(scores, dim=-1) @ v).transpose(0, 1).reshape(n, nh * hd)
+    q, k = tiny_lm.apply_rope(q, cos, sin), tiny_lm.apply_rope(k, cos, sin)
+    a = tiny_lm.causal_attention(q, k, v)
     return a @ w[p + "self_attn.out_proj.weight"].T
 
 
 def forward(cfg, w, ids):
     """Logits for every position of `ids` (a list), computed from scratch in float32."""
-    eps, hd = cfg["norm_eps"], head_dim(cfg)
+    eps = cfg["norm_eps"]
     x = w["model.embed_tokens.weight"][torch.tensor(ids)]
-    pos = torch.arange(len(ids), dtype=torch.float32)
-    inv = 1.0 / (rope_theta(cfg) ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
-    freqs = pos[:, None] * inv[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos(), emb.sin()
+    cos, sin = tiny_lm.rope_cos_sin(tiny_lm.inv_frequencies(rope_theta(cfg), head_dim(cfg)),
+                                    len(ids))
     for i, kind in enumerate(cfg["layer_types"]):
         p = f"model.layers.{i}."
-        h = rms_norm(x, w[p + "operator_norm.weight"], eps)
+        h = tiny_lm.rms_norm(x, w[p + "operator_norm.weight"], eps)
         x = x + (short_conv(cfg, w, p, h) if kind == "conv" else attention(cfg, w, p, h, cos, sin))
-        h = rms_norm(x, w[p + "ffn_norm.weight"], eps)
-        g = h @ w[p + "feed_forward.w1.weight"].T
-        u = h @ w[p + "feed_forward.w3.weight"].T
-        x = x + (torch.nn.functional.silu(g) * u) @ w[p + "feed_forward.w2.weight"].T
-    x = rms_norm(x, w["model.embedding_norm.weight"], eps)
+        h = tiny_lm.rms_norm(x, w[p + "ffn_norm.weight"], eps)
+        x = x + tiny_lm.swiglu(h, w[p + "feed_forward.w1.weight"], w[p + "feed_forward.w3.weight"],
+                               w[p + "feed_forward.w2.weight"])
+    x = tiny_lm.rms_norm(x, w["model.embedding_norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if cfg["tie"] else w["lm_head.weight"]
     return x @ head.T
 
@@ -154,6 +128,7 @@ def make_weights(cfg):
     torch.manual_seed(cfg["seed"])
     d, f, L = cfg["hidden_size"], mlp_width(cfg), cfg["conv_L_cache"]
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], head_dim(cfg)
+    lin = tiny_lm.randn_fan_in
     # Small embeddings, as trained models have: with a tied head and large embeddings the
     # residual stream stays near the input token's embedding and greedy decoding repeats it.
     w = {"model.embed_tokens.weight": cfg["embed_std"] * torch.randn(VOCAB, d)}
@@ -161,44 +136,28 @@ def make_weights(cfg):
         p = f"model.layers.{i}."
         w[p + "operator_norm.weight"] = 1 + 0.1 * torch.randn(d)
         if kind == "conv":
-            w[p + "conv.in_proj.weight"] = torch.randn(3 * d, d) / math.sqrt(d)
-            w[p + "conv.conv.weight"] = torch.randn(d, 1, L) / math.sqrt(L)
-            w[p + "conv.out_proj.weight"] = torch.randn(d, d) / math.sqrt(d)
+            w[p + "conv.in_proj.weight"] = lin(3 * d, d)
+            w[p + "conv.conv.weight"] = lin(d, 1, L)
+            w[p + "conv.out_proj.weight"] = lin(d, d)
             if cfg["conv_bias"]:
                 w[p + "conv.in_proj.bias"] = 0.5 * torch.randn(3 * d)
                 w[p + "conv.conv.bias"] = 0.5 * torch.randn(d)
                 w[p + "conv.out_proj.bias"] = 0.5 * torch.randn(d)
         else:
-            w[p + "self_attn.q_proj.weight"] = torch.randn(nh * hd, d) / math.sqrt(d)
-            w[p + "self_attn.k_proj.weight"] = torch.randn(nkv * hd, d) / math.sqrt(d)
-            w[p + "self_attn.v_proj.weight"] = torch.randn(nkv * hd, d) / math.sqrt(d)
-            w[p + "self_attn.out_proj.weight"] = torch.randn(d, nh * hd) / math.sqrt(nh * hd)
+            w[p + "self_attn.q_proj.weight"] = lin(nh * hd, d)
+            w[p + "self_attn.k_proj.weight"] = lin(nkv * hd, d)
+            w[p + "self_attn.v_proj.weight"] = lin(nkv * hd, d)
+            w[p + "self_attn.out_proj.weight"] = lin(d, nh * hd)
             w[p + "self_attn.q_layernorm.weight"] = 1 + 0.1 * torch.randn(hd)
             w[p + "self_attn.k_layernorm.weight"] = 1 + 0.1 * torch.randn(hd)
         w[p + "ffn_norm.weight"] = 1 + 0.1 * torch.randn(d)
-        w[p + "feed_forward.w1.weight"] = torch.randn(f, d) / math.sqrt(d)
-        w[p + "feed_forward.w3.weight"] = torch.randn(f, d) / math.sqrt(d)
-        w[p + "feed_forward.w2.weight"] = torch.randn(d, f) / math.sqrt(f)
+        w[p + "feed_forward.w1.weight"] = lin(f, d)
+        w[p + "feed_forward.w3.weight"] = lin(f, d)
+        w[p + "feed_forward.w2.weight"] = lin(d, f)
     w["model.embedding_norm.weight"] = 1 + 0.1 * torch.randn(d)
     if not cfg["tie"]:
-        w["lm_head.weight"] = torch.randn(VOCAB, d) / math.sqrt(d)
+        w["lm_head.weight"] = lin(VOCAB, d)
     return {k: v.to(torch.bfloat16) for k, v in w.items()}
-
-
-def write_safetensors(path, tensors):
-    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].contiguous()
-        assert t.dtype == torch.bfloat16
-        data = t.view(torch.int16).numpy().tobytes()
-        header[name] = {"dtype": "BF16", "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":"))
-    text += " " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text.encode() + b"".join(blobs))
 
 
 def config_json(cfg):
@@ -246,45 +205,23 @@ def config_json(cfg):
     return dict(sorted(config.items()))
 
 
-def probe_ids(logits):
-    """Where reference.json records the logits: the top ten, the special ids, and every
-    257th id (a spread over the whole vocabulary)."""
-    ids = set(int(i) for i in logits.topk(10).indices) | {0, 1, 6, 7}
-    ids |= set(range(0, VOCAB, 257))
-    return sorted(ids)
-
-
 def main():
     torch.set_num_threads(2)
-    for name, spec in CHECKPOINTS.items():
-        cfg = dict(spec)
+    for name, cfg in CHECKPOINTS.items():
         out = os.path.join(OUT, name)
-        os.makedirs(out, exist_ok=True)
         w = make_weights(cfg)
         wf = {k: v.float() for k, v in w.items()}
-        ids = list(PROMPT)
-        first_logits = None
-        with torch.no_grad():
-            for _ in range(STEPS):
-                logits = forward(cfg, wf, ids)[-1]
-                if first_logits is None:
-                    first_logits = logits
-                ids.append(int(logits.argmax()))
-        with open(os.path.join(out, "config.json"), "w") as f:
-            json.dump(config_json(cfg), f, indent=2)
-        with open(os.path.join(out, "generation_config.json"), "w") as f:
-            json.dump({"bos_token_id": 1, "eos_token_id": 7, "pad_token_id": 0,
-                       "do_sample": False}, f, indent=2)
-        write_safetensors(os.path.join(out, "model.safetensors"), w)
-        reference = {
-            "prompt_ids": PROMPT,
-            "greedy_ids": ids[len(PROMPT):],
-            "first_logits": {str(i): float(first_logits[i]) for i in probe_ids(first_logits)},
-            "made_with": "tools/make_tiny_lfm2.py (independent PyTorch, float32)",
-        }
-        with open(os.path.join(out, "reference.json"), "w") as f:
-            json.dump(reference, f, indent=0)
-        print(name, "mlp width", mlp_width(cfg), "greedy:", reference["greedy_ids"])
+        result = tiny_lm.greedy(lambda ids: forward(cfg, wf, ids), PROMPT, STEPS)
+        tiny_lm.write_checkpoint(
+            out, config_json(cfg),
+            {"bos_token_id": 1, "eos_token_id": 7, "pad_token_id": 0, "do_sample": False}, w)
+        # The logits at the top ten, the special ids, and every 257th id (a spread over the
+        # whole vocabulary).
+        probe = tiny_lm.probe_ids(result.first_logits, 10, [0, 1, 6, 7, *range(0, VOCAB, 257)])
+        reference = tiny_lm.reference_json(
+            PROMPT, result, probe, "tools/make_tiny_lfm2.py (independent PyTorch, float32)")
+        tiny_lm.write_json(os.path.join(out, "reference.json"), reference, indent=0)
+        print(name, "mlp width", mlp_width(cfg), "greedy:", result.ids)
 
 
 if __name__ == "__main__":

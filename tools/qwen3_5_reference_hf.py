@@ -21,12 +21,13 @@ prism with every reference*.json they find.
 
   python3 tools/qwen3_5_reference_hf.py [tests/data/qwen3_5]
 """
-import json
 import os
 import sys
 import traceback
 
 import torch
+
+import tiny_lm
 
 
 def load_file_tensors(path):
@@ -53,20 +54,12 @@ def use_torch_kernels(model):
                     setattr(module, attr, value)
 
 
-def from_pretrained(cls, path, **kwargs):
-    common = dict(attn_implementation="eager", local_files_only=True, **kwargs)
-    try:
-        return cls.from_pretrained(path, dtype=torch.float32, **common)
-    except TypeError:  # transformers before "dtype" replaced "torch_dtype"
-        return cls.from_pretrained(path, torch_dtype=torch.float32, **common)
-
-
 def load_model(path, file_tensors):
     """The model and the prefix its language-model weights have in its state dict."""
     try:
         from transformers import Qwen3_5ForConditionalGeneration
-        model, info = from_pretrained(Qwen3_5ForConditionalGeneration, path,
-                                      output_loading_info=True)
+        model, info = tiny_lm.from_pretrained_f32(
+            Qwen3_5ForConditionalGeneration, path, output_loading_info=True)
         tied = "lm_head.weight" not in file_tensors
         missing = [k for k in info.get("missing_keys", [])
                    if "visual" not in k and not (tied and k == "lm_head.weight")]
@@ -123,19 +116,12 @@ def check_weights(model, prefix, file_tensors):
 
 
 def main():
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests/data/qwen3_5")
     torch.manual_seed(0)
     torch.set_num_threads(max(1, min(8, os.cpu_count() or 1)))
     import transformers
     print("torch", torch.__version__, "transformers", transformers.__version__)
     failures = 0
-    for name in sorted(os.listdir(root)):
-        path = os.path.join(root, name)
-        if not os.path.isfile(os.path.join(path, "reference.json")):
-            continue
-        with open(os.path.join(path, "reference.json")) as f:
-            ours = json.load(f)
+    for name, path, ours in tiny_lm.reference_dirs("qwen3_5"):
         file_tensors = load_file_tensors(path)
         model, prefix, made_with = load_model(path, file_tensors)
         use_torch_kernels(model)
@@ -169,8 +155,7 @@ def main():
             "made_with": f"{made_with}, float32, eager attention, transformers "
                          f"{transformers.__version__}, torch {torch.__version__}",
         }
-        with open(os.path.join(path, "reference_hf.json"), "w") as f:
-            json.dump(result, f, indent=1)
+        tiny_lm.write_json(os.path.join(path, "reference_hf.json"), result, indent=1)
         same = greedy == ours["greedy_ids"]
         agree = same and diff <= 1e-3 and weight_diff == 0
         failures += not agree

@@ -35,9 +35,13 @@ inline float exp_f32(float x) {
   return x != x ? x : y;
 }
 
-// y[i] = exp(x[i]), vectorized.
+// y[i] = exp(x[i]), vectorized with the instructions the caller is compiled for.
 inline void exp_f32(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = exp_f32(x[i]);
 }
+
+// The same with the code of the SIMD target in use (simd.h), for callers compiled for the
+// baseline only (fast_math.cpp).
+void exp_f32_simd(const float* x, float* y, int64_t n);
 
 }  // namespace prism::cpu

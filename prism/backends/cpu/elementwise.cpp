@@ -12,11 +12,12 @@
 #include <cstring>
 #include <memory>
 
+#include "prism/backends/cpu/fast_math-inl.h"
 #include "prism/backends/cpu/fast_math.h"
 #include "prism/backends/cpu/simd.h"
 
 // The block loop, once per SIMD target: plain loops, which the compiler vectorizes with
-// each target's instructions.
+// each target's instructions, and Highway's vectors for exp and the logistic function.
 HWY_BEFORE_NAMESPACE();
 namespace prism::cpu::HWY_NAMESPACE {
 namespace {
@@ -78,7 +79,7 @@ void unary(Op op, const T* x, T* y, int n) {
         return;
       case Op::exp:
         if constexpr (std::is_same_v<T, float>) {
-          exp_f32(x, y, n);
+          ExpF32Array(x, y, n);
         } else {
           for (int i = 0; i < n; ++i) y[i] = std::exp(x[i]);
         }
@@ -100,7 +101,7 @@ void unary(Op op, const T* x, T* y, int n) {
         return;
       case Op::logistic:
         if constexpr (std::is_same_v<T, float>) {
-          for (int i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + exp_f32(-x[i]));
+          LogisticF32Array(x, y, n);
         } else {
           for (int i = 0; i < n; ++i) y[i] = T(1) / (T(1) + std::exp(-x[i]));
         }

@@ -1,4 +1,4 @@
-// exp_f32_simd: fast_math.h's exp loop compiled once per SIMD target (hwy_targets.h).
+// exp_f32_simd: fast_math-inl.h's exp loop compiled once per SIMD target (hwy_targets.h).
 #include "prism/backends/cpu/fast_math.h"
 
 #include "prism/backends/cpu/hwy_targets.h"
@@ -8,10 +8,12 @@
 #include <hwy/foreach_target.h>
 #include <hwy/highway.h>
 
+#include "prism/backends/cpu/fast_math-inl.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace prism::cpu::HWY_NAMESPACE {
 
-void ExpF32(const float* x, float* y, int64_t n) { exp_f32(x, y, n); }
+void ExpF32Rows(const float* x, float* y, int64_t n) { ExpF32Array(x, y, n); }
 
 }  // namespace prism::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -19,9 +21,11 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace prism::cpu {
 
-HWY_EXPORT(ExpF32);
+HWY_EXPORT(ExpF32Rows);
 
-void exp_f32_simd(const float* x, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(ExpF32)(x, y, n); }
+void exp_f32_simd(const float* x, float* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ExpF32Rows)(x, y, n);
+}
 
 }  // namespace prism::cpu
 #endif  // HWY_ONCE

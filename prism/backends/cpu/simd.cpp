@@ -57,9 +57,13 @@ State& state() {
   static State s;
   static std::once_flag once;
   std::call_once(once, [] {
+    std::vector<Target> all = available();
+    PRISM_CHECK(!all.empty(),
+                "cpu: this binary was built for {} and this CPU lacks it (build with "
+                "-DPRISM_NATIVE=OFF for a binary that runs anywhere)",
+                hwy::TargetName(HWY_STATIC_TARGET));
     const char* forced = std::getenv("PRISM_CPU_TARGET");
-    Target t = forced && *forced ? parse(forced) : available().front();
-    apply(s, t);
+    apply(s, forced && *forced ? parse(forced) : all.front());
   });
   return s;
 }

@@ -28,4 +28,13 @@ err=$("$prism" mnist --platform=bogus 2>&1 >/dev/null); rc=$?
 check "unknown platform" \
   "1 prism: error: unknown platform 'bogus' (expected cpu, opencl, cuda, pjrt:<plugin.so> or auto)" \
   "$rc $err"
+# The CPU's SIMD target: shown by info, forced by PRISM_CPU_TARGET, one line for an unknown name
+# (which lists the names this binary and CPU have, best first).
+echo "$info" | grep -q '^    - .*simd [A-Z0-9_]' || { echo "FAIL info: no simd target"; fail=1; }
+err=$(PRISM_CPU_TARGET=bogus "$prism" info 2>&1 >/dev/null); rc=$?
+prefix="prism: error: PRISM_CPU_TARGET=bogus: not a SIMD target of this binary on this CPU"
+check "unknown SIMD target" "1 $prefix" "$rc ${err%% (expected*}"
+lowest=$(echo "$err" | sed -n 's/.*expected one of: .*[ :]\([a-z0-9_+]*\))$/\1/p')
+got=$(PRISM_CPU_TARGET="$lowest" "$prism" info | sed -n 's/^    - .*simd \([A-Z0-9_]*\).*/\1/p' | head -1)
+check "PRISM_CPU_TARGET=$lowest" "${lowest^^}" "$got"
 exit $fail

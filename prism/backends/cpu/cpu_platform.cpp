@@ -10,6 +10,7 @@
 #include <string>
 
 #include "prism/backends/cpu/kernels.h"
+#include "prism/backends/cpu/simd.h"
 #include "prism/core/error.h"
 
 namespace prism {
@@ -76,11 +77,15 @@ std::unique_ptr<ExecutableImpl> make_cpu_executable(CpuPlatform& platform, const
 
 CpuPlatform::CpuPlatform()
     : blocks_(std::make_shared<BlockCache>(static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) *
-                                           sysconf(_SC_PAGE_SIZE) / 8)) {}
+                                           sysconf(_SC_PAGE_SIZE) / 8)) {
+  simd::current();  // chooses the SIMD target (PRISM_CPU_TARGET) before any kernel runs
+}
 
 std::vector<DeviceInfo> CpuPlatform::devices() const {
   int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-  return {{fmt::format("{} ({} threads)", cpu_model(), pool_.size()), memory}};
+  return {{fmt::format("{} ({} threads, simd {})", cpu_model(), pool_.size(),
+                       simd::current().describe()),
+           memory}};
 }
 
 Buffer CpuPlatform::allocate_uninitialized(const Shape& shape) {

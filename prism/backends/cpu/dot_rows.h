@@ -1,21 +1,17 @@
 // Dot products of an activation row with weight rows, the inner loop of decoding, which is
 // bound by how fast the weights stream in from memory. A core keeps more loads in flight
 // over several streams than over one, so the kernels take four rows at a time, and their
-// caller picks them far apart (dot_rows_* below): four streams instead of one running
-// through consecutive rows. With AVX-512 BF16, bf16 activations and weights multiply as
-// they are (exact products, f32 sums); with AVX-512 alone, bf16 weights widen with one
-// shift; elsewhere plain loops over 16 independent lanes, which compilers vectorize
-// without reassociating.
+// caller picks them far apart (for_row_groups below): four streams instead of one running
+// through consecutive rows.
+//
+// The kernels are compiled once per SIMD target (dot_rows.cpp) and dot_row_kernels() hands
+// out those of the target in use (simd.h). With AVX-512 BF16, bf16 activations and weights
+// multiply as they are (exact products, f32 sums); elsewhere bf16 weights widen to f32 with
+// one shift and multiply f32 activations.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
-
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
-#include "prism/core/dtype.h"
 
 namespace prism::cpu {
 
@@ -25,79 +21,19 @@ inline constexpr int kDotRows = 4;
 // every 2048 bf16 values.
 inline constexpr int64_t kPrefetch = 1024;
 
-// out[r] = x . w[r] for the four rows w[0..3], k values each; x in f32.
-inline void dot4_f32x_bf16w(const float* x, const uint16_t* const w[kDotRows], int64_t k,
-                            float out[kDotRows]) {
-  int64_t i = 0;
-  for (int r = 0; r < kDotRows; ++r) out[r] = 0;
-#if defined(__AVX512F__)
-  __m512 acc[kDotRows] = {};
-  for (; i + 16 <= k; i += 16) {
-    __m512 xv = _mm512_loadu_ps(x + i);
-    for (int r = 0; r < kDotRows; ++r) {
-      __m512i wv =
-          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r] + i)));
-      acc[r] = _mm512_fmadd_ps(xv, _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16)), acc[r]);
-    }
-  }
-  for (int r = 0; r < kDotRows; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
-#else
-  for (int r = 0; r < kDotRows; ++r) {
-    float lanes[16] = {};
-    int64_t j = 0;
-    for (; j + 16 <= k; j += 16)
-      for (int l = 0; l < 16; ++l) lanes[l] += x[j + l] * bf16_to_f32(w[r][j + l]);
-    for (float v : lanes) out[r] += v;
-  }
-  i = k / 16 * 16;
-#endif
-  for (; i < k; ++i)
-    for (int r = 0; r < kDotRows; ++r) out[r] += x[i] * bf16_to_f32(w[r][i]);
-}
+struct DotRowKernels {
+  // out[r] = x . w[r] for the four rows w[0..3], k values each; x in f32, w in bf16.
+  void (*f32x_bf16w)(const float* x, const uint16_t* const* w, int64_t k, float* out);
+  // The same with x in bf16 too (as it is when the computation is in bf16); x_f32 holds x
+  // widened to f32, for the targets that multiply in f32.
+  void (*bf16)(const uint16_t* x, const float* x_f32, const uint16_t* const* w, int64_t k,
+               float* out);
+  // x . w, both f32.
+  float (*f32)(const float* x, const float* w, int64_t k);
+};
 
-// out[r] = x . w[r] with x in bf16 too (as it is when the computation is in bf16).
-inline void dot4_bf16(const uint16_t* x, const float* x_f32, const uint16_t* const w[kDotRows],
-                      int64_t k, float out[kDotRows]) {
-#if defined(__AVX512BF16__)
-  int64_t i = 0;
-  __m512 acc[kDotRows] = {};
-  for (; i + 32 <= k; i += 32) {
-    __m512bh xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(x + i));
-    for (int r = 0; r < kDotRows; ++r) _mm_prefetch(w[r] + i + kPrefetch, _MM_HINT_T0);
-    for (int r = 0; r < kDotRows; ++r) {
-      acc[r] =
-          _mm512_dpbf16_ps(acc[r], xv, reinterpret_cast<__m512bh>(_mm512_loadu_si512(w[r] + i)));
-    }
-  }
-  for (int r = 0; r < kDotRows; ++r) {
-    out[r] = _mm512_reduce_add_ps(acc[r]);
-    for (int64_t j = i; j < k; ++j) out[r] += x_f32[j] * bf16_to_f32(w[r][j]);
-  }
-#else
-  (void)x;
-  dot4_f32x_bf16w(x_f32, w, k, out);
-#endif
-}
-
-inline float dot_row_f32(const float* x, const float* w, int64_t k) {
-  int64_t i = 0;
-  float sum = 0;
-#if defined(__AVX512F__)
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-  for (; i + 32 <= k; i += 32) {
-    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(w + i), a0);
-    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(w + i + 16), a1);
-  }
-  sum = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-#else
-  float lanes[16] = {};
-  for (; i + 16 <= k; i += 16)
-    for (int j = 0; j < 16; ++j) lanes[j] += x[i + j] * w[i + j];
-  for (float v : lanes) sum += v;
-#endif
-  for (; i < k; ++i) sum += x[i] * w[i];
-  return sum;
-}
+// The kernels of the SIMD target in use.
+DotRowKernels dot_row_kernels();
 
 // Calls visit(rows[kDotRows]) for groups of row indices covering [n0, n1): group j holds
 // rows n0 + j, n0 + j + q, n0 + j + 2q, n0 + j + 3q (q = a quarter of the range, rounded

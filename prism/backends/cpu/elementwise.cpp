@@ -1,24 +1,28 @@
 #include "prism/backends/cpu/elementwise.h"
 
+#include "prism/backends/cpu/hwy_targets.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "prism/backends/cpu/elementwise.cpp"
+#include <hwy/foreach_target.h>
+#include <hwy/highway.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 
+#include "prism/backends/cpu/fast_math-inl.h"
 #include "prism/backends/cpu/fast_math.h"
+#include "prism/backends/cpu/simd.h"
 
-namespace prism::cpu {
-
-using ir::Op;
-
+// The block loop, once per SIMD target: plain loops, which the compiler vectorizes with
+// each target's instructions, and Highway's vectors for exp and the logistic function.
+HWY_BEFORE_NAMESPACE();
+namespace prism::cpu::HWY_NAMESPACE {
 namespace {
 
-constexpr int kRegisterBytes = FusedKernel::kBlock * 8;
-
-template <typename T>
-T* reg(std::byte* registers, int r) {
-  return reinterpret_cast<T*>(registers + static_cast<size_t>(r) * kRegisterBytes);
-}
+using ir::Op;
 
 // Reads n output-ordered elements starting at flat output index `begin`.
 template <typename T, typename S>
@@ -75,7 +79,7 @@ void unary(Op op, const T* x, T* y, int n) {
         return;
       case Op::exp:
         if constexpr (std::is_same_v<T, float>) {
-          exp_f32(x, y, n);
+          ExpF32Array(x, y, n);
         } else {
           for (int i = 0; i < n; ++i) y[i] = std::exp(x[i]);
         }
@@ -97,7 +101,7 @@ void unary(Op op, const T* x, T* y, int n) {
         return;
       case Op::logistic:
         if constexpr (std::is_same_v<T, float>) {
-          for (int i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + exp_f32(-x[i]));
+          LogisticF32Array(x, y, n);
         } else {
           for (int i = 0; i < n; ++i) y[i] = T(1) / (T(1) + std::exp(-x[i]));
         }
@@ -271,104 +275,26 @@ void convert(const From* x, DType to, std::byte* out, int n) {
 
 }  // namespace
 
-FusedKernel::FusedKernel(const ir::Graph& g, const compiler::FusionPlan& plan,
-                         const compiler::FusionGroup& group)
-    : out_shape_(g.node(group.root).shape) {
-  std::vector<int> reg_of(g.size(), -1);
-  auto load = [&](ir::ValueId v) {
-    if (reg_of[v] >= 0) return reg_of[v];
-    // Read through virtual broadcasts: a stride of 0 on the broadcast axes.
-    std::array<int64_t, kMaxRank> stride{};
-    ir::ValueId src = v;
-    std::vector<int> axis_map(out_shape_.rank());
-    for (int i = 0; i < out_shape_.rank(); ++i) axis_map[i] = i;
-    while (plan.virtual_broadcast[src]) {
-      const ir::Node& b = g.node(src);
-      const auto& dims = b.attr<ir::AxesAttrs>().axes;
-      // axis_map: output axis -> axis of b; remap to b's operand axis (or -1 if broadcast).
-      std::vector<int> inverse(b.shape.rank(), -1);
-      const Shape& operand = g.node(b.inputs[0]).shape;
-      for (int i = 0; i < operand.rank(); ++i) {
-        if (operand.size(i) == b.shape.size(dims[i])) inverse[dims[i]] = i;
-      }
-      for (int& a : axis_map) a = a < 0 ? -1 : inverse[a];
-      src = b.inputs[0];
-    }
-    const Shape& s = g.node(src).shape;
-    auto strides = s.strides();
-    bool contiguous = s.numel() == out_shape_.numel();
-    for (int i = 0; i < out_shape_.rank(); ++i) {
-      stride[i] = axis_map[i] < 0 ? 0 : strides[axis_map[i]];
-      if (axis_map[i] != i) contiguous = contiguous && out_shape_.size(i) == 1;
-    }
-    if (src == v) contiguous = true;
-    int source =
-        static_cast<int>(std::find(sources_.begin(), sources_.end(), src) - sources_.begin());
-    if (source == static_cast<int>(sources_.size())) sources_.push_back(src);
-    loads_.push_back({source, s.dtype(), contiguous, stride, contiguous && same_type(s.dtype())});
-    Instr in{Op::input, class_of(s.dtype()), class_of(s.dtype()), s.dtype()};
-    in.load = static_cast<int>(loads_.size()) - 1;
-    program_.push_back(in);
-    return reg_of[v] = static_cast<int>(program_.size()) - 1;
-  };
-  for (ir::ValueId operand : group.operands) load(operand);
-  for (ir::ValueId m : group.nodes) {
-    const ir::Node& n = g.node(m);
-    Instr in{n.op, class_of(n.shape.dtype()), class_of(g.node(n.inputs[0]).shape.dtype()),
-             n.shape.dtype()};
-    if (n.op == Op::select) in.in_cls = class_of(g.node(n.inputs[1]).shape.dtype());
-    int* slots[3] = {&in.a, &in.b, &in.c};
-    for (size_t k = 0; k < n.inputs.size(); ++k) *slots[k] = reg_of[n.inputs[k]];
-    program_.push_back(in);
-    reg_of[m] = static_cast<int>(program_.size()) - 1;
-  }
-  const Instr& last = program_.back();
-  direct_store_ =
-      last.load < 0 && same_type(out_shape_.dtype()) && last.cls == class_of(out_shape_.dtype());
-}
-
-std::string FusedKernel::describe() const {
-  std::string text;
-  for (size_t r = 0; r < program_.size(); ++r) {
-    const Instr& in = program_[r];
-    if (!text.empty()) text += "; ";
-    if (in.load >= 0) {
-      const Load& l = loads_[in.load];
-      text += fmt::format("r{} = load %{} ({}{})", r, sources_[l.source], name(l.dtype),
-                          l.direct       ? ", in place"
-                          : l.contiguous ? ""
-                                         : ", strided");
-      continue;
-    }
-    text += fmt::format("r{} = {}(", r, ir::op_name(in.op));
-    for (int operand : {in.a, in.b, in.c}) {
-      if (operand >= 0) text += fmt::format("{}r{}", text.back() == '(' ? "" : ", ", operand);
-    }
-    text += ")";
-  }
-  return text + (direct_store_ ? " -> written straight to memory" : " -> stored with conversion");
-}
-
-bool FusedKernel::same_type(DType t) {
-  // The compute type is the storage type: f64 (double), f32 (float), i64 (int64_t).
-  return t == DType::f64 || t == DType::f32 || t == DType::i64;
-}
-
-void FusedKernel::run_block(std::span<const std::byte* const> sources, std::byte* out,
-                            int64_t begin, int n, std::byte* registers, std::byte** value) const {
+// Runs `p` over the output elements [begin, begin + n): `registers` holds one 64-byte aligned
+// block of FusedProgram::kRegisterBytes per instruction, value[r] receives where instruction r's
+// block is.
+void RunFusedBlock(const FusedProgram& p, std::span<const std::byte* const> sources, std::byte* out,
+                   int64_t begin, int n, std::byte* registers, std::byte** value) {
+  using Load = FusedProgram::Load;
+  using Instr = FusedProgram::Instr;
   // value[r]: where instruction r's block is. Loads that need no conversion read the source
   // in place, and the last instruction writes straight into the output when it can, so a
   // plain `x + y` touches memory as a hand-written loop would.
-  size_t last_index = program_.size() - 1;
-  for (size_t r = 0; r < program_.size(); ++r) {
-    const Instr& in = program_[r];
-    std::byte* dst = registers + r * kRegisterBytes;
-    if (r == last_index && direct_store_) {
-      dst = out + begin * size_of(out_shape_.dtype());
+  size_t last_index = p.instrs.size() - 1;
+  for (size_t r = 0; r < p.instrs.size(); ++r) {
+    const Instr& in = p.instrs[r];
+    std::byte* dst = registers + r * FusedProgram::kRegisterBytes;
+    if (r == last_index && p.direct_store) {
+      dst = out + begin * size_of(p.out_shape.dtype());
     }
     value[r] = dst;
     if (in.load >= 0) {
-      const Load& l = loads_[in.load];
+      const Load& l = p.loads[in.load];
       if (l.direct) {
         value[r] = const_cast<std::byte*>(sources[l.source]) + begin * size_of(l.dtype);
         continue;
@@ -378,7 +304,7 @@ void FusedKernel::run_block(std::span<const std::byte* const> sources, std::byte
         visit_class(in.cls, [&](auto t) {
           using T = decltype(t);
           load_block(reinterpret_cast<const S*>(sources[l.source]), l.contiguous, l.stride,
-                     out_shape_, begin, n, reinterpret_cast<T*>(dst));
+                     p.out_shape, begin, n, reinterpret_cast<T*>(dst));
         });
       });
       continue;
@@ -430,10 +356,10 @@ void FusedKernel::run_block(std::span<const std::byte* const> sources, std::byte
       convert(reinterpret_cast<float*>(dst), in.dtype, dst, n);
     }
   }
-  if (direct_store_) return;
-  const Instr& last = program_.back();
+  if (p.direct_store) return;
+  const Instr& last = p.instrs.back();
   const std::byte* result = value[last_index];
-  visit_storage(out_shape_.dtype(), [&](auto s) {
+  visit_storage(p.out_shape.dtype(), [&](auto s) {
     using S = decltype(s);
     visit_class(last.cls, [&](auto t) {
       using T = decltype(t);
@@ -444,21 +370,120 @@ void FusedKernel::run_block(std::span<const std::byte* const> sources, std::byte
   });
 }
 
+}  // namespace prism::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace prism::cpu {
+
+using ir::Op;
+
+HWY_EXPORT(RunFusedBlock);
+
+FusedKernel::FusedKernel(const ir::Graph& g, const compiler::FusionPlan& plan,
+                         const compiler::FusionGroup& group) {
+  program_.out_shape = g.node(group.root).shape;
+  std::vector<int> reg_of(g.size(), -1);
+  auto load = [&](ir::ValueId v) {
+    if (reg_of[v] >= 0) return reg_of[v];
+    // Read through virtual broadcasts: a stride of 0 on the broadcast axes.
+    std::array<int64_t, kMaxRank> stride{};
+    ir::ValueId src = v;
+    std::vector<int> axis_map(program_.out_shape.rank());
+    for (int i = 0; i < program_.out_shape.rank(); ++i) axis_map[i] = i;
+    while (plan.virtual_broadcast[src]) {
+      const ir::Node& b = g.node(src);
+      const auto& dims = b.attr<ir::AxesAttrs>().axes;
+      // axis_map: output axis -> axis of b; remap to b's operand axis (or -1 if broadcast).
+      std::vector<int> inverse(b.shape.rank(), -1);
+      const Shape& operand = g.node(b.inputs[0]).shape;
+      for (int i = 0; i < operand.rank(); ++i) {
+        if (operand.size(i) == b.shape.size(dims[i])) inverse[dims[i]] = i;
+      }
+      for (int& a : axis_map) a = a < 0 ? -1 : inverse[a];
+      src = b.inputs[0];
+    }
+    const Shape& s = g.node(src).shape;
+    auto strides = s.strides();
+    bool contiguous = s.numel() == program_.out_shape.numel();
+    for (int i = 0; i < program_.out_shape.rank(); ++i) {
+      stride[i] = axis_map[i] < 0 ? 0 : strides[axis_map[i]];
+      if (axis_map[i] != i) contiguous = contiguous && program_.out_shape.size(i) == 1;
+    }
+    if (src == v) contiguous = true;
+    int source =
+        static_cast<int>(std::find(sources_.begin(), sources_.end(), src) - sources_.begin());
+    if (source == static_cast<int>(sources_.size())) sources_.push_back(src);
+    program_.loads.push_back(
+        {source, s.dtype(), contiguous, stride, contiguous && same_type(s.dtype())});
+    Instr in{Op::input, class_of(s.dtype()), class_of(s.dtype()), s.dtype()};
+    in.load = static_cast<int>(program_.loads.size()) - 1;
+    program_.instrs.push_back(in);
+    return reg_of[v] = static_cast<int>(program_.instrs.size()) - 1;
+  };
+  for (ir::ValueId operand : group.operands) load(operand);
+  for (ir::ValueId m : group.nodes) {
+    const ir::Node& n = g.node(m);
+    Instr in{n.op, class_of(n.shape.dtype()), class_of(g.node(n.inputs[0]).shape.dtype()),
+             n.shape.dtype()};
+    if (n.op == Op::select) in.in_cls = class_of(g.node(n.inputs[1]).shape.dtype());
+    int* slots[3] = {&in.a, &in.b, &in.c};
+    for (size_t k = 0; k < n.inputs.size(); ++k) *slots[k] = reg_of[n.inputs[k]];
+    program_.instrs.push_back(in);
+    reg_of[m] = static_cast<int>(program_.instrs.size()) - 1;
+  }
+  const Instr& last = program_.instrs.back();
+  program_.direct_store = last.load < 0 && same_type(program_.out_shape.dtype()) &&
+                          last.cls == class_of(program_.out_shape.dtype());
+}
+
+std::string FusedKernel::describe() const {
+  std::string text;
+  for (size_t r = 0; r < program_.instrs.size(); ++r) {
+    const Instr& in = program_.instrs[r];
+    if (!text.empty()) text += "; ";
+    if (in.load >= 0) {
+      const Load& l = program_.loads[in.load];
+      text += fmt::format("r{} = load %{} ({}{})", r, sources_[l.source], name(l.dtype),
+                          l.direct       ? ", in place"
+                          : l.contiguous ? ""
+                                         : ", strided");
+      continue;
+    }
+    text += fmt::format("r{} = {}(", r, ir::op_name(in.op));
+    for (int operand : {in.a, in.b, in.c}) {
+      if (operand >= 0) text += fmt::format("{}r{}", text.back() == '(' ? "" : ", ", operand);
+    }
+    text += ")";
+  }
+  return text +
+         (program_.direct_store ? " -> written straight to memory" : " -> stored with conversion");
+}
+
+bool FusedKernel::same_type(DType t) {
+  // The compute type is the storage type: f64 (double), f32 (float), i64 (int64_t).
+  return t == DType::f64 || t == DType::f32 || t == DType::i64;
+}
+
 void FusedKernel::run(std::span<const std::byte* const> sources, std::byte* out,
                       ThreadPool& pool) const {
-  int64_t total = out_shape_.numel();
+  int64_t total = program_.out_shape.numel();
   int64_t blocks = (total + kBlock - 1) / kBlock;
+  simd::current();  // points Highway's tables at the target in use
+  auto* run_block = &HWY_DYNAMIC_DISPATCH(RunFusedBlock);
   pool.parallel_for(blocks, 16, [&](int64_t b0, int64_t b1) {
-    auto registers = std::make_unique<std::byte[]>(program_.size() * kRegisterBytes + 64);
+    auto registers =
+        std::make_unique<std::byte[]>(program_.instrs.size() * FusedProgram::kRegisterBytes + 64);
     std::byte* aligned = reinterpret_cast<std::byte*>(
         (reinterpret_cast<uintptr_t>(registers.get()) + 63) & ~uintptr_t(63));
-    std::vector<std::byte*> value(program_.size());
+    std::vector<std::byte*> value(program_.instrs.size());
     for (int64_t b = b0; b < b1; ++b) {
       int64_t begin = b * kBlock;
       int n = static_cast<int>(std::min<int64_t>(kBlock, total - begin));
-      run_block(sources, out, begin, n, aligned, value.data());
+      run_block(program_, sources, out, begin, n, aligned, value.data());
     }
   });
 }
 
 }  // namespace prism::cpu
+#endif  // HWY_ONCE

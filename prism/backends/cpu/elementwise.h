@@ -1,6 +1,7 @@
 // Fused elementwise loops. A FusionGroup becomes a small program that runs over blocks of the
 // output: each instruction fills a register of kBlock values (double, float or int64_t), so
-// dispatch costs once per block and every inner loop is a plain vectorizable loop.
+// dispatch costs once per block and every inner loop is a plain vectorizable loop. The loops
+// are compiled once per SIMD target (simd.h) and run those of the target in use.
 #pragma once
 
 #include <array>
@@ -16,22 +17,14 @@
 
 namespace prism::cpu {
 
-class FusedKernel {
- public:
-  FusedKernel(const ir::Graph& graph, const compiler::FusionPlan& plan,
-              const compiler::FusionGroup& group);
-
-  // The values whose memory the kernel reads, in the order run() expects their pointers.
-  const std::vector<ir::ValueId>& sources() const { return sources_; }
-  void run(std::span<const std::byte* const> sources, std::byte* out, ThreadPool& pool) const;
-  // The program as text, for PRISM_DEBUG=2: "r0 = load %3 (f32, in place); r1 = exp(r0) ...".
-  std::string describe() const;
-
+// What one fused loop computes: loads into registers of kBlock values, then one instruction
+// per node; the last instruction's register is the result.
+struct FusedProgram {
   static constexpr int kBlock = 1024;
+  static constexpr int kRegisterBytes = kBlock * 8;  // kBlock values of the widest class
 
- private:
   struct Load {
-    int source;  // index into sources_
+    int source;  // index into the kernel's sources
     DType dtype;
     bool contiguous;                       // same elements as the output, row-major
     std::array<int64_t, kMaxRank> stride;  // per output axis, 0 where broadcast
@@ -46,15 +39,33 @@ class FusedKernel {
     int load = -1;               // for a load
   };
 
-  void run_block(std::span<const std::byte* const> sources, std::byte* out, int64_t begin, int n,
-                 std::byte* registers, std::byte** value) const;
+  Shape out_shape;
+  std::vector<Load> loads;
+  std::vector<Instr> instrs;
+  bool direct_store = false;  // the last instruction writes the output in place
+};
+
+class FusedKernel {
+ public:
+  FusedKernel(const ir::Graph& graph, const compiler::FusionPlan& plan,
+              const compiler::FusionGroup& group);
+
+  // The values whose memory the kernel reads, in the order run() expects their pointers.
+  const std::vector<ir::ValueId>& sources() const { return sources_; }
+  void run(std::span<const std::byte* const> sources, std::byte* out, ThreadPool& pool) const;
+  // The program as text, for PRISM_DEBUG=2: "r0 = load %3 (f32, in place); r1 = exp(r0) ...".
+  std::string describe() const;
+
+  static constexpr int kBlock = FusedProgram::kBlock;
+
+ private:
+  using Load = FusedProgram::Load;
+  using Instr = FusedProgram::Instr;
+
   static bool same_type(DType t);
 
-  Shape out_shape_;
   std::vector<ir::ValueId> sources_;
-  std::vector<Load> loads_;
-  std::vector<Instr> program_;  // the last instruction's register is the result
-  bool direct_store_ = false;   // the last instruction writes the output in place
+  FusedProgram program_;
 };
 
 }  // namespace prism::cpu

@@ -1,7 +1,8 @@
-// exp for float arrays in a form the compiler vectorizes (std::exp is a scalar libm call):
-// exp(x) = 2^k * e^r with k = round(x / ln 2) and |r| <= ln(2) / 2, e^r by its Taylor
-// polynomial of degree 7, 2^k built from exponent bits in two halves so that results down to
-// the smallest subnormals come out right. Accurate to a few ulp; inf, 0 and NaN as std::exp.
+// exp for floats without libm's scalar call: exp(x) = 2^k * e^r with k = round(x / ln 2) and
+// |r| <= ln(2) / 2, e^r by its Taylor polynomial of degree 7, 2^k built from exponent bits in two
+// halves so that results down to the smallest subnormals come out right. Accurate to a few ulp;
+// inf, 0 and NaN as std::exp. fast_math-inl.h has the same algorithm as vector code, for the loops
+// compiled per SIMD target; exp_f32_simd runs it over an array.
 #pragma once
 
 #include <cstdint>
@@ -35,9 +36,7 @@ inline float exp_f32(float x) {
   return x != x ? x : y;
 }
 
-// y[i] = exp(x[i]), vectorized.
-inline void exp_f32(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = exp_f32(x[i]);
-}
+// y[i] = exp(x[i]) with the vector code of the SIMD target in use (simd.h, fast_math.cpp).
+void exp_f32_simd(const float* x, float* y, int64_t n);
 
 }  // namespace prism::cpu

@@ -207,6 +207,7 @@ class DotKernel {
         reinterpret_cast<float*>(out)[at] = v;
       }
     };
+    const DotRowKernels dots = dot_row_kernels();
     pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
       std::vector<float> acc;
       for (int64_t b = 0; b < B; ++b) {
@@ -217,7 +218,7 @@ class DotKernel {
               w[i] = reinterpret_cast<const uint16_t*>(r) + b * rs[0] + rows[i] * rs[2];
             for (int64_t m = 0; m < M; ++m) {
               float sum[kDotRows];
-              dot4_bf16(reinterpret_cast<const uint16_t*>(l) + b * ls[0] + m * ls[1],
+              dots.bf16(reinterpret_cast<const uint16_t*>(l) + b * ls[0] + m * ls[1],
                         &x[(b * M + m) * K], w, K, sum);
               for (int i = 0; i < kDotRows; ++i) store((b * M + m) * N + rows[i], sum[i]);
             }
@@ -226,7 +227,7 @@ class DotKernel {
           for (int64_t n = n0; n < n1; ++n) {
             const float* w = reinterpret_cast<const float*>(r) + b * rs[0] + n * rs[2];
             for (int64_t m = 0; m < M; ++m)
-              store((b * M + m) * N + n, dot_row_f32(&x[(b * M + m) * K], w, K));
+              store((b * M + m) * N + n, dots.f32(&x[(b * M + m) * K], w, K));
           }
         } else {  // W stored [K][N]: accumulate scaled rows
           acc.assign(M * (n1 - n0), 0.0f);

@@ -40,7 +40,7 @@ void for_each_lane(const Split3& s, ThreadPool& pool, F&& fn) {
   });
 }
 
-inline void exp_row(const float* x, float* y, int64_t n) { exp_f32(x, y, n); }
+inline void exp_row(const float* x, float* y, int64_t n) { exp_f32_simd(x, y, n); }
 inline void exp_row(const double* x, double* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
 }

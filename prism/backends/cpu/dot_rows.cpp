@@ -1,0 +1,172 @@
+// dot_rows.h's kernels, compiled once per SIMD target (hwy_targets.h), plus the AVX-512 BF16
+// one, which Highway 1.0.3 cannot express: it is compiled with a function target attribute
+// and chosen at run time by a CPU feature check (simd.h).
+#include "prism/backends/cpu/dot_rows.h"
+
+#include "prism/backends/cpu/hwy_targets.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "prism/backends/cpu/dot_rows.cpp"
+#include <hwy/cache_control.h>
+#include <hwy/foreach_target.h>
+#include <hwy/highway.h>
+
+#include "prism/backends/cpu/simd.h"
+#include "prism/core/dtype.h"
+
+#if HWY_ONCE && HWY_ARCH_X86
+#include <immintrin.h>
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace prism::cpu::HWY_NAMESPACE {
+
+#if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
+
+// No vectors in Highway's sense: plain loops over 16 independent lanes, which the compiler
+// vectorizes with the baseline's instructions without reassociating.
+void Dot4F32xBf16w(const float* x, const uint16_t* const* w, int64_t k, float* out) {
+  int64_t whole = k / 16 * 16;
+  for (int r = 0; r < kDotRows; ++r) {
+    float lanes[16] = {};
+    for (int64_t i = 0; i < whole; i += 16)
+      for (int l = 0; l < 16; ++l) lanes[l] += x[i + l] * bf16_to_f32(w[r][i + l]);
+    out[r] = 0;
+    for (float v : lanes) out[r] += v;
+    for (int64_t i = whole; i < k; ++i) out[r] += x[i] * bf16_to_f32(w[r][i]);
+  }
+}
+
+float DotRowF32(const float* x, const float* w, int64_t k) {
+  int64_t whole = k / 16 * 16;
+  float lanes[16] = {};
+  for (int64_t i = 0; i < whole; i += 16)
+    for (int l = 0; l < 16; ++l) lanes[l] += x[i + l] * w[i + l];
+  float sum = 0;
+  for (float v : lanes) sum += v;
+  for (int64_t i = whole; i < k; ++i) sum += x[i] * w[i];
+  return sum;
+}
+
+#else
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Two vectors of each row per step (a 64-byte line of bf16 under AVX-512), eight
+// accumulators; each weight stream is prefetched kPrefetch values ahead.
+void Dot4F32xBf16w(const float* x, const uint16_t* const* w, int64_t k, float* out) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::Rebind<uint16_t, decltype(df)> dw;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(df));
+  auto widen = [&](const uint16_t* p) {  // bf16 -> f32: the bits go to the top half
+    return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(dw, p))));
+  };
+  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  auto b0 = hn::Zero(df), b1 = hn::Zero(df), b2 = hn::Zero(df), b3 = hn::Zero(df);
+  const uint16_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+  int64_t i = 0;
+  for (; i + 2 * n <= k; i += 2 * n) {
+    hwy::Prefetch(w0 + i + kPrefetch);
+    hwy::Prefetch(w1 + i + kPrefetch);
+    hwy::Prefetch(w2 + i + kPrefetch);
+    hwy::Prefetch(w3 + i + kPrefetch);
+    const auto x0 = hn::LoadU(df, x + i), x1 = hn::LoadU(df, x + i + n);
+    a0 = hn::MulAdd(x0, widen(w0 + i), a0);
+    a1 = hn::MulAdd(x0, widen(w1 + i), a1);
+    a2 = hn::MulAdd(x0, widen(w2 + i), a2);
+    a3 = hn::MulAdd(x0, widen(w3 + i), a3);
+    b0 = hn::MulAdd(x1, widen(w0 + i + n), b0);
+    b1 = hn::MulAdd(x1, widen(w1 + i + n), b1);
+    b2 = hn::MulAdd(x1, widen(w2 + i + n), b2);
+    b3 = hn::MulAdd(x1, widen(w3 + i + n), b3);
+  }
+  out[0] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, b0)));
+  out[1] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a1, b1)));
+  out[2] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a2, b2)));
+  out[3] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a3, b3)));
+  for (; i < k; ++i)
+    for (int r = 0; r < kDotRows; ++r) out[r] += x[i] * bf16_to_f32(w[r][i]);
+}
+
+float DotRowF32(const float* x, const float* w, int64_t k) {
+  const hn::ScalableTag<float> df;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(df));
+  auto a0 = hn::Zero(df), a1 = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + 2 * n <= k; i += 2 * n) {
+    a0 = hn::MulAdd(hn::LoadU(df, x + i), hn::LoadU(df, w + i), a0);
+    a1 = hn::MulAdd(hn::LoadU(df, x + i + n), hn::LoadU(df, w + i + n), a1);
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+  for (; i < k; ++i) sum += x[i] * w[i];
+  return sum;
+}
+
+#endif
+
+// Without AVX-512 BF16 the activations are multiplied in f32.
+void Dot4Bf16(const uint16_t*, const float* x_f32, const uint16_t* const* w, int64_t k,
+              float* out) {
+  Dot4F32xBf16w(x_f32, w, k, out);
+}
+
+}  // namespace prism::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace prism::cpu {
+
+HWY_EXPORT(Dot4F32xBf16w);
+HWY_EXPORT(Dot4Bf16);
+HWY_EXPORT(DotRowF32);
+
+#if HWY_ARCH_X86
+namespace {
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline __m512bh load_bf16x32(
+    const uint16_t* p) {
+  return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
+}
+
+// vdpbf16ps: pairs of bf16 products summed into f32 lanes, 32 values of each row per step.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void dot4_bf16_avx512(
+    const uint16_t* x, const float* x_f32, const uint16_t* const* w, int64_t k, float* out) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+  const uint16_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+  int64_t i = 0;
+  for (; i + 32 <= k; i += 32) {
+    __m512bh xv = load_bf16x32(x + i);
+    _mm_prefetch(reinterpret_cast<const char*>(w0 + i + kPrefetch), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w1 + i + kPrefetch), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w2 + i + kPrefetch), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w3 + i + kPrefetch), _MM_HINT_T0);
+    a0 = _mm512_dpbf16_ps(a0, xv, load_bf16x32(w0 + i));
+    a1 = _mm512_dpbf16_ps(a1, xv, load_bf16x32(w1 + i));
+    a2 = _mm512_dpbf16_ps(a2, xv, load_bf16x32(w2 + i));
+    a3 = _mm512_dpbf16_ps(a3, xv, load_bf16x32(w3 + i));
+  }
+  out[0] = _mm512_reduce_add_ps(a0);
+  out[1] = _mm512_reduce_add_ps(a1);
+  out[2] = _mm512_reduce_add_ps(a2);
+  out[3] = _mm512_reduce_add_ps(a3);
+  for (; i < k; ++i)
+    for (int r = 0; r < kDotRows; ++r) out[r] += x_f32[i] * bf16_to_f32(w[r][i]);
+}
+
+}  // namespace
+#endif
+
+DotRowKernels dot_row_kernels() {
+  [[maybe_unused]] simd::Target target = simd::current();  // also points Highway's tables at it
+  DotRowKernels k{&HWY_DYNAMIC_DISPATCH(Dot4F32xBf16w), &HWY_DYNAMIC_DISPATCH(Dot4Bf16),
+                  &HWY_DYNAMIC_DISPATCH(DotRowF32)};
+#if HWY_ARCH_X86
+  if (target.avx512_bf16) k.bf16 = dot4_bf16_avx512;
+#endif
+  return k;
+}
+
+}  // namespace prism::cpu
+#endif  // HWY_ONCE

@@ -31,7 +31,7 @@ constexpr int64_t kLanes = 16;       // keys scored at once
 template <typename S>
 using Compute = std::conditional_t<std::is_same_v<S, double>, double, float>;
 
-inline void exp_inplace(float* x, int64_t n) { exp_f32(x, x, n); }
+inline void exp_inplace(float* x, int64_t n) { exp_f32_simd(x, x, n); }
 inline void exp_inplace(double* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i]);
 }

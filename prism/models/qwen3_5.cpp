@@ -189,13 +189,15 @@ Tensor Qwen3_5::linear_attention(const Tensor& x, const std::string& p, const Te
   Tensor q = mixed.slice("c", 0, nk * dk).split("c", {{"h", nk}, {"dk", dk}});
   Tensor k = mixed.slice("c", nk * dk, nk * dk).split("c", {{"h", nk}, {"dk", dk}});
   Tensor v = mixed.slice("c", 2 * nk * dk, nv * dv).split("c", {{"h", nv}, {"dv", dv}});
-  // q and k L2-normalized in f32 (eps 1e-6), q scaled by 1/sqrt(dk).
-  auto l2 = [](const Tensor& t) {
-    Tensor f = t.convert(DType::f32);
-    return f * ((f * f).sum("dk") + 1e-6).rsqrt();
+  // q and k L2-normalized in f32 (eps 1e-6), q scaled by 1/sqrt(dk). x / sqrt(sum x^2 + eps)
+  // is an RMSNorm with eps / dk, divided by sqrt(dk): one composite instead of a sum, a square
+  // root and two products.
+  const double root = std::sqrt(static_cast<double>(dk));
+  auto l2 = [&](const Tensor& t, double scale) {
+    return t.convert(DType::f32).rms_norm("dk", 1e-6 / static_cast<double>(dk)) * scale;
   };
-  q = l2(q) * (1.0 / std::sqrt(static_cast<double>(dk)));
-  k = l2(k);
+  q = l2(q, 1 / static_cast<double>(dk));
+  k = l2(k, 1 / root);
   // beta = sigmoid(b); g = -exp(A_log) softplus(a + dt_bias), softplus as PyTorch's (linear
   // above 20). Padding tokens (after `last`) get beta = 0, g = 0: the state stays as it is.
   Tensor b = linear(x, p + "in_proj_b.weight", "d", "h", nv).convert(DType::f32).logistic();

@@ -4,6 +4,7 @@
 
 #include "prism/core/error.h"
 #include "prism/core/tracer.h"
+#include "prism/nn/layout.h"
 #include "prism/nn/nn.h"
 
 namespace prism {
@@ -82,7 +83,7 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, Tag dim, bool
   for (const Dim& t : x.shape().dims())
     if (t.tag != dim) order.push_back(t.tag);
   order.push_back(dim);
-  Tensor xt = x.transpose(order);
+  Tensor xt = arrange(x, order);
   std::vector<Dim> half_dims(xt.shape().dims().begin(), xt.shape().dims().end());
   half_dims.back().size = d / 2;
   Shape table(x.dtype(), half_dims, "rope");
@@ -100,7 +101,7 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, Tag dim, bool
                             ir::RopeAttrs{interleaved}});
   std::vector<Tag> back;
   for (const Dim& t : x.shape().dims()) back.push_back(t.tag);
-  return y.transpose(back);
+  return arrange(y, back);
 }
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
@@ -143,8 +144,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   auto to_layout = [&](const Tensor& t, Tag seq) {
     std::vector<Tag> order = batch;
     order.insert(order.end(), {o.head, seq, o.dim});
-    Tensor r = t.transpose(order);
-    return batch.empty() ? r.insert(b_tag, 1, 0) : r.merge(batch, b_tag);
+    Tensor r = arrange(t, order);
+    return batch.empty() ? insert_front(r, b_tag) : r.merge(batch, b_tag);
   };
   Tensor ql = to_layout(q, o.query), kl = to_layout(k, o.key), vl = to_layout(v, o.key);
   Tracer& tracer = Tracer::current(op);
@@ -161,7 +162,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
     for (Tag b : batch) dims.push_back({b, q.size(b)});
     dims.insert(dims.end(), {{o.head, hq}, {o.query, q.size(o.query)}, {o.key, k.size(o.key)}});
     Tensor full = m.broadcast_to(Shape(m.dtype(), dims, op));
-    full = batch.empty() ? full.insert(b_tag, 1, 0) : full.merge(batch, b_tag);
+    full = batch.empty() ? insert_front(full, b_tag) : full.merge(batch, b_tag);
     inputs.push_back(tracer.use(full, op));
     attrs.has_mask = true;
   }
@@ -187,7 +188,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   }
   std::vector<Tag> order;
   for (const Dim& d : qs.dims()) order.push_back(d.tag);
-  return y.transpose(order);
+  return arrange(y, order);
 }
 
 }  // namespace nn

@@ -5,6 +5,7 @@
 
 #include "prism/core/error.h"
 #include "prism/core/tracer.h"
+#include "prism/nn/layout.h"
 #include "prism/nn/nn.h"
 
 namespace prism::nn {
@@ -67,8 +68,8 @@ GatedDeltaRuleResult gated_delta_rule(const Tensor& q, const Tensor& k, const Te
   auto to_layout = [&](const Tensor& t, std::initializer_list<Tag> own) {
     std::vector<Tag> order = batch;
     order.insert(order.end(), own);
-    Tensor r = t.convert(dtype).transpose(order);
-    return batch.empty() ? r.insert(b_tag, 1, 0) : r.merge(batch, b_tag);
+    Tensor r = arrange(t.convert(dtype), order);
+    return batch.empty() ? insert_front(r, b_tag) : r.merge(batch, b_tag);
   };
   Tracer& tracer = Tracer::current(op);
   std::vector<ir::ValueId> inputs;
@@ -99,7 +100,7 @@ GatedDeltaRuleResult gated_delta_rule(const Tensor& q, const Tensor& k, const Te
   };
   Tensor out = unbatch(y.slice("__rows", 0, len), {{h, heads}, {s, len}, {dv, vdim}});
   Tensor last = unbatch(y.slice("__rows", len, kdim), {{h, heads}, {dk, kdim}, {dv, vdim}});
-  return {out.transpose(order_of(v)).convert(v.dtype()), last.transpose(order_of(state))};
+  return {arrange(out, order_of(v)).convert(v.dtype()), arrange(last, order_of(state))};
 }
 
 }  // namespace prism::nn

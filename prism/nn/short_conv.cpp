@@ -2,6 +2,7 @@
 // ({B, S, C} x, {B, K, C} state, {K+1, C} weight), and the next state from primitives.
 #include "prism/core/error.h"
 #include "prism/core/tracer.h"
+#include "prism/nn/layout.h"
 #include "prism/nn/nn.h"
 
 namespace prism::nn {
@@ -38,8 +39,8 @@ ShortConvResult short_conv(const Tensor& x, const Tensor& state, const Tensor& w
   auto to_layout = [&](const Tensor& t) {
     std::vector<Tag> o = batch;
     o.insert(o.end(), {seq, channel});
-    Tensor r = t.transpose(o);
-    return batch.empty() ? r.insert(b_tag, 1, 0) : r.merge(batch, b_tag);
+    Tensor r = arrange(t, o);
+    return batch.empty() ? insert_front(r, b_tag) : r.merge(batch, b_tag);
   };
   Tensor xl = to_layout(x), sl = to_layout(state), wl = weight.transpose({tap, channel});
   Tracer& tracer = Tracer::current(op);
@@ -50,10 +51,10 @@ ShortConvResult short_conv(const Tensor& x, const Tensor& state, const Tensor& w
   std::vector<Dim> dims;
   for (Tag b : batch) dims.push_back({b, x.size(b)});
   dims.insert(dims.end(), {{seq, x.size(seq)}, {channel, x.size(channel)}});
-  y = y.reshape(Shape(x.dtype(), dims, op)).transpose(order);
+  y = arrange(y.reshape(Shape(x.dtype(), dims, op)), order);
 
   // The window of inputs ending at `last`: in concat(state, x), positions last+1 .. last+held.
-  Tensor window = concat({state.transpose(order), x}, seq);
+  Tensor window = concat({arrange(state, order), x}, seq);
   Tensor next =
       last ? window.dynamic_slice(seq, *last + 1.0, held) : window.slice(seq, x.size(seq), held);
   return {y, next};

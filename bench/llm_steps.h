@@ -2,7 +2,8 @@
 // depend on their values), on the platform given with --platform, next to the bound memory
 // bandwidth puts on decoding: every token reads every weight once and reads and writes every
 // state that is not a KV cache, so tokens/s <= bandwidth / (weight bytes + 2 x state bytes).
-// The bandwidth is the triad measured in the same run on the CPU, a device's nominal one else.
+// On the CPU the bandwidth is the best of several reads of 1 GiB (the way decoding reads its
+// weights) taken during the run; on a device, its nominal bandwidth.
 #pragma once
 
 #include <functional>

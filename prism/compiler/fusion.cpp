@@ -52,6 +52,34 @@ FusionPlan fuse_elementwise(const ir::Graph& g) {
   return plan;
 }
 
+OperandRead read_through(const ir::Graph& graph, const FusionPlan& plan, ir::ValueId operand,
+                         const Shape& out) {
+  // axis_map: output axis -> axis of the value reached so far, or -1 where broadcast.
+  std::vector<int> axis_map(out.rank());
+  for (int i = 0; i < out.rank(); ++i) axis_map[i] = i;
+  ir::ValueId src = operand;
+  while (plan.virtual_broadcast[src]) {
+    const ir::Node& b = graph.node(src);
+    const auto& dims = b.attr<ir::AxesAttrs>().axes;
+    const Shape& from = graph.node(b.inputs[0]).shape;
+    std::vector<int> inverse(b.shape.rank(), -1);
+    for (int i = 0; i < from.rank(); ++i) {
+      if (from.size(i) == b.shape.size(dims[i])) inverse[dims[i]] = i;
+    }
+    for (int& a : axis_map) a = a < 0 ? -1 : inverse[a];
+    src = b.inputs[0];
+  }
+  OperandRead r{src};
+  const Shape& s = graph.node(src).shape;
+  auto strides = s.strides();
+  r.contiguous = src == operand || s.numel() == out.numel();
+  for (int i = 0; i < out.rank(); ++i) {
+    r.strides[i] = axis_map[i] < 0 ? 0 : strides[axis_map[i]];
+    if (src != operand && axis_map[i] != i) r.contiguous = r.contiguous && out.size(i) == 1;
+  }
+  return r;
+}
+
 std::vector<int64_t> plan_memory(const std::vector<Lifetime>& values, int64_t* arena_bytes,
                                  int64_t alignment) {
   struct Block {

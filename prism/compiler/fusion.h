@@ -2,6 +2,7 @@
 // interprets fused loops needs, made once here.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -25,6 +26,18 @@ struct FusionPlan {
 // Groups elementwise nodes: a node joins its single user's group. Broadcasts whose users are
 // all elementwise become strided reads instead of copies.
 FusionPlan fuse_elementwise(const ir::Graph& graph);
+
+// How a fused loop reads one operand of its group: the value in memory behind the operand's
+// chain of virtual broadcasts, that value's element stride along each output axis (0 where
+// broadcast), and whether it holds the output's elements in the output's order (an operand
+// that is no broadcast, or a broadcast that only adds axes of size 1).
+struct OperandRead {
+  ir::ValueId source;
+  std::array<int64_t, kMaxRank> strides{};
+  bool contiguous = true;
+};
+OperandRead read_through(const ir::Graph& graph, const FusionPlan& plan, ir::ValueId operand,
+                         const Shape& out);
 
 // One value's lifetime in a schedule of steps, for plan_memory.
 struct Lifetime {

@@ -387,30 +387,11 @@ FusedKernel::FusedKernel(const ir::Graph& g, const compiler::FusionPlan& plan,
   auto load = [&](ir::ValueId v) {
     if (reg_of[v] >= 0) return reg_of[v];
     // Read through virtual broadcasts: a stride of 0 on the broadcast axes.
-    std::array<int64_t, kMaxRank> stride{};
-    ir::ValueId src = v;
-    std::vector<int> axis_map(program_.out_shape.rank());
-    for (int i = 0; i < program_.out_shape.rank(); ++i) axis_map[i] = i;
-    while (plan.virtual_broadcast[src]) {
-      const ir::Node& b = g.node(src);
-      const auto& dims = b.attr<ir::AxesAttrs>().axes;
-      // axis_map: output axis -> axis of b; remap to b's operand axis (or -1 if broadcast).
-      std::vector<int> inverse(b.shape.rank(), -1);
-      const Shape& operand = g.node(b.inputs[0]).shape;
-      for (int i = 0; i < operand.rank(); ++i) {
-        if (operand.size(i) == b.shape.size(dims[i])) inverse[dims[i]] = i;
-      }
-      for (int& a : axis_map) a = a < 0 ? -1 : inverse[a];
-      src = b.inputs[0];
-    }
+    const compiler::OperandRead read = compiler::read_through(g, plan, v, program_.out_shape);
+    const ir::ValueId src = read.source;
     const Shape& s = g.node(src).shape;
-    auto strides = s.strides();
-    bool contiguous = s.numel() == program_.out_shape.numel();
-    for (int i = 0; i < program_.out_shape.rank(); ++i) {
-      stride[i] = axis_map[i] < 0 ? 0 : strides[axis_map[i]];
-      if (axis_map[i] != i) contiguous = contiguous && program_.out_shape.size(i) == 1;
-    }
-    if (src == v) contiguous = true;
+    const bool contiguous = read.contiguous;
+    const std::array<int64_t, kMaxRank>& stride = read.strides;
     int source =
         static_cast<int>(std::find(sources_.begin(), sources_.end(), src) - sources_.begin());
     if (source == static_cast<int>(sources_.size())) sources_.push_back(src);

@@ -168,29 +168,16 @@ std::vector<KernelCode> generate_elementwise(const ir::Graph& g, const compiler:
   // output axis (0 where broadcast).
   std::string loads;
   for (ir::ValueId operand : group.operands) {
-    ir::ValueId src = operand;
-    std::vector<int> axis_map(out.rank());
-    for (int i = 0; i < out.rank(); ++i) axis_map[i] = i;
-    while (plan.virtual_broadcast[src]) {
-      const ir::Node& b = g.node(src);
-      const auto& dims = b.attr<ir::AxesAttrs>().axes;
-      const Shape& operand_shape = g.node(b.inputs[0]).shape;
-      std::vector<int> inverse(b.shape.rank(), -1);
-      for (int i = 0; i < operand_shape.rank(); ++i) {
-        if (operand_shape.size(i) == b.shape.size(dims[i])) inverse[dims[i]] = i;
-      }
-      for (int& a : axis_map) a = a < 0 ? -1 : inverse[a];
-      src = b.inputs[0];
-    }
+    const compiler::OperandRead read = compiler::read_through(g, plan, operand, out);
+    const ir::ValueId src = read.source;
     const Shape& s = g.node(src).shape;
     int source = static_cast<int>(std::find(sources.begin(), sources.end(), src) - sources.begin());
     std::string index = "i";
     if (src != operand) {
-      auto strides = s.strides();
       std::string offset;
       for (int i = 0; i < out.rank(); ++i) {
-        if (axis_map[i] < 0 || out.size(i) == 1) continue;
-        offset += fmt::format("{}c{} * {}LL", offset.empty() ? "" : " + ", i, strides[axis_map[i]]);
+        if (read.strides[i] == 0 || out.size(i) == 1) continue;
+        offset += fmt::format("{}c{} * {}LL", offset.empty() ? "" : " + ", i, read.strides[i]);
       }
       index = offset.empty() ? "0" : offset;
       need_coords = true;

@@ -199,34 +199,16 @@ KernelSource fused_kernel(const ir::Graph& g, const compiler::FusionPlan& plan,
   int next = 0;
   // Operands read through virtual broadcasts get stride 0 on the broadcast axes.
   for (ValueId v : group.operands) {
-    std::vector<int> axis_map(out.rank());
-    for (int i = 0; i < out.rank(); ++i) axis_map[i] = i;
-    ValueId src = v;
-    while (plan.virtual_broadcast[src]) {
-      const ir::Node& b = g.node(src);
-      const auto& dims = b.attr<ir::AxesAttrs>().axes;
-      std::vector<int> inverse(b.shape.rank(), -1);
-      const Shape& operand = g.node(b.inputs[0]).shape;
-      for (int i = 0; i < operand.rank(); ++i) {
-        if (operand.size(i) == b.shape.size(dims[i])) inverse[dims[i]] = i;
-      }
-      for (int& a : axis_map) a = a < 0 ? -1 : inverse[a];
-      src = b.inputs[0];
-    }
+    const compiler::OperandRead read = compiler::read_through(g, plan, v, out);
+    const ValueId src = read.source;
     const Shape& s = g.node(src).shape;
-    auto strides = s.strides();
-    // Contiguous: the same elements as the output, in the same order.
-    bool contiguous = s.numel() == out.numel();
-    for (int i = 0; i < out.rank(); ++i) {
-      if (axis_map[i] != i) contiguous = contiguous && out.size(i) == 1;
-    }
     std::string index = "gid";
-    if (src != v && !contiguous) {
+    if (!read.contiguous) {
       needs_index = true;
       index.clear();
       for (int i = 0; i < out.rank(); ++i) {
-        if (axis_map[i] < 0 || strides[axis_map[i]] == 0 || out.size(i) == 1) continue;
-        index += fmt::format("{}i{} * {}L", index.empty() ? "" : " + ", i, strides[axis_map[i]]);
+        if (read.strides[i] == 0 || out.size(i) == 1) continue;
+        index += fmt::format("{}i{} * {}L", index.empty() ? "" : " + ", i, read.strides[i]);
       }
       if (index.empty()) index = "0";
     }

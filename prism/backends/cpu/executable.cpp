@@ -60,40 +60,26 @@ class CpuExecutable : public ExecutableImpl {
     if (!arena_.valid() && arena_bytes > 0) {
       arena_ = platform_.allocate_uninitialized(Shape(DType::u8, {{"arena", arena_bytes}}));
     }
-    const std::vector<int>& donated = schedule_.donated_outputs();
-    std::vector<Buffer> outputs(graph_.outputs().size());
-    for (size_t k = 0; k < outputs.size(); ++k) {
-      const Shape& shape = graph_.node(graph_.outputs()[k]).shape;
-      outputs[k] = donated[k] >= 0 ? Buffer(shape, inputs[donated[k]].shared_memory(), &platform_)
-                                   : platform_.allocate_uninitialized(shape);
-    }
-    std::vector<std::byte*> ptr(graph_.size(), nullptr);
-    for (ValueId v = 0; v < graph_.size(); ++v) {
-      const compiler::Slot& s = schedule_.slot(v);
-      switch (s.kind) {
-        case Storage::none:
-          break;
-        case Storage::parameter:
-          ptr[v] = data_of(params[s.index]);
-          break;
-        case Storage::input:
-          ptr[v] = data_of(inputs[s.index]);
-          break;
-        case Storage::constant:
-          ptr[v] = const_cast<std::byte*>(graph_.node(v).attr<ir::ConstantAttrs>().data->data());
-          break;
-        case Storage::arena:
-          // A graph whose intermediates are all empty has no arena.
-          ptr[v] = arena_.valid() ? data_of(arena_) + s.offset : nullptr;
-          break;
-        case Storage::output:
-          ptr[v] = data_of(outputs[s.index]);
-          break;
-        case Storage::alias:
-          ptr[v] = ptr[s.alias];
-          break;
-      }
-    }
+    std::vector<Buffer> outputs = schedule_.output_buffers(
+        graph_, inputs, &platform_,
+        [&](const Shape& s) { return platform_.allocate_uninitialized(s); });
+    std::vector<std::byte*> ptr =
+        schedule_.addresses<std::byte*>([&](const compiler::Slot& s, ValueId v) -> std::byte* {
+          switch (s.kind) {
+            case Storage::parameter:
+              return data_of(params[s.index]);
+            case Storage::input:
+              return data_of(inputs[s.index]);
+            case Storage::constant:
+              return const_cast<std::byte*>(graph_.node(v).attr<ir::ConstantAttrs>().data->data());
+            case Storage::arena:  // a graph whose intermediates are all empty has no arena
+              return arena_.valid() ? data_of(arena_) + s.offset : nullptr;
+            case Storage::output:
+              return data_of(outputs[s.index]);
+            default:
+              return nullptr;
+          }
+        });
     std::vector<const std::byte*> args;
     for (const Step& step : steps_) {
       args.clear();

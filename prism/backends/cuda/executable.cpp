@@ -83,39 +83,26 @@ class CudaExecutable : public ExecutableImpl {
     CUstream stream = platform_.stream();
     const int64_t arena_bytes = schedule_.arena_bytes();
     if (!arena_ && arena_bytes > 0) arena_ = platform_.raw_allocate(arena_bytes);
-    const std::vector<int>& donated = schedule_.donated_outputs();
-    std::vector<Buffer> outputs(graph_.outputs().size());
-    for (size_t k = 0; k < outputs.size(); ++k) {
-      const Shape& shape = graph_.node(graph_.outputs()[k]).shape;
-      outputs[k] = donated[k] >= 0 ? Buffer(shape, inputs[donated[k]].shared_memory(), &platform_)
-                                   : platform_.allocate_for_write(shape);
-    }
-    std::vector<CUdeviceptr> ptr(graph_.size(), 0);
-    for (ValueId v = 0; v < graph_.size(); ++v) {
-      const compiler::Slot& s = schedule_.slot(v);
-      switch (s.kind) {
-        case Storage::none:
-          break;
-        case Storage::parameter:
-          ptr[v] = device_ptr(params[s.index]);
-          break;
-        case Storage::input:
-          ptr[v] = device_ptr(inputs[s.index]);
-          break;
-        case Storage::constant:
-          ptr[v] = device_ptr(constants_[s.index]);
-          break;
-        case Storage::arena:
-          ptr[v] = arena_ && s.offset >= 0 ? arena_->ptr + s.offset : 0;
-          break;
-        case Storage::output:
-          ptr[v] = device_ptr(outputs[s.index]);
-          break;
-        case Storage::alias:
-          ptr[v] = ptr[s.alias];
-          break;
-      }
-    }
+    std::vector<Buffer> outputs =
+        schedule_.output_buffers(graph_, inputs, &platform_,
+                                 [&](const Shape& s) { return platform_.allocate_for_write(s); });
+    std::vector<CUdeviceptr> ptr =
+        schedule_.addresses<CUdeviceptr>([&](const compiler::Slot& s, ValueId) -> CUdeviceptr {
+          switch (s.kind) {
+            case Storage::parameter:
+              return device_ptr(params[s.index]);
+            case Storage::input:
+              return device_ptr(inputs[s.index]);
+            case Storage::constant:
+              return device_ptr(constants_[s.index]);
+            case Storage::arena:
+              return arena_ && s.offset >= 0 ? arena_->ptr + s.offset : 0;
+            case Storage::output:
+              return device_ptr(outputs[s.index]);
+            default:
+              return 0;
+          }
+        });
     std::vector<CUdeviceptr> outs;
     for (const Buffer& b : outputs) outs.push_back(device_ptr(b));
     if (!run_graph(ptr, outs)) enqueue(ptr, outs);

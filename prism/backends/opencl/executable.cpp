@@ -72,39 +72,26 @@ class OpenClExecutable : public ExecutableImpl {
     if (!arena_.valid()) {
       arena_ = platform_.allocate_for_write(Shape(DType::u8, {{"arena", schedule_.arena_bytes()}}));
     }
-    const std::vector<int>& donated = schedule_.donated_outputs();
-    std::vector<Buffer> outputs(graph_.outputs().size());
-    for (size_t k = 0; k < outputs.size(); ++k) {
-      const Shape& shape = graph_.node(graph_.outputs()[k]).shape;
-      outputs[k] = donated[k] >= 0 ? Buffer(shape, inputs[donated[k]].shared_memory(), &platform_)
-                                   : platform_.allocate_for_write(shape);
-    }
-    std::vector<Place> at(graph_.size(), Place{mem_of(arena_), 0});
-    for (ValueId v = 0; v < graph_.size(); ++v) {
-      const compiler::Slot& s = schedule_.slot(v);
+    std::vector<Buffer> outputs =
+        schedule_.output_buffers(graph_, inputs, &platform_,
+                                 [&](const Shape& s) { return platform_.allocate_for_write(s); });
+    // Values without memory of their own get the arena, so that every kernel argument is valid.
+    std::vector<Place> at = schedule_.addresses<Place>([&](const compiler::Slot& s, ValueId) {
       switch (s.kind) {
-        case Storage::none:
-          break;
         case Storage::parameter:
-          at[v] = {mem_of(params[s.index]), 0};
-          break;
+          return Place{mem_of(params[s.index]), 0};
         case Storage::input:
-          at[v] = {mem_of(inputs[s.index]), 0};
-          break;
+          return Place{mem_of(inputs[s.index]), 0};
         case Storage::constant:
-          at[v] = {mem_of(constants_[s.index]), 0};
-          break;
+          return Place{mem_of(constants_[s.index]), 0};
         case Storage::arena:
-          at[v] = {mem_of(arena_), static_cast<cl_ulong>(s.offset)};
-          break;
+          return Place{mem_of(arena_), static_cast<cl_ulong>(s.offset)};
         case Storage::output:
-          at[v] = {mem_of(outputs[s.index]), 0};
-          break;
-        case Storage::alias:
-          at[v] = at[s.alias];
-          break;
+          return Place{mem_of(outputs[s.index]), 0};
+        default:
+          return Place{mem_of(arena_), 0};
       }
-    }
+    });
     for (Step& step : steps_) run(step, at);
     for (auto [k, v] : schedule_.final_copies()) {
       copy(at[v], {mem_of(outputs[k]), 0}, graph_.node(v).shape.bytes());

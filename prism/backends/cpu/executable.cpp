@@ -1,11 +1,17 @@
 // The CPU executable: the compiler's schedule (prism/compiler/schedule.h) run as fused
 // elementwise loops and kernels over one arena planned at compile time. Outputs are written
 // straight into their own buffers, or into the memory of the donated input they replace.
+// PRISM_PROFILE=1 times every step and prints where the time went when the executable is freed
+// or the program exits.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "prism/backends/cpu/cpu_platform.h"
 #include "prism/backends/cpu/elementwise.h"
@@ -51,6 +57,15 @@ class CpuExecutable : public ExecutableImpl {
     schedule_.place(graph_, reads, spec.donated_inputs);
     const char* debug = std::getenv("PRISM_DEBUG");
     if (debug && std::atoi(debug) >= 2) print_schedule();
+    const char* profile = std::getenv("PRISM_PROFILE");
+    if (profile && std::atoi(profile) >= 1) {
+      step_ns_.assign(steps_.size(), 0);
+      profiled().add(this);
+    }
+  }
+
+  ~CpuExecutable() override {
+    if (!step_ns_.empty()) profiled().remove(this);
   }
 
   std::vector<Buffer> call(std::span<const Buffer> params,
@@ -81,15 +96,20 @@ class CpuExecutable : public ExecutableImpl {
           }
         });
     std::vector<const std::byte*> args;
-    for (const Step& step : steps_) {
+    const bool profiling = !step_ns_.empty();
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      const Step& step = steps_[i];
       args.clear();
       for (ValueId r : step.reads) args.push_back(ptr[r]);
+      const auto start = profiling ? Clock::now() : Clock::time_point{};
       if (step.fused) {
         step.fused->run(args, ptr[step.value], platform_.pool());
       } else {
         step.kernel(args, ptr[step.value], platform_.pool());
       }
+      if (profiling) step_ns_[i] += (Clock::now() - start).count();
     }
+    ++calls_;
     for (auto [k, v] : schedule_.final_copies()) {
       std::memcpy(data_of(outputs[k]), ptr[v], graph_.node(v).shape.bytes());
     }
@@ -97,6 +117,75 @@ class CpuExecutable : public ExecutableImpl {
   }
 
  private:
+  using Clock = std::chrono::steady_clock;
+
+  // The executables being profiled. Platforms (and the executables they cache) live until the
+  // program ends, so profiles are printed at exit, or when an executable is freed before.
+  class Profiled {
+   public:
+    void add(CpuExecutable* e) {
+      std::lock_guard lock(mutex_);
+      if (live_.empty() && !registered_) {
+        registered_ = true;
+        std::atexit([] { profiled().print_all(); });
+      }
+      live_.push_back(e);
+    }
+    void remove(CpuExecutable* e) {
+      std::lock_guard lock(mutex_);
+      std::erase(live_, e);
+      e->print_profile();
+    }
+    void print_all() {
+      std::lock_guard lock(mutex_);
+      for (CpuExecutable* e : live_) e->print_profile();
+      live_.clear();
+    }
+
+   private:
+    std::mutex mutex_;
+    std::vector<CpuExecutable*> live_;
+    bool registered_ = false;
+  };
+  static Profiled& profiled() {
+    static Profiled& p = *new Profiled;  // outlives every executable
+    return p;
+  }
+
+  // PRISM_PROFILE=1: the time per call, by kind of step (the op, or the fused loop, with the
+  // shapes it reads and writes), largest first, down to 99 % of the total.
+  void print_profile() const {
+    if (calls_ == 0) return;
+    std::map<std::string, std::pair<int64_t, int>> by_kind;  // label -> (ns, steps)
+    int64_t total = 0;
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      const Step& step = steps_[i];
+      const ir::Node& node = graph_.node(step.value);
+      std::string label = step.fused ? "fused" : std::string(ir::op_name(node.op));
+      label += " " + node.shape.str() + " <-";
+      for (ValueId r : step.reads) label += " " + graph_.node(r).shape.str();
+      auto& [ns, count] = by_kind[label];
+      ns += step_ns_[i];
+      count += 1;
+      total += step_ns_[i];
+    }
+    std::vector<std::pair<int64_t, std::pair<std::string, int>>> rows;
+    for (auto& [label, v] : by_kind) rows.push_back({v.first, {label, v.second}});
+    std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    std::string first_input = "no inputs";
+    if (auto in = graph_.inputs(); !in.empty()) first_input = graph_.node(in[0]).shape.str();
+    std::fprintf(stderr, "--- cpu profile (first input %s): %ld calls, %.3f ms a call, %zu steps\n",
+                 first_input.c_str(), static_cast<long>(calls_), total / 1e6 / calls_,
+                 steps_.size());
+    int64_t shown = 0;
+    for (auto& [ns, rest] : rows) {
+      if (shown >= total * 0.99) break;
+      shown += ns;
+      std::fprintf(stderr, "%9.3f ms %5.1f %% %4dx %s\n", ns / 1e6 / calls_, 100.0 * ns / total,
+                   rest.second, rest.first.c_str());
+    }
+  }
+
   // PRISM_DEBUG=2: every step with its kernel or fused program, and the arena size.
   void print_schedule() const {
     std::fprintf(stderr, "--- cpu schedule (%zu steps, arena %ld bytes)\n", steps_.size(),
@@ -120,6 +209,8 @@ class CpuExecutable : public ExecutableImpl {
   std::vector<Step> steps_;
   Buffer arena_;
   std::mutex mutex_;
+  std::vector<int64_t> step_ns_;  // per step, summed over calls; empty unless PRISM_PROFILE
+  int64_t calls_ = 0;
 };
 
 }  // namespace

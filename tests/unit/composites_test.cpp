@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "prism/backends/cpu/simd.h"
 #include "prism/nn/nn.h"
 #include "tests/unit/platforms.h"
 
@@ -149,6 +150,46 @@ TEST(Composites, AttentionCausalGroupedQuery) {
       },
       {q, k, v, offset})[0];
   expect_values(w, reference_attention(q, k, v, H, G, Sq, Sk, D, true, 2, 1), 1e-5);
+}
+
+// Long enough for every path of the CPU kernel: blocks of many query rows (keys transposed
+// into tiles) and a single decoding position (keys as they are), several chunks of the online
+// softmax, a head size that is no multiple of the vector length, a sliding window; f32 and
+// bf16; under every SIMD target this CPU runs, against the double-precision reference.
+TEST(Composites, AttentionLongCacheUnderEverySimdTarget) {
+  const int64_t H = 8, G = 2, Sk = 600, D = 72;
+  const cpu::simd::Target before = cpu::simd::current();
+  for (int64_t Sq : {1, 37}) {
+    for (int64_t window : {0, 100}) {
+      for (DType dtype : {DType::f32, DType::bf16}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "Sq " << Sq << ", window " << window << ", " << name(dtype));
+        auto q = f32(S({{"h", H}, {"q", Sq}, {"hd", D}}), random_values(H * Sq * D, 30));
+        auto k = f32(S({{"h", G}, {"k", Sk}, {"hd", D}}), random_values(G * Sk * D, 31));
+        auto v = f32(S({{"h", G}, {"k", Sk}, {"hd", D}}), random_values(G * Sk * D, 32));
+        auto in_dtype = [&](const HostBuffer& x) {
+          return run1([&](Tensor t) { return t.convert(dtype).convert(DType::f32); }, {x});
+        };
+        std::vector<double> want = reference_attention(in_dtype(q), in_dtype(k), in_dtype(v), H, G,
+                                                       Sq, Sk, D, true, window, Sk - Sq);
+        for (const cpu::simd::Target& target : cpu::simd::available()) {
+          SCOPED_TRACE("SIMD target " + target.name());
+          cpu::simd::use(target);
+          auto y = run1(
+              [&](Tensor q, Tensor k, Tensor v) {
+                nn::AttentionOptions o;
+                o.causal = true;
+                o.window = window;
+                return nn::attention(q.convert(dtype), k.convert(dtype), v.convert(dtype), o)
+                    .convert(DType::f32);
+              },
+              {q, k, v});
+          expect_values(y, want, dtype == DType::f32 ? 1e-5 : 1e-2);
+        }
+        cpu::simd::use(before);
+      }
+    }
+  }
 }
 
 TEST(Composites, AttentionWithMaskAndBatchTags) {

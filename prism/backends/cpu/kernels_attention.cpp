@@ -3,38 +3,256 @@
 // v {B,G,Sk,E}, mask {B,H,Sq,Sk}, output {B,H,Sq,E}; halves compute in f32.
 //
 // A work item is a block of query rows of one batch and key/value head: the rows of every
-// query head that reads that key head (grouped-query attention), at up to kQueryBlock
-// positions. It reads only the keys some of its rows can see (a causal row at position p sees
-// keys up to p, so a KV cache's unwritten tail is never touched), converts them once into f32
-// tiles, keys transposed (D x keys) so that a row's scores come out 16 keys at a time from
-// plain multiply-adds, no horizontal sums; then each row's softmax runs over its visible
-// range only, and its output sums the value rows.
+// query head that reads that key head (grouped-query attention), at as many positions as
+// make about kBlockRows rows. It reads only the keys some of its rows can see (a causal row
+// at position p sees keys up to p, so a KV cache's unwritten tail is never touched), in chunks
+// of kChunk keys with the online softmax: each row keeps its running maximum, sum and output,
+// rescaled when a chunk raises the maximum, so the scratch stays in cache at any length.
+//
+// Per chunk, the steps run as vector code compiled per SIMD target (hwy_targets.h), with the
+// scores transposed (keys x rows) so that the softmax runs down a vector of rows at a time:
+// the scores as register tiles of keys x rows from the queries transposed (or, for the few
+// rows of a decoding step, one horizontal sum per score), the online softmax, and the output
+// sums as tiles of rows x values. f32 keys and values are read in place, halves widened once
+// per chunk.
+#include "prism/backends/cpu/hwy_targets.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "prism/backends/cpu/kernels_attention.cpp"
+#include <hwy/foreach_target.h>
+#include <hwy/highway.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <span>
 #include <vector>
 
+#include "prism/backends/cpu/fast_math-inl.h"
 #include "prism/backends/cpu/fast_math.h"
 #include "prism/backends/cpu/kernels.h"
+#include "prism/backends/cpu/simd.h"
 #include "prism/backends/cpu/storage.h"
 
+HWY_BEFORE_NAMESPACE();
+namespace prism::cpu::HWY_NAMESPACE {
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Tile sizes held in registers: AVX-512 has 32 vector registers, AVX2 16.
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kTileKeys = 8;  // scores: keys x 2 vectors of rows
+constexpr int kSumRows = 6;   // sums: rows x 4 vectors of values
+#else
+constexpr int kTileKeys = 4;
+constexpr int kSumRows = 2;
+#endif
+
+// The layout of a chunk: scores transposed, st[j][r], with rows padded to a multiple of the
+// vector length (Lanes()); for the tiled scores, queries transposed, qt[d][r], rows padded to
+// a multiple of twice the vector length, and keys as they are, k[j][d].
+int64_t Lanes() { return static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>())); }
+
+// st[j][r] = sum_d k[j][d] * qt[d][r] for K keys from j0 and all (padded) rows.
+template <int K>
+void ScoreTile(const float* qt, int64_t ldq, int64_t D, const float* k, float* st, int64_t j0) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  using V = hn::Vec<decltype(d)>;
+  const float* kj = k + j0 * D;
+  for (int64_t r = 0; r < ldq; r += 2 * L) {
+    V a0[K], a1[K];
+    for (int x = 0; x < K; ++x) a0[x] = a1[x] = hn::Zero(d);
+    for (int64_t e = 0; e < D; ++e) {
+      const V q0 = hn::LoadU(d, qt + e * ldq + r), q1 = hn::LoadU(d, qt + e * ldq + r + L);
+      for (int x = 0; x < K; ++x) {
+        const V kv = hn::Set(d, kj[x * D + e]);
+        a0[x] = hn::MulAdd(kv, q0, a0[x]);
+        a1[x] = hn::MulAdd(kv, q1, a1[x]);
+      }
+    }
+    for (int x = 0; x < K; ++x) {
+      hn::StoreU(a0[x], d, st + (j0 + x) * ldq + r);
+      hn::StoreU(a1[x], d, st + (j0 + x) * ldq + r + L);
+    }
+  }
+}
+
+template <int... K>
+void ScoresTransposedImpl(std::integer_sequence<int, K...>, const float* qt, int64_t ldq, int64_t D,
+                          const float* k, int64_t n, float* st) {
+  using Fn = void (*)(const float*, int64_t, int64_t, const float*, float*, int64_t);
+  static constexpr Fn tiles[] = {&ScoreTile<K + 1>...};
+  for (int64_t j = 0; j < n; j += kTileKeys)
+    tiles[std::min<int64_t>(kTileKeys, n - j) - 1](qt, ldq, D, k, st, j);
+}
+
+// st[j][r] = sum_d k[j][d] * qt[d][r] for the n keys and all (padded) rows.
+void ScoresTransposed(const float* qt, int64_t ldq, int64_t D, const float* k, int64_t n,
+                      float* st) {
+  ScoresTransposedImpl(std::make_integer_sequence<int, kTileKeys>{}, qt, ldq, D, k, n, st);
+}
+
+// st[j][r] = sum_d q[r][d] * k[j][d] from the queries as they are (rows of D), one
+// horizontal sum per score: for a few rows, as in decoding, where the tiles would mostly
+// multiply padding.
+void ScoresDirect(const float* q, int64_t rows, int64_t D, const float* k, int64_t n, float* st,
+                  int64_t ldq) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t whole = D / L * L;
+  for (int64_t r = 0; r < rows; r += 4) {
+    const int64_t m = std::min<int64_t>(4, rows - r);
+    const float* qr = q + r * D;
+    for (int64_t j = 0; j < n; ++j) {
+      const float* kj = k + j * D;
+      auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+      for (int64_t x = 0; x < whole; x += L) {
+        const auto kv = hn::LoadU(d, kj + x);
+        a0 = hn::MulAdd(hn::LoadU(d, qr + x), kv, a0);
+        if (m > 1) a1 = hn::MulAdd(hn::LoadU(d, qr + D + x), kv, a1);
+        if (m > 2) a2 = hn::MulAdd(hn::LoadU(d, qr + 2 * D + x), kv, a2);
+        if (m > 3) a3 = hn::MulAdd(hn::LoadU(d, qr + 3 * D + x), kv, a3);
+      }
+      float sums[4] = {hn::GetLane(hn::SumOfLanes(d, a0)), hn::GetLane(hn::SumOfLanes(d, a1)),
+                       hn::GetLane(hn::SumOfLanes(d, a2)), hn::GetLane(hn::SumOfLanes(d, a3))};
+      for (int64_t x = whole; x < D; ++x)
+        for (int64_t i = 0; i < m; ++i) sums[i] += qr[i * D + x] * kj[x];
+      for (int64_t i = 0; i < m; ++i) st[j * ldq + r + i] = sums[i];
+    }
+  }
+}
+
+// The online softmax over one chunk of n keys, a vector of rows at a time. Row r sees the
+// chunk's keys in [first[r], last[r]) (as floats); the others, and scores of -inf (masked),
+// get weight 0. Each row's running maximum rises to the chunk's, alpha[r] is the factor
+// that rescales what the row summed before, sum[r] becomes the rescaled sum plus the chunk's
+// weights, and st holds the weights exp(score - maximum).
+void OnlineSoftmax(float* st, int64_t ldq, int64_t n, const float* first, const float* last,
+                   float* max, float* sum, float* alpha) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto minus_inf = hn::Neg(hn::Inf(d)), one = hn::Set(d, 1.0f);
+  for (int64_t r = 0; r < ldq; r += L) {
+    const auto f = hn::LoadU(d, first + r), l = hn::LoadU(d, last + r);
+    auto mx = minus_inf;
+    for (int64_t j = 0; j < n; ++j) {
+      const auto jv = hn::Set(d, static_cast<float>(j));
+      const auto seen = hn::And(hn::Ge(jv, f), hn::Lt(jv, l));
+      const auto s = hn::IfThenElse(seen, hn::LoadU(d, st + j * ldq + r), minus_inf);
+      hn::StoreU(s, d, st + j * ldq + r);
+      mx = hn::Max(mx, s);
+    }
+    const auto before = hn::LoadU(d, max + r);
+    const auto m = hn::Max(before, mx);
+    // 0 on the first chunk a row sees; 1 while it has seen nothing (no -inf - -inf).
+    const auto a = hn::IfThenElse(hn::Eq(m, minus_inf), one, ExpF32(d, hn::Sub(before, m)));
+    // Weights below e^-87 (and masked or unseen keys, where s - m is -inf or NaN) are 0:
+    // their exp would be subnormal, which costs the CPU a slow assist per lane, and nothing
+    // that small moves a sum that is at least 1.
+    const auto floor = hn::Set(d, -87.0f);
+    auto acc = hn::Zero(d);
+    for (int64_t j = 0; j < n; ++j) {
+      const auto x = hn::Sub(hn::LoadU(d, st + j * ldq + r), m);
+      const auto p = hn::IfThenElseZero(hn::Ge(x, floor), ExpF32(d, hn::Max(x, floor)));
+      hn::StoreU(p, d, st + j * ldq + r);
+      acc = hn::Add(acc, p);
+    }
+    hn::StoreU(m, d, max + r);
+    hn::StoreU(a, d, alpha + r);
+    hn::StoreU(hn::MulAdd(hn::LoadU(d, sum + r), a, acc), d, sum + r);
+  }
+}
+
+// o[r][e] += sum_j pt[j][r] * v[j][e] for R rows and the n value rows of v (each of E), over
+// C vectors of e from e0.
+template <int R, int C>
+void SumTile(const float* pt, int64_t ldq, const float* v, int64_t E, int64_t n, float* o,
+             int64_t e0) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  using V = hn::Vec<decltype(d)>;
+  V acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = hn::LoadU(d, o + r * E + e0 + c * L);
+  for (int64_t j = 0; j < n; ++j) {
+    V vv[C];
+    for (int c = 0; c < C; ++c) vv[c] = hn::LoadU(d, v + j * E + e0 + c * L);
+    for (int r = 0; r < R; ++r) {
+      const V pv = hn::Set(d, pt[j * ldq + r]);
+      for (int c = 0; c < C; ++c) acc[r][c] = hn::MulAdd(pv, vv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) hn::StoreU(acc[r][c], d, o + r * E + e0 + c * L);
+}
+
+template <int R>
+void SumRows(const float* pt, int64_t ldq, const float* v, int64_t E, int64_t n, float* o) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  int64_t e = 0;
+  for (; e + 4 * L <= E; e += 4 * L) SumTile<R, 4>(pt, ldq, v, E, n, o, e);
+  for (; e + L <= E; e += L) SumTile<R, 1>(pt, ldq, v, E, n, o, e);
+  for (; e < E; ++e) {
+    for (int r = 0; r < R; ++r) {
+      float acc = o[r * E + e];
+      for (int64_t j = 0; j < n; ++j) acc += pt[j * ldq + r] * v[j * E + e];
+      o[r * E + e] = acc;
+    }
+  }
+}
+
+template <int... R>
+void WeightedSumsImpl(std::integer_sequence<int, R...>, const float* pt, int64_t ldq, int64_t rows,
+                      const float* v, int64_t E, int64_t n, float* o) {
+  using Fn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*);
+  static constexpr Fn tiles[] = {&SumRows<R + 1>...};
+  for (int64_t r = 0; r < rows; r += kSumRows) {
+    const int64_t m = std::min<int64_t>(kSumRows, rows - r);
+    tiles[m - 1](pt + r, ldq, v, E, n, o + r * E);
+  }
+}
+
+void WeightedSums(const float* pt, int64_t ldq, int64_t rows, const float* v, int64_t E, int64_t n,
+                  float* o) {
+  WeightedSumsImpl(std::make_integer_sequence<int, kSumRows>{}, pt, ldq, rows, v, E, n, o);
+}
+
+// to[i] = from[i] widened, bf16 to f32 (a shift of the bits).
+void WidenBf16(const uint16_t* from, float* to, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const hn::Rebind<uint16_t, decltype(d)> dh;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    hn::StoreU(hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(dh, from + i)))), d,
+               to + i);
+  for (; i < n; ++i) to[i] = bf16_to_f32(from[i]);
+}
+
+}  // namespace prism::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace prism::cpu {
+
+HWY_EXPORT(Lanes);
+HWY_EXPORT(ScoresTransposed);
+HWY_EXPORT(ScoresDirect);
+HWY_EXPORT(OnlineSoftmax);
+HWY_EXPORT(WeightedSums);
+HWY_EXPORT(WidenBf16);
 
 using ir::Op;
 
 namespace {
 
-constexpr int64_t kQueryBlock = 16;  // query positions per work item
-constexpr int64_t kLanes = 16;       // keys scored at once
-
-template <typename S>
-using Compute = std::conditional_t<std::is_same_v<S, double>, double, float>;
-
-inline void exp_inplace(float* x, int64_t n) { exp_f32_simd(x, x, n); }
-inline void exp_inplace(double* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i]);
-}
+constexpr int64_t kBlockRows = 64;  // query rows (heads x positions) per work item
+constexpr int64_t kChunk = 256;     // keys per step of the online softmax
+constexpr int64_t kDirectRows = 8;  // fewer rows than this score keys without transposing
 
 struct Geometry {
   int64_t B, H, Sq, D, G, Sk, E, rep;
@@ -49,18 +267,105 @@ struct Geometry {
   int64_t last(int64_t i) const { return causal ? std::clamp(offset + i + 1, int64_t{0}, Sk) : Sk; }
 };
 
-// Per thread: the block's keys (transposed) and values in the compute type, one row's scores
-// and output sums.
+// The per-chunk steps for f32, as the SIMD target in use compiles them.
+struct F32Kernels {
+  int64_t lanes = HWY_DYNAMIC_DISPATCH(Lanes)();
+  void (*transposed)(const float* qt, int64_t ldq, int64_t D, const float* k, int64_t n,
+                     float* st) = &HWY_DYNAMIC_DISPATCH(ScoresTransposed);
+  void (*direct)(const float* q, int64_t rows, int64_t D, const float* k, int64_t n, float* st,
+                 int64_t ldq) = &HWY_DYNAMIC_DISPATCH(ScoresDirect);
+  void (*softmax)(float* st, int64_t ldq, int64_t n, const float* first, const float* last,
+                  float* max, float* sum, float* alpha) = &HWY_DYNAMIC_DISPATCH(OnlineSoftmax);
+  void (*sums)(const float* pt, int64_t ldq, int64_t rows, const float* v, int64_t E, int64_t n,
+               float* o) = &HWY_DYNAMIC_DISPATCH(WeightedSums);
+  void (*widen_bf16)(const uint16_t* from, float* to, int64_t n) = &HWY_DYNAMIC_DISPATCH(WidenBf16);
+};
+
+// The same steps for f64, as plain loops over the same layout (no padding).
+void scores_f64(const double* q, int64_t rows, int64_t D, const double* k, int64_t n, double* st,
+                int64_t ldq) {
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t r = 0; r < rows; ++r) {
+      double acc = 0;
+      for (int64_t d = 0; d < D; ++d) acc += q[r * D + d] * k[j * D + d];
+      st[j * ldq + r] = acc;
+    }
+}
+
+void softmax_f64(double* st, int64_t ldq, int64_t rows, int64_t n, const double* first,
+                 const double* last, double* max, double* sum, double* alpha) {
+  constexpr double minus_inf = -std::numeric_limits<double>::infinity();
+  for (int64_t r = 0; r < rows; ++r) {
+    double mx = minus_inf;
+    for (int64_t j = 0; j < n; ++j) {
+      double& s = st[j * ldq + r];
+      if (j < first[r] || j >= last[r]) s = minus_inf;
+      mx = std::max(mx, s);
+    }
+    const double m = std::max(max[r], mx);
+    alpha[r] = m == minus_inf ? 1 : std::exp(max[r] - m);
+    double acc = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      double& s = st[j * ldq + r];
+      s = s > minus_inf ? std::exp(s - m) : 0;
+      acc += s;
+    }
+    max[r] = m;
+    sum[r] = sum[r] * alpha[r] + acc;
+  }
+}
+
+void sums_f64(const double* pt, int64_t ldq, int64_t rows, const double* v, int64_t E, int64_t n,
+              double* o) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      const double p = pt[j * ldq + r];
+      if (p == 0) continue;
+      for (int64_t e = 0; e < E; ++e) o[r * E + e] += p * v[j * E + e];
+    }
+}
+
+// Per thread: the block's queries (scaled; as they are and transposed), the chunk's keys and
+// values, the scores (transposed), and per row the visible keys of the chunk, the running
+// maximum, sum, rescaling factor and output.
 template <typename T>
 struct Scratch {
-  std::vector<T> keys, values, scores, acc, q;
+  std::vector<T> q, qt, keys, values, st, first, last, max, sum, alpha, out;
 };
 
 template <typename S, typename T>
+void widen(const S* from, T* to, int64_t n, const F32Kernels& f32) {
+  if constexpr (std::is_same_v<S, BF16> && std::is_same_v<T, float>) {
+    f32.widen_bf16(reinterpret_cast<const uint16_t*>(from), to, n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) to[i] = to_compute<T>(from[i]);
+  }
+}
+
+// n values from `from` in the compute type: the memory itself when it holds that type, else
+// widened into `to`.
+template <typename S, typename T>
+const T* in_compute_type(const S* from, int64_t n, std::vector<T>& to, const F32Kernels& f32) {
+  if constexpr (std::is_same_v<S, T>) {
+    return from;
+  } else {
+    to.resize(static_cast<size_t>(n));
+    widen(from, to.data(), n, f32);
+    return to.data();
+  }
+}
+
+inline int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
+
+// The rows of query positions [i0, i1) of every query head reading key head gk of batch b.
+// Row r is head gk * rep + r / nb at position i0 + r % nb.
+template <typename S, typename T>
 void attend_block(const Geometry& g, const ir::AttentionAttrs& a,
                   std::span<const std::byte* const> in, DType mask_dtype, S* y, int64_t b,
-                  int64_t gk, int64_t i0, int64_t i1, Scratch<T>& w) {
-  const int64_t D = g.D, E = g.E;
+                  int64_t gk, int64_t i0, int64_t i1, Scratch<T>& w, const F32Kernels& f32) {
+  constexpr bool kF32 = std::is_same_v<T, float>;
+  constexpr T minus_inf = -std::numeric_limits<T>::infinity();
+  const int64_t D = g.D, E = g.E, nb = i1 - i0, rows = g.rep * nb;
   int64_t lo = g.Sk, hi = 0;  // the keys some row of the block sees
   for (int64_t i = i0; i < i1; ++i) {
     if (g.first(i) < g.last(i)) {
@@ -68,77 +373,86 @@ void attend_block(const Geometry& g, const ir::AttentionAttrs& a,
       hi = std::max(hi, g.last(i));
     }
   }
-  const int64_t n = std::max<int64_t>(hi - lo, 0);
-  const int64_t padded = (n + kLanes - 1) / kLanes * kLanes;
-  const S* kp = reinterpret_cast<const S*>(in[1]) + ((b * g.G + gk) * g.Sk + lo) * D;
-  const S* vp = reinterpret_cast<const S*>(in[2]) + ((b * g.G + gk) * g.Sk + lo) * E;
-  w.keys.resize(static_cast<size_t>(D * padded));
-  for (int64_t t = 0; t < padded; t += kLanes) {  // a tile of keys, transposed
-    const int64_t keys = std::min(kLanes, n - t);
-    for (int64_t d = 0; d < D; ++d) {
-      T* to = w.keys.data() + d * padded + t;
-      for (int64_t x = 0; x < keys; ++x) to[x] = to_compute<T>(kp[(t + x) * D + d]);
-      for (int64_t x = keys; x < kLanes; ++x) to[x] = T(0);
-    }
-  }
-  w.values.resize(static_cast<size_t>(n * E));
-  for (int64_t x = 0; x < n * E; ++x) w.values[x] = to_compute<T>(vp[x]);
-  w.scores.resize(static_cast<size_t>(padded));
-  w.acc.resize(static_cast<size_t>(E));
-  w.q.resize(static_cast<size_t>(D));
+  auto row_of = [&](int64_t r) { return (b * g.H + gk * g.rep + r / nb) * g.Sq + i0 + r % nb; };
 
+  const bool transposed = kF32 && rows >= kDirectRows;
+  const int64_t ldq = kF32 ? round_up(rows, transposed ? 2 * f32.lanes : f32.lanes) : rows;
+  w.q.resize(static_cast<size_t>(rows * D));
   const T scale = static_cast<T>(a.scale);
-  const T minus_inf = -std::numeric_limits<T>::infinity();
-  for (int64_t h = gk * g.rep; h < (gk + 1) * g.rep; ++h) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t row = (b * g.H + h) * g.Sq + i;
-      S* yr = y + row * E;
-      // The row's visible keys, as indices into the block's tiles.
-      const int64_t f = g.first(i) - lo, l = g.last(i) - lo;
-      if (f >= l) {  // sees nothing: 0/0, as the softmax over no finite score gives
-        std::fill(yr, yr + E, to_storage<S>(std::numeric_limits<T>::quiet_NaN()));
-        continue;
+  for (int64_t r = 0; r < rows; ++r) {
+    widen(reinterpret_cast<const S*>(in[0]) + row_of(r) * D, w.q.data() + r * D, D, f32);
+    for (int64_t d = 0; d < D; ++d) w.q[r * D + d] *= scale;
+  }
+  if (transposed) {
+    w.qt.assign(static_cast<size_t>(D * ldq), T(0));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t d = 0; d < D; ++d) w.qt[d * ldq + r] = w.q[r * D + d];
+  }
+  w.out.assign(static_cast<size_t>(rows * E), T(0));
+  w.max.assign(static_cast<size_t>(ldq), minus_inf);
+  w.sum.assign(static_cast<size_t>(ldq), T(0));
+  w.alpha.resize(static_cast<size_t>(ldq));
+  w.first.assign(static_cast<size_t>(ldq), T(0));  // padding rows see nothing
+  w.last.assign(static_cast<size_t>(ldq), T(0));
+
+  for (int64_t c0 = lo; c0 < hi; c0 += kChunk) {
+    const int64_t n = std::min(kChunk, hi - c0);
+    const T* keys = in_compute_type(
+        reinterpret_cast<const S*>(in[1]) + ((b * g.G + gk) * g.Sk + c0) * D, n * D, w.keys, f32);
+    const T* values = in_compute_type(
+        reinterpret_cast<const S*>(in[2]) + ((b * g.G + gk) * g.Sk + c0) * E, n * E, w.values, f32);
+    w.st.resize(static_cast<size_t>(n * ldq));
+    if constexpr (kF32) {
+      if (transposed) {
+        f32.transposed(w.qt.data(), ldq, D, keys, n, w.st.data());
+      } else {
+        f32.direct(w.q.data(), rows, D, keys, n, w.st.data(), ldq);
       }
-      const S* qr = reinterpret_cast<const S*>(in[0]) + row * D;
-      for (int64_t d = 0; d < D; ++d) w.q[d] = to_compute<T>(qr[d]);
-      // Scores of 16 keys at a time, from the tile aligned below f.
-      const int64_t t0 = f / kLanes * kLanes;
-      for (int64_t t = t0; t < l; t += kLanes) {
-        T lanes[kLanes] = {};
-        for (int64_t d = 0; d < D; ++d) {
-          const T qd = w.q[d];
-          const T* kd = w.keys.data() + d * padded + t;
-          for (int64_t x = 0; x < kLanes; ++x) lanes[x] += qd * kd[x];
-        }
-        for (int64_t x = 0; x < kLanes; ++x) w.scores[t + x] = lanes[x] * scale;
-      }
-      T* s = w.scores.data() + f;
-      const int64_t m = l - f;
-      if (a.has_mask) {
-        const int64_t at = row * g.Sk + lo + f;
-        for (int64_t j = 0; j < m; ++j) {
+    } else {
+      scores_f64(w.q.data(), rows, D, keys, n, w.st.data(), ldq);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = i0 + r % nb;
+      const int64_t f = std::clamp(g.first(i) - c0, int64_t{0}, n);
+      w.first[r] = static_cast<T>(f);
+      w.last[r] = static_cast<T>(std::clamp(g.last(i) - c0, f, n));
+    }
+    if (a.has_mask) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t at = row_of(r) * g.Sk + c0;
+        for (auto j = static_cast<int64_t>(w.first[r]); j < static_cast<int64_t>(w.last[r]); ++j) {
+          T& s = w.st[j * ldq + r];
           if (mask_dtype == DType::boolean) {
-            if (!reinterpret_cast<const uint8_t*>(in[3])[at + j]) s[j] = minus_inf;
+            if (!reinterpret_cast<const uint8_t*>(in[3])[at + j]) s = minus_inf;
           } else {
-            s[j] += static_cast<T>(load_f64(mask_dtype, in[3], at + j));
+            s += static_cast<T>(load_f64(mask_dtype, in[3], at + j));
           }
         }
       }
-      T mx = minus_inf;
-      for (int64_t j = 0; j < m; ++j) mx = std::max(mx, s[j]);
-      for (int64_t j = 0; j < m; ++j) s[j] -= mx;
-      exp_inplace(s, m);
-      T sum = 0;
-      for (int64_t j = 0; j < m; ++j) sum += s[j];
-      std::fill(w.acc.begin(), w.acc.end(), T(0));
-      for (int64_t j = 0; j < m; ++j) {
-        if (s[j] == 0) continue;
-        const T p = s[j] / sum;
-        const T* vr = w.values.data() + (f + j) * E;
-        for (int64_t e = 0; e < E; ++e) w.acc[e] += p * vr[e];
-      }
-      for (int64_t e = 0; e < E; ++e) yr[e] = to_storage<S>(w.acc[e]);
     }
+    if constexpr (kF32) {
+      f32.softmax(w.st.data(), ldq, n, w.first.data(), w.last.data(), w.max.data(), w.sum.data(),
+                  w.alpha.data());
+    } else {
+      softmax_f64(w.st.data(), ldq, rows, n, w.first.data(), w.last.data(), w.max.data(),
+                  w.sum.data(), w.alpha.data());
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      if (w.alpha[r] == T(1)) continue;
+      for (int64_t e = 0; e < E; ++e) w.out[r * E + e] *= w.alpha[r];
+    }
+    if constexpr (kF32) {
+      f32.sums(w.st.data(), ldq, rows, values, E, n, w.out.data());
+    } else {
+      sums_f64(w.st.data(), ldq, rows, values, E, n, w.out.data());
+    }
+  }
+
+  // A row that sees nothing gets 0/0, as the softmax over no finite score does.
+  for (int64_t r = 0; r < rows; ++r) {
+    S* yr = y + row_of(r) * E;
+    const T inv = w.sum[r] > 0 ? T(1) / w.sum[r] : std::numeric_limits<T>::quiet_NaN();
+    for (int64_t e = 0; e < E; ++e) yr[e] = to_storage<S>(w.out[r * E + e] * inv);
   }
 }
 
@@ -153,16 +467,19 @@ Kernel make_attention_kernel(const ir::Graph& graph, ir::ValueId id) {
   DType mask_dtype = a.has_mask ? graph.node(n.inputs[3]).shape.dtype() : DType::boolean;
   DType offset_dtype = a.has_offset ? graph.node(n.inputs.back()).shape.dtype() : DType::i64;
   return [=](auto in, std::byte* out, ThreadPool& pool) {
+    [[maybe_unused]] simd::Target target = simd::current();  // points Highway's tables at it
+    const F32Kernels f32;
     Geometry g{q.size(0), q.size(1), q.size(2), q.size(3),
                k.size(1), k.size(2), v.size(3), q.size(1) / k.size(1),
                0,         a.causal,  a.window};
     g.offset = a.has_offset ? load_index(offset_dtype, in.back(), 0) : g.Sk - g.Sq;
-    const int64_t blocks = (g.Sq + kQueryBlock - 1) / kQueryBlock;
+    const int64_t nb = std::clamp<int64_t>(kBlockRows / g.rep, 1, g.Sq);  // positions per item
+    const int64_t blocks = (g.Sq + nb - 1) / nb;
     visit_storage(q.dtype(), [&](auto tag) {
       using S = decltype(tag);
       if constexpr (std::is_same_v<S, double> || std::is_same_v<S, float> ||
                     std::is_same_v<S, F16> || std::is_same_v<S, BF16>) {
-        using T = Compute<S>;
+        using T = std::conditional_t<std::is_same_v<S, double>, double, float>;
         S* y = reinterpret_cast<S*>(out);
         // Later query blocks see more keys: hand them out first.
         pool.parallel_for(g.B * g.G * blocks, 1, [&](int64_t t0, int64_t t1) {
@@ -170,8 +487,8 @@ Kernel make_attention_kernel(const ir::Graph& graph, ir::ValueId id) {
           for (int64_t t = t0; t < t1; ++t) {
             int64_t block = blocks - 1 - t % blocks, gk = (t / blocks) % g.G,
                     b = t / (blocks * g.G);
-            int64_t i0 = block * kQueryBlock, i1 = std::min(g.Sq, i0 + kQueryBlock);
-            attend_block<S, T>(g, a, in, mask_dtype, y, b, gk, i0, i1, scratch);
+            int64_t i0 = block * nb, i1 = std::min(g.Sq, i0 + nb);
+            attend_block<S, T>(g, a, in, mask_dtype, y, b, gk, i0, i1, scratch, f32);
           }
         });
       } else {
@@ -182,3 +499,4 @@ Kernel make_attention_kernel(const ir::Graph& graph, ir::ValueId id) {
 }
 
 }  // namespace prism::cpu
+#endif  // HWY_ONCE

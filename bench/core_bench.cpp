@@ -1,6 +1,8 @@
 // The core's benchmarks: dot GFLOP/s against the measured fp32 peak, elementwise add GB/s
 // against measured triad bandwidth (on a GPU: against the device's nominal limits), and the
 // compile time of a 32-layer Llama-shaped graph.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <random>
 
@@ -47,6 +49,27 @@ double call_seconds(const Executable& exe, const std::vector<Buffer>& in, int re
       repeats);
 }
 
+// The products of a Llama-1B-shaped prefill of 512 tokens (x {512, k} . W), with W stored
+// as checkpoints store it, [n][k], and as [k][n], on the CPU.
+void prefill_dot_bench(double peak) {
+  Platform& cpu = get_platform("cpu");
+  std::printf("%-6s %-22s %12s %10s\n", "dtype", "m x k x n, W stored", "GFLOP/s", "of peak");
+  const int64_t m = 512;
+  for (auto [k, n] : {std::pair<int64_t, int64_t>{2048, 8192}, {8192, 2048}, {2048, 2048}}) {
+    for (bool out_in : {true, false}) {
+      Shape x(DType::bf16, {{"m", m}, {"k", k}});
+      Shape w = out_in ? Shape(DType::bf16, {{"n", n}, {"k", k}})
+                       : Shape(DType::bf16, {{"k", k}, {"n", n}});
+      Executable exe = compile(cpu, [](Tensor x, Tensor w) { return x.dot(w, "k"); }, {x, w});
+      double s = call_seconds(exe, {random_buffer(cpu, x), random_buffer(cpu, w)}, 5);
+      double gflops = 2.0 * m * k * n / s / 1e9;
+      std::string what = fmt::format("{}x{}x{} {}", m, k, n, out_in ? "[n][k]" : "[k][n]");
+      std::printf("%-6s %-22s %12.1f %9.0f%%\n", "bf16", what.c_str(), gflops, 100 * gflops / peak);
+      std::fflush(stdout);
+    }
+  }
+}
+
 void dot_bench() {
   int n_threads = threads();
   double peak = measure_fp32_peak_gflops(n_threads);
@@ -87,6 +110,7 @@ void dot_bench() {
       std::fflush(stdout);
     }
   }
+  prefill_dot_bench(peak);
 }
 
 void elementwise_bench() {
@@ -127,6 +151,41 @@ void elementwise_bench() {
       if (dev) std::printf(" %9.0f%%", 100 * g / dev->memory_gbps);
     }
     std::printf("\n");
+  }
+}
+
+// One layer's attention at Llama 3.2 1B's shapes (32 query heads over 8 key heads of 64) on a
+// cache of 1024 positions: a prefill of 512 tokens from position 0, and one decoding step
+// at position 512. GFLOP/s count the products of the visible (query, key) pairs.
+void attention_bench() {
+  const int64_t H = 32, G = 8, D = 64, Sk = 1024;
+  int n_threads = threads();
+  double peak = measure_fp32_peak_gflops(n_threads);
+  std::printf("fp32 peak (measured, %d threads): %.0f GFLOP/s\n", n_threads, peak);
+  std::printf("%-6s %-8s %8s %12s %12s %10s\n", "dtype", "step", "queries", "us", "GFLOP/s",
+              "of peak");
+  Platform& cpu = get_platform("cpu");
+  for (DType t : {DType::bf16, DType::f32}) {
+    for (int64_t Sq : {512, 1}) {
+      const int64_t offset = Sq == 1 ? 512 : 0;
+      Shape q(t, {{"h", H}, {"q", Sq}, {"hd", D}}), kv(t, {{"h", G}, {"k", Sk}, {"hd", D}});
+      Shape off = Shape::scalar(DType::i32);
+      auto fn = [](Tensor q, Tensor k, Tensor v, Tensor off) {
+        return nn::attention(q, k, v, {.causal = true, .offset = off});
+      };
+      Executable exe = compile(cpu, fn, {q, kv, kv, off});
+      std::vector<Buffer> in{
+          random_buffer(cpu, q), random_buffer(cpu, kv), random_buffer(cpu, kv),
+          cpu.upload(HostBuffer::from<int32_t>(off, {static_cast<int32_t>(offset)}))};
+      double s = call_seconds(exe, in, Sq == 1 ? 51 : 7);
+      double pairs = 0;  // (query, key) pairs each query head sees
+      for (int64_t i = 0; i < Sq; ++i) pairs += static_cast<double>(offset + i + 1);
+      double gflops = 4.0 * D * H * pairs / s / 1e9;
+      std::printf("%-6s %-8s %8ld %12.1f %12.1f %9.0f%%\n", std::string(name(t)).c_str(),
+                  Sq == 1 ? "decode" : "prefill", static_cast<long>(Sq), s * 1e6, gflops,
+                  100 * gflops / peak);
+      std::fflush(stdout);
+    }
   }
 }
 
@@ -180,6 +239,8 @@ void compile_bench() {
 const Register kDot{"dot", "matrix products, f32 and bf16, n x n x n", dot_bench};
 const Register kElementwise{"elementwise", "fused elementwise loops over 128 MiB",
                             elementwise_bench};
+const Register kAttention{"attention", "one layer's causal attention at Llama 3.2 1B's shapes",
+                          attention_bench};
 const Register kCompile{"compile", "compile time of a 32-layer Llama-shaped graph", compile_bench};
 
 }  // namespace

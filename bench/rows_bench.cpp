@@ -1,9 +1,10 @@
 // The row kernels of the CPU backend (softmax, norms, rope, reductions) under every SIMD
-// target this binary has and this CPU runs, in GB/s (bytes read and written per second),
-// on rows that stay in cache and on rows streamed from memory; the best target's GB/s is also
-// given as a fraction of the triad bandwidth measured in the same run. Run it from a
-// -DPRISM_NATIVE=OFF build and a native one to compare them.
+// target this binary has and this CPU runs (or the one PRISM_CPU_TARGET names), in GB/s
+// (bytes read and written per second), on rows that stay in cache and on rows streamed from
+// memory; the best target's GB/s is also given as a fraction of the triad bandwidth measured
+// in the same run. Run it from a -DPRISM_NATIVE=OFF build and a native one to compare them.
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -26,8 +27,11 @@ Buffer random_buffer(Platform& p, const Shape& shape) {
   return p.upload(h.convert(shape.dtype()));
 }
 
-// One SIMD target per Highway level: the avx512_bf16 variants run these kernels alike.
+// The target PRISM_CPU_TARGET names, else one per Highway level (the avx512_bf16 variants
+// run these kernels alike).
 std::vector<simd::Target> targets() {
+  const char* forced = std::getenv("PRISM_CPU_TARGET");
+  if (forced && *forced) return {simd::current()};
   std::vector<simd::Target> out;
   for (const simd::Target& t : simd::available())
     if (!t.avx512_bf16) out.push_back(t);

@@ -58,12 +58,14 @@ std::vector<Case> cases() {
   auto rows = [](DType t, int64_t k) {
     return [t, k](int64_t bytes) { return std::vector<Shape>{rows_of(t, k, bytes)}; };
   };
-  // Llama-shaped rope: 32 heads of 128, tables per position.
-  auto rope_shapes = [](int64_t bytes) {
-    int64_t s = std::max<int64_t>(1, bytes / (32 * 128 * 4));
-    return std::vector<Shape>{Shape(DType::f32, {{"s", s}, {"h", 32}, {"hd", 128}}),
-                              Shape(DType::f32, {{"s", s}, {"hd", 64}}),
-                              Shape(DType::f32, {{"s", s}, {"hd", 64}})};
+  // Llama-shaped rope: 32 heads of hd, tables per position.
+  auto rope_shapes = [](DType t, int64_t hd) {
+    return [t, hd](int64_t bytes) {
+      int64_t s = std::max<int64_t>(1, bytes / (32 * hd * size_of(t)));
+      return std::vector<Shape>{Shape(t, {{"s", s}, {"h", 32}, {"hd", hd}}),
+                                Shape(DType::f32, {{"s", s}, {"hd", hd / 2}}),
+                                Shape(DType::f32, {{"s", s}, {"hd", hd / 2}})};
+    };
   };
   auto rope = [](bool interleaved) -> TraceFn {
     return [interleaved](std::span<const Tensor> in) {
@@ -83,8 +85,9 @@ std::vector<Case> cases() {
        rows(DType::f32, 2048)},
       {"rms_norm bf16 d=2048", one([](Tensor x) { return x.rms_norm({"k"}, 1e-5); }),
        rows(DType::bf16, 2048)},
-      {"rope f32 rotate-half", rope(false), rope_shapes},
-      {"rope f32 interleaved", rope(true), rope_shapes},
+      {"rope f32 rotate-half", rope(false), rope_shapes(DType::f32, 128)},
+      {"rope f32 interleaved", rope(true), rope_shapes(DType::f32, 128)},
+      {"rope bf16 hd=64", rope(false), rope_shapes(DType::bf16, 64)},
       {"sum f32 over k=4096", one([](Tensor x) { return x.sum({"k"}); }), rows(DType::f32, 4096)},
       {"max f32 over k=4096", one([](Tensor x) { return x.max({"k"}); }), rows(DType::f32, 4096)},
       {"sum f32 over rows", one([](Tensor x) { return x.sum({"r"}); }), rows(DType::f32, 4096)},

@@ -1,4 +1,6 @@
-// Reductions, arg-reductions, cumulative sums and sorting along axes.
+// Reductions, arg-reductions, cumulative sums and sorting along axes. For floating-point
+// values the loops are in reduce_rows.cpp, compiled per SIMD target; integers (and cumulative
+// sums along the innermost axis) take the plain loops here.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -6,6 +8,7 @@
 #include <numeric>
 
 #include "prism/backends/cpu/kernels.h"
+#include "prism/backends/cpu/reduce_rows.h"
 #include "prism/backends/cpu/storage.h"
 
 namespace prism::cpu {
@@ -54,6 +57,46 @@ A combine(Op op, A acc, A v) {
   }
 }
 
+Reduction reduction(Op op) {
+  switch (op) {
+    case Op::reduce_sum:
+      return Reduction::sum;
+    case Op::reduce_prod:
+      return Reduction::prod;
+    case Op::reduce_max:
+      return Reduction::max;
+    default:
+      return Reduction::min;
+  }
+}
+
+// A reduction of floating-point values laid out as [outer, middle, inner], over middle:
+// whole rows at a time when inner is 1, else a step per middle index over all inner lanes.
+// store(o, value) receives each result.
+template <typename Store>
+void reduce_floats(Op op, DType t, const Split3& s, const std::byte* x, Store&& store,
+                   ThreadPool& pool) {
+  const ReduceRowKernels kernels = reduce_row_kernels();
+  const Reduction r = reduction(op);
+  const int64_t elem = size_of(t);
+  pool.parallel_for(s.outer, 1, [&](int64_t o0, int64_t o1) {
+    if (s.inner == 1) {
+      std::vector<double> results(o1 - o0);
+      kernels.rows(r, t, x + o0 * s.middle * elem, o1 - o0, s.middle, results.data());
+      for (int64_t o = o0; o < o1; ++o) store(o, results[o - o0]);
+      return;
+    }
+    std::vector<double> acc(s.inner);
+    for (int64_t o = o0; o < o1; ++o) {
+      std::fill(acc.begin(), acc.end(), initial<double>(op));
+      for (int64_t m = 0; m < s.middle; ++m) {
+        kernels.accumulate(r, t, x + (o * s.middle + m) * s.inner * elem, s.inner, acc.data());
+      }
+      for (int64_t i = 0; i < s.inner; ++i) store(o * s.inner + i, acc[i]);
+    }
+  });
+}
+
 Kernel reduce(const ir::Graph& g, const ir::Node& n) {
   Shape x = g.node(n.inputs[0]).shape;
   const auto& axes = n.attr<ir::AxesAttrs>().axes;
@@ -93,6 +136,11 @@ Kernel reduce(const ir::Graph& g, const ir::Node& n) {
       using A = Acc<S>;
       const S* xp = reinterpret_cast<const S*>(src);
       S* y = reinterpret_cast<S*>(out);
+      if (is_float(x.dtype())) {  // the loops of the SIMD target in use
+        reduce_floats(
+            op, x.dtype(), s, src, [&](int64_t o, double v) { y[o] = to_storage<S>(v); }, pool);
+        return;
+      }
       pool.parallel_for(s.outer, 1, [&](int64_t o0, int64_t o1) {
         std::vector<A> acc(s.inner);
         for (int64_t o = o0; o < o1; ++o) {
@@ -110,6 +158,34 @@ Kernel reduce(const ir::Graph& g, const ir::Node& n) {
   };
 }
 
+// The same for arg_reduce, into indices of dtype out_dtype.
+void arg_reduce_floats(bool is_max, DType t, const Split3& s, const std::byte* x, DType out_dtype,
+                       std::byte* out) {
+  const ReduceRowKernels kernels = reduce_row_kernels();
+  const int64_t elem = size_of(t);
+  std::vector<int64_t> index(s.outer * s.inner, 0);
+  if (s.inner == 1) {
+    for (int64_t o = 0; o < s.outer; ++o) {
+      index[o] = kernels.arg(is_max, t, x + o * s.middle * elem, s.middle);
+    }
+  } else {
+    std::vector<double> best(s.inner);
+    for (int64_t o = 0; o < s.outer; ++o) {
+      std::fill(best.begin(), best.end(),
+                initial<double>(is_max ? Op::reduce_max : Op::reduce_min));
+      for (int64_t m = 0; m < s.middle; ++m) {
+        kernels.arg_accumulate(is_max, t, x + (o * s.middle + m) * s.inner * elem, s.inner, m,
+                               best.data(), index.data() + o * s.inner);
+      }
+    }
+  }
+  visit_storage(out_dtype, [&](auto otag) {
+    using O = decltype(otag);
+    for (size_t i = 0; i < index.size(); ++i)
+      reinterpret_cast<O*>(out)[i] = to_storage<O>(index[i]);
+  });
+}
+
 Kernel arg_reduce(const ir::Graph& g, const ir::Node& n) {
   Shape x = g.node(n.inputs[0]).shape;
   int axis = n.attr<ir::AxisAttrs>().axis;
@@ -117,6 +193,10 @@ Kernel arg_reduce(const ir::Graph& g, const ir::Node& n) {
   DType out_dtype = n.shape.dtype();
   Split3 s = split3(x, axis, axis + 1);
   return [=](auto in, std::byte* out, ThreadPool&) {
+    if (is_float(x.dtype())) {  // the loops of the SIMD target in use
+      arg_reduce_floats(is_max, x.dtype(), s, in[0], out_dtype, out);
+      return;
+    }
     visit_storage(x.dtype(), [&](auto tag) {
       using S = decltype(tag);
       const S* xp = reinterpret_cast<const S*>(in[0]);
@@ -147,6 +227,23 @@ Kernel cumsum(const ir::Graph& g, const ir::Node& n) {
   Shape x = n.shape;
   Split3 s = split3(x, a.axis, a.axis + 1);
   return [=](auto in, std::byte* out, ThreadPool&) {
+    if (is_float(x.dtype()) && s.inner > 1) {
+      // Along an outer axis: a step per index over all inner lanes, with the loops of the
+      // SIMD target in use. (Along the innermost axis each sum waits for the one before: the
+      // plain loop below.)
+      const ReduceRowKernels kernels = reduce_row_kernels();
+      const int64_t elem = size_of(x.dtype());
+      std::vector<double> acc(s.inner);
+      for (int64_t o = 0; o < s.outer; ++o) {
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t k = 0; k < s.middle; ++k) {
+          int64_t at = (o * s.middle + (a.reverse ? s.middle - 1 - k : k)) * s.inner * elem;
+          kernels.cumsum_accumulate(x.dtype(), in[0] + at, s.inner, a.exclusive, acc.data(),
+                                    out + at);
+        }
+      }
+      return;
+    }
     visit_storage(x.dtype(), [&](auto tag) {
       using S = decltype(tag);
       using A = Acc<S>;

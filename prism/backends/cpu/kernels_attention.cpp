@@ -401,7 +401,9 @@ void attend_block(const Geometry& g, const ir::AttentionAttrs& a,
         reinterpret_cast<const S*>(in[1]) + ((b * g.G + gk) * g.Sk + c0) * D, n * D, w.keys, f32);
     const T* values = in_compute_type(
         reinterpret_cast<const S*>(in[2]) + ((b * g.G + gk) * g.Sk + c0) * E, n * E, w.values, f32);
-    w.st.resize(static_cast<size_t>(n * ldq));
+    // One spare row of scores: GCC 12's code for Highway's SCALAR target loads the next row's
+    // weights in the output sums (and drops them), one row past the last.
+    w.st.resize(static_cast<size_t>((n + 1) * ldq));
     if constexpr (kF32) {
       if (transposed) {
         f32.transposed(w.qt.data(), ldq, D, keys, n, w.st.data());

@@ -131,22 +131,25 @@ void elementwise_bench() {
   std::printf("\n");
   struct Case {
     const char* name;
+    DType dtype;
     std::function<Tensor(Tensor, Tensor)> fn;
   };
   const Case cases[] = {
-      {"add f32", [](Tensor x, Tensor y) { return x + y; }},
-      {"x * sigmoid(x) + y f32", [](Tensor x, Tensor y) { return x.silu() + y; }},
+      {"add f32", DType::f32, [](Tensor x, Tensor y) { return x + y; }},
+      {"x * sigmoid(x) + y f32", DType::f32, [](Tensor x, Tensor y) { return x.silu() + y; }},
+      {"add bf16", DType::bf16, [](Tensor x, Tensor y) { return x + y; }},
+      {"x * sigmoid(x) * y bf16", DType::bf16, [](Tensor x, Tensor y) { return x.silu() * y; }},
   };
   for (const Case& c : cases) {
-    Shape s(DType::f32, {{"n", n}});
+    Shape s(c.dtype, {{"n", n}});
     Executable exe = compile(cpu, c.fn, {s, s});
     double sec = call_seconds(exe, {random_buffer(cpu, s), random_buffer(cpu, s)}, 5);
-    double gbps = 3.0 * n * 4 / sec / 1e9;
+    double gbps = 3.0 * n * size_of(c.dtype) / sec / 1e9;
     std::printf("%-28s %10.1f %9.0f%%", c.name, gbps, 100 * gbps / triad);
     if (other) {
       Executable on = compile(*other, c.fn, {s, s});
       double so = call_seconds(on, {random_buffer(*other, s), random_buffer(*other, s)}, 5);
-      double g = 3.0 * n * 4 / so / 1e9;
+      double g = 3.0 * n * size_of(c.dtype) / so / 1e9;
       std::printf(" %14.1f %9.2fx", g, g / gbps);
       if (dev) std::printf(" %9.0f%%", 100 * g / dev->memory_gbps);
     }
@@ -237,7 +240,7 @@ void compile_bench() {
 }
 
 const Register kDot{"dot", "matrix products, f32 and bf16, n x n x n", dot_bench};
-const Register kElementwise{"elementwise", "fused elementwise loops over 128 MiB",
+const Register kElementwise{"elementwise", "fused elementwise loops over 32M values, f32 and bf16",
                             elementwise_bench};
 const Register kAttention{"attention", "one layer's causal attention at Llama 3.2 1B's shapes",
                           attention_bench};

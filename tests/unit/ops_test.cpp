@@ -1,7 +1,10 @@
 // Every primitive op, checked against hand-computed values on the CPU and compared across
 // platforms (today: the CPU with composites decomposed).
+#include <fmt/format.h>
+
 #include <cmath>
 #include <numbers>
+#include <string>
 
 #include "prism/nn/nn.h"
 #include "tests/unit/platforms.h"
@@ -217,6 +220,43 @@ TEST(Ops, DotBf16MatrixVector) {
     for (int64_t n = 0; n < N; ++n)
       for (int64_t k = 0; k < K; ++k) want[m * N + n] += double(a[m * K + k]) * w[n * K + k];
   expect_values(got, want, 1.0 / 256);
+}
+
+TEST(Ops, DotSplitsOutputColumnsAcrossThreads) {
+  // Enough rows for the matrix-matrix path and columns for a slice per thread: 512 gives
+  // equal slices that share one oneDNN primitive, run at once on two threads (the case that
+  // needs a scratchpad per thread); 200, a batch tag and a partial slice. Weights stored
+  // {n, k} and {k, n}, f32 and bf16. Small integers and halves: f32 sums are exact.
+  const int64_t M = 40, K = 2048;
+  for (auto [B, N] : {std::pair<int64_t, int64_t>{1, 512}, {2, 200}}) {
+    std::vector<float> a(B * M * K), w(B * N * K);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = (float(i % 7) - 3) * 0.5f;
+    for (size_t i = 0; i < w.size(); ++i) w[i] = float(i % 5) - 2;
+    auto A = f32(S({{"b", B}, {"m", M}, {"k", K}}), a);
+    auto W = f32(S({{"b", B}, {"n", N}, {"k", K}}), w);
+    std::vector<double> want(B * M * N, 0);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t k = 0; k < K; ++k)
+            want[(b * M + m) * N + n] += double(a[(b * M + m) * K + k]) * w[(b * N + n) * K + k];
+    for (DType t : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(std::string(name(t)) + ", n " + std::to_string(N));
+      auto stored_nk =
+          run1([&](Tensor a,
+                   Tensor w) { return a.convert(t).dot(w.convert(t), "k").convert(DType::f32); },
+               {A, W});
+      auto stored_kn = run1(
+          [&](Tensor a, Tensor w) {
+            Tensor wt = w.transpose({"b", "k", "n"});  // a copy in that order
+            return a.convert(t).dot(wt.convert(t), "k").convert(DType::f32);
+          },
+          {A, W});
+      EXPECT_EQ(stored_nk.shape().str(), fmt::format("f32{{b={},m={},n={}}}", B, M, N));
+      expect_values(stored_nk, want, t == DType::bf16 ? 1.0 / 256 : 0);
+      expect_values(stored_kn, want, t == DType::bf16 ? 1.0 / 256 : 0);
+    }
+  }
 }
 
 TEST(Ops, DotMultipleContractingAndBatchTags) {

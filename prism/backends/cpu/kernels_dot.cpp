@@ -151,8 +151,14 @@ class DotKernel {
           dnnl::memory src(s.src, engine(), const_cast<std::byte*>(l));
           dnnl::memory wei(s.wei, engine(), const_cast<std::byte*>(r + s.n0 * wei_step));
           dnnl::memory dst(s.dst, engine(), out + s.n0 * elem);
-          s.matmul->execute(stream,
-                            {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
+          // Each thread its own scratchpad: oneDNN's shared one is not safe across threads.
+          thread_local std::vector<std::byte> scratch;
+          if (scratch.size() < s.scratch.get_size()) scratch.resize(s.scratch.get_size());
+          dnnl::memory pad(s.scratch, engine(), scratch.data());
+          s.matmul->execute(stream, {{DNNL_ARG_SRC, src},
+                                     {DNNL_ARG_WEIGHTS, wei},
+                                     {DNNL_ARG_DST, dst},
+                                     {DNNL_ARG_SCRATCHPAD, pad}});
           stream.wait();
         }
       });
@@ -171,6 +177,7 @@ class DotKernel {
     const int64_t B = lhs_.batch, M = lhs_.rows, K = lhs_.cols, N = rhs_.cols;
     const int64_t width = std::max<int64_t>(64, (N + threads - 1) / threads + 63) / 64 * 64;
     std::shared_ptr<dnnl::matmul> last;
+    dnnl::memory::desc last_scratch;
     int64_t last_width = 0;
     for (int64_t n0 = 0; n0 < N; n0 += width) {
       const int64_t w = std::min(width, N - n0);
@@ -180,11 +187,15 @@ class DotKernel {
       s.wei = dnnl::memory::desc({B, K, w}, dt, {rs3[0], rs3[1], rs3[2]});
       s.dst = dnnl::memory::desc({B, M, w}, dt, {M * N, N, 1});
       if (w != last_width) {
-        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s.src, s.wei, s.dst), engine());
+        dnnl::primitive_attr attr;
+        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s.src, s.wei, s.dst), attr, engine());
         last = std::make_shared<dnnl::matmul>(pd);
+        last_scratch = pd.scratchpad_desc();
         last_width = w;
       }
       s.matmul = last;
+      s.scratch = last_scratch;
       slices_.push_back(std::move(s));
     }
   }
@@ -291,7 +302,7 @@ class DotKernel {
   bool small_ = false;
   struct Slice {
     int64_t n0 = 0;  // first output column
-    dnnl::memory::desc src, wei, dst;
+    dnnl::memory::desc src, wei, dst, scratch;
     std::shared_ptr<dnnl::matmul> matmul;
   };
   bool use_dnnl_ = false;

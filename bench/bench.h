@@ -63,6 +63,9 @@ std::string platform_option();
 // That platform, for the benchmarks that run on it alone (llm-shapes).
 Platform& platform();
 
+// A buffer of `shape` on `p` with values uniform in [-1, 1) (the same on every call).
+Buffer random_buffer(Platform& p, const Shape& shape);
+
 // The machine's limits, measured by the bench itself.
 double measure_fp32_peak_gflops(int threads);  // independent FMA chains in registers
 double measure_triad_gbps(int threads);        // STREAM triad over arrays far larger than cache

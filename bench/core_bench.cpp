@@ -16,14 +16,6 @@ namespace {
 
 int threads() { return static_cast<cpu::CpuPlatform&>(get_platform("cpu")).pool().size(); }
 
-Buffer random_buffer(Platform& p, const Shape& shape) {
-  HostBuffer h(shape.with_dtype(DType::f32));
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(-1, 1);
-  for (float& x : h.as<float>()) x = u(rng);
-  return p.upload(h.convert(shape.dtype()));
-}
-
 // The platform given with --platform when it is not the CPU, else null.
 Platform* other_platform() {
   const std::string& name = platform_option();

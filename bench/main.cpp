@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <random>
 #include <string>
 
 #include "bench/bench.h"
@@ -32,6 +33,14 @@ std::string option(std::string_view name, std::string_view fallback) {
 
 std::string platform_option() { return option("platform", "cpu"); }
 Platform& platform() { return get_platform(platform_option()); }
+
+Buffer random_buffer(Platform& p, const Shape& shape) {
+  HostBuffer h(shape.with_dtype(DType::f32));
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (float& x : h.as<float>()) x = u(rng);
+  return p.upload(h.convert(shape.dtype()));
+}
 }  // namespace prism::bench
 
 int main(int argc, char** argv) {

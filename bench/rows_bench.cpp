@@ -19,14 +19,6 @@ namespace {
 
 namespace simd = cpu::simd;
 
-Buffer random_buffer(Platform& p, const Shape& shape) {
-  HostBuffer h(shape.with_dtype(DType::f32));
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(-1, 1);
-  for (float& x : h.as<float>()) x = u(rng);
-  return p.upload(h.convert(shape.dtype()));
-}
-
 // The target PRISM_CPU_TARGET names, else one per Highway level (the avx512_bf16 variants
 // run these kernels alike).
 std::vector<simd::Target> targets() {

@@ -1,8 +1,11 @@
 // N-d convolution with groups, strides, padding and dilation:
 // lhs {N, C, spatial...} x rhs {O, C/groups, spatial...} -> {N, O, spatial...}.
 // oneDNN runs f32 and bf16 with 1 to 3 spatial dims; a direct loop covers the rest.
+#include <omp.h>
+
 #include <algorithm>
 #include <memory>
+#include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
@@ -18,6 +21,11 @@ dnnl::memory::dims dims_of(const Shape& s) {
   for (int i = 0; i < s.rank(); ++i) d.push_back(s.size(i));
   return d;
 }
+
+struct OneDnnConv {
+  dnnl::memory::desc src, weights, dst, scratch;
+  std::shared_ptr<dnnl::convolution_forward> conv;
+};
 
 // A oneDNN convolution over plain row-major layouts, or null when oneDNN cannot take it.
 Kernel onednn_conv(const Shape& x, const Shape& w, const Shape& y, const ir::ConvAttrs& a) {
@@ -43,21 +51,56 @@ Kernel onednn_conv(const Shape& x, const Shape& w, const Shape& y, const ir::Con
   for (int64_t d : a.dilations) dilates.push_back(d - 1);  // oneDNN counts the gaps
   try {
     static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-    dnnl::memory::desc src(dims_of(x), dt, act[sp - 1]);
-    dnnl::memory::desc weights(wd, dt, a.groups > 1 ? gwei[sp - 1] : wei[sp - 1]);
-    dnnl::memory::desc dst(dims_of(y), dt, act[sp - 1]);
-    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
-                                         dnnl::algorithm::convolution_direct, src, weights, dst,
-                                         strides, dilates, pad_l, pad_r);
-    auto conv = std::make_shared<dnnl::convolution_forward>(
-        dnnl::convolution_forward::primitive_desc(desc, engine));
-    return [=](std::span<const std::byte* const> in, std::byte* out, ThreadPool&) {
-      dnnl::stream stream(engine);
-      dnnl::memory s(src, engine, const_cast<std::byte*>(in[0]));
-      dnnl::memory k(weights, engine, const_cast<std::byte*>(in[1]));
-      dnnl::memory d(dst, engine, out);
-      conv->execute(stream, {{DNNL_ARG_SRC, s}, {DNNL_ARG_WEIGHTS, k}, {DNNL_ARG_DST, d}});
-      stream.wait();
+    // A primitive over `batch` images, planned for one thread with a scratchpad it is given.
+    auto plan = [=](int64_t batch) {
+      dnnl::memory::dims xd = dims_of(x), yd = dims_of(y);
+      xd[0] = yd[0] = batch;
+      dnnl::memory::desc src(xd, dt, act[sp - 1]);
+      dnnl::memory::desc weights(wd, dt, a.groups > 1 ? gwei[sp - 1] : wei[sp - 1]);
+      dnnl::memory::desc dst(yd, dt, act[sp - 1]);
+      dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                           dnnl::algorithm::convolution_direct, src, weights, dst,
+                                           strides, dilates, pad_l, pad_r);
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      omp_set_num_threads(1);  // oneDNN plans for the threads it will get: one
+      dnnl::convolution_forward::primitive_desc pd(desc, attr, engine);
+      return OneDnnConv{src, weights, dst, pd.scratchpad_desc(),
+                        std::make_shared<dnnl::convolution_forward>(pd)};
+    };
+    plan(x.size(0));  // throws here, at compile time, what oneDNN cannot take
+    // As the products (kernels_dot.cpp): oneDNN single-threaded inside the pool, each thread
+    // over its own slice of the batch, with its own scratchpad.
+    struct Slices {
+      std::once_flag planned;
+      std::vector<std::pair<int64_t, OneDnnConv>> parts;  // first image, primitive
+    };
+    auto slices = std::make_shared<Slices>();
+    const int64_t N = x.size(0), x_image = x.bytes() / N, y_image = y.bytes() / N;
+    return [=](std::span<const std::byte* const> in, std::byte* out, ThreadPool& pool) {
+      std::call_once(slices->planned, [&] {
+        const int64_t per = (N + pool.size() - 1) / pool.size();
+        for (int64_t n0 = 0; n0 < N; n0 += per)
+          slices->parts.push_back({n0, plan(std::min(per, N - n0))});
+      });
+      pool.parallel_for(static_cast<int64_t>(slices->parts.size()), 1, [&](int64_t p0, int64_t p1) {
+        omp_set_num_threads(1);  // this thread's own setting: oneDNN stays on it
+        for (int64_t i = p0; i < p1; ++i) {
+          const auto& [n0, c] = slices->parts[i];
+          thread_local std::vector<std::byte> scratch;
+          if (scratch.size() < c.scratch.get_size()) scratch.resize(c.scratch.get_size());
+          dnnl::stream stream(engine);
+          dnnl::memory s(c.src, engine, const_cast<std::byte*>(in[0] + n0 * x_image));
+          dnnl::memory k(c.weights, engine, const_cast<std::byte*>(in[1]));
+          dnnl::memory d(c.dst, engine, out + n0 * y_image);
+          dnnl::memory pad(c.scratch, engine, scratch.data());
+          c.conv->execute(stream, {{DNNL_ARG_SRC, s},
+                                   {DNNL_ARG_WEIGHTS, k},
+                                   {DNNL_ARG_DST, d},
+                                   {DNNL_ARG_SCRATCHPAD, pad}});
+          stream.wait();
+        }
+      });
     };
   } catch (const dnnl::error&) {
     return nullptr;

@@ -1,7 +1,6 @@
 // N-d convolution with groups, strides, padding and dilation:
 // lhs {N, C, spatial...} x rhs {O, C/groups, spatial...} -> {N, O, spatial...}.
 // oneDNN runs f32 and bf16 with 1 to 3 spatial dims; a direct loop covers the rest.
-#include <omp.h>
 
 #include <algorithm>
 #include <memory>
@@ -10,6 +9,7 @@
 #include <vector>
 
 #include "prism/backends/cpu/kernels.h"
+#include "prism/backends/cpu/onednn.h"
 #include "prism/backends/cpu/storage.h"
 
 namespace prism::cpu {
@@ -50,7 +50,7 @@ Kernel onednn_conv(const Shape& x, const Shape& w, const Shape& y, const ir::Con
       pad_r(a.pad_high.begin(), a.pad_high.end());
   for (int64_t d : a.dilations) dilates.push_back(d - 1);  // oneDNN counts the gaps
   try {
-    static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    dnnl::engine& engine = onednn::engine();
     // A primitive over `batch` images, planned for one thread with a scratchpad it is given.
     auto plan = [=](int64_t batch) {
       dnnl::memory::dims xd = dims_of(x), yd = dims_of(y);
@@ -61,16 +61,12 @@ Kernel onednn_conv(const Shape& x, const Shape& w, const Shape& y, const ir::Con
       dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
                                            dnnl::algorithm::convolution_direct, src, weights, dst,
                                            strides, dilates, pad_l, pad_r);
-      dnnl::primitive_attr attr;
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      omp_set_num_threads(1);  // oneDNN plans for the threads it will get: one
-      dnnl::convolution_forward::primitive_desc pd(desc, attr, engine);
+      dnnl::convolution_forward::primitive_desc pd(desc, onednn::single_thread(), engine);
       return OneDnnConv{src, weights, dst, pd.scratchpad_desc(),
                         std::make_shared<dnnl::convolution_forward>(pd)};
     };
     plan(x.size(0));  // throws here, at compile time, what oneDNN cannot take
-    // As the products (kernels_dot.cpp): oneDNN single-threaded inside the pool, each thread
-    // over its own slice of the batch, with its own scratchpad.
+    // oneDNN inside the pool (onednn.h): each thread over its own slice of the batch.
     struct Slices {
       std::once_flag planned;
       std::vector<std::pair<int64_t, OneDnnConv>> parts;  // first image, primitive
@@ -84,21 +80,14 @@ Kernel onednn_conv(const Shape& x, const Shape& w, const Shape& y, const ir::Con
           slices->parts.push_back({n0, plan(std::min(per, N - n0))});
       });
       pool.parallel_for(static_cast<int64_t>(slices->parts.size()), 1, [&](int64_t p0, int64_t p1) {
-        omp_set_num_threads(1);  // this thread's own setting: oneDNN stays on it
         for (int64_t i = p0; i < p1; ++i) {
           const auto& [n0, c] = slices->parts[i];
-          thread_local std::vector<std::byte> scratch;
-          if (scratch.size() < c.scratch.get_size()) scratch.resize(c.scratch.get_size());
-          dnnl::stream stream(engine);
-          dnnl::memory s(c.src, engine, const_cast<std::byte*>(in[0] + n0 * x_image));
-          dnnl::memory k(c.weights, engine, const_cast<std::byte*>(in[1]));
-          dnnl::memory d(c.dst, engine, out + n0 * y_image);
-          dnnl::memory pad(c.scratch, engine, scratch.data());
-          c.conv->execute(stream, {{DNNL_ARG_SRC, s},
-                                   {DNNL_ARG_WEIGHTS, k},
-                                   {DNNL_ARG_DST, d},
-                                   {DNNL_ARG_SCRATCHPAD, pad}});
-          stream.wait();
+          onednn::execute(
+              *c.conv, c.scratch,
+              {{DNNL_ARG_SRC,
+                dnnl::memory(c.src, engine, const_cast<std::byte*>(in[0] + n0 * x_image))},
+               {DNNL_ARG_WEIGHTS, dnnl::memory(c.weights, engine, const_cast<std::byte*>(in[1]))},
+               {DNNL_ARG_DST, dnnl::memory(c.dst, engine, out + n0 * y_image)}});
         }
       });
     };

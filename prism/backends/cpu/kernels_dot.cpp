@@ -6,7 +6,6 @@
 // the output columns (and so reads only its slice of the weights). With oneDNN's own OpenMP
 // threads instead, they spin for milliseconds after every product, taking the cores from
 // the pool's kernels that follow (a Llama-1B-shaped prefill ran 11 % slower).
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -16,15 +15,11 @@
 
 #include "prism/backends/cpu/dot_rows.h"
 #include "prism/backends/cpu/kernels.h"
+#include "prism/backends/cpu/onednn.h"
 #include "prism/backends/cpu/storage.h"
 
 namespace prism::cpu {
 namespace {
-
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
 
 // How one operand maps onto a matrix: the order of its axes in memory, whether the matrix is
 // stored transposed, and the copy that makes it canonical when no view fits.
@@ -143,23 +138,16 @@ class DotKernel {
     if (!slices_.empty()) {
       const int64_t elem = static_cast<int64_t>(size_of(out_.dtype()));
       const int64_t wei_step = rhs_.strides()[2] * elem;
+      dnnl::engine& engine = onednn::engine();
       pool.parallel_for(static_cast<int64_t>(slices_.size()), 1, [&](int64_t s0, int64_t s1) {
-        omp_set_num_threads(1);  // this thread's own setting: oneDNN stays on it
         for (int64_t i = s0; i < s1; ++i) {
           const Slice& s = slices_[i];
-          dnnl::stream stream(engine());
-          dnnl::memory src(s.src, engine(), const_cast<std::byte*>(l));
-          dnnl::memory wei(s.wei, engine(), const_cast<std::byte*>(r + s.n0 * wei_step));
-          dnnl::memory dst(s.dst, engine(), out + s.n0 * elem);
-          // Each thread its own scratchpad: oneDNN's shared one is not safe across threads.
-          thread_local std::vector<std::byte> scratch;
-          if (scratch.size() < s.scratch.get_size()) scratch.resize(s.scratch.get_size());
-          dnnl::memory pad(s.scratch, engine(), scratch.data());
-          s.matmul->execute(stream, {{DNNL_ARG_SRC, src},
-                                     {DNNL_ARG_WEIGHTS, wei},
-                                     {DNNL_ARG_DST, dst},
-                                     {DNNL_ARG_SCRATCHPAD, pad}});
-          stream.wait();
+          onednn::execute(
+              *s.matmul, s.scratch,
+              {{DNNL_ARG_SRC, dnnl::memory(s.src, engine, const_cast<std::byte*>(l))},
+               {DNNL_ARG_WEIGHTS,
+                dnnl::memory(s.wei, engine, const_cast<std::byte*>(r + s.n0 * wei_step))},
+               {DNNL_ARG_DST, dnnl::memory(s.dst, engine, out + s.n0 * elem)}});
         }
       });
       return;
@@ -171,7 +159,6 @@ class DotKernel {
   // One product per pool thread, each over a slice of the output columns (a multiple of 64
   // wide), planned by oneDNN for one thread. Equal slices share a primitive.
   void make_slices(DType t, int threads) const {
-    omp_set_num_threads(1);  // oneDNN plans for the threads it will get: one
     auto dt = t == DType::f32 ? dnnl::memory::data_type::f32 : dnnl::memory::data_type::bf16;
     auto ls3 = lhs_.strides(), rs3 = rhs_.strides();
     const int64_t B = lhs_.batch, M = lhs_.rows, K = lhs_.cols, N = rhs_.cols;
@@ -187,9 +174,8 @@ class DotKernel {
       s.wei = dnnl::memory::desc({B, K, w}, dt, {rs3[0], rs3[1], rs3[2]});
       s.dst = dnnl::memory::desc({B, M, w}, dt, {M * N, N, 1});
       if (w != last_width) {
-        dnnl::primitive_attr attr;
-        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s.src, s.wei, s.dst), attr, engine());
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s.src, s.wei, s.dst),
+                                        onednn::single_thread(), onednn::engine());
         last = std::make_shared<dnnl::matmul>(pd);
         last_scratch = pd.scratchpad_desc();
         last_width = w;

@@ -5,7 +5,7 @@
 // (every token reads every weight once): bandwidth measured in the same run / bytes per token.
 // Greedy tokens of both are compared: the same ids show that both run the same model.
 //
-//   prism-bench llm [--model=DIR] [--repeats=N] [--llamacpp=0] [--zero-copy=0]
+//   prism-bench llm [--model=DIR] [--repeats=N] [--llamacpp=0] [--zero-copy=1]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -155,8 +155,8 @@ void llm_bench() {
   ensure_checkpoint(dir);
   Platform& cpu = get_platform("cpu");
   int threads = static_cast<cpu::CpuPlatform&>(cpu).pool().size();
-  llm::EngineOptions options{.seqlen = 1024, .dtype = DType::bf16, .load = {}};
-  options.load.zero_copy = option("zero-copy", "1") != "0";
+  llm::EngineOptions options{.seqlen = 1024, .dtype = DType::bf16};
+  options.load.zero_copy = option("zero-copy", "0") != "0";
   llm::Engine engine(dir, cpu, options);
   // A decode step reads every stored weight once (the tied embedding for the logits; its one
   // row for the input is not counted), all in bf16 as stored.

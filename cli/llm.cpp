@@ -31,7 +31,7 @@ struct Options {
   std::vector<std::string> stop;
   std::string prompt_ids;
   bool print_ids = false;
-  bool copy_weights = false;
+  bool map_weights = false;
   int64_t max_tokens = 256;
   prism::llm::SamplerOptions sampling;
   int64_t seqlen = 4096;
@@ -150,7 +150,7 @@ int run(const Options& o) {
   prism::llm::EngineOptions options;
   options.seqlen = o.seqlen;
   options.dtype = dtype;
-  options.load.zero_copy = !o.copy_weights;
+  options.load.zero_copy = o.map_weights;
   prism::llm::Engine engine(o.model, platform, options);
   prism::llm::Sampler sampler(o.sampling);
   Stats stats;
@@ -240,8 +240,8 @@ const prism::cli::RegisterCommand kLlm{
       app.add_option("--stop", o->stop, "stop when the answer contains this text (repeatable)");
       app.add_option("--prompt-ids", o->prompt_ids, "prompt as comma-separated token ids");
       app.add_flag("--print-ids", o->print_ids, "print the generated ids on one line");
-      app.add_flag("--copy-weights", o->copy_weights,
-                   "copy the weights into memory instead of using a mapped file in place");
+      app.add_flag("--map-weights", o->map_weights,
+                   "use a local file's weights in place, mapped, instead of copying them");
       app.add_option("--max-tokens", o->max_tokens, "tokens to generate")->capture_default_str();
       app.add_option("--temperature", o->sampling.temperature, "0 = greedy")->capture_default_str();
       app.add_option("--top-k", o->sampling.top_k, "0 = all");

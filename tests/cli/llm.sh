@@ -13,8 +13,8 @@ got=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=128000,791,6864,315,982
   --max-tokens=24 --print-ids --seqlen=64 2>/dev/null)
 check "greedy ids" "$want" "$got"
 got=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=128000,791,6864,315,9822,374 \
-  --max-tokens=24 --print-ids --seqlen=64 --copy-weights 2>/dev/null)
-check "greedy ids with the weights copied" "$want" "$got"
+  --max-tokens=24 --print-ids --seqlen=64 --map-weights 2>/dev/null)
+check "greedy ids with the weights mapped in place" "$want" "$got"
 
 # The same ids on every other platform this binary has available (OpenCL on PoCL in CI), chosen
 # with --platform and with PRISM_PLATFORM.

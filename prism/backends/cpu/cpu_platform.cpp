@@ -1,5 +1,6 @@
 #include "prism/backends/cpu/cpu_platform.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -34,8 +35,25 @@ std::string cpu_model() {
 // Freed blocks are kept for reuse: fresh pages cost a fault each on first touch, which on a
 // virtual machine costs more than the kernel writing them (a 64 MiB output: ~100 ms of
 // faults against ~5 ms of work).
+//
+// Blocks of 2 MiB and more are 2 MiB-aligned and asked for transparent huge pages (where the
+// kernel's setting is "madvise", the default of many distributions, nothing else gets them):
+// one fault per 2 MiB instead of 512, and one TLB entry where a product or a decoding step
+// streams through weights. Copying a checkpoint into such memory runs at memcpy speed rather
+// than at the page-fault rate (0.4 GB/s on a virtual machine with 4 KiB pages).
 class CpuPlatform::BlockCache {
  public:
+  static constexpr size_t kHugePage = size_t{2} << 20;
+
+  static void* allocate(size_t bytes) {
+    if (bytes < kHugePage) return std::aligned_alloc(64, bytes);
+    void* p = std::aligned_alloc(kHugePage, (bytes + kHugePage - 1) / kHugePage * kHugePage);
+#ifdef MADV_HUGEPAGE
+    if (p) ::madvise(p, bytes, MADV_HUGEPAGE);  // advice only: failure leaves small pages
+#endif
+    return p;
+  }
+
   explicit BlockCache(size_t limit) : limit_(limit) {}
   ~BlockCache() {
     for (auto& [bytes, p] : free_) std::free(p);
@@ -52,7 +70,7 @@ class CpuPlatform::BlockCache {
         return p;
       }
     }
-    return std::aligned_alloc(64, bytes);
+    return allocate(bytes);
   }
 
   void put(void* p, size_t bytes) {

@@ -7,7 +7,6 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "prism/backends/cpu/dot_rows.cpp"
-#include <hwy/cache_control.h>
 #include <hwy/foreach_target.h>
 #include <hwy/highway.h>
 
@@ -25,7 +24,7 @@ namespace prism::cpu::HWY_NAMESPACE {
 
 // No vectors in Highway's sense: plain loops over 16 independent lanes, which the compiler
 // vectorizes with the baseline's instructions without reassociating.
-void Dot4F32xBf16w(const float* x, const uint16_t* const* w, int64_t k, float* out) {
+void DotRowsF32xBf16w(const float* x, const uint16_t* const* w, int64_t k, float* out) {
   int64_t whole = k / 16 * 16;
   for (int r = 0; r < kDotRows; ++r) {
     float lanes[16] = {};
@@ -52,9 +51,9 @@ float DotRowF32(const float* x, const float* w, int64_t k) {
 
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Two vectors of each row per step (a 64-byte line of bf16 under AVX-512), eight
-// accumulators; each weight stream is prefetched kPrefetch values ahead.
-void Dot4F32xBf16w(const float* x, const uint16_t* const* w, int64_t k, float* out) {
+// Two vectors of each row per step (a 64-byte line of bf16 under AVX-512), two accumulators
+// a row.
+void DotRowsF32xBf16w(const float* x, const uint16_t* const* w, int64_t k, float* out) {
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du;
   const hn::Rebind<uint16_t, decltype(df)> dw;
@@ -67,10 +66,6 @@ void Dot4F32xBf16w(const float* x, const uint16_t* const* w, int64_t k, float* o
   const uint16_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
   int64_t i = 0;
   for (; i + 2 * n <= k; i += 2 * n) {
-    hwy::Prefetch(w0 + i + kPrefetch);
-    hwy::Prefetch(w1 + i + kPrefetch);
-    hwy::Prefetch(w2 + i + kPrefetch);
-    hwy::Prefetch(w3 + i + kPrefetch);
     const auto x0 = hn::LoadU(df, x + i), x1 = hn::LoadU(df, x + i + n);
     a0 = hn::MulAdd(x0, widen(w0 + i), a0);
     a1 = hn::MulAdd(x0, widen(w1 + i), a1);
@@ -106,9 +101,9 @@ float DotRowF32(const float* x, const float* w, int64_t k) {
 #endif
 
 // Without AVX-512 BF16 the activations are multiplied in f32.
-void Dot4Bf16(const uint16_t*, const float* x_f32, const uint16_t* const* w, int64_t k,
-              float* out) {
-  Dot4F32xBf16w(x_f32, w, k, out);
+void DotRowsBf16(const uint16_t*, const float* x_f32, const uint16_t* const* w, int64_t k,
+                 float* out) {
+  DotRowsF32xBf16w(x_f32, w, k, out);
 }
 
 }  // namespace prism::cpu::HWY_NAMESPACE
@@ -117,8 +112,8 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace prism::cpu {
 
-HWY_EXPORT(Dot4F32xBf16w);
-HWY_EXPORT(Dot4Bf16);
+HWY_EXPORT(DotRowsF32xBf16w);
+HWY_EXPORT(DotRowsBf16);
 HWY_EXPORT(DotRowF32);
 
 #if HWY_ARCH_X86
@@ -129,28 +124,24 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline __m512bh 
   return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
 }
 
-// vdpbf16ps: pairs of bf16 products summed into f32 lanes, 32 values of each row per step.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void dot4_bf16_avx512(
+// vdpbf16ps: pairs of bf16 products summed into f32 lanes, 64 values of each row per step
+// in two accumulators, so that one thread alone is not held up by the instruction's latency.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void dot_rows_bf16_avx512(
     const uint16_t* x, const float* x_f32, const uint16_t* const* w, int64_t k, float* out) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-  __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
-  const uint16_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+  __m512 a[kDotRows], b[kDotRows];
+#pragma GCC unroll 4
+  for (int r = 0; r < kDotRows; ++r) a[r] = b[r] = _mm512_setzero_ps();
   int64_t i = 0;
-  for (; i + 32 <= k; i += 32) {
-    __m512bh xv = load_bf16x32(x + i);
-    _mm_prefetch(reinterpret_cast<const char*>(w0 + i + kPrefetch), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w1 + i + kPrefetch), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w2 + i + kPrefetch), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w3 + i + kPrefetch), _MM_HINT_T0);
-    a0 = _mm512_dpbf16_ps(a0, xv, load_bf16x32(w0 + i));
-    a1 = _mm512_dpbf16_ps(a1, xv, load_bf16x32(w1 + i));
-    a2 = _mm512_dpbf16_ps(a2, xv, load_bf16x32(w2 + i));
-    a3 = _mm512_dpbf16_ps(a3, xv, load_bf16x32(w3 + i));
+  for (; i + 64 <= k; i += 64) {
+    __m512bh x0 = load_bf16x32(x + i), x1 = load_bf16x32(x + i + 32);
+#pragma GCC unroll 4
+    for (int r = 0; r < kDotRows; ++r) {
+      a[r] = _mm512_dpbf16_ps(a[r], x0, load_bf16x32(w[r] + i));
+      b[r] = _mm512_dpbf16_ps(b[r], x1, load_bf16x32(w[r] + i + 32));
+    }
   }
-  out[0] = _mm512_reduce_add_ps(a0);
-  out[1] = _mm512_reduce_add_ps(a1);
-  out[2] = _mm512_reduce_add_ps(a2);
-  out[3] = _mm512_reduce_add_ps(a3);
+#pragma GCC unroll 4
+  for (int r = 0; r < kDotRows; ++r) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(a[r], b[r]));
   for (; i < k; ++i)
     for (int r = 0; r < kDotRows; ++r) out[r] += x_f32[i] * bf16_to_f32(w[r][i]);
 }
@@ -160,10 +151,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void dot4_bf16_a
 
 DotRowKernels dot_row_kernels() {
   [[maybe_unused]] simd::Target target = simd::current();  // also points Highway's tables at it
-  DotRowKernels k{&HWY_DYNAMIC_DISPATCH(Dot4F32xBf16w), &HWY_DYNAMIC_DISPATCH(Dot4Bf16),
+  DotRowKernels k{&HWY_DYNAMIC_DISPATCH(DotRowsF32xBf16w), &HWY_DYNAMIC_DISPATCH(DotRowsBf16),
                   &HWY_DYNAMIC_DISPATCH(DotRowF32)};
 #if HWY_ARCH_X86
-  if (target.avx512_bf16) k.bf16 = dot4_bf16_avx512;
+  if (target.avx512_bf16) k.bf16 = dot_rows_bf16_avx512;
 #endif
   return k;
 }

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,5 +72,20 @@ Buffer random_buffer(Platform& p, const Shape& shape);
 double measure_fp32_peak_gflops(int threads);  // independent FMA chains in registers
 double measure_triad_gbps(int threads);        // STREAM triad over arrays far larger than cache
 double measure_read_gbps(int threads);         // reading 1 GiB, 4 interleaved streams per thread
+
+// measure_read_gbps's loop over a buffer allocated once, for sampling the bandwidth again and
+// again in between the steps of what is measured against it.
+class ReadProbe {
+ public:
+  explicit ReadProbe(int threads);
+  double gbps();                      // one pass
+  double best_gbps(int repeats = 5);  // the best of `repeats` passes, after one to warm up
+
+ private:
+  static constexpr int64_t kFloats = 256 << 20;  // 1 GiB
+  void pass();
+  int threads_;
+  std::unique_ptr<float, decltype(&std::free)> data_;
+};
 
 }  // namespace prism::bench

@@ -2,6 +2,7 @@
 // its result as a fraction of what this machine can do, measured in the same run.
 #include <immintrin.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <thread>
@@ -97,35 +98,52 @@ double measure_triad_gbps(int threads) {
 
 // What a decode step does to its weights: each thread reads its share of 1 GiB once, as four
 // streams at a time (four rows of a matrix), summing with AVX-512 so the loads are the limit.
-double measure_read_gbps(int threads) {
-  const int64_t n = 256 << 20, streams = 4;  // floats: 1 GiB
-  auto* p = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
-  std::unique_ptr<float, decltype(&std::free)> data(p, &std::free);
-  on_threads(threads, [&](int t) {
-    for (int64_t i = n * t / threads; i < n * (t + 1) / threads; ++i) p[i] = 1;
+ReadProbe::ReadProbe(int threads)
+    : threads_(threads),
+      data_(static_cast<float*>(std::aligned_alloc(64, kFloats * sizeof(float))), &std::free) {
+  float* p = data_.get();
+  on_threads(threads_, [&](int t) {  // first touch by the thread that will read the pages
+    for (int64_t i = kFloats * t / threads_; i < kFloats * (t + 1) / threads_; ++i) p[i] = 1;
   });
-  std::vector<float> sums(threads);
-  double s = best_seconds([&] {
-    on_threads(threads, [&](int t) {
-      int64_t lo = n * t / threads, len = (n * (t + 1) / threads - lo) / streams / 16 * 16;
-      const float* s0 = p + lo;
+}
+
+void ReadProbe::pass() {
+  constexpr int64_t streams = 4;
+  const float* p = data_.get();
+  std::vector<float> sums(threads_);
+  on_threads(threads_, [&](int t) {
+    int64_t lo = kFloats * t / threads_;
+    int64_t len = (kFloats * (t + 1) / threads_ - lo) / streams / 16 * 16;
+    const float* s0 = p + lo;
 #if defined(__AVX512F__)
-      __m512 acc[streams] = {};
-      for (int64_t i = 0; i < len; i += 16)
-        for (int64_t j = 0; j < streams; ++j)
-          acc[j] = _mm512_add_ps(acc[j], _mm512_loadu_ps(s0 + j * len + i));
-      float sum = 0;
-      for (auto a : acc) sum += _mm512_reduce_add_ps(a);
+    __m512 acc[streams] = {};
+    for (int64_t i = 0; i < len; i += 16)
+      for (int64_t j = 0; j < streams; ++j)
+        acc[j] = _mm512_add_ps(acc[j], _mm512_loadu_ps(s0 + j * len + i));
+    float sum = 0;
+    for (auto a : acc) sum += _mm512_reduce_add_ps(a);
 #else
-      float sum = 0;
-      for (int64_t i = 0; i < streams * len; ++i) sum += s0[i];
+    float sum = 0;
+    for (int64_t i = 0; i < streams * len; ++i) sum += s0[i];
 #endif
-      sums[t] = sum;
-    });
+    sums[t] = sum;
   });
   volatile float sink = sums[0];
   (void)sink;
-  return static_cast<double>(n) * sizeof(float) / s / 1e9;
 }
+
+double ReadProbe::gbps() {
+  auto start = std::chrono::steady_clock::now();
+  pass();
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return static_cast<double>(kFloats) * sizeof(float) / s / 1e9;
+}
+
+double ReadProbe::best_gbps(int repeats) {
+  double s = best_seconds([&] { pass(); }, repeats);
+  return static_cast<double>(kFloats) * sizeof(float) / s / 1e9;
+}
+
+double measure_read_gbps(int threads) { return ReadProbe(threads).best_gbps(); }
 
 }  // namespace prism::bench

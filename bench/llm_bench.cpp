@@ -2,7 +2,9 @@
 // with llama.cpp on the same weights (tools/make_bench_llama.py writes them as safetensors and
 // as GGUF; llm_llamacpp_peer.mjs runs llama.cpp through node-llama-cpp), both with the same
 // threads and in bf16. Decode is also put against the bound that memory bandwidth sets on it
-// (every token reads every weight once): bandwidth measured in the same run / bytes per token.
+// (every token reads every weight once): bandwidth measured in the same run / bytes per token,
+// the bandwidth taken at the start of each run and, as it moves within seconds on a shared
+// machine, also sampled right before every decode step.
 // Greedy tokens of both are compared: the same ids show that both run the same model.
 //
 //   prism-bench llm [--model=DIR] [--repeats=N] [--llamacpp=0] [--zero-copy=1]
@@ -45,6 +47,7 @@ double median(std::vector<double> v) {
 // One side's results.
 struct Run {
   double prefill_tok_s = 0, decode_tok_s = 0;
+  double read_during_decode = 0;  // GB/s, the median of probes taken between decode steps
   std::vector<int32_t> greedy_long, greedy_short;
   std::vector<int32_t> forced_short;  // llama.cpp's next ids when fed prism's greedy_short
 };
@@ -72,9 +75,11 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-Run run_prism(llm::Engine& engine, const std::vector<int32_t>& prompt) {
+// `probe` samples the read bandwidth before every decode step: bandwidth on a shared machine
+// moves within seconds, and these samples see the same conditions as the steps.
+Run run_prism(llm::Engine& engine, const std::vector<int32_t>& prompt, ReadProbe& probe) {
   Run run;
-  std::vector<double> prefill, steps;
+  std::vector<double> prefill, steps, read;
   for (int r = 0; r < 3; ++r) {
     engine.reset();
     auto start = std::chrono::steady_clock::now();
@@ -84,6 +89,7 @@ Run run_prism(llm::Engine& engine, const std::vector<int32_t>& prompt) {
   engine.reset();
   run.greedy_long.push_back(argmax(engine.feed(prompt)));
   for (int i = 0; i < kDecodeSteps; ++i) {
+    read.push_back(probe.gbps());
     auto start = std::chrono::steady_clock::now();
     int32_t next = argmax(engine.feed(std::span(&run.greedy_long.back(), 1)));
     steps.push_back(seconds_since(start));
@@ -96,6 +102,7 @@ Run run_prism(llm::Engine& engine, const std::vector<int32_t>& prompt) {
   }
   run.prefill_tok_s = median(prefill);
   run.decode_tok_s = 1 / median(steps);
+  run.read_during_decode = median(read);
   return run;
 }
 
@@ -163,13 +170,15 @@ void llm_bench() {
   double bytes = static_cast<double>(io::Store::open(dir).total_bytes());
   std::vector<int32_t> prompt = long_prompt();
 
-  std::vector<double> triad, read, prefill[2], decode[2];
+  ReadProbe probe(threads);
+  std::vector<double> triad, read, read_during, prefill[2], decode[2];
   Run last[2];
   bool peer = true;
   for (int r = 0; r < repeats; ++r) {
     triad.push_back(measure_triad_gbps(threads));
-    read.push_back(measure_read_gbps(threads));
-    last[0] = run_prism(engine, prompt);
+    read.push_back(probe.best_gbps());
+    last[0] = run_prism(engine, prompt, probe);
+    read_during.push_back(last[0].read_during_decode);
     std::optional<Run> l = run_llamacpp(dir, threads, prompt, last[0]);
     peer = l.has_value();
     if (peer) last[1] = *l;
@@ -177,8 +186,11 @@ void llm_bench() {
       prefill[s].push_back(last[s].prefill_tok_s);
       decode[s].push_back(last[s].decode_tok_s);
     }
-    std::printf("run %d: triad %.1f GB/s, read %.1f GB/s; prism prefill %.1f, decode %.2f tok/s",
-                r + 1, triad.back(), read.back(), last[0].prefill_tok_s, last[0].decode_tok_s);
+    std::printf(
+        "run %d: triad %.1f GB/s, read %.1f GB/s (%.1f between decode steps); prism prefill "
+        "%.1f, decode %.2f tok/s",
+        r + 1, triad.back(), read.back(), read_during.back(), last[0].prefill_tok_s,
+        last[0].decode_tok_s);
     if (peer) {
       std::printf("; llama.cpp prefill %.1f, decode %.2f tok/s", last[1].prefill_tok_s,
                   last[1].decode_tok_s);
@@ -218,6 +230,8 @@ void llm_bench() {
     }
     std::printf("\n");
   }
+  std::printf("%-24s %9.0f%%\n", "decode, % of read during",
+              per_run([&](int r) { return 100 * decode[0][r] * bytes / 1e9 / read_during[r]; }));
   if (!peer) {
     std::printf("\nllama.cpp: not available (scripts/setup.sh --bench installs node-llama-cpp)\n");
     return;

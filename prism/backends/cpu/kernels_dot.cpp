@@ -244,7 +244,7 @@ class DotKernel {
       }
     };
     const DotRowKernels dots = dot_row_kernels();
-    pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
+    pool.parallel_for_tapered(N, 16, [&](int64_t n0, int64_t n1) {
       std::vector<float> acc;
       for (int64_t b = 0; b < B; ++b) {
         if (rhs_.transposed && bf16) {  // W stored [N][K]: dots of rows, four at a time

@@ -119,6 +119,33 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   if (job.error) std::rethrow_exception(job.error);
 }
 
+void ThreadPool::parallel_for_tapered(int64_t n, int64_t grain,
+                                      const std::function<void(int64_t, int64_t)>& fn) {
+  grain = std::max<int64_t>(grain, 1);
+  const int threads = size();
+  constexpr int kRounds = 4;  // weights 8, 4, 2, 1: the pool's four chunks a thread
+  if (threads == 1 || t_in_chunk || n < 2 * grain * threads * kRounds) {
+    parallel_for(n, grain, fn);
+    return;
+  }
+  std::vector<int64_t> bounds{0};
+  const int64_t total = threads * ((1 << kRounds) - 1);  // in units of the smallest chunk
+  int64_t units = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    for (int t = 0; t < threads; ++t) {
+      units += int64_t{1} << (kRounds - 1 - round);
+      int64_t end = n * units / total / grain * grain;
+      bounds.push_back(std::max(end, bounds.back()));
+    }
+  }
+  bounds.back() = n;
+  parallel_for(static_cast<int64_t>(bounds.size()) - 1, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      if (bounds[c] < bounds[c + 1]) fn(bounds[c], bounds[c + 1]);
+    }
+  });
+}
+
 void ThreadPool::work() {
   uint64_t seen = 0;
   for (;;) {

@@ -1,0 +1,90 @@
+// The CPU backend's thread pool: every index is visited exactly once, whatever the chunking.
+#include "prism/backends/cpu/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <mutex>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+namespace prism::cpu {
+namespace {
+
+// The chunks a call hands out, sorted.
+template <typename Call>
+std::vector<std::pair<int64_t, int64_t>> chunks_of(Call call) {
+  std::mutex mutex;
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  call([&](int64_t begin, int64_t end) {
+    std::lock_guard lock(mutex);
+    chunks.emplace_back(begin, end);
+  });
+  std::sort(chunks.begin(), chunks.end());
+  return chunks;
+}
+
+// The chunks tile [0, n) without gaps, overlaps or empty chunks.
+void expect_tiling(const std::vector<std::pair<int64_t, int64_t>>& chunks, int64_t n) {
+  int64_t at = 0;
+  for (auto [begin, end] : chunks) {
+    EXPECT_EQ(begin, at);
+    EXPECT_LT(begin, end);
+    at = end;
+  }
+  EXPECT_EQ(at, n);
+}
+
+TEST(ThreadPool, ChunksCoverTheRangeOnce) {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 7, 64, 1000, 4096}) {
+      expect_tiling(chunks_of([&](auto fn) { pool.parallel_for(n, 16, fn); }), n);
+    }
+  }
+}
+
+TEST(ThreadPool, TaperedChunksShrinkAndCoverTheRangeOnce) {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 100, 512, 2048, 8192, 128256, 1000003}) {
+      for (int64_t grain : {1, 16}) {
+        auto chunks = chunks_of([&](auto fn) { pool.parallel_for_tapered(n, grain, fn); });
+        expect_tiling(chunks, n);
+        if (threads == 1 || n < 2 * grain * threads * 4) continue;
+        // Multiples of the grain but the last; the first at least four times the smallest.
+        int64_t smallest = n, first = chunks.front().second - chunks.front().first;
+        for (size_t i = 0; i + 1 < chunks.size(); ++i) {
+          int64_t size = chunks[i].second - chunks[i].first;
+          EXPECT_EQ(chunks[i].first % grain, 0);
+          smallest = std::min(smallest, size);
+        }
+        EXPECT_GE(first, 4 * smallest) << threads << " threads, n " << n << ", grain " << grain;
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, NestedCallsRunSeriallyAndErrorsReachTheCaller) {
+  ThreadPool pool(2);
+  std::mutex mutex;
+  int64_t visited = 0;
+  pool.parallel_for(4, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      pool.parallel_for_tapered(10000, 16, [&](int64_t i0, int64_t i1) {
+        std::lock_guard lock(mutex);
+        visited += i1 - i0;
+      });
+    }
+  });
+  EXPECT_EQ(visited, 4 * 10000);
+  EXPECT_THROW(pool.parallel_for_tapered(1 << 20, 16,
+                                         [](int64_t begin, int64_t) {
+                                           if (begin == 0) throw std::runtime_error("first chunk");
+                                         }),
+               std::runtime_error);
+}
+
+}  // namespace
+}  // namespace prism::cpu

@@ -70,8 +70,10 @@ Buffer random_buffer(Platform& p, const Shape& shape);
 
 // The machine's limits, measured by the bench itself.
 double measure_fp32_peak_gflops(int threads);  // independent FMA chains in registers
-double measure_triad_gbps(int threads);        // STREAM triad over arrays far larger than cache
-double measure_read_gbps(int threads);         // reading 1 GiB, 4 interleaved streams per thread
+// vdpbf16ps chains in registers (bf16 products summed in f32); 0 without AVX-512 BF16.
+double measure_bf16_peak_gflops(int threads);
+double measure_triad_gbps(int threads);  // STREAM triad over arrays far larger than cache
+double measure_read_gbps(int threads);   // reading 1 GiB, 4 interleaved streams per thread
 
 // measure_read_gbps's loop over a buffer allocated once, for sampling the bandwidth again and
 // again in between the steps of what is measured against it.

@@ -42,7 +42,7 @@ double call_seconds(const Executable& exe, const std::vector<Buffer>& in, int re
 }
 
 // The products of a Llama-1B-shaped prefill of 512 tokens (x {512, k} . W), with W stored
-// as checkpoints store it, [n][k], and as [k][n], on the CPU.
+// as checkpoints store it, [n][k], and as [k][n], on the CPU; `peak` is the bf16 one.
 void prefill_dot_bench(double peak) {
   Platform& cpu = get_platform("cpu");
   std::printf("%-6s %-22s %12s %10s\n", "dtype", "m x k x n, W stored", "GFLOP/s", "of peak");
@@ -65,9 +65,17 @@ void prefill_dot_bench(double peak) {
 void dot_bench() {
   int n_threads = threads();
   double peak = measure_fp32_peak_gflops(n_threads);
+  // bf16 products are put against the bf16 dot peak where the CPU has one (AVX-512 BF16).
+  double bf16_peak = measure_bf16_peak_gflops(n_threads);
   Platform* other = other_platform();
   const DeviceInfo* dev = nominal_limits(other);
   std::printf("fp32 peak (measured, %d threads): %.0f GFLOP/s\n", n_threads, peak);
+  if (bf16_peak > 0) {
+    std::printf("bf16 dot peak (measured, vdpbf16ps, %d threads): %.0f GFLOP/s\n", n_threads,
+                bf16_peak);
+  } else {
+    bf16_peak = peak;
+  }
   if (dev) {
     std::printf("%s: %s, nominal fp32 %.0f GFLOP/s, bf16 %.0f GFLOP/s\n",
                 std::string(other->name()).c_str(), dev->name.c_str(), dev->fp32_gflops,
@@ -87,7 +95,7 @@ void dot_bench() {
       double s = call_seconds(exe, {random_buffer(cpu, a), random_buffer(cpu, b)}, repeats);
       double gflops = 2.0 * n * n * n / s / 1e9;
       std::printf("%-6s %6ld %12.1f %9.0f%%", std::string(name(t)).c_str(), n, gflops,
-                  100 * gflops / peak);
+                  100 * gflops / (t == DType::bf16 ? bf16_peak : peak));
       if (other && (dev || n <= 2048)) {  // a device without a matrix engine needs minutes
         Executable on = compile(*other, fn, {a, b});
         double so = call_seconds(on, {random_buffer(*other, a), random_buffer(*other, b)}, repeats);
@@ -102,7 +110,7 @@ void dot_bench() {
       std::fflush(stdout);
     }
   }
-  prefill_dot_bench(peak);
+  prefill_dot_bench(bf16_peak);
 }
 
 void elementwise_bench() {

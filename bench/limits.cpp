@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "prism/backends/cpu/simd.h"
 
 namespace prism::bench {
 namespace {
@@ -66,7 +67,40 @@ double fma_loop(int64_t iterations) {
 
 double fma_flops_per_iteration() { return fma_loop(1); }
 
+#if defined(__x86_64__)
+constexpr int kBf16Chains = 24;  // vdpbf16ps latency x throughput, with room
+
+// kBf16Chains independent vdpbf16ps chains, each instruction 32 pairs of bf16 products summed
+// into 16 f32 lanes (64 flops).
+__attribute__((target("avx512f,avx512bf16"))) void bf16_dot_loop(int64_t iterations) {
+  __m512 acc[kBf16Chains];
+  for (int i = 0; i < kBf16Chains; ++i) acc[i] = _mm512_set1_ps(0.001f * i);
+  const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3f80));  // 1.0
+  const __m512bh b = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3380));  // 2^-24
+  for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 24
+    for (int i = 0; i < kBf16Chains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  }
+  __m512 total = acc[0];
+  for (int i = 1; i < kBf16Chains; ++i) total = _mm512_add_ps(total, acc[i]);
+  volatile float sink = _mm512_reduce_add_ps(total);
+  (void)sink;
+}
+#endif
+
 }  // namespace
+
+double measure_bf16_peak_gflops(int threads) {
+#if defined(__x86_64__)
+  if (!cpu::simd::current().avx512_bf16) return 0;
+  const int64_t iterations = 10'000'000;
+  double s = best_seconds([&] { on_threads(threads, [&](int) { bf16_dot_loop(iterations); }); });
+  return 64.0 * kBf16Chains * iterations * threads / s / 1e9;
+#else
+  (void)threads;
+  return 0;
+#endif
+}
 
 double measure_fp32_peak_gflops(int threads) {
   const int64_t iterations = 20'000'000;

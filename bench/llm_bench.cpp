@@ -14,7 +14,9 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
 #include "prism/backends/cpu/cpu_platform.h"
@@ -65,6 +67,26 @@ void ensure_checkpoint(const std::string& dir) {
   PRISM_CHECK(std::system(command.c_str()) == 0,
               "llm: could not write the checkpoint with tools/make_bench_llama.py (it needs numpy: "
               "scripts/setup.sh --bench)");
+}
+
+// The flops of a prefill of `tokens` into an empty cache: every projection once per token,
+// the tied output layer once (logits of the last position only), and causal attention (each
+// position's scores and weighted sum over the positions up to it).
+double prefill_flops(const std::string& dir, int64_t tokens) {
+  io::Store store = io::Store::open(dir);
+  double flops = 0;
+  for (const std::string& name : store.names()) {
+    const double numel = static_cast<double>(store.shape(name).numel());
+    if (name.ends_with("_proj.weight")) flops += 2 * numel * tokens;
+    if (name == "model.embed_tokens.weight") flops += 2 * numel;
+  }
+  std::ifstream f(std::filesystem::path(dir) / "config.json");
+  nlohmann::json config = nlohmann::json::parse(f);
+  const double layers = config.at("num_hidden_layers").get<double>();
+  const double heads = config.at("num_attention_heads").get<double>();
+  const double head_dim = config.value("head_dim", config.at("hidden_size").get<double>() / heads);
+  flops += 4 * head_dim * heads * layers * tokens * (tokens + 1) / 2;
+  return flops;
 }
 
 int32_t argmax(const std::vector<float>& logits) {
@@ -168,6 +190,8 @@ void llm_bench() {
   // A decode step reads every stored weight once (the tied embedding for the logits; its one
   // row for the input is not counted), all in bf16 as stored.
   double bytes = static_cast<double>(io::Store::open(dir).total_bytes());
+  const double flops = prefill_flops(dir, kPromptTokens);
+  const double bf16_peak = measure_bf16_peak_gflops(threads);
   std::vector<int32_t> prompt = long_prompt();
 
   ReadProbe probe(threads);
@@ -208,9 +232,10 @@ void llm_bench() {
   std::printf(
       "\nLlama 3.2 1B shape, random bf16 weights, %d threads, medians of %d runs\n"
       "%.2f GB of weights read per token: roofline %.2f tok/s at triad bandwidth (%.1f GB/s), "
-      "%.2f at read bandwidth (%.1f GB/s)\n\n",
+      "%.2f at read bandwidth (%.1f GB/s)\n"
+      "%.2f TFLOP in a 512-token prefill; bf16 dot peak %.0f GFLOP/s (measured, vdpbf16ps)\n\n",
       threads, repeats, bytes / 1e9, median(triad) * 1e9 / bytes, median(triad),
-      median(read) * 1e9 / bytes, median(read));
+      median(read) * 1e9 / bytes, median(read), flops / 1e12, bf16_peak);
   std::printf("%-24s %10s %10s %10s\n", "", "prism", "llama.cpp", "ratio");
   auto row = [&](const char* what, std::vector<double>* v, const char* format) {
     std::printf("%-24s %10s", what, fmt::format(fmt::runtime(format), median(v[0])).c_str());
@@ -221,6 +246,13 @@ void llm_bench() {
     std::printf("\n");
   };
   row("prefill 512, tok/s", prefill, "{:.1f}");
+  if (bf16_peak > 0) {
+    std::printf("%-24s", "prefill, % of bf16 peak");
+    for (int s = 0; s < (peer ? 2 : 1); ++s) {
+      std::printf(" %9.0f%%", 100 * median(prefill[s]) / kPromptTokens * flops / 1e9 / bf16_peak);
+    }
+    std::printf("\n");
+  }
   row("decode, tok/s", decode, "{:.2f}");
   for (auto [name, gbps] : {std::pair{"triad", &triad}, std::pair{"read", &read}}) {
     std::printf("%-24s", fmt::format("decode, % of {} roof", name).c_str());

@@ -47,9 +47,10 @@ class CpuPlatform::BlockCache {
 
   static void* allocate(size_t bytes) {
     if (bytes < kHugePage) return std::aligned_alloc(64, bytes);
-    void* p = std::aligned_alloc(kHugePage, (bytes + kHugePage - 1) / kHugePage * kHugePage);
+    const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    void* p = std::aligned_alloc(kHugePage, rounded);
 #ifdef MADV_HUGEPAGE
-    if (p) ::madvise(p, bytes, MADV_HUGEPAGE);  // advice only: failure leaves small pages
+    if (p) ::madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure leaves small pages
 #endif
     return p;
   }

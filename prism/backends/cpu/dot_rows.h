@@ -4,7 +4,7 @@
 // caller picks them far apart (for_row_groups below): four streams instead of one running
 // through consecutive rows. Measured in a Llama 1B decoding step (Zen 4, two threads, weights
 // in 2 MiB pages), four streams beat two by about 8 %, and software prefetching only cost:
-// 30 % for four streams 1024 or 2048 values ahead, nothing measurable for two 512 ahead.
+// 20-35 % for four streams 1024 or 2048 values ahead, nothing measurable for two 512 ahead.
 //
 // The kernels are compiled once per SIMD target (dot_rows.cpp) and dot_row_kernels() hands
 // out those of the target in use (simd.h). With AVX-512 BF16, bf16 activations and weights

@@ -48,6 +48,21 @@ class Progress {
   bool drawn_ = false;
 };
 
+// The host memory available now: /proc/meminfo's MemAvailable, else the free pages.
+uint64_t available_memory() {
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, f)) {
+      found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    }
+    std::fclose(f);
+    if (found) return kib * 1024;
+  }
+  return static_cast<uint64_t>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+}
+
 }  // namespace
 
 std::string LoadStats::line() const {
@@ -74,6 +89,24 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
   std::vector<Target> targets;
   LoadStats stats;
   Weights weights;
+  // Whether a tensor can be used in place: a local file's bytes, in the parameter's dtype,
+  // aligned. With zero_copy off, copying more of them than the memory available holds would
+  // get the process killed halfway through the load: past the limit they are used in place.
+  auto mappable = [&](const Executable::Parameter& p, std::span<const std::byte> mapped) {
+    std::optional<DType> file_dtype = to_core_dtype(store.at(p.name).info.dtype);
+    return !mapped.empty() && file_dtype == p.shape.dtype() &&
+           reinterpret_cast<uintptr_t>(mapped.data()) % size_of(p.shape.dtype()) == 0;
+  };
+  bool zero_copy = options.zero_copy;
+  uint64_t to_copy = 0;
+  if (!zero_copy) {
+    for (const Executable::Parameter& p : parameters) {
+      if (mappable(p, store.mapped_bytes(p.name))) to_copy += p.shape.bytes();
+    }
+  }
+  const uint64_t limit = options.copy_limit ? options.copy_limit : available_memory() / 10 * 9;
+  const bool over_limit = to_copy > limit;
+  if (over_limit) zero_copy = true;
   for (const Executable::Parameter& p : parameters) {
     const StoredTensor& st = store.at(p.name);
     std::optional<DType> file_dtype = to_core_dtype(st.info.dtype);
@@ -87,11 +120,9 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
     }
     stats.bytes += p.shape.bytes();
     ++stats.tensors;
-    std::span<const std::byte> mapped = options.zero_copy && *file_dtype == p.shape.dtype()
-                                            ? store.mapped_bytes(p.name)
-                                            : std::span<const std::byte>{};
-    if (!mapped.empty() &&
-        reinterpret_cast<uintptr_t>(mapped.data()) % size_of(p.shape.dtype()) == 0) {
+    std::span<const std::byte> mapped =
+        zero_copy ? store.mapped_bytes(p.name) : std::span<const std::byte>{};
+    if (mappable(p, mapped)) {
       if (auto b = platform.adopt_host(p.shape, mapped.data(), st.file)) {
         weights.emplace(p.name, *b);
         ++stats.zero_copy;
@@ -135,6 +166,12 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
   });
   for (Target& t : targets) weights.emplace(t.param->name, std::move(t.buffer));
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (options.report && over_limit && stats.zero_copy > 0) {
+    std::fprintf(stderr,
+                 "load: a copy of the weights (%.2f GB) would not fit in the memory available "
+                 "(%.2f GB to copy into); using the files in place instead\n",
+                 to_copy / 1e9, limit / 1e9);
+  }
   if (options.report) std::fprintf(stderr, "%s\n", stats.line().c_str());
   if (stats_out) *stats_out = stats;
   return weights;

@@ -7,7 +7,9 @@
 // Tensors are read in chunks by `parallelism` workers, each with one staging chunk, converted
 // when the file's dtype differs from the parameter's (bf16 -> f32, ...), and written to the
 // device. On the CPU, a local file's tensors are used in place (zero copy) when their dtype
-// matches and they are aligned.
+// matches and they are aligned. With zero_copy off they are copied, unless the copy would not
+// fit in the host memory available: then they are used in place all the same, and the report
+// says so, rather than the process being killed for want of memory halfway through a load.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +29,10 @@ struct LoadOptions {
   bool progress = true;               // a progress bar, when stderr is a terminal
   bool report = true;                 // "loaded N tensors, X GB in Y s (Z GB/s)" on stderr
   bool zero_copy = true;              // adopt mapped files where the platform can
+  // With zero_copy off: the most bytes of tensors that could be used in place to copy into
+  // host memory, beyond which they are used in place anyway. 0: 90 % of the memory available
+  // when the load starts (MemAvailable).
+  uint64_t copy_limit = 0;
 };
 
 struct LoadStats {

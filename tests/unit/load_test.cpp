@@ -1,8 +1,11 @@
 // The load report line: the rate is over the bytes copied, and tensors used in place (which
-// cost nothing until read) are counted apart instead of making up a rate.
+// cost nothing until read) are counted apart instead of making up a rate. Loading a local
+// checkpoint onto the CPU: in place, copied, and in place after all when a copy would not fit.
 #include "prism/io/load.h"
 
 #include <gtest/gtest.h>
+
+#include "tests/unit/io_test_util.h"
 
 namespace prism::io {
 namespace {
@@ -24,6 +27,51 @@ TEST(LoadStats, LineGivesTheRateOfTheBytesCopied) {
                    .seconds = 0.001};
   EXPECT_EQ(mapped.line(), "loaded 2 tensors, 1.00 GB in 0.00 s (mapped in place, no copy)");
   EXPECT_EQ(LoadStats{}.line(), "loaded 0 tensors, 0.00 GB in 0.00 s (0.00 GB/s)");
+}
+
+// The tiny model's tensors as parameters (f32, one tag per axis).
+std::vector<Executable::Parameter> parameters_of(const std::vector<test::TinyTensor>& tensors) {
+  std::vector<Executable::Parameter> params;
+  for (const auto& t : tensors) {
+    std::vector<Dim> dims;
+    for (size_t a = 0; a < t.shape.size(); ++a)
+      dims.push_back({Tag(a == 0 ? "a" : "b"), t.shape[a]});
+    params.push_back({t.name, Shape(DType::f32, dims)});
+  }
+  return params;
+}
+
+TEST(Load, CopiesOrMapsAndFallsBackToMappingWhenACopyWouldNotFit) {
+  test::TempDir dir;
+  auto tensors = test::tiny_model();
+  test::write_single(dir.str(), tensors);
+  Store store = Store::open(dir.str());
+  auto params = parameters_of(tensors);
+  Platform& cpu = get_platform("cpu");
+  struct Case {
+    const char* what;
+    LoadOptions options;
+    size_t in_place;
+  };
+  const Case cases[] = {
+      {"zero copy", {.report = false, .zero_copy = true}, tensors.size()},
+      {"copied", {.report = false, .zero_copy = false}, 0},
+      {"copied, within the limit", {.report = false, .zero_copy = false, .copy_limit = 1 << 20}, 0},
+      {"a copy over the limit",
+       {.report = false, .zero_copy = false, .copy_limit = 64},
+       tensors.size()},
+  };
+  for (const Case& c : cases) {
+    LoadStats stats;
+    Weights weights = load(store, params, cpu, c.options, &stats);
+    EXPECT_EQ(stats.tensors, tensors.size()) << c.what;
+    EXPECT_EQ(stats.zero_copy, c.in_place) << c.what;
+    for (const auto& t : tensors) {
+      HostBuffer h = weights.at(t.name).to_host();
+      std::vector<float> got(h.as<float>().begin(), h.as<float>().end());
+      EXPECT_EQ(got, t.values) << c.what << ": " << t.name;
+    }
+  }
 }
 
 }  // namespace

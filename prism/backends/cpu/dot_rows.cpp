@@ -36,15 +36,16 @@ void DotRowsF32xBf16w(const float* x, const uint16_t* const* w, int64_t k, float
   }
 }
 
-float DotRowF32(const float* x, const float* w, int64_t k) {
+void DotRowsF32(const float* x, const float* const* w, int64_t k, float* out) {
   int64_t whole = k / 16 * 16;
-  float lanes[16] = {};
-  for (int64_t i = 0; i < whole; i += 16)
-    for (int l = 0; l < 16; ++l) lanes[l] += x[i + l] * w[i + l];
-  float sum = 0;
-  for (float v : lanes) sum += v;
-  for (int64_t i = whole; i < k; ++i) sum += x[i] * w[i];
-  return sum;
+  for (int r = 0; r < kDotRows; ++r) {
+    float lanes[16] = {};
+    for (int64_t i = 0; i < whole; i += 16)
+      for (int l = 0; l < 16; ++l) lanes[l] += x[i + l] * w[r][i + l];
+    out[r] = 0;
+    for (float v : lanes) out[r] += v;
+    for (int64_t i = whole; i < k; ++i) out[r] += x[i] * w[r][i];
+  }
 }
 
 #else
@@ -84,18 +85,31 @@ void DotRowsF32xBf16w(const float* x, const uint16_t* const* w, int64_t k, float
     for (int r = 0; r < kDotRows; ++r) out[r] += x[i] * bf16_to_f32(w[r][i]);
 }
 
-float DotRowF32(const float* x, const float* w, int64_t k) {
+// Two vectors of each row per step, two accumulators a row, as for bf16.
+void DotRowsF32(const float* x, const float* const* w, int64_t k, float* out) {
   const hn::ScalableTag<float> df;
   const int64_t n = static_cast<int64_t>(hn::Lanes(df));
-  auto a0 = hn::Zero(df), a1 = hn::Zero(df);
+  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  auto b0 = hn::Zero(df), b1 = hn::Zero(df), b2 = hn::Zero(df), b3 = hn::Zero(df);
+  const float *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
   int64_t i = 0;
   for (; i + 2 * n <= k; i += 2 * n) {
-    a0 = hn::MulAdd(hn::LoadU(df, x + i), hn::LoadU(df, w + i), a0);
-    a1 = hn::MulAdd(hn::LoadU(df, x + i + n), hn::LoadU(df, w + i + n), a1);
+    const auto x0 = hn::LoadU(df, x + i), x1 = hn::LoadU(df, x + i + n);
+    a0 = hn::MulAdd(x0, hn::LoadU(df, w0 + i), a0);
+    a1 = hn::MulAdd(x0, hn::LoadU(df, w1 + i), a1);
+    a2 = hn::MulAdd(x0, hn::LoadU(df, w2 + i), a2);
+    a3 = hn::MulAdd(x0, hn::LoadU(df, w3 + i), a3);
+    b0 = hn::MulAdd(x1, hn::LoadU(df, w0 + i + n), b0);
+    b1 = hn::MulAdd(x1, hn::LoadU(df, w1 + i + n), b1);
+    b2 = hn::MulAdd(x1, hn::LoadU(df, w2 + i + n), b2);
+    b3 = hn::MulAdd(x1, hn::LoadU(df, w3 + i + n), b3);
   }
-  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
-  for (; i < k; ++i) sum += x[i] * w[i];
-  return sum;
+  out[0] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, b0)));
+  out[1] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a1, b1)));
+  out[2] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a2, b2)));
+  out[3] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a3, b3)));
+  for (; i < k; ++i)
+    for (int r = 0; r < kDotRows; ++r) out[r] += x[i] * w[r][i];
 }
 
 #endif
@@ -114,7 +128,7 @@ namespace prism::cpu {
 
 HWY_EXPORT(DotRowsF32xBf16w);
 HWY_EXPORT(DotRowsBf16);
-HWY_EXPORT(DotRowF32);
+HWY_EXPORT(DotRowsF32);
 
 #if HWY_ARCH_X86
 namespace {
@@ -152,7 +166,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void dot_rows_bf
 DotRowKernels dot_row_kernels() {
   [[maybe_unused]] simd::Target target = simd::current();  // also points Highway's tables at it
   DotRowKernels k{&HWY_DYNAMIC_DISPATCH(DotRowsF32xBf16w), &HWY_DYNAMIC_DISPATCH(DotRowsBf16),
-                  &HWY_DYNAMIC_DISPATCH(DotRowF32)};
+                  &HWY_DYNAMIC_DISPATCH(DotRowsF32)};
 #if HWY_ARCH_X86
   if (target.avx512_bf16) k.bf16 = dot_rows_bf16_avx512;
 #endif

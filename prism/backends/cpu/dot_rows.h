@@ -26,8 +26,8 @@ struct DotRowKernels {
   // widened to f32, for the targets that multiply in f32.
   void (*bf16)(const uint16_t* x, const float* x_f32, const uint16_t* const* w, int64_t k,
                float* out);
-  // x . w, both f32.
-  float (*f32)(const float* x, const float* w, int64_t k);
+  // The same with x and w in f32.
+  void (*f32)(const float* x, const float* const* w, int64_t k, float* out);
 };
 
 // The kernels of the SIMD target in use.

@@ -259,12 +259,17 @@ class DotKernel {
               for (int i = 0; i < kDotRows; ++i) store((b * M + m) * N + rows[i], sum[i]);
             }
           });
-        } else if (rhs_.transposed) {
-          for (int64_t n = n0; n < n1; ++n) {
-            const float* w = reinterpret_cast<const float*>(r) + b * rs[0] + n * rs[2];
-            for (int64_t m = 0; m < M; ++m)
-              store((b * M + m) * N + n, dots.f32(&x[(b * M + m) * K], w, K));
-          }
+        } else if (rhs_.transposed) {  // the same in f32
+          for_row_groups(n0, n1, [&](const int64_t* rows) {
+            const float* w[kDotRows];
+            for (int i = 0; i < kDotRows; ++i)
+              w[i] = reinterpret_cast<const float*>(r) + b * rs[0] + rows[i] * rs[2];
+            for (int64_t m = 0; m < M; ++m) {
+              float sum[kDotRows];
+              dots.f32(&x[(b * M + m) * K], w, K, sum);
+              for (int i = 0; i < kDotRows; ++i) store((b * M + m) * N + rows[i], sum[i]);
+            }
+          });
         } else {  // W stored [K][N]: accumulate scaled rows
           acc.assign(M * (n1 - n0), 0.0f);
           for (int64_t k = 0; k < K; ++k) {

@@ -247,29 +247,31 @@ class DotKernel {
     pool.parallel_for_tapered(N, 16, [&](int64_t n0, int64_t n1) {
       std::vector<float> acc;
       for (int64_t b = 0; b < B; ++b) {
-        if (rhs_.transposed && bf16) {  // W stored [N][K]: dots of rows, four at a time
-          for_row_groups(n0, n1, [&](const int64_t* rows) {
-            const uint16_t* w[kDotRows];
-            for (int i = 0; i < kDotRows; ++i)
-              w[i] = reinterpret_cast<const uint16_t*>(r) + b * rs[0] + rows[i] * rs[2];
-            for (int64_t m = 0; m < M; ++m) {
-              float sum[kDotRows];
+        if (rhs_.transposed) {  // W stored [N][K]: dots of rows, four at a time
+          // dot(m, w, sum): row m of x against the rows w, bf16 or f32 like the weights.
+          auto row_groups = [&](auto weight_type, auto dot) {
+            using W = decltype(weight_type);
+            for_row_groups(n0, n1, [&](const int64_t* rows) {
+              const W* w[kDotRows];
+              for (int i = 0; i < kDotRows; ++i)
+                w[i] = reinterpret_cast<const W*>(r) + b * rs[0] + rows[i] * rs[2];
+              for (int64_t m = 0; m < M; ++m) {
+                float sum[kDotRows];
+                dot(m, w, sum);
+                for (int i = 0; i < kDotRows; ++i) store((b * M + m) * N + rows[i], sum[i]);
+              }
+            });
+          };
+          if (bf16) {
+            row_groups(uint16_t{}, [&](int64_t m, const uint16_t* const* w, float* sum) {
               dots.bf16(reinterpret_cast<const uint16_t*>(l) + b * ls[0] + m * ls[1],
                         &x[(b * M + m) * K], w, K, sum);
-              for (int i = 0; i < kDotRows; ++i) store((b * M + m) * N + rows[i], sum[i]);
-            }
-          });
-        } else if (rhs_.transposed) {  // the same in f32
-          for_row_groups(n0, n1, [&](const int64_t* rows) {
-            const float* w[kDotRows];
-            for (int i = 0; i < kDotRows; ++i)
-              w[i] = reinterpret_cast<const float*>(r) + b * rs[0] + rows[i] * rs[2];
-            for (int64_t m = 0; m < M; ++m) {
-              float sum[kDotRows];
+            });
+          } else {
+            row_groups(float{}, [&](int64_t m, const float* const* w, float* sum) {
               dots.f32(&x[(b * M + m) * K], w, K, sum);
-              for (int i = 0; i < kDotRows; ++i) store((b * M + m) * N + rows[i], sum[i]);
-            }
-          });
+            });
+          }
         } else {  // W stored [K][N]: accumulate scaled rows
           acc.assign(M * (n1 - n0), 0.0f);
           for (int64_t k = 0; k < K; ++k) {

@@ -222,6 +222,31 @@ TEST(Ops, DotBf16MatrixVector) {
   expect_values(got, want, 1.0 / 256);
 }
 
+TEST(Ops, DotMatrixVectorWithWeightsStoredKN) {
+  // Decoding's path for weights stored {k, n}: rows of W scaled and added, four at a time.
+  // k = 70 leaves two rows after the groups of four. Small integers and halves: every product
+  // and sum is exact in f32, so f32 gives the exact sum and bf16 that sum rounded once.
+  const int64_t M = 3, K = 70, N = 11;
+  std::vector<float> a(M * K), w(K * N);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = (float(i % 7) - 3) * 0.5f;
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float(i % 5) - 2;
+  auto A = f32(S({{"m", M}, {"k", K}}), a);
+  auto W = f32(S({{"k", K}, {"n", N}}), w);
+  std::vector<double> want(M * N, 0);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) want[m * N + n] += double(a[m * K + k]) * w[k * N + n];
+  auto f = run1([](Tensor a, Tensor w) { return a.dot(w, "k"); }, {A, W});
+  expect_values(f, want, 0);
+  auto h = run1(
+      [](Tensor a, Tensor w) {
+        return a.convert(DType::bf16).dot(w.convert(DType::bf16), "k").convert(DType::f32);
+      },
+      {A, W});
+  EXPECT_EQ(h.shape().str(), "f32{m=3,n=11}");
+  expect_values(h, want, 1.0 / 256);
+}
+
 TEST(Ops, DotSplitsOutputColumnsAcrossThreads) {
   // Enough rows for the matrix-matrix path and columns for a slice per thread: 512 gives
   // equal slices that share one oneDNN primitive, run at once on two threads (the case that

@@ -232,10 +232,6 @@ class DotKernel {
           x[(b * M + m) * K + k] = bf16 ? bf16_to_f32(reinterpret_cast<const uint16_t*>(l)[at])
                                         : reinterpret_cast<const float*>(l)[at];
         }
-    auto weight = [&](int64_t at) {
-      return bf16 ? bf16_to_f32(reinterpret_cast<const uint16_t*>(r)[at])
-                  : reinterpret_cast<const float*>(r)[at];
-    };
     auto store = [&](int64_t at, float v) {
       if (bf16) {
         reinterpret_cast<uint16_t*>(out)[at] = f32_to_bf16(v);
@@ -272,15 +268,49 @@ class DotKernel {
               dots.f32(&x[(b * M + m) * K], w, K, sum);
             });
           }
-        } else {  // W stored [K][N]: accumulate scaled rows
-          acc.assign(M * (n1 - n0), 0.0f);
-          for (int64_t k = 0; k < K; ++k) {
-            int64_t row = b * rs[0] + k * rs[1];
-            for (int64_t m = 0; m < M; ++m) {
-              float xv = x[(b * M + m) * K + k];
-              float* a = &acc[m * (n1 - n0)];
-              for (int64_t n = n0; n < n1; ++n) a[n - n0] += xv * weight(row + n);
+        } else {  // W stored [K][N]: accumulate scaled rows, four rows (streams) a pass
+          const int64_t width = n1 - n0;
+          acc.assign(M * width, 0.0f);
+          auto accumulate = [&](auto weight_type) {
+            using W = decltype(weight_type);
+            auto f = [](W v) {
+              if constexpr (std::is_same_v<W, uint16_t>) {
+                return bf16_to_f32(v);
+              } else {
+                return v;
+              }
+            };
+            const W* base = reinterpret_cast<const W*>(r) + b * rs[0] + n0;
+            int64_t k = 0;
+            for (; k + 4 <= K; k += 4) {  // in k's order, as one row at a time would add
+              const W *w0 = base + k * rs[1], *w1 = w0 + rs[1], *w2 = w1 + rs[1], *w3 = w2 + rs[1];
+              for (int64_t m = 0; m < M; ++m) {
+                const float* xk = &x[(b * M + m) * K + k];
+                const float x0 = xk[0], x1 = xk[1], x2 = xk[2], x3 = xk[3];
+                float* a = &acc[m * width];
+                for (int64_t i = 0; i < width; ++i) {
+                  float v = a[i];
+                  v += x0 * f(w0[i]);
+                  v += x1 * f(w1[i]);
+                  v += x2 * f(w2[i]);
+                  v += x3 * f(w3[i]);
+                  a[i] = v;
+                }
+              }
             }
+            for (; k < K; ++k) {
+              const W* w = base + k * rs[1];
+              for (int64_t m = 0; m < M; ++m) {
+                const float xv = x[(b * M + m) * K + k];
+                float* a = &acc[m * width];
+                for (int64_t i = 0; i < width; ++i) a[i] += xv * f(w[i]);
+              }
+            }
+          };
+          if (bf16) {
+            accumulate(uint16_t{});
+          } else {
+            accumulate(float{});
           }
           for (int64_t m = 0; m < M; ++m)
             for (int64_t n = n0; n < n1; ++n)

@@ -198,53 +198,55 @@ TEST(Ops, DotLayouts) {
   expect_values(h, ref.to_f64(), 1e-2);
 }
 
-TEST(Ops, DotBf16MatrixVector) {
-  // Decoding's path: a few rows times weights stored {n, k} in bf16, four weight rows at a
-  // time. k = 70 leaves a tail after the 32-wide steps; n = 11 does not split into groups of
-  // four. Small integers and halves: every product and sum is exact in f32, so the result is
-  // the exact sum rounded once to bf16.
+// Decoding-sized operands, x {m=3, k=70} and W {n=11, k=70} stored {n, k} or {k, n}, of
+// small integers and halves: every product and sum is exact in f32. `want` is the exact
+// product. k = 70 leaves a tail after the kernels' 32-wide steps and groups of four rows;
+// n = 11 does not split into groups of four.
+struct MatrixVector {
+  HostBuffer x, w;
+  std::vector<double> want;
+};
+
+MatrixVector matrix_vector(bool w_stored_nk) {
   const int64_t M = 3, K = 70, N = 11;
   std::vector<float> a(M * K), w(N * K);
   for (size_t i = 0; i < a.size(); ++i) a[i] = (float(i % 7) - 3) * 0.5f;
   for (size_t i = 0; i < w.size(); ++i) w[i] = float(i % 5) - 2;
-  auto A = f32(S({{"m", M}, {"k", K}}), a);
-  auto W = f32(S({{"n", N}, {"k", K}}), w);
-  auto got = run1(
-      [](Tensor a, Tensor w) {
-        return a.convert(DType::bf16).dot(w.convert(DType::bf16), "k").convert(DType::f32);
-      },
-      {A, W});
-  EXPECT_EQ(got.shape().str(), "f32{m=3,n=11}");
   std::vector<double> want(M * N, 0);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n)
-      for (int64_t k = 0; k < K; ++k) want[m * N + n] += double(a[m * K + k]) * w[n * K + k];
-  expect_values(got, want, 1.0 / 256);
+      for (int64_t k = 0; k < K; ++k)
+        want[m * N + n] += double(a[m * K + k]) * w[w_stored_nk ? n * K + k : k * N + n];
+  return {f32(S({{"m", M}, {"k", K}}), a),
+          f32(w_stored_nk ? S({{"n", N}, {"k", K}}) : S({{"k", K}, {"n", N}}), w), want};
+}
+
+// x . W in bf16, back in f32.
+HostBuffer dot_in_bf16(const MatrixVector& c) {
+  return run1(
+      [](Tensor a, Tensor w) {
+        return a.convert(DType::bf16).dot(w.convert(DType::bf16), "k").convert(DType::f32);
+      },
+      {c.x, c.w});
+}
+
+TEST(Ops, DotBf16MatrixVector) {
+  // Decoding's path: a few rows times weights stored {n, k} in bf16, four weight rows at a
+  // time; the result is the exact sum rounded once to bf16.
+  MatrixVector c = matrix_vector(true);
+  HostBuffer got = dot_in_bf16(c);
+  EXPECT_EQ(got.shape().str(), "f32{m=3,n=11}");
+  expect_values(got, c.want, 1.0 / 256);
 }
 
 TEST(Ops, DotMatrixVectorWithWeightsStoredKN) {
-  // Decoding's path for weights stored {k, n}: rows of W scaled and added, four at a time.
-  // k = 70 leaves two rows after the groups of four. Small integers and halves: every product
-  // and sum is exact in f32, so f32 gives the exact sum and bf16 that sum rounded once.
-  const int64_t M = 3, K = 70, N = 11;
-  std::vector<float> a(M * K), w(K * N);
-  for (size_t i = 0; i < a.size(); ++i) a[i] = (float(i % 7) - 3) * 0.5f;
-  for (size_t i = 0; i < w.size(); ++i) w[i] = float(i % 5) - 2;
-  auto A = f32(S({{"m", M}, {"k", K}}), a);
-  auto W = f32(S({{"k", K}, {"n", N}}), w);
-  std::vector<double> want(M * N, 0);
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t k = 0; k < K; ++k) want[m * N + n] += double(a[m * K + k]) * w[k * N + n];
-  auto f = run1([](Tensor a, Tensor w) { return a.dot(w, "k"); }, {A, W});
-  expect_values(f, want, 0);
-  auto h = run1(
-      [](Tensor a, Tensor w) {
-        return a.convert(DType::bf16).dot(w.convert(DType::bf16), "k").convert(DType::f32);
-      },
-      {A, W});
-  EXPECT_EQ(h.shape().str(), "f32{m=3,n=11}");
-  expect_values(h, want, 1.0 / 256);
+  // Decoding's path for weights stored {k, n}: rows of W scaled and added, four at a time and
+  // then the two left over; exact in f32, rounded once in bf16.
+  MatrixVector c = matrix_vector(false);
+  expect_values(run1([](Tensor a, Tensor w) { return a.dot(w, "k"); }, {c.x, c.w}), c.want, 0);
+  HostBuffer got = dot_in_bf16(c);
+  EXPECT_EQ(got.shape().str(), "f32{m=3,n=11}");
+  expect_values(got, c.want, 1.0 / 256);
 }
 
 TEST(Ops, DotSplitsOutputColumnsAcrossThreads) {

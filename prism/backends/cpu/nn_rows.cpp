@@ -159,32 +159,6 @@ void RopeCore(bool interleaved, const T* x, const T* c, const T* s, T* y, int64_
   }
 }
 
-// Calls core(x, y) on the row as f64 or f32 values: in place for f64 and f32, through a
-// per-thread f32 copy for halves.
-template <typename Core>
-void OnComputeRow(DType t, const std::byte* x, std::byte* y, int64_t n, Core&& core) {
-  auto through_f32 = [&](auto tag) {
-    using S = decltype(tag);
-    thread_local std::vector<float> row;
-    row.resize(n);
-    RowToF32(reinterpret_cast<const S*>(x), row.data(), n);
-    core(row.data(), row.data());
-    RowFromF32(row.data(), reinterpret_cast<S*>(y), n);
-  };
-  switch (t) {
-    case DType::f64:
-      return core(reinterpret_cast<const double*>(x), reinterpret_cast<double*>(y));
-    case DType::f32:
-      return core(reinterpret_cast<const float*>(x), reinterpret_cast<float*>(y));
-    case DType::bf16:
-      return through_f32(BF16{});
-    case DType::f16:
-      return through_f32(F16{});
-    default:
-      fail("cpu: {} is not a floating-point dtype", name(t));
-  }
-}
-
 }  // namespace
 
 void SoftmaxRow(DType t, const std::byte* x, std::byte* y, int64_t n, bool log) {

@@ -246,28 +246,8 @@ void ArgAccumulateRow(bool max, DType t, const std::byte* x, int64_t n, int64_t 
 
 void CumsumAccumulateRow(DType t, const std::byte* x, int64_t n, bool exclusive, double* acc,
                          std::byte* y) {
-  auto through_f32 = [&](auto tag) {
-    using S = decltype(tag);
-    thread_local std::vector<float> values;
-    values.resize(n);
-    RowToF32(reinterpret_cast<const S*>(x), values.data(), n);
-    CumsumAccumulateCore(values.data(), n, exclusive, acc, values.data());
-    RowFromF32(values.data(), reinterpret_cast<S*>(y), n);
-  };
-  switch (t) {
-    case DType::f64:
-      return CumsumAccumulateCore(reinterpret_cast<const double*>(x), n, exclusive, acc,
-                                  reinterpret_cast<double*>(y));
-    case DType::f32:
-      return CumsumAccumulateCore(reinterpret_cast<const float*>(x), n, exclusive, acc,
-                                  reinterpret_cast<float*>(y));
-    case DType::bf16:
-      return through_f32(BF16{});
-    case DType::f16:
-      return through_f32(F16{});
-    default:
-      fail("cpu: {} is not a floating-point dtype", name(t));
-  }
+  OnComputeRow(t, x, y, n,
+               [&](const auto* xr, auto* yr) { CumsumAccumulateCore(xr, n, exclusive, acc, yr); });
 }
 
 void ReduceRows(Reduction op, DType t, const std::byte* x, int64_t rows, int64_t n, double* out) {

@@ -1,5 +1,6 @@
 // Helpers for the row loops compiled once per SIMD target (reduce_rows.cpp, nn_rows.cpp):
-// loads that widen to double, and bf16 <-> f32 conversion of whole rows. Include after
+// loads that widen to double, bf16 <-> f32 conversion of whole rows, and running a row
+// kernel on f64 or f32 values whatever the row's float dtype. Include after
 // <hwy/highway.h> in a file compiled per target (a Highway -inl.h header: its guard flips
 // with each target).
 #if defined(PRISM_BACKENDS_CPU_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -13,8 +14,10 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "prism/backends/cpu/storage.h"
+#include "prism/core/error.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace prism::cpu::HWY_NAMESPACE {
@@ -100,6 +103,32 @@ HWY_INLINE void RowFromF32(const float* x, S* y, int64_t n) {
     F32ToBf16(x, y, n);
   } else {
     for (int64_t i = 0; i < n; ++i) y[i] = to_storage<S>(x[i]);
+  }
+}
+
+// Calls core(x, y) on the row as f64 or f32 values: in place for f64 and f32, through a
+// per-thread f32 copy for halves.
+template <typename Core>
+HWY_INLINE void OnComputeRow(DType t, const std::byte* x, std::byte* y, int64_t n, Core&& core) {
+  auto through_f32 = [&](auto tag) {
+    using S = decltype(tag);
+    thread_local std::vector<float> row;
+    row.resize(n);
+    RowToF32(reinterpret_cast<const S*>(x), row.data(), n);
+    core(row.data(), row.data());
+    RowFromF32(row.data(), reinterpret_cast<S*>(y), n);
+  };
+  switch (t) {
+    case DType::f64:
+      return core(reinterpret_cast<const double*>(x), reinterpret_cast<double*>(y));
+    case DType::f32:
+      return core(reinterpret_cast<const float*>(x), reinterpret_cast<float*>(y));
+    case DType::bf16:
+      return through_f32(BF16{});
+    case DType::f16:
+      return through_f32(F16{});
+    default:
+      fail("cpu: {} is not a floating-point dtype", name(t));
   }
 }
 

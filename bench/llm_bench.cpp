@@ -72,8 +72,7 @@ void ensure_checkpoint(const std::string& dir) {
 // The flops of a prefill of `tokens` into an empty cache: every projection once per token,
 // the tied output layer once (logits of the last position only), and causal attention (each
 // position's scores and weighted sum over the positions up to it).
-double prefill_flops(const std::string& dir, int64_t tokens) {
-  io::Store store = io::Store::open(dir);
+double prefill_flops(const io::Store& store, const std::string& dir, int64_t tokens) {
   double flops = 0;
   for (const std::string& name : store.names()) {
     const double numel = static_cast<double>(store.shape(name).numel());
@@ -189,8 +188,9 @@ void llm_bench() {
   llm::Engine engine(dir, cpu, options);
   // A decode step reads every stored weight once (the tied embedding for the logits; its one
   // row for the input is not counted), all in bf16 as stored.
-  double bytes = static_cast<double>(io::Store::open(dir).total_bytes());
-  const double flops = prefill_flops(dir, kPromptTokens);
+  const io::Store store = io::Store::open(dir);
+  double bytes = static_cast<double>(store.total_bytes());
+  const double flops = prefill_flops(store, dir, kPromptTokens);
   const double bf16_peak = measure_bf16_peak_gflops(threads);
   std::vector<int32_t> prompt = long_prompt();
 

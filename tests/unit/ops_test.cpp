@@ -211,7 +211,9 @@ MatrixVector matrix_vector(bool w_stored_nk) {
   const int64_t M = 3, K = 70, N = 11;
   std::vector<float> a(M * K), w(N * K);
   for (size_t i = 0; i < a.size(); ++i) a[i] = (float(i % 7) - 3) * 0.5f;
-  for (size_t i = 0; i < w.size(); ++i) w[i] = float(i % 5) - 2;
+  // Periods 7 and 11: with periods dividing k, every row of x would have the same dot with
+  // every row of W (zero, for these).
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float(i % 11) - 5;
   std::vector<double> want(M * N, 0);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n)
@@ -250,12 +252,12 @@ TEST(Ops, DotMatrixVectorWithWeightsStoredKN) {
 }
 
 TEST(Ops, DotSplitsOutputColumnsAcrossThreads) {
-  // Enough rows for the matrix-matrix path and columns for a slice per thread: 512 gives
-  // equal slices that share one oneDNN primitive, run at once on two threads (the case that
-  // needs a scratchpad per thread); 200, a batch tag and a partial slice. Weights stored
+  // Enough rows for the matrix-matrix path and columns for several slices (of 512 or more):
+  // 2048 gives equal slices that share one oneDNN primitive, run at once on two threads (the
+  // case that needs a scratchpad per thread); 700, a batch tag and a partial slice. Weights stored
   // {n, k} and {k, n}, f32 and bf16. Small integers and halves: f32 sums are exact.
   const int64_t M = 40, K = 2048;
-  for (auto [B, N] : {std::pair<int64_t, int64_t>{1, 512}, {2, 200}}) {
+  for (auto [B, N] : {std::pair<int64_t, int64_t>{1, 2048}, {2, 700}}) {
     std::vector<float> a(B * M * K), w(B * N * K);
     for (size_t i = 0; i < a.size(); ++i) a[i] = (float(i % 7) - 3) * 0.5f;
     for (size_t i = 0; i < w.size(); ++i) w[i] = float(i % 5) - 2;
@@ -282,6 +284,62 @@ TEST(Ops, DotSplitsOutputColumnsAcrossThreads) {
       EXPECT_EQ(stored_nk.shape().str(), fmt::format("f32{{b={},m={},n={}}}", B, M, N));
       expect_values(stored_nk, want, t == DType::bf16 ? 1.0 / 256 : 0);
       expect_values(stored_kn, want, t == DType::bf16 ? 1.0 / 256 : 0);
+    }
+  }
+}
+
+TEST(Ops, DotsOfTheSameActivationsByParameterWeights) {
+  // A layer's q, k and v projections: products of one x by three parameter matrices, in
+  // consecutive steps, which the CPU runs as one step, over the columns of all three (the
+  // few-rows path with m = 1, oneDNN's slices with m = 40). A fourth product of another x and
+  // a product by weights computed in the graph are left as they are. Small integers and
+  // halves (periods 7 and 11, so that the dots differ): exact in f32, rounded once in bf16.
+  Platform& cpu = get_platform("cpu");
+  const int64_t K = 70;
+  const std::vector<int64_t> widths = {130, 11, 37};
+  for (int64_t M : {1, 40}) {
+    for (DType t : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(fmt::format("{}, m {}", name(t), M));
+      std::vector<float> a(M * K);
+      for (size_t i = 0; i < a.size(); ++i) a[i] = (float(i % 7) - 3) * 0.5f;
+      std::vector<std::vector<float>> w;
+      std::vector<Tensor> params;
+      std::map<std::string, Buffer, std::less<>> bound;
+      for (size_t p = 0; p < widths.size(); ++p) {
+        Shape ws = S({{"n", widths[p]}, {"k", K}}, t);
+        std::vector<float>& v = w.emplace_back(widths[p] * K);
+        for (size_t i = 0; i < v.size(); ++i) v[i] = float((i + 3 * p) % 11) - 5;
+        std::string name = fmt::format("w{}", p);
+        params.push_back(Tensor::parameter(name, ws));
+        bound.emplace(name, cpu.upload(f32(ws.with_dtype(DType::f32), v).convert(t)));
+      }
+      Executable exe = compile(cpu,
+                               [&](Tensor x) {
+                                 Tensor xt = x.convert(t);
+                                 std::vector<Tensor> out;
+                                 for (const Tensor& p : params) out.push_back(xt.dot(p, "k"));
+                                 out.push_back((xt * 2.0).dot(params[1], "k"));
+                                 out.push_back(xt.dot(params[2] + 1.0, "k"));
+                                 return out;
+                               },
+                               {S({{"m", M}, {"k", K}})});
+      std::vector<Buffer> in{cpu.upload(f32(S({{"m", M}, {"k", K}}), a))};
+      std::vector<Buffer> got = exe.call(bound, in);
+      ASSERT_EQ(got.size(), 5u);
+      auto want = [&](const std::vector<float>& wp, int64_t N, double scale, double add) {
+        std::vector<double> r(M * N, 0);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t k = 0; k < K; ++k)
+              r[m * N + n] += scale * a[m * K + k] * (wp[n * K + k] + add);
+        return r;
+      };
+      const double tol = t == DType::bf16 ? 1.0 / 256 : 0;
+      for (size_t p = 0; p < widths.size(); ++p) {
+        expect_values(got[p].to_host(), want(w[p], widths[p], 1, 0), tol);
+      }
+      expect_values(got[3].to_host(), want(w[1], widths[1], 2, 0), tol);
+      expect_values(got[4].to_host(), want(w[2], widths[2], 1, 1), tol);
     }
   }
 }

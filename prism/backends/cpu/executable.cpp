@@ -3,6 +3,8 @@
 // straight into their own buffers, or into the memory of the donated input they replace.
 // PRISM_PROFILE=1 times every step and prints where the time went when the executable is freed
 // or the program exits.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -32,7 +34,10 @@ struct Step {
   ValueId value;
   std::vector<ValueId> reads;
   Kernel kernel;                       // or
-  std::unique_ptr<FusedKernel> fused;  // a fused elementwise loop
+  std::unique_ptr<FusedKernel> fused;  // a fused elementwise loop, or
+  GroupKernel group;                   // the nodes of `writes` at once (`value` is the last)
+  std::vector<ValueId> writes;
+  bool merged = false;  // run by a later step's group
 };
 
 class CpuExecutable : public ExecutableImpl {
@@ -44,7 +49,7 @@ class CpuExecutable : public ExecutableImpl {
         schedule_(graph_, plan_) {
     std::vector<std::vector<ValueId>> reads;
     for (ValueId v : schedule_.steps()) {
-      Step& step = steps_.emplace_back(Step{v, {}, nullptr, nullptr});
+      Step& step = steps_.emplace_back(Step{v, {}, nullptr, nullptr, nullptr, {}, false});
       if (ir::is_elementwise(graph_.node(v).op)) {
         step.fused = std::make_unique<FusedKernel>(graph_, plan_, plan_.groups[plan_.group_of[v]]);
         step.reads = step.fused->sources();
@@ -55,10 +60,12 @@ class CpuExecutable : public ExecutableImpl {
       reads.push_back(step.reads);
     }
     schedule_.place(graph_, reads, spec.donated_inputs);
+    group_products();
     const char* debug = std::getenv("PRISM_DEBUG");
     if (debug && std::atoi(debug) >= 2) print_schedule();
     const char* profile = std::getenv("PRISM_PROFILE");
     if (profile && std::atoi(profile) >= 1) {
+      profile_all_ = std::atoi(profile) >= 2;
       step_ns_.assign(steps_.size(), 0);
       profiled().add(this);
     }
@@ -96,14 +103,20 @@ class CpuExecutable : public ExecutableImpl {
           }
         });
     std::vector<const std::byte*> args;
+    std::vector<std::byte*> outs;
     const bool profiling = !step_ns_.empty();
     for (size_t i = 0; i < steps_.size(); ++i) {
       const Step& step = steps_[i];
+      if (step.merged) continue;
       args.clear();
       for (ValueId r : step.reads) args.push_back(ptr[r]);
       const auto start = profiling ? Clock::now() : Clock::time_point{};
       if (step.fused) {
         step.fused->run(args, ptr[step.value], platform_.pool());
+      } else if (step.group) {
+        outs.clear();
+        for (ValueId w : step.writes) outs.push_back(ptr[w]);
+        step.group(args, outs, platform_.pool());
       } else {
         step.kernel(args, ptr[step.value], platform_.pool());
       }
@@ -118,6 +131,45 @@ class CpuExecutable : public ExecutableImpl {
 
  private:
   using Clock = std::chrono::steady_clock;
+
+  // Dot products of the same activations by weights in consecutive steps (a layer's q, k
+  // and v projections; its gate and up ones) run as one step, at the last of them. That
+  // changes only when the earlier ones are computed: no step between reads what they write,
+  // what they read is still there (the shared activations are read by the last one too, the
+  // weights are parameters or constants), and what they write was placed from their own step on.
+  void group_products() {
+    auto weights = [&](ValueId v) {
+      const Storage kind = schedule_.slot(schedule_.root(v)).kind;
+      return kind == Storage::parameter || kind == Storage::constant;
+    };
+    auto product = [&](size_t i) {
+      const ir::Node& n = graph_.node(steps_[i].value);
+      return !steps_[i].fused && n.op == Op::dot && weights(n.inputs[1]);
+    };
+    for (size_t i = 0; i < steps_.size();) {
+      size_t j = i + 1;
+      if (product(i)) {
+        const ValueId lhs = graph_.node(steps_[i].value).inputs[0];
+        while (j < steps_.size() && product(j) && graph_.node(steps_[j].value).inputs[0] == lhs) {
+          ++j;
+        }
+      }
+      if (j - i >= 2) {
+        std::vector<ValueId> ids;
+        for (size_t k = i; k < j; ++k) ids.push_back(steps_[k].value);
+        if (GroupKernel group = make_dot_group_kernel(graph_, ids)) {
+          Step& last = steps_[j - 1];
+          last.group = std::move(group);
+          last.kernel = nullptr;
+          last.writes = ids;
+          last.reads = {graph_.node(ids[0]).inputs[0]};
+          for (ValueId id : ids) last.reads.push_back(graph_.node(id).inputs[1]);
+          for (size_t k = i; k + 1 < j; ++k) steps_[k].merged = true;
+        }
+      }
+      i = j;
+    }
+  }
 
   // The executables being profiled. Platforms (and the executables they cache) live until the
   // program ends, so profiles are printed at exit, or when an executable is freed before.
@@ -153,7 +205,7 @@ class CpuExecutable : public ExecutableImpl {
   }
 
   // PRISM_PROFILE=1: the time per call, by kind of step (the op, or the fused loop, with the
-  // shapes it reads and writes), largest first, down to 99 % of the total.
+  // shapes it reads and writes), largest first, down to 99 % of the total (PRISM_PROFILE=2: all).
   void print_profile() const {
     if (calls_ == 0) return;
     std::map<std::string, std::pair<int64_t, int>> by_kind;  // label -> (ns, steps)
@@ -161,9 +213,16 @@ class CpuExecutable : public ExecutableImpl {
     for (size_t i = 0; i < steps_.size(); ++i) {
       const Step& step = steps_[i];
       const ir::Node& node = graph_.node(step.value);
-      std::string label = step.fused ? "fused" : std::string(ir::op_name(node.op));
-      label += " " + node.shape.str() + " <-";
-      for (ValueId r : step.reads) label += " " + graph_.node(r).shape.str();
+      if (step.merged) continue;
+      std::string label;
+      if (step.group) {
+        label = fmt::format("{} {}s", step.writes.size(), ir::op_name(node.op));
+        for (ValueId w : step.writes) label += fmt::format(" {}", graph_.node(w).shape.str());
+      } else {
+        label = fmt::format("{} {}", step.fused ? "fused" : ir::op_name(node.op), node.shape.str());
+      }
+      label += " <-";
+      for (ValueId r : step.reads) label += fmt::format(" {}", graph_.node(r).shape.str());
       auto& [ns, count] = by_kind[label];
       ns += step_ns_[i];
       count += 1;
@@ -179,7 +238,7 @@ class CpuExecutable : public ExecutableImpl {
                  steps_.size());
     int64_t shown = 0;
     for (auto& [ns, rest] : rows) {
-      if (shown >= total * 0.99) break;
+      if (shown >= total * 0.99 && !profile_all_) break;
       shown += ns;
       std::fprintf(stderr, "%9.3f ms %5.1f %% %4dx %s\n", ns / 1e6 / calls_, 100.0 * ns / total,
                    rest.second, rest.first.c_str());
@@ -195,6 +254,12 @@ class CpuExecutable : public ExecutableImpl {
       if (step.fused) {
         std::fprintf(stderr, "%%%d [%s] fused: %s\n", step.value, where.c_str(),
                      step.fused->describe().c_str());
+      } else if (step.merged) {
+        std::fprintf(stderr, "%%%d [%s] %s (run with a later step)\n", step.value, where.c_str(),
+                     ir::print(graph_, step.value).c_str());
+      } else if (step.group) {
+        std::fprintf(stderr, "%%%d [%s] %s (and the products before it, in one loop)\n", step.value,
+                     where.c_str(), ir::print(graph_, step.value).c_str());
       } else {
         std::fprintf(stderr, "%%%d [%s] %s\n", step.value, where.c_str(),
                      ir::print(graph_, step.value).c_str());
@@ -210,6 +275,7 @@ class CpuExecutable : public ExecutableImpl {
   Buffer arena_;
   std::mutex mutex_;
   std::vector<int64_t> step_ns_;  // per step, summed over calls; empty unless PRISM_PROFILE
+  bool profile_all_ = false;      // PRISM_PROFILE=2: every kind of step, not the top 99 %
   int64_t calls_ = 0;
 };
 

@@ -14,6 +14,10 @@ namespace prism::cpu {
 using Kernel =
     std::function<void(std::span<const std::byte* const> inputs, std::byte* out, ThreadPool&)>;
 
+// Several nodes run as one step: reads and writes, one pointer per node (see the maker).
+using GroupKernel = std::function<void(std::span<const std::byte* const> inputs,
+                                       std::span<std::byte* const> outs, ThreadPool&)>;
+
 // Whether the CPU runs this composite node as one kernel (else it is decomposed).
 bool cpu_supports(const ir::Node& node);
 
@@ -23,8 +27,12 @@ Kernel make_kernel(const ir::Graph& graph, ir::ValueId id);
 Kernel make_data_kernel(const ir::Graph& graph, ir::ValueId id);    // kernels_data.cpp
 Kernel make_reduce_kernel(const ir::Graph& graph, ir::ValueId id);  // kernels_reduce.cpp
 Kernel make_dot_kernel(const ir::Graph& graph, ir::ValueId id);     // kernels_dot.cpp
-Kernel make_conv_kernel(const ir::Graph& graph, ir::ValueId id);    // kernels_conv.cpp
-Kernel make_nn_kernel(const ir::Graph& graph, ir::ValueId id);      // kernels_nn.cpp
+// Dot products of the same activations by different weights, as one step that reads the
+// activations, then each product's weights, and writes each product's output; null when the
+// products cannot share one (kernels_dot.cpp).
+GroupKernel make_dot_group_kernel(const ir::Graph& graph, std::span<const ir::ValueId> ids);
+Kernel make_conv_kernel(const ir::Graph& graph, ir::ValueId id);  // kernels_conv.cpp
+Kernel make_nn_kernel(const ir::Graph& graph, ir::ValueId id);    // kernels_nn.cpp
 // kernels_attention.cpp
 Kernel make_attention_kernel(const ir::Graph& graph, ir::ValueId id);
 

@@ -168,7 +168,10 @@ DotRowKernels dot_row_kernels() {
   DotRowKernels k{&HWY_DYNAMIC_DISPATCH(DotRowsF32xBf16w), &HWY_DYNAMIC_DISPATCH(DotRowsBf16),
                   &HWY_DYNAMIC_DISPATCH(DotRowsF32)};
 #if HWY_ARCH_X86
-  if (target.avx512_bf16) k.bf16 = dot_rows_bf16_avx512;
+  if (target.avx512_bf16) {
+    k.bf16 = dot_rows_bf16_avx512;
+    k.bf16_native_block = 64;
+  }
 #endif
   return k;
 }

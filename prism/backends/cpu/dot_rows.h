@@ -28,6 +28,9 @@ struct DotRowKernels {
                float* out);
   // The same with x and w in f32.
   void (*f32)(const float* x, const float* const* w, int64_t k, float* out);
+  // bf16 reads x_f32 only past the last whole multiple of this many values (0: throughout),
+  // so a caller with k a multiple of it may pass null for x_f32.
+  int64_t bf16_native_block = 0;
 };
 
 // The kernels of the SIMD target in use.

@@ -154,24 +154,18 @@ class DotKernel {
   int64_t cols() const { return rhs_.cols; }
   int64_t slice_count() const { return static_cast<int64_t>(slices_.size()); }
 
-  // The small path's rows of x in f32, once for all the columns.
-  std::vector<float> widened_lhs(const std::byte* l) const {
+  // The small path's rows of x in f32, once for all the columns: the memory itself for f32,
+  // nothing where the bf16 kernel multiplies x as it is, else widened into `storage`.
+  const float* lhs_f32(const std::byte* l, const DotRowKernels& dots,
+                       std::vector<float>& storage) const {
+    if (out_.dtype() == DType::f32) return reinterpret_cast<const float*>(l);
     const int64_t B = lhs_.batch, M = lhs_.rows, K = lhs_.cols;
-    const auto ls = lhs_.strides();
-    const bool bf16 = out_.dtype() == DType::bf16;
-    std::vector<float> x(B * M * K);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t m = 0; m < M; ++m) {
-        float* row = &x[(b * M + m) * K];
-        if (bf16) {
-          const uint16_t* src = reinterpret_cast<const uint16_t*>(l) + b * ls[0] + m * ls[1];
-          for (int64_t k = 0; k < K; ++k) row[k] = bf16_to_f32(src[k]);
-        } else {
-          std::memcpy(row, reinterpret_cast<const float*>(l) + b * ls[0] + m * ls[1],
-                      K * sizeof(float));
-        }
-      }
-    return x;
+    const int64_t native = dots.bf16_native_block;
+    if (rhs_.transposed && native > 0 && K % native == 0) return nullptr;
+    storage.resize(B * M * K);
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(l);
+    for (int64_t i = 0; i < B * M * K; ++i) storage[i] = bf16_to_f32(src[i]);
+    return storage.data();
   }
 
   // Slice i of the planned products.
@@ -277,15 +271,17 @@ class DotKernel {
 
   // y[b, m, :] = x[b, m, :] . W[b] for a handful of rows, parallel over output columns.
   void small(const std::byte* l, const std::byte* r, std::byte* out, ThreadPool& pool) const {
-    const std::vector<float> x = widened_lhs(l);
+    std::vector<float> storage;
+    const DotRowKernels dots = dot_row_kernels();
+    const float* x = lhs_f32(l, dots, storage);
     pool.parallel_for_tapered(
-        rhs_.cols, 16, [&](int64_t n0, int64_t n1) { small_columns(l, x.data(), r, out, n0, n1); });
+        rhs_.cols, 16, [&](int64_t n0, int64_t n1) { small_columns(dots, l, x, r, out, n0, n1); });
   }
 
  public:
-  // Output columns [n0, n1) of the small path, x being widened_lhs(l).
-  void small_columns(const std::byte* l, const float* x, const std::byte* r, std::byte* out,
-                     int64_t n0, int64_t n1) const {
+  // Output columns [n0, n1) of the small path with `dots`, x being lhs_f32(l, dots).
+  void small_columns(const DotRowKernels& dots, const std::byte* l, const float* x,
+                     const std::byte* r, std::byte* out, int64_t n0, int64_t n1) const {
     int64_t B = lhs_.batch, M = lhs_.rows, K = lhs_.cols, N = rhs_.cols;
     bool bf16 = out_.dtype() == DType::bf16;
     auto ls = lhs_.strides(), rs = rhs_.strides();
@@ -296,7 +292,6 @@ class DotKernel {
         reinterpret_cast<float*>(out)[at] = v;
       }
     };
-    const DotRowKernels dots = dot_row_kernels();
     {
       std::vector<float> acc;
       for (int64_t b = 0; b < B; ++b) {
@@ -318,7 +313,7 @@ class DotKernel {
           if (bf16) {
             row_groups(uint16_t{}, [&](int64_t m, const uint16_t* const* w, float* sum) {
               dots.bf16(reinterpret_cast<const uint16_t*>(l) + b * ls[0] + m * ls[1],
-                        &x[(b * M + m) * K], w, K, sum);
+                        x ? x + (b * M + m) * K : nullptr, w, K, sum);
             });
           } else {
             row_groups(float{}, [&](int64_t m, const float* const* w, float* sum) {
@@ -419,12 +414,14 @@ class DotGroup {
     std::call_once(planned_, [&] { plan(pool); });
     const std::byte* l = in[0];
     if (path_ == DotKernel::Path::small) {
-      const std::vector<float> x = members_[0]->widened_lhs(l);
+      std::vector<float> storage;
+      const DotRowKernels dots = dot_row_kernels();
+      const float* x = members_[0]->lhs_f32(l, dots, storage);
       pool.parallel_for_tapered(first_.back(), 16, [&](int64_t a0, int64_t a1) {
         for (size_t m = 0; m < members_.size(); ++m) {
           const int64_t lo = std::max(a0, first_[m]), hi = std::min(a1, first_[m + 1]);
           if (lo < hi) {
-            members_[m]->small_columns(l, x.data(), in[1 + m], outs[m], lo - first_[m],
+            members_[m]->small_columns(dots, l, x, in[1 + m], outs[m], lo - first_[m],
                                        hi - first_[m]);
           }
         }

@@ -15,6 +15,12 @@
 // rows of a decoding step, one horizontal sum per score), the online softmax, and the output
 // sums as tiles of rows x values. f32 keys and values are read in place, halves widened once
 // per chunk.
+//
+// A decoding step in bf16 (at most four rows: one position of the query heads of a key head)
+// takes its own path where the CPU has AVX-512 BF16 (attend_decode_bf16): keys and values
+// read as they are, all the visible keys' scores at once (16 keys per transposing
+// reduction), a plain softmax along each row, the weighted sums. One Llama-1B layer at
+// position 512 (`prism-bench attention`): 72 us before, 17 us with it.
 #include "prism/backends/cpu/hwy_targets.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -220,6 +226,41 @@ void WeightedSums(const float* pt, int64_t ldq, int64_t rows, const float* v, in
   WeightedSumsImpl(std::make_integer_sequence<int, kSumRows>{}, pt, ldq, rows, v, E, n, o);
 }
 
+// The softmax of one row of n scores in place, keys contiguous: weights exp(s - max) (0
+// below e^-87, as in OnlineSoftmax), *max the largest score and *sum the weights' sum; a row
+// of -inf only gets weights 0 and sum 0.
+void SoftmaxRow(float* s, int64_t n, float* max, float* sum) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto minus_inf = hn::Neg(hn::Inf(d));
+  auto mx = minus_inf;
+  int64_t j = 0;
+  for (; j + L <= n; j += L) mx = hn::Max(mx, hn::LoadU(d, s + j));
+  float m = hn::GetLane(hn::MaxOfLanes(d, mx));
+  for (; j < n; ++j) m = std::max(m, s[j]);
+  *max = m;
+  if (m == -std::numeric_limits<float>::infinity()) {
+    std::fill(s, s + n, 0.0f);
+    *sum = 0;
+    return;
+  }
+  const auto mv = hn::Set(d, m), floor = hn::Set(d, -87.0f);
+  auto acc = hn::Zero(d);
+  for (j = 0; j + L <= n; j += L) {
+    const auto x = hn::Sub(hn::LoadU(d, s + j), mv);
+    const auto p = hn::IfThenElseZero(hn::Ge(x, floor), ExpF32(d, hn::Max(x, floor)));
+    hn::StoreU(p, d, s + j);
+    acc = hn::Add(acc, p);
+  }
+  float total = hn::GetLane(hn::SumOfLanes(d, acc));
+  for (; j < n; ++j) {
+    const float x = s[j] - m;
+    s[j] = x >= -87.0f ? exp_f32(x) : 0.0f;
+    total += s[j];
+  }
+  *sum = total;
+}
+
 // to[i] = from[i] widened, bf16 to f32 (a shift of the bits).
 void WidenBf16(const uint16_t* from, float* to, int64_t n) {
   const hn::ScalableTag<float> d;
@@ -245,10 +286,104 @@ HWY_EXPORT(ScoresDirect);
 HWY_EXPORT(OnlineSoftmax);
 HWY_EXPORT(WeightedSums);
 HWY_EXPORT(WidenBf16);
+HWY_EXPORT(SoftmaxRow);
 
 using ir::Op;
 
 namespace {
+
+#if HWY_ARCH_X86
+// Decoding steps in bf16 (a few query rows against a long KV cache), with AVX-512 BF16:
+// keys and values are read as they are (no widened copy), the scores of 16 keys come out of
+// one transposing reduction instead of one horizontal sum per score, and the softmax runs
+// along the keys. Products are exact (bf16 x bf16 in f32), sums in f32.
+
+#define PRISM_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+PRISM_AVX512_BF16 inline __m512bh load_bf16x32(const uint16_t* p) {
+  return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
+}
+
+// 16 bf16 to f32: the bits go to the top half.
+PRISM_AVX512_BF16 inline __m512 widen_bf16x16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// Lane i of the result: the sum of the lanes of v[i], for 16 vectors.
+PRISM_AVX512_BF16 inline __m512 lane_sums16(const __m512* v) {
+  __m512 t[8], u[4];
+  for (int i = 0; i < 8; ++i) {  // per 128-bit block: pairs of lanes of v[2i] and v[2i+1]
+    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                         _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  }
+  for (int i = 0; i < 4; ++i) {  // per block: the block's sum of v[4i] .. v[4i+3]
+    const __m512d a = _mm512_castps_pd(t[2 * i]), b = _mm512_castps_pd(t[2 * i + 1]);
+    u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  // Blocks summed across: block i of the result is the sum of u[i]'s four blocks.
+  const __m512 w0 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x44), _mm512_shuffle_f32x4(u[0], u[1], 0xEE));
+  const __m512 w1 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x44), _mm512_shuffle_f32x4(u[2], u[3], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(w0, w1, 0x88), _mm512_shuffle_f32x4(w0, w1, 0xDD));
+}
+
+// s[r * ldk + j] = scale * (q[r] . k[j]) for R rows and n keys of D values (D % 32 == 0).
+PRISM_AVX512_BF16 void decode_scores_bf16(const uint16_t* const* q, int R, int64_t D,
+                                          const uint16_t* k, int64_t n, float scale, float* s,
+                                          int64_t ldk) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const uint16_t* kj = k + j * D;
+    for (int r = 0; r < R; ++r) {
+      __m512 acc[16];
+      for (int x = 0; x < 16; ++x) acc[x] = _mm512_setzero_ps();
+      for (int64_t e = 0; e < D; e += 32) {
+        const __m512bh qv = load_bf16x32(q[r] + e);
+#pragma GCC unroll 16
+        for (int x = 0; x < 16; ++x)
+          acc[x] = _mm512_dpbf16_ps(acc[x], qv, load_bf16x32(kj + x * D + e));
+      }
+      _mm512_storeu_ps(s + r * ldk + j, _mm512_mul_ps(lane_sums16(acc), sc));
+    }
+  }
+  for (; j < n; ++j) {  // the last few keys, one horizontal sum each
+    for (int r = 0; r < R; ++r) {
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t e = 0; e < D; e += 32)
+        acc = _mm512_dpbf16_ps(acc, load_bf16x32(q[r] + e), load_bf16x32(k + j * D + e));
+      s[r * ldk + j] = _mm512_reduce_add_ps(acc) * scale;
+    }
+  }
+}
+
+// o[r][e] = sum_j p[r * ldk + j] * v[j][e] for R <= 4 rows and n values of E (E % 64 == 0).
+PRISM_AVX512_BF16 void decode_sums_bf16(const float* p, int64_t ldk, int R, const uint16_t* v,
+                                        int64_t E, int64_t n, float* o) {
+  for (int64_t e0 = 0; e0 < E; e0 += 64) {
+    __m512 acc[4][4];
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; ++j) {
+      const uint16_t* vj = v + j * E + e0;
+      __m512 vv[4];
+      for (int c = 0; c < 4; ++c) vv[c] = widen_bf16x16(vj + 16 * c);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) {
+        if (r >= R) break;
+        const __m512 pr = _mm512_set1_ps(p[r * ldk + j]);
+        for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_fmadd_ps(pr, vv[c], acc[r][c]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < 4; ++c) _mm512_storeu_ps(o + r * E + e0 + 16 * c, acc[r][c]);
+  }
+}
+#undef PRISM_AVX512_BF16
+#endif
 
 constexpr int64_t kBlockRows = 64;  // query rows (heads x positions) per work item
 constexpr int64_t kChunk = 256;     // keys per step of the online softmax
@@ -279,6 +414,8 @@ struct F32Kernels {
   void (*sums)(const float* pt, int64_t ldq, int64_t rows, const float* v, int64_t E, int64_t n,
                float* o) = &HWY_DYNAMIC_DISPATCH(WeightedSums);
   void (*widen_bf16)(const uint16_t* from, float* to, int64_t n) = &HWY_DYNAMIC_DISPATCH(WidenBf16);
+  void (*softmax_row)(float* s, int64_t n, float* max,
+                      float* sum) = &HWY_DYNAMIC_DISPATCH(SoftmaxRow);
 };
 
 // The same steps for f64, as plain loops over the same layout (no padding).
@@ -357,6 +494,52 @@ const T* in_compute_type(const S* from, int64_t n, std::vector<T>& to, const F32
 
 inline int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
+#if HWY_ARCH_X86
+// attend_block for a decoding step in bf16 (see decode_scores_bf16): the scores of every
+// visible key at once, then the softmax along each row, then the weighted sums of the values.
+template <typename RowOf>
+void attend_decode_bf16(const Geometry& g, std::span<const std::byte* const> in, BF16* y, int64_t b,
+                        int64_t gk, int64_t i0, int64_t nb, int64_t rows, int64_t lo, int64_t hi,
+                        float scale, RowOf row_of, Scratch<float>& w, const F32Kernels& f32) {
+  const int64_t D = g.D, E = g.E, n = std::max<int64_t>(hi - lo, 0), ldk = n + 16;
+  const uint16_t* q[4];
+  for (int64_t r = 0; r < rows; ++r)
+    q[r] = reinterpret_cast<const uint16_t*>(in[0]) + row_of(r) * D;
+  const uint16_t* keys =
+      reinterpret_cast<const uint16_t*>(in[1]) + ((b * g.G + gk) * g.Sk + lo) * D;
+  const uint16_t* values =
+      reinterpret_cast<const uint16_t*>(in[2]) + ((b * g.G + gk) * g.Sk + lo) * E;
+  w.st.resize(static_cast<size_t>(rows * ldk));
+  w.out.resize(static_cast<size_t>(4 * E));
+  float* s = w.st.data();
+  if (n > 0) {
+    decode_scores_bf16(q, static_cast<int>(rows), D, keys, n, scale, s, ldk);
+  }
+  float sum[4] = {0, 0, 0, 0};
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r % nb;
+    const int64_t f = std::clamp(g.first(i) - lo, int64_t{0}, n);
+    const int64_t l = std::clamp(g.last(i) - lo, f, n);
+    float* sr = s + r * ldk;
+    std::fill(sr, sr + f, -std::numeric_limits<float>::infinity());
+    std::fill(sr + l, sr + n, -std::numeric_limits<float>::infinity());
+    float max;
+    f32.softmax_row(sr, n, &max, &sum[r]);
+  }
+  if (n > 0) {
+    decode_sums_bf16(s, ldk, static_cast<int>(rows), values, E, n, w.out.data());
+  } else {
+    std::fill(w.out.begin(), w.out.end(), 0.0f);
+  }
+  // A row that sees nothing gets 0/0, as the softmax over no finite score does.
+  for (int64_t r = 0; r < rows; ++r) {
+    BF16* yr = y + row_of(r) * E;
+    const float inv = sum[r] > 0 ? 1.0f / sum[r] : std::numeric_limits<float>::quiet_NaN();
+    for (int64_t e = 0; e < E; ++e) yr[e] = to_storage<BF16>(w.out[r * E + e] * inv);
+  }
+}
+#endif
+
 // The rows of query positions [i0, i1) of every query head reading key head gk of batch b.
 // Row r is head gk * rep + r / nb at position i0 + r % nb.
 template <typename S, typename T>
@@ -375,6 +558,15 @@ void attend_block(const Geometry& g, const ir::AttentionAttrs& a,
   }
   auto row_of = [&](int64_t r) { return (b * g.H + gk * g.rep + r / nb) * g.Sq + i0 + r % nb; };
 
+#if HWY_ARCH_X86
+  if constexpr (std::is_same_v<S, BF16>) {
+    if (rows <= 4 && !a.has_mask && g.D % 32 == 0 && g.E % 64 == 0 && simd::current().avx512_bf16) {
+      attend_decode_bf16(g, in, y, b, gk, i0, nb, rows, lo, hi, static_cast<float>(a.scale), row_of,
+                         w, f32);
+      return;
+    }
+  }
+#endif
   const bool transposed = kF32 && rows >= kDirectRows;
   const int64_t ldq = kF32 ? round_up(rows, transposed ? 2 * f32.lanes : f32.lanes) : rows;
   w.q.resize(static_cast<size_t>(rows * D));

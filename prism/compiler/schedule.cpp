@@ -40,6 +40,35 @@ Schedule::Schedule(const ir::Graph& graph, const FusionPlan& fusion)
   }
 }
 
+void Schedule::cluster_products(const ir::Graph& graph) {
+  auto by_weights = [&](ValueId v) {
+    const ir::Node& n = graph.node(v);
+    if (n.op != Op::dot) return false;
+    const Storage kind = slots_[root(n.inputs[1])].kind;
+    return kind == Storage::parameter || kind == Storage::constant;
+  };
+  std::vector<ValueId> order;
+  order.reserve(steps_.size());
+  std::vector<bool> taken(graph.size(), false);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const ValueId v = steps_[i];
+    if (taken[v]) continue;
+    order.push_back(v);
+    taken[v] = true;
+    if (!by_weights(v)) continue;
+    const ValueId lhs = graph.node(v).inputs[0];
+    for (size_t j = i + 1; j < steps_.size(); ++j) {
+      const ValueId u = steps_[j];
+      if (!taken[u] && by_weights(u) && graph.node(u).inputs[0] == lhs) {
+        order.push_back(u);
+        taken[u] = true;
+      }
+    }
+  }
+  steps_ = std::move(order);
+  for (size_t s = 0; s < steps_.size(); ++s) step_of_[steps_[s]] = static_cast<int>(s);
+}
+
 std::string Schedule::where(ValueId v) const {
   const Slot& s = slots_[v];
   switch (s.kind) {

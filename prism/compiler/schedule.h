@@ -32,6 +32,13 @@ class Schedule {
   // (Graph::parameters()), constants in the order they appear.
   Schedule(const ir::Graph& graph, const FusionPlan& fusion);
 
+  // Moves every dot product whose weights (second operand) are a parameter or a constant to
+  // right after the first step that multiplies the same activations by such weights (a
+  // layer's q, k and v projections, wherever the model computes them), so that a backend may
+  // run them as one step. Only the order changes: such a product reads its activations,
+  // computed before the first of them, and a leaf. Call before place().
+  void cluster_products(const ir::Graph& graph);
+
   // The values computed by steps, in run order.
   const std::vector<ir::ValueId>& steps() const { return steps_; }
   int step_of(ir::ValueId v) const { return step_of_[v]; }

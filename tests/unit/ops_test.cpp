@@ -289,8 +289,9 @@ TEST(Ops, DotSplitsOutputColumnsAcrossThreads) {
 }
 
 TEST(Ops, DotsOfTheSameActivationsByParameterWeights) {
-  // A layer's q, k and v projections: products of one x by three parameter matrices, in
-  // consecutive steps, which the CPU runs as one step, over the columns of all three (the
+  // A layer's q, k and v projections: products of one x by three parameter matrices, moved
+  // next to each other (an elementwise step comes between the first and the others in graph
+  // order), which the CPU runs as one step, over the columns of all three (the
   // few-rows path with m = 1, oneDNN's slices with m = 40). A fourth product of another x and
   // a product by weights computed in the graph are left as they are. Small integers and
   // halves (periods 7 and 11, so that the dots differ): exact in f32, rounded once in bf16.
@@ -317,15 +318,22 @@ TEST(Ops, DotsOfTheSameActivationsByParameterWeights) {
                                [&](Tensor x) {
                                  Tensor xt = x.convert(t);
                                  std::vector<Tensor> out;
-                                 for (const Tensor& p : params) out.push_back(xt.dot(p, "k"));
+                                 // A step between the first product and the others:
+                                 // they are moved next to it.
+                                 Tensor first = xt.dot(params[0], "k");
+                                 Tensor between = first * 2.0;
+                                 out.push_back(first);
+                                 out.push_back(xt.dot(params[1], "k"));
+                                 out.push_back(xt.dot(params[2], "k"));
                                  out.push_back((xt * 2.0).dot(params[1], "k"));
                                  out.push_back(xt.dot(params[2] + 1.0, "k"));
+                                 out.push_back(between);
                                  return out;
                                },
                                {S({{"m", M}, {"k", K}})});
       std::vector<Buffer> in{cpu.upload(f32(S({{"m", M}, {"k", K}}), a))};
       std::vector<Buffer> got = exe.call(bound, in);
-      ASSERT_EQ(got.size(), 5u);
+      ASSERT_EQ(got.size(), 6u);
       auto want = [&](const std::vector<float>& wp, int64_t N, double scale, double add) {
         std::vector<double> r(M * N, 0);
         for (int64_t m = 0; m < M; ++m)
@@ -340,6 +348,7 @@ TEST(Ops, DotsOfTheSameActivationsByParameterWeights) {
       }
       expect_values(got[3].to_host(), want(w[1], widths[1], 2, 0), tol);
       expect_values(got[4].to_host(), want(w[2], widths[2], 1, 1), tol);
+      expect_values(got[5].to_host(), want(w[0], widths[0], 2, 0), tol);
     }
   }
 }

@@ -47,6 +47,7 @@ class CpuExecutable : public ExecutableImpl {
         graph_(graph),
         plan_(compiler::fuse_elementwise(graph_)),
         schedule_(graph_, plan_) {
+    schedule_.cluster_products(graph_);  // siblings next to each other: see group_products()
     std::vector<std::vector<ValueId>> reads;
     for (ValueId v : schedule_.steps()) {
       Step& step = steps_.emplace_back(Step{v, {}, nullptr, nullptr, nullptr, {}, false});

@@ -293,21 +293,22 @@ TEST(Ops, DotsOfTheSameActivationsByParameterWeights) {
   // next to each other (an elementwise step comes between the first and the others in graph
   // order), which the CPU runs as one step, over the columns of all three (the
   // few-rows path with m = 1, oneDNN's slices with m = 40). A fourth product of another x and
-  // a product by weights computed in the graph are left as they are. Small integers and
-  // halves (periods 7 and 11, so that the dots differ): exact in f32, rounded once in bf16.
+  // a product by weights computed in the graph are left as they are. The third weights are
+  // stored {k, n}, the others {n, k}: with k = 128 the bf16 kernel for the others reads x as
+  // it is, the one for the third needs it widened. Small integers and halves (periods 7 and
+  // 11, so that the dots differ): exact in f32, rounded once in bf16.
   Platform& cpu = get_platform("cpu");
-  const int64_t K = 70;
   const std::vector<int64_t> widths = {130, 11, 37};
-  for (int64_t M : {1, 40}) {
+  for (auto [M, K] : {std::pair<int64_t, int64_t>{1, 70}, {1, 128}, {40, 70}}) {
     for (DType t : {DType::f32, DType::bf16}) {
-      SCOPED_TRACE(fmt::format("{}, m {}", name(t), M));
+      SCOPED_TRACE(fmt::format("{}, m {}, k {}", name(t), M, K));
       std::vector<float> a(M * K);
       for (size_t i = 0; i < a.size(); ++i) a[i] = (float(i % 7) - 3) * 0.5f;
       std::vector<std::vector<float>> w;
       std::vector<Tensor> params;
       std::map<std::string, Buffer, std::less<>> bound;
       for (size_t p = 0; p < widths.size(); ++p) {
-        Shape ws = S({{"n", widths[p]}, {"k", K}}, t);
+        Shape ws = p == 2 ? S({{"k", K}, {"n", widths[p]}}, t) : S({{"n", widths[p]}, {"k", K}}, t);
         std::vector<float>& v = w.emplace_back(widths[p] * K);
         for (size_t i = 0; i < v.size(); ++i) v[i] = float((i + 3 * p) % 11) - 5;
         std::string name = fmt::format("w{}", p);
@@ -334,21 +335,23 @@ TEST(Ops, DotsOfTheSameActivationsByParameterWeights) {
       std::vector<Buffer> in{cpu.upload(f32(S({{"m", M}, {"k", K}}), a))};
       std::vector<Buffer> got = exe.call(bound, in);
       ASSERT_EQ(got.size(), 6u);
-      auto want = [&](const std::vector<float>& wp, int64_t N, double scale, double add) {
+      auto want = [&](size_t p, double scale, double add) {
+        const std::vector<float>& wp = w[p];
+        const int64_t N = widths[p];
+        auto at = [&](int64_t n, int64_t k) { return p == 2 ? wp[k * N + n] : wp[n * K + k]; };
         std::vector<double> r(M * N, 0);
         for (int64_t m = 0; m < M; ++m)
           for (int64_t n = 0; n < N; ++n)
-            for (int64_t k = 0; k < K; ++k)
-              r[m * N + n] += scale * a[m * K + k] * (wp[n * K + k] + add);
+            for (int64_t k = 0; k < K; ++k) r[m * N + n] += scale * a[m * K + k] * (at(n, k) + add);
         return r;
       };
       const double tol = t == DType::bf16 ? 1.0 / 256 : 0;
       for (size_t p = 0; p < widths.size(); ++p) {
-        expect_values(got[p].to_host(), want(w[p], widths[p], 1, 0), tol);
+        expect_values(got[p].to_host(), want(p, 1, 0), tol);
       }
-      expect_values(got[3].to_host(), want(w[1], widths[1], 2, 0), tol);
-      expect_values(got[4].to_host(), want(w[2], widths[2], 1, 1), tol);
-      expect_values(got[5].to_host(), want(w[0], widths[0], 2, 0), tol);
+      expect_values(got[3].to_host(), want(1, 2, 0), tol);
+      expect_values(got[4].to_host(), want(2, 1, 1), tol);
+      expect_values(got[5].to_host(), want(0, 2, 0), tol);
     }
   }
 }

@@ -154,14 +154,21 @@ class DotKernel {
   int64_t cols() const { return rhs_.cols; }
   int64_t slice_count() const { return static_cast<int64_t>(slices_.size()); }
 
+  // Whether the small path reads x in f32 (lhs_f32 below): not where the bf16 kernel
+  // multiplies x as it is for all of k.
+  bool reads_lhs_f32(const DotRowKernels& dots) const {
+    const int64_t native = dots.bf16_native_block;
+    return out_.dtype() == DType::f32 ||
+           !(rhs_.transposed && native > 0 && lhs_.cols % native == 0);
+  }
+
   // The small path's rows of x in f32, once for all the columns: the memory itself for f32,
-  // nothing where the bf16 kernel multiplies x as it is, else widened into `storage`.
+  // nothing where it is not read, else widened into `storage`.
   const float* lhs_f32(const std::byte* l, const DotRowKernels& dots,
                        std::vector<float>& storage) const {
     if (out_.dtype() == DType::f32) return reinterpret_cast<const float*>(l);
+    if (!reads_lhs_f32(dots)) return nullptr;
     const int64_t B = lhs_.batch, M = lhs_.rows, K = lhs_.cols;
-    const int64_t native = dots.bf16_native_block;
-    if (rhs_.transposed && native > 0 && K % native == 0) return nullptr;
     storage.resize(B * M * K);
     const uint16_t* src = reinterpret_cast<const uint16_t*>(l);
     for (int64_t i = 0; i < B * M * K; ++i) storage[i] = bf16_to_f32(src[i]);
@@ -416,7 +423,12 @@ class DotGroup {
     if (path_ == DotKernel::Path::small) {
       std::vector<float> storage;
       const DotRowKernels dots = dot_row_kernels();
-      const float* x = members_[0]->lhs_f32(l, dots, storage);
+      // x in f32 if any product reads it (the same for all: they share x).
+      const DotKernel* widens = members_[0].get();
+      for (const auto& m : members_) {
+        if (m->reads_lhs_f32(dots)) widens = m.get();
+      }
+      const float* x = widens->lhs_f32(l, dots, storage);
       pool.parallel_for_tapered(first_.back(), 16, [&](int64_t a0, int64_t a1) {
         for (size_t m = 0; m < members_.size(); ++m) {
           const int64_t lo = std::max(a0, first_[m]), hi = std::min(a1, first_[m + 1]);

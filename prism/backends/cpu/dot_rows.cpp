@@ -14,7 +14,7 @@
 #include "prism/core/dtype.h"
 
 #if HWY_ONCE && HWY_ARCH_X86
-#include <immintrin.h>
+#include "prism/backends/cpu/avx512_bf16.h"
 #endif
 
 HWY_BEFORE_NAMESPACE();
@@ -133,15 +133,11 @@ HWY_EXPORT(DotRowsF32);
 #if HWY_ARCH_X86
 namespace {
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline __m512bh load_bf16x32(
-    const uint16_t* p) {
-  return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
-}
-
 // vdpbf16ps: pairs of bf16 products summed into f32 lanes, 64 values of each row per step
 // in two accumulators, so that one thread alone is not held up by the instruction's latency.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void dot_rows_bf16_avx512(
-    const uint16_t* x, const float* x_f32, const uint16_t* const* w, int64_t k, float* out) {
+PRISM_TARGET_AVX512_BF16 void dot_rows_bf16_avx512(const uint16_t* x, const float* x_f32,
+                                                   const uint16_t* const* w, int64_t k,
+                                                   float* out) {
   __m512 a[kDotRows], b[kDotRows];
 #pragma GCC unroll 4
   for (int r = 0; r < kDotRows; ++r) a[r] = b[r] = _mm512_setzero_ps();

@@ -35,6 +35,7 @@
 #include <span>
 #include <vector>
 
+#include "prism/backends/cpu/avx512_bf16.h"
 #include "prism/backends/cpu/fast_math-inl.h"
 #include "prism/backends/cpu/fast_math.h"
 #include "prism/backends/cpu/kernels.h"
@@ -298,20 +299,8 @@ namespace {
 // one transposing reduction instead of one horizontal sum per score, and the softmax runs
 // along the keys. Products are exact (bf16 x bf16 in f32), sums in f32.
 
-#define PRISM_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
-
-PRISM_AVX512_BF16 inline __m512bh load_bf16x32(const uint16_t* p) {
-  return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
-}
-
-// 16 bf16 to f32: the bits go to the top half.
-PRISM_AVX512_BF16 inline __m512 widen_bf16x16(const uint16_t* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
 // Lane i of the result: the sum of the lanes of v[i], for 16 vectors.
-PRISM_AVX512_BF16 inline __m512 lane_sums16(const __m512* v) {
+PRISM_TARGET_AVX512_BF16 inline __m512 lane_sums16(const __m512* v) {
   __m512 t[8], u[4];
   for (int i = 0; i < 8; ++i) {  // per 128-bit block: pairs of lanes of v[2i] and v[2i+1]
     t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
@@ -331,9 +320,9 @@ PRISM_AVX512_BF16 inline __m512 lane_sums16(const __m512* v) {
 }
 
 // s[r * ldk + j] = scale * (q[r] . k[j]) for R rows and n keys of D values (D % 32 == 0).
-PRISM_AVX512_BF16 void decode_scores_bf16(const uint16_t* const* q, int R, int64_t D,
-                                          const uint16_t* k, int64_t n, float scale, float* s,
-                                          int64_t ldk) {
+PRISM_TARGET_AVX512_BF16 void decode_scores_bf16(const uint16_t* const* q, int R, int64_t D,
+                                                 const uint16_t* k, int64_t n, float scale,
+                                                 float* s, int64_t ldk) {
   const __m512 sc = _mm512_set1_ps(scale);
   int64_t j = 0;
   for (; j + 16 <= n; j += 16) {
@@ -361,8 +350,8 @@ PRISM_AVX512_BF16 void decode_scores_bf16(const uint16_t* const* q, int R, int64
 }
 
 // o[r][e] = sum_j p[r * ldk + j] * v[j][e] for R <= 4 rows and n values of E (E % 64 == 0).
-PRISM_AVX512_BF16 void decode_sums_bf16(const float* p, int64_t ldk, int R, const uint16_t* v,
-                                        int64_t E, int64_t n, float* o) {
+PRISM_TARGET_AVX512_BF16 void decode_sums_bf16(const float* p, int64_t ldk, int R,
+                                               const uint16_t* v, int64_t E, int64_t n, float* o) {
   for (int64_t e0 = 0; e0 < E; e0 += 64) {
     __m512 acc[4][4];
     for (int r = 0; r < 4; ++r)
@@ -382,7 +371,6 @@ PRISM_AVX512_BF16 void decode_sums_bf16(const float* p, int64_t ldk, int R, cons
       for (int c = 0; c < 4; ++c) _mm512_storeu_ps(o + r * E + e0 + 16 * c, acc[r][c]);
   }
 }
-#undef PRISM_AVX512_BF16
 #endif
 
 constexpr int64_t kBlockRows = 64;  // query rows (heads x positions) per work item

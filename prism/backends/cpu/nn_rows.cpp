@@ -198,18 +198,7 @@ void RopeRows(DType t, bool interleaved, const std::byte* x, const std::byte* co
       RowFromF32(row.data(), yp + r * d, 2 * half);
     }
   };
-  switch (t) {
-    case DType::f64:
-      return direct(double{});
-    case DType::f32:
-      return direct(float{});
-    case DType::bf16:
-      return through_f32(BF16{});
-    case DType::f16:
-      return through_f32(F16{});
-    default:
-      fail("cpu: rope needs a floating-point dtype, got {}", name(t));
-  }
+  OnFloatDType(t, direct, through_f32);
 }
 
 }  // namespace prism::cpu::HWY_NAMESPACE

@@ -212,31 +212,6 @@ void CumsumAccumulateCore(const T* x, int64_t n, bool exclusive, double* acc, T*
   }
 }
 
-// Calls core(values, n) on x as f64 or f32 values: in place for f64 and f32, through a
-// per-thread f32 copy for halves.
-template <typename Core>
-auto OnComputeValues(DType t, const std::byte* x, int64_t n, Core&& core) {
-  auto through_f32 = [&](auto tag) {
-    using S = decltype(tag);
-    thread_local std::vector<float> values;
-    values.resize(n);
-    RowToF32(reinterpret_cast<const S*>(x), values.data(), n);
-    return core(static_cast<const float*>(values.data()));
-  };
-  switch (t) {
-    case DType::f64:
-      return core(reinterpret_cast<const double*>(x));
-    case DType::f32:
-      return core(reinterpret_cast<const float*>(x));
-    case DType::bf16:
-      return through_f32(BF16{});
-    case DType::f16:
-      return through_f32(F16{});
-    default:
-      fail("cpu: {} is not a floating-point dtype", name(t));
-  }
-}
-
 }  // namespace
 
 void ArgAccumulateRow(bool max, DType t, const std::byte* x, int64_t n, int64_t m, double* best,

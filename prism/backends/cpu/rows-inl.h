@@ -106,23 +106,15 @@ HWY_INLINE void RowFromF32(const float* x, S* y, int64_t n) {
   }
 }
 
-// Calls core(x, y) on the row as f64 or f32 values: in place for f64 and f32, through a
-// per-thread f32 copy for halves.
-template <typename Core>
-HWY_INLINE void OnComputeRow(DType t, const std::byte* x, std::byte* y, int64_t n, Core&& core) {
-  auto through_f32 = [&](auto tag) {
-    using S = decltype(tag);
-    thread_local std::vector<float> row;
-    row.resize(n);
-    RowToF32(reinterpret_cast<const S*>(x), row.data(), n);
-    core(row.data(), row.data());
-    RowFromF32(row.data(), reinterpret_cast<S*>(y), n);
-  };
+// Calls direct(T{}) for f64 and f32 (T the storage type), through_f32(S{}) for the halves
+// (S their storage type, computed in f32), and fails for any other dtype.
+template <typename Direct, typename ThroughF32>
+HWY_INLINE auto OnFloatDType(DType t, Direct&& direct, ThroughF32&& through_f32) {
   switch (t) {
     case DType::f64:
-      return core(reinterpret_cast<const double*>(x), reinterpret_cast<double*>(y));
+      return direct(double{});
     case DType::f32:
-      return core(reinterpret_cast<const float*>(x), reinterpret_cast<float*>(y));
+      return direct(float{});
     case DType::bf16:
       return through_f32(BF16{});
     case DType::f16:
@@ -130,6 +122,41 @@ HWY_INLINE void OnComputeRow(DType t, const std::byte* x, std::byte* y, int64_t 
     default:
       fail("cpu: {} is not a floating-point dtype", name(t));
   }
+}
+
+// Calls core(x, y) on the row as f64 or f32 values: in place for f64 and f32, through a
+// per-thread f32 copy for halves.
+template <typename Core>
+HWY_INLINE void OnComputeRow(DType t, const std::byte* x, std::byte* y, int64_t n, Core&& core) {
+  OnFloatDType(
+      t,
+      [&](auto tag) {
+        using T = decltype(tag);
+        core(reinterpret_cast<const T*>(x), reinterpret_cast<T*>(y));
+      },
+      [&](auto tag) {
+        using S = decltype(tag);
+        thread_local std::vector<float> row;
+        row.resize(n);
+        RowToF32(reinterpret_cast<const S*>(x), row.data(), n);
+        core(row.data(), row.data());
+        RowFromF32(row.data(), reinterpret_cast<S*>(y), n);
+      });
+}
+
+// Calls core(values) on the n values at x as f64 or f32 values: in place for f64 and f32,
+// through a per-thread f32 copy for halves; returns what core returns.
+template <typename Core>
+HWY_INLINE auto OnComputeValues(DType t, const std::byte* x, int64_t n, Core&& core) {
+  return OnFloatDType(
+      t, [&](auto tag) { return core(reinterpret_cast<const decltype(tag)*>(x)); },
+      [&](auto tag) {
+        using S = decltype(tag);
+        thread_local std::vector<float> values;
+        values.resize(n);
+        RowToF32(reinterpret_cast<const S*>(x), values.data(), n);
+        return core(static_cast<const float*>(values.data()));
+      });
 }
 
 }  // namespace prism::cpu::HWY_NAMESPACE

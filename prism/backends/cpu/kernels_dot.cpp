@@ -299,82 +299,79 @@ class DotKernel {
         reinterpret_cast<float*>(out)[at] = v;
       }
     };
-    {
-      std::vector<float> acc;
-      for (int64_t b = 0; b < B; ++b) {
-        if (rhs_.transposed) {  // W stored [N][K]: dots of rows, four at a time
-          // dot(m, w, sum): row m of x against the rows w, bf16 or f32 like the weights.
-          auto row_groups = [&](auto weight_type, auto dot) {
-            using W = decltype(weight_type);
-            for_row_groups(n0, n1, [&](const int64_t* rows) {
-              const W* w[kDotRows];
-              for (int i = 0; i < kDotRows; ++i)
-                w[i] = reinterpret_cast<const W*>(r) + b * rs[0] + rows[i] * rs[2];
-              for (int64_t m = 0; m < M; ++m) {
-                float sum[kDotRows];
-                dot(m, w, sum);
-                for (int i = 0; i < kDotRows; ++i) store((b * M + m) * N + rows[i], sum[i]);
-              }
-            });
-          };
-          if (bf16) {
-            row_groups(uint16_t{}, [&](int64_t m, const uint16_t* const* w, float* sum) {
-              dots.bf16(reinterpret_cast<const uint16_t*>(l) + b * ls[0] + m * ls[1],
-                        x ? x + (b * M + m) * K : nullptr, w, K, sum);
-            });
-          } else {
-            row_groups(float{}, [&](int64_t m, const float* const* w, float* sum) {
-              dots.f32(&x[(b * M + m) * K], w, K, sum);
-            });
-          }
-        } else {  // W stored [K][N]: accumulate scaled rows, four rows (streams) a pass
-          const int64_t width = n1 - n0;
-          acc.assign(M * width, 0.0f);
-          auto accumulate = [&](auto weight_type) {
-            using W = decltype(weight_type);
-            auto f = [](W v) {
-              if constexpr (std::is_same_v<W, uint16_t>) {
-                return bf16_to_f32(v);
-              } else {
-                return v;
-              }
-            };
-            const W* base = reinterpret_cast<const W*>(r) + b * rs[0] + n0;
-            int64_t k = 0;
-            for (; k + 4 <= K; k += 4) {  // in k's order, as one row at a time would add
-              const W *w0 = base + k * rs[1], *w1 = w0 + rs[1], *w2 = w1 + rs[1], *w3 = w2 + rs[1];
-              for (int64_t m = 0; m < M; ++m) {
-                const float* xk = &x[(b * M + m) * K + k];
-                const float x0 = xk[0], x1 = xk[1], x2 = xk[2], x3 = xk[3];
-                float* a = &acc[m * width];
-                for (int64_t i = 0; i < width; ++i) {
-                  float v = a[i];
-                  v += x0 * f(w0[i]);
-                  v += x1 * f(w1[i]);
-                  v += x2 * f(w2[i]);
-                  v += x3 * f(w3[i]);
-                  a[i] = v;
-                }
-              }
+    std::vector<float> acc;
+    for (int64_t b = 0; b < B; ++b) {
+      if (rhs_.transposed) {  // W stored [N][K]: dots of rows, four at a time
+        // dot(m, w, sum): row m of x against the rows w, bf16 or f32 like the weights.
+        auto row_groups = [&](auto weight_type, auto dot) {
+          using W = decltype(weight_type);
+          for_row_groups(n0, n1, [&](const int64_t* rows) {
+            const W* w[kDotRows];
+            for (int i = 0; i < kDotRows; ++i)
+              w[i] = reinterpret_cast<const W*>(r) + b * rs[0] + rows[i] * rs[2];
+            for (int64_t m = 0; m < M; ++m) {
+              float sum[kDotRows];
+              dot(m, w, sum);
+              for (int i = 0; i < kDotRows; ++i) store((b * M + m) * N + rows[i], sum[i]);
             }
-            for (; k < K; ++k) {
-              const W* w = base + k * rs[1];
-              for (int64_t m = 0; m < M; ++m) {
-                const float xv = x[(b * M + m) * K + k];
-                float* a = &acc[m * width];
-                for (int64_t i = 0; i < width; ++i) a[i] += xv * f(w[i]);
-              }
-            }
-          };
-          if (bf16) {
-            accumulate(uint16_t{});
-          } else {
-            accumulate(float{});
-          }
-          for (int64_t m = 0; m < M; ++m)
-            for (int64_t n = n0; n < n1; ++n)
-              store((b * M + m) * N + n, acc[m * (n1 - n0) + n - n0]);
+          });
+        };
+        if (bf16) {
+          row_groups(uint16_t{}, [&](int64_t m, const uint16_t* const* w, float* sum) {
+            dots.bf16(reinterpret_cast<const uint16_t*>(l) + b * ls[0] + m * ls[1],
+                      x ? x + (b * M + m) * K : nullptr, w, K, sum);
+          });
+        } else {
+          row_groups(float{}, [&](int64_t m, const float* const* w, float* sum) {
+            dots.f32(&x[(b * M + m) * K], w, K, sum);
+          });
         }
+      } else {  // W stored [K][N]: accumulate scaled rows, four rows (streams) a pass
+        const int64_t width = n1 - n0;
+        acc.assign(M * width, 0.0f);
+        auto accumulate = [&](auto weight_type) {
+          using W = decltype(weight_type);
+          auto f = [](W v) {
+            if constexpr (std::is_same_v<W, uint16_t>) {
+              return bf16_to_f32(v);
+            } else {
+              return v;
+            }
+          };
+          const W* base = reinterpret_cast<const W*>(r) + b * rs[0] + n0;
+          int64_t k = 0;
+          for (; k + 4 <= K; k += 4) {  // in k's order, as one row at a time would add
+            const W *w0 = base + k * rs[1], *w1 = w0 + rs[1], *w2 = w1 + rs[1], *w3 = w2 + rs[1];
+            for (int64_t m = 0; m < M; ++m) {
+              const float* xk = &x[(b * M + m) * K + k];
+              const float x0 = xk[0], x1 = xk[1], x2 = xk[2], x3 = xk[3];
+              float* a = &acc[m * width];
+              for (int64_t i = 0; i < width; ++i) {
+                float v = a[i];
+                v += x0 * f(w0[i]);
+                v += x1 * f(w1[i]);
+                v += x2 * f(w2[i]);
+                v += x3 * f(w3[i]);
+                a[i] = v;
+              }
+            }
+          }
+          for (; k < K; ++k) {
+            const W* w = base + k * rs[1];
+            for (int64_t m = 0; m < M; ++m) {
+              const float xv = x[(b * M + m) * K + k];
+              float* a = &acc[m * width];
+              for (int64_t i = 0; i < width; ++i) a[i] += xv * f(w[i]);
+            }
+          }
+        };
+        if (bf16) {
+          accumulate(uint16_t{});
+        } else {
+          accumulate(float{});
+        }
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = n0; n < n1; ++n) store((b * M + m) * N + n, acc[m * (n1 - n0) + n - n0]);
       }
     }
   }

@@ -165,7 +165,10 @@ class CpuExecutable : public ExecutableImpl {
           last.writes = ids;
           last.reads = {graph_.node(ids[0]).inputs[0]};
           for (ValueId id : ids) last.reads.push_back(graph_.node(id).inputs[1]);
-          for (size_t k = i; k + 1 < j; ++k) steps_[k].merged = true;
+          for (size_t k = i; k + 1 < j; ++k) {
+            steps_[k].merged = true;
+            steps_[k].kernel = nullptr;  // the group has its own
+          }
         }
       }
       i = j;

@@ -254,10 +254,12 @@ TEST(Ops, DotMatrixVectorWithWeightsStoredKN) {
 TEST(Ops, DotSplitsOutputColumnsAcrossThreads) {
   // Enough rows for the matrix-matrix path and columns for several slices (of 512 or more):
   // 2048 gives equal slices that share one oneDNN primitive, run at once on two threads (the
-  // case that needs a scratchpad per thread); 700, a batch tag and a partial slice. Weights stored
-  // {n, k} and {k, n}, f32 and bf16. Small integers and halves: f32 sums are exact.
+  // case that needs a scratchpad per thread); 700, a partial slice. Without a batch tag each
+  // slice goes through the thread's staging block (rows as wide as the slice, copied into
+  // place); with one, oneDNN writes the columns in place. Weights stored {n, k} and {k, n}, f32
+  // and bf16. Small integers and halves: f32 sums are exact.
   const int64_t M = 40, K = 2048;
-  for (auto [B, N] : {std::pair<int64_t, int64_t>{1, 2048}, {2, 700}}) {
+  for (auto [B, N] : {std::pair<int64_t, int64_t>{1, 2048}, {1, 700}, {2, 700}}) {
     std::vector<float> a(B * M * K), w(B * N * K);
     for (size_t i = 0; i < a.size(); ++i) a[i] = (float(i % 7) - 3) * 0.5f;
     for (size_t i = 0; i < w.size(); ++i) w[i] = float(i % 5) - 2;
@@ -270,7 +272,7 @@ TEST(Ops, DotSplitsOutputColumnsAcrossThreads) {
           for (int64_t k = 0; k < K; ++k)
             want[(b * M + m) * N + n] += double(a[(b * M + m) * K + k]) * w[(b * N + n) * K + k];
     for (DType t : {DType::f32, DType::bf16}) {
-      SCOPED_TRACE(std::string(name(t)) + ", n " + std::to_string(N));
+      SCOPED_TRACE(std::string(name(t)) + ", b " + std::to_string(B) + ", n " + std::to_string(N));
       auto stored_nk =
           run1([&](Tensor a,
                    Tensor w) { return a.convert(t).dot(w.convert(t), "k").convert(DType::f32); },

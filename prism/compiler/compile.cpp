@@ -106,16 +106,37 @@ std::vector<Buffer> Executable::call(std::span<const Buffer> params,
   return impl_->call(params, inputs);
 }
 
-std::vector<Buffer> Executable::call(const std::map<std::string, Buffer, std::less<>>& params,
-                                     std::span<const Buffer> inputs) const {
+namespace {
+
+std::vector<Buffer> by_position(const std::vector<Executable::Parameter>& parameters,
+                                const std::map<std::string, Buffer, std::less<>>& params) {
   std::vector<Buffer> ordered;
-  for (const Parameter& p : parameters_) {
+  for (const Executable::Parameter& p : parameters) {
     auto it = params.find(p.name);
     PRISM_CHECK(it != params.end(), "call: no buffer for parameter \"{}\" ({})", p.name,
                 p.shape.str());
     ordered.push_back(it->second);
   }
-  return call(ordered, inputs);
+  return ordered;
+}
+
+}  // namespace
+
+std::vector<Buffer> Executable::call(const std::map<std::string, Buffer, std::less<>>& params,
+                                     std::span<const Buffer> inputs) const {
+  return call(by_position(parameters_, params), inputs);
+}
+
+void Executable::prepare(const std::map<std::string, Buffer, std::less<>>& params) const {
+  std::vector<Buffer> ordered = by_position(parameters_, params);
+  for (size_t i = 0; i < ordered.size(); ++i) {
+    PRISM_CHECK(ordered[i].shape().sizes() == parameters_[i].shape.sizes() &&
+                    ordered[i].shape().dtype() == parameters_[i].shape.dtype() &&
+                    &ordered[i].platform() == platform_,
+                "prepare: parameter \"{}\" is not the executable's {} on {}", parameters_[i].name,
+                parameters_[i].shape.str(), platform_->name());
+  }
+  impl_->prepare(ordered);
 }
 
 std::vector<HostBuffer> run(const TraceFn& fn, std::span<const HostBuffer> inputs,

@@ -50,6 +50,10 @@ class Executable {
   std::vector<Buffer> call(const std::map<std::string, Buffer, std::less<>>& params,
                            std::span<const Buffer> inputs) const;
 
+  // Lets the platform put the parameters in the layout it reads fastest now, at load time,
+  // rather than on the first call (the CPU keeps the weights of products blocked).
+  void prepare(const std::map<std::string, Buffer, std::less<>>& params) const;
+
  private:
   Platform* platform_;
   std::shared_ptr<ExecutableImpl> impl_;

@@ -68,6 +68,8 @@ class ExecutableImpl {
   // `params` in the order of Graph::parameters(), `inputs` by position.
   virtual std::vector<Buffer> call(std::span<const Buffer> params,
                                    std::span<const Buffer> inputs) = 0;
+  // Puts `params` in the layout call() reads fastest now rather than on the first call.
+  virtual void prepare(std::span<const Buffer> params) { (void)params; }
 };
 
 class Platform {

@@ -12,6 +12,7 @@
 
 #include "prism/backends/cpu/kernels.h"
 #include "prism/backends/cpu/simd.h"
+#include "prism/backends/cpu/weight_layout.h"
 #include "prism/core/error.h"
 
 namespace prism {
@@ -30,7 +31,20 @@ std::string cpu_model() {
   return "host CPU";
 }
 
+// Weights the executables keep blocked (weight_layout.h) back as they were stored, for whoever
+// reads or writes the buffer from outside.
+void unblock(const Buffer& buffer, ThreadPool& pool) {
+  std::byte* data = data_of(buffer);
+  if (blocked(data)) {
+    unblock_weights(data, buffer.shape().size(0), buffer.shape().size(1), pool);
+  }
+}
+
 }  // namespace
+
+CpuMemory::~CpuMemory() {
+  if (blocked(data)) forget_blocked(data);
+}
 
 // Freed blocks are kept for reuse: fresh pages cost a fault each on first touch, which on a
 // virtual machine costs more than the kernel writing them (a 64 MiB output: ~100 ms of
@@ -131,6 +145,7 @@ std::optional<Buffer> CpuPlatform::adopt_host(const Shape& shape, const std::byt
   m->bytes = static_cast<size_t>(shape.bytes());
   // Executables never write to parameters, so read-only mapped pages are safe to adopt.
   m->data = const_cast<std::byte*>(data);
+  m->writable = false;
   m->owner = std::move(owner);
   return Buffer(shape, std::move(m), this);
 }
@@ -145,11 +160,13 @@ void CpuPlatform::write(Buffer& buffer, size_t offset, std::span<const std::byte
   auto* m = static_cast<CpuMemory*>(buffer.memory());
   PRISM_CHECK(offset + bytes.size() <= m->bytes, "cpu: write of {} bytes at {} past the end of {}",
               bytes.size(), offset, buffer.shape().str());
+  unblock(buffer, pool_);
   std::memcpy(m->data + offset, bytes.data(), bytes.size());
 }
 
 HostBuffer CpuPlatform::download(const Buffer& buffer) {
   auto* m = static_cast<CpuMemory*>(buffer.memory());
+  unblock(buffer, pool_);
   return HostBuffer(buffer.shape(), std::span<const std::byte>(m->data, m->bytes));
 }
 

@@ -8,10 +8,13 @@
 
 namespace prism::cpu {
 
-// Host memory owned by `owner` (an allocation, or a mapped file for zero-copy loads).
+// Host memory owned by `owner` (an allocation, or a mapped file for zero-copy loads, which
+// is not `writable`: its weights stay in the layout they were stored in).
 struct CpuMemory : DeviceMemory {
+  ~CpuMemory() override;
   std::byte* data = nullptr;
   size_t bytes = 0;
+  bool writable = true;
   std::shared_ptr<const void> owner;
 };
 

@@ -31,6 +31,11 @@ struct DotRowKernels {
   // bf16 reads x_f32 only past the last whole multiple of this many values (0: throughout),
   // so a caller with k a multiple of it may pass null for x_f32.
   int64_t bf16_native_block = 0;
+  // out[64 b + j] = x . row j of block b, for the `blocks` blocks of 64 rows at w, weights
+  // kept blocked (weight_layout.h: [block][k / 2][64][2]), x and w in bf16, k even. Null
+  // without AVX-512 BF16, where weights are never blocked.
+  void (*bf16_blocked)(const uint16_t* x, const uint16_t* w, int64_t k, int64_t blocks,
+                       float* out) = nullptr;
 };
 
 // The kernels of the SIMD target in use.

@@ -18,6 +18,7 @@
 #include "prism/backends/cpu/cpu_platform.h"
 #include "prism/backends/cpu/elementwise.h"
 #include "prism/backends/cpu/kernels.h"
+#include "prism/backends/cpu/weight_layout.h"
 #include "prism/compiler/fusion.h"
 #include "prism/compiler/schedule.h"
 #include "prism/core/error.h"
@@ -62,6 +63,7 @@ class CpuExecutable : public ExecutableImpl {
     }
     schedule_.place(graph_, reads, spec.donated_inputs);
     group_products();
+    find_blockable_weights();
     const char* debug = std::getenv("PRISM_DEBUG");
     if (debug && std::atoi(debug) >= 2) print_schedule();
     const char* profile = std::getenv("PRISM_PROFILE");
@@ -76,9 +78,15 @@ class CpuExecutable : public ExecutableImpl {
     if (!step_ns_.empty()) profiled().remove(this);
   }
 
+  void prepare(std::span<const Buffer> params) override {
+    std::lock_guard lock(mutex_);
+    set_weight_layouts(params, {});
+  }
+
   std::vector<Buffer> call(std::span<const Buffer> params,
                            std::span<const Buffer> inputs) override {
     std::lock_guard lock(mutex_);
+    set_weight_layouts(params, inputs);
     const int64_t arena_bytes = schedule_.arena_bytes();
     if (!arena_.valid() && arena_bytes > 0) {
       arena_ = platform_.allocate_uninitialized(Shape(DType::u8, {{"arena", arena_bytes}}));
@@ -132,6 +140,63 @@ class CpuExecutable : public ExecutableImpl {
 
  private:
   using Clock = std::chrono::steady_clock;
+
+  // The parameters that only products read, as weights {n, k} they can read blocked
+  // (weight_layout.h): kept blocked from the first call on.
+  void find_blockable_weights() {
+    std::vector<bool> blockable(graph_.size(), false);
+    for (ValueId v = 0; v < static_cast<ValueId>(graph_.size()); ++v) {
+      const ir::Node& n = graph_.node(v);
+      blockable[v] = n.op == Op::parameter && cpu::blockable(n.shape);
+    }
+    for (ValueId v = 0; v < static_cast<ValueId>(graph_.size()); ++v) {
+      const ir::Node& n = graph_.node(v);
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        const ValueId in = n.inputs[i];
+        if (!blockable[in]) continue;
+        const bool product = n.op == Op::dot && i == 1 && n.inputs[0] != in &&
+                             dot_reads_blockable_weights(graph_, v);
+        if (!product) blockable[in] = false;
+      }
+    }
+    for (ValueId out : graph_.outputs()) blockable[out] = false;
+    for (ValueId v = 0; v < static_cast<ValueId>(graph_.size()); ++v) {
+      if (!blockable[v]) continue;
+      const compiler::Slot& slot = schedule_.slot(v);
+      if (slot.kind != Storage::parameter) continue;
+      if (blocked_params_.size() <= static_cast<size_t>(slot.index)) {
+        blocked_params_.resize(slot.index + 1, false);
+      }
+      blocked_params_[slot.index] = true;
+    }
+  }
+
+  // Puts each parameter in the layout this executable reads it in: blocked where it can be
+  // (the memory is the buffer's own: a mapped file stays as it is), as stored otherwise, since
+  // another executable may have blocked it. Inputs are always read as stored.
+  void set_weight_layouts(std::span<const Buffer> params, std::span<const Buffer> inputs) {
+    static std::mutex layouts;  // the buffers may be shared with other executables
+    std::lock_guard lock(layouts);
+    ThreadPool& pool = platform_.pool();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto* m = static_cast<const CpuMemory*>(params[i].memory());
+      const Shape& s = params[i].shape();
+      const bool want =
+          i < blocked_params_.size() && blocked_params_[i] && m->writable && cpu::blockable(s);
+      if (want == blocked(m->data)) continue;
+      if (want) {
+        block_weights(m->data, s.size(0), s.size(1), pool);
+      } else {
+        unblock_weights(m->data, s.size(0), s.size(1), pool);
+      }
+    }
+    for (const Buffer& b : inputs) {
+      const auto* m = static_cast<const CpuMemory*>(b.memory());
+      if (m && blocked(m->data)) {
+        unblock_weights(m->data, b.shape().size(0), b.shape().size(1), pool);
+      }
+    }
+  }
 
   // Dot products of the same activations by weights in consecutive steps (a layer's q, k
   // and v projections; its gate and up ones) run as one step, at the last of them. That
@@ -276,6 +341,7 @@ class CpuExecutable : public ExecutableImpl {
   compiler::FusionPlan plan_;
   compiler::Schedule schedule_;
   std::vector<Step> steps_;
+  std::vector<bool> blocked_params_;  // by parameter index: kept blocked (weight_layout.h)
   Buffer arena_;
   std::mutex mutex_;
   std::vector<int64_t> step_ns_;  // per step, summed over calls; empty unless PRISM_PROFILE

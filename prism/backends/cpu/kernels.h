@@ -31,8 +31,12 @@ Kernel make_dot_kernel(const ir::Graph& graph, ir::ValueId id);     // kernels_d
 // activations, then each product's weights, and writes each product's output; null when the
 // products cannot share one (kernels_dot.cpp).
 GroupKernel make_dot_group_kernel(const ir::Graph& graph, std::span<const ir::ValueId> ids);
-Kernel make_conv_kernel(const ir::Graph& graph, ir::ValueId id);  // kernels_conv.cpp
-Kernel make_nn_kernel(const ir::Graph& graph, ir::ValueId id);    // kernels_nn.cpp
+
+// Whether the product `id` multiplies weights {n, k} that may be kept blocked
+// (weight_layout.h): it then reads them in either layout, whichever they are in at the call.
+bool dot_reads_blockable_weights(const ir::Graph& graph, ir::ValueId id);  // kernels_dot.cpp
+Kernel make_conv_kernel(const ir::Graph& graph, ir::ValueId id);           // kernels_conv.cpp
+Kernel make_nn_kernel(const ir::Graph& graph, ir::ValueId id);             // kernels_nn.cpp
 // kernels_attention.cpp
 Kernel make_attention_kernel(const ir::Graph& graph, ir::ValueId id);
 

@@ -19,6 +19,8 @@
 #include "prism/backends/cpu/kernels.h"
 #include "prism/backends/cpu/onednn.h"
 #include "prism/backends/cpu/storage.h"
+#include "prism/backends/cpu/weight_layout.h"
+#include "prism/core/error.h"
 
 namespace prism::cpu {
 namespace {
@@ -105,6 +107,10 @@ class DotKernel {
         lhs_.batch * lhs_.rows * lhs_.cols > 0 && rhs_.cols > 0) {
       use_dnnl_ = true;
     }
+    // Weights {n, k} that the executable may keep blocked (weight_layout.h).
+    blockable_ = t == DType::bf16 && out_.dtype() == DType::bf16 && rhs_.transposed &&
+                 !rhs_.needs_copy && !lhs_.needs_copy && !lhs_.transposed && lhs_.batch == 1 &&
+                 cpu::blockable(Shape(DType::bf16, {{"n", rhs_.cols}, {"k", rhs_.rows}}));
   }
 
   void operator()(std::span<const std::byte* const> in, std::byte* out, ThreadPool& pool) const {
@@ -131,6 +137,8 @@ class DotKernel {
       return;
     }
     if (!planned(pool).empty()) {
+      PRISM_CHECK(!rhs_blocked(r) || blocked_slices_.size() == slices_.size(),
+                  "cpu: oneDNN planned no product for weights {} kept blocked", rhs_.shape.str());
       pool.parallel_for(static_cast<int64_t>(slices_.size()), 1, [&](int64_t s0, int64_t s1) {
         for (int64_t i = s0; i < s1; ++i) run_slice(i, l, r, out);
       });
@@ -154,6 +162,10 @@ class DotKernel {
            lhs_.transposed == o.lhs_.transposed && out_.dtype() == o.out_.dtype();
   }
   int64_t cols() const { return rhs_.cols; }
+  // Whether the weights at r are kept blocked (weight_layout.h): the executable decides, on
+  // each call, for the parameters only products read.
+  bool rhs_blocked(const std::byte* r) const { return blockable_ && blocked(r); }
+  bool blockable() const { return blockable_; }
   int64_t slice_count() const { return static_cast<int64_t>(slices_.size()); }
 
   // Whether the small path reads x in f32 (lhs_f32 below): not where the bf16 kernel
@@ -180,8 +192,8 @@ class DotKernel {
   // Slice i of the planned products.
   void run_slice(int64_t i, const std::byte* l, const std::byte* r, std::byte* out) const {
     const int64_t elem = static_cast<int64_t>(size_of(out_.dtype()));
-    const int64_t wei_step = rhs_.strides()[2] * elem;
-    const Slice& s = slices_[i];
+    const int64_t wei_step = rhs_.strides()[2] * elem;  // a block of 64 starts at 64 rows too
+    const Slice& s = rhs_blocked(r) ? blocked_slices_[i] : slices_[i];
     std::byte* dst = out + s.n0 * elem;
     thread_local std::vector<std::byte> staging;
     if (s.staged) {
@@ -211,6 +223,7 @@ class DotKernel {
           make_slices(out_.dtype(), pool.size());
         } catch (const dnnl::error&) {
           slices_.clear();
+          blocked_slices_.clear();
         }
       });
     }
@@ -236,23 +249,30 @@ class DotKernel {
     const int64_t slices = int64_t{threads} * kSlicesPerThread;
     const int64_t width =
         std::max<int64_t>(kMinSliceWidth, (N + slices - 1) / slices + 63) / 64 * 64;
-    Slice last;
+    Slice last, last_blocked;
     int64_t last_width = 0;
     for (int64_t n0 = 0; n0 < N; n0 += width) {
       const int64_t w = std::min(width, N - n0);
       if (w != last_width) {
-        last = plan_slice(dt, B, M, K, N, w, ls3, rs3);
+        last = plan_slice(dt, B, M, K, N, w, ls3, rs3, false);
+        if (blockable_) last_blocked = plan_slice(dt, B, M, K, N, w, ls3, rs3, true);
         last_width = w;
       }
       Slice s = last;
       s.n0 = n0;
       slices_.push_back(std::move(s));
+      if (blockable_) {
+        Slice b = last_blocked;
+        b.n0 = n0;
+        blocked_slices_.push_back(std::move(b));
+      }
     }
   }
 
   using Strides = std::array<int64_t, 3>;
+  // `blocked`: the weights in weight_layout.h's blocks, which oneDNN calls BA16a64b2a.
   static Slice plan_slice(dnnl::memory::data_type dt, int64_t B, int64_t M, int64_t K, int64_t N,
-                          int64_t w, const Strides& ls3, const Strides& rs3) {
+                          int64_t w, const Strides& ls3, const Strides& rs3, bool blocked) {
     using dnnl::memory;
     auto plan = [](Slice& s) {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s.src, s.wei, s.dst),
@@ -264,10 +284,11 @@ class DotKernel {
     Slice s;
     if (B == 1) {
       s.src = memory::desc({M, K}, dt, {ls3[1], ls3[2]});
-      s.wei = memory::desc({K, w}, dt, {rs3[1], rs3[2]});
+      s.wei = blocked ? memory::desc({K, w}, dt, memory::format_tag::BA16a64b2a)
+                      : memory::desc({K, w}, dt, {rs3[1], rs3[2]});
       s.dst = memory::desc({M, w}, dt, {w, 1});
       s.staged = w != N;
-      if (plan(s)) return s;
+      if (plan(s) || blocked) return s;
     }
     s.src = memory::desc({B, M, K}, dt, {ls3[0], ls3[1], ls3[2]});
     s.wei = memory::desc({B, K, w}, dt, {rs3[0], rs3[1], rs3[2]});
@@ -319,8 +340,10 @@ class DotKernel {
     std::vector<float> storage;
     const DotRowKernels dots = dot_row_kernels();
     const float* x = lhs_f32(l, dots, storage);
-    pool.parallel_for_tapered(
-        rhs_.cols, 16, [&](int64_t n0, int64_t n1) { small_columns(dots, l, x, r, out, n0, n1); });
+    const int64_t unit = rhs_blocked(r) ? kWeightBlockRows : 1;  // whole blocks a chunk
+    pool.parallel_for_tapered(rhs_.cols / unit, unit > 1 ? 1 : 16, [&](int64_t a0, int64_t a1) {
+      small_columns(dots, l, x, r, out, a0 * unit, a1 * unit);
+    });
   }
 
  public:
@@ -338,6 +361,18 @@ class DotKernel {
       }
     };
     std::vector<float> acc;
+    if (rhs_blocked(r)) {  // the blocks that hold [n0, n1), one row of x at a time
+      const int64_t b0 = n0 / kWeightBlockRows;
+      const int64_t b1 = (n1 + kWeightBlockRows - 1) / kWeightBlockRows;
+      acc.resize((b1 - b0) * kWeightBlockRows);
+      const uint16_t* w = reinterpret_cast<const uint16_t*>(r) + b0 * kWeightBlockRows * K;
+      for (int64_t m = 0; m < M; ++m) {
+        dots.bf16_blocked(reinterpret_cast<const uint16_t*>(l) + m * ls[1], w, K, b1 - b0,
+                          acc.data());
+        for (int64_t n = n0; n < n1; ++n) store(m * N + n, acc[n - b0 * kWeightBlockRows]);
+      }
+      return;
+    }
     for (int64_t b = 0; b < B; ++b) {
       if (rhs_.transposed) {  // W stored [N][K]: dots of rows, four at a time
         // dot(m, w, sum): row m of x against the rows w, bf16 or f32 like the weights.
@@ -425,11 +460,18 @@ class DotKernel {
     std::shared_ptr<dnnl::matmul> matmul;
   };
   bool use_dnnl_ = false;
+  bool blockable_ = false;
   mutable std::once_flag planned_;
   mutable std::vector<Slice> slices_;
+  mutable std::vector<Slice> blocked_slices_;  // the same with the weights blocked
 };
 
 }  // namespace
+
+bool dot_reads_blockable_weights(const ir::Graph& g, ir::ValueId id) {
+  const ir::Node& n = g.node(id);
+  return n.op == ir::Op::dot && DotKernel(g, n).blockable();
+}
 
 Kernel make_dot_kernel(const ir::Graph& g, ir::ValueId id) {
   const ir::Node& n = g.node(id);
@@ -465,15 +507,19 @@ class DotGroup {
         if (m->reads_lhs_f32(dots)) widens = m.get();
       }
       const float* x = widens->lhs_f32(l, dots, storage);
-      pool.parallel_for_tapered(first_.back(), 16, [&](int64_t a0, int64_t a1) {
-        for (size_t m = 0; m < members_.size(); ++m) {
-          const int64_t lo = std::max(a0, first_[m]), hi = std::min(a1, first_[m + 1]);
-          if (lo < hi) {
-            members_[m]->small_columns(dots, l, x, in[1 + m], outs[m], lo - first_[m],
-                                       hi - first_[m]);
-          }
-        }
-      });
+      // Whole blocks a chunk, where weights may be blocked (weight_layout.h).
+      const int64_t unit = unit_;
+      pool.parallel_for_tapered(
+          first_.back() / unit, unit > 1 ? 1 : 16, [&](int64_t u0, int64_t u1) {
+            const int64_t a0 = u0 * unit, a1 = u1 * unit;
+            for (size_t m = 0; m < members_.size(); ++m) {
+              const int64_t lo = std::max(a0, first_[m]), hi = std::min(a1, first_[m + 1]);
+              if (lo < hi) {
+                members_[m]->small_columns(dots, l, x, in[1 + m], outs[m], lo - first_[m],
+                                           hi - first_[m]);
+              }
+            }
+          });
     } else if (path_ == DotKernel::Path::slices) {
       pool.parallel_for(static_cast<int64_t>(slices_.size()), 1, [&](int64_t s0, int64_t s1) {
         for (int64_t i = s0; i < s1; ++i) {
@@ -496,7 +542,11 @@ class DotGroup {
       if (m->path(pool) != path_) path_ = DotKernel::Path::none;
     }
     first_ = {0};
-    for (const auto& m : members_) first_.push_back(first_.back() + m->cols());
+    unit_ = kWeightBlockRows;
+    for (const auto& m : members_) {
+      first_.push_back(first_.back() + m->cols());
+      if (m->cols() % kWeightBlockRows != 0) unit_ = 1;
+    }
     for (size_t m = 0; m < members_.size(); ++m) {
       for (int64_t i = 0; i < members_[m]->slice_count(); ++i) slices_.emplace_back(m, i);
     }
@@ -506,6 +556,7 @@ class DotGroup {
   mutable std::once_flag planned_;
   mutable DotKernel::Path path_ = DotKernel::Path::none;
   mutable std::vector<int64_t> first_;  // each product's first column in the whole; the total
+  mutable int64_t unit_ = 1;            // the columns a chunk holds are a multiple of this
   mutable std::vector<std::pair<size_t, int64_t>> slices_;  // (product, its slice)
 };
 

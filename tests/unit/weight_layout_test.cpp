@@ -1,0 +1,153 @@
+// Weights of products kept blocked by the CPU executable (prism/backends/cpu/weight_layout.h):
+// the products give the same results from either layout, whoever else reads the weights sees
+// them as stored, and weights that cannot be rewritten (a mapped file's) stay as they are.
+#include "prism/backends/cpu/weight_layout.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "prism/backends/cpu/cpu_platform.h"
+#include "prism/backends/cpu/simd.h"
+#include "prism/compiler/compile.h"
+#include "tests/unit/test_util.h"
+
+namespace prism {
+namespace {
+
+using testing::expect_values;
+using testing::f32;
+using testing::S;
+
+using Params = std::map<std::string, Buffer, std::less<>>;
+
+// x {m, k} by the weights "a" {n = 192, k} and "b" {n = 64, k}, both stored {n, k} in bf16 (one
+// step for the two: the same x), and by "c" {n = 64, k}, whose weights the executable also
+// adds to themselves when `c_elementwise` (so it cannot keep them blocked). Small integers and
+// halves: every sum is exact in f32 and rounded once to bf16.
+struct Case {
+  static constexpr int64_t K = 96;
+  const std::vector<int64_t> widths = {192, 64, 64};
+  std::vector<std::vector<float>> w;
+
+  Case() {
+    for (size_t p = 0; p < widths.size(); ++p) {
+      std::vector<float>& v = w.emplace_back(widths[p] * K);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = float((i + 3 * p) % 11) - 5;
+    }
+  }
+
+  static std::string name(size_t p) { return std::string(1, static_cast<char>('a' + p)); }
+  Shape shape(size_t p) const { return S({{"n", widths[p]}, {"k", K}}, DType::bf16); }
+  HostBuffer host(size_t p) const {
+    return f32(shape(p).with_dtype(DType::f32), w[p]).convert(DType::bf16);
+  }
+
+  Executable compile(Platform& cpu, int64_t m, bool c_elementwise) const {
+    std::vector<Tensor> params;
+    for (size_t p = 0; p < widths.size(); ++p)
+      params.push_back(Tensor::parameter(name(p), shape(p)));
+    return prism::compile(cpu,
+                          [&](Tensor x) {
+                            Tensor xt = x.convert(DType::bf16);
+                            std::vector<Tensor> out{xt.dot(params[0], "k"), xt.dot(params[1], "k"),
+                                                    xt.dot(params[2], "k")};
+                            if (c_elementwise) out.push_back(params[2] + params[2]);
+                            return out;
+                          },
+                          {S({{"m", m}, {"k", K}})});
+  }
+
+  std::vector<float> x(int64_t m) const {
+    std::vector<float> a(m * K);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = (float(i % 7) - 3) * 0.5f;
+    return a;
+  }
+
+  // Runs `exe` on m rows and checks every product (and c + c where it is an output).
+  void check(Platform& cpu, const Executable& exe, const Params& bound, int64_t m) const {
+    const std::vector<float> a = x(m);
+    std::vector<Buffer> in{cpu.upload(f32(S({{"m", m}, {"k", K}}), a))};
+    std::vector<Buffer> got = exe.call(bound, in);
+    for (size_t p = 0; p < widths.size(); ++p) {
+      SCOPED_TRACE(name(p));
+      const int64_t N = widths[p];
+      std::vector<double> want(m * N, 0);
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t k = 0; k < K; ++k) want[r * N + n] += double(a[r * K + k]) * w[p][n * K + k];
+      expect_values(got[p].to_host(), want, 1.0 / 256);
+    }
+    if (got.size() > widths.size()) {
+      std::vector<double> twice;
+      for (float v : w[2]) twice.push_back(2.0 * v);
+      expect_values(got.back().to_host(), twice, 0);
+    }
+  }
+};
+
+bool blocked(const Buffer& b) { return cpu::blocked(cpu::data_of(b)); }
+
+TEST(WeightLayout, ProductsReadTheirWeightsBlockedAndOthersSeeThemAsStored) {
+  if (!cpu::simd::current().avx512_bf16)
+    GTEST_SKIP() << "weights are kept blocked only with AVX-512 BF16";
+  Platform& cpu = get_platform("cpu");
+  Case c;
+  Params bound;
+  for (size_t p = 0; p < c.widths.size(); ++p) bound.emplace(Case::name(p), cpu.upload(c.host(p)));
+  // m = 40: oneDNN's slices; m = 1: the matrix-vector kernel, the two products of x as one step.
+  Executable prefill = c.compile(cpu, 40, false), decode = c.compile(cpu, 1, false);
+  decode.prepare(bound);
+  for (size_t p = 0; p < c.widths.size(); ++p) EXPECT_TRUE(blocked(bound.at(Case::name(p))));
+  c.check(cpu, decode, bound, 1);
+  c.check(cpu, prefill, bound, 40);
+  EXPECT_TRUE(blocked(bound.at("a")));
+
+  // Read from outside, the weights are as stored (and stay so until the next call).
+  expect_values(bound.at("a").to_host().convert(DType::f32), c.host(0).convert(DType::f32).to_f64(),
+                0);
+  EXPECT_FALSE(blocked(bound.at("a")));
+  c.check(cpu, prefill, bound, 40);
+  EXPECT_TRUE(blocked(bound.at("a")));
+
+  // An executable that also reads c elementwise takes it back as stored; the others block it
+  // again on their next call.
+  Executable both = c.compile(cpu, 1, true);
+  c.check(cpu, both, bound, 1);
+  EXPECT_FALSE(blocked(bound.at("c")));
+  EXPECT_TRUE(blocked(bound.at("a")));
+  c.check(cpu, decode, bound, 1);
+  EXPECT_TRUE(blocked(bound.at("c")));
+
+  // Writing into blocked weights writes the layout they were stored in.
+  HostBuffer changed = c.host(1);
+  cpu.write(bound.at("b"), 0, std::span<const std::byte>(changed.data(), changed.size_bytes()));
+  EXPECT_FALSE(blocked(bound.at("b")));
+  c.check(cpu, decode, bound, 1);
+}
+
+TEST(WeightLayout, WeightsInMemoryNotTheirOwnStayAsStored) {
+  // A mapped checkpoint's weights (adopted memory) are never rewritten.
+  Platform& cpu = get_platform("cpu");
+  Case c;
+  std::vector<HostBuffer> hosts;
+  hosts.reserve(c.widths.size());  // the buffers point into them
+  Params bound;
+  for (size_t p = 0; p < c.widths.size(); ++p) {
+    const HostBuffer& h = hosts.emplace_back(c.host(p));
+    std::optional<Buffer> b = cpu.adopt_host(h.shape(), h.data(), nullptr);
+    ASSERT_TRUE(b.has_value());
+    bound.emplace(Case::name(p), *b);
+  }
+  Executable prefill = c.compile(cpu, 40, false), decode = c.compile(cpu, 1, false);
+  decode.prepare(bound);
+  c.check(cpu, decode, bound, 1);
+  c.check(cpu, prefill, bound, 40);
+  for (size_t p = 0; p < c.widths.size(); ++p) EXPECT_FALSE(blocked(bound.at(Case::name(p))));
+}
+
+}  // namespace
+}  // namespace prism

@@ -143,7 +143,8 @@ std::optional<Buffer> CpuPlatform::adopt_host(const Shape& shape, const std::byt
                                               std::shared_ptr<const void> owner) {
   auto m = std::make_shared<CpuMemory>();
   m->bytes = static_cast<size_t>(shape.bytes());
-  // Executables never write to parameters, so read-only mapped pages are safe to adopt.
+  // Executables write to no parameter but to keep weights blocked, and never into memory that
+  // is not `writable`: read-only mapped pages are safe to adopt.
   m->data = const_cast<std::byte*>(data);
   m->writable = false;
   m->owner = std::move(owner);

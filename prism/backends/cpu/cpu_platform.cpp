@@ -36,7 +36,7 @@ std::string cpu_model() {
 void unblock(const Buffer& buffer, ThreadPool& pool) {
   std::byte* data = data_of(buffer);
   if (blocked(data)) {
-    unblock_weights(data, buffer.shape().size(0), buffer.shape().size(1), pool);
+    set_weights_blocked(data, buffer.shape().size(0), buffer.shape().size(1), false, pool);
   }
 }
 

@@ -160,14 +160,9 @@ class CpuExecutable : public ExecutableImpl {
       }
     }
     for (ValueId out : graph_.outputs()) blockable[out] = false;
+    blocked_params_.assign(graph_.parameters().size(), false);
     for (ValueId v = 0; v < static_cast<ValueId>(graph_.size()); ++v) {
-      if (!blockable[v]) continue;
-      const compiler::Slot& slot = schedule_.slot(v);
-      if (slot.kind != Storage::parameter) continue;
-      if (blocked_params_.size() <= static_cast<size_t>(slot.index)) {
-        blocked_params_.resize(slot.index + 1, false);
-      }
-      blocked_params_[slot.index] = true;
+      if (blockable[v]) blocked_params_[schedule_.slot(v).index] = true;  // a parameter's slot
     }
   }
 
@@ -175,27 +170,18 @@ class CpuExecutable : public ExecutableImpl {
   // (the memory is the buffer's own: a mapped file stays as it is), as stored otherwise, since
   // another executable may have blocked it. Inputs are always read as stored.
   void set_weight_layouts(std::span<const Buffer> params, std::span<const Buffer> inputs) {
-    static std::mutex layouts;  // the buffers may be shared with other executables
-    std::lock_guard lock(layouts);
     ThreadPool& pool = platform_.pool();
+    auto set = [&](const Buffer& b, bool want) {
+      const auto* m = static_cast<const CpuMemory*>(b.memory());
+      if (m && want != blocked(m->data)) {
+        set_weights_blocked(m->data, b.shape().size(0), b.shape().size(1), want, pool);
+      }
+    };
     for (size_t i = 0; i < params.size(); ++i) {
       const auto* m = static_cast<const CpuMemory*>(params[i].memory());
-      const Shape& s = params[i].shape();
-      const bool want =
-          i < blocked_params_.size() && blocked_params_[i] && m->writable && cpu::blockable(s);
-      if (want == blocked(m->data)) continue;
-      if (want) {
-        block_weights(m->data, s.size(0), s.size(1), pool);
-      } else {
-        unblock_weights(m->data, s.size(0), s.size(1), pool);
-      }
+      set(params[i], blocked_params_[i] && m->writable && cpu::blockable(params[i].shape()));
     }
-    for (const Buffer& b : inputs) {
-      const auto* m = static_cast<const CpuMemory*>(b.memory());
-      if (m && blocked(m->data)) {
-        unblock_weights(m->data, b.shape().size(0), b.shape().size(1), pool);
-      }
-    }
+    for (const Buffer& b : inputs) set(b, false);
   }
 
   // Dot products of the same activations by weights in consecutive steps (a layer's q, k

@@ -12,6 +12,7 @@ namespace prism::cpu {
 namespace {
 
 struct Registry {
+  std::mutex changes;  // held through a check and the rewrite it calls for
   std::shared_mutex mutex;
   std::unordered_set<const std::byte*> blocked;
 };
@@ -62,14 +63,11 @@ bool blockable(const Shape& shape) {
          shape.size(1) % kWeightBlockDepth == 0 && simd::current().avx512_bf16;
 }
 
-void block_weights(std::byte* data, int64_t n, int64_t k, ThreadPool& pool) {
-  rewrite(data, n, k, pool, true);
-  mark(data, true);
-}
-
-void unblock_weights(std::byte* data, int64_t n, int64_t k, ThreadPool& pool) {
-  rewrite(data, n, k, pool, false);
-  mark(data, false);
+void set_weights_blocked(std::byte* data, int64_t n, int64_t k, bool blocked, ThreadPool& pool) {
+  std::lock_guard lock(registry().changes);
+  if (cpu::blocked(data) == blocked) return;
+  rewrite(data, n, k, pool, blocked);
+  mark(data, blocked);
 }
 
 bool blocked(const std::byte* data) {

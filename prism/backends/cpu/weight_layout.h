@@ -27,10 +27,10 @@ constexpr int64_t kWeightBlockDepth = 32;  // k must be a multiple of this
 // of the block's, on a CPU with AVX-512 BF16 (the kernels that read the layout).
 bool blockable(const Shape& shape);
 
-// Rewrites the {n, k} matrix at `data` in place, into the blocked layout or back, and records
-// which layout `data` holds for blocked().
-void block_weights(std::byte* data, int64_t n, int64_t k, ThreadPool& pool);
-void unblock_weights(std::byte* data, int64_t n, int64_t k, ThreadPool& pool);
+// Puts the {n, k} matrix at `data` in the blocked layout or back as stored, rewriting it in
+// place where it is in the other, and records which layout `data` holds for blocked(). One
+// call at a time: executables and the platform may set the same buffer's layout.
+void set_weights_blocked(std::byte* data, int64_t n, int64_t k, bool blocked, ThreadPool& pool);
 
 // Whether the memory starting at `data` holds blocked weights.
 bool blocked(const std::byte* data);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -81,6 +82,16 @@ void make_canonical(const Operand& o, const std::byte* src, std::byte* dst, Thre
   strided_copy(canon, size_of(o.shape.dtype()), src, 0, src_stride, dst, 0, canon.strides(), pool);
 }
 
+// fn(n0, n1) over tapered chunks of the columns [0, cols): whole blocks of weight_layout.h's
+// rows where `whole_blocks` (cols a multiple of them), so that blocked weights are read a
+// block at a time.
+void for_column_chunks(ThreadPool& pool, int64_t cols, bool whole_blocks,
+                       const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t unit = whole_blocks ? kWeightBlockRows : 1;
+  pool.parallel_for_tapered(cols / unit, whole_blocks ? 1 : 16,
+                            [&](int64_t u0, int64_t u1) { fn(u0 * unit, u1 * unit); });
+}
+
 class DotKernel {
   struct Slice;  // one oneDNN product over a slice of the output columns
 
@@ -137,10 +148,11 @@ class DotKernel {
       return;
     }
     if (!planned(pool).empty()) {
-      PRISM_CHECK(!rhs_blocked(r) || blocked_slices_.size() == slices_.size(),
+      const bool blocked = rhs_blocked(r);
+      PRISM_CHECK(!blocked || blocked_slices_.size() == slices_.size(),
                   "cpu: oneDNN planned no product for weights {} kept blocked", rhs_.shape.str());
       pool.parallel_for(static_cast<int64_t>(slices_.size()), 1, [&](int64_t s0, int64_t s1) {
-        for (int64_t i = s0; i < s1; ++i) run_slice(i, l, r, out);
+        for (int64_t i = s0; i < s1; ++i) run_slice(i, l, r, out, blocked);
       });
       return;
     }
@@ -189,11 +201,12 @@ class DotKernel {
     return storage.data();
   }
 
-  // Slice i of the planned products.
-  void run_slice(int64_t i, const std::byte* l, const std::byte* r, std::byte* out) const {
+  // Slice i of the planned products, `blocked` being rhs_blocked(r).
+  void run_slice(int64_t i, const std::byte* l, const std::byte* r, std::byte* out,
+                 bool blocked) const {
     const int64_t elem = static_cast<int64_t>(size_of(out_.dtype()));
     const int64_t wei_step = rhs_.strides()[2] * elem;  // a block of 64 starts at 64 rows too
-    const Slice& s = rhs_blocked(r) ? blocked_slices_[i] : slices_[i];
+    const Slice& s = blocked ? blocked_slices_[i] : slices_[i];
     std::byte* dst = out + s.n0 * elem;
     thread_local std::vector<std::byte> staging;
     if (s.staged) {
@@ -340,16 +353,18 @@ class DotKernel {
     std::vector<float> storage;
     const DotRowKernels dots = dot_row_kernels();
     const float* x = lhs_f32(l, dots, storage);
-    const int64_t unit = rhs_blocked(r) ? kWeightBlockRows : 1;  // whole blocks a chunk
-    pool.parallel_for_tapered(rhs_.cols / unit, unit > 1 ? 1 : 16, [&](int64_t a0, int64_t a1) {
-      small_columns(dots, l, x, r, out, a0 * unit, a1 * unit);
+    const bool blocked = rhs_blocked(r);
+    for_column_chunks(pool, rhs_.cols, blocked, [&](int64_t n0, int64_t n1) {
+      small_columns(dots, l, x, r, out, n0, n1, blocked);
     });
   }
 
  public:
-  // Output columns [n0, n1) of the small path with `dots`, x being lhs_f32(l, dots).
+  // Output columns [n0, n1) of the small path with `dots`, x being lhs_f32(l, dots) and
+  // `blocked` rhs_blocked(r).
   void small_columns(const DotRowKernels& dots, const std::byte* l, const float* x,
-                     const std::byte* r, std::byte* out, int64_t n0, int64_t n1) const {
+                     const std::byte* r, std::byte* out, int64_t n0, int64_t n1,
+                     bool blocked) const {
     int64_t B = lhs_.batch, M = lhs_.rows, K = lhs_.cols, N = rhs_.cols;
     bool bf16 = out_.dtype() == DType::bf16;
     auto ls = lhs_.strides(), rs = rhs_.strides();
@@ -361,7 +376,7 @@ class DotKernel {
       }
     };
     std::vector<float> acc;
-    if (rhs_blocked(r)) {  // the blocks that hold [n0, n1), one row of x at a time
+    if (blocked) {  // the blocks that hold [n0, n1), one row of x at a time
       const int64_t b0 = n0 / kWeightBlockRows;
       const int64_t b1 = (n1 + kWeightBlockRows - 1) / kWeightBlockRows;
       acc.resize((b1 - b0) * kWeightBlockRows);
@@ -498,6 +513,8 @@ class DotGroup {
                   ThreadPool& pool) const {
     std::call_once(planned_, [&] { plan(pool); });
     const std::byte* l = in[0];
+    std::vector<char> blocked(members_.size());
+    for (size_t m = 0; m < members_.size(); ++m) blocked[m] = members_[m]->rhs_blocked(in[1 + m]);
     if (path_ == DotKernel::Path::small) {
       std::vector<float> storage;
       const DotRowKernels dots = dot_row_kernels();
@@ -507,24 +524,20 @@ class DotGroup {
         if (m->reads_lhs_f32(dots)) widens = m.get();
       }
       const float* x = widens->lhs_f32(l, dots, storage);
-      // Whole blocks a chunk, where weights may be blocked (weight_layout.h).
-      const int64_t unit = unit_;
-      pool.parallel_for_tapered(
-          first_.back() / unit, unit > 1 ? 1 : 16, [&](int64_t u0, int64_t u1) {
-            const int64_t a0 = u0 * unit, a1 = u1 * unit;
-            for (size_t m = 0; m < members_.size(); ++m) {
-              const int64_t lo = std::max(a0, first_[m]), hi = std::min(a1, first_[m + 1]);
-              if (lo < hi) {
-                members_[m]->small_columns(dots, l, x, in[1 + m], outs[m], lo - first_[m],
-                                           hi - first_[m]);
-              }
-            }
-          });
+      for_column_chunks(pool, first_.back(), whole_blocks_, [&](int64_t a0, int64_t a1) {
+        for (size_t m = 0; m < members_.size(); ++m) {
+          const int64_t lo = std::max(a0, first_[m]), hi = std::min(a1, first_[m + 1]);
+          if (lo < hi) {
+            members_[m]->small_columns(dots, l, x, in[1 + m], outs[m], lo - first_[m],
+                                       hi - first_[m], blocked[m]);
+          }
+        }
+      });
     } else if (path_ == DotKernel::Path::slices) {
       pool.parallel_for(static_cast<int64_t>(slices_.size()), 1, [&](int64_t s0, int64_t s1) {
         for (int64_t i = s0; i < s1; ++i) {
           const auto [m, slice] = slices_[i];
-          members_[m]->run_slice(slice, l, in[1 + m], outs[m]);
+          members_[m]->run_slice(slice, l, in[1 + m], outs[m], blocked[m]);
         }
       });
     } else {  // one after the other
@@ -542,10 +555,10 @@ class DotGroup {
       if (m->path(pool) != path_) path_ = DotKernel::Path::none;
     }
     first_ = {0};
-    unit_ = kWeightBlockRows;
+    whole_blocks_ = true;
     for (const auto& m : members_) {
       first_.push_back(first_.back() + m->cols());
-      if (m->cols() % kWeightBlockRows != 0) unit_ = 1;
+      if (m->cols() % kWeightBlockRows != 0) whole_blocks_ = false;
     }
     for (size_t m = 0; m < members_.size(); ++m) {
       for (int64_t i = 0; i < members_[m]->slice_count(); ++i) slices_.emplace_back(m, i);
@@ -556,7 +569,8 @@ class DotGroup {
   mutable std::once_flag planned_;
   mutable DotKernel::Path path_ = DotKernel::Path::none;
   mutable std::vector<int64_t> first_;  // each product's first column in the whole; the total
-  mutable int64_t unit_ = 1;            // the columns a chunk holds are a multiple of this
+  // Chunks of whole blocks of weight_layout.h's rows: every product's columns allow them.
+  mutable bool whole_blocks_ = false;
   mutable std::vector<std::pair<size_t, int64_t>> slices_;  // (product, its slice)
 };
 

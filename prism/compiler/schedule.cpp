@@ -40,13 +40,15 @@ Schedule::Schedule(const ir::Graph& graph, const FusionPlan& fusion)
   }
 }
 
+bool Schedule::product_by_weights(const ir::Graph& graph, ValueId v) const {
+  const ir::Node& n = graph.node(v);
+  if (n.op != Op::dot) return false;
+  const Storage kind = slots_[root(n.inputs[1])].kind;
+  return kind == Storage::parameter || kind == Storage::constant;
+}
+
 void Schedule::cluster_products(const ir::Graph& graph) {
-  auto by_weights = [&](ValueId v) {
-    const ir::Node& n = graph.node(v);
-    if (n.op != Op::dot) return false;
-    const Storage kind = slots_[root(n.inputs[1])].kind;
-    return kind == Storage::parameter || kind == Storage::constant;
-  };
+  auto by_weights = [&](ValueId v) { return product_by_weights(graph, v); };
   std::vector<ValueId> order;
   order.reserve(steps_.size());
   std::vector<bool> taken(graph.size(), false);

@@ -39,6 +39,9 @@ class Schedule {
   // computed before the first of them, and a leaf. Call before place().
   void cluster_products(const ir::Graph& graph);
 
+  // Whether v is a dot product whose weights (second operand) are a parameter or a constant.
+  bool product_by_weights(const ir::Graph& graph, ir::ValueId v) const;
+
   // The values computed by steps, in run order.
   const std::vector<ir::ValueId>& steps() const { return steps_; }
   int step_of(ir::ValueId v) const { return step_of_[v]; }

@@ -190,14 +190,7 @@ class CpuExecutable : public ExecutableImpl {
   // what they read is still there (the shared activations are read by the last one too, the
   // weights are parameters or constants), and what they write was placed from their own step on.
   void group_products() {
-    auto weights = [&](ValueId v) {
-      const Storage kind = schedule_.slot(schedule_.root(v)).kind;
-      return kind == Storage::parameter || kind == Storage::constant;
-    };
-    auto product = [&](size_t i) {
-      const ir::Node& n = graph_.node(steps_[i].value);
-      return !steps_[i].fused && n.op == Op::dot && weights(n.inputs[1]);
-    };
+    auto product = [&](size_t i) { return schedule_.product_by_weights(graph_, steps_[i].value); };
     for (size_t i = 0; i < steps_.size();) {
       size_t j = i + 1;
       if (product(i)) {

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 
 #include "prism/compiler/passes.h"
 #include "prism/core/error.h"
@@ -108,12 +109,14 @@ std::vector<Buffer> Executable::call(std::span<const Buffer> params,
 
 namespace {
 
-std::vector<Buffer> by_position(const std::vector<Executable::Parameter>& parameters,
+// `what`: the caller, for the error.
+std::vector<Buffer> by_position(std::string_view what,
+                                const std::vector<Executable::Parameter>& parameters,
                                 const std::map<std::string, Buffer, std::less<>>& params) {
   std::vector<Buffer> ordered;
   for (const Executable::Parameter& p : parameters) {
     auto it = params.find(p.name);
-    PRISM_CHECK(it != params.end(), "call: no buffer for parameter \"{}\" ({})", p.name,
+    PRISM_CHECK(it != params.end(), "{}: no buffer for parameter \"{}\" ({})", what, p.name,
                 p.shape.str());
     ordered.push_back(it->second);
   }
@@ -124,11 +127,11 @@ std::vector<Buffer> by_position(const std::vector<Executable::Parameter>& parame
 
 std::vector<Buffer> Executable::call(const std::map<std::string, Buffer, std::less<>>& params,
                                      std::span<const Buffer> inputs) const {
-  return call(by_position(parameters_, params), inputs);
+  return call(by_position("call", parameters_, params), inputs);
 }
 
 void Executable::prepare(const std::map<std::string, Buffer, std::less<>>& params) const {
-  std::vector<Buffer> ordered = by_position(parameters_, params);
+  std::vector<Buffer> ordered = by_position("prepare", parameters_, params);
   for (size_t i = 0; i < ordered.size(); ++i) {
     PRISM_CHECK(ordered[i].shape().sizes() == parameters_[i].shape.sizes() &&
                     ordered[i].shape().dtype() == parameters_[i].shape.dtype() &&

@@ -149,5 +149,18 @@ TEST(WeightLayout, WeightsInMemoryNotTheirOwnStayAsStored) {
   for (size_t p = 0; p < c.widths.size(); ++p) EXPECT_FALSE(blocked(bound.at(Case::name(p))));
 }
 
+TEST(WeightLayout, PrepareNamesAMissingOrMismatchedParameter) {
+  Platform& cpu = get_platform("cpu");
+  Case c;
+  Executable decode = c.compile(cpu, 1, false);
+  Params bound;
+  for (size_t p = 0; p < 2; ++p) bound.emplace(Case::name(p), cpu.upload(c.host(p)));
+  EXPECT_EQ(testing::error_of([&] { decode.prepare(bound); }),
+            "prepare: no buffer for parameter \"c\" (bf16{n=64,k=96})");
+  bound.emplace("c", cpu.upload(c.host(0)));  // a's shape
+  EXPECT_EQ(testing::error_of([&] { decode.prepare(bound); }),
+            "prepare: parameter \"c\" is not the executable's bf16{n=64,k=96} on cpu");
+}
+
 }  // namespace
 }  // namespace prism

@@ -1,6 +1,7 @@
 #include "prism/io/http.h"
 
 #include <curl/curl.h>
+#include <strings.h>
 
 #include <algorithm>
 #include <chrono>
@@ -216,6 +217,13 @@ CURLcode perform(const HttpRequest& request, const Settings& s,
     curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
   } else if (request.method != "GET") {
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+    // curl labels a body given this way as a form (application/x-www-form-urlencoded), which
+    // servers may parse away and S3 would store as the object's type: it is plain bytes.
+    bool typed = std::any_of(request.headers.begin(), request.headers.end(), [](const auto& h) {
+      return h.size() > 13 && strncasecmp(h.c_str(), "content-type:", 13) == 0;
+    });
+    if (!typed) add_header("Content-Type: application/octet-stream");
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.get());
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, request.body.data());
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
   }

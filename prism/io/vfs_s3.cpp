@@ -265,6 +265,14 @@ class S3FileSystem final : public FileSystem {
                                                std::string_view uri) {
     HttpRequest request{.method = "HEAD", .url = t.url, .sign = signer(s, t)};
     HttpResponse response = http_request(request);
+    if (response.status == 401 || response.status == 403) {
+      // The answer to a HEAD has no body, so it cannot say why it was refused: ask again with a
+      // one-byte GET, whose refusal carries AWS's code (SignatureDoesNotMatch, ...).
+      HttpRequest get{.url = t.url, .headers = {"Range: bytes=0-0"}, .sign = signer(s, t)};
+      if (HttpResponse refused = http_request(get); refused.status == response.status) {
+        response = std::move(refused);
+      }
+    }
     if (response.status != 200) throw_s3_error(std::string(uri), response, s);
     std::string length = response.header("content-length");
     if (length.empty()) fail("{}: the server sent no Content-Length", uri);

@@ -282,35 +282,31 @@ std::string NginxServer::wait_for_log(const std::string& pattern) const {
   return log;
 }
 
-bool S3Server::available() {
-  return fs::exists(fs::path(PRISM_NPM_DIR) / "s3rver/bin/s3rver.js") &&
-         !find_program("node", {}).empty();
-}
+bool S3Server::available() { return ::access(PRISM_VENV_PYTHON, X_OK) == 0; }
 
 S3Server::S3Server(const std::string& bucket) {
-  std::string log = dir_.str("s3rver.log");
-  fs::create_directories(dir_.path() / "data");
+  std::string log = dir_.str("s3_server.log");
   process_.emplace(
-      // s3rver makes ListObjectsV2 continuation tokens with DES, which OpenSSL 3 (Node >= 17)
-      // only offers through its legacy provider: without it, the second page is a 500.
-      std::vector<std::string>{find_program("node", {}), "--openssl-legacy-provider",
-                               (fs::path(PRISM_NPM_DIR) / "s3rver/bin/s3rver.js").string(), "-d",
-                               dir_.str("data"), "-a", "127.0.0.1", "-p", "0", "--silent",
-                               "--configure-bucket", bucket},
+      std::vector<std::string>{PRISM_VENV_PYTHON, std::string(PRISM_TEST_TOOLS) + "/s3_server.py",
+                               bucket},
       log);
-  // Port 0: s3rver picks a free port and prints it, so there is no race with other tests.
-  static const std::regex kListening(R"(listening on 127\.0\.0\.1:(\d+))");
-  auto deadline = std::chrono::steady_clock::now() + 20s;
+  // The server picks its port and makes its access key, then prints both on one line: no race
+  // with other tests for the port.
+  static const std::regex kReady(
+      R"re(\{"port": (\d+), "access_key_id": "([^"]+)", "secret_access_key": "([^"]+)"\})re");
+  auto deadline = std::chrono::steady_clock::now() + 30s;
   std::smatch match;
   while (true) {
     std::string out = read_bytes(log);
-    if (std::regex_search(out, match, kListening)) break;
+    if (std::regex_search(out, match, kReady)) break;
     if (!process_->running() || std::chrono::steady_clock::now() > deadline) {
-      throw std::runtime_error("s3rver did not start: " + out);
+      throw std::runtime_error("the S3 server did not start: " + out);
     }
     std::this_thread::sleep_for(10ms);
   }
   port_ = std::stoi(match[1]);
+  access_key_id_ = match[2];
+  secret_access_key_ = match[3];
   wait_for_port(port_, *process_, log);
 }
 

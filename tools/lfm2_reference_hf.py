@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Makes the reference outputs of tests/data/lfm2/* with Hugging Face transformers' own
-Lfm2ForCausalLM, for a machine that has PyTorch 2 and transformers (this one has neither new
-enough): the second, independent check beside tools/make_tiny_lfm2.py's.
+Lfm2ForCausalLM (the PyTorch and transformers of scripts/requirements/tools.txt): the second,
+independent check beside tools/make_tiny_lfm2.py's.
 
 For each checkpoint directory holding a reference.json, it loads the model from the directory
 as it is (config.json, model.safetensors; offline), computing in float32 with eager attention,
@@ -11,7 +11,7 @@ reference_hf.json in the same format. It prints, per checkpoint, the largest |di
 the recorded logits from reference.json's, and both greedy continuations. Tests compare prism
 with every reference*.json they find.
 
-  python3 tools/lfm2_reference_hf.py [tests/data/lfm2]
+  scripts/setup.sh --tools && .venv/bin/python tools/lfm2_reference_hf.py [tests/data/lfm2]
 """
 import os
 import sys

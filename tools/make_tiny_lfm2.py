@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Writes tiny random-weight LFM 2 / 2.5 checkpoints in the exact Hugging Face layout, with
 reference outputs from an independent PyTorch implementation of Hugging Face's Lfm2 semantics
 (modeling_lfm2.py, configuration_lfm2.py), computed in float32 from the stored weights:
@@ -17,7 +17,7 @@ LFM2.5-1.2B config.json has, sizes shrunk), generation_config.json, model.safete
 reference.json: prompt ids, 24 greedy ids, and the prompt's last-position logits at a spread
 of ids. No tokenizer files: LFM's cannot be had offline.
 
-  scripts/setup.sh --tools && /usr/bin/python3 tools/make_tiny_lfm2.py
+  scripts/setup.sh --tools && .venv/bin/python tools/make_tiny_lfm2.py
 """
 import os
 

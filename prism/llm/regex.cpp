@@ -32,14 +32,44 @@ std::string pcre2_message(int code) {
   return reinterpret_cast<const char*>(buffer);
 }
 
+// Oniguruma's \s is Unicode's White_Space; PCRE2's (with UCP) also takes U+180E, which Unicode
+// 6.3 moved out of the spaces. Both escapes are spelt as the property, in or out of a class.
+std::string with_white_space_property(std::string_view pattern) {
+  std::string out;
+  out.reserve(pattern.size());
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '\\' || i + 1 == pattern.size()) {
+      out += pattern[i];
+    } else if (char next = pattern[++i]; next == 's' || next == 'S') {
+      out += next == 's' ? "\\p{White_Space}" : "\\P{White_Space}";
+    } else {
+      out += '\\';
+      out += next;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Regex::Regex(std::string_view pattern, std::string_view context) : pattern_(pattern) {
+  auto compile = [](std::string_view text, int& error, PCRE2_SIZE& offset) {
+    return pcre2_compile(reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(),
+                         PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+  };
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+  pcre2_code* code = compile(with_white_space_property(pattern), error, offset);
   if (code == nullptr) {
+    // Where the pattern as written fails, when it does (the rewriting moves offsets).
+    int original_error = 0;
+    PCRE2_SIZE original_offset = 0;
+    pcre2_code* original = compile(pattern, original_error, original_offset);
+    if (original == nullptr) {
+      error = original_error;
+      offset = original_offset;
+    }
+    pcre2_code_free(original);
     fail("{}: bad regex /{}/ at offset {}: {}", context, pattern, offset, pcre2_message(error));
   }
   auto compiled = std::make_shared<Compiled>();

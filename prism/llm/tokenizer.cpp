@@ -241,7 +241,7 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
       }
     }
     config.clean_up_tokenization_spaces =
-        pipeline::optional_bool(config.raw, "clean_up_tokenization_spaces", true, ctop);
+        pipeline::optional_bool(config.raw, "clean_up_tokenization_spaces", false, ctop);
   }
   return Tokenizer(std::move(impl));
 }
@@ -317,9 +317,10 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, const DecodeOptions&
       text += tokens[i];
     }
   }
-  bool clean_up =
-      options.clean_up_tokenization_spaces.value_or(impl_->config.clean_up_tokenization_spaces);
-  if (clean_up) text = pipeline::clean_up_tokenization(std::move(text));
+  // Every model prism reads is BPE, for which Hugging Face leaves the clean-up out by default.
+  if (options.clean_up_tokenization_spaces.value_or(false)) {
+    text = pipeline::clean_up_tokenization(std::move(text));
+  }
   return text;
 }
 

@@ -1,5 +1,5 @@
 // Hugging Face tokenizers in C++: loads tokenizer.json (and tokenizer_config.json beside it) and
-// encodes and decodes exactly as the `tokenizers` library and transformers.js do.
+// encodes and decodes exactly as Hugging Face's `tokenizers` library (and transformers) do.
 //
 //   auto tokenizer = prism::llm::Tokenizer::load("path/to/model_dir");
 //   std::vector<int32_t> ids = tokenizer.encode("Hello", {.add_special_tokens = true});
@@ -37,7 +37,9 @@ struct TokenizerConfig {
   std::string chat_template_source;  // the file it came from, for errors
   // Named special tokens ("bos_token", "eos_token", ...) as strings; absent ones are missing.
   std::vector<std::pair<std::string, std::string>> special_tokens;
-  bool clean_up_tokenization_spaces = true;
+  // As the file says (false when absent, as in transformers 5); decode() does not apply it by
+  // itself (see DecodeOptions).
+  bool clean_up_tokenization_spaces = false;
   nlohmann::json raw;  // the whole file, null when there is none
 };
 
@@ -48,7 +50,9 @@ struct EncodeOptions {
 
 struct DecodeOptions {
   bool skip_special_tokens = false;
-  // Removes spaces before punctuation (" ." -> "."); tokenizer_config.json's setting if unset.
+  // Removes spaces before punctuation and contractions (" ." -> "."). Unset: no, whatever
+  // tokenizer_config.json says, as Hugging Face decodes BPE models (transformers 5 skips the
+  // clean-up for them, since it changes their text; the `tokenizers` library has none).
   std::optional<bool> clean_up_tokenization_spaces;
 };
 

@@ -199,16 +199,19 @@ class BertNormalizer final : public Normalizer {
       char32_t c = unicode::next_code_point(text, pos);
       if (clean_text_) {
         if (c == 0 || c == 0xFFFD) continue;
-        // Control, format, unassigned and private-use characters go (BERT's _is_control).
+        // Control, format and private-use characters go; unassigned code points stay (Hugging
+        // Face's test for "other" characters does not see them).
         auto category = utf8proc_category(static_cast<utf8proc_int32_t>(c));
         bool control = category == UTF8PROC_CATEGORY_CC || category == UTF8PROC_CATEGORY_CF ||
-                       category == UTF8PROC_CATEGORY_CN || category == UTF8PROC_CATEGORY_CO;
+                       category == UTF8PROC_CATEGORY_CO;
         if (c != '\t' && c != '\n' && c != '\r' && control) continue;
         if (unicode::is_whitespace(c)) c = ' ';
       }
+      // Hugging Face's ranges, which leave out U+2B820..U+2B91F (BERT's own do not).
       bool chinese = (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
-                     (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2CEAF) ||
-                     (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+                     (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B81F) ||
+                     (c >= 0x2B920 && c <= 0x2CEAF) || (c >= 0xF900 && c <= 0xFAFF) ||
+                     (c >= 0x2F800 && c <= 0x2FA1F);
       if (handle_chinese_chars_ && chinese) {
         out += ' ';
         unicode::append_utf8(out, c);

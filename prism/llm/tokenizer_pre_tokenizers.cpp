@@ -178,6 +178,12 @@ std::unique_ptr<PreTokenizer> split_on(Predicate predicate, SplitBehavior behavi
   return std::make_unique<CharacterSplit<Predicate>>(predicate, behavior);
 }
 
+// Punctuation as Hugging Face's Punctuation and BertPreTokenizer see it: Unicode's, and every
+// ASCII punctuation character (symbols such as '<', '$' and '+' included).
+bool is_punctuation_or_ascii_symbol(char32_t c) {
+  return unicode::is_punctuation(c) || (c < 0x80 && std::ispunct(static_cast<int>(c)));
+}
+
 // Digits: runs of digits (or each digit alone) become their own pieces.
 class Digits final : public Splitter {
  public:
@@ -202,7 +208,8 @@ class ByteLevel final : public PreTokenizer {
   }
   void pre_tokenize(std::string_view text, bool at_input_start, PieceSink sink) const override {
     std::string prefixed;
-    if (add_prefix_space_ && (text.empty() || text[0] != ' ')) {
+    // Nothing is prepended to nothing (a normalizer may have removed every character).
+    if (add_prefix_space_ && !text.empty() && text[0] != ' ') {
       prefixed.reserve(text.size() + 1);
       prefixed += ' ';
       prefixed += text;
@@ -255,7 +262,7 @@ class Metaspace final : public PreTokenizer {
       }
     }
     bool starts = replaced.compare(0, replacement_.size(), replacement_) == 0;
-    if (!starts && (prepend_always_ || (prepend_first_ && at_input_start))) {
+    if (!replaced.empty() && !starts && (prepend_always_ || (prepend_first_ && at_input_start))) {
       replaced.insert(0, replacement_);
     }
     if (split_) {
@@ -315,13 +322,19 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& node, const JsonPat
   }
   if (type == "Metaspace") return std::make_unique<Metaspace>(node, where);
   if (type == "Whitespace") {
-    return std::make_unique<RegexSplit>(Regex(R"(\w+|[^\w\s]+)", where.str()),
-                                        SplitBehavior::Removed, true);
+    // Hugging Face matches \w+|[^\w\s]+ with Rust's regex crate, whose \w is Unicode's word
+    // class (alphabetic characters, marks, decimal digits, connector punctuation and the
+    // joiners U+200C/U+200D) where PCRE2's is letters, numbers and '_': spelt out here.
+    return std::make_unique<RegexSplit>(
+        Regex(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]+|)"
+              R"([^\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}\p{White_Space}]+)",
+              where.str()),
+        SplitBehavior::Removed, true);
   }
   if (type == "WhitespaceSplit") return split_on(unicode::is_whitespace, SplitBehavior::Removed);
   if (type == "Punctuation") {
     return split_on(
-        unicode::is_punctuation,
+        is_punctuation_or_ascii_symbol,
         parse_behavior(optional_string(node, "behavior", "Isolated", where), where / "behavior"));
   }
   if (type == "CharDelimiterSplit") {
@@ -333,11 +346,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& node, const JsonPat
   if (type == "BertPreTokenizer") {
     std::vector<std::unique_ptr<PreTokenizer>> stages;
     stages.push_back(split_on(unicode::is_whitespace, SplitBehavior::Removed));
-    stages.push_back(split_on(
-        [](char32_t c) {
-          return unicode::is_punctuation(c) || (c < 0x80 && std::ispunct(static_cast<int>(c)));
-        },
-        SplitBehavior::Isolated));
+    stages.push_back(split_on(is_punctuation_or_ascii_symbol, SplitBehavior::Isolated));
     return std::make_unique<Sequence>(std::move(stages));
   }
   if (type == "Sequence") {

@@ -23,7 +23,7 @@ done
 err=$("$prism" llm --model="$data/tiny-bf16-tied" --prompt=hi 2>&1 >/dev/null); rc=$?
 check "no tokenizer" "1 prism: error: llm: $data/tiny-bf16-tied has no tokenizer.json: use --prompt-ids=... with --print-ids" "$rc $err"
 
-# The tokenizer of LFM's kind (tools/make_lfm2_tokenizer.mjs) through the commands: the chat
+# The tokenizer of LFM's kind (tools/make_lfm2_tokenizer.py) through the commands: the chat
 # template renders LFM's turns, and the prompt tokenizes to ids the model runs on. (Text out
 # is not checked here: the tiny checkpoints answer with ids beyond this small vocabulary.)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

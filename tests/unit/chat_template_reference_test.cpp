@@ -1,5 +1,5 @@
-// Chat templates of real tokenizers against transformers.js renderings (fixtures made by
-// tools/make_tokenizer_fixtures.mjs): the templates run as tokenizer_config.json ships them.
+// Chat templates of real tokenizers against transformers' apply_chat_template (fixtures made by
+// tools/make_tokenizer_fixtures.py): the templates run as tokenizer_config.json ships them.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -15,7 +15,7 @@ using nlohmann::ordered_json;
 
 class ChatTemplateReference : public testing::TestWithParam<std::string> {};
 
-TEST_P(ChatTemplateReference, RendersLikeTransformersJs) {
+TEST_P(ChatTemplateReference, RendersLikeTransformers) {
   std::string dir = std::string(PRISM_TOKENIZERS_DIR) + "/" + GetParam();
   Tokenizer tokenizer = Tokenizer::load(dir);
   ChatTemplate chat = ChatTemplate::from_tokenizer(tokenizer);

@@ -1,5 +1,5 @@
-// Templates rendered by @huggingface/jinja (the engine transformers.js uses), written by
-// tools/make_tokenizer_fixtures.mjs from tools/jinja_fixture_templates.mjs.
+// Templates rendered by Jinja2 in the environment transformers renders chat templates in, written
+// by tools/make_tokenizer_fixtures.py from tools/jinja_fixture_templates.py.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

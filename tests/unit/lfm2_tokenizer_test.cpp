@@ -1,6 +1,7 @@
-// The tokenizer of LFM 2's kind that tools/make_lfm2_tokenizer.mjs writes (byte-level BPE, LFM's
-// special tokens, a ChatML-style chat template with a tool list) against what transformers.js
-// makes of the same files: ids with and without special tokens, decoded text, rendered chats.
+// The tokenizer of LFM 2's kind that tools/make_lfm2_tokenizer.py writes (byte-level BPE, LFM's
+// special tokens, a ChatML-style chat template with a tool list) against what Hugging Face makes
+// of the same files: ids with and without special tokens and decoded text (`tokenizers`), rendered
+// chats (transformers' apply_chat_template).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -24,7 +25,7 @@ ordered_json expected() {
   return ordered_json::parse(text);
 }
 
-TEST(Lfm2Tokenizer, EncodeAndDecodeMatchTransformersJs) {
+TEST(Lfm2Tokenizer, EncodeAndDecodeMatchHuggingFace) {
   Tokenizer tokenizer = Tokenizer::load(tokenizer_dir());
   EXPECT_EQ(tokenizer.encode("<|im_start|>user\nhi<|im_end|>").front(), 6);
   int failures = 0, cases = 0;
@@ -51,7 +52,7 @@ TEST(Lfm2Tokenizer, EncodeAndDecodeMatchTransformersJs) {
   EXPECT_EQ(failures, 0);
 }
 
-TEST(Lfm2Tokenizer, ChatTemplateRendersLikeTransformersJs) {
+TEST(Lfm2Tokenizer, ChatTemplateRendersLikeTransformers) {
   Tokenizer tokenizer = Tokenizer::load(tokenizer_dir());
   ChatTemplate chat = ChatTemplate::from_tokenizer(tokenizer);
   int rendered = 0;

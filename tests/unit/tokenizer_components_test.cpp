@@ -1,6 +1,6 @@
-// Pipeline stages where transformers.js cannot serve as the reference (it implements only some
-// Split behaviors and groups punctuation), checked against the behavior Hugging Face's tokenizers
-// documents; plus added-token flags, BPE options and errors on small hand-written files.
+// Pipeline stages and options the fixture tokenizers do not use (Split's other behaviors and
+// `invert`, Punctuation, Metaspace's prepend schemes), checked against the behavior Hugging Face's
+// tokenizers documents; plus added-token flags, BPE options and errors on small hand-written files.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

@@ -1,6 +1,6 @@
-// Small tokenizer.json files (made by tools/handmade_tokenizers.mjs) that use the normalizers,
+// Small tokenizer.json files (made by tools/handmade_tokenizers.py) that use the normalizers,
 // pre-tokenizers, decoders and post-processors the real tokenizers do not, checked against
-// transformers.js's encodings and decodings of the same strings.
+// Hugging Face `tokenizers`' encodings and decodings of the same strings.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -15,7 +15,7 @@ using nlohmann::json;
 
 class HandmadeTokenizer : public testing::TestWithParam<std::string> {};
 
-TEST_P(HandmadeTokenizer, MatchesTransformersJs) {
+TEST_P(HandmadeTokenizer, MatchesHuggingFace) {
   std::string dir = std::string(PRISM_TEST_DATA) + "/tokenizers/handmade/" + GetParam();
   Tokenizer tokenizer = Tokenizer::load(dir);
   json expected = parse_json(read_text_file(dir + "/expected.json"), dir + "/expected.json");

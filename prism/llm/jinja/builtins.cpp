@@ -202,6 +202,19 @@ std::string title_case(const std::string& s) {
   return out;
 }
 
+std::string title_filter(const std::string& s) {
+  std::string out;
+  bool word_start = true;
+  for (const std::string& c : characters(s)) {
+    size_t pos = 0;
+    char32_t code_point = unicode::next_code_point(c, pos);
+    out += word_start ? unicode::to_upper(c) : unicode::to_lower(c);
+    word_start = code_point == '-' || code_point == '(' || code_point == '{' || code_point == '[' ||
+                 code_point == '<' || unicode::is_whitespace(code_point);
+  }
+  return out;
+}
+
 Value binary_operation(std::string_view op, const Value& a, const Value& b) {
   if (op == "<") return Value(compare(a, b, op) < 0);
   if (op == ">") return Value(compare(a, b, op) > 0);

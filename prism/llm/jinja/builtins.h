@@ -39,5 +39,8 @@ Value slice(const Value& object, const Value* start, const Value* stop, const Va
 // Python's str.capitalize() and str.title().
 std::string capitalize(const std::string& s);
 std::string title_case(const std::string& s);
+// Jinja2's `title` filter, which differs from str.title(): words start only after whitespace,
+// '-', '(', '{', '[' or '<' (so "they're" becomes "They're", not "They'Re").
+std::string title_filter(const std::string& s);
 
 }  // namespace prism::llm::jinja

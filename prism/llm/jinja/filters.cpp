@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <vector>
 
 #include "prism/llm/jinja/builtins.h"
 #include "prism/llm/unicode.h"
@@ -93,14 +96,39 @@ std::string indent(const std::string& text, const Value* width, bool first, bool
   return out;
 }
 
+// Python's round(x, digits) of a float: to nearest, ties to even, on the exact binary value
+// (which printf's fixed notation rounds the same way), so round(2.5) is 2.0, round(2.675, 2) 2.67.
+double python_round(double x, int64_t digits) {
+  if (!std::isfinite(x) || digits > 400) return x;
+  if (digits < 0) {
+    double scale = std::pow(10.0, static_cast<double>(-digits));
+    return std::nearbyint(x / scale) * scale;
+  }
+  int precision = static_cast<int>(digits);
+  std::vector<char> text(std::snprintf(nullptr, 0, "%.*f", precision, x) + 1);
+  std::snprintf(text.data(), text.size(), "%.*f", precision, x);
+  return std::strtod(text.data(), nullptr);
+}
+
 Value round_value(const Value& value, const Arguments& args) {
   int64_t precision = 0;
   if (const Value* p = argument(args, "precision", 0)) precision = p->as_int();
   std::string method = string_of(argument(args, "method", 1), "common");
+  if (method == "common") {
+    // Python's round() leaves an integer an integer.
+    return value.is_int() && precision >= 0 ? value
+                                            : Value(python_round(value.as_number(), precision));
+  }
   double scale = std::pow(10.0, static_cast<double>(precision));
   double x = value.as_number() * scale;
-  x = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::round(x);
-  return Value(x / scale);
+  return Value((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
+}
+
+// The key Jinja2's sort, unique, dictsort, min and max compare by: strings lower-cased unless
+// `case_sensitive` is true.
+Value comparison_key(const Value& value, bool case_sensitive) {
+  if (case_sensitive || !value.is_string()) return value;
+  return Value(unicode::to_lower(value.as_string()));
 }
 
 std::string html_escape(const std::string& s) {
@@ -162,7 +190,7 @@ Value apply_filter(std::string_view name, const Value& value, const Arguments& a
   if (name == "upper") return Value(unicode::to_upper(value.str()));
   if (name == "lower") return Value(unicode::to_lower(value.str()));
   if (name == "capitalize") return Value(capitalize(value.str()));
-  if (name == "title") return Value(title_case(value.str()));
+  if (name == "title") return Value(title_filter(value.str()));
   if (name == "string") return Value(value.str());
   if (name == "safe") return value;
   if (name == "list") return value.is_list() ? value : Value(iterate(value));
@@ -265,30 +293,42 @@ Value apply_filter(std::string_view name, const Value& value, const Arguments& a
                         bool_of(argument(args, "blank", 2), false)));
   }
   if (name == "unique") {
-    List out;
+    bool case_sensitive = bool_of(argument(args, "case_sensitive", 0), false);
+    const Value* attribute = argument(args, "attribute", 1);
+    List out, seen;
     for (const Value& item : iterate(value)) {
-      if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+      Value key =
+          comparison_key(attribute ? attribute_of(item, attribute->str()) : item, case_sensitive);
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+      seen.push_back(std::move(key));
+      out.push_back(item);
     }
     return Value(std::move(out));
   }
   if (name == "sort") {
     List items = iterate(value);
     bool reverse = bool_of(argument(args, "reverse", 0), false);
+    bool case_sensitive = bool_of(argument(args, "case_sensitive", 1), false);
     const Value* attribute = argument(args, "attribute", 2);
     std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
-      const Value x = attribute ? attribute_of(a, attribute->str()) : a;
-      const Value y = attribute ? attribute_of(b, attribute->str()) : b;
+      const Value x =
+          comparison_key(attribute ? attribute_of(a, attribute->str()) : a, case_sensitive);
+      const Value y =
+          comparison_key(attribute ? attribute_of(b, attribute->str()) : b, case_sensitive);
       return binary_operation(reverse ? ">" : "<", x, y).as_bool();
     });
     return Value(std::move(items));
   }
   if (name == "dictsort") {
     if (!value.is_dict()) throw BuiltinError("dictsort: expected a dict");
+    bool case_sensitive = bool_of(argument(args, "case_sensitive", 0), false);
     Value result;
     call_method(value, "items", Arguments{}, result);
     List items = result.as_list();
-    std::stable_sort(items.begin(), items.end(), [](const Value& a, const Value& b) {
-      return a.as_list()[0].as_string() < b.as_list()[0].as_string();
+    std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
+      return binary_operation("<", comparison_key(a.as_list()[0], case_sensitive),
+                              comparison_key(b.as_list()[0], case_sensitive))
+          .as_bool();
     });
     return Value(std::move(items));
   }
@@ -300,9 +340,15 @@ Value apply_filter(std::string_view name, const Value& value, const Arguments& a
       return total;
     }
     if (items.empty()) return Value::undefined(fmt::format("{}: the sequence is empty", name));
+    bool case_sensitive = bool_of(argument(args, "case_sensitive", 0), false);
+    const Value* attribute = argument(args, "attribute", 1);
+    auto key = [&](const Value& item) {
+      return comparison_key(attribute ? attribute_of(item, attribute->str()) : item,
+                            case_sensitive);
+    };
     Value best = items[0];
     for (const Value& item : items) {
-      if (binary_operation(name == "min" ? "<" : ">", item, best).as_bool()) best = item;
+      if (binary_operation(name == "min" ? "<" : ">", key(item), key(best)).as_bool()) best = item;
     }
     return best;
   }
@@ -322,7 +368,7 @@ bool apply_test(std::string_view name, const Value& value, const Arguments& args
   if (name == "mapping") return value.is_dict();
   if (name == "iterable") return value.is_list() || value.is_dict() || value.is_string();
   if (name == "sequence") return value.is_list() || value.is_dict() || value.is_string();
-  if (name == "number") return value.is_number();
+  if (name == "number") return value.is_number() || value.is_bool();  // Python's bool is a number
   if (name == "integer") return value.is_int();
   if (name == "float") return value.is_float();
   if (name == "boolean") return value.is_bool();

@@ -144,6 +144,9 @@ class Interpreter {
     }
     const size_t n = items.size();
     for (size_t i = 0; i < n; ++i) {
+      // As in Jinja2, each iteration starts with a scope of its own: a name the body sets is
+      // gone at the next iteration, not only after the loop (namespace() carries state over).
+      frames_.back().clear();
       bind_targets(node, items[i]);
       Dict loop;
       loop.set("index", Value(i + 1));

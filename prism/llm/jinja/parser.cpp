@@ -368,15 +368,19 @@ class Parser {
     return left;
   }
 
-  ExprPtr parse_unary() {
+  // As in Jinja2, a sign binds tighter than filters and tests: `-3 | abs` is 3.
+  ExprPtr parse_unary(bool with_filters = true) {
+    ExprPtr value;
     if (at_operator("-") || at_operator("+")) {
       const Token& op = next();
       auto node = make(Expr::Kind::Unary, op.at);
       node->name = op.text;
-      node->object = parse_unary();
-      return node;
+      node->object = parse_unary(false);
+      value = std::move(node);
+    } else {
+      value = parse_postfix(parse_primary());
     }
-    return parse_filters(parse_postfix(parse_primary()));
+    return with_filters ? parse_filters(std::move(value)) : std::move(value);
   }
 
   void parse_call_arguments(Expr& call) {
@@ -413,11 +417,11 @@ class Parser {
         if (accept_operator("(")) {
           parse_call_arguments(*node);
         } else if (peek().kind == Token::Kind::String || peek().kind == Token::Kind::Integer ||
-                   peek().kind == Token::Kind::Float ||
+                   peek().kind == Token::Kind::Float || at_operator("[") || at_operator("{") ||
                    (peek().kind == Token::Kind::Name && !at_name("and") && !at_name("or") &&
                     !at_name("if") && !at_name("else") && !at_name("is") && !at_name("in") &&
                     !at_name("not"))) {
-          // `x is divisibleby 3`, `x is equalto y`: one argument without parentheses.
+          // `x is divisibleby 3`, `x is in [1, 2]`: one argument without parentheses.
           node->items.push_back(parse_postfix(parse_primary()));
         }
         value = std::move(node);

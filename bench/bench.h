@@ -72,6 +72,9 @@ Buffer random_buffer(Platform& p, const Shape& shape);
 double measure_fp32_peak_gflops(int threads);  // independent FMA chains in registers
 // vdpbf16ps chains in registers (bf16 products summed in f32); 0 without AVX-512 BF16.
 double measure_bf16_peak_gflops(int threads);
+// AMX tdpbf16ps on tiles held in the tile registers; 0 without AMX (or without the
+// kernel's permission to use it).
+double measure_amx_bf16_peak_gflops(int threads);
 double measure_triad_gbps(int threads);  // STREAM triad over arrays far larger than cache
 double measure_read_gbps(int threads);   // reading 1 GiB, 4 interleaved streams per thread
 

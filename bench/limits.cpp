@@ -2,7 +2,14 @@
 // its result as a fraction of what this machine can do, measured in the same run.
 #include <immintrin.h>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <thread>
@@ -86,9 +93,76 @@ __attribute__((target("avx512f,avx512bf16"))) void bf16_dot_loop(int64_t iterati
   volatile float sink = _mm512_reduce_add_ps(total);
   (void)sink;
 }
+
+// AMX: tiles of 16 rows x 64 bytes. tdpbf16ps multiplies a 16x32 bf16 tile by a 32x16 one (as 16
+// rows of pairs) into a 16x16 f32 tile: 16 * 16 * 32 * 2 = 16384 flops. Four accumulators from
+// two A and two B tiles, the 2x2 blocking oneDNN's kernels use, keep the unit busy.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+constexpr double kAmxFlopsPerIteration = 4 * 16384.0;
+
+// Whether the CPU has AMX with bf16 and Linux lets this process use its tile registers.
+bool amx_bf16_usable() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  const bool tile = edx & (1u << 24), bf16 = edx & (1u << 22);
+  constexpr long kReqXcompPerm = 0x1023, kXtiledata = 18;
+  return tile && bf16 && syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) == 0;
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) void amx_dot_loop(int64_t iterations) {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) {
+    config.colsb[t] = 64;
+    config.rows[t] = 16;
+  }
+  _tile_loadconfig(&config);
+  alignas(64) uint16_t a[16 * 32], b[16 * 32];
+  for (int i = 0; i < 16 * 32; ++i) {
+    a[i] = 0x3f80;  // 1.0
+    b[i] = 0x3380;  // 2^-24
+  }
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, a, 64);
+  _tile_loadd(5, a, 64);
+  _tile_loadd(6, b, 64);
+  _tile_loadd(7, b, 64);
+  for (int64_t it = 0; it < iterations; ++it) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  alignas(64) float c[16 * 16];
+  _tile_stored(0, c, 64);
+  volatile float sink = c[0];
+  (void)sink;
+  _tile_release();
+}
 #endif
 
 }  // namespace
+
+double measure_amx_bf16_peak_gflops(int threads) {
+#if defined(__x86_64__)
+  static const bool usable = amx_bf16_usable();
+  if (!usable) return 0;
+  const int64_t iterations = 2'000'000;
+  double s = best_seconds([&] { on_threads(threads, [&](int) { amx_dot_loop(iterations); }); });
+  return kAmxFlopsPerIteration * iterations * threads / s / 1e9;
+#else
+  (void)threads;
+  return 0;
+#endif
+}
 
 double measure_bf16_peak_gflops(int threads) {
 #if defined(__x86_64__)

@@ -1,13 +1,18 @@
 // LLM decode and prefill on a random-weight checkpoint of Llama 3.2 1B's shape, side by side
-// with llama.cpp on the same weights (tools/make_bench_llama.py writes them as safetensors and
-// as GGUF; llm_llamacpp_peer.mjs runs llama.cpp through node-llama-cpp), both with the same
-// threads and in bf16. Decode is also put against the bound that memory bandwidth sets on it
-// (every token reads every weight once): bandwidth measured in the same run / bytes per token,
-// the bandwidth taken at the start of each run and, as it moves within seconds on a shared
-// machine, also sampled right before every decode step.
-// Greedy tokens of both are compared: the same ids show that both run the same model.
+// with two peers on the same weights (tools/make_bench_llama.py writes them as safetensors and
+// as GGUF), all with the same threads:
+//   - llama.cpp in bf16 on the GGUF: bench/llamacpp_peer.cpp against the llama.cpp that
+//     scripts/build_llamacpp.sh builds into third_party/llama.cpp;
+//   - PyTorch, eager, in bf16 and in f32 on the safetensors: bench/llm_torch_peer.py with
+//     .venv's Python (a Llama forward with a KV cache in plain torch).
+// Decode is also put against the bound that memory bandwidth sets on it (every token reads
+// every weight once): bandwidth measured in the same run / bytes per token, the bandwidth taken
+// at the start of each run and, as it moves within seconds on a shared machine, also sampled
+// right before every decode step.
+// Greedy tokens of all sides are compared: the same ids show that all run the same model.
 //
-//   prism-bench llm [--model=DIR] [--repeats=N] [--llamacpp=0] [--zero-copy=1]
+//   prism-bench llm [--model=DIR] [--repeats=N] [--llamacpp=0] [--torch=bf16,f32|bf16|f32|0]
+//                   [--zero-copy=1]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -15,8 +20,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
 
 #include "bench/bench.h"
 #include "prism/backends/cpu/cpu_platform.h"
@@ -51,7 +59,7 @@ struct Run {
   double prefill_tok_s = 0, decode_tok_s = 0;
   double read_during_decode = 0;  // GB/s, the median of probes taken between decode steps
   std::vector<int32_t> greedy_long, greedy_short;
-  std::vector<int32_t> forced_short;  // llama.cpp's next ids when fed prism's greedy_short
+  std::vector<int32_t> forced_short;  // a peer's next ids when fed prism's greedy_short
 };
 
 // The checkpoint, written by tools/make_bench_llama.py on first use.
@@ -62,11 +70,11 @@ void ensure_checkpoint(const std::string& dir) {
   }
   std::printf("writing the random checkpoint (safetensors and GGUF, ~5 GB) to %s\n", dir.c_str());
   std::fflush(stdout);
-  std::string command = fmt::format("/usr/bin/python3 '{}/tools/make_bench_llama.py' --out '{}'",
-                                    PRISM_SOURCE_DIR, dir);
+  std::string command = fmt::format("'{}' '{}/tools/make_bench_llama.py' --out '{}'",
+                                    PRISM_VENV_PYTHON, PRISM_SOURCE_DIR, dir);
   PRISM_CHECK(std::system(command.c_str()) == 0,
-              "llm: could not write the checkpoint with tools/make_bench_llama.py (it needs numpy: "
-              "scripts/setup.sh --bench)");
+              "llm: could not write the checkpoint with tools/make_bench_llama.py (it needs numpy "
+              "in .venv: scripts/setup.sh --bench)");
 }
 
 // The flops of a prefill of `tokens` into an empty cache: every projection once per token,
@@ -138,27 +146,23 @@ std::vector<int32_t> parse_ids(const std::string& text) {
   return ids;
 }
 
-// llama.cpp through node-llama-cpp; nothing when the package is not installed.
-std::optional<Run> run_llamacpp(const std::string& dir, int threads,
-                                const std::vector<int32_t>& prompt, const Run& prism) {
-  std::string npm = PRISM_NPM_DIR;
-  if (option("llamacpp", "1") == "0") return std::nullopt;
-  if (!std::filesystem::exists(npm + "/node-llama-cpp/package.json")) return std::nullopt;
-  std::string command =
-      fmt::format("node '{}/bench/llm_llamacpp_peer.mjs' '{}' '{}/model.gguf' {} {} {} {} {} 3 {}",
-                  PRISM_SOURCE_DIR, npm, dir, threads, join(prompt), kDecodeSteps,
-                  join(kShortPrompt), kShortSteps, join(prism.greedy_short));
+// A peer's side: runs `command` and reads the `key value` lines it prints (see
+// bench/llamacpp_peer.cpp).
+Run run_peer(const std::string& name, const std::string& command) {
   std::map<std::string, std::string> lines;
-  if (FILE* pipe = popen(command.c_str(), "r")) {
-    char buf[1 << 16];
-    while (std::fgets(buf, sizeof buf, pipe)) {
-      std::string line(buf);
-      while (!line.empty() && line.back() == '\n') line.pop_back();
-      size_t space = line.find(' ');
-      if (space != std::string::npos) lines[line.substr(0, space)] = line.substr(space + 1);
-    }
-    PRISM_CHECK(pclose(pipe) == 0 && lines.size() == 5,
-                "llm: the llama.cpp peer (bench/llm_llamacpp_peer.mjs) failed");
+  FILE* pipe = popen(command.c_str(), "r");
+  PRISM_CHECK(pipe, "llm: could not start the {} peer", name);
+  char buf[1 << 16];
+  while (std::fgets(buf, sizeof buf, pipe)) {
+    std::string line(buf);
+    while (!line.empty() && line.back() == '\n') line.pop_back();
+    size_t space = line.find(' ');
+    if (space != std::string::npos) lines[line.substr(0, space)] = line.substr(space + 1);
+  }
+  int status = pclose(pipe);
+  for (const char* key :
+       {"prefill_tok_s", "decode_tok_s", "greedy_long", "greedy_short", "forced_short"}) {
+    PRISM_CHECK(status == 0 && lines.contains(key), "llm: the {} peer failed: {}", name, command);
   }
   Run run;
   run.prefill_tok_s = std::stod(lines.at("prefill_tok_s"));
@@ -167,6 +171,71 @@ std::optional<Run> run_llamacpp(const std::string& dir, int threads,
   run.greedy_short = parse_ids(lines.at("greedy_short"));
   run.forced_short = parse_ids(lines.at("forced_short"));
   return run;
+}
+
+// What the peers are given: the model, the threads, the long prompt and its decode steps, the
+// short prompt and its steps, the prefill runs, and prism's greedy ids to feed.
+std::string peer_arguments(const std::string& model, int threads,
+                           const std::vector<int32_t>& prompt, const Run& prism) {
+  return fmt::format("'{}' {} {} {} {} {} 3 {}", model, threads, join(prompt), kDecodeSteps,
+                     join(kShortPrompt), kShortSteps, join(prism.greedy_short));
+}
+
+// One column of the table: prism or a peer.
+struct Side {
+  std::string name;
+  double bytes_factor = 1;  // weight bytes read per token over the checkpoint's (bf16) ones
+  bool bf16 = true;         // whether "% of bf16 peak" applies
+  std::function<Run(const Run& prism)> run;
+};
+
+// The peers that are there; a line each for those that are not.
+std::vector<Side> peers(const std::string& dir, int threads, const std::vector<int32_t>& prompt,
+                        std::vector<std::string>& missing) {
+  std::vector<Side> sides;
+  if (option("llamacpp", "1") != "0") {
+    std::string peer = PRISM_LLAMACPP_DIR "/bin/llamacpp-peer";
+    if (std::filesystem::exists(peer)) {
+      sides.push_back({"llama.cpp", 1, true, [=](const Run& prism) {
+                         return run_peer("llama.cpp",
+                                         fmt::format("'{}' {}", peer,
+                                                     peer_arguments(dir + "/model.gguf", threads,
+                                                                    prompt, prism)));
+                       }});
+    } else {
+      missing.push_back(
+          "llama.cpp: not available (scripts/setup.sh --bench builds it into "
+          "third_party/llama.cpp)");
+    }
+  }
+  std::vector<std::string> dtypes;
+  if (std::string list = option("torch", "bf16,f32"); list != "0") {
+    std::stringstream in(list);
+    for (std::string dtype; std::getline(in, dtype, ',');) {
+      PRISM_CHECK(dtype == "bf16" || dtype == "f32",
+                  "llm: --torch takes bf16, f32, both comma separated, or 0; not '{}'", dtype);
+      dtypes.push_back(dtype);
+    }
+  }
+  if (!dtypes.empty()) {
+    std::string check =
+        fmt::format("'{}' -c 'import torch, safetensors' >/dev/null 2>&1", PRISM_VENV_PYTHON);
+    if (std::system(check.c_str()) == 0) {
+      for (const std::string& dtype : dtypes) {
+        std::string name = "torch " + dtype;
+        sides.push_back({name, dtype == "f32" ? 2.0 : 1.0, dtype == "bf16", [=](const Run& prism) {
+                           return run_peer(
+                               name,
+                               fmt::format("'{}' '{}/bench/llm_torch_peer.py' {} --dtype={}",
+                                           PRISM_VENV_PYTHON, PRISM_SOURCE_DIR,
+                                           peer_arguments(dir, threads, prompt, prism), dtype));
+                         }});
+      }
+    } else {
+      missing.push_back("PyTorch: not available (scripts/setup.sh --bench installs it into .venv)");
+    }
+  }
+  return sides;
 }
 
 // How many leading ids agree.
@@ -187,37 +256,40 @@ void llm_bench() {
   options.load.zero_copy = option("zero-copy", "0") != "0";
   llm::Engine engine(dir, cpu, options);
   // A decode step reads every stored weight once (the tied embedding for the logits; its one
-  // row for the input is not counted), all in bf16 as stored.
+  // row for the input is not counted), all in bf16 as stored (twice that in f32).
   const io::Store store = io::Store::open(dir);
   double bytes = static_cast<double>(store.total_bytes());
   const double flops = prefill_flops(store, dir, kPromptTokens);
-  const double bf16_peak = measure_bf16_peak_gflops(threads);
+  // The bf16 peak: AMX's where the CPU has it (oneDNN's products use it then), else AVX-512's.
+  const double vdp_peak = measure_bf16_peak_gflops(threads);
+  const double amx_peak = measure_amx_bf16_peak_gflops(threads);
+  const double bf16_peak = std::max(vdp_peak, amx_peak);
+  const std::string peak_source =
+      amx_peak > vdp_peak ? fmt::format("AMX tdpbf16ps; vdpbf16ps {:.0f}", vdp_peak) : "vdpbf16ps";
   std::vector<int32_t> prompt = long_prompt();
 
+  std::vector<std::string> missing;
+  std::vector<Side> sides{{"prism", 1, true, nullptr}};
+  for (Side& peer : peers(dir, threads, prompt, missing)) sides.push_back(std::move(peer));
+  const size_t n = sides.size();
+
   ReadProbe probe(threads);
-  std::vector<double> triad, read, read_during, prefill[2], decode[2];
-  Run last[2];
-  bool peer = true;
+  std::vector<double> triad, read, read_during;
+  std::vector<std::vector<double>> prefill(n), decode(n);
+  std::vector<Run> last(n);
   for (int r = 0; r < repeats; ++r) {
     triad.push_back(measure_triad_gbps(threads));
     read.push_back(probe.best_gbps());
     last[0] = run_prism(engine, prompt, probe);
     read_during.push_back(last[0].read_during_decode);
-    std::optional<Run> l = run_llamacpp(dir, threads, prompt, last[0]);
-    peer = l.has_value();
-    if (peer) last[1] = *l;
-    for (int s = 0; s < (peer ? 2 : 1); ++s) {
+    for (size_t s = 1; s < n; ++s) last[s] = sides[s].run(last[0]);
+    std::printf("run %d: triad %.1f GB/s, read %.1f GB/s (%.1f between decode steps)", r + 1,
+                triad.back(), read.back(), read_during.back());
+    for (size_t s = 0; s < n; ++s) {
       prefill[s].push_back(last[s].prefill_tok_s);
       decode[s].push_back(last[s].decode_tok_s);
-    }
-    std::printf(
-        "run %d: triad %.1f GB/s, read %.1f GB/s (%.1f between decode steps); prism prefill "
-        "%.1f, decode %.2f tok/s",
-        r + 1, triad.back(), read.back(), read_during.back(), last[0].prefill_tok_s,
-        last[0].decode_tok_s);
-    if (peer) {
-      std::printf("; llama.cpp prefill %.1f, decode %.2f tok/s", last[1].prefill_tok_s,
-                  last[1].decode_tok_s);
+      std::printf("; %s prefill %.1f, decode %.2f tok/s", sides[s].name.c_str(),
+                  last[s].prefill_tok_s, last[s].decode_tok_s);
     }
     std::printf("\n");
     std::fflush(stdout);
@@ -233,58 +305,82 @@ void llm_bench() {
       "\nLlama 3.2 1B shape, random bf16 weights, %d threads, medians of %d runs\n"
       "%.2f GB of weights read per token: roofline %.2f tok/s at triad bandwidth (%.1f GB/s), "
       "%.2f at read bandwidth (%.1f GB/s)\n"
-      "%.2f TFLOP in a 512-token prefill; bf16 dot peak %.0f GFLOP/s (measured, vdpbf16ps)\n\n",
+      "%.2f TFLOP in a 512-token prefill; bf16 dot peak %.0f GFLOP/s (measured, %s)\n\n",
       threads, repeats, bytes / 1e9, median(triad) * 1e9 / bytes, median(triad),
-      median(read) * 1e9 / bytes, median(read), flops / 1e12, bf16_peak);
-  std::printf("%-24s %10s %10s %10s\n", "", "prism", "llama.cpp", "ratio");
-  auto row = [&](const char* what, std::vector<double>* v, const char* format) {
+      median(read) * 1e9 / bytes, median(read), flops / 1e12, bf16_peak, peak_source.c_str());
+  // Columns: prism, then each peer with the ratio prism / peer beside it.
+  std::printf("%-24s %10s", "", "prism");
+  for (size_t s = 1; s < n; ++s) std::printf(" %10s %9s", sides[s].name.c_str(), "ratio");
+  std::printf("\n");
+  auto row = [&](const char* what, std::vector<std::vector<double>>& v, const char* format) {
     std::printf("%-24s %10s", what, fmt::format(fmt::runtime(format), median(v[0])).c_str());
-    if (peer) {
-      std::printf(" %10s %9.2fx", fmt::format(fmt::runtime(format), median(v[1])).c_str(),
-                  per_run([&](int r) { return v[0][r] / v[1][r]; }));
+    for (size_t s = 1; s < n; ++s) {
+      std::printf(" %10s %8.2fx", fmt::format(fmt::runtime(format), median(v[s])).c_str(),
+                  per_run([&](int r) { return v[0][r] / v[s][r]; }));
     }
     std::printf("\n");
   };
+  // A row of percentages under the sides' columns; empty where `value` gives nothing.
+  auto percent_row = [&](const std::string& what, auto value) {
+    std::string line = fmt::format("{:<24}", what);
+    for (size_t s = 0; s < n; ++s) {
+      std::optional<double> v = value(s);
+      std::string cell = v ? fmt::format("{:.0f}%", *v) : "";
+      line += fmt::format("{} {:>10}", s >= 2 ? "          " : "", cell);  // past a ratio
+    }
+    line.erase(line.find_last_not_of(' ') + 1);
+    std::printf("%s\n", line.c_str());
+  };
   row("prefill 512, tok/s", prefill, "{:.1f}");
   if (bf16_peak > 0) {
-    std::printf("%-24s", "prefill, % of bf16 peak");
-    for (int s = 0; s < (peer ? 2 : 1); ++s) {
-      std::printf(" %9.0f%%", 100 * median(prefill[s]) / kPromptTokens * flops / 1e9 / bf16_peak);
-    }
-    std::printf("\n");
+    percent_row("prefill, % of bf16 peak", [&](size_t s) -> std::optional<double> {
+      if (!sides[s].bf16) return std::nullopt;
+      return 100 * median(prefill[s]) / kPromptTokens * flops / 1e9 / bf16_peak;
+    });
   }
   row("decode, tok/s", decode, "{:.2f}");
   for (auto [name, gbps] : {std::pair{"triad", &triad}, std::pair{"read", &read}}) {
-    std::printf("%-24s", fmt::format("decode, % of {} roof", name).c_str());
-    for (int s = 0; s < (peer ? 2 : 1); ++s) {
-      std::printf(" %9.0f%%",
-                  per_run([&](int r) { return 100 * decode[s][r] * bytes / 1e9 / (*gbps)[r]; }));
+    percent_row(fmt::format("decode, % of {} roof", name), [&](size_t s) -> std::optional<double> {
+      return per_run([&](int r) {
+        return 100 * decode[s][r] * bytes * sides[s].bytes_factor / 1e9 / (*gbps)[r];
+      });
+    });
+  }
+  percent_row("decode, % of read during", [&](size_t s) -> std::optional<double> {
+    if (s) return std::nullopt;
+    return per_run([&](int r) { return 100 * decode[0][r] * bytes / 1e9 / read_during[r]; });
+  });
+  if (n > 1) {
+    std::printf(
+        "\ngreedy ids (last run), each peer against prism: how many leading ids agree after "
+        "the short prompt and after the 512-token one; and fed prism's ids after the short "
+        "prompt, at how many steps its most likely next id is prism's\n");
+    std::printf("%-12s %14s %14s %14s\n", "", "short prompt", "512-token", "fed prism's");
+    for (size_t s = 1; s < n; ++s) {
+      size_t forced = 0;
+      for (size_t i = 0; i < last[s].forced_short.size() && i < last[0].greedy_short.size(); ++i)
+        forced += last[s].forced_short[i] == last[0].greedy_short[i];
+      std::printf("%-12s %14s %14s %14s\n", sides[s].name.c_str(),
+                  fmt::format("{} of {}", agreeing(last[0].greedy_short, last[s].greedy_short),
+                              last[0].greedy_short.size())
+                      .c_str(),
+                  fmt::format("{} of {}", agreeing(last[0].greedy_long, last[s].greedy_long),
+                              last[0].greedy_long.size())
+                      .c_str(),
+                  fmt::format("{} of {}", forced, last[s].forced_short.size()).c_str());
     }
-    std::printf("\n");
+    std::printf("greedy ids after the short prompt:\n");
+    for (size_t s = 0; s < n; ++s) {
+      std::printf("  %-11s %s\n", sides[s].name.c_str(), join(last[s].greedy_short).c_str());
+    }
   }
-  std::printf("%-24s %9.0f%%\n", "decode, % of read during",
-              per_run([&](int r) { return 100 * decode[0][r] * bytes / 1e9 / read_during[r]; }));
-  if (!peer) {
-    std::printf("\nllama.cpp: not available (scripts/setup.sh --bench installs node-llama-cpp)\n");
-    return;
-  }
-  std::printf(
-      "\ngreedy ids, prism vs llama.cpp (last run): %zu of %zu agree after the short "
-      "prompt, %zu of %zu after the 512-token one\n",
-      agreeing(last[0].greedy_short, last[1].greedy_short), last[0].greedy_short.size(),
-      agreeing(last[0].greedy_long, last[1].greedy_long), last[0].greedy_long.size());
-  size_t forced = 0;
-  for (size_t i = 0; i < last[1].forced_short.size(); ++i)
-    forced += last[1].forced_short[i] == last[0].greedy_short[i];
-  std::printf("  prism     %s\n  llama.cpp %s\n", join(last[0].greedy_short).c_str(),
-              join(last[1].greedy_short).c_str());
-  std::printf(
-      "fed prism's ids after the short prompt, llama.cpp's most likely next id is prism's "
-      "at %zu of %zu steps\n",
-      forced, last[1].forced_short.size());
+  if (!missing.empty()) std::printf("\n");
+  for (const std::string& line : missing) std::printf("%s\n", line.c_str());
 }
 
-const Register kLlm{"llm", "Llama 3.2 1B-shaped decode and prefill, side by side with llama.cpp",
+const Register kLlm{"llm",
+                    "Llama 3.2 1B-shaped decode and prefill, side by side with llama.cpp and "
+                    "PyTorch",
                     llm_bench};
 
 }  // namespace

@@ -7,7 +7,7 @@
 #                             (PyTorch, transformers, Hugging Face tokenizers)
 #   scripts/setup.sh --bench  also the peers `prism-bench` compares with: llama.cpp, built
 #                             from the source in llama-cpp-python's source distribution, and
-#                             PyTorch and Hugging Face tokenizers
+#                             PyTorch and Hugging Face tokenizers (both options may be given)
 # Python packages go into a virtual environment of the project's own, .venv/ (ignored by git),
 # each purpose from its pinned requirements file in scripts/requirements/.
 set -euo pipefail
@@ -35,12 +35,13 @@ packages=(
   python3 python3-venv xz-utils
 )
 purposes=(tests)
-case "${1:-}" in
-  "") ;;
-  --tools) purposes+=(tools) ;;
-  --bench) purposes+=(bench) ;;
-  *) echo "setup: unknown option '$1' (use --tools or --bench)" >&2 && exit 2 ;;
-esac
+for arg in "$@"; do
+  case "$arg" in
+    --tools) purposes+=(tools) ;;
+    --bench) purposes+=(bench) ;;
+    *) echo "setup: unknown option '$arg' (use --tools and/or --bench)" >&2 && exit 2 ;;
+  esac
+done
 
 sudo_cmd=()
 if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi

@@ -211,10 +211,12 @@ void BpeModel::tokenize(std::string_view piece, std::vector<int32_t>& out) const
       return;
     }
   }
-  const bool cacheable = piece.size() <= kLongestCachedPiece;
-  if (cacheable) {
-    std::lock_guard lock(cache_mutex_);
-    if (auto it = cache_.find(piece); it != cache_.end()) {
+  CacheShard* shard = nullptr;
+  if (piece.size() <= kLongestCachedPiece) {
+    // The shard from the hash's high bits: the map indexes its buckets by the low ones.
+    shard = &cache_[(StringHash{}(piece) >> 32) % kCacheShards];
+    std::lock_guard lock(shard->mutex);
+    if (auto it = shard->pieces.find(piece); it != shard->pieces.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
     }
@@ -224,10 +226,10 @@ void BpeModel::tokenize(std::string_view piece, std::vector<int32_t>& out) const
   initial_symbols(piece, symbols);
   apply_merges(symbols);
   out.insert(out.end(), symbols.begin(), symbols.end());
-  if (cacheable) {
-    std::lock_guard lock(cache_mutex_);
-    if (cache_.size() >= kCacheCapacity) cache_.clear();
-    cache_.emplace(std::string(piece), std::move(symbols));
+  if (shard) {
+    std::lock_guard lock(shard->mutex);
+    if (shard->pieces.size() >= kCacheCapacity / kCacheShards) shard->pieces.clear();
+    shard->pieces.emplace(std::string(piece), std::move(symbols));
   }
 }
 

@@ -170,7 +170,7 @@ def _tokenizer_json(model, added_tokens, normalizer=None, pre_tokenizer=None, po
     }
 
 
-def _bpe(vocab, merges, **options):
+def bpe_model(vocab, merges, **options):
     model = {
         "type": "BPE",
         "dropout": None,
@@ -226,7 +226,7 @@ def make_handmade_tokenizers(corpus):
                 {"type": "Strip", "content": " ", "start": 1, "stop": 0},
             ],
         },
-        model=_bpe(vocab, [f"{a} {b}" for a, b in merges], unk_token="<unk>", byte_fallback=True, fuse_unk=True),
+        model=bpe_model(vocab, [f"{a} {b}" for a, b in merges], unk_token="<unk>", byte_fallback=True, fuse_unk=True),
         added_tokens=[
             _added_token(0, "<unk>"),
             _added_token(1, "<s>"),
@@ -264,7 +264,7 @@ def make_handmade_tokenizers(corpus):
             ],
         },
         decoder={"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
-        model=_bpe(vocab, merges, unk_token="<unk>"),
+        model=bpe_model(vocab, merges, unk_token="<unk>"),
         added_tokens=[_added_token(0, "<unk>"), _added_token(1, "<mask>", lstrip=True)],
     )
 
@@ -289,7 +289,7 @@ def make_handmade_tokenizers(corpus):
         pre_tokenizer={"type": "BertPreTokenizer"},
         post_processor={"type": "BertProcessing", "sep": ["[SEP]", 3], "cls": ["[CLS]", 2]},
         decoder={"type": "WordPiece", "prefix": "##", "cleanup": True},
-        model=_bpe(vocab, merges, unk_token="[UNK]"),
+        model=bpe_model(vocab, merges, unk_token="[UNK]"),
         added_tokens=[_added_token(i, t) for i, t in enumerate(specials)],
     )
 
@@ -317,7 +317,7 @@ def make_handmade_tokenizers(corpus):
             "add_prefix_space": True,
         },
         decoder={"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
-        model=_bpe(byte_vocab, byte_merges),
+        model=bpe_model(byte_vocab, byte_merges),
         added_tokens=[
             _added_token(0, "<s>"),
             _added_token(1, "<pad>"),
@@ -338,7 +338,7 @@ def make_handmade_tokenizers(corpus):
                 ],
             },
             decoder={"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
-            model=_bpe(byte_vocab, byte_merges, ignore_merges=True),
+            model=bpe_model(byte_vocab, byte_merges, ignore_merges=True),
             added_tokens=[_added_token(0, "<s>"), _added_token(2, "</s>")],
         )
 
@@ -357,7 +357,7 @@ def make_handmade_tokenizers(corpus):
                 {"type": "Strip", "content": "<", "start": 1, "stop": 0},
             ],
         },
-        model=_bpe(vocab, merges, unk_token="<unk>"),
+        model=bpe_model(vocab, merges, unk_token="<unk>"),
         added_tokens=[_added_token(0, "<unk>")],
     )
     return tokenizers

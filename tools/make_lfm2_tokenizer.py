@@ -23,7 +23,7 @@ import os
 import sys
 
 import make_tokenizer_fixtures as fixtures
-from handmade_tokenizers import BYTE_LEVEL_CHARS, byte_level, js_regex, learn_merges
+from handmade_tokenizers import BYTE_LEVEL_CHARS, bpe_model, byte_level, js_regex, learn_merges
 from tokenizer_fixture_inputs import CONVERSATIONS, EDGE_STRINGS, FIXTURE_STRINGS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -150,18 +150,7 @@ def make_tokenizer():
             "special_tokens": {bos: {"id": bos, "ids": [1], "tokens": [bos]}},
         },
         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": None,
-            "end_of_word_suffix": None,
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": False,
-            "vocab": vocab,
-            "merges": [f"{a} {b}" for a, b in merges],
-        },
+        "model": bpe_model(vocab, [f"{a} {b}" for a, b in merges]),
     }
 
 

@@ -1,5 +1,6 @@
 #include "prism/compiler/compile.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
@@ -47,6 +48,43 @@ ir::Graph optimize(ir::Graph graph, const Platform& platform) {
   return graph;
 }
 
+size_t CompileCache::size() const {
+  std::lock_guard lock(mutex_);
+  return entries_.size();
+}
+
+void CompileCache::clear() {
+  std::lock_guard lock(mutex_);
+  entries_.clear();
+}
+
+std::optional<Executable> CompileCache::find(Platform& platform, uint64_t hash,
+                                             const ir::Graph& traced,
+                                             const std::vector<int>& donate) {
+  std::lock_guard lock(mutex_);
+  auto [begin, end] = entries_.equal_range(hash);
+  for (auto it = begin; it != end; ++it) {
+    Entry& e = it->second;
+    if (e.platform == &platform && e.donate == donate && e.traced == traced) {
+      e.last_use = ++uses_;
+      return Executable(platform, e.impl, e.graph);
+    }
+  }
+  return std::nullopt;
+}
+
+void CompileCache::insert(uint64_t hash, Entry entry) {
+  std::lock_guard lock(mutex_);
+  entry.last_use = ++uses_;
+  entries_.emplace(hash, std::move(entry));
+  if (capacity_ > 0 && entries_.size() > capacity_) {
+    auto oldest = std::min_element(entries_.begin(), entries_.end(), [](auto& a, auto& b) {
+      return a.second.last_use < b.second.last_use;
+    });
+    entries_.erase(oldest);
+  }
+}
+
 Executable compile(Platform& platform, const TraceFn& fn, std::vector<Shape> inputs,
                    const CompileOptions& options) {
   ir::Graph traced = trace(fn, inputs);
@@ -54,19 +92,18 @@ Executable compile(Platform& platform, const TraceFn& fn, std::vector<Shape> inp
     PRISM_CHECK(d >= 0 && d < static_cast<int>(inputs.size()),
                 "compile: donated input {} out of range ({} inputs)", d, inputs.size());
   }
-  uint64_t key = traced.hash();
-  for (int d : options.donate) key = key * 31 + static_cast<uint64_t>(d) + 1;
-  {
-    std::lock_guard lock(platform.cache_mutex);
-    auto it = platform.cache.find(key);
-    if (it != platform.cache.end()) {
-      return Executable(platform, it->second.impl, it->second.graph);
-    }
+  CompileCache* cache = options.cache;
+  const uint64_t hash = cache ? traced.hash() : 0;
+  if (cache) {
+    if (auto found = cache->find(platform, hash, traced, options.donate)) return *found;
   }
+  std::optional<ir::Graph> kept;
+  if (cache) kept = traced;  // the cache compares the traced graph, before the passes
   auto graph = std::make_shared<const ir::Graph>(optimize(std::move(traced), platform));
   std::shared_ptr<ExecutableImpl> impl = platform.compile(*graph, CompileSpec{options.donate});
-  std::lock_guard lock(platform.cache_mutex);
-  platform.cache[key] = {impl, graph};
+  if (cache) {
+    cache->insert(hash, {&platform, std::move(*kept), options.donate, impl, graph, 0});
+  }
   return Executable(platform, impl, graph);
 }
 
@@ -147,7 +184,9 @@ std::vector<HostBuffer> run(const TraceFn& fn, std::span<const HostBuffer> input
   std::vector<Shape> shapes;
   for (const HostBuffer& h : inputs) shapes.push_back(h.shape());
   Platform& p = platform ? *platform : get_platform("cpu");
-  Executable exe = compile(p, fn, shapes);
+  // Never destroyed: its programs may hold a platform's memory, and platforms live until exit.
+  static CompileCache& recent = *new CompileCache(256);
+  Executable exe = compile(p, fn, shapes, {.cache = &recent});
   PRISM_CHECK(exe.parameters().empty(), "run: the function uses parameters (\"{}\"); use compile",
               exe.parameters().front().name);
   std::vector<Buffer> in;

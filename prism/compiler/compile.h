@@ -4,16 +4,21 @@
 //                             {Shape(DType::f32, {{"s", 7}, {"d", 64}}), ...});
 //   std::vector<Buffer> out = exe.call(params, inputs);
 //
-// Compiles are cached per platform by graph hash, so tracing again is the only repeated cost.
+// A compile traces, optimizes and hands the graph to the platform every time, unless the
+// caller passes a CompileCache: its owner (an llm::Engine, a server, a test) keeps the programs
+// it compiled, and they are freed with it.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -24,8 +29,12 @@ namespace prism {
 
 using TraceFn = std::function<std::vector<Tensor>(std::span<const Tensor>)>;
 
+class CompileCache;
+
 struct CompileOptions {
   std::vector<int> donate;  // inputs updated in place (a KV cache): do not reuse them after call
+  // Where to look for the program before compiling it, and to keep it after; none: compile.
+  CompileCache* cache = nullptr;
 };
 
 class Executable {
@@ -60,6 +69,40 @@ class Executable {
   std::shared_ptr<const ir::Graph> graph_;
   std::vector<Parameter> parameters_;
   std::vector<Shape> inputs_, outputs_;
+};
+
+// Compiled programs, owned by whoever holds the cache and freed with it. A program is found
+// again when its traced graph is equal, node for node, to one compiled before for the same
+// platform and donated inputs (the graph's hash only picks the bucket). Thread-safe.
+class CompileCache {
+ public:
+  // `capacity`: the most programs kept, the least recently used dropped first; 0: no limit.
+  explicit CompileCache(size_t capacity = 0) : capacity_(capacity) {}
+  CompileCache(const CompileCache&) = delete;
+  CompileCache& operator=(const CompileCache&) = delete;
+
+  size_t size() const;
+  // Drops every program (executables handed out keep theirs alive until they go).
+  void clear();
+
+ private:
+  friend Executable compile(Platform&, const TraceFn&, std::vector<Shape>, const CompileOptions&);
+  struct Entry {
+    Platform* platform;
+    ir::Graph traced;
+    std::vector<int> donate;
+    std::shared_ptr<ExecutableImpl> impl;
+    std::shared_ptr<const ir::Graph> graph;
+    uint64_t last_use;
+  };
+  std::optional<Executable> find(Platform& platform, uint64_t hash, const ir::Graph& traced,
+                                 const std::vector<int>& donate);
+  void insert(uint64_t hash, Entry entry);
+
+  mutable std::mutex mutex_;
+  size_t capacity_;
+  uint64_t uses_ = 0;
+  std::unordered_multimap<uint64_t, Entry> entries_;
 };
 
 // Records fn applied to symbolic inputs of the given shapes.
@@ -129,7 +172,8 @@ requires(!std::is_convertible_v<F, TraceFn>) Executable
 }
 
 // Compiles fn on `platform` (the CPU by default) and runs it on host data: a one-call helper
-// for tests and experiments. Parameters are not allowed (use compile + call).
+// for tests and experiments, which run the same small programs again and again, so it keeps
+// the 256 it used last. Parameters are not allowed (use compile + call).
 std::vector<HostBuffer> run(const TraceFn& fn, std::span<const HostBuffer> inputs,
                             Platform* platform = nullptr);
 template <typename F>

@@ -152,6 +152,8 @@ class Graph {
 
   // Structural hash: ops, shapes, attributes, constants' bytes, parameter names.
   uint64_t hash() const;
+  // Node for node, and the same outputs: what the hash summarizes, compared in full.
+  bool operator==(const Graph& o) const { return nodes_ == o.nodes_ && outputs_ == o.outputs_; }
 
  private:
   std::vector<Node> nodes_;

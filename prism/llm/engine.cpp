@@ -44,10 +44,10 @@ Engine::Engine(const std::string& model_uri, Platform& platform, const EngineOpt
 }
 
 Executable compile_step(Platform& platform, const models::CausalLM& model, int64_t window,
-                        int64_t seqlen) {
+                        int64_t seqlen, CompileCache* cache) {
   std::vector<Shape> inputs{Shape(DType::i32, {{"s", window}}), Shape::scalar(DType::i32),
                             Shape::scalar(DType::i32)};
-  CompileOptions options;
+  CompileOptions options{.cache = cache};
   for (const models::StateSpec& s : model.state_specs(seqlen)) {
     options.donate.push_back(static_cast<int>(inputs.size()));
     inputs.push_back(s.shape);
@@ -72,7 +72,9 @@ void Engine::reset() {
 Executable& Engine::executable(int64_t window) {
   auto it = executables_.find(window);
   if (it != executables_.end()) return it->second;
-  return executables_.emplace(window, compile_step(platform_, *model_, window, options_.seqlen))
+  return executables_
+      .emplace(window, compile_step(platform_, *model_, window, options_.seqlen,
+                                    options_.compile_cache.get()))
       .first->second;
 }
 

@@ -1,6 +1,6 @@
-// The LLM engine: a model's executables (one per window size, compiled on first use and
-// cached), its weights on the device, and its decode state (KV caches, recurrent and
-// convolution states), kept on the device between calls and updated in place. Feeding tokens
+// The LLM engine: a model's executables (one per window size, compiled on first use and kept
+// while the engine lives), its weights on the device, and its decode state (KV caches, recurrent
+// and convolution states), kept on the device between calls and updated in place. Feeding tokens
 // appends to the conversation: a chat turn prefills only the new tokens.
 #pragma once
 
@@ -23,13 +23,17 @@ struct EngineOptions {
   // local file: on the CPU the copy sits in 2 MiB pages, and decoding ran ~40 % faster from it
   // than from the page cache's 4 KiB pages (docs/llm.md, Performance). zero_copy = true maps.
   io::LoadOptions load{.zero_copy = false};
+  // Engines that run the same model with the same options can share their programs: each
+  // compiles through this cache when one is given, and the programs live while a holder does.
+  // Without one, an engine compiles its own and frees them when it goes.
+  std::shared_ptr<CompileCache> compile_cache;
 };
 
 // The model's step over a window of `window` tokens for conversations of up to `seqlen`
 // positions, compiled with the states donated. Inputs: tokens {s} (i32), start and last (i32
 // scalars), then the states; outputs: the logits at `last`, then the updated states.
 Executable compile_step(Platform& platform, const models::CausalLM& model, int64_t window,
-                        int64_t seqlen);
+                        int64_t seqlen, CompileCache* cache = nullptr);
 
 class Engine {
  public:

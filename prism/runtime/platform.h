@@ -2,15 +2,14 @@
 // instance (the CPU, an OpenCL device, a CUDA GPU, a PJRT plugin), chosen at run time by name.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "prism/core/host_buffer.h"
@@ -64,12 +63,22 @@ struct CompileSpec {
 // A backend's compiled program.
 class ExecutableImpl {
  public:
-  virtual ~ExecutableImpl() = default;
+  ExecutableImpl() { live_.fetch_add(1, std::memory_order_relaxed); }
+  ExecutableImpl(const ExecutableImpl&) = delete;
+  ExecutableImpl& operator=(const ExecutableImpl&) = delete;
+  virtual ~ExecutableImpl() { live_.fetch_sub(1, std::memory_order_relaxed); }
+  // How many compiled programs exist in this process: each holds its working memory, so the
+  // tests check with it that whoever owns executables frees them.
+  static size_t live() { return live_.load(std::memory_order_relaxed); }
+
   // `params` in the order of Graph::parameters(), `inputs` by position.
   virtual std::vector<Buffer> call(std::span<const Buffer> params,
                                    std::span<const Buffer> inputs) = 0;
   // Puts `params` in the layout call() reads fastest now rather than on the first call.
   virtual void prepare(std::span<const Buffer> params) { (void)params; }
+
+ private:
+  static inline std::atomic<size_t> live_{0};
 };
 
 class Platform {
@@ -99,14 +108,6 @@ class Platform {
   virtual bool supports(const ir::Node& node) const = 0;
   virtual std::unique_ptr<ExecutableImpl> compile(const ir::Graph& graph,
                                                   const CompileSpec& spec) = 0;
-
-  // Compiled programs by graph hash (see prism/compiler/compile.h).
-  struct CacheEntry {
-    std::shared_ptr<ExecutableImpl> impl;
-    std::shared_ptr<const ir::Graph> graph;
-  };
-  std::mutex cache_mutex;
-  std::unordered_map<uint64_t, CacheEntry> cache;
 };
 
 // The platforms this binary knows, whether each is compiled in and usable on this machine.

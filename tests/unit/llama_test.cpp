@@ -180,6 +180,35 @@ TEST(Llama, RunsFromS3) {
 namespace prism {
 namespace {
 
+// An engine owns its programs: they, and the working memory each holds, go with it. Engines
+// given one compile cache share their programs, which live while the cache does.
+TEST(Llama, AnEngineFreesItsProgramsAndSharesThemOnlyThroughACache) {
+  const size_t before = ExecutableImpl::live();
+  Reference ref = reference("tiny-f32");
+  {
+    llm::Engine engine(fixture("tiny-f32"), get_platform("cpu"), options(DType::f32));
+    engine.feed(ref.prompt);
+    engine.feed(std::vector<int32_t>{ref.greedy[0]});
+    EXPECT_GE(ExecutableImpl::live(), before + 2);  // a prefill window and the decode step
+  }
+  EXPECT_EQ(ExecutableImpl::live(), before);
+
+  llm::EngineOptions shared = options(DType::f32);
+  shared.compile_cache = std::make_shared<CompileCache>();
+  {
+    llm::Engine first(fixture("tiny-f32"), get_platform("cpu"), shared);
+    first.feed(ref.prompt);
+    const size_t programs = ExecutableImpl::live();
+    llm::Engine second(fixture("tiny-f32"), get_platform("cpu"), shared);
+    EXPECT_EQ(greedy(second, second.feed(ref.prompt), 4),
+              std::vector<int32_t>(ref.greedy.begin(), ref.greedy.begin() + 4));
+    EXPECT_EQ(ExecutableImpl::live(), programs);  // nothing compiled again
+  }
+  EXPECT_EQ(ExecutableImpl::live(), before + shared.compile_cache->size());
+  shared.compile_cache.reset();
+  EXPECT_EQ(ExecutableImpl::live(), before);
+}
+
 TEST(Llama, CachedDecodingEqualsRecomputation) {
   Reference ref = reference("tiny-f32");
   Platform& cpu = get_platform("cpu");

@@ -150,12 +150,15 @@ TEST(Tensor, ParametersAreBoundByName) {
             "call: parameter \"layer.w\" is f32{d=3,o=2} but the executable expects f32{d=2,o=2}");
 }
 
-TEST(Tensor, CompilesAreCached) {
+TEST(Tensor, CompilesAreCachedWhereTheCallerKeepsACache) {
   Platform& cpu = get_platform("cpu");
   auto fn = [](Tensor x) { return (x * 2.0).exp(); };
-  Executable a = compile(cpu, fn, {S({{"n", 5}})});
-  Executable b = compile(cpu, fn, {S({{"n", 5}})});
+  CompileCache cache;
+  Executable a = compile(cpu, fn, {S({{"n", 5}})}, {.cache = &cache});
+  Executable b = compile(cpu, fn, {S({{"n", 5}})}, {.cache = &cache});
   EXPECT_EQ(&a.graph(), &b.graph());
+  Executable c = compile(cpu, fn, {S({{"n", 5}})});
+  EXPECT_NE(&a.graph(), &c.graph());
 }
 
 }  // namespace

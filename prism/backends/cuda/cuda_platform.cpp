@@ -80,7 +80,6 @@ CudaPlatform::~CudaPlatform() {
   // release what we can and report nothing.
   const auto& drv = driver_library();
   if (!drv.ok) return;
-  cache.clear();  // executables hold modules and arena blocks of this context
   blocks_->release();
   if (workspace_) drv.api.cuMemFree_v2(workspace_);
   if (lt_handle_ && cublaslt_library().ok) cublaslt_library().api.cublasLtDestroy(lt_handle_);

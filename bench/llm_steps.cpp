@@ -46,6 +46,7 @@ void llm_steps_bench(const std::string& title,
       weights.emplace(p.name, target.allocate(p.shape));
       bytes += p.shape.bytes();
     }
+    weights = decode.prepare(std::move(weights));  // as the engine does after loading
     std::vector<Buffer> states;
     for (const models::StateSpec& s : model->state_specs(seqlen)) {
       states.push_back(target.allocate(s.shape));

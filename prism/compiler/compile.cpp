@@ -167,7 +167,8 @@ std::vector<Buffer> Executable::call(const std::map<std::string, Buffer, std::le
   return call(by_position("call", parameters_, params), inputs);
 }
 
-void Executable::prepare(const std::map<std::string, Buffer, std::less<>>& params) const {
+std::map<std::string, Buffer, std::less<>> Executable::prepare(
+    std::map<std::string, Buffer, std::less<>> params) const {
   std::vector<Buffer> ordered = by_position("prepare", parameters_, params);
   for (size_t i = 0; i < ordered.size(); ++i) {
     PRISM_CHECK(ordered[i].shape().sizes() == parameters_[i].shape.sizes() &&
@@ -175,8 +176,16 @@ void Executable::prepare(const std::map<std::string, Buffer, std::less<>>& param
                     &ordered[i].platform() == platform_,
                 "prepare: parameter \"{}\" is not the executable's {} on {}", parameters_[i].name,
                 parameters_[i].shape.str(), platform_->name());
+    params.erase(parameters_[i].name);  // held once, so the platform may lay it out in place
   }
-  impl_->prepare(ordered);
+  std::vector<Buffer> prepared = impl_->prepare(std::move(ordered));
+  PRISM_CHECK(prepared.size() == parameters_.size(),
+              "prepare: the platform returned {} of {} buffers", prepared.size(),
+              parameters_.size());
+  for (size_t i = 0; i < prepared.size(); ++i) {
+    params.emplace(parameters_[i].name, std::move(prepared[i]));
+  }
+  return params;
 }
 
 std::vector<HostBuffer> run(const TraceFn& fn, std::span<const HostBuffer> inputs,

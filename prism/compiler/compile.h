@@ -59,9 +59,14 @@ class Executable {
   std::vector<Buffer> call(const std::map<std::string, Buffer, std::less<>>& params,
                            std::span<const Buffer> inputs) const;
 
-  // Lets the platform put the parameters in the layout it reads fastest now, at load time,
-  // rather than on the first call (the CPU keeps the weights of products blocked).
-  void prepare(const std::map<std::string, Buffer, std::less<>>& params) const;
+  // The parameters in the layout the platform reads fastest, by name: each the buffer given,
+  // or a copy laid out anew (the CPU keeps the weights of products blocked). Use those from
+  // then on, with this executable and any other that reads them alike; the buffers given are
+  // not changed, and whatever reads the new ones from outside (download, write) sees them as
+  // they were stored.
+  // Buffers held only by `params` (moved in) may be laid out in place, without a copy.
+  std::map<std::string, Buffer, std::less<>> prepare(
+      std::map<std::string, Buffer, std::less<>> params) const;
 
  private:
   Platform* platform_;

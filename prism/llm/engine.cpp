@@ -40,7 +40,8 @@ Engine::Engine(const std::string& model_uri, Platform& platform, const EngineOpt
   for (const models::StateSpec& s : state_specs_) states_.push_back(platform_.allocate(s.shape));
   // Every window's executable reads the same weights: load them for the first one.
   weights_ = io::load(store_, executable(1).parameters(), platform_, options.load);
-  executable(1).prepare(weights_);  // every window's executable reads them alike
+  weights_ =
+      executable(1).prepare(std::move(weights_));  // every window's executable reads them alike
 }
 
 Executable compile_step(Platform& platform, const models::CausalLM& model, int64_t window,

@@ -74,8 +74,10 @@ class ExecutableImpl {
   // `params` in the order of Graph::parameters(), `inputs` by position.
   virtual std::vector<Buffer> call(std::span<const Buffer> params,
                                    std::span<const Buffer> inputs) = 0;
-  // Puts `params` in the layout call() reads fastest now rather than on the first call.
-  virtual void prepare(std::span<const Buffer> params) { (void)params; }
+  // `params` in the layout call() reads fastest: each the buffer given, or one laid out anew,
+  // which the caller uses from then on. A buffer that someone else also holds is not changed
+  // (a copy is laid out); one held only by `params` may be laid out in place.
+  virtual std::vector<Buffer> prepare(std::vector<Buffer> params) { return params; }
 
  private:
   static inline std::atomic<size_t> live_{0};

@@ -1,13 +1,16 @@
 // Weights of products kept blocked by the CPU executable (prism/backends/cpu/weight_layout.h):
-// the products give the same results from either layout, whoever else reads the weights sees
-// them as stored, and weights that cannot be rewritten (a mapped file's) stay as they are.
+// prepare returns blocked copies and changes nothing it was given, the products give the same
+// results from either layout, whoever else reads the weights sees them as stored (while
+// products read them on another thread), and a mapped file's weights stay as they are.
 #include "prism/backends/cpu/weight_layout.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "prism/backends/cpu/cpu_platform.h"
@@ -89,44 +92,90 @@ struct Case {
   }
 };
 
-bool blocked(const Buffer& b) { return cpu::blocked(cpu::data_of(b)); }
+bool blocked(const Buffer& b) { return cpu::blocked_memory(b); }
+
+Params upload(Platform& cpu, const Case& c) {
+  Params bound;
+  for (size_t p = 0; p < c.widths.size(); ++p) bound.emplace(Case::name(p), cpu.upload(c.host(p)));
+  return bound;
+}
+
+void expect_as_stored(const Case& c, const Params& bound) {
+  for (size_t p = 0; p < c.widths.size(); ++p) {
+    SCOPED_TRACE(Case::name(p));
+    expect_values(bound.at(Case::name(p)).to_host().convert(DType::f32),
+                  c.host(p).convert(DType::f32).to_f64(), 0);
+  }
+}
 
 TEST(WeightLayout, ProductsReadTheirWeightsBlockedAndOthersSeeThemAsStored) {
   if (!cpu::simd::current().avx512_bf16)
     GTEST_SKIP() << "weights are kept blocked only with AVX-512 BF16";
   Platform& cpu = get_platform("cpu");
   Case c;
-  Params bound;
-  for (size_t p = 0; p < c.widths.size(); ++p) bound.emplace(Case::name(p), cpu.upload(c.host(p)));
+  const Params stored = upload(cpu, c);
   // m = 40: oneDNN's slices; m = 1: the matrix-vector kernel, the two products of x as one step.
   Executable prefill = c.compile(cpu, 40, false), decode = c.compile(cpu, 1, false);
-  decode.prepare(bound);
-  for (size_t p = 0; p < c.widths.size(); ++p) EXPECT_TRUE(blocked(bound.at(Case::name(p))));
+  Params bound = decode.prepare(stored);
+  for (size_t p = 0; p < c.widths.size(); ++p) {
+    EXPECT_TRUE(blocked(bound.at(Case::name(p))));
+    EXPECT_FALSE(blocked(stored.at(Case::name(p))));  // what prepare was given is unchanged
+  }
+  EXPECT_EQ(decode.prepare(bound).at("a").memory(), bound.at("a").memory());  // once is enough
   c.check(cpu, decode, bound, 1);
   c.check(cpu, prefill, bound, 40);
+  c.check(cpu, decode, stored, 1);  // unprepared weights give the same results
+  expect_as_stored(c, bound);       // read from outside: as stored, and still blocked
   EXPECT_TRUE(blocked(bound.at("a")));
 
-  // Read from outside, the weights are as stored (and stay so until the next call).
-  expect_values(bound.at("a").to_host().convert(DType::f32), c.host(0).convert(DType::f32).to_f64(),
-                0);
-  EXPECT_FALSE(blocked(bound.at("a")));
-  c.check(cpu, prefill, bound, 40);
-  EXPECT_TRUE(blocked(bound.at("a")));
-
-  // An executable that also reads c elementwise takes it back as stored; the others block it
-  // again on their next call.
+  // An executable that also reads c elementwise reads a copy of it as stored; c stays blocked.
   Executable both = c.compile(cpu, 1, true);
+  EXPECT_FALSE(blocked(both.prepare(stored).at("c")));
   c.check(cpu, both, bound, 1);
-  EXPECT_FALSE(blocked(bound.at("c")));
-  EXPECT_TRUE(blocked(bound.at("a")));
-  c.check(cpu, decode, bound, 1);
   EXPECT_TRUE(blocked(bound.at("c")));
-
-  // Writing into blocked weights writes the layout they were stored in.
-  HostBuffer changed = c.host(1);
-  cpu.write(bound.at("b"), 0, std::span<const std::byte>(changed.data(), changed.size_bytes()));
-  EXPECT_FALSE(blocked(bound.at("b")));
   c.check(cpu, decode, bound, 1);
+
+  // Writing into blocked weights writes the layout they were stored in, in pieces too.
+  Case written = c;
+  written.w[1].assign(c.w[0].begin(), c.w[0].begin() + c.w[1].size());  // b gets a's first rows
+  HostBuffer changed = written.host(1);
+  const size_t half = changed.size_bytes() / 2;
+  cpu.write(bound.at("b"), 0, std::span<const std::byte>(changed.data(), half));
+  cpu.write(bound.at("b"), half,
+            std::span<const std::byte>(changed.data() + half, changed.size_bytes() - half));
+  EXPECT_TRUE(blocked(bound.at("b")));
+  written.check(cpu, decode, bound, 1);
+  expect_as_stored(written, bound);
+  EXPECT_EQ(testing::error_of([&] {
+              cpu.write(bound.at("b"), 1, std::span<const std::byte>(changed.data(), 2));
+            }),
+            "cpu: a write into bf16 weights must cover whole elements (offset 1, 2 bytes)");
+}
+
+// Downloads of weights on one thread while products read them on another: the download makes
+// its own copy as stored and the products keep reading the blocked weights as they are.
+TEST(WeightLayout, DownloadsDuringProductsOnAnotherThread) {
+  if (!cpu::simd::current().avx512_bf16)
+    GTEST_SKIP() << "weights are kept blocked only with AVX-512 BF16";
+  Platform& cpu = get_platform("cpu");
+  Case c;
+  Executable prefill = c.compile(cpu, 40, false);
+  const Params bound = prefill.prepare(upload(cpu, c));
+  std::atomic<bool> done = false;
+  std::atomic<int> downloads = 0;
+  std::thread reader([&] {
+    while (!done) {
+      for (size_t p = 0; p < c.widths.size(); ++p) {
+        HostBuffer h = bound.at(Case::name(p)).to_host();
+        EXPECT_EQ(h.convert(DType::f32).to_f64(), c.host(p).convert(DType::f32).to_f64());
+      }
+      ++downloads;
+    }
+  });
+  for (int i = 0; i < 20 || downloads < 3; ++i) c.check(cpu, prefill, bound, 40);
+  done = true;
+  reader.join();
+  for (size_t p = 0; p < c.widths.size(); ++p) EXPECT_TRUE(blocked(bound.at(Case::name(p))));
 }
 
 TEST(WeightLayout, WeightsInMemoryNotTheirOwnStayAsStored) {
@@ -143,10 +192,13 @@ TEST(WeightLayout, WeightsInMemoryNotTheirOwnStayAsStored) {
     bound.emplace(Case::name(p), *b);
   }
   Executable prefill = c.compile(cpu, 40, false), decode = c.compile(cpu, 1, false);
-  decode.prepare(bound);
-  c.check(cpu, decode, bound, 1);
-  c.check(cpu, prefill, bound, 40);
-  for (size_t p = 0; p < c.widths.size(); ++p) EXPECT_FALSE(blocked(bound.at(Case::name(p))));
+  Params prepared = decode.prepare(bound);
+  c.check(cpu, decode, prepared, 1);
+  c.check(cpu, prefill, prepared, 40);
+  for (size_t p = 0; p < c.widths.size(); ++p) {
+    EXPECT_FALSE(blocked(prepared.at(Case::name(p))));
+    EXPECT_EQ(prepared.at(Case::name(p)).memory(), bound.at(Case::name(p)).memory());
+  }
 }
 
 TEST(WeightLayout, PrepareNamesAMissingOrMismatchedParameter) {

@@ -31,20 +31,7 @@ std::string cpu_model() {
   return "host CPU";
 }
 
-// Weights the executables keep blocked (weight_layout.h) back as they were stored, for whoever
-// reads or writes the buffer from outside.
-void unblock(const Buffer& buffer, ThreadPool& pool) {
-  std::byte* data = data_of(buffer);
-  if (blocked(data)) {
-    set_weights_blocked(data, buffer.shape().size(0), buffer.shape().size(1), false, pool);
-  }
-}
-
 }  // namespace
-
-CpuMemory::~CpuMemory() {
-  if (blocked(data)) forget_blocked(data);
-}
 
 // Freed blocks are kept for reuse: fresh pages cost a fault each on first touch, which on a
 // virtual machine costs more than the kernel writing them (a 64 MiB output: ~100 ms of
@@ -143,8 +130,8 @@ std::optional<Buffer> CpuPlatform::adopt_host(const Shape& shape, const std::byt
                                               std::shared_ptr<const void> owner) {
   auto m = std::make_shared<CpuMemory>();
   m->bytes = static_cast<size_t>(shape.bytes());
-  // Executables write to no parameter but to keep weights blocked, and never into memory that
-  // is not `writable`: read-only mapped pages are safe to adopt.
+  // Executables write to no parameter (blocked weights are copies, made by prepare): read-only
+  // mapped pages are safe to adopt.
   m->data = const_cast<std::byte*>(data);
   m->writable = false;
   m->owner = std::move(owner);
@@ -161,14 +148,31 @@ void CpuPlatform::write(Buffer& buffer, size_t offset, std::span<const std::byte
   auto* m = static_cast<CpuMemory*>(buffer.memory());
   PRISM_CHECK(offset + bytes.size() <= m->bytes, "cpu: write of {} bytes at {} past the end of {}",
               bytes.size(), offset, buffer.shape().str());
-  unblock(buffer, pool_);
-  std::memcpy(m->data + offset, bytes.data(), bytes.size());
+  if (!m->blocked) {
+    std::memcpy(m->data + offset, bytes.data(), bytes.size());
+    return;
+  }
+  // Blocked weights take the bytes of the layout they were stored in, element by element.
+  PRISM_CHECK(offset % 2 == 0 && bytes.size() % 2 == 0,
+              "cpu: a write into bf16 weights must cover whole elements (offset {}, {} bytes)",
+              offset, bytes.size());
+  const int64_t k = buffer.shape().size(1), first = static_cast<int64_t>(offset / 2);
+  auto* to = reinterpret_cast<uint16_t*>(m->data);
+  const auto* from = reinterpret_cast<const std::byte*>(bytes.data());
+  for (int64_t e = 0; e < static_cast<int64_t>(bytes.size() / 2); ++e) {
+    const int64_t at = first + e;
+    std::memcpy(to + blocked_index(at / k, at % k, k), from + 2 * e, 2);
+  }
 }
 
 HostBuffer CpuPlatform::download(const Buffer& buffer) {
   auto* m = static_cast<CpuMemory*>(buffer.memory());
-  unblock(buffer, pool_);
-  return HostBuffer(buffer.shape(), std::span<const std::byte>(m->data, m->bytes));
+  if (!m->blocked) return HostBuffer(buffer.shape(), std::span<const std::byte>(m->data, m->bytes));
+  // Blocked weights are read back as they were stored, into the copy: the buffer stays as it
+  // is for the products that may be reading it.
+  HostBuffer host(buffer.shape());
+  copy_weights(m->data, host.data(), buffer.shape().size(0), buffer.shape().size(1), false, pool_);
+  return host;
 }
 
 bool CpuPlatform::supports(const ir::Node& node) const { return cpu_supports(node); }

@@ -11,12 +11,18 @@ namespace prism::cpu {
 // Host memory owned by `owner` (an allocation, or a mapped file for zero-copy loads, which
 // is not `writable`: its weights stay in the layout they were stored in).
 struct CpuMemory : DeviceMemory {
-  ~CpuMemory() override;
   std::byte* data = nullptr;
   size_t bytes = 0;
   bool writable = true;
+  // Weights {n, k} in the blocked layout of weight_layout.h, from Executable::prepare; set
+  // before the buffer is handed out and never changed.
+  bool blocked = false;
   std::shared_ptr<const void> owner;
 };
+
+inline bool blocked_memory(const Buffer& b) {
+  return b.valid() && static_cast<const CpuMemory*>(b.memory())->blocked;
+}
 
 inline std::byte* data_of(const Buffer& b) { return static_cast<CpuMemory*>(b.memory())->data; }
 

@@ -78,15 +78,37 @@ class CpuExecutable : public ExecutableImpl {
     if (!step_ns_.empty()) profiled().remove(this);
   }
 
-  void prepare(std::span<const Buffer> params) override {
-    std::lock_guard lock(mutex_);
-    set_weight_layouts(params, {});
+  // The parameters only products read, blocked (weight_layout.h): in place where `params`
+  // holds the only reference (nobody else can be reading it), else in a copy. The others, and
+  // what cannot be blocked or already is, as they are.
+  std::vector<Buffer> prepare(std::vector<Buffer> params) override {
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto* m = static_cast<CpuMemory*>(params[i].memory());
+      const Shape shape = params[i].shape();
+      // Memory not the buffer's own (a mapped file, --map-weights) stays where it is.
+      if (!blocked_params_[i] || !m->writable || m->blocked || !cpu::blockable(shape)) continue;
+      if (params[i].shared_memory().use_count() > 1) {
+        params[i] = platform_.allocate_uninitialized(shape);
+      }
+      auto* to = static_cast<CpuMemory*>(params[i].memory());
+      copy_weights(m->data, to->data, shape.size(0), shape.size(1), true, platform_.pool());
+      to->blocked = true;
+    }
+    return params;
   }
 
-  std::vector<Buffer> call(std::span<const Buffer> params,
-                           std::span<const Buffer> inputs) override {
+  std::vector<Buffer> call(std::span<const Buffer> given_params,
+                           std::span<const Buffer> given_inputs) override {
     std::lock_guard lock(mutex_);
-    set_weight_layouts(params, inputs);
+    // Blocked weights this executable reads other than by products, as stored for this call.
+    std::vector<Buffer> plain_params, plain_inputs;
+    std::span<const Buffer> params = as_read(given_params, blocked_params_, plain_params);
+    std::span<const Buffer> inputs = as_read(given_inputs, {}, plain_inputs);
+    std::vector<const std::byte*> blocked;
+    for (const Buffer& b : params) {
+      if (blocked_memory(b)) blocked.push_back(data_of(b));
+    }
+    BlockedWeights blocked_in_this_call(blocked);
     const int64_t arena_bytes = schedule_.arena_bytes();
     if (!arena_.valid() && arena_bytes > 0) {
       arena_ = platform_.allocate_uninitialized(Shape(DType::u8, {{"arena", arena_bytes}}));
@@ -142,7 +164,7 @@ class CpuExecutable : public ExecutableImpl {
   using Clock = std::chrono::steady_clock;
 
   // The parameters that only products read, as weights {n, k} they can read blocked
-  // (weight_layout.h): kept blocked from the first call on.
+  // (weight_layout.h): prepare() makes blocked copies of them.
   void find_blockable_weights() {
     std::vector<bool> blockable(graph_.size(), false);
     for (ValueId v = 0; v < static_cast<ValueId>(graph_.size()); ++v) {
@@ -166,22 +188,22 @@ class CpuExecutable : public ExecutableImpl {
     }
   }
 
-  // Puts each parameter in the layout this executable reads it in: blocked where it can be
-  // (the memory is the buffer's own: a mapped file stays as it is), as stored otherwise, since
-  // another executable may have blocked it. Inputs are always read as stored.
-  void set_weight_layouts(std::span<const Buffer> params, std::span<const Buffer> inputs) {
-    ThreadPool& pool = platform_.pool();
-    auto set = [&](const Buffer& b, bool want) {
-      const auto* m = static_cast<const CpuMemory*>(b.memory());
-      if (m && want != blocked(m->data)) {
-        set_weights_blocked(m->data, b.shape().size(0), b.shape().size(1), want, pool);
+  // `buffers` as this call reads them: a blocked one that `readable_blocked` (by position) does
+  // not allow is replaced by a copy as stored, kept in `copies`.
+  std::span<const Buffer> as_read(std::span<const Buffer> buffers,
+                                  const std::vector<bool>& readable_blocked,
+                                  std::vector<Buffer>& copies) {
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      if (!blocked_memory(buffers[i]) || (i < readable_blocked.size() && readable_blocked[i])) {
+        continue;
       }
-    };
-    for (size_t i = 0; i < params.size(); ++i) {
-      const auto* m = static_cast<const CpuMemory*>(params[i].memory());
-      set(params[i], blocked_params_[i] && m->writable && cpu::blockable(params[i].shape()));
+      if (copies.empty()) copies.assign(buffers.begin(), buffers.end());
+      const Shape& shape = buffers[i].shape();
+      copies[i] = platform_.allocate_uninitialized(shape);
+      copy_weights(data_of(buffers[i]), data_of(copies[i]), shape.size(0), shape.size(1), false,
+                   platform_.pool());
     }
-    for (const Buffer& b : inputs) set(b, false);
+    return copies.empty() ? buffers : std::span<const Buffer>(copies);
   }
 
   // Dot products of the same activations by weights in consecutive steps (a layer's q, k

@@ -1,9 +1,7 @@
 #include "prism/backends/cpu/weight_layout.h"
 
+#include <algorithm>
 #include <cstring>
-#include <mutex>
-#include <shared_mutex>
-#include <unordered_set>
 #include <vector>
 
 #include "prism/backends/cpu/simd.h"
@@ -11,49 +9,7 @@
 namespace prism::cpu {
 namespace {
 
-struct Registry {
-  std::mutex changes;  // held through a check and the rewrite it calls for
-  std::shared_mutex mutex;
-  std::unordered_set<const std::byte*> blocked;
-};
-
-Registry& registry() {
-  static Registry r;
-  return r;
-}
-
-void mark(const std::byte* data, bool is_blocked) {
-  Registry& r = registry();
-  std::unique_lock lock(r.mutex);
-  if (is_blocked) {
-    r.blocked.insert(data);
-  } else {
-    r.blocked.erase(data);
-  }
-}
-
-// Rewrites each 64-row block through a copy of it: row j's values k, k + 1 go to
-// [k / 2][j][0..1] (to_blocked), or back.
-void rewrite(std::byte* data, int64_t n, int64_t k, ThreadPool& pool, bool to_blocked) {
-  const int64_t rows = kWeightBlockRows, block = rows * k;
-  pool.parallel_for(n / rows, 1, [&](int64_t b0, int64_t b1) {
-    std::vector<uint16_t> copy(block);
-    for (int64_t b = b0; b < b1; ++b) {
-      uint16_t* p = reinterpret_cast<uint16_t*>(data) + b * block;
-      std::memcpy(copy.data(), p, block * sizeof(uint16_t));
-      for (int64_t j = 0; j < rows; ++j) {
-        for (int64_t i = 0; i < k; ++i) {
-          const int64_t at = ((i / 2) * rows + j) * 2 + i % 2;
-          if (to_blocked) {
-            p[at] = copy[j * k + i];
-          } else {
-            p[j * k + i] = copy[at];
-          }
-        }
-      }
-    }
-  });
-}
+thread_local const BlockedWeights* current = nullptr;
 
 }  // namespace
 
@@ -63,19 +19,47 @@ bool blockable(const Shape& shape) {
          shape.size(1) % kWeightBlockDepth == 0 && simd::current().avx512_bf16;
 }
 
-void set_weights_blocked(std::byte* data, int64_t n, int64_t k, bool blocked, ThreadPool& pool) {
-  std::lock_guard lock(registry().changes);
-  if (cpu::blocked(data) == blocked) return;
-  rewrite(data, n, k, pool, blocked);
-  mark(data, blocked);
+void copy_weights(const std::byte* from, std::byte* to, int64_t n, int64_t k, bool to_blocked,
+                  ThreadPool& pool) {
+  // Row j's values i, i + 1 of a block go to [i / 2][j][0..1], one block a task, through a
+  // copy of the block (so `to` may be `from`: in place).
+  const int64_t rows = kWeightBlockRows, block = rows * k;
+  const auto* src = reinterpret_cast<const uint16_t*>(from);
+  auto* dst = reinterpret_cast<uint16_t*>(to);
+  pool.parallel_for(n / rows, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<uint16_t> copy(block);
+    const uint16_t* s = copy.data();
+    for (int64_t b = b0; b < b1; ++b) {
+      std::memcpy(copy.data(), src + b * block, block * sizeof(uint16_t));
+      uint16_t* d = dst + b * block;
+      for (int64_t j = 0; j < rows; ++j) {
+        for (int64_t i = 0; i < k; ++i) {
+          const int64_t at = blocked_index(j, i, k);
+          if (to_blocked) {
+            d[at] = s[j * k + i];
+          } else {
+            d[j * k + i] = s[at];
+          }
+        }
+      }
+    }
+  });
 }
+
+BlockedWeights::BlockedWeights(std::span<const std::byte* const> data)
+    : data_(data), outer_(current) {
+  current = this;
+}
+
+BlockedWeights::~BlockedWeights() { current = outer_; }
 
 bool blocked(const std::byte* data) {
-  Registry& r = registry();
-  std::shared_lock lock(r.mutex);
-  return !r.blocked.empty() && r.blocked.count(data) > 0;
+  for (const BlockedWeights* scope = current; scope; scope = scope->outer_) {
+    if (std::find(scope->data_.begin(), scope->data_.end(), data) != scope->data_.end()) {
+      return true;
+    }
+  }
+  return false;
 }
-
-void forget_blocked(const std::byte* data) { mark(data, false); }
 
 }  // namespace prism::cpu

@@ -4,46 +4,31 @@
 namespace prism::compiler {
 namespace {
 
+// The operands ops.def gives the node's op; -1: any number, one at least.
 int expected_arity(const ir::Node& n) {
-  using ir::Op;
-  switch (ir::op_kind(n.op)) {
-    case ir::OpKind::leaf:
+  switch (ir::op_arity(n.op)) {
+    case ir::Arity::n0:
       return 0;
-    case ir::OpKind::unary:
+    case ir::Arity::n1:
       return 1;
-    case ir::OpKind::binary:
+    case ir::Arity::n2:
       return 2;
-    case ir::OpKind::ternary:
+    case ir::Arity::n3:
       return 3;
-    default:
-      break;
-  }
-  switch (n.op) {
-    case Op::dot:
-    case Op::gather:
-    case Op::take_along:
-    case Op::pad:
-    case Op::convolution:
-      return 2;
-    case Op::scatter:
-    case Op::rope:
-    case Op::short_conv:
-      return 3;
-    case Op::dynamic_slice:
-      return 1 + n.shape.rank();
-    case Op::dynamic_update_slice:
-      return 2 + n.shape.rank();
-    case Op::concatenate:
-      return -1;  // any
-    case Op::gated_delta_rule:
+    case ir::Arity::n6:
       return 6;
-    case Op::attention: {
-      const auto& a = n.attr<ir::AttentionAttrs>();
-      return 3 + a.has_mask + a.has_offset;
+    case ir::Arity::variadic:
+      return -1;
+    case ir::Arity::rank_plus_1:
+      return 1 + n.shape.rank();
+    case ir::Arity::rank_plus_2:
+      return 2 + n.shape.rank();
+    case ir::Arity::attention: {
+      const auto* a = std::get_if<ir::AttentionAttrs>(&n.attrs);
+      return a ? 3 + a->has_mask + a->has_offset : 3;
     }
-    default:
-      return 1;
   }
+  fail("verify: {} has an arity verify does not know", ir::op_name(n.op));
 }
 
 }  // namespace
@@ -55,9 +40,13 @@ void verify(const ir::Graph& g) {
     for (ir::ValueId in : n.inputs) {
       PRISM_CHECK(in >= 0 && in < id, "verify: {} uses a value defined later", where());
     }
+    PRISM_CHECK(n.attrs.index() == ir::op_attrs_index(n.op), "verify: {} carries {}, {} takes {}",
+                where(), ir::attrs_name(n.attrs.index()), ir::op_name(n.op),
+                ir::attrs_name(ir::op_attrs_index(n.op)));
     int arity = expected_arity(n);
-    PRISM_CHECK(arity < 0 || static_cast<int>(n.inputs.size()) == arity,
-                "verify: {} has {} operands, expected {}", where(), n.inputs.size(), arity);
+    PRISM_CHECK(arity < 0 ? !n.inputs.empty() : static_cast<int>(n.inputs.size()) == arity,
+                "verify: {} has {} operands, expected {}", where(), n.inputs.size(),
+                arity < 0 ? std::string("one or more") : std::to_string(arity));
     if (ir::is_elementwise(n.op)) {
       for (ir::ValueId in : n.inputs) {
         PRISM_CHECK(g.node(in).shape.sizes() == n.shape.sizes(),

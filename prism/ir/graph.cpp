@@ -5,22 +5,47 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <tuple>
+#include <type_traits>
 
 #include "prism/core/error.h"
 
 namespace prism::ir {
 namespace {
 
+// Where T is in Attrs; an ops.def line naming attributes that Attrs does not hold fails here.
+template <typename T, size_t I = 0>
+constexpr size_t attrs_index() {
+  static_assert(I < std::variant_size_v<Attrs>, "ops.def names attributes that Attrs lacks");
+  if constexpr (std::is_same_v<std::variant_alternative_t<I, Attrs>, T>) {
+    return I;
+  } else {
+    return attrs_index<T, I + 1>();
+  }
+}
+
 struct OpInfo {
   std::string_view name;
   OpKind kind;
+  Arity arity;
+  size_t attrs;
 };
 
 constexpr OpInfo kOps[] = {
-#define PRISM_OP(name, kind) {#name, OpKind::kind},
+#define PRISM_OP(name, kind, arity, attrs) \
+  {#name, OpKind::kind, Arity::arity, attrs_index<attrs>()},
 #include "prism/ir/ops.def"
 #undef PRISM_OP
 };
+
+constexpr std::string_view kAttrsNames[] = {
+    "NoAttrs",   "ParameterAttrs", "InputAttrs",     "ConstantAttrs",
+    "AxisAttrs", "AxesAttrs",      "DotAttrs",       "SliceAttrs",
+    "PadAttrs",  "ScatterAttrs",   "ConvAttrs",      "ArgsortAttrs",
+    "NormAttrs", "RopeAttrs",      "AttentionAttrs", "GatedDeltaRuleAttrs"};
+static_assert(std::size(kAttrsNames) == std::variant_size_v<Attrs>,
+              "a name for every alternative of Attrs");
 
 // FNV-1a over bytes, good enough to key a compile cache (collisions also compare shapes).
 struct Hasher {
@@ -49,14 +74,28 @@ std::string join(const std::vector<T>& v) {
   return fmt::format("[{}]", fmt::join(v, ","));
 }
 
+// One field as `name=value`; a flag as its name where it is set, nothing where not.
+template <typename T>
+std::string field_str(const Field<T>& f) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return f.value ? fmt::format(" {}", f.name) : "";
+  } else if constexpr (std::is_enum_v<T>) {
+    return fmt::format(" {}={}", f.name, static_cast<int>(f.value));
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return fmt::format(" {}=\"{}\"", f.name, f.value);
+  } else if constexpr (requires { f.value.size(); }) {
+    return fmt::format(" {}={}", f.name, join(f.value));
+  } else {
+    return fmt::format(" {}={}", f.name, f.value);
+  }
+}
+
 std::string attrs_str(const Node& n) {
   return std::visit(
       [&](const auto& a) -> std::string {
         using A = std::decay_t<decltype(a)>;
-        if constexpr (std::is_same_v<A, ParameterAttrs>) {
-          return fmt::format(" \"{}\"", a.name);
-        } else if constexpr (std::is_same_v<A, InputAttrs>) {
-          return fmt::format(" #{}", a.index);
+        if constexpr (std::is_same_v<A, NoAttrs>) {
+          return "";
         } else if constexpr (std::is_same_v<A, ConstantAttrs>) {
           if (n.shape.numel() == 1 && n.shape.dtype() == DType::f32) {
             float f;
@@ -64,38 +103,9 @@ std::string attrs_str(const Node& n) {
             return fmt::format(" {}", f);
           }
           return fmt::format(" <{} bytes>", a.data->size());
-        } else if constexpr (std::is_same_v<A, AxisAttrs>) {
-          return fmt::format(" axis={}{}{}", a.axis, a.exclusive ? " exclusive" : "",
-                             a.reverse ? " reverse" : "");
-        } else if constexpr (std::is_same_v<A, AxesAttrs>) {
-          return " axes=" + join(a.axes);
-        } else if constexpr (std::is_same_v<A, DotAttrs>) {
-          return fmt::format(" batch={}x{} contract={}x{}", join(a.lhs_batch), join(a.rhs_batch),
-                             join(a.lhs_contract), join(a.rhs_contract));
-        } else if constexpr (std::is_same_v<A, SliceAttrs>) {
-          return fmt::format(" start={} limit={} stride={}", join(a.starts), join(a.limits),
-                             join(a.strides));
-        } else if constexpr (std::is_same_v<A, PadAttrs>) {
-          return fmt::format(" low={} high={} mode={}", join(a.low), join(a.high),
-                             static_cast<int>(a.mode));
-        } else if constexpr (std::is_same_v<A, ScatterAttrs>) {
-          return fmt::format(" axis={} reduce={}", a.axis, static_cast<int>(a.reduce));
-        } else if constexpr (std::is_same_v<A, ConvAttrs>) {
-          return fmt::format(" strides={} pad={}/{} dilations={} groups={}", join(a.strides),
-                             join(a.pad_low), join(a.pad_high), join(a.dilations), a.groups);
-        } else if constexpr (std::is_same_v<A, ArgsortAttrs>) {
-          return fmt::format(" axis={} k={} {}", a.axis, a.k, a.descending ? "desc" : "asc");
-        } else if constexpr (std::is_same_v<A, NormAttrs>) {
-          return fmt::format(" axes={} eps={}", join(a.axes), a.eps);
-        } else if constexpr (std::is_same_v<A, RopeAttrs>) {
-          return a.interleaved ? " interleaved" : " rotate_half";
-        } else if constexpr (std::is_same_v<A, AttentionAttrs>) {
-          return fmt::format(" scale={}{}{}", a.scale, a.causal ? " causal" : "",
-                             a.window ? fmt::format(" window={}", a.window) : "");
-        } else if constexpr (std::is_same_v<A, GatedDeltaRuleAttrs>) {
-          return a.chunk ? fmt::format(" chunk={}", a.chunk) : std::string(" recurrent");
         } else {
-          return "";
+          return std::apply([](const auto&... f) { return (std::string() + ... + field_str(f)); },
+                            a.fields());
         }
       },
       n.attrs);
@@ -105,6 +115,11 @@ std::string attrs_str(const Node& n) {
 
 std::string_view op_name(Op op) { return kOps[static_cast<int>(op)].name; }
 OpKind op_kind(Op op) { return kOps[static_cast<int>(op)].kind; }
+Arity op_arity(Op op) { return kOps[static_cast<int>(op)].arity; }
+size_t op_attrs_index(Op op) { return kOps[static_cast<int>(op)].attrs; }
+std::string_view attrs_name(size_t index) {
+  return index < std::size(kAttrsNames) ? kAttrsNames[index] : "?";
+}
 
 ValueId Graph::add(Node node) {
   for (ValueId in : node.inputs) {
@@ -135,6 +150,20 @@ std::vector<ValueId> Graph::parameters() const {
 
 namespace {
 
+template <typename T>
+void hash_field(Hasher& h, const T& v) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    h.str(v);
+  } else if constexpr (std::is_same_v<T, std::shared_ptr<const std::vector<std::byte>>>) {
+    h.bytes(v->data(), v->size());
+  } else if constexpr (requires { v.size(); }) {
+    h.values(v);
+  } else {
+    static_assert(std::is_arithmetic_v<T> || std::is_enum_v<T>, "a field hashing cannot read");
+    h.value(v);
+  }
+}
+
 void hash_into(Hasher& h, const Node& n) {
   h.value(n.op);
   h.value(n.shape.dtype());
@@ -143,40 +172,8 @@ void hash_into(Hasher& h, const Node& n) {
   h.value(n.attrs.index());
   std::visit(
       [&](const auto& a) {
-        using A = std::decay_t<decltype(a)>;
-        if constexpr (std::is_same_v<A, ParameterAttrs>) {
-          h.str(a.name);
-        } else if constexpr (std::is_same_v<A, InputAttrs>) {
-          h.value(a.index);
-        } else if constexpr (std::is_same_v<A, ConstantAttrs>) {
-          h.bytes(a.data->data(), a.data->size());
-        } else if constexpr (std::is_same_v<A, AxisAttrs>) {
-          h.value(a.axis), h.value(a.exclusive), h.value(a.reverse);
-        } else if constexpr (std::is_same_v<A, AxesAttrs>) {
-          h.values(a.axes);
-        } else if constexpr (std::is_same_v<A, DotAttrs>) {
-          h.values(a.lhs_batch), h.values(a.rhs_batch), h.values(a.lhs_contract),
-              h.values(a.rhs_contract);
-        } else if constexpr (std::is_same_v<A, SliceAttrs>) {
-          h.values(a.starts), h.values(a.limits), h.values(a.strides);
-        } else if constexpr (std::is_same_v<A, PadAttrs>) {
-          h.values(a.low), h.values(a.high), h.value(a.mode);
-        } else if constexpr (std::is_same_v<A, ScatterAttrs>) {
-          h.value(a.axis), h.value(a.reduce);
-        } else if constexpr (std::is_same_v<A, ConvAttrs>) {
-          h.values(a.strides), h.values(a.pad_low), h.values(a.pad_high), h.values(a.dilations),
-              h.value(a.groups);
-        } else if constexpr (std::is_same_v<A, ArgsortAttrs>) {
-          h.value(a.axis), h.value(a.k), h.value(a.descending);
-        } else if constexpr (std::is_same_v<A, NormAttrs>) {
-          h.values(a.axes), h.value(a.eps);
-        } else if constexpr (std::is_same_v<A, RopeAttrs>) {
-          h.value(a.interleaved);
-        } else if constexpr (std::is_same_v<A, AttentionAttrs>) {
-          h.value(a.scale), h.value(a.causal), h.value(a.window), h.value(a.has_mask),
-              h.value(a.has_offset);
-        } else if constexpr (std::is_same_v<A, GatedDeltaRuleAttrs>) {
-          h.value(a.chunk);
+        if constexpr (!std::is_same_v<std::decay_t<decltype(a)>, NoAttrs>) {
+          std::apply([&](const auto&... f) { (hash_field(h, f.value), ...); }, a.fields());
         }
       },
       n.attrs);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -16,15 +17,18 @@
 namespace prism::ir {
 
 enum class Op : uint8_t {
-#define PRISM_OP(name, kind) name,
+#define PRISM_OP(name, kind, arity, attrs) name,
 #include "prism/ir/ops.def"
 #undef PRISM_OP
 };
 
 enum class OpKind : uint8_t { leaf, unary, binary, ternary, other, composite };
+// How many operands an op takes (ops.def explains the names).
+enum class Arity : uint8_t { n0, n1, n2, n3, n6, variadic, rank_plus_1, rank_plus_2, attention };
 
 std::string_view op_name(Op op);
 OpKind op_kind(Op op);
+Arity op_arity(Op op);
 inline bool is_elementwise(Op op) {
   OpKind k = op_kind(op);
   return k == OpKind::unary || k == OpKind::binary || k == OpKind::ternary;
@@ -32,68 +36,110 @@ inline bool is_elementwise(Op op) {
 
 using ValueId = int32_t;
 
-// Attributes, one struct per family of ops.
+// One field of an attributes struct, by name: what printing and hashing go through, so that a
+// struct without fields() does not compile there.
+template <typename T>
+struct Field {
+  std::string_view name;
+  const T& value;
+};
+template <typename T>
+Field<T> field(std::string_view name, const T& value) {
+  return {name, value};
+}
+
+// Attributes, one struct per family of ops (ops.def says which op carries which).
+using NoAttrs = std::monostate;
 struct ParameterAttrs {
   std::string name;
   bool operator==(const ParameterAttrs&) const = default;
+  auto fields() const { return std::tuple{field("name", name)}; }
 };
 struct InputAttrs {
   int index = 0;
   bool operator==(const InputAttrs&) const = default;
+  auto fields() const { return std::tuple{field("index", index)}; }
 };
 struct ConstantAttrs {
   std::shared_ptr<const std::vector<std::byte>> data;  // shape.bytes() bytes, row-major
   bool operator==(const ConstantAttrs& o) const { return data == o.data || *data == *o.data; }
+  auto fields() const { return std::tuple{field("data", data)}; }
 };
 struct AxisAttrs {  // iota, argmax/argmin, concatenate, gather, take_along, cumsum, softmax
   int axis = 0;
   bool exclusive = false;  // cumsum
   bool reverse = false;    // cumsum
   bool operator==(const AxisAttrs&) const = default;
+  auto fields() const {
+    return std::tuple{field("axis", axis), field("exclusive", exclusive),
+                      field("reverse", reverse)};
+  }
 };
 struct AxesAttrs {  // reductions, transpose (a permutation), broadcast (operand axis -> out axis)
   std::vector<int> axes;
   bool operator==(const AxesAttrs&) const = default;
+  auto fields() const { return std::tuple{field("axes", axes)}; }
 };
 struct DotAttrs {
   std::vector<int> lhs_batch, rhs_batch, lhs_contract, rhs_contract;
   bool operator==(const DotAttrs&) const = default;
+  auto fields() const {
+    return std::tuple{field("lhs_batch", lhs_batch), field("rhs_batch", rhs_batch),
+                      field("lhs_contract", lhs_contract), field("rhs_contract", rhs_contract)};
+  }
 };
 struct SliceAttrs {
   std::vector<int64_t> starts, limits, strides;
   bool operator==(const SliceAttrs&) const = default;
+  auto fields() const {
+    return std::tuple{field("starts", starts), field("limits", limits), field("strides", strides)};
+  }
 };
 enum class PadMode : uint8_t { constant, edge, reflect };
 struct PadAttrs {
   std::vector<int64_t> low, high;  // negative values crop
   PadMode mode = PadMode::constant;
   bool operator==(const PadAttrs&) const = default;
+  auto fields() const {
+    return std::tuple{field("low", low), field("high", high), field("mode", mode)};
+  }
 };
 enum class ScatterReduce : uint8_t { none, add, mul, max, min };
 struct ScatterAttrs {
   int axis = 0;
   ScatterReduce reduce = ScatterReduce::none;
   bool operator==(const ScatterAttrs&) const = default;
+  auto fields() const { return std::tuple{field("axis", axis), field("reduce", reduce)}; }
 };
 struct ConvAttrs {  // lhs {N, C, spatial...}, rhs {O, C/groups, spatial...}, out {N, O, spatial...}
   std::vector<int64_t> strides, pad_low, pad_high, dilations;
   int64_t groups = 1;
   bool operator==(const ConvAttrs&) const = default;
+  auto fields() const {
+    return std::tuple{field("strides", strides), field("pad_low", pad_low),
+                      field("pad_high", pad_high), field("dilations", dilations),
+                      field("groups", groups)};
+  }
 };
 struct ArgsortAttrs {
   int axis = 0;
   int64_t k = 0;
   bool descending = true;
   bool operator==(const ArgsortAttrs&) const = default;
+  auto fields() const {
+    return std::tuple{field("axis", axis), field("k", k), field("descending", descending)};
+  }
 };
 struct NormAttrs {  // rms_norm / layer_norm over `axes`
   std::vector<int> axes;
   double eps = 1e-6;
   bool operator==(const NormAttrs&) const = default;
+  auto fields() const { return std::tuple{field("axes", axes), field("eps", eps)}; }
 };
 struct RopeAttrs {  // x {..., d}, cos and sin {..., d/2} of x's rank
   bool interleaved = false;
   bool operator==(const RopeAttrs&) const = default;
+  auto fields() const { return std::tuple{field("interleaved", interleaved)}; }
 };
 struct AttentionAttrs {  // q {B,Hq,Sq,D} k {B,Hkv,Sk,D} v {B,Hkv,Sk,Dv} [mask {B,Hq,Sq,Sk}]
                          // [offset]
@@ -103,6 +149,10 @@ struct AttentionAttrs {  // q {B,Hq,Sq,D} k {B,Hkv,Sk,D} v {B,Hkv,Sk,Dv} [mask {
   bool has_mask = false;
   bool has_offset = false;  // a scalar i32/i64 input: position of the first query
   bool operator==(const AttentionAttrs&) const = default;
+  auto fields() const {
+    return std::tuple{field("scale", scale), field("causal", causal), field("window", window),
+                      field("has_mask", has_mask), field("has_offset", has_offset)};
+  }
 };
 
 // q {B,Hk,S,Dk} k {B,Hk,S,Dk} v {B,H,S,Dv} g {B,H,S} beta {B,H,S} state {B,H,Dk,Dv}, all of
@@ -111,11 +161,17 @@ struct AttentionAttrs {  // q {B,Hq,Sq,D} k {B,Hkv,Sk,D} v {B,Hkv,Sk,Dv} [mask {
 struct GatedDeltaRuleAttrs {
   int64_t chunk = 0;  // 0: token by token; else the chunked form over blocks of `chunk`
   bool operator==(const GatedDeltaRuleAttrs&) const = default;
+  auto fields() const { return std::tuple{field("chunk", chunk)}; }
 };
 
-using Attrs = std::variant<std::monostate, ParameterAttrs, InputAttrs, ConstantAttrs, AxisAttrs,
-                           AxesAttrs, DotAttrs, SliceAttrs, PadAttrs, ScatterAttrs, ConvAttrs,
-                           ArgsortAttrs, NormAttrs, RopeAttrs, AttentionAttrs, GatedDeltaRuleAttrs>;
+using Attrs = std::variant<NoAttrs, ParameterAttrs, InputAttrs, ConstantAttrs, AxisAttrs, AxesAttrs,
+                           DotAttrs, SliceAttrs, PadAttrs, ScatterAttrs, ConvAttrs, ArgsortAttrs,
+                           NormAttrs, RopeAttrs, AttentionAttrs, GatedDeltaRuleAttrs>;
+
+// The index in Attrs of the attributes `op` carries.
+size_t op_attrs_index(Op op);
+// The name of the attributes at `index` in Attrs ("NoAttrs", "AxisAttrs", ...).
+std::string_view attrs_name(size_t index);
 
 struct Node {
   Op op;

@@ -210,6 +210,15 @@ CONVERSATIONS = [
         ],
     },
     {
+        "name": "reasoning under other names",
+        "messages": [
+            {"role": "user", "content": "Why is the sky blue?"},
+            {"role": "assistant", "content": "Rayleigh scattering.", "reasoning": "Short answer wanted."},
+            {"role": "user", "content": "And sunsets?"},
+            {"role": "assistant", "content": "A longer path.", "thinking": "Same physics.", "reasoning_content": None},
+        ],
+    },
+    {
         "name": "system only",
         "messages": [{"role": "system", "content": "System prompt only."}],
     },
@@ -257,6 +266,17 @@ CONVERSATIONS = [
             {"role": "user", "content": "Search for llamas"},
             {"role": "assistant", "content": "Searching.", "tool_calls": [{"function": {"name": "search", "arguments": '{"q": "llamas"}'}}]},
             {"role": "tool", "content": "<tool_response>ignored wrapper</tool_response>"},
+        ],
+    },
+    {
+        # Qwen3's template reads message.content, which transformers leaves undefined here: an
+        # error there (and in prism), so this case is for the Llama templates.
+        "name": "null content with tool calls",
+        "only": ["llama3", "llama3_1"],
+        "messages": [
+            {"role": "user", "content": "Search for llamas"},
+            {"role": "assistant", "content": None, "tool_calls": [{"type": "function", "function": {"name": "search", "arguments": {"q": "llamas"}}}]},
+            {"role": "tool", "content": "Llamas are camelids."},
         ],
     },
 ]

@@ -32,7 +32,9 @@ class ChatTemplate {
   // The tokenizer's template; throws prism::Error when its configuration has none.
   static ChatTemplate from_tokenizer(const Tokenizer& tokenizer);
 
-  // `messages`: a list of {"role": ..., "content": ...} objects (any extra fields are passed on).
+  // `messages`: a list of {"role": ..., "content": ...} objects (any extra fields are passed on),
+  // prepared as transformers does: null values left out, and a message's reasoning (under
+  // "reasoning_content", "thinking" or "reasoning") under both names templates read.
   std::string apply(const nlohmann::ordered_json& messages,
                     const ChatTemplateOptions& options = {}) const;
 

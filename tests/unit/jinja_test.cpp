@@ -158,6 +158,20 @@ TEST(Jinja, Builtins) {
             "test.jinja:1:4: raise_exception: Only user and assistant roles");
 }
 
+// As with Jinja2's Undefined (what transformers renders with): filters that read their input
+// as text or iterate it see "" for a missing value; arithmetic and other filters on it are
+// errors that name it.
+TEST(Jinja, TextFiltersReadAMissingValueAsEmpty) {
+  EXPECT_EQ(render("[{{ m['content'] | trim }}]{{ m.content | length }}{{ m.x | list }}",
+                   R"({"m": {"role": "assistant"}})"),
+            "[]0[]");
+  EXPECT_EQ(render("{{ 'a' + m['content'] | upper + 'b' }}", R"({"m": {}})"), "ab");
+  EXPECT_EQ(error_of("{{ m.content | round }}", R"({"m": {}})"),
+            "test.jinja:1:5: dict has no attribute 'content'");
+  EXPECT_EQ(error_of("{{ m.content + 'x' }}", R"({"m": {}})"),
+            "test.jinja:1:5: dict has no attribute 'content'");
+}
+
 TEST(Jinja, ErrorsNameFileLineAndColumn) {
   EXPECT_EQ(error_of("line one\n{{ name }}"), "test.jinja:2:4: undefined variable 'name'");
   EXPECT_EQ(error_of("{% for x in items %}{% endfor %}"),

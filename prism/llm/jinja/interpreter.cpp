@@ -1,6 +1,7 @@
 // Renders a parsed template: walks statements, evaluates expressions with Python semantics.
 #include <fmt/format.h>
 
+#include <set>
 #include <unordered_map>
 
 #include "prism/core/error.h"
@@ -277,8 +278,18 @@ class Interpreter {
       case Expr::Kind::Filter: {
         Value input = eval(*expr.object);
         Arguments args = eval_arguments(expr);
-        // Only `default` looks at undefined values; every other filter needs a value.
-        if (expr.name != "default" && expr.name != "d") defined(input, expr.object->at);
+        // `default` looks at undefined values. Filters that read their input as text or iterate
+        // it see "" in its place, as with Jinja2's Undefined (a template's `message['content']
+        // | trim` renders "" for a message without content, as transformers renders it); every
+        // other filter needs a value.
+        static const std::set<std::string_view> kEmptyWhenUndefined{
+            "trim",   "upper", "lower",  "capitalize", "title", "string", "safe",
+            "escape", "e",     "length", "count",      "list",  "join"};
+        if (input.is_undefined() && kEmptyWhenUndefined.contains(expr.name)) {
+          input = Value(std::string());
+        } else if (expr.name != "default" && expr.name != "d") {
+          defined(input, expr.object->at);
+        }
         return apply_filter(expr.name, input, args);
       }
       case Expr::Kind::Test: {

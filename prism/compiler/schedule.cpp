@@ -195,6 +195,20 @@ void Schedule::place(const ir::Graph& graph, const std::vector<std::vector<Value
     }
   }
 
+  // Outputs copied in after the last step (a constant, a value that is already another
+  // output) take a donated input of their shape that no one reads by then, so that the caller's
+  // buffer is where they land (a state reset to zeros keeps its buffer).
+  for (auto [k, value] : final_copies_) {
+    const Shape& shape = graph.node(outputs[k]).shape;
+    for (ValueId input : free_inputs) {
+      if (graph.node(input).shape == shape && shape.bytes() > 0 && last_use[input] < end) {
+        donated_output_[k] = slots_[input].index;
+        std::erase(free_inputs, input);
+        break;
+      }
+    }
+  }
+
   // Everything else lives in the arena, reusing dead values' space.
   std::vector<Lifetime> lifetimes(graph.size());
   for (ValueId v = 0; v < graph.size(); ++v) {

@@ -52,7 +52,8 @@ class Schedule {
   // - a donated input's memory becomes the buffer of an output of the same byte size that is
   //   written after the input's last read (a recurrent state rewritten every step), or at its
   //   last read by a step that may write over it: dynamic_update_slice of it (a KV cache), or
-  //   a fused elementwise loop that reads it element for element;
+  //   a fused elementwise loop that reads it element for element; an output copied in after
+  //   the last step takes a donated input of its shape that nothing reads by then;
   // - everything else lives in one arena whose space is reused once values are dead.
   // `alignment` is the arena offsets' alignment in bytes.
   void place(const ir::Graph& graph, const std::vector<std::vector<ir::ValueId>>& reads,

@@ -61,13 +61,32 @@ Executable compile_step(Platform& platform, const models::CausalLM& model, int64
 
 void Engine::reset() {
   position_ = 0;
-  // Cleared where they are: the states keep their buffers for the engine's whole life.
-  std::vector<std::byte> zeros;
+  // Positional states (KV caches) are overwritten as positions are reused. The others start
+  // again from zeros, written by a compiled fill into the buffers they donate: a reset is a
+  // program like every step, so it needs no write into device memory from outside (PJRT's
+  // buffers cannot take one), and the states keep their buffers for the engine's whole life.
+  std::vector<size_t> cleared;
+  std::vector<Buffer> in;
+  std::vector<Shape> shapes;
   for (size_t i = 0; i < states_.size(); ++i) {
     if (state_specs_[i].positional) continue;
-    zeros.resize(static_cast<size_t>(state_specs_[i].shape.bytes()));
-    platform_.write(states_[i], 0, zeros);
+    cleared.push_back(i);
+    in.push_back(states_[i]);
+    shapes.push_back(state_specs_[i].shape);
   }
+  if (cleared.empty()) return;
+  if (!reset_) {
+    CompileOptions options{.cache = options_.compile_cache.get()};
+    for (size_t k = 0; k < cleared.size(); ++k) options.donate.push_back(static_cast<int>(k));
+    TraceFn zeros = [](std::span<const Tensor> states) {
+      std::vector<Tensor> out;
+      for (const Tensor& s : states) out.push_back(Tensor::zeros(s.shape()));
+      return out;
+    };
+    reset_ = compile(platform_, zeros, shapes, options);
+  }
+  std::vector<Buffer> out = reset_->call(std::span<const Buffer>{}, in);
+  for (size_t k = 0; k < cleared.size(); ++k) states_[cleared[k]] = std::move(out[k]);
 }
 
 Executable& Engine::executable(int64_t window) {

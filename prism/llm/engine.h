@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -65,6 +66,7 @@ class Engine {
   std::vector<models::StateSpec> state_specs_;
   std::vector<Buffer> states_;
   std::map<int64_t, Executable> executables_;
+  std::optional<Executable> reset_;  // zeros into the non-positional states, compiled on use
   int64_t position_ = 0;
 };
 

@@ -142,7 +142,7 @@ def _frequent_chars(texts, min_count):
     return sorted((c for c, n in counts.items() if n >= min_count), key=_utf16_order)
 
 
-def _added_token(id, content, **options):
+def added_token(id, content, **options):
     token = {
         "id": id,
         "content": content,
@@ -228,11 +228,11 @@ def make_handmade_tokenizers(corpus):
         },
         model=bpe_model(vocab, [f"{a} {b}" for a, b in merges], unk_token="<unk>", byte_fallback=True, fuse_unk=True),
         added_tokens=[
-            _added_token(0, "<unk>"),
-            _added_token(1, "<s>"),
-            _added_token(2, "</s>"),
-            _added_token(extra, "[MASK]", lstrip=True, rstrip=True),
-            _added_token(extra + 1, "<sep>", special=False),
+            added_token(0, "<unk>"),
+            added_token(1, "<s>"),
+            added_token(2, "</s>"),
+            added_token(extra, "[MASK]", lstrip=True, rstrip=True),
+            added_token(extra + 1, "<sep>", special=False),
         ],
     )
 
@@ -265,7 +265,7 @@ def make_handmade_tokenizers(corpus):
         },
         decoder={"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
         model=bpe_model(vocab, merges, unk_token="<unk>"),
-        added_tokens=[_added_token(0, "<unk>"), _added_token(1, "<mask>", lstrip=True)],
+        added_tokens=[added_token(0, "<unk>"), added_token(1, "<mask>", lstrip=True)],
     )
 
     # 3. Bert-style normalization and pre-tokenization, WordPiece decoding, [CLS] A [SEP].
@@ -290,7 +290,7 @@ def make_handmade_tokenizers(corpus):
         post_processor={"type": "BertProcessing", "sep": ["[SEP]", 3], "cls": ["[CLS]", 2]},
         decoder={"type": "WordPiece", "prefix": "##", "cleanup": True},
         model=bpe_model(vocab, merges, unk_token="[UNK]"),
-        added_tokens=[_added_token(i, t) for i, t in enumerate(specials)],
+        added_tokens=[added_token(i, t) for i, t in enumerate(specials)],
     )
 
     # 4. Byte-level BPE with a prefix space and GPT-2's regex (RoBERTa layout), NFD + accents off.
@@ -319,11 +319,11 @@ def make_handmade_tokenizers(corpus):
         decoder={"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
         model=bpe_model(byte_vocab, byte_merges),
         added_tokens=[
-            _added_token(0, "<s>"),
-            _added_token(1, "<pad>"),
-            _added_token(2, "</s>"),
-            _added_token(3, "<unk>"),
-            _added_token(byte_extra, "<mask>", lstrip=True),
+            added_token(0, "<s>"),
+            added_token(1, "<pad>"),
+            added_token(2, "</s>"),
+            added_token(3, "<unk>"),
+            added_token(byte_extra, "<mask>", lstrip=True),
         ],
     )
 
@@ -339,7 +339,7 @@ def make_handmade_tokenizers(corpus):
             },
             decoder={"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
             model=bpe_model(byte_vocab, byte_merges, ignore_merges=True),
-            added_tokens=[_added_token(0, "<s>"), _added_token(2, "</s>")],
+            added_tokens=[added_token(0, "<s>"), added_token(2, "</s>")],
         )
 
     # 6. Whitespace pre-tokenizer, a regex Replace normalizer, and Replace + Strip decoders.
@@ -358,7 +358,7 @@ def make_handmade_tokenizers(corpus):
             ],
         },
         model=bpe_model(vocab, merges, unk_token="<unk>"),
-        added_tokens=[_added_token(0, "<unk>")],
+        added_tokens=[added_token(0, "<unk>")],
     )
     return tokenizers
 

@@ -23,7 +23,7 @@ import os
 import sys
 
 import make_tokenizer_fixtures as fixtures
-from handmade_tokenizers import BYTE_LEVEL_CHARS, bpe_model, byte_level, js_regex, learn_merges
+from handmade_tokenizers import BYTE_LEVEL_CHARS, added_token, bpe_model, byte_level, js_regex, learn_merges
 from tokenizer_fixture_inputs import CONVERSATIONS, EDGE_STRINGS, FIXTURE_STRINGS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -114,18 +114,7 @@ def make_tokenizer():
     for a, b in merges:
         vocab.setdefault(a + b, len(vocab))
     bos = SPECIAL_TOKENS[1]
-    added = [
-        {
-            "id": i,
-            "content": content,
-            "single_word": False,
-            "lstrip": False,
-            "rstrip": False,
-            "normalized": False,
-            "special": True,
-        }
-        for i, content in enumerate(SPECIAL_TOKENS)
-    ]
+    added = [added_token(i, content) for i, content in enumerate(SPECIAL_TOKENS)]
     return {
         "version": "1.0",
         "truncation": None,

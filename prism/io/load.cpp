@@ -5,7 +5,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <deque>
 #include <mutex>
+#include <optional>
 
 #include "prism/core/error.h"
 
@@ -85,8 +88,13 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
     const StoredTensor* stored;
     DType file_dtype;
     Buffer buffer;
+    // Where the platform's buffers cannot be written in place: the tensor staged whole in host
+    // memory, uploaded by the worker that copies its last chunk.
+    std::optional<HostBuffer> staged;
+    std::atomic<size_t> chunks_left = 0;
   };
-  std::vector<Target> targets;
+  std::deque<Target> targets;  // stable addresses: workers count down their chunks
+  const bool in_place = platform.writes_in_place();
   LoadStats stats;
   Weights weights;
   // Whether a tensor can be used in place: a local file's bytes, in the parameter's dtype,
@@ -130,7 +138,15 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
         continue;
       }
     }
-    targets.push_back({&p, &st, *file_dtype, platform.allocate_for_write(p.shape)});
+    Target& t = targets.emplace_back();
+    t.param = &p;
+    t.stored = &st;
+    t.file_dtype = *file_dtype;
+    if (in_place) {
+      t.buffer = platform.allocate_for_write(p.shape);
+    } else {
+      t.staged.emplace(p.shape);
+    }
   }
 
   // Chunks hold whole elements of the file's dtype, so each converts on its own.
@@ -142,6 +158,7 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
     uint64_t bytes = targets[t].stored->bytes;
     for (uint64_t off = 0; off < bytes; off += step) {
       chunks.push_back({t, off, std::min(step, bytes - off)});
+      ++targets[t].chunks_left;
     }
     to_read += bytes;
   }
@@ -154,17 +171,29 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
     staging.resize(c.src_bytes);
     t.stored->file->read_at(t.stored->offset + c.src_offset, staging);
     DType want = t.param->shape.dtype();
-    if (t.file_dtype == want) {
-      platform.write(t.buffer, c.src_offset, staging);
-    } else {
+    std::span<const std::byte> bytes = staging;
+    if (t.file_dtype != want) {
       int64_t n = static_cast<int64_t>(c.src_bytes / size_of(t.file_dtype));
       converted.resize(n * size_of(want));
       convert_elements(t.file_dtype, staging.data(), want, converted.data(), n);
-      platform.write(t.buffer, c.src_offset / size_of(t.file_dtype) * size_of(want), converted);
+      bytes = converted;
+    }
+    const size_t offset = c.src_offset / size_of(t.file_dtype) * size_of(want);
+    if (in_place) {
+      platform.write(t.buffer, offset, bytes);
+    } else {
+      std::memcpy(t.staged->data() + offset, bytes.data(), bytes.size());
+      if (--t.chunks_left == 0) {  // the tensor is whole: one upload, and its staging goes
+        t.buffer = platform.upload(*t.staged);
+        t.staged.reset();
+      }
     }
     progress.add(c.src_bytes);
   });
-  for (Target& t : targets) weights.emplace(t.param->name, std::move(t.buffer));
+  for (Target& t : targets) {
+    if (t.staged) t.buffer = platform.upload(*t.staged);  // an empty tensor has no chunks
+    weights.emplace(t.param->name, std::move(t.buffer));
+  }
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (options.report && over_limit && stats.zero_copy > 0) {
     std::fprintf(stderr,

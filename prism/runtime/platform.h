@@ -95,6 +95,10 @@ class Platform {
   virtual Buffer upload(const HostBuffer& host) = 0;
   // Copies `bytes` into `buffer` at byte `offset` (streaming loads write in chunks).
   virtual void write(Buffer& buffer, size_t offset, std::span<const std::byte> bytes) = 0;
+  // Whether write() may change a buffer after it was made. Where it may not (PJRT's buffers
+  // are immutable), a buffer's bytes are given whole to upload(): the loader stages each
+  // tensor in host memory first, and nothing else writes into device buffers from outside.
+  virtual bool writes_in_place() const { return true; }
   virtual HostBuffer download(const Buffer& buffer) = 0;
   // Waits until the work handed to the platform has finished (calls may return before their
   // results are computed on devices with queues; downloads wait by themselves).

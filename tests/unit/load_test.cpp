@@ -1,9 +1,12 @@
 // The load report line: the rate is over the bytes copied, and tensors used in place (which
 // cost nothing until read) are counted apart instead of making up a rate. Loading a local
-// checkpoint onto the CPU: in place, copied, and in place after all when a copy would not fit.
+// checkpoint onto the CPU: in place, copied, and in place after all when a copy would not fit;
+// and onto a platform whose buffers cannot be written after they are made.
 #include "prism/io/load.h"
 
 #include <gtest/gtest.h>
+
+#include <atomic>
 
 #include "tests/unit/io_test_util.h"
 
@@ -71,6 +74,49 @@ TEST(Load, CopiesOrMapsAndFallsBackToMappingWhenACopyWouldNotFit) {
       std::vector<float> got(h.as<float>().begin(), h.as<float>().end());
       EXPECT_EQ(got, t.values) << c.what << ": " << t.name;
     }
+  }
+}
+
+// The CPU, but its buffers take their bytes only whole, at upload, as PJRT's do.
+class ImmutableBuffers : public Platform {
+ public:
+  std::string_view name() const override { return "immutable"; }
+  std::vector<DeviceInfo> devices() const override { return cpu().devices(); }
+  Buffer allocate(const Shape& s) override { return cpu().allocate(s); }
+  Buffer upload(const HostBuffer& h) override {
+    ++uploads;
+    return cpu().upload(h);
+  }
+  void write(Buffer&, size_t, std::span<const std::byte>) override {
+    fail("immutable: a buffer was written after it was made");
+  }
+  bool writes_in_place() const override { return false; }
+  HostBuffer download(const Buffer& b) override { return cpu().download(b); }
+  bool supports(const ir::Node& n) const override { return cpu().supports(n); }
+  std::unique_ptr<ExecutableImpl> compile(const ir::Graph& g, const CompileSpec& s) override {
+    return cpu().compile(g, s);
+  }
+  std::atomic<int> uploads = 0;
+
+ private:
+  static Platform& cpu() { return get_platform("cpu"); }
+};
+
+TEST(Load, StagesWholeTensorsWherePlatformBuffersCannotBeWritten) {
+  test::TempDir dir;
+  auto tensors = test::tiny_model();
+  test::write_single(dir.str(), tensors);
+  Store store = Store::open(dir.str());
+  ImmutableBuffers platform;
+  // Small chunks, several workers: each tensor arrives in pieces, uploaded once it is whole.
+  Weights weights = load(
+      store, parameters_of(tensors), platform,
+      {.parallelism = 3, .chunk_size = 8, .progress = false, .report = false, .zero_copy = false});
+  EXPECT_EQ(platform.uploads, static_cast<int>(tensors.size()));
+  for (const auto& t : tensors) {
+    HostBuffer h = weights.at(t.name).to_host();
+    std::vector<float> got(h.as<float>().begin(), h.as<float>().end());
+    EXPECT_EQ(got, t.values) << t.name;
   }
 }
 

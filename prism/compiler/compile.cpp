@@ -42,6 +42,7 @@ ir::Graph optimize(ir::Graph graph, const Platform& platform) {
   debug_print("traced", graph);
   compiler::verify(graph);
   graph = compiler::decompose(graph, [&](const ir::Node& n) { return platform.supports(n); });
+  graph = compiler::legalize(graph);
   graph = compiler::simplify(graph);
   compiler::verify(graph);
   debug_print("optimized", graph);

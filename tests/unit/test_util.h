@@ -28,6 +28,8 @@ inline void expect_values(const HostBuffer& got, const std::vector<double>& want
   for (size_t i = 0; i < g.size(); ++i) {
     if (std::isnan(want[i])) {
       EXPECT_TRUE(std::isnan(g[i])) << "at " << i;
+    } else if (std::isinf(want[i])) {
+      EXPECT_EQ(g[i], want[i]) << "at " << i;
     } else {
       EXPECT_NEAR(g[i], want[i], tol * std::max(1.0, std::abs(want[i]))) << "at " << i;
     }

@@ -195,6 +195,16 @@ CURLcode perform(const HttpRequest& request, const Settings& s,
     for (const auto& header : request.sign(request.method, request.url)) add_header(header);
   }
   if (range) add_header(fmt::format("Range: bytes={}-{}", range->first, range->second));
+  // A body goes through CURLOPT_POSTFIELDS (below), which curl labels as a form
+  // (application/x-www-form-urlencoded): servers may parse it away, and S3 would store that as
+  // the object's type. It is plain bytes unless the request says otherwise.
+  const bool sends_body = request.method != "GET" && request.method != "HEAD";
+  if (sends_body &&
+      std::none_of(request.headers.begin(), request.headers.end(), [](const std::string& h) {
+        return h.size() > 13 && strncasecmp(h.c_str(), "content-type:", 13) == 0;
+      })) {
+    add_header("Content-Type: application/octet-stream");
+  }
 
   curl_easy_setopt(h, CURLOPT_URL, request.url.c_str());
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.get());
@@ -215,15 +225,8 @@ CURLcode perform(const HttpRequest& request, const Settings& s,
   if (!s.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, s.ca_file.c_str());
   if (request.method == "HEAD") {
     curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-  } else if (request.method != "GET") {
+  } else if (sends_body) {
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, request.method.c_str());
-    // curl labels a body given this way as a form (application/x-www-form-urlencoded), which
-    // servers may parse away and S3 would store as the object's type: it is plain bytes.
-    bool typed = std::any_of(request.headers.begin(), request.headers.end(), [](const auto& h) {
-      return h.size() > 13 && strncasecmp(h.c_str(), "content-type:", 13) == 0;
-    });
-    if (!typed) add_header("Content-Type: application/octet-stream");
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.get());
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, request.body.data());
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
   }

@@ -16,51 +16,46 @@ using ir::Op;
 
 Tensor full_like(const Tensor& t, double value) { return Tensor::full(t.shape(), value); }
 
-// The smallest or largest value of the integer dtype `t`, broadcast to `shape` (made from the
-// integer itself: a double cannot hold every int64).
-Tensor integer_limit(const Shape& shape, bool largest) {
-  auto scalar = [&](auto lo, auto hi) {
-    using T = decltype(lo);
-    return Tensor::constant(HostBuffer::from<T>(Shape::scalar(shape.dtype()), {largest ? hi : lo}))
-        .broadcast_to(shape);
-  };
-  switch (shape.dtype()) {
-    case DType::i64:
-      return scalar(std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
-    case DType::i32:
-      return scalar(std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max());
-    case DType::i16:
-      return scalar(std::numeric_limits<int16_t>::min(), std::numeric_limits<int16_t>::max());
-    case DType::i8:
-      return scalar(std::numeric_limits<int8_t>::min(), std::numeric_limits<int8_t>::max());
-    case DType::u32:
-      return scalar(std::numeric_limits<uint32_t>::min(), std::numeric_limits<uint32_t>::max());
-    case DType::u8:
-      return scalar(std::numeric_limits<uint8_t>::min(), std::numeric_limits<uint8_t>::max());
-    default:
-      fail("legalize: {} is not an integer dtype", name(shape.dtype()));
-  }
-}
-
-// The limit of integer dtype `t` as a double, for comparing floats with it (rounded to the
-// float's dtype when the comparison's constant is made: 2^31 for int32's largest in f32).
-double integer_limit_value(DType t, bool largest) {
+// Calls f with a value of the C++ type of integer dtype `t`.
+template <typename F>
+auto with_integer_type(DType t, F&& f) {
   switch (t) {
     case DType::i64:
-      return largest ? 9223372036854775807.0 : -9223372036854775808.0;
+      return f(int64_t{});
     case DType::i32:
-      return largest ? 2147483647.0 : -2147483648.0;
+      return f(int32_t{});
     case DType::i16:
-      return largest ? 32767.0 : -32768.0;
+      return f(int16_t{});
     case DType::i8:
-      return largest ? 127.0 : -128.0;
+      return f(int8_t{});
     case DType::u32:
-      return largest ? 4294967295.0 : 0.0;
+      return f(uint32_t{});
     case DType::u8:
-      return largest ? 255.0 : 0.0;
+      return f(uint8_t{});
     default:
       fail("legalize: {} is not an integer dtype", name(t));
   }
+}
+
+// The smallest or largest value of the integer dtype of `shape`, broadcast to it (made from the
+// integer itself: a double cannot hold every int64).
+Tensor integer_limit(const Shape& shape, bool largest) {
+  return with_integer_type(shape.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T limit = largest ? std::numeric_limits<T>::max() : std::numeric_limits<T>::min();
+    return Tensor::constant(HostBuffer::from<T>(Shape::scalar(shape.dtype()), {limit}))
+        .broadcast_to(shape);
+  });
+}
+
+// The same limit as a double, for comparing floats with it (rounded to the float's dtype when
+// the comparison's constant is made: 2^31 for int32's largest in f32).
+double integer_limit_value(DType t, bool largest) {
+  return with_integer_type(t, [&](auto zero) {
+    using T = decltype(zero);
+    return static_cast<double>(largest ? std::numeric_limits<T>::max()
+                                       : std::numeric_limits<T>::min());
+  });
 }
 
 // Whether `n` needs its rule written out.
@@ -100,8 +95,9 @@ Tensor rule(const ir::Node& n, const std::vector<Tensor>& in) {
       Tensor minus_one = select(odd, full_like(a, -1), full_like(a, 1));
       Tensor negative = select(eq(a, full_like(a, 1)), full_like(a, 1),
                                select(eq(a, full_like(a, -1)), minus_one, full_like(a, 0)));
-      Tensor exponent = select(lt(b, full_like(b, 0)), full_like(b, 0), b);
-      return select(lt(b, full_like(b, 0)), negative, pow(a, exponent));
+      Tensor negative_exponent = lt(b, full_like(b, 0));
+      Tensor exponent = select(negative_exponent, full_like(b, 0), b);
+      return select(negative_exponent, negative, pow(a, exponent));
     }
     case Op::max:
     case Op::min: {

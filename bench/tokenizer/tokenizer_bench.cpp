@@ -142,10 +142,10 @@ std::string read_command(const std::string& command) {
   return output;
 }
 
-// Hugging Face tokenizers on `mode` ("text" or "lines") with `threads`; nothing when its
-// Python package is not in .venv.
-std::optional<Timing> run_hf(const std::string& tokenizer_dir, const std::string& text_file,
-                             int runs, const char* mode, int threads) {
+// Hugging Face tokenizers on `mode` ("text" or "lines") with `threads` (hf_available() says
+// whether its Python package is in .venv).
+Timing run_hf(const std::string& tokenizer_dir, const std::string& text_file, int runs,
+              const char* mode, int threads) {
   std::string script = std::string(PRISM_SOURCE_DIR) + "/bench/tokenizer/hf_tokenizers_encode.py";
   std::string command =
       fmt::format("env RAYON_NUM_THREADS={} TOKENIZERS_PARALLELISM={} '{}' '{}' '{}' '{}' {} {}",

@@ -83,6 +83,8 @@ def main():
     parser.add_argument("names", nargs="*", default=list(NAMES), help="tokenizers (default: all)")
     args = parser.parse_args()
     for name in args.names:
+        if name not in NAMES:
+            parser.error(f"unknown tokenizer '{name}' (known: {', '.join(NAMES)})")
         print(tokenizer_dir(name, args.cache))
 
 

@@ -2,7 +2,9 @@
 #include "prism/backends/cuda/codegen.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
+#include <optional>
 
 #include "prism/core/error.h"
 
@@ -214,6 +216,56 @@ std::string coords(const Shape& shape, const std::string& flat, const std::strin
 
 }  // namespace detail
 
+namespace {
+
+class CudaDialect final : public kernel::CDialect {
+ public:
+  std::string type(kernel::Scalar s) const override {
+    return s == kernel::Scalar::f64 ? "double" : s == kernel::Scalar::f32 ? "float" : "i64";
+  }
+  std::string u32() const override { return "u32"; }
+  std::string integer(int64_t v) const override {
+    if (v == INT64_MIN) return "(-9223372036854775807LL - 1)";
+    return fmt::format("{}LL", v);
+  }
+  std::string infinity(kernel::Scalar s) const override {
+    return s == kernel::Scalar::f64 ? "PRISM_INF_D" : "PRISM_INF_F";
+  }
+  std::string nan(kernel::Scalar s) const override {
+    return s == kernel::Scalar::f64 ? "PRISM_NAN_D" : "PRISM_NAN_F";
+  }
+  std::string load(DType t, const std::string& ptr, const std::string& index) const override {
+    return fmt::format("{}({}[{}])", detail::ld(t), ptr, index);
+  }
+  // The prelude's st_* are overloaded on the compute type; the cast picks one.
+  std::string store(DType t, kernel::Scalar from, const std::string& v) const override {
+    return fmt::format("{}(({}){})", detail::st(t), type(from), v);
+  }
+  std::string round(DType t, kernel::Scalar from, const std::string& v) const override {
+    return fmt::format("{}({})", detail::ld(t), store(t, from, v));
+  }
+  std::string math(const std::string& fn, kernel::Scalar s) const override {
+    return s == kernel::Scalar::f32 ? fn + "f" : fn;
+  }
+  std::string is_nan(const std::string& v) const override { return fmt::format("({0} != {0})", v); }
+  std::string is_finite(const std::string& v) const override { return "isfinite(" + v + ")"; }
+  std::string ipow() const override { return "prism_ipow"; }
+  std::string signature(const std::string& name, DType out,
+                        const std::vector<DType>& ins) const override {
+    return detail::signature(name, out, ins);
+  }
+  std::string items(int64_t n, const std::string& body) const override {
+    return detail::grid_stride(n, body);
+  }
+};
+
+}  // namespace
+
+const kernel::CDialect& dialect() {
+  static const CudaDialect d;
+  return d;
+}
+
 std::string module_source(const std::vector<const KernelCode*>& kernels,
                           std::vector<std::string>* names) {
   std::string source = prelude();
@@ -232,23 +284,21 @@ std::string module_source(const std::vector<const KernelCode*>& kernels,
   return source;
 }
 
-std::vector<ir::ValueId> step_reads(const ir::Graph& graph, const compiler::FusionPlan& plan,
-                                    ir::ValueId id) {
-  const ir::Node& n = graph.node(id);
-  if (!ir::is_elementwise(n.op)) return n.inputs;
-  // A fused group reads its operands, looking through virtual broadcasts.
-  std::vector<ir::ValueId> reads;
-  for (ir::ValueId v : plan.groups[plan.group_of[id]].operands) {
-    while (plan.virtual_broadcast[v]) v = graph.node(v).inputs[0];
-    if (std::find(reads.begin(), reads.end(), v) == reads.end()) reads.push_back(v);
-  }
-  return reads;
-}
-
 std::vector<KernelCode> generate(const ir::Graph& graph, const compiler::FusionPlan& plan,
                                  ir::ValueId id, const std::string& name) {
-  const ir::Node& n = graph.node(id);
-  if (ir::is_elementwise(n.op)) return detail::generate_elementwise(graph, plan, id, name);
+  if (std::optional<kernel::Step> step = kernel::lower(graph, plan, id, name)) {
+    std::vector<DType> dtypes;
+    for (ir::ValueId r : step->reads) dtypes.push_back(graph.node(r).shape.dtype());
+    std::vector<KernelCode> kernels;
+    for (const kernel::Kernel& k : step->kernels) {
+      KernelCode& code = kernels.emplace_back();
+      code.name = k.name;
+      code.work = k.items();
+      code.source = kernel::render(k, dtypes, dialect());
+      if (k.when == kernel::InPlace::when_not_in_place) code.when = InPlace::when_not_in_place;
+    }
+    return kernels;
+  }
   for (auto make : {detail::generate_data, detail::generate_reduce, detail::generate_nn}) {
     std::vector<KernelCode> k = make(graph, id, name);
     if (!k.empty()) return k;

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "prism/compiler/fusion.h"
+#include "prism/compiler/kernel_c.h"
+#include "prism/compiler/kernel_ir.h"
 #include "prism/ir/graph.h"
 
 namespace prism::cuda {
@@ -68,14 +70,13 @@ std::string module_source(const std::vector<const KernelCode*>& kernels,
                           std::vector<std::string>* names);
 
 // The values a step reads, in the order of its kernels' `in` parameters.
-std::vector<ir::ValueId> step_reads(const ir::Graph& graph, const compiler::FusionPlan& plan,
-                                    ir::ValueId id);
+using kernel::step_reads;
+
+// CUDA C as a dialect of the kernel IR's C renderer.
+const kernel::CDialect& dialect();
 
 // Used by the generators of each op family (codegen_*.cpp).
 namespace detail {
-std::vector<KernelCode> generate_elementwise(const ir::Graph& graph,
-                                             const compiler::FusionPlan& plan, ir::ValueId id,
-                                             const std::string& name);
 std::vector<KernelCode> generate_data(const ir::Graph& graph, ir::ValueId id,
                                       const std::string& name);
 std::vector<KernelCode> generate_reduce(const ir::Graph& graph, ir::ValueId id,

@@ -1,6 +1,6 @@
-// Reductions, arg-reductions, cumulative sums, top-k sorting, dot_general and convolution as
-// generic kernels: one thread per output element (or per lane along the reduced axis),
-// accumulating as the CPU backend does (double for floats in reductions, int64 for integers).
+// Cumulative sums, top-k sorting, dot_general and convolution as generic kernels: one thread
+// per output element (or per lane along the scanned axis). Reductions are kernel IR
+// (prism/compiler/kernel_ir.h).
 // Matrix products of f32/f16/bf16/f64 normally run in cuBLASLt instead (matmul.h); the dot
 // kernels here cover integer dtypes, operand layouts cuBLASLt cannot view, and machines
 // without cuBLASLt.
@@ -35,73 +35,6 @@ Split3 split3(const Shape& s, int first, int last) {
 }
 
 std::string accumulator(DType t) { return is_float(t) ? "double" : "i64"; }
-
-KernelCode reduce(const ir::Graph& g, const ir::Node& n, const std::string& name) {
-  const Shape& x = g.node(n.inputs[0]).shape;
-  const auto& axes = n.attr<ir::AxesAttrs>().axes;
-  auto xs = x.strides();
-  std::string acc = accumulator(x.dtype());
-  bool fl = acc == "double";
-  std::vector<Dim> kept_dims, reduced_dims;
-  std::vector<int> kept, reduced;
-  for (int a = 0; a < x.rank(); ++a) {
-    bool r = std::find(axes.begin(), axes.end(), a) != axes.end();
-    (r ? reduced : kept).push_back(a);
-    (r ? reduced_dims : kept_dims).push_back(x.dim(a));
-  }
-  Shape kept_shape(x.dtype(), kept_dims), reduced_shape(x.dtype(), reduced_dims);
-  std::string body = coords(kept_shape, "i", "k"), base = "0";
-  for (size_t j = 0; j < kept.size(); ++j) base += fmt::format(" + k{} * {}LL", j, xs[kept[j]]);
-  std::string init, combine;
-  switch (n.op) {
-    case Op::reduce_sum:
-      init = fl ? "0.0" : "0LL";
-      combine = "a += v;";
-      break;
-    case Op::reduce_prod:
-      init = fl ? "1.0" : "1LL";
-      combine = "a *= v;";
-      break;
-    case Op::reduce_max:
-      init = fl ? "-PRISM_INF_D" : "(-9223372036854775807LL - 1)";
-      combine =
-          fl ? "a = (v != v || a != a) ? PRISM_NAN_D : (a < v ? v : a);" : "a = a < v ? v : a;";
-      break;
-    default:
-      init = fl ? "PRISM_INF_D" : "9223372036854775807LL";
-      combine =
-          fl ? "a = (v != v || a != a) ? PRISM_NAN_D : (v < a ? v : a);" : "a = v < a ? v : a;";
-      break;
-  }
-  body += fmt::format("    {} a = {};\n", acc, init);
-  body += fmt::format("    for (i64 r = 0; r < {}LL; ++r) {{\n", reduced_shape.numel());
-  body += coords(reduced_shape, "r", "q");
-  std::string off = base;
-  for (size_t j = 0; j < reduced.size(); ++j)
-    off += fmt::format(" + q{} * {}LL", j, xs[reduced[j]]);
-  body += fmt::format("    {} v = ({}){}(in0[{}]);\n    {}\n    }}\n", acc, acc, ld(x.dtype()), off,
-                      combine);
-  body += fmt::format("    out[i] = {}(a);\n", st(n.shape.dtype()));
-  return kernel(name, signature(name, n.shape.dtype(), {x.dtype()}), n.shape.numel(), body);
-}
-
-KernelCode arg_reduce(const ir::Graph& g, const ir::Node& n, const std::string& name) {
-  const Shape& x = g.node(n.inputs[0]).shape;
-  int axis = n.attr<ir::AxisAttrs>().axis;
-  Split3 s = split3(x, axis, axis + 1);
-  std::string L = ld(x.dtype());
-  std::string body = fmt::format(
-      "    i64 o = i / {0}LL, r = i % {0}LL, base = o * {1}LL * {0}LL + r, best = 0;\n"
-      "    double best_v = (double){2}(in0[base]);\n"
-      "    for (i64 m = 1; m < {1}LL; ++m) {{\n"
-      "      double v = (double){2}(in0[base + m * {0}LL]);\n"
-      "      if (best_v != best_v) break;  // the first NaN wins\n"
-      "      if (v != v || v {3} best_v) {{ best = m; best_v = v; }}\n"
-      "    }}\n"
-      "    out[i] = {4}(best);\n",
-      s.inner, s.middle, L, n.op == Op::argmax ? ">" : "<", st(n.shape.dtype()));
-  return kernel(name, signature(name, n.shape.dtype(), {x.dtype()}), s.outer * s.inner, body);
-}
 
 KernelCode cumsum(const ir::Graph& g, const ir::Node& n, const std::string& name) {
   const auto& a = n.attr<ir::AxisAttrs>();
@@ -269,14 +202,6 @@ std::vector<KernelCode> generate_reduce(const ir::Graph& g, ir::ValueId id,
                                         const std::string& name) {
   const ir::Node& n = g.node(id);
   switch (n.op) {
-    case Op::reduce_sum:
-    case Op::reduce_max:
-    case Op::reduce_min:
-    case Op::reduce_prod:
-      return {reduce(g, n, name)};
-    case Op::argmax:
-    case Op::argmin:
-      return {arg_reduce(g, n, name)};
     case Op::cumsum:
       return {cumsum(g, n, name)};
     case Op::argsort:

@@ -38,12 +38,9 @@ struct KernelSource {
 // Helpers every kernel uses: half conversions, the fp64 pragma.
 std::string preamble(const DeviceTraits& device);
 
-KernelSource fused_kernel(const ir::Graph& graph, const compiler::FusionPlan& plan,
-                          const compiler::FusionGroup& group, const std::string& name);
-
-// The kernel for a non-elementwise node; fails naming the op and the platform for ops (or
-// dtypes) the device cannot run.
-KernelSource node_kernel(const ir::Graph& graph, ir::ValueId id, const std::string& name,
-                         const DeviceTraits& device);
+// The kernel of the step that computes `id` (the root of its fusion group for elementwise ops);
+// fails naming the op and the platform for ops (or dtypes) the device cannot run.
+KernelSource step_kernel(const ir::Graph& graph, const compiler::FusionPlan& plan, ir::ValueId id,
+                         const std::string& name, const DeviceTraits& device);
 
 }  // namespace prism::opencl

@@ -1,6 +1,5 @@
-// OpenCL C for reductions, scans, sorting, matrix products and convolutions. Float sums are
-// compensated (Kahan), so that a float accumulator stays within a few ulps of the CPU's double
-// one without needing fp64 on the device.
+// OpenCL C for scans, sorting, matrix products and convolutions (reductions are kernel IR).
+// Float sums are compensated (Kahan), the kernel IR's accumulation rule.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,53 +24,6 @@ std::string accumulate(Class c, const std::string& v) {
       v);
 }
 
-KernelSource reduce(const ir::Graph& g, const ir::Node& n, KernelSource k) {
-  const Shape& x = g.node(n.inputs[0]).shape;
-  const auto& axes = n.attr<ir::AxesAttrs>().axes;
-  auto xs = x.strides();
-  Class c = class_of(x.dtype());
-  const char* T = ctype(c);
-  std::string code = head(k, g, n.shape.dtype(), n.shape.numel()) + unflatten(n.shape, "gid", "o");
-  std::string base;
-  int kept = 0;
-  for (int i = 0; i < x.rank(); ++i) {
-    if (std::find(axes.begin(), axes.end(), i) != axes.end()) continue;
-    base += fmt::format(" + o{} * {}L", kept++, xs[i]);
-  }
-  code += fmt::format("  long base = 0{};\n", base);
-  std::string init, combine;
-  bool f = c != Class::i64;
-  switch (n.op) {
-    case Op::reduce_sum:
-      init = "0";
-      combine = accumulate(c, "v");
-      break;
-    case Op::reduce_prod:
-      init = "1";
-      combine = "acc *= v;";
-      break;
-    case Op::reduce_max:
-      init = f ? "-INFINITY" : "LONG_MIN";
-      combine = f ? "acc = (isnan(v) || isnan(acc)) ? NAN : max(acc, v);" : "acc = max(acc, v);";
-      break;
-    default:
-      init = f ? "INFINITY" : "LONG_MAX";
-      combine = f ? "acc = (isnan(v) || isnan(acc)) ? NAN : min(acc, v);" : "acc = min(acc, v);";
-      break;
-  }
-  code += fmt::format("  {0} acc = ({0})({1}), comp = 0;\n  long at = base;\n", T, init);
-  for (int a : axes) {
-    code += fmt::format("  for (long j{0} = 0; j{0} < {1}L; ++j{0}) {{\n", a, x.size(a));
-  }
-  std::string offset;
-  for (int a : axes) offset += fmt::format(" + j{} * {}L", a, xs[a]);
-  code += fmt::format("  {} v = {};\n  {}\n", T, load(x.dtype(), "in0", "base" + offset), combine);
-  for (size_t i = 0; i < axes.size(); ++i) code += "  }\n";
-  code +=
-      fmt::format("  (void)at; (void)comp;\n  out[gid] = {};\n", store(n.shape.dtype(), c, "acc"));
-  return finish(std::move(k), code, n.shape.numel());
-}
-
 // x viewed as {outer, middle (the axis), inner}.
 struct Split3 {
   int64_t outer = 1, middle = 1, inner = 1;
@@ -81,30 +33,6 @@ Split3 split_at(const Shape& s, int axis) {
   for (int i = 0; i < s.rank(); ++i)
     (i < axis ? r.outer : i == axis ? r.middle : r.inner) *= s.size(i);
   return r;
-}
-
-KernelSource arg_reduce(const ir::Graph& g, const ir::Node& n, KernelSource k) {
-  const Shape& x = g.node(n.inputs[0]).shape;
-  Split3 s = split_at(x, n.attr<ir::AxisAttrs>().axis);
-  Class c = class_of(x.dtype());
-  bool f = c != Class::i64;
-  std::string code = head(k, g, n.shape.dtype(), n.shape.numel());
-  code += fmt::format("  long o = gid / {0}L, i = gid % {0}L, base = o * {1}L + i;\n",
-                      std::max<int64_t>(s.inner, 1), s.middle * s.inner);
-  code +=
-      fmt::format("  long best = 0;\n  {} bv = {};\n", ctype(c), load(x.dtype(), "in0", "base"));
-  code += fmt::format("  for (long m = 1; m < {}L; ++m) {{\n", s.middle);
-  code += fmt::format("    {} v = {};\n", ctype(c),
-                      load(x.dtype(), "in0", fmt::format("base + m * {}L", s.inner)));
-  const char* better = n.op == Op::argmax ? "v > bv" : "v < bv";
-  if (f) {
-    code += fmt::format("    if (isnan(bv)) break;  // the first NaN wins\n");
-    code += fmt::format("    if (isnan(v) || ({})) {{ best = m; bv = v; }}\n  }}\n", better);
-  } else {
-    code += fmt::format("    if ({}) {{ best = m; bv = v; }}\n  }}\n", better);
-  }
-  code += fmt::format("  out[gid] = {};\n", store(n.shape.dtype(), Class::i64, "best"));
-  return finish(std::move(k), code, n.shape.numel());
 }
 
 KernelSource cumsum(const ir::Graph& g, const ir::Node& n, KernelSource k) {
@@ -236,14 +164,6 @@ KernelSource convolution(const ir::Graph& g, const ir::Node& n, KernelSource k) 
 KernelSource compute_kernel(const ir::Graph& g, ValueId id, KernelSource k) {
   const ir::Node& n = g.node(id);
   switch (n.op) {
-    case Op::reduce_sum:
-    case Op::reduce_max:
-    case Op::reduce_min:
-    case Op::reduce_prod:
-      return reduce(g, n, std::move(k));
-    case Op::argmax:
-    case Op::argmin:
-      return arg_reduce(g, n, std::move(k));
     case Op::cumsum:
       return cumsum(g, n, std::move(k));
     case Op::argsort:

@@ -44,16 +44,9 @@ class OpenClExecutable : public ExecutableImpl {
           HostBuffer(n.shape, std::span<const std::byte>(bytes.data(), bytes.size()))));
     }
     for (ValueId id : schedule_.steps()) {
-      const ir::Node& n = graph_.node(id);
       std::string name = fmt::format("k{}", id);
       Step& step = steps_.emplace_back(Step{id, {}});
-      if (ir::is_elementwise(n.op)) {
-        const compiler::FusionGroup& group = plan_.groups[plan_.group_of[id]];
-        for (ValueId m : group.nodes) check_fp64(m);
-        step.source = fused_kernel(graph_, plan_, group, name);
-      } else {
-        step.source = node_kernel(graph_, id, name, platform_.traits());
-      }
+      step.source = step_kernel(graph_, plan_, id, name, platform_.traits());
       reads.push_back(step.source.reads);
     }
     schedule_.place(graph_, reads, spec.donated_inputs);
@@ -137,17 +130,6 @@ class OpenClExecutable : public ExecutableImpl {
     check_cl(api_.clEnqueueNDRangeKernel(platform_.queue(), step.kernel, ks.dims, nullptr, global,
                                          local, 0, nullptr, nullptr),
              "launching a kernel");
-  }
-
-  void check_fp64(ValueId id) const {
-    bool uses = graph_.node(id).shape.dtype() == DType::f64;
-    for (ValueId in : graph_.node(id).inputs) {
-      uses = uses || graph_.node(in).shape.dtype() == DType::f64;
-    }
-    if (uses && !platform_.traits().fp64) {
-      fail("opencl: {} needs f64, which device \"{}\" does not support (no cl_khr_fp64)",
-           ir::print(graph_, id), platform_.traits().name);
-    }
   }
 
   // One program holds every kernel of the executable; it is built once per distinct source.

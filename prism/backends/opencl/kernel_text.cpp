@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 
 namespace prism::opencl {
 
@@ -100,19 +101,77 @@ std::string convert(DType via, Class from, const std::string& v) {
 }
 
 // Kernel text: signature with one (buffer, offset) pair per read and typed views of them.
-std::string signature(const std::string& name, const ir::Graph& g,
-                      const std::vector<ValueId>& reads, DType out) {
+std::string signature(const std::string& name, const std::vector<DType>& reads, DType out) {
   std::string s = fmt::format("__kernel void {}(", name);
   for (size_t k = 0; k < reads.size(); ++k) {
     s += fmt::format("__global const uchar* a{0}_, ulong o{0}_, ", k);
   }
   s += "__global uchar* out_, ulong oo_) {\n";
   for (size_t k = 0; k < reads.size(); ++k) {
-    const char* t = storage(g.node(reads[k]).shape.dtype());
-    s += fmt::format("  __global const {0}* in{1} = (__global const {0}*)(a{1}_ + o{1}_);\n", t, k);
+    s += fmt::format("  __global const {0}* in{1} = (__global const {0}*)(a{1}_ + o{1}_);\n",
+                     storage(reads[k]), k);
   }
   s += fmt::format("  __global {0}* out = (__global {0}*)(out_ + oo_);\n", storage(out));
   return s;
+}
+
+std::string signature(const std::string& name, const ir::Graph& g,
+                      const std::vector<ValueId>& reads, DType out) {
+  std::vector<DType> dtypes;
+  for (ValueId r : reads) dtypes.push_back(g.node(r).shape.dtype());
+  return signature(name, dtypes, out);
+}
+
+namespace {
+
+class OpenClDialect final : public kernel::CDialect {
+ public:
+  std::string type(kernel::Scalar s) const override { return ctype(class_of(s)); }
+  std::string u32() const override { return "uint"; }
+  std::string integer(int64_t v) const override {
+    if (v == INT64_MIN) return "(-9223372036854775807L - 1)";
+    return fmt::format("{}L", v);
+  }
+  std::string infinity(kernel::Scalar s) const override {
+    return s == kernel::Scalar::f64 ? "((double)INFINITY)" : "INFINITY";
+  }
+  std::string nan(kernel::Scalar s) const override {
+    return s == kernel::Scalar::f64 ? "((double)NAN)" : "NAN";
+  }
+  std::string load(DType t, const std::string& ptr, const std::string& index) const override {
+    return opencl::load(t, ptr, index);
+  }
+  std::string store(DType t, kernel::Scalar from, const std::string& v) const override {
+    return opencl::store(t, class_of(from), v);
+  }
+  std::string round(DType t, kernel::Scalar from, const std::string& v) const override {
+    return convert(t, class_of(from), v);
+  }
+  std::string math(const std::string& fn, kernel::Scalar) const override { return fn; }
+  std::string is_nan(const std::string& v) const override { return "isnan(" + v + ")"; }
+  std::string is_finite(const std::string& v) const override { return "isfinite(" + v + ")"; }
+  std::string ipow() const override { return "prism_ipow"; }
+  std::string signature(const std::string& name, DType out,
+                        const std::vector<DType>& ins) const override {
+    return opencl::signature(name, ins, out);
+  }
+  std::string items(int64_t n, const std::string& body) const override {
+    return fmt::format("  long i = get_global_id(0);\n  if (i >= {}L) return;\n{}", n, body);
+  }
+
+ private:
+  static Class class_of(kernel::Scalar s) {
+    return s == kernel::Scalar::f64   ? Class::f64
+           : s == kernel::Scalar::f32 ? Class::f32
+                                      : Class::i64;
+  }
+};
+
+}  // namespace
+
+const kernel::CDialect& dialect() {
+  static const OpenClDialect d;
+  return d;
 }
 
 std::string head(const KernelSource& k, const ir::Graph& g, DType out, int64_t n) {

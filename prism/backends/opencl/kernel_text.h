@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "prism/backends/opencl/codegen.h"
+#include "prism/compiler/kernel_c.h"
 #include "prism/ir/graph.h"
 
 namespace prism::opencl {
@@ -29,8 +30,12 @@ std::string convert(DType via, Class from, const std::string& v);
 
 // "__kernel void name(...) {" with one (buffer, byte offset) pair per read, then typed
 // pointers in0, in1, ... and out.
+std::string signature(const std::string& name, const std::vector<DType>& reads, DType out);
 std::string signature(const std::string& name, const ir::Graph& g,
                       const std::vector<ir::ValueId>& reads, DType out);
+
+// OpenCL C as a dialect of the kernel IR's C renderer.
+const kernel::CDialect& dialect();
 // The signature of a kernel with one work item per element of an `n`-element output, up to
 // `long gid` (its element) and the bounds check.
 std::string head(const KernelSource& k, const ir::Graph& g, DType out, int64_t n);

@@ -1,0 +1,150 @@
+// The kernel IR's lowering, independent of any dialect. What the kernels compute is checked on
+// every platform by the op harness (backend_ops_test.cpp); these tests pin the structure that
+// the renderers rely on.
+#include "prism/compiler/kernel_ir.h"
+
+#include <gtest/gtest.h>
+
+#include "prism/compiler/kernel_c.h"
+#include "tests/unit/test_util.h"
+
+namespace prism::kernel {
+namespace {
+
+using ir::Op;
+using ir::ValueId;
+
+struct Builder {
+  ir::Graph g;
+  int inputs = 0;
+  ValueId input(const Shape& s) { return g.add({Op::input, s, {}, ir::InputAttrs{inputs++}}); }
+  ValueId add(Op op, const Shape& s, std::vector<ValueId> in, ir::Attrs attrs = {}) {
+    ValueId v = g.add({op, s, std::move(in), std::move(attrs)});
+    return v;
+  }
+  Step lower(ValueId id) {
+    g.outputs() = {id};
+    compiler::FusionPlan plan = compiler::fuse_elementwise(g);
+    std::optional<Step> step = kernel::lower(g, plan, id, "k");
+    EXPECT_TRUE(step.has_value());
+    return step ? *step : Step{};
+  }
+};
+
+Shape f32(std::initializer_list<Dim> dims) { return Shape(DType::f32, dims); }
+
+std::vector<const Expr*> loads(const Kernel& k) {
+  std::vector<const Expr*> out;
+  std::vector<bool> used = k.used();
+  for (size_t e = 0; e < k.exprs.size(); ++e) {
+    if (used[e] && k.exprs[e].kind == ExprKind::load) out.push_back(&k.exprs[e]);
+  }
+  return out;
+}
+
+TEST(KernelIr, ExpressionsComeAfterTheirArguments) {
+  Builder b;
+  ValueId x = b.input(f32({{"a", 2}, {"b", 3}}));
+  ValueId row = b.input(f32({{"b", 3}}));
+  ValueId bc = b.add(Op::broadcast, f32({{"a", 2}, {"b", 3}}), {row}, ir::AxesAttrs{{1}});
+  ValueId e = b.add(Op::exp, f32({{"a", 2}, {"b", 3}}), {x});
+  Step step = b.lower(b.add(Op::add, f32({{"a", 2}, {"b", 3}}), {e, bc}));
+  ASSERT_EQ(step.kernels.size(), 1u);
+  EXPECT_EQ(step.reads, (std::vector<ValueId>{x, row}));
+  const Kernel& k = step.kernels[0];
+  for (size_t i = 0; i < k.exprs.size(); ++i) {
+    for (ExprId a : k.exprs[i].args) EXPECT_LT(a, static_cast<ExprId>(i)) << print(k);
+  }
+  // The broadcast row is read through the column coordinate, x at the work item's own index.
+  ASSERT_EQ(loads(k).size(), 2u);
+  EXPECT_EQ(k.exprs[loads(k)[0]->args[0]].kind, ExprKind::flat) << print(k);
+  EXPECT_EQ(k.exprs[loads(k)[1]->args[0]].kind, ExprKind::coord) << print(k);
+}
+
+TEST(KernelIr, EveryPartOfAConcatenationIsReadOnlyInItsRange) {
+  Builder b;
+  ValueId x = b.input(f32({{"a", 2}, {"b", 3}}));
+  ValueId y = b.input(f32({{"a", 4}, {"b", 3}}));
+  Step step = b.lower(b.add(Op::concatenate, f32({{"a", 6}, {"b", 3}}), {x, y}, ir::AxisAttrs{0}));
+  const Kernel& k = step.kernels.at(0);
+  ASSERT_EQ(loads(k).size(), 2u);
+  for (const Expr* load : loads(k)) EXPECT_EQ(load->args.size(), 2u) << print(k);  // masked
+}
+
+TEST(KernelIr, AnUpdateCopiesItsOperandOnlyWhenNotInPlace) {
+  Builder b;
+  ValueId x = b.input(f32({{"a", 4}, {"b", 3}}));
+  ValueId u = b.input(f32({{"a", 2}, {"b", 3}}));
+  ValueId i = b.input(Shape::scalar(DType::i32));
+  ValueId j = b.input(Shape::scalar(DType::i32));
+  Step step = b.lower(b.add(Op::dynamic_update_slice, f32({{"a", 4}, {"b", 3}}), {x, u, i, j}));
+  ASSERT_EQ(step.kernels.size(), 2u);
+  EXPECT_EQ(step.kernels[0].when, InPlace::when_not_in_place);
+  EXPECT_EQ(step.kernels[0].items(), 12);
+  const Kernel& window = step.kernels[1];
+  EXPECT_EQ(window.when, InPlace::always);
+  EXPECT_EQ(window.items(), 6);  // one work item per element of the update
+  EXPECT_NE(window.at, kNone) << print(window);
+}
+
+TEST(KernelIr, AReductionReadsInItsLoopAndAccumulatesByOneRule) {
+  Builder b;
+  ValueId x = b.input(Shape(DType::bf16, {{"a", 2}, {"b", 5}}));
+  Step step =
+      b.lower(b.add(Op::reduce_sum, Shape(DType::bf16, {{"a", 2}}), {x}, ir::AxesAttrs{{1}}));
+  const Kernel& k = step.kernels.at(0);
+  ASSERT_TRUE(k.reduction.has_value());
+  EXPECT_EQ(k.reduction->loops, (std::vector<int64_t>{5}));
+  EXPECT_EQ(k.reduction->accumulator, Scalar::f32);  // halves sum in f32, compensated
+  EXPECT_EQ(k.items(), 2);
+  EXPECT_TRUE(k.in_loop()[k.value]) << print(k);
+}
+
+TEST(KernelIr, FloatOnlyOpsOnIntegersNameTheDtype) {
+  Builder b;
+  ValueId x = b.input(Shape(DType::i16, {{"a", 3}}));
+  ValueId e = b.add(Op::exp, Shape(DType::i16, {{"a", 3}}), {x});
+  b.g.outputs() = {e};
+  compiler::FusionPlan plan = compiler::fuse_elementwise(b.g);
+  std::string message = testing::error_of([&] { kernel::lower(b.g, plan, e, "k"); });
+  EXPECT_NE(message.find("exp is not defined for i16"), std::string::npos) << message;
+}
+
+TEST(KernelIr, OpsWithoutAnIrFormAreLeftToTheBackend) {
+  Builder b;
+  ValueId x = b.input(f32({{"a", 4}}));
+  ValueId s = b.add(Op::argsort, Shape(DType::i32, {{"a", 4}}), {x}, ir::ArgsortAttrs{0, 4, false});
+  b.g.outputs() = {s};
+  compiler::FusionPlan plan = compiler::fuse_elementwise(b.g);
+  EXPECT_FALSE(kernel::lower(b.g, plan, s, "k").has_value());
+}
+
+TEST(KernelC, LiteralsReadBackExactly) {
+  struct Plain final : CDialect {
+    std::string type(Scalar s) const override { return s == Scalar::f64 ? "double" : "float"; }
+    std::string u32() const override { return "unsigned"; }
+    std::string integer(int64_t v) const override { return std::to_string(v); }
+    std::string infinity(Scalar) const override { return "INF"; }
+    std::string nan(Scalar) const override { return "NAN"; }
+    std::string load(DType, const std::string&, const std::string&) const override { return ""; }
+    std::string store(DType, Scalar, const std::string&) const override { return ""; }
+    std::string round(DType, Scalar, const std::string&) const override { return ""; }
+    std::string math(const std::string& fn, Scalar) const override { return fn; }
+    std::string is_nan(const std::string&) const override { return ""; }
+    std::string is_finite(const std::string&) const override { return ""; }
+    std::string ipow() const override { return ""; }
+    std::string signature(const std::string&, DType, const std::vector<DType>&) const override {
+      return "";
+    }
+    std::string items(int64_t, const std::string&) const override { return ""; }
+  } d;
+  EXPECT_EQ(literal(1, Scalar::f32, d), "1.0f");
+  EXPECT_EQ(literal(0.1, Scalar::f64, d), "0.1");
+  EXPECT_EQ(literal(1e20, Scalar::f64, d), "1e+20");
+  EXPECT_EQ(literal(-INFINITY, Scalar::f32, d), "(-INF)");
+  EXPECT_EQ(literal(NAN, Scalar::f64, d), "NAN");
+  EXPECT_EQ(literal(-3, Scalar::i64, d), "-3");
+}
+
+}  // namespace
+}  // namespace prism::kernel

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <map>
 
 #include "prism/core/error.h"
 
@@ -151,21 +154,72 @@ std::string op_text(Op op, Scalar in, const std::vector<std::string>& x, const C
        f ? "floating point" : "integers");
 }
 
+// `a` and `b` combined, for reductions across a group of threads.
+std::string combine_text(Combine c, Scalar s, const std::string& a, const std::string& b,
+                         const CDialect& d) {
+  switch (c) {
+    case Combine::sum:
+      return fmt::format("{} + {}", a, b);
+    case Combine::prod:
+      return fmt::format("{} * {}", a, b);
+    case Combine::max:
+    case Combine::min: {
+      std::string pick = c == Combine::max ? fmt::format("({0} < {1} ? {1} : {0})", a, b)
+                                           : fmt::format("({1} < {0} ? {1} : {0})", a, b);
+      if (!is_float(s)) return pick;
+      return fmt::format("({} || {}) ? {} : {}", d.is_nan(a), d.is_nan(b), d.nan(s), pick);
+    }
+    default:
+      fail("kernel: {} does not combine across threads", static_cast<int>(c));
+  }
+}
+
+// The value a reduction starts from.
+std::string identity(Combine c, Scalar s, const CDialect& d) {
+  switch (c) {
+    case Combine::prod:
+      return literal(1, s, d);
+    case Combine::max:
+      return is_float(s) ? literal(-INFINITY, s, d) : d.integer(INT64_MIN);
+    case Combine::min:
+      return is_float(s) ? literal(INFINITY, s, d) : d.integer(INT64_MAX);
+    default:
+      return literal(0, s, d);
+  }
+}
+
 class Renderer {
  public:
   Renderer(const Kernel& k, const std::vector<DType>& ins, const CDialect& d)
-      : k_(k), ins_(ins), d_(d), used_(k.used()), in_loop_(k.in_loop()), text_(k.exprs.size()) {}
+      : k_(k),
+        ins_(ins),
+        d_(d),
+        used_(k.used()),
+        region_(k.region()),
+        text_(k.exprs.size()),
+        emitted_(k.exprs.size(), false) {}
 
   std::string operator()() {
     std::string body;
     if (uses(ExprKind::coord)) body += coordinates();
-    body += exprs(false);
-    std::string result = k_.value == kNone ? "" : text_[k_.value];
-    Scalar cls = k_.value == kNone ? Scalar::i64 : k_.exprs[k_.value].type;
-    if (k_.reduction) result = reduction(&body, &cls);
-    std::string at = k_.at == kNone ? "i" : text_[k_.at];
-    body += fmt::format("    out[{}] = {};\n", at, d_.store(k_.out, cls, result));
-    return d_.signature(k_.name, k_.out, ins_) + d_.items(k_.items(), body) + "}\n";
+    body += exprs(0);
+    bool stored = false;
+    for (size_t j = 0; j < k_.loops.size(); ++j) body += loop(static_cast<int>(j), &stored);
+    if (!stored) body += store(k_.cooperative ? "tid == 0" : "");
+    std::string items;
+    if (k_.cooperative) {
+      std::vector<Scalar> scratch;
+      for (const Loop& l : k_.loops) {
+        if (l.combine != Combine::none &&
+            std::find(scratch.begin(), scratch.end(), l.accumulator) == scratch.end()) {
+          scratch.push_back(l.accumulator);
+        }
+      }
+      items = d_.group_items(k_.items(), scratch, body);
+    } else {
+      items = d_.items(k_.items(), body);
+    }
+    return d_.signature(k_.name, k_.out, ins_) + items + "}\n";
   }
 
  private:
@@ -190,11 +244,25 @@ class Renderer {
     return s + "    (void)rest;\n";
   }
 
-  // Declarations of the used expressions inside (or outside) the loop nest, in order.
-  std::string exprs(bool inside) {
+  // The store, under `guard` (and the kernel's mask) when given.
+  std::string store(const std::string& guard) const {
+    std::string cond = guard;
+    if (k_.mask != kNone) cond += (cond.empty() ? "" : " && ") + text_[k_.mask];
+    const std::string at = k_.at == kNone ? "i" : text_[k_.at];
+    std::string s = fmt::format("out[{}] = {};", at,
+                                d_.store(k_.out, k_.exprs[k_.value].type, text_[k_.value]));
+    return cond.empty() ? "    " + s + "\n" : fmt::format("    if ({}) {}\n", cond, s);
+  }
+
+  // Declarations of the used expressions of `region` not yet emitted, in order; with
+  // `skip_result`, those reading that loop's result wait.
+  std::string exprs(int region, int skip_result = -1) {
+    std::vector<bool> waits =
+        skip_result >= 0 ? k_.reads_result(skip_result) : std::vector<bool>(k_.exprs.size());
     std::string s;
     for (size_t id = 0; id < k_.exprs.size(); ++id) {
-      if (!used_[id] || in_loop_[id] != inside) continue;
+      if (!used_[id] || emitted_[id] || region_[id] != region || waits[id]) continue;
+      emitted_[id] = true;
       const Expr& e = k_.exprs[id];
       std::vector<std::string> x;
       for (ExprId a : e.args) x.push_back(text_[a]);
@@ -210,10 +278,15 @@ class Renderer {
           text_[id] = fmt::format("c{}", e.axis);
           continue;
         case ExprKind::loop:
-          text_[id] = fmt::format("r{}", e.axis);
+          text_[id] = fmt::format("l{}_{}", e.loop, e.axis);
+          continue;
+        case ExprKind::result:
+          text_[id] = result_[e.loop];
           continue;
         case ExprKind::load: {
-          std::string v = d_.load(ins_.at(e.operand), fmt::format("in{}", e.operand), x[0]);
+          const DType t = e.operand < 0 ? k_.out : ins_.at(e.operand);
+          std::string ptr = e.operand < 0 ? "out" : fmt::format("in{}", e.operand);
+          std::string v = d_.load(t, ptr, x[0]);
           rhs = x.size() > 1 ? fmt::format("({} ? {} : {})", x[1], v, literal(0, e.type, d_)) : v;
           break;
         }
@@ -232,81 +305,102 @@ class Renderer {
     return s;
   }
 
-  // Appends the loop nest to `body`; returns the result and sets its class.
-  std::string reduction(std::string* body, Scalar* cls) {
-    const Reduction& r = *k_.reduction;
-    const Scalar a = r.accumulator;
+  // Loop j: its accumulator, the nest, the combine, and what follows it.
+  std::string loop(int j, bool* stored) {
+    const Loop& l = k_.loops[j];
+    const Scalar a = l.accumulator;
     const std::string A = d_.type(a), i64 = d_.type(Scalar::i64);
-    std::string open, close, init, combine, result = "acc";
-    for (size_t l = 0; l < r.loops.size(); ++l) {
-      open += fmt::format("    for ({0} r{1} = 0; r{1} < {2}; ++r{1}) {{\n", i64, l,
-                          d_.integer(r.loops[l]));
+    const std::string acc = fmt::format("acc{}", j), comp = fmt::format("comp{}", j);
+    const std::string best = fmt::format("best{}", j), k = fmt::format("k{}", j);
+    const bool f = is_float(a), arg = l.combine == Combine::argmax || l.combine == Combine::argmin;
+    PRISM_CHECK(!k_.cooperative || (l.extents.size() == 1 && !arg),
+                "kernel {}: a cooperative loop runs over one extent and combines by value",
+                k_.name);
+    result_[j] = arg ? fmt::format("({0} < 0 ? 0 : {0})", best) : acc;
+
+    std::string s, open, close, combine;
+    if (l.combine != Combine::none) {
+      s += fmt::format("    {} {} = {};\n", A, acc, identity(l.combine, a, d_));
+    }
+    if (l.combine == Combine::sum && a == Scalar::f32) {
+      s += fmt::format("    {} {} = {};\n", A, comp, literal(0, a, d_));
+    }
+    if (arg) s += fmt::format("    {} {} = -1, {} = 0;\n", i64, best, k);
+    for (size_t e = 0; e < l.extents.size(); ++e) {
+      if (k_.cooperative) {
+        open +=
+            fmt::format("    for ({0} l{1}_{2} = tid; l{1}_{2} < {3}; l{1}_{2} += threads) {{\n",
+                        i64, j, e, d_.integer(l.extents[e]));
+      } else {
+        open += fmt::format("    for ({0} l{1}_{2} = 0; l{1}_{2} < {3}; ++l{1}_{2}) {{\n", i64, j,
+                            e, d_.integer(l.extents[e]));
+      }
       close += "    }\n";
     }
-    const std::string inner = exprs(true);
-    const std::string v = fmt::format("(({}){})", A, text_.at(k_.value));
-    const bool f = is_float(a);
-    switch (r.combine) {
+    auto operand = [&] { return fmt::format("(({}){})", A, text_.at(l.operand)); };
+    std::string body = exprs(2 * j + 1, l.writes && !l.exclusive ? j : -1);
+    switch (l.combine) {
+      case Combine::none:
+        break;
       case Combine::sum:
-        init = fmt::format("    {} acc = {};\n", A, literal(0, a, d_));
         if (a == Scalar::f32) {  // compensated: within a few ulps of a double accumulator
-          init += fmt::format("    {} comp = {};\n", A, literal(0, a, d_));
           combine = fmt::format(
-              "    {{ const {0} y = {1} - comp, t = acc + y; comp = {2} ? (t - acc) - y : {3}; "
-              "acc = t; }}\n",
-              A, v, d_.is_finite("t"), literal(0, a, d_));
+              "    {{ const {0} y = {1} - {2}, t = {3} + y; {2} = {4} ? (t - {3}) - y : {5}; "
+              "{3} = t; }}\n",
+              A, operand(), comp, acc, d_.is_finite("t"), literal(0, a, d_));
         } else {
-          combine = fmt::format("    acc += {};\n", v);
+          combine = fmt::format("    {} += {};\n", acc, operand());
         }
         break;
       case Combine::prod:
-        init = fmt::format("    {} acc = {};\n", A, literal(1, a, d_));
-        combine = fmt::format("    acc *= {};\n", v);
+        combine = fmt::format("    {} *= {};\n", acc, operand());
         break;
       case Combine::max:
-      case Combine::min: {
-        const bool max = r.combine == Combine::max;
-        const std::string cmp = max ? "<" : ">";
-        if (f) {
-          init = fmt::format("    {} acc = {};\n", A, literal(max ? -INFINITY : INFINITY, a, d_));
-          combine = fmt::format(
-              "    {{ const {0} v = {1}; acc = ({2} || {3}) ? {4} : (acc {5} v ? v : acc); }}\n", A,
-              v, d_.is_nan("v"), d_.is_nan("acc"), d_.nan(a), cmp);
-        } else {
-          init = fmt::format("    {} acc = {};\n", A, d_.integer(max ? INT64_MIN : INT64_MAX));
-          combine =
-              fmt::format("    {{ const {} v = {}; acc = acc {} v ? v : acc; }}\n", A, v, cmp);
-        }
+      case Combine::min:
+        combine = fmt::format("    {{ const {0} v = {1}; {2} = {3}; }}\n", A, operand(), acc,
+                              combine_text(l.combine, a, acc, "v", d_));
         break;
-      }
       case Combine::argmax:
       case Combine::argmin: {
         // The first extreme; a NaN is one, and the first NaN wins.
-        const std::string better = r.combine == Combine::argmax ? "v > acc" : "v < acc";
-        init =
-            fmt::format("    {} acc = {};\n    {} best = -1, k = 0;\n", A, literal(0, a, d_), i64);
+        const std::string better = (l.combine == Combine::argmax ? "v > " : "v < ") + acc;
         std::string take =
-            f ? fmt::format("(!{} && ({} || {}))", d_.is_nan("acc"), d_.is_nan("v"), better)
-              : better;
+            f ? fmt::format("(!{} && ({} || {}))", d_.is_nan(acc), d_.is_nan("v"), better) : better;
         combine = fmt::format(
-            "    {{ const {} v = {}; if (best < 0 || {}) {{ best = k; acc = v; }} ++k; }}\n", A, v,
-            take);
-        result = "(best < 0 ? 0 : best)";
-        *cls = Scalar::i64;
-        *body += init + open + inner + combine + close;
-        return result;
+            "    {{ const {0} v = {1}; if ({2} < 0 || {3}) {{ {2} = {4}; {5} = v; }} ++{4}; }}\n",
+            A, operand(), best, take, k, acc);
+        break;
       }
     }
-    *cls = a;
-    *body += init + open + inner + combine + close;
-    return result;
+    if (l.writes) {
+      *stored = true;
+      if (l.exclusive) {
+        body += store("");
+        body += combine;
+      } else {
+        body += combine;
+        body += exprs(2 * j + 1);  // what reads the result, after the step's combine
+        body += store("");
+      }
+    } else {
+      body += combine;
+    }
+    s += open + body + close;
+    if (k_.cooperative && l.combine != Combine::none) {
+      s += d_.group_combine(acc, a, identity(l.combine, a, d_),
+                            combine_text(l.combine, a, "a", "b", d_));
+    }
+    return s + exprs(2 * j + 2);
   }
 
   const Kernel& k_;
   const std::vector<DType>& ins_;
   const CDialect& d_;
-  std::vector<bool> used_, in_loop_;
+  std::vector<bool> used_;
+  std::vector<int> region_;
   std::vector<std::string> text_;
+  std::vector<bool> emitted_;
+  std::map<int, std::string> result_;
 };
 
 }  // namespace

@@ -46,6 +46,17 @@ class CDialect {
                                 const std::vector<DType>& ins) const = 0;
   // `body` run for every flat index `i` (a 64-bit integer) in [0, n).
   virtual std::string items(int64_t n, const std::string& body) const = 0;
+
+  // Cooperative kernels. `body` run by a group of threads for every flat index `i` in [0, n),
+  // with `tid` the thread's index in its group and `threads` the group's size; group_combine
+  // will need scratch space for the classes in `scratch`.
+  virtual std::string group_items(int64_t n, const std::vector<Scalar>& scratch,
+                                  const std::string& body) const = 0;
+  // Statements that leave in `var` (of class s, in every thread of the group) the combination
+  // of every thread's `var`: `combine` is the expression combining `a` and `b`, `identity`
+  // its neutral value.
+  virtual std::string group_combine(const std::string& var, Scalar s, const std::string& identity,
+                                    const std::string& combine) const = 0;
 };
 
 // A literal of class s (finite values exactly; infinities and NaN through the dialect).

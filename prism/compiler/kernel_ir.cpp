@@ -25,24 +25,39 @@ int64_t Kernel::items() const {
   return n;
 }
 
-std::vector<bool> Kernel::in_loop() const {
-  std::vector<bool> inside(exprs.size(), false);
+std::vector<int> Kernel::region() const {
+  std::vector<int> region(exprs.size(), 0);
   for (size_t e = 0; e < exprs.size(); ++e) {
-    inside[e] = exprs[e].kind == ExprKind::loop;
-    for (ExprId a : exprs[e].args) inside[e] = inside[e] || inside[a];
+    const Expr& x = exprs[e];
+    if (x.kind == ExprKind::loop) region[e] = 2 * x.loop + 1;
+    if (x.kind == ExprKind::result) region[e] = 2 * x.loop + (loops[x.loop].writes ? 1 : 2);
+    for (ExprId a : x.args) region[e] = std::max(region[e], region[a]);
   }
-  return inside;
+  return region;
 }
 
 std::vector<bool> Kernel::used() const {
   std::vector<bool> used(exprs.size(), false);
-  if (value != kNone) used[value] = true;
-  if (at != kNone) used[at] = true;
+  for (ExprId root : {value, at, mask}) {
+    if (root != kNone) used[root] = true;
+  }
+  for (const Loop& l : loops) {
+    if (l.operand != kNone) used[l.operand] = true;
+  }
   for (size_t e = exprs.size(); e-- > 0;) {
     if (!used[e]) continue;
     for (ExprId a : exprs[e].args) used[a] = true;
   }
   return used;
+}
+
+std::vector<bool> Kernel::reads_result(int j) const {
+  std::vector<bool> reads(exprs.size(), false);
+  for (size_t e = 0; e < exprs.size(); ++e) {
+    reads[e] = exprs[e].kind == ExprKind::result && exprs[e].loop == j;
+    for (ExprId a : exprs[e].args) reads[e] = reads[e] || reads[a];
+  }
+  return reads;
 }
 
 std::vector<ValueId> step_reads(const ir::Graph& graph, const compiler::FusionPlan& plan,
@@ -81,12 +96,36 @@ class Builder {
   }
   ExprId flat() { return index_leaf(ExprKind::flat, -1); }
   ExprId coord(int axis) { return index_leaf(ExprKind::coord, axis); }
-  ExprId loop(int axis) { return index_leaf(ExprKind::loop, axis); }
+  ExprId loop(int j, int axis = 0) {
+    ExprId e = index_leaf(ExprKind::loop, axis);
+    k_.exprs[e].loop = j;
+    return e;
+  }
+  // The result of loop j, which must be added to the kernel first.
+  ExprId result(int j) {
+    const Loop& l = k_.loops.at(j);
+    Expr e;
+    e.kind = ExprKind::result;
+    e.type =
+        l.combine == Combine::argmax || l.combine == Combine::argmin ? Scalar::i64 : l.accumulator;
+    e.loop = j;
+    return push(std::move(e));
+  }
+  // Adds a loop; returns its index.
+  int add_loop(std::vector<int64_t> extents, Combine combine, Scalar accumulator) {
+    Loop l;
+    l.extents = std::move(extents);
+    l.combine = combine;
+    l.accumulator = accumulator;
+    k_.loops.push_back(std::move(l));
+    return static_cast<int>(k_.loops.size() - 1);
+  }
 
+  // Element `index` of operand `operand`, or of the output for -1.
   ExprId load(int operand, ExprId index, ExprId mask = kNone) {
     Expr e;
     e.kind = ExprKind::load;
-    e.type = scalar_of(operands_.at(operand));
+    e.type = scalar_of(operand < 0 ? k_.out : operands_.at(operand));
     e.operand = operand;
     e.args = {index};
     if (mask != kNone) e.args.push_back(mask);
@@ -143,6 +182,10 @@ class Builder {
   ExprId select(ExprId c, ExprId a, ExprId b) {
     return op(Op::select, k_.exprs[a].type, {c, a, b});
   }
+  // Arithmetic in the class of a.
+  ExprId arith(Op o, ExprId a, ExprId b) { return op(o, k_.exprs[a].type, {a, b}); }
+  ExprId unary(Op o, ExprId a) { return op(o, k_.exprs[a].type, {a}); }
+  Scalar type_of(ExprId e) const { return k_.exprs[e].type; }
   ExprId clamp(ExprId x, int64_t lo, int64_t hi) {
     x = select(compare(Op::lt, x, integer(lo)), integer(lo), x);
     return select(compare(Op::gt, x, integer(hi)), integer(hi), x);
@@ -418,7 +461,7 @@ Kernel reduce(const ir::Graph& g, const ir::Node& n, const std::vector<DType>& d
   const Shape& x = g.node(n.inputs[0]).shape;
   const auto& axes = n.attr<ir::AxesAttrs>().axes;
   auto xs = x.strides();
-  std::vector<int64_t> kept;
+  std::vector<int64_t> kept, extents;
   std::vector<int> kept_axes;
   for (int a = 0; a < x.rank(); ++a) {
     if (std::find(axes.begin(), axes.end(), a) == axes.end()) {
@@ -426,52 +469,347 @@ Kernel reduce(const ir::Graph& g, const ir::Node& n, const std::vector<DType>& d
       kept_axes.push_back(a);
     }
   }
+  for (int a : axes) extents.push_back(x.size(a));
+  Combine combine = n.op == Op::reduce_sum    ? Combine::sum
+                    : n.op == Op::reduce_prod ? Combine::prod
+                    : n.op == Op::reduce_max  ? Combine::max
+                                              : Combine::min;
   Kernel k = make(name, n.shape, kept);
   Builder b(k, dtypes);
-  Reduction r;
+  int loop = b.add_loop(extents, combine, scalar_of(x.dtype()));
   std::vector<std::pair<ExprId, int64_t>> src;
   for (size_t j = 0; j < kept_axes.size(); ++j) {
     src.push_back({b.coord(static_cast<int>(j)), xs[kept_axes[j]]});
   }
   for (size_t j = 0; j < axes.size(); ++j) {
-    r.loops.push_back(x.size(axes[j]));
-    src.push_back({b.loop(static_cast<int>(j)), xs[axes[j]]});
+    src.push_back({b.loop(loop, static_cast<int>(j)), xs[axes[j]]});
   }
-  switch (n.op) {
-    case Op::reduce_sum:
-      r.combine = Combine::sum;
-      break;
-    case Op::reduce_prod:
-      r.combine = Combine::prod;
-      break;
-    case Op::reduce_max:
-      r.combine = Combine::max;
-      break;
-    default:
-      r.combine = Combine::min;
-      break;
-  }
-  r.accumulator = scalar_of(x.dtype());
-  k.value = b.load(0, b.linear(src));
-  k.reduction = r;
+  k.loops[loop].operand = b.load(0, b.linear(src));
+  k.value = b.result(loop);
   return k;
+}
+
+// x viewed as {outer, middle, inner} around axes [first, last).
+struct Lanes {
+  int64_t outer = 1, middle = 1, inner = 1;
+};
+Lanes lanes(const Shape& s, int first, int last) {
+  Lanes r;
+  for (int i = 0; i < s.rank(); ++i)
+    (i < first ? r.outer : i < last ? r.middle : r.inner) *= s.size(i);
+  return r;
 }
 
 Kernel arg_reduce(const ir::Graph& g, const ir::Node& n, const std::vector<DType>& dtypes,
                   const std::string& name) {
   const Shape& x = g.node(n.inputs[0]).shape;
   const int axis = n.attr<ir::AxisAttrs>().axis;
-  int64_t outer = 1, inner = 1;
-  for (int a = 0; a < x.rank(); ++a) (a < axis ? outer : inner) *= a == axis ? 1 : x.size(a);
-  Kernel k = make(name, n.shape, {outer, inner});
+  Lanes s = lanes(x, axis, axis + 1);
+  Kernel k = make(name, n.shape, {s.outer, s.inner});
   Builder b(k, dtypes);
-  Reduction r;
-  r.loops = {x.size(axis)};
-  r.combine = n.op == Op::argmax ? Combine::argmax : Combine::argmin;
-  r.accumulator = scalar_of(x.dtype());
-  k.value = b.load(
-      0, b.linear({{b.coord(0), x.size(axis) * inner}, {b.loop(0), inner}, {b.coord(1), 1}}));
-  k.reduction = r;
+  int loop = b.add_loop({s.middle}, n.op == Op::argmax ? Combine::argmax : Combine::argmin,
+                        scalar_of(x.dtype()));
+  k.loops[loop].operand = b.load(
+      0, b.linear({{b.coord(0), s.middle * s.inner}, {b.loop(loop), s.inner}, {b.coord(1), 1}}));
+  k.value = b.result(loop);
+  return k;
+}
+
+// A running sum along the axis, one work item per lane: the loop stores on every step.
+Kernel cumsum(const ir::Node& n, const std::vector<DType>& dtypes, const std::string& name) {
+  const auto& a = n.attr<ir::AxisAttrs>();
+  const Shape& x = n.shape;
+  Lanes s = lanes(x, a.axis, a.axis + 1);
+  Kernel k = make(name, x, {s.outer, s.inner});
+  Builder b(k, dtypes);
+  int loop = b.add_loop({s.middle}, Combine::sum, scalar_of(x.dtype()));
+  k.loops[loop].writes = true;
+  k.loops[loop].exclusive = a.exclusive;
+  ExprId m = a.reverse ? b.sub(b.integer(s.middle - 1), b.loop(loop)) : b.loop(loop);
+  k.at = b.linear({{b.coord(0), s.middle * s.inner}, {m, s.inner}, {b.coord(1), 1}});
+  k.loops[loop].operand = b.load(0, k.at);
+  k.value = b.result(loop);
+  return k;
+}
+
+// The first k of a stable sort along the axis: one work item per element counts the elements
+// that sort before it (a strict total order: value, then position; NaN is the largest value)
+// and, when that rank is below k, stores its position there.
+Kernel argsort(const ir::Graph& g, const ir::Node& n, const std::vector<DType>& dtypes,
+               const std::string& name) {
+  const auto& a = n.attr<ir::ArgsortAttrs>();
+  const Shape& x = g.node(n.inputs[0]).shape;
+  Lanes s = lanes(x, a.axis, a.axis + 1);
+  Kernel k = make(name, n.shape, {s.outer, s.middle, s.inner});
+  Builder b(k, dtypes);
+  int loop = b.add_loop({s.middle}, Combine::sum, Scalar::i64);
+  ExprId q = b.coord(1), p = b.loop(loop);
+  auto element = [&](ExprId m) {
+    return b.load(0, b.linear({{b.coord(0), s.middle * s.inner}, {m, s.inner}, {b.coord(2), 1}}));
+  };
+  ExprId vq = element(q), vp = element(p);
+  ExprId earlier = b.compare(Op::lt, p, q);
+  ExprId before = b.select(b.compare(Op::ne, vp, vq),
+                           b.compare(a.descending ? Op::gt : Op::lt, vp, vq), earlier);
+  if (is_float(b.type_of(vq))) {
+    ExprId np = b.op(Op::is_nan, Scalar::i64, {vp}), nq = b.op(Op::is_nan, Scalar::i64, {vq});
+    ExprId nan_order = b.select(b.both(np, nq), earlier, a.descending ? np : nq);
+    before = b.select(b.op(Op::logical_or, Scalar::i64, {np, nq}), nan_order, before);
+  }
+  k.loops[loop].operand = before;
+  ExprId rank = b.result(loop);
+  k.mask = b.compare(Op::lt, rank, b.integer(a.k));
+  k.at = b.linear({{b.coord(0), a.k * s.inner}, {rank, s.inner}, {b.coord(2), 1}});
+  k.value = q;
+  return k;
+}
+
+// The output first holds the operand (a copy unless it runs in place); then one work item per
+// lane of the indices walks them in order, so that repeated indices combine in the order the
+// CPU applies them.
+std::vector<Kernel> scatter(const ir::Graph& g, const ir::Node& n, const std::vector<DType>& dtypes,
+                            const std::string& name) {
+  const auto& a = n.attr<ir::ScatterAttrs>();
+  const Shape& x = n.shape;
+  const Shape& idx = g.node(n.inputs[1]).shape;
+  Kernel copy = make(name + "_copy", x, sizes(x));
+  {
+    Builder b(copy, dtypes);
+    copy.value = b.load(0, b.flat());
+    copy.when = InPlace::when_not_in_place;
+  }
+  std::vector<int64_t> lane_sizes;
+  for (int i = 0; i < idx.rank(); ++i) {
+    if (i != a.axis) lane_sizes.push_back(idx.size(i));
+  }
+  Kernel k = make(name + "_scatter", x, lane_sizes);
+  Builder b(k, dtypes);
+  int loop = b.add_loop({idx.size(a.axis)}, Combine::none, scalar_of(x.dtype()));
+  k.loops[loop].writes = true;
+  auto is = idx.strides(), xs = x.strides();
+  std::vector<std::pair<ExprId, int64_t>> at_idx{{b.loop(loop), is[a.axis]}}, at_x;
+  for (int i = 0, l = 0; i < idx.rank(); ++i) {
+    if (i == a.axis) continue;
+    at_idx.push_back({b.coord(l), is[i]});
+    at_x.push_back({b.coord(l), xs[i]});
+    ++l;
+  }
+  ExprId t = b.linear(at_idx);
+  at_x.push_back({b.wrapped_index(1, t, x.size(a.axis)), xs[a.axis]});
+  k.at = b.linear(at_x);
+  ExprId update = b.load(2, t), old = b.load(-1, k.at);
+  switch (a.reduce) {
+    case ir::ScatterReduce::none:
+      k.value = update;
+      break;
+    case ir::ScatterReduce::add:
+      k.value = b.arith(Op::add, old, update);
+      break;
+    case ir::ScatterReduce::mul:
+      k.value = b.arith(Op::mul, old, update);
+      break;
+    case ir::ScatterReduce::max:  // the update where it is larger: a NaN update is skipped
+      k.value = b.select(b.compare(Op::lt, old, update), update, old);
+      break;
+    case ir::ScatterReduce::min:
+      k.value = b.select(b.compare(Op::lt, update, old), update, old);
+      break;
+  }
+  return {std::move(copy), std::move(k)};
+}
+
+void require_float(const ir::Node& n, DType t) {
+  PRISM_CHECK(prism::is_float(t), "kernel: {} needs a floating-point dtype, not {}",
+              ir::op_name(n.op), prism::name(t));
+}
+
+// Softmax and log_softmax: a group of threads per lane finds its max, sums the exponentials,
+// then writes the lane.
+Kernel softmax(const ir::Node& n, const std::vector<DType>& dtypes, const std::string& name) {
+  const Shape& x = n.shape;
+  require_float(n, x.dtype());
+  const int axis = n.attr<ir::AxisAttrs>().axis;
+  Lanes s = lanes(x, axis, axis + 1);
+  const Scalar t = scalar_of(x.dtype());
+  Kernel k = make(name, x, {s.outer * s.inner});
+  k.cooperative = true;
+  Builder b(k, dtypes);
+  ExprId base =
+      b.add(b.mul(b.div(b.flat(), s.inner), s.middle * s.inner), b.rem(b.flat(), s.inner));
+  auto at = [&](int loop) { return b.add(base, b.mul(b.loop(loop), s.inner)); };
+  int max = b.add_loop({s.middle}, Combine::max, t);
+  k.loops[max].operand = b.load(0, at(max));
+  int sum = b.add_loop({s.middle}, Combine::sum, t);
+  k.loops[sum].operand = b.unary(Op::exp, b.arith(Op::sub, b.load(0, at(sum)), b.result(max)));
+  int write = b.add_loop({s.middle}, Combine::none, t);
+  k.loops[write].writes = true;
+  k.at = at(write);
+  ExprId shifted = b.arith(Op::sub, b.load(0, k.at), b.result(max));
+  if (n.op == Op::log_softmax) {
+    k.value = b.arith(Op::sub, shifted, b.unary(Op::log, b.result(sum)));
+  } else {
+    ExprId inverse = b.arith(Op::div, b.real(1, t), b.result(sum));
+    k.value = b.arith(Op::mul, b.unary(Op::exp, shifted), inverse);
+  }
+  return k;
+}
+
+// rms_norm and layer_norm over contiguous axes: a group of threads per lane sums (the mean,
+// then) the squares, then writes the lane scaled.
+Kernel norm(const ir::Node& n, const std::vector<DType>& dtypes, const std::string& name) {
+  const Shape& x = n.shape;
+  require_float(n, x.dtype());
+  const auto& attrs = n.attr<ir::NormAttrs>();
+  Lanes s = lanes(x, attrs.axes.front(), attrs.axes.back() + 1);
+  const Scalar t = scalar_of(x.dtype());
+  Kernel k = make(name, x, {s.outer * s.inner});
+  k.cooperative = true;
+  Builder b(k, dtypes);
+  ExprId base =
+      b.add(b.mul(b.div(b.flat(), s.inner), s.middle * s.inner), b.rem(b.flat(), s.inner));
+  auto element = [&](int loop) { return b.load(0, b.add(base, b.mul(b.loop(loop), s.inner))); };
+  ExprId count = b.real(static_cast<double>(s.middle), t);
+  ExprId mean = b.real(0, t);
+  if (n.op == Op::layer_norm) {
+    int sum = b.add_loop({s.middle}, Combine::sum, t);
+    k.loops[sum].operand = element(sum);
+    mean = b.arith(Op::div, b.result(sum), count);
+  }
+  int squares = b.add_loop({s.middle}, Combine::sum, t);
+  ExprId centered = b.arith(Op::sub, element(squares), mean);
+  k.loops[squares].operand = b.arith(Op::mul, centered, centered);
+  ExprId scale = b.arith(
+      Op::div, b.real(1, t),
+      b.unary(Op::sqrt,
+              b.arith(Op::add, b.arith(Op::div, b.result(squares), count), b.real(attrs.eps, t))));
+  int write = b.add_loop({s.middle}, Combine::none, t);
+  k.loops[write].writes = true;
+  k.at = b.add(base, b.mul(b.loop(write), s.inner));
+  k.value = b.arith(Op::mul, b.arith(Op::sub, b.load(0, k.at), mean), scale);
+  return k;
+}
+
+// Rotary embedding, one work item per element: it reads its partner in the rotated pair and
+// the pair's cos and sin.
+Kernel rope(const ir::Node& n, const std::vector<DType>& dtypes, const std::string& name) {
+  const Shape& x = n.shape;
+  require_float(n, x.dtype());
+  const bool interleaved = n.attr<ir::RopeAttrs>().interleaved;
+  const int64_t d = x.size(x.rank() - 1), half = d / 2;
+  Kernel k = make(name, x, {x.numel() / std::max<int64_t>(d, 1), d});
+  Builder b(k, dtypes);
+  ExprId row = b.coord(0), m = b.coord(1);
+  ExprId first = interleaved ? b.compare(Op::eq, b.rem(m, 2), b.integer(0))
+                             : b.compare(Op::lt, m, b.integer(half));
+  ExprId i = interleaved ? b.div(m, 2) : b.select(first, m, b.sub(m, b.integer(half)));
+  ExprId step = b.integer(interleaved ? 1 : half);
+  ExprId partner = b.select(first, b.add(b.flat(), step), b.sub(b.flat(), step));
+  ExprId pair = b.add(b.mul(row, half), i);
+  ExprId co = b.load(1, pair), si = b.load(2, pair);
+  ExprId self = b.load(0, b.flat()), other = b.load(0, partner);
+  ExprId rotated = b.arith(Op::mul, other, si);
+  ExprId scaled = b.arith(Op::mul, self, co);
+  k.value = b.select(first, b.arith(Op::sub, scaled, rotated), b.arith(Op::add, scaled, rotated));
+  return k;
+}
+
+// dot_general, one work item per output element over the contraction: a group of threads per
+// element when both operands are contiguous along a long contraction (x . W for a linear
+// layer's [out, in] weight, as in decoding), so that the weights stream at full width.
+Kernel dot(const ir::Graph& g, const ir::Node& n, const std::vector<DType>& dtypes,
+           const std::string& name) {
+  const auto& a = n.attr<ir::DotAttrs>();
+  const Shape& ls = g.node(n.inputs[0]).shape;
+  const Shape& rs = g.node(n.inputs[1]).shape;
+  auto lst = ls.strides(), rst = rs.strides();
+  auto contains = [](const std::vector<int>& v, int x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  std::vector<int> lfree, rfree;
+  for (int i = 0; i < ls.rank(); ++i)
+    if (!contains(a.lhs_batch, i) && !contains(a.lhs_contract, i)) lfree.push_back(i);
+  for (int i = 0; i < rs.rank(); ++i)
+    if (!contains(a.rhs_batch, i) && !contains(a.rhs_contract, i)) rfree.push_back(i);
+  std::vector<int64_t> extents;
+  int64_t contraction = 1;
+  for (int c : a.lhs_contract) {
+    extents.push_back(ls.size(c));
+    contraction *= ls.size(c);
+  }
+  const bool rows = a.lhs_contract.size() == 1 && lst[a.lhs_contract[0]] == 1 &&
+                    rst[a.rhs_contract[0]] == 1 && contraction >= 32;
+  Kernel k = make(name, n.shape, sizes(n.shape));
+  if (rows) {  // a warp's worth of threads per element
+    k.space = {n.shape.numel()};
+    k.cooperative = true;
+    k.threads = 32;
+  }
+  Builder b(k, dtypes);
+  const Scalar acc = scalar_of(n.shape.dtype());
+  int loop = b.add_loop(extents, Combine::sum, acc);
+  // Output axes: batch, lhs free, rhs free.
+  std::vector<ExprId> c;
+  if (rows) {
+    std::array<int64_t, kMaxRank> os = n.shape.strides();
+    for (int i = 0; i < n.shape.rank(); ++i)
+      c.push_back(b.rem(b.div(b.flat(), os[i]), n.shape.size(i)));
+  } else {
+    for (int i = 0; i < n.shape.rank(); ++i) c.push_back(b.coord(i));
+  }
+  std::vector<std::pair<ExprId, int64_t>> l, r;
+  int axis = 0;
+  for (size_t j = 0; j < a.lhs_batch.size(); ++j, ++axis) {
+    l.push_back({c[axis], lst[a.lhs_batch[j]]});
+    r.push_back({c[axis], rst[a.rhs_batch[j]]});
+  }
+  for (int f : lfree) l.push_back({c[axis++], lst[f]});
+  for (int f : rfree) r.push_back({c[axis++], rst[f]});
+  for (size_t j = 0; j < a.lhs_contract.size(); ++j) {
+    l.push_back({b.loop(loop, static_cast<int>(j)), lst[a.lhs_contract[j]]});
+    r.push_back({b.loop(loop, static_cast<int>(j)), rst[a.rhs_contract[j]]});
+  }
+  ExprId lv = b.load(0, b.linear(l)), rv = b.load(1, b.linear(r));
+  k.loops[loop].operand = b.op(Op::mul, acc, {lv, rv});
+  k.value = b.result(loop);
+  return k;
+}
+
+// Convolution, one work item per output element over its window and the group's channels;
+// taps that fall in the padding add nothing.
+Kernel convolution(const ir::Graph& g, const ir::Node& n, const std::vector<DType>& dtypes,
+                   const std::string& name) {
+  const auto& a = n.attr<ir::ConvAttrs>();
+  const Shape& x = g.node(n.inputs[0]).shape;
+  const Shape& w = g.node(n.inputs[1]).shape;
+  const Shape& y = n.shape;  // c0 batch, c1 output channel, c2.. spatial
+  const int spatial = x.rank() - 2;
+  const int64_t channels = w.size(1), per_group = w.size(0) / a.groups;
+  auto xs = x.strides(), ws = w.strides();
+  Kernel k = make(name, y, sizes(y));
+  Builder b(k, dtypes);
+  std::vector<int64_t> extents;
+  for (int i = 0; i < spatial; ++i) extents.push_back(w.size(2 + i));
+  extents.push_back(channels);
+  const Scalar acc = scalar_of(y.dtype());
+  int loop = b.add_loop(extents, Combine::sum, acc);
+  ExprId ch = b.loop(loop, spatial);
+  ExprId group = b.div(b.coord(1), per_group);
+  std::vector<std::pair<ExprId, int64_t>> xi{{b.coord(0), xs[0]},
+                                             {b.add(b.mul(group, channels), ch), xs[1]}},
+      wi{{b.coord(1), ws[0]}, {ch, ws[1]}};
+  ExprId inside = kNone;
+  for (int i = 0; i < spatial; ++i) {
+    ExprId tap = b.loop(loop, i);
+    ExprId p = b.add(b.sub(b.mul(b.coord(2 + i), a.strides[i]), b.integer(a.pad_low[i])),
+                     b.mul(tap, a.dilations[i]));
+    inside = b.both(inside, b.both(b.compare(Op::ge, p, b.integer(0)),
+                                   b.compare(Op::lt, p, b.integer(x.size(2 + i)))));
+    xi.push_back({p, xs[2 + i]});
+    wi.push_back({tap, ws[2 + i]});
+  }
+  ExprId xv = b.load(0, b.linear(xi), inside), wv = b.load(1, b.linear(wi));
+  k.loops[loop].operand = b.op(Op::mul, acc, {xv, wv});
+  k.value = b.result(loop);
   return k;
 }
 
@@ -544,6 +882,9 @@ std::optional<Step> lower(const ir::Graph& g, const compiler::FusionPlan& plan, 
     case Op::dynamic_update_slice:
       step.kernels = dynamic_update_slice(g, n, dtypes, name);
       return step;
+    case Op::scatter:
+      step.kernels = scatter(g, n, dtypes, name);
+      return step;
     case Op::concatenate:
       return one(concatenate(g, n, dtypes, name));
     case Op::gather:
@@ -560,23 +901,59 @@ std::optional<Step> lower(const ir::Graph& g, const compiler::FusionPlan& plan, 
     case Op::argmax:
     case Op::argmin:
       return one(arg_reduce(g, n, dtypes, name));
+    case Op::cumsum:
+      return one(cumsum(n, dtypes, name));
+    case Op::argsort:
+      return one(argsort(g, n, dtypes, name));
+    case Op::dot:
+      return one(dot(g, n, dtypes, name));
+    case Op::convolution:
+      return one(convolution(g, n, dtypes, name));
+    case Op::softmax:
+    case Op::log_softmax:
+      return one(softmax(n, dtypes, name));
+    case Op::rms_norm:
+    case Op::layer_norm:
+      return one(norm(n, dtypes, name));
+    case Op::rope:
+      return one(rope(n, dtypes, name));
     default:
       return std::nullopt;
   }
 }
 
+bool lowers(const ir::Node& n) {
+  if (!prism::is_float(n.shape.dtype())) return false;
+  switch (n.op) {
+    case Op::softmax:
+    case Op::log_softmax:
+    case Op::rope:
+      return true;
+    case Op::rms_norm:
+    case Op::layer_norm: {
+      const auto& axes = n.attr<ir::NormAttrs>().axes;
+      return !axes.empty() && axes.back() - axes.front() + 1 == static_cast<int>(axes.size());
+    }
+    default:
+      return false;
+  }
+}
+
 std::string print(const Kernel& k) {
   static constexpr const char* kScalar[] = {"f64", "f32", "i64"};
-  static constexpr const char* kCombine[] = {"sum", "prod", "max", "min", "argmax", "argmin"};
-  std::string s =
-      fmt::format("kernel {} -> {} over [{}]", k.name, name(k.out), fmt::join(k.space, ", "));
-  if (k.reduction) {
-    s += fmt::format(" {} in {} over [{}]", kCombine[static_cast<int>(k.reduction->combine)],
-                     kScalar[static_cast<int>(k.reduction->accumulator)],
-                     fmt::join(k.reduction->loops, ", "));
-  }
+  static constexpr const char* kCombine[] = {"none", "sum",    "prod",  "max",
+                                             "min",  "argmax", "argmin"};
+  std::string s = fmt::format("kernel {} -> {} over [{}]{}", k.name, name(k.out),
+                              fmt::join(k.space, ", "), k.cooperative ? " cooperative" : "");
   if (k.when == InPlace::when_not_in_place) s += " (when not in place)";
   s += "\n";
+  for (size_t j = 0; j < k.loops.size(); ++j) {
+    const Loop& l = k.loops[j];
+    s += fmt::format(
+        "  loop {} over [{}]: {} in {} of e{}{}\n", j, fmt::join(l.extents, ", "),
+        kCombine[static_cast<int>(l.combine)], kScalar[static_cast<int>(l.accumulator)], l.operand,
+        l.writes ? (l.exclusive ? ", stores before each step" : ", stores each step") : "");
+  }
   std::vector<bool> used = k.used();
   for (size_t i = 0; i < k.exprs.size(); ++i) {
     if (!used[i]) continue;
@@ -593,10 +970,14 @@ std::string print(const Kernel& k) {
         rhs = fmt::format("coord {}", e.axis);
         break;
       case ExprKind::loop:
-        rhs = fmt::format("loop {}", e.axis);
+        rhs = fmt::format("loop {} axis {}", e.loop, e.axis);
+        break;
+      case ExprKind::result:
+        rhs = fmt::format("result {}", e.loop);
         break;
       case ExprKind::load:
-        rhs = fmt::format("load in{}[e{}]", e.operand, e.args[0]);
+        rhs = e.operand < 0 ? fmt::format("load out[e{}]", e.args[0])
+                            : fmt::format("load in{}[e{}]", e.operand, e.args[0]);
         if (e.args.size() > 1) rhs += fmt::format(" if e{}", e.args[1]);
         break;
       case ExprKind::op:
@@ -609,8 +990,9 @@ std::string print(const Kernel& k) {
     }
     s += fmt::format("  e{}: {} = {}\n", i, kScalar[static_cast<int>(e.type)], rhs);
   }
-  s += fmt::format("  out[{}] = e{}\n", k.at == kNone ? "flat" : fmt::format("e{}", k.at), k.value);
-  return s;
+  s += fmt::format("  out[{}] = e{}", k.at == kNone ? "flat" : fmt::format("e{}", k.at), k.value);
+  if (k.mask != kNone) s += fmt::format(" if e{}", k.mask);
+  return s + "\n";
 }
 
 }  // namespace prism::kernel

@@ -5,13 +5,17 @@
 // A kernel runs one work item per element of its `space`. Each work item evaluates a DAG of
 // scalar expressions (`Expr`): the coordinates of its item, loads from the step's operands at
 // computed indices (an index map per operand is just an integer expression), elementwise ops
-// in one of three compute classes, and roundings through storage dtypes. A map kernel writes
-// its `value`; a reduction kernel combines `value` over a loop nest first, with one
-// accumulation rule for every backend (`accumulator`). The index a work item writes is its own
-// element unless `at` says otherwise (the window of an in-place update).
+// in one of three compute classes, and roundings through storage dtypes. It may run loops, in
+// order: a reduction combines an expression over its nest into a result that later
+// expressions read; a scan or a write loop stores on every iteration. With one accumulation
+// rule for every backend (`Loop`). A work item stores `value` at its own element unless `at`
+// says otherwise, and only where `mask` holds.
 //
-// Ops the IR does not describe yet (scans, sorts, scatter, products, convolutions, the nn
-// composites) keep kernels of their own in each backend; `lower` returns nothing for them.
+// A cooperative kernel gives each work item a group of threads: they share each loop's
+// iterations and combine their partial results (softmax and the norms, one row per group).
+//
+// Attention and the matrix products a backend hands to a library (cuBLASLt, OpenCL's tiled
+// kernels) stay in the backends; `lower` returns nothing for them.
 #pragma once
 
 #include <cstdint>
@@ -37,9 +41,10 @@ enum class ExprKind : uint8_t {
   constant,  // `number` (an integer when the class is i64)
   flat,      // the work item's flat index in the space (i64)
   coord,     // coordinate `axis` of the work item in the space (i64)
-  loop,      // coordinate `axis` of a reduction's loop nest (i64)
-  load,      // element args[0] of operand `operand`, in scalar_of(its dtype); with args[1],
-             // a mask: where it is false nothing is read and the value is 0
+  loop,      // coordinate `axis` of loop `loop`'s nest (i64)
+  result,    // the result of loop `loop` (in a scan: so far), in its accumulator's class
+  load,      // element args[0] of operand `operand` (-1: the output), in scalar_of(its dtype);
+             // with args[1], a mask: where it is false nothing is read and the value is 0
   op,        // elementwise `op` on args in the class of args[0] (select: of args[1]), giving
              // `type`: arithmetic, compares, select, is_nan, logical ops
   round,     // args[0] stored as `dtype` and read back: convert's semantics (saturating)
@@ -52,21 +57,25 @@ struct Expr {
   DType dtype = DType::f32;
   int operand = -1;
   int axis = -1;
+  int loop = -1;
   double number = 0;  // a constant (integers up to 2^53 exactly; larger ones in `integer`)
   int64_t integer = 0;
   std::vector<ExprId> args;
 };
 
-enum class Combine : uint8_t { sum, prod, max, min, argmax, argmin };
+enum class Combine : uint8_t { none, sum, prod, max, min, argmax, argmin };
 
-// A reduction over a loop nest (outermost first) in `accumulator`: sums of f32, f16 and bf16
-// accumulate in f32 with Kahan compensation, f64 in double, integers in i64; max and min
-// propagate NaN; argmax and argmin give the flat position in the nest of the first extreme
-// (a NaN counts as one, and the first NaN wins).
-struct Reduction {
-  std::vector<int64_t> loops;
-  Combine combine = Combine::sum;
+// A loop nest (outermost first) that each work item runs. Results accumulate in `accumulator`:
+// sums of f32, f16 and bf16 in f32 with Kahan compensation, f64 in double, integers in i64;
+// max and min propagate NaN; argmax and argmin give the flat position in the nest of the first
+// extreme (a NaN counts as one, and the first NaN wins). `none` only iterates (a write loop).
+struct Loop {
+  std::vector<int64_t> extents;
+  Combine combine = Combine::none;
   Scalar accumulator = Scalar::f32;
+  ExprId operand = kNone;  // combined on each iteration
+  bool writes = false;     // the kernel stores on each iteration of this loop (the last one)
+  bool exclusive = false;  // a writing loop stores before combining (an exclusive scan)
 };
 
 // When a kernel of an in-place step runs (executables alias an update's output with its
@@ -80,17 +89,23 @@ struct Kernel {
   std::string name;
   std::vector<int64_t> space;  // one work item per element, row-major
   DType out = DType::f32;
-  std::vector<Expr> exprs;  // topological: args precede their users
-  ExprId value = kNone;     // written (map), or combined (reduction)
-  ExprId at = kNone;        // the element written; kNone: the work item's flat index
-  std::optional<Reduction> reduction;
+  std::vector<Expr> exprs;   // topological: args precede their users
+  std::vector<Loop> loops;   // run in order
+  ExprId value = kNone;      // stored
+  ExprId at = kNone;         // the element stored; kNone: the work item's flat index
+  ExprId mask = kNone;       // stores only where true; kNone: always
+  bool cooperative = false;  // a group of threads per work item; loops have one extent each
+  int threads = 0;           // cooperative: the group size suggested (0: the backend's choice)
   InPlace when = InPlace::always;
 
   int64_t items() const;
-  // Whether expression e reads a loop coordinate (and so belongs inside the loop nest).
-  std::vector<bool> in_loop() const;
-  // Whether each expression is needed by the value, the index written or a mask.
+  // Where each expression is evaluated: 0 before the loops, 2j + 1 in loop j's body, 2j + 2
+  // after it (a writing loop's result is read inside it).
+  std::vector<int> region() const;
+  // Whether each expression is needed by a stored value, index or mask, or a loop's operand.
   std::vector<bool> used() const;
+  // Whether each expression reads the result of loop j (directly or through its args).
+  std::vector<bool> reads_result(int j) const;
 };
 
 // The kernels of one step, run in order, and the values they read: every kernel of a step takes
@@ -105,6 +120,11 @@ struct Step {
 // not describe.
 std::optional<Step> lower(const ir::Graph& graph, const compiler::FusionPlan& plan, ir::ValueId id,
                           const std::string& name);
+
+// Whether `lower` has a kernel of its own for composite `node` (softmax, log_softmax, rope, and
+// the norms over one contiguous run of axes, in floating point); other composites run through
+// their decompositions.
+bool lowers(const ir::Node& node);
 
 // The values a step reads: a fused group's operands (looking through virtual broadcasts), or a
 // node's inputs.

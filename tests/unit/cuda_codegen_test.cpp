@@ -326,8 +326,10 @@ TEST(CudaCodegen, LinearLayerProductsTakeAWarpPerOutput) {
   compiler::FusionPlan plan = compiler::fuse_elementwise(b.g);
   std::vector<KernelCode> k = generate(b.g, plan, y, "k");
   ASSERT_EQ(k.size(), 1u);
-  EXPECT_EQ(k[0].work, 512 * 32);
-  EXPECT_NE(k[0].source.find("warp_sum(a)"), std::string::npos) << k[0].source;
+  EXPECT_TRUE(k[0].block_per_item);
+  EXPECT_EQ(k[0].work, 512);
+  EXPECT_EQ(k[0].block, 32);
+  EXPECT_NE(k[0].source.find("prism_block_combine"), std::string::npos) << k[0].source;
 }
 
 TEST(CudaCodegen, LaunchSizes) {

@@ -93,11 +93,14 @@ TEST(KernelIr, AReductionReadsInItsLoopAndAccumulatesByOneRule) {
   Step step =
       b.lower(b.add(Op::reduce_sum, Shape(DType::bf16, {{"a", 2}}), {x}, ir::AxesAttrs{{1}}));
   const Kernel& k = step.kernels.at(0);
-  ASSERT_TRUE(k.reduction.has_value());
-  EXPECT_EQ(k.reduction->loops, (std::vector<int64_t>{5}));
-  EXPECT_EQ(k.reduction->accumulator, Scalar::f32);  // halves sum in f32, compensated
+  ASSERT_EQ(k.loops.size(), 1u);
+  EXPECT_EQ(k.loops[0].extents, (std::vector<int64_t>{5}));
+  EXPECT_EQ(k.loops[0].combine, Combine::sum);
+  EXPECT_EQ(k.loops[0].accumulator, Scalar::f32);  // halves sum in f32, compensated
   EXPECT_EQ(k.items(), 2);
-  EXPECT_TRUE(k.in_loop()[k.value]) << print(k);
+  EXPECT_EQ(k.region()[k.loops[0].operand], 1) << print(k);  // read in the loop
+  EXPECT_EQ(k.exprs[k.value].kind, ExprKind::result) << print(k);
+  EXPECT_EQ(k.region()[k.value], 2) << print(k);  // stored after it
 }
 
 TEST(KernelIr, FloatOnlyOpsOnIntegersNameTheDtype) {
@@ -110,13 +113,53 @@ TEST(KernelIr, FloatOnlyOpsOnIntegersNameTheDtype) {
   EXPECT_NE(message.find("exp is not defined for i16"), std::string::npos) << message;
 }
 
-TEST(KernelIr, OpsWithoutAnIrFormAreLeftToTheBackend) {
+TEST(KernelIr, ACumulativeSumStoresOnEveryStep) {
   Builder b;
-  ValueId x = b.input(f32({{"a", 4}}));
-  ValueId s = b.add(Op::argsort, Shape(DType::i32, {{"a", 4}}), {x}, ir::ArgsortAttrs{0, 4, false});
-  b.g.outputs() = {s};
+  ValueId x = b.input(f32({{"a", 2}, {"b", 7}}));
+  Step step =
+      b.lower(b.add(Op::cumsum, f32({{"a", 2}, {"b", 7}}), {x}, ir::AxisAttrs{1, true, true}));
+  const Kernel& k = step.kernels.at(0);
+  ASSERT_EQ(k.loops.size(), 1u);
+  EXPECT_TRUE(k.loops[0].writes);
+  EXPECT_TRUE(k.loops[0].exclusive);
+  EXPECT_EQ(k.items(), 2);  // one work item per lane
+  EXPECT_EQ(k.region()[k.at], 1) << print(k);
+}
+
+TEST(KernelIr, ASortRanksEachElementAndStoresTheFirstK) {
+  Builder b;
+  ValueId x = b.input(f32({{"a", 3}, {"b", 6}}));
+  Step step = b.lower(
+      b.add(Op::argsort, Shape(DType::i32, {{"a", 3}, {"b", 2}}), {x}, ir::ArgsortAttrs{1, 2}));
+  const Kernel& k = step.kernels.at(0);
+  EXPECT_EQ(k.items(), 18);
+  ASSERT_NE(k.mask, kNone);
+  EXPECT_EQ(k.region()[k.mask], 2) << print(k);  // the rank, after the count
+  EXPECT_EQ(k.region()[k.at], 2) << print(k);
+}
+
+TEST(KernelIr, SoftmaxIsOneGroupOfThreadsPerLane) {
+  Builder b;
+  ValueId x = b.input(f32({{"a", 3}, {"b", 100}}));
+  Step step = b.lower(b.add(Op::softmax, f32({{"a", 3}, {"b", 100}}), {x}, ir::AxisAttrs{1}));
+  const Kernel& k = step.kernels.at(0);
+  EXPECT_TRUE(k.cooperative);
+  EXPECT_EQ(k.items(), 3);
+  ASSERT_EQ(k.loops.size(), 3u);  // max, sum of exponentials, write
+  EXPECT_EQ(k.loops[0].combine, Combine::max);
+  EXPECT_EQ(k.loops[1].combine, Combine::sum);
+  EXPECT_TRUE(k.loops[2].writes);
+}
+
+TEST(KernelIr, AttentionIsLeftToTheBackends) {
+  Builder b;
+  Shape s = f32({{"b", 1}, {"h", 2}, {"s", 3}, {"d", 4}});
+  ValueId q = b.input(s), k = b.input(s), v = b.input(s);
+  ValueId o = b.add(Op::attention, s, {q, k, v}, ir::AttentionAttrs{});
+  b.g.outputs() = {o};
   compiler::FusionPlan plan = compiler::fuse_elementwise(b.g);
-  EXPECT_FALSE(kernel::lower(b.g, plan, s, "k").has_value());
+  EXPECT_FALSE(kernel::lower(b.g, plan, o, "k").has_value());
+  EXPECT_FALSE(kernel::lowers(b.g.node(o)));
 }
 
 TEST(KernelC, LiteralsReadBackExactly) {
@@ -137,6 +180,14 @@ TEST(KernelC, LiteralsReadBackExactly) {
       return "";
     }
     std::string items(int64_t, const std::string&) const override { return ""; }
+    std::string group_items(int64_t, const std::vector<Scalar>&,
+                            const std::string&) const override {
+      return "";
+    }
+    std::string group_combine(const std::string&, Scalar, const std::string&,
+                              const std::string&) const override {
+      return "";
+    }
   } d;
   EXPECT_EQ(literal(1, Scalar::f32, d), "1.0f");
   EXPECT_EQ(literal(0.1, Scalar::f64, d), "0.1");

@@ -108,31 +108,27 @@ template <typename T> __device__ __forceinline__ T prism_neg_inf();
 template <> __device__ __forceinline__ float prism_neg_inf<float>() { return -PRISM_INF_F; }
 template <> __device__ __forceinline__ double prism_neg_inf<double>() { return -PRISM_INF_D; }
 
-template <typename T> __device__ __forceinline__ T warp_sum(T v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-template <typename T> __device__ __forceinline__ T warp_max(T v) {
-  for (int o = 16; o > 0; o >>= 1) {
-    T w = __shfl_xor_sync(0xffffffffu, v, o);
-    v = w > v ? w : v;
-  }
-  return v;
-}
-// Sum or max over the block; every thread gets the result. `scratch` holds 32 values.
-template <typename T, bool kMax> __device__ T block_reduce(T v, T* scratch) {
-  v = kMax ? warp_max(v) : warp_sum(v);
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+// The combination by f of every thread's v, in every thread of the block (whose size is a
+// multiple of 32); `scratch` holds 32 values.
+template <typename T, typename F>
+__device__ T prism_block_combine(T v, T* scratch, T identity, F f) {
+  for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
   __syncthreads();
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    v = lane < warps ? scratch[lane] : (kMax ? prism_neg_inf<T>() : (T)0);
-    v = kMax ? warp_max(v) : warp_sum(v);
+    v = lane < warps ? scratch[lane] : identity;
+    for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
     if (lane == 0) scratch[0] = v;
   }
   __syncthreads();
   return scratch[0];
+}
+
+template <typename T> __device__ __forceinline__ T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
 }
 )";
 }
@@ -199,21 +195,6 @@ std::string grid_stride(int64_t n, const std::string& body) {
       n, body);
 }
 
-std::string coords(const Shape& shape, const std::string& flat, const std::string& prefix) {
-  // 32-bit arithmetic where the shape allows it: divisions by constants become a multiply
-  // and a shift, where 64-bit ones are emulated.
-  bool narrow = shape.numel() <= 0xffffffffLL;
-  std::string type = narrow ? "u32" : "i64", suffix = narrow ? "u" : "LL";
-  std::string s = fmt::format("    {} {}rest = ({}){};\n", type, prefix, type, flat);
-  for (int a = shape.rank() - 1; a >= 0; --a) {
-    s += fmt::format("    {} {}{} = {}rest % {}{};\n", type, prefix, a, prefix, shape.size(a),
-                     suffix);
-    if (a > 0) s += fmt::format("    {}rest /= {}{};\n", prefix, shape.size(a), suffix);
-  }
-  s += fmt::format("    (void){}rest;\n", prefix);
-  return s;
-}
-
 }  // namespace detail
 
 namespace {
@@ -257,6 +238,23 @@ class CudaDialect final : public kernel::CDialect {
   std::string items(int64_t n, const std::string& body) const override {
     return detail::grid_stride(n, body);
   }
+  // A block per item (launched with block_per_item).
+  std::string group_items(int64_t, const std::vector<kernel::Scalar>& scratch,
+                          const std::string& body) const override {
+    std::string s;
+    for (kernel::Scalar c : scratch)
+      s += fmt::format("  __shared__ {0} scratch_{0}[32];\n", type(c));
+    return s +
+           "  const i64 i = blockIdx.x;\n  const int tid = threadIdx.x, threads = blockDim.x;\n" +
+           body;
+  }
+  std::string group_combine(const std::string& var, kernel::Scalar s, const std::string& identity,
+                            const std::string& combine) const override {
+    return fmt::format(
+        "    {1} = prism_block_combine<{0}>({1}, scratch_{0}, {2}, []({0} a, {0} b) {{ return {3}; "
+        "}});\n",
+        type(s), var, identity, combine);
+  }
 };
 
 }  // namespace
@@ -295,14 +293,14 @@ std::vector<KernelCode> generate(const ir::Graph& graph, const compiler::FusionP
       code.name = k.name;
       code.work = k.items();
       code.source = kernel::render(k, dtypes, dialect());
-      if (k.when == kernel::InPlace::when_not_in_place) code.when = InPlace::when_not_in_place;
+      code.when = k.when;
+      code.block_per_item = k.cooperative;
+      if (k.cooperative && k.threads > 0) code.block = k.threads;
     }
     return kernels;
   }
-  for (auto make : {detail::generate_data, detail::generate_reduce, detail::generate_nn}) {
-    std::vector<KernelCode> k = make(graph, id, name);
-    if (!k.empty()) return k;
-  }
+  std::vector<KernelCode> k = detail::generate_nn(graph, id, name);
+  if (!k.empty()) return k;
   fail("cuda: no kernel for {}", ir::print(graph, id));
 }
 

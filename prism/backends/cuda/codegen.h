@@ -21,11 +21,7 @@ struct Launch {
   int block = 256;
 };
 
-enum class InPlace : uint8_t {
-  always,             // runs on every call
-  when_not_in_place,  // only when the output does not share the first operand's memory
-  when_in_place,      // only when it does
-};
+using kernel::InPlace;
 
 // One __global__ function: `void name(char* out, const char* in0, const char* in1, ...)`,
 // with one `in` per value the step reads, in the step's order.
@@ -77,10 +73,6 @@ const kernel::CDialect& dialect();
 
 // Used by the generators of each op family (codegen_*.cpp).
 namespace detail {
-std::vector<KernelCode> generate_data(const ir::Graph& graph, ir::ValueId id,
-                                      const std::string& name);
-std::vector<KernelCode> generate_reduce(const ir::Graph& graph, ir::ValueId id,
-                                        const std::string& name);
 std::vector<KernelCode> generate_nn(const ir::Graph& graph, ir::ValueId id,
                                     const std::string& name);
 
@@ -90,8 +82,6 @@ std::string signature(const std::string& name, DType out, const std::vector<DTyp
                       bool launch_bounds_256 = true);
 // A grid-stride loop over i in [0, n) around `body`.
 std::string grid_stride(int64_t n, const std::string& body);
-// Declares `prefix0..prefix{rank-1}`, the coordinates of flat index `flat` in `shape`.
-std::string coords(const Shape& shape, const std::string& flat, const std::string& prefix);
 // "ld_f32", "st_bf16"...: the prelude's conversions.
 std::string ld(DType t);
 std::string st(DType t);

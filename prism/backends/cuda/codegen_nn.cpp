@@ -1,5 +1,4 @@
-// The composites as single kernels: softmax and log_softmax, rms_norm and layer_norm (one
-// block per row, block reductions), rope (one thread per rotated pair), and attention with
+// Attention as one CUDA kernel (the other composites the platform keeps whole are kernel IR), with
 // grouped-query heads, causal and sliding-window masks, an explicit mask and a position
 // offset: one block of warps per query row (16 when there are few rows, as in decoding, else
 // 4), each warp streaming its share of the keys with an online softmax, the partial results
@@ -25,16 +24,6 @@ std::string fn(const std::string& type, const char* base) {
   return type == "float" ? std::string(base) + "f" : std::string(base);
 }
 
-struct Lanes {
-  int64_t outer = 1, middle = 1, inner = 1;
-};
-Lanes lanes(const Shape& s, int first, int last) {
-  Lanes r;
-  for (int i = 0; i < s.rank(); ++i)
-    (i < first ? r.outer : i < last ? r.middle : r.inner) *= s.size(i);
-  return r;
-}
-
 KernelCode block_per_row(const std::string& name, const std::string& source, int64_t rows,
                          int block) {
   KernelCode k;
@@ -43,94 +32,6 @@ KernelCode block_per_row(const std::string& name, const std::string& source, int
   k.block_per_item = true;
   k.block = block;
   k.source = source;
-  return k;
-}
-
-KernelCode softmax(const ir::Node& n, const std::string& name) {
-  const Shape& x = n.shape;
-  require_float(n, x.dtype());
-  int axis = n.attr<ir::AxisAttrs>().axis;
-  Lanes s = lanes(x, axis, axis + 1);
-  std::string T = float_type(x.dtype()), L = ld(x.dtype());
-  std::string src = signature(name, x.dtype(), {x.dtype()});
-  src += fmt::format(
-      "  __shared__ {0} scratch[32];\n"
-      "  i64 lane = blockIdx.x, base = lane / {1}LL * {2}LL * {1}LL + lane % {1}LL;\n"
-      "  {0} mx = prism_neg_inf<{0}>();\n"
-      "  for (i64 m = threadIdx.x; m < {2}LL; m += blockDim.x) {{\n"
-      "    {0} v = {3}(in0[base + m * {1}LL]);\n"
-      "    mx = v > mx ? v : mx;\n"
-      "  }}\n"
-      "  mx = block_reduce<{0}, true>(mx, scratch);\n"
-      "  {0} sum = 0;\n"
-      "  for (i64 m = threadIdx.x; m < {2}LL; m += blockDim.x) sum += {4}({3}(in0[base + m * "
-      "{1}LL]) - mx);\n"
-      "  sum = block_reduce<{0}, false>(sum, scratch);\n"
-      "  {0} lsum = {5}(sum), inv = ({0})1 / sum;\n"
-      "  for (i64 m = threadIdx.x; m < {2}LL; m += blockDim.x) {{\n"
-      "    {0} r = {3}(in0[base + m * {1}LL]) - mx;\n"
-      "    out[base + m * {1}LL] = {6}({7});\n"
-      "  }}\n"
-      "}}\n",
-      T, s.inner, s.middle, L, fn(T, "exp"), fn(T, "log"), st(x.dtype()),
-      n.op == Op::log_softmax ? "r - lsum" : fn(T, "exp") + "(r) * inv");
-  return block_per_row(name, src, s.outer * s.inner, 256);
-}
-
-KernelCode norm(const ir::Node& n, const std::string& name) {
-  const Shape& x = n.shape;
-  require_float(n, x.dtype());
-  const auto& a = n.attr<ir::NormAttrs>();
-  Lanes s = lanes(x, a.axes.front(), a.axes.back() + 1);
-  std::string T = float_type(x.dtype()), L = ld(x.dtype());
-  bool center = n.op == Op::layer_norm;
-  std::string src = signature(name, x.dtype(), {x.dtype()});
-  src += fmt::format(
-      "  __shared__ double scratch[32];\n"
-      "  i64 lane = blockIdx.x, base = lane / {1}LL * {2}LL * {1}LL + lane % {1}LL;\n"
-      "  double mean = 0, sq = 0;\n",
-      T, s.inner, s.middle);
-  if (center) {
-    src += fmt::format(
-        "  for (i64 m = threadIdx.x; m < {1}LL; m += blockDim.x) mean += (double){2}(in0[base + m "
-        "* {0}LL]);\n"
-        "  mean = block_reduce<double, false>(mean, scratch) / {1}.0;\n",
-        s.inner, s.middle, L);
-  }
-  src += fmt::format(
-      "  for (i64 m = threadIdx.x; m < {2}LL; m += blockDim.x) {{\n"
-      "    double d = (double){3}(in0[base + m * {1}LL]) - mean;\n"
-      "    sq += d * d;\n"
-      "  }}\n"
-      "  sq = block_reduce<double, false>(sq, scratch);\n"
-      "  {0} scale = ({0})(1.0 / sqrt(sq / {2}.0 + {4:.17g}));\n"
-      "  for (i64 m = threadIdx.x; m < {2}LL; m += blockDim.x)\n"
-      "    out[base + m * {1}LL] = {5}(({3}(in0[base + m * {1}LL]) - ({0})mean) * scale);\n"
-      "}}\n",
-      T, s.inner, s.middle, L, a.eps, st(x.dtype()));
-  return block_per_row(name, src, s.outer * s.inner, 256);
-}
-
-KernelCode rope(const ir::Graph& g, const ir::Node& n, const std::string& name) {
-  const Shape& x = n.shape;
-  require_float(n, x.dtype());
-  bool interleaved = n.attr<ir::RopeAttrs>().interleaved;
-  int64_t d = x.size(x.rank() - 1), half = d / 2, rows = x.numel() / std::max<int64_t>(d, 1);
-  std::string T = float_type(x.dtype());
-  DType ct = g.node(n.inputs[1]).shape.dtype(), stt = g.node(n.inputs[2]).shape.dtype();
-  std::string body = fmt::format(
-      "    i64 r = i / {0}LL, k = i % {0}LL;\n"
-      "    {1} c = {2}(in1[i]), s = {3}(in2[i]);\n"
-      "    i64 p = r * {4}LL + {5}, q = r * {4}LL + {6};\n"
-      "    {1} a = {7}(in0[p]), b = {7}(in0[q]);\n"
-      "    out[p] = {8}(a * c - b * s);\n"
-      "    out[q] = {8}(b * c + a * s);\n",
-      half, T, ld(ct), ld(stt), d, interleaved ? "2 * k" : "k",
-      interleaved ? "2 * k + 1" : fmt::format("k + {}LL", half), ld(x.dtype()), st(x.dtype()));
-  KernelCode k;
-  k.name = name;
-  k.work = rows * half;
-  k.source = signature(name, x.dtype(), {x.dtype(), ct, stt}) + grid_stride(k.work, body) + "}\n";
   return k;
 }
 
@@ -234,14 +135,6 @@ KernelCode attention(const ir::Graph& g, const ir::Node& n, const std::string& n
 std::vector<KernelCode> generate_nn(const ir::Graph& g, ir::ValueId id, const std::string& name) {
   const ir::Node& n = g.node(id);
   switch (n.op) {
-    case Op::softmax:
-    case Op::log_softmax:
-      return {softmax(n, name)};
-    case Op::rms_norm:
-    case Op::layer_norm:
-      return {norm(n, name)};
-    case Op::rope:
-      return {rope(g, n, name)};
     case Op::attention:
       return {attention(g, n, name)};
     default:

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "prism/backends/cuda/nvrtc_compiler.h"
+#include "prism/compiler/kernel_ir.h"
 #include "prism/core/error.h"
 
 namespace prism {
@@ -174,21 +175,9 @@ HostBuffer CudaPlatform::download(const Buffer& buffer) {
 }
 
 bool CudaPlatform::supports(const ir::Node& n) const {
-  switch (n.op) {
-    case ir::Op::softmax:
-    case ir::Op::log_softmax:
-    case ir::Op::rope:
-      return true;
-    case ir::Op::rms_norm:
-    case ir::Op::layer_norm: {  // one contiguous run of axes
-      const auto& axes = n.attr<ir::NormAttrs>().axes;
-      return !axes.empty() && axes.back() - axes.front() + 1 == static_cast<int>(axes.size());
-    }
-    case ir::Op::attention:
-      return n.shape.rank() == 4;
-    default:  // the other composites (short_conv, ...) run through their decompositions
-      return false;
-  }
+  // Attention has a kernel of its own; other composites are kernel IR or decomposed.
+  if (n.op == ir::Op::attention) return n.shape.rank() == 4;
+  return kernel::lowers(n);
 }
 
 std::unique_ptr<ExecutableImpl> CudaPlatform::compile(const ir::Graph& graph,

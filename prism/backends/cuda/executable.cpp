@@ -137,7 +137,6 @@ class CudaExecutable : public ExecutableImpl {
       for (size_t k = 0; k < step.kernels.size(); ++k) {
         const KernelCode& code = step.kernels[k];
         if (code.work == 0) continue;
-        if (code.when == InPlace::when_in_place && !in_place) continue;
         if (code.when == InPlace::when_not_in_place && in_place) continue;
         arg_ptrs.clear();
         for (CUdeviceptr& a : args) arg_ptrs.push_back(&a);

@@ -26,32 +26,6 @@ void require_fp64(const ir::Graph& g, ValueId id, const DeviceTraits& device) {
   }
 }
 
-// The ops the kernel IR does not describe yet.
-KernelSource node_kernel(const ir::Graph& g, ValueId id, const std::string& name) {
-  KernelSource k;
-  k.name = name;
-  k.reads = g.node(id).inputs;
-  switch (g.node(id).op) {
-    case Op::scatter:
-      return data_kernel(g, id, std::move(k));
-    case Op::cumsum:
-    case Op::argsort:
-    case Op::dot:
-    case Op::convolution:
-      return compute_kernel(g, id, std::move(k));
-    case Op::softmax:
-    case Op::log_softmax:
-    case Op::rms_norm:
-    case Op::layer_norm:
-    case Op::rope:
-    case Op::attention:
-      return nn_kernel(g, id, std::move(k));
-    default:
-      fail("opencl: op {} is not supported on the opencl platform ({})", ir::op_name(g.node(id).op),
-           ir::print(g, id));
-  }
-}
-
 }  // namespace
 
 std::string preamble(const DeviceTraits& device) {
@@ -104,6 +78,13 @@ KernelSource step_kernel(const ir::Graph& g, const compiler::FusionPlan& plan, V
   } else {
     require_fp64(g, id, device);
   }
+  KernelSource library;
+  library.name = name;
+  library.reads = node.inputs;
+  if (node.op == Op::dot) {  // products that fit the tiled kernels
+    if (auto fast = matmul_kernel(g, id, library)) return std::move(*fast);
+  }
+  if (node.op == Op::attention) return nn_kernel(g, id, std::move(library));
   if (std::optional<kernel::Step> step = kernel::lower(g, plan, id, name)) {
     KernelSource k;
     k.reads = step->reads;
@@ -118,11 +99,13 @@ KernelSource step_kernel(const ir::Graph& g, const compiler::FusionPlan& plan, V
       PRISM_CHECK(k.code.empty(), "opencl: step {} has more than one kernel", name);
       k.name = kernel.name;
       k.code = kernel::render(kernel, dtypes, dialect());
-      k.global[0] = kernel.items();
+      k.global[0] = kernel.items() * (kernel.cooperative ? kGroupSize : 1);
+      if (kernel.cooperative) k.local[0] = kGroupSize;
     }
     return k;
   }
-  return node_kernel(g, id, name);
+  fail("opencl: op {} is not supported on the opencl platform ({})", ir::op_name(node.op),
+       ir::print(g, id));
 }
 
 }  // namespace prism::opencl

@@ -158,6 +158,31 @@ class OpenClDialect final : public kernel::CDialect {
   std::string items(int64_t n, const std::string& body) const override {
     return fmt::format("  long i = get_global_id(0);\n  if (i >= {}L) return;\n{}", n, body);
   }
+  // A work group per item, launched with exactly n groups: no bound check (a group returning
+  // before its barriers crashed PoCL 3.1's kernel compiler).
+  std::string group_items(int64_t, const std::vector<kernel::Scalar>& scratch,
+                          const std::string& body) const override {
+    std::string s;
+    for (kernel::Scalar c : scratch) {
+      s += fmt::format("  __local {} red_{}[{}];\n", type(c), type(c), kGroupSize);
+    }
+    s += fmt::format(
+        "  const long i = get_group_id(0);\n  const int tid = get_local_id(0), threads = {};\n",
+        kGroupSize);
+    return s + body;
+  }
+  std::string group_combine(const std::string& var, kernel::Scalar s, const std::string&,
+                            const std::string& combine) const override {
+    return fmt::format(
+        "    red_{0}[tid] = {1};\n    barrier(CLK_LOCAL_MEM_FENCE);\n"
+        "    for (int s = {2}; s > 0; s >>= 1) {{\n"
+        "      if (tid < s) {{ const {0} a = red_{0}[tid], b = red_{0}[tid + s]; red_{0}[tid] = "
+        "{3}; "
+        "}}\n"
+        "      barrier(CLK_LOCAL_MEM_FENCE);\n    }}\n"
+        "    {1} = red_{0}[0];\n    barrier(CLK_LOCAL_MEM_FENCE);\n",
+        type(s), var, kGroupSize / 2, combine);
+  }
 
  private:
   static Class class_of(kernel::Scalar s) {
@@ -172,27 +197,6 @@ class OpenClDialect final : public kernel::CDialect {
 const kernel::CDialect& dialect() {
   static const OpenClDialect d;
   return d;
-}
-
-std::string head(const KernelSource& k, const ir::Graph& g, DType out, int64_t n) {
-  return signature(k.name, g, k.reads, out) +
-         fmt::format("  long gid = get_global_id(0);\n  if (gid >= {}L) return;\n", n);
-}
-
-KernelSource finish(KernelSource k, std::string code, int64_t n) {
-  k.code = std::move(code) + "}\n";
-  k.global[0] = n;
-  return k;
-}
-
-// `long i0, i1...` for the multi-index of flat index `flat` in `shape`.
-std::string unflatten(const Shape& shape, const std::string& flat, const std::string& prefix) {
-  std::string s = fmt::format("  long {}rest = {};\n", prefix, flat);
-  for (int a = shape.rank() - 1; a >= 0; --a) {
-    s += fmt::format("  long {0}{1} = {0}rest % {2}L; {0}rest /= {2}L;\n", prefix, a,
-                     std::max<int64_t>(shape.size(a), 1));
-  }
-  return s;
 }
 
 }  // namespace prism::opencl

@@ -34,25 +34,17 @@ std::string signature(const std::string& name, const std::vector<DType>& reads, 
 std::string signature(const std::string& name, const ir::Graph& g,
                       const std::vector<ir::ValueId>& reads, DType out);
 
+// Threads per work group of a cooperative kernel (a power of two).
+inline constexpr int kGroupSize = 64;
+
 // OpenCL C as a dialect of the kernel IR's C renderer.
 const kernel::CDialect& dialect();
-// The signature of a kernel with one work item per element of an `n`-element output, up to
-// `long gid` (its element) and the bounds check.
-std::string head(const KernelSource& k, const ir::Graph& g, DType out, int64_t n);
-// `k` with `code` (the text from head on) closed as its body, launched over `n` work items.
-KernelSource finish(KernelSource k, std::string code, int64_t n);
-// Lines declaring `long <prefix>0 .. <prefix>{rank-1}`: the multi-index of `flat` in `shape`.
-std::string unflatten(const Shape& shape, const std::string& flat, const std::string& prefix);
-
 }  // namespace prism::opencl
 
 namespace prism::opencl {
-// The kernels of codegen_ops.cpp: `k` arrives with its name and reads set.
-KernelSource data_kernel(const ir::Graph& g, ir::ValueId id, KernelSource k);
-KernelSource compute_kernel(const ir::Graph& g, ir::ValueId id, KernelSource k);
 // codegen_matmul.cpp: tiled and matrix-vector kernels for the products they fit, else nullopt.
 std::optional<KernelSource> matmul_kernel(const ir::Graph& g, ir::ValueId id, KernelSource k);
-// codegen_nn.cpp: the composites with a kernel of their own.
+// codegen_nn.cpp: attention, and the composites the platform keeps whole.
 bool supports_composite(const ir::Node& n);
 KernelSource nn_kernel(const ir::Graph& g, ir::ValueId id, KernelSource k);
 }  // namespace prism::opencl

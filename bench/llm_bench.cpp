@@ -28,6 +28,7 @@
 
 #include "bench/bench.h"
 #include "prism/backends/cpu/cpu_platform.h"
+#include "prism/backends/registry.h"
 #include "prism/core/error.h"
 #include "prism/io/store.h"
 #include "prism/llm/engine.h"

@@ -9,8 +9,8 @@
 
 #include "bench/bench.h"
 #include "prism/backends/cpu/cpu_platform.h"
-#include "prism/compiler/compile.h"
 #include "prism/llm/engine.h"
+#include "prism/runtime/compile.h"
 
 namespace prism::bench {
 

@@ -9,9 +9,10 @@
 #include <random>
 
 #include "bench/bench.h"
-#include "prism/compiler/compile.h"
+#include "prism/backends/registry.h"
 #include "prism/io/load.h"
 #include "prism/io/safetensors.h"
+#include "prism/runtime/compile.h"
 
 namespace prism::bench {
 namespace {

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "bench/bench.h"
+#include "prism/backends/registry.h"
 
 namespace prism::bench {
 std::vector<Benchmark>& registry() {

@@ -3,9 +3,10 @@
 #include <cstdio>
 
 #include "bench/bench.h"
-#include "prism/compiler/compile.h"
+#include "prism/backends/registry.h"
 #include "prism/io/load.h"
 #include "prism/models/mnist.h"
+#include "prism/runtime/compile.h"
 
 namespace prism::bench {
 namespace {

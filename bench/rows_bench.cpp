@@ -11,8 +11,9 @@
 #include "bench/bench.h"
 #include "prism/backends/cpu/cpu_platform.h"
 #include "prism/backends/cpu/simd.h"
-#include "prism/compiler/compile.h"
+#include "prism/backends/registry.h"
 #include "prism/nn/nn.h"
+#include "prism/runtime/compile.h"
 
 namespace prism::bench {
 namespace {

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/command.h"
+#include "prism/backends/registry.h"
 #include "prism/runtime/platform.h"
 
 namespace {

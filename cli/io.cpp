@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "cli/command.h"
+#include "prism/backends/registry.h"
 #include "prism/core/error.h"
 #include "prism/io/load.h"
 #include "prism/io/store.h"

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "prism/backends/registry.h"
 #include "prism/core/error.h"
 #include "prism/io/vfs.h"
 #include "prism/llm/chat_template.h"

@@ -11,10 +11,11 @@
 #include <string>
 
 #include "cli/command.h"
-#include "prism/compiler/compile.h"
+#include "prism/backends/registry.h"
 #include "prism/core/error.h"
 #include "prism/io/idx.h"
 #include "prism/io/load.h"
+#include "prism/runtime/compile.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 
 #include "prism/compiler/passes.h"
 #include "prism/core/error.h"
-#include "prism/core/tracer.h"
+#include "prism/tensor/tracer.h"
 
 namespace prism::compiler {
 namespace {

@@ -12,7 +12,6 @@
 
 #include "prism/compiler/fusion.h"
 #include "prism/ir/graph.h"
-#include "prism/runtime/platform.h"
 
 namespace prism::compiler {
 
@@ -68,21 +67,6 @@ class Schedule {
   // their buffers after the steps, as (output position, value).
   const std::vector<std::pair<int, ir::ValueId>>& final_copies() const { return final_copies_; }
   int64_t arena_bytes() const { return arena_bytes_; }
-  // One call's output buffers: the donated input's memory where place() gave an output one
-  // (on `platform`), a buffer from allocate(shape) for the others.
-  template <typename Allocate>
-  std::vector<Buffer> output_buffers(const ir::Graph& graph, std::span<const Buffer> inputs,
-                                     Platform* platform, Allocate allocate) const {
-    std::vector<Buffer> outputs(graph.outputs().size());
-    for (size_t k = 0; k < outputs.size(); ++k) {
-      const Shape& shape = graph.node(graph.outputs()[k]).shape;
-      outputs[k] = donated_output_[k] >= 0
-                       ? Buffer(shape, inputs[donated_output_[k]].shared_memory(), platform)
-                       : allocate(shape);
-    }
-    return outputs;
-  }
-
   // One call's address of every value: where(slot) for a value that owns its memory (or none),
   // the owner's address for an alias.
   template <typename Place, typename Where>

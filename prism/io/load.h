@@ -17,8 +17,8 @@
 #include <span>
 #include <string>
 
-#include "prism/compiler/compile.h"
 #include "prism/io/store.h"
+#include "prism/runtime/compile.h"
 #include "prism/runtime/platform.h"
 
 namespace prism::io {

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "prism/compiler/compile.h"
 #include "prism/io/load.h"
 #include "prism/models/causal_lm.h"
+#include "prism/runtime/compile.h"
 
 namespace prism::llm {
 

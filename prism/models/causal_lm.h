@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "prism/core/tensor.h"
+#include "prism/tensor/tensor.h"
 
 namespace prism::models {
 

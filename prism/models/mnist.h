@@ -5,7 +5,7 @@
 
 #include <string_view>
 
-#include "prism/core/tensor.h"
+#include "prism/tensor/tensor.h"
 
 namespace prism::models {
 

@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "prism/core/tensor.h"
 #include "prism/models/causal_lm.h"
+#include "prism/tensor/tensor.h"
 
 namespace prism::models {
 

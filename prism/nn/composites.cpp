@@ -3,9 +3,9 @@
 #include <cmath>
 
 #include "prism/core/error.h"
-#include "prism/core/tracer.h"
 #include "prism/nn/layout.h"
 #include "prism/nn/nn.h"
+#include "prism/tensor/tracer.h"
 
 namespace prism {
 
@@ -19,39 +19,7 @@ void check_float(std::string_view op, const Tensor& x) {
               x.shape().str());
 }
 
-Tensor norm(Op op, const Tensor& x, const TagList& tags, double eps) {
-  std::string_view name = ir::op_name(op);
-  check_float(name, x);
-  ir::NormAttrs attrs{{}, eps};
-  for (Tag t : tags) attrs.axes.push_back(x.shape().axis(t, name));
-  std::sort(attrs.axes.begin(), attrs.axes.end());
-  return make_node(Node{op, x.shape(), {Tracer::current(name).use(x, name)}, std::move(attrs)});
-}
-
 }  // namespace
-
-Tensor Tensor::softmax(Tag tag) const {
-  check_float("softmax", *this);
-  return make_node(Node{Op::softmax,
-                        shape_,
-                        {Tracer::current("softmax").use(*this, "softmax")},
-                        ir::AxisAttrs{shape_.axis(tag, "softmax")}});
-}
-
-Tensor Tensor::log_softmax(Tag tag) const {
-  check_float("log_softmax", *this);
-  return make_node(Node{Op::log_softmax,
-                        shape_,
-                        {Tracer::current("log_softmax").use(*this, "log_softmax")},
-                        ir::AxisAttrs{shape_.axis(tag, "log_softmax")}});
-}
-
-Tensor Tensor::rms_norm(TagList tags, double eps) const {
-  return norm(Op::rms_norm, *this, tags, eps);
-}
-Tensor Tensor::layer_norm(TagList tags, double eps) const {
-  return norm(Op::layer_norm, *this, tags, eps);
-}
 
 namespace nn {
 

@@ -4,9 +4,9 @@
 #include <string>
 
 #include "prism/core/error.h"
-#include "prism/core/tracer.h"
 #include "prism/nn/layout.h"
 #include "prism/nn/nn.h"
+#include "prism/tensor/tracer.h"
 
 namespace prism::nn {
 

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "prism/core/tensor.h"
+#include "prism/tensor/tensor.h"
 
 namespace prism::nn {
 

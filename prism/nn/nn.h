@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "prism/core/tensor.h"
+#include "prism/tensor/tensor.h"
 
 namespace prism::nn {
 

@@ -1,9 +1,9 @@
 // Tracing of the causal short convolution: validation by tag, one IR node for the output
 // ({B, S, C} x, {B, K, C} state, {K+1, C} weight), and the next state from primitives.
 #include "prism/core/error.h"
-#include "prism/core/tracer.h"
 #include "prism/nn/layout.h"
 #include "prism/nn/nn.h"
+#include "prism/tensor/tracer.h"
 
 namespace prism::nn {
 

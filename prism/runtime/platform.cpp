@@ -1,112 +1,12 @@
 #include "prism/runtime/platform.h"
 
-#include <cstdlib>
-#include <functional>
-
 #include "prism/core/error.h"
 
 namespace prism {
 
-// Each backend contributes a probe (usable here, and why not) and a factory, defined in its
-// own folder under prism/backends/.
-std::unique_ptr<Platform> make_cpu_platform();
-#if PRISM_WITH_CUDA
-PlatformStatus cuda_status();
-std::unique_ptr<Platform> make_cuda_platform();
-#endif
-#if PRISM_WITH_OPENCL
-PlatformStatus opencl_status();
-std::unique_ptr<Platform> make_opencl_platform();
-#endif
-
-namespace {
-
-struct Backend {
-  std::string name;
-  std::function<PlatformStatus()> probe;
-  std::function<std::unique_ptr<Platform>()> make;  // null when not compiled in
-};
-
-Backend not_compiled_in(const std::string& name, const std::string& option) {
-  return {name,
-          [=] {
-            return PlatformStatus{name, false, false,
-                                  fmt::format("not compiled in (build with -D{}=ON)", option)};
-          },
-          nullptr};
-}
-
-// The registry, in the order `auto` considers GPU platforms and `prism info` lists them.
-const std::vector<Backend>& backends() {
-  static const std::vector<Backend> all = {
-    {"cpu",
-     [] {
-       return PlatformStatus{"cpu", true, true, "", false};
-     },
-     make_cpu_platform},
-#if PRISM_WITH_CUDA
-    {"cuda", cuda_status, make_cuda_platform},
-#else
-    not_compiled_in("cuda", "PRISM_WITH_CUDA"),
-#endif
-#if PRISM_WITH_OPENCL
-    {"opencl", opencl_status, make_opencl_platform},
-#else
-    not_compiled_in("opencl", "PRISM_WITH_OPENCL"),
-#endif
-    not_compiled_in("pjrt", "PRISM_WITH_PJRT"),
-  };
-  return all;
-}
-
-}  // namespace
-
 HostBuffer Buffer::to_host() const {
   PRISM_CHECK(valid(), "buffer: empty buffer has no data");
   return platform_->download(*this);
-}
-
-std::vector<PlatformStatus> platform_statuses() {
-  // Probing loads drivers: once per process.
-  static const std::vector<PlatformStatus> all = [] {
-    std::vector<PlatformStatus> s;
-    for (const Backend& b : backends()) s.push_back(b.probe());
-    return s;
-  }();
-  return all;
-}
-
-Platform& get_platform(std::string_view name) {
-  std::string chosen(name);
-  if (chosen.empty()) {
-    const char* env = std::getenv("PRISM_PLATFORM");
-    chosen = env && *env ? env : "auto";
-  }
-  std::vector<PlatformStatus> statuses = platform_statuses();
-  if (chosen == "auto") {
-    chosen = "cpu";
-    for (const PlatformStatus& s : statuses) {
-      if (s.available && s.has_gpu) {
-        chosen = s.name;
-        break;
-      }
-    }
-  }
-  static std::mutex mutex;
-  // Platforms are never destroyed: device drivers tear themselves down at exit, in an order
-  // that static destructors cannot follow.
-  static auto& platforms = *new std::map<std::string, std::unique_ptr<Platform>, std::less<>>;
-  std::lock_guard lock(mutex);
-  auto it = platforms.find(chosen);
-  if (it != platforms.end()) return *it->second;
-  for (const PlatformStatus& s : statuses) {
-    if (s.name != chosen) continue;
-    if (!s.available) fail("platform {} is not available: {}", chosen, s.reason);
-    for (const Backend& b : backends()) {
-      if (b.name == chosen) return *platforms.emplace(chosen, b.make()).first->second;
-    }
-  }
-  fail("unknown platform '{}' (expected cpu, opencl, cuda, pjrt:<plugin.so> or auto)", chosen);
 }
 
 }  // namespace prism

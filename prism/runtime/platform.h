@@ -116,7 +116,7 @@ class Platform {
                                                   const CompileSpec& spec) = 0;
 };
 
-// The platforms this binary knows, whether each is compiled in and usable on this machine.
+// Whether a platform is compiled in and usable on this machine (backends/registry.h lists them).
 struct PlatformStatus {
   std::string name;
   bool compiled_in = false;
@@ -124,11 +124,5 @@ struct PlatformStatus {
   std::string reason;    // why not available
   bool has_gpu = false;  // a GPU among its devices: `auto` prefers such a platform
 };
-std::vector<PlatformStatus> platform_statuses();
-
-// The platform called `name` ("cpu", "opencl", "cuda", "pjrt:<plugin>", or "auto": the first
-// platform, in the registry's order, with a GPU device, else the CPU). An empty name reads
-// PRISM_PLATFORM, then "auto". Platforms are created once and live for the process.
-Platform& get_platform(std::string_view name = "");
 
 }  // namespace prism

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "prism/backends/registry.h"
 #include "prism/core/error.h"
 #include "tests/conformance/node_context.h"
 #include "tests/conformance/runner.h"

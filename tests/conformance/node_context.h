@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "prism/core/host_buffer.h"
-#include "prism/core/tensor.h"
+#include "prism/tensor/tensor.h"
 #include "tests/conformance/onnx_proto.h"
 
 namespace prism::conformance {

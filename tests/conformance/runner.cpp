@@ -7,8 +7,9 @@
 #include <filesystem>
 #include <map>
 
-#include "prism/compiler/compile.h"
+#include "prism/backends/registry.h"
 #include "prism/core/error.h"
+#include "prism/runtime/compile.h"
 #include "tests/conformance/node_context.h"
 #include "tests/conformance/onnx_proto.h"
 

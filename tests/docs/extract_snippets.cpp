@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   std::ostringstream out;
   out << "// Generated from " << argv[1] << " by extract_snippets: do not edit.\n"
       << "#include <gtest/gtest.h>\n#include <map>\n#include <string>\n"
-      << "#include \"prism/compiler/compile.h\"\n#include \"prism/nn/nn.h\"\n"
+      << "#include \"prism/backends/registry.h\"\n#include \"prism/nn/nn.h\"\n"
       << "namespace prism {\nnamespace {\n";
   std::string line;
   int count = 0, line_no = 0;

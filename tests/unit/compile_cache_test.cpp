@@ -3,7 +3,8 @@
 // is freed with its last copy.
 #include <gtest/gtest.h>
 
-#include "prism/compiler/compile.h"
+#include "prism/backends/registry.h"
+#include "prism/runtime/compile.h"
 #include "tests/unit/test_util.h"
 
 namespace prism {

@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "prism/backends/registry.h"
 #include "prism/llm/engine.h"
 #include "tests/unit/io_test_util.h"
 #include "tests/unit/llm_test_util.h"

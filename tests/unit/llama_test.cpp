@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "prism/backends/registry.h"
 #include "prism/io/s3.h"
 #include "prism/llm/engine.h"
 #include "tests/unit/io_test_util.h"

@@ -8,6 +8,7 @@
 
 #include <atomic>
 
+#include "prism/backends/registry.h"
 #include "tests/unit/io_test_util.h"
 
 namespace prism::io {

@@ -6,6 +6,7 @@
 #include <numbers>
 #include <string>
 
+#include "prism/backends/registry.h"
 #include "prism/nn/nn.h"
 #include "tests/unit/platforms.h"
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "prism/backends/cpu/cpu_platform.h"
+#include "prism/backends/registry.h"
 #include "tests/unit/test_util.h"
 
 namespace prism::testing {

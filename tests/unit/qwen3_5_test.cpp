@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "prism/backends/registry.h"
 #include "prism/llm/engine.h"
 #include "tests/unit/io_test_util.h"
 #include "tests/unit/llm_test_util.h"

@@ -4,6 +4,7 @@
 #include <span>
 #include <utility>
 
+#include "prism/backends/registry.h"
 #include "prism/nn/nn.h"
 #include "tests/unit/platforms.h"
 

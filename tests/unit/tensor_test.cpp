@@ -1,5 +1,6 @@
 // The tag rules of the Tensor API and their error messages.
-#include "prism/core/tracer.h"
+#include "prism/backends/registry.h"
+#include "prism/tensor/tracer.h"
 #include "tests/unit/test_util.h"
 
 namespace prism {

@@ -7,9 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "prism/compiler/compile.h"
+#include "prism/backends/registry.h"
 #include "prism/core/error.h"
-#include "prism/core/tensor.h"
+#include "prism/runtime/compile.h"
+#include "prism/tensor/tensor.h"
 
 namespace prism::testing {
 

@@ -15,7 +15,8 @@
 
 #include "prism/backends/cpu/cpu_platform.h"
 #include "prism/backends/cpu/simd.h"
-#include "prism/compiler/compile.h"
+#include "prism/backends/registry.h"
+#include "prism/runtime/compile.h"
 #include "tests/unit/test_util.h"
 
 namespace prism {

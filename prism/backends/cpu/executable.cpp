@@ -22,6 +22,7 @@
 #include "prism/compiler/fusion.h"
 #include "prism/compiler/schedule.h"
 #include "prism/core/error.h"
+#include "prism/runtime/outputs.h"
 
 namespace prism::cpu {
 
@@ -113,9 +114,9 @@ class CpuExecutable : public ExecutableImpl {
     if (!arena_.valid() && arena_bytes > 0) {
       arena_ = platform_.allocate_uninitialized(Shape(DType::u8, {{"arena", arena_bytes}}));
     }
-    std::vector<Buffer> outputs = schedule_.output_buffers(
-        graph_, inputs, &platform_,
-        [&](const Shape& s) { return platform_.allocate_uninitialized(s); });
+    std::vector<Buffer> outputs =
+        output_buffers(schedule_, graph_, inputs, &platform_,
+                       [&](const Shape& s) { return platform_.allocate_uninitialized(s); });
     std::vector<std::byte*> ptr =
         schedule_.addresses<std::byte*>([&](const compiler::Slot& s, ValueId v) -> std::byte* {
           switch (s.kind) {

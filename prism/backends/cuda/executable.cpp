@@ -18,6 +18,7 @@
 #include "prism/compiler/fusion.h"
 #include "prism/compiler/schedule.h"
 #include "prism/core/error.h"
+#include "prism/runtime/outputs.h"
 
 namespace prism::cuda {
 
@@ -84,8 +85,8 @@ class CudaExecutable : public ExecutableImpl {
     const int64_t arena_bytes = schedule_.arena_bytes();
     if (!arena_ && arena_bytes > 0) arena_ = platform_.raw_allocate(arena_bytes);
     std::vector<Buffer> outputs =
-        schedule_.output_buffers(graph_, inputs, &platform_,
-                                 [&](const Shape& s) { return platform_.allocate_for_write(s); });
+        output_buffers(schedule_, graph_, inputs, &platform_,
+                       [&](const Shape& s) { return platform_.allocate_for_write(s); });
     std::vector<CUdeviceptr> ptr =
         schedule_.addresses<CUdeviceptr>([&](const compiler::Slot& s, ValueId) -> CUdeviceptr {
           switch (s.kind) {

@@ -12,6 +12,7 @@
 #include "prism/compiler/fusion.h"
 #include "prism/compiler/schedule.h"
 #include "prism/core/error.h"
+#include "prism/runtime/outputs.h"
 
 namespace prism::opencl {
 
@@ -66,8 +67,8 @@ class OpenClExecutable : public ExecutableImpl {
       arena_ = platform_.allocate_for_write(Shape(DType::u8, {{"arena", schedule_.arena_bytes()}}));
     }
     std::vector<Buffer> outputs =
-        schedule_.output_buffers(graph_, inputs, &platform_,
-                                 [&](const Shape& s) { return platform_.allocate_for_write(s); });
+        output_buffers(schedule_, graph_, inputs, &platform_,
+                       [&](const Shape& s) { return platform_.allocate_for_write(s); });
     // Values without memory of their own get the arena, so that every kernel argument is valid.
     std::vector<Place> at = schedule_.addresses<Place>([&](const compiler::Slot& s, ValueId) {
       switch (s.kind) {

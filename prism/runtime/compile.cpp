@@ -1,4 +1,4 @@
-#include "prism/compiler/compile.h"
+#include "prism/runtime/compile.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -7,7 +7,7 @@
 
 #include "prism/compiler/passes.h"
 #include "prism/core/error.h"
-#include "prism/core/tracer.h"
+#include "prism/tensor/tracer.h"
 
 namespace prism {
 namespace {
@@ -187,23 +187,6 @@ std::map<std::string, Buffer, std::less<>> Executable::prepare(
     params.emplace(parameters_[i].name, std::move(prepared[i]));
   }
   return params;
-}
-
-std::vector<HostBuffer> run(const TraceFn& fn, std::span<const HostBuffer> inputs,
-                            Platform* platform) {
-  std::vector<Shape> shapes;
-  for (const HostBuffer& h : inputs) shapes.push_back(h.shape());
-  Platform& p = platform ? *platform : get_platform("cpu");
-  // Never destroyed: its programs may hold a platform's memory, and platforms live until exit.
-  static CompileCache& recent = *new CompileCache(256);
-  Executable exe = compile(p, fn, shapes, {.cache = &recent});
-  PRISM_CHECK(exe.parameters().empty(), "run: the function uses parameters (\"{}\"); use compile",
-              exe.parameters().front().name);
-  std::vector<Buffer> in;
-  for (const HostBuffer& h : inputs) in.push_back(p.upload(h));
-  std::vector<HostBuffer> out;
-  for (const Buffer& b : exe.call(std::span<const Buffer>{}, in)) out.push_back(b.to_host());
-  return out;
 }
 
 }  // namespace prism

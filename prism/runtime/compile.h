@@ -22,8 +22,8 @@
 #include <utility>
 #include <vector>
 
-#include "prism/core/tensor.h"
 #include "prism/runtime/platform.h"
+#include "prism/tensor/tensor.h"
 
 namespace prism {
 
@@ -174,23 +174,6 @@ requires(!std::is_convertible_v<F, TraceFn>) Executable
             const CompileOptions& options = {}) {
   TraceFn traced = detail::to_trace_fn(std::forward<F>(fn), inputs.size());
   return compile(platform, traced, std::move(inputs), options);
-}
-
-// Compiles fn on `platform` (the CPU by default) and runs it on host data: a one-call helper
-// for tests and experiments, which run the same small programs again and again, so it keeps
-// the 256 it used last. Parameters are not allowed (use compile + call).
-std::vector<HostBuffer> run(const TraceFn& fn, std::span<const HostBuffer> inputs,
-                            Platform* platform = nullptr);
-template <typename F>
-requires(!std::is_convertible_v<F, TraceFn>) std::vector<HostBuffer> run(
-    F&& fn, std::span<const HostBuffer> inputs, Platform* platform = nullptr) {
-  return run(detail::to_trace_fn(std::forward<F>(fn), inputs.size()), inputs, platform);
-}
-template <typename F>
-std::vector<HostBuffer> run(F&& fn, std::initializer_list<HostBuffer> inputs,
-                            Platform* platform = nullptr) {
-  return run(std::forward<F>(fn), std::span<const HostBuffer>(inputs.begin(), inputs.size()),
-             platform);
 }
 
 }  // namespace prism

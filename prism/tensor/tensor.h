@@ -1,5 +1,5 @@
 // Tensor: a symbolic value with tagged dimensions, recorded into a graph while a function is
-// traced (see prism/compiler/compile.h). Ops address dimensions by tag:
+// traced (see prism/runtime/compile.h). Ops address dimensions by tag:
 //
 //   auto y = x.dot(w, "d").softmax("k");          // contract "d", softmax over "k"
 //   auto q = x.split("d", {{"h", 32}, {"hd", -1}}); // reshape by name

@@ -4,8 +4,8 @@
 #include <numeric>
 
 #include "prism/core/error.h"
-#include "prism/core/tensor.h"
-#include "prism/core/tracer.h"
+#include "prism/tensor/tensor.h"
+#include "prism/tensor/tracer.h"
 
 namespace prism {
 

@@ -6,8 +6,8 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "prism/core/tensor.h"
 #include "prism/ir/graph.h"
+#include "prism/tensor/tensor.h"
 
 namespace prism {
 

@@ -1,12 +1,12 @@
 // Tensor creation, the tracer, elementwise ops with broadcasting by tag, reductions and dot.
-#include "prism/core/tensor.h"
+#include "prism/tensor/tensor.h"
 
 #include <atomic>
 #include <cmath>
 #include <numbers>
 
 #include "prism/core/error.h"
-#include "prism/core/tracer.h"
+#include "prism/tensor/tracer.h"
 
 namespace prism {
 

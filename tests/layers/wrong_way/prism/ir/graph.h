@@ -1,0 +1,4 @@
+// An ir header over core: allowed.
+#pragma once
+
+#include "prism/core/shape.h"

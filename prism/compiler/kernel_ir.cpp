@@ -226,29 +226,6 @@ class Builder {
   const std::vector<DType>& operands_;
 };
 
-// Ops of real analysis, which have no integer counterpart.
-bool float_only(Op op) {
-  switch (op) {
-    case Op::exp:
-    case Op::log:
-    case Op::log1p:
-    case Op::sqrt:
-    case Op::rsqrt:
-    case Op::tanh:
-    case Op::logistic:
-    case Op::sin:
-    case Op::cos:
-    case Op::erf:
-    case Op::floor:
-    case Op::ceil:
-    case Op::round:
-    case Op::atan2:
-      return true;
-    default:
-      return false;
-  }
-}
-
 std::vector<int64_t> sizes(const Shape& s) {
   std::vector<int64_t> v;
   for (int a = 0; a < s.rank(); ++a) v.push_back(s.size(a));
@@ -298,7 +275,7 @@ Kernel fused(const ir::Graph& g, const compiler::FusionPlan& plan, ValueId id,
       continue;
     }
     const DType in = g.node(n.inputs[n.op == Op::select ? 1 : 0]).shape.dtype();
-    PRISM_CHECK(prism::is_float(in) || !float_only(n.op),
+    PRISM_CHECK(prism::is_float(in) || ir::op_types(n.op) != ir::Types::floating,
                 "kernel: elementwise {} is not defined for {}", ir::op_name(n.op), prism::name(in));
     reg[m] = b.op(n.op, scalar_of(t), std::move(args));
     // Halves are computed in float and rounded after every op, as one kernel per op would.
@@ -818,6 +795,7 @@ Kernel convolution(const ir::Graph& g, const ir::Node& n, const std::vector<DTyp
 std::optional<Step> lower(const ir::Graph& g, const compiler::FusionPlan& plan, ValueId id,
                           const std::string& name) {
   const ir::Node& n = g.node(id);
+  if (lowering_of(n.op) != Lowering::kernel_ir) return std::nullopt;
   Step step;
   step.reads = step_reads(g, plan, id);
   std::vector<DType> dtypes;
@@ -921,6 +899,91 @@ std::optional<Step> lower(const ir::Graph& g, const compiler::FusionPlan& plan, 
       return std::nullopt;
   }
 }
+
+// An op added to ops.def without a case here is an error, not a warning.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wswitch"
+Lowering lowering_of(Op op) {
+  switch (op) {
+    case Op::parameter:
+    case Op::input:
+    case Op::constant:
+      return Lowering::leaf;
+    case Op::attention:
+      return Lowering::backend;
+    case Op::gated_delta_rule:
+    case Op::short_conv:
+      return Lowering::decomposed;
+    case Op::iota:
+    case Op::neg:
+    case Op::abs:
+    case Op::exp:
+    case Op::log:
+    case Op::log1p:
+    case Op::sqrt:
+    case Op::rsqrt:
+    case Op::tanh:
+    case Op::logistic:
+    case Op::sin:
+    case Op::cos:
+    case Op::erf:
+    case Op::floor:
+    case Op::ceil:
+    case Op::round:
+    case Op::sign:
+    case Op::logical_not:
+    case Op::is_nan:
+    case Op::convert:
+    case Op::add:
+    case Op::sub:
+    case Op::mul:
+    case Op::div:
+    case Op::pow:
+    case Op::max:
+    case Op::min:
+    case Op::rem:
+    case Op::atan2:
+    case Op::logical_and:
+    case Op::logical_or:
+    case Op::logical_xor:
+    case Op::eq:
+    case Op::ne:
+    case Op::lt:
+    case Op::le:
+    case Op::gt:
+    case Op::ge:
+    case Op::select:
+    case Op::reduce_sum:
+    case Op::reduce_max:
+    case Op::reduce_min:
+    case Op::reduce_prod:
+    case Op::argmax:
+    case Op::argmin:
+    case Op::dot:
+    case Op::broadcast:
+    case Op::reshape:
+    case Op::transpose:
+    case Op::slice:
+    case Op::dynamic_slice:
+    case Op::dynamic_update_slice:
+    case Op::concatenate:
+    case Op::gather:
+    case Op::take_along:
+    case Op::scatter:
+    case Op::pad:
+    case Op::convolution:
+    case Op::argsort:
+    case Op::cumsum:
+    case Op::softmax:
+    case Op::log_softmax:
+    case Op::rms_norm:
+    case Op::layer_norm:
+    case Op::rope:
+      return Lowering::kernel_ir;
+  }
+  fail("kernel: op {} is not in ops.def", static_cast<int>(op));
+}
+#pragma GCC diagnostic pop
 
 bool lowers(const ir::Node& n) {
   if (!prism::is_float(n.shape.dtype())) return false;

@@ -1,3 +1,5 @@
+#include <string>
+
 #include "prism/compiler/passes.h"
 #include "prism/core/error.h"
 
@@ -31,6 +33,42 @@ int expected_arity(const ir::Node& n) {
   fail("verify: {} has an arity verify does not know", ir::op_name(n.op));
 }
 
+// Whether the node's dtypes follow its op's rule in ops.def; the reason when they do not.
+std::string types_error(const ir::Graph& g, const ir::Node& n) {
+  const DType out = n.shape.dtype();
+  auto in = [&](size_t k) { return g.node(n.inputs[k]).shape.dtype(); };
+  auto all_same = [&](size_t first, DType t) {
+    for (size_t k = first; k < n.inputs.size(); ++k) {
+      if (in(k) != t) return false;
+    }
+    return true;
+  };
+  switch (ir::op_types(n.op)) {
+    case ir::Types::any:
+      return "";
+    case ir::Types::same:
+      return all_same(0, out) ? "" : "operands and result of one dtype";
+    case ir::Types::floating:
+      return is_float(out) && all_same(0, out) ? ""
+                                               : "floating-point operands and result of one dtype";
+    case ir::Types::compare:
+      return out == DType::boolean && all_same(0, in(0)) ? ""
+                                                         : "operands of one dtype, a bool result";
+    case ir::Types::float_test:
+      return out == DType::boolean && is_float(in(0)) ? ""
+                                                      : "a floating-point operand, a bool result";
+    case ir::Types::logical:
+      return out == DType::boolean && all_same(0, DType::boolean) ? "" : "bool operands and result";
+    case ir::Types::select:
+      return in(0) == DType::boolean && all_same(1, out)
+                 ? ""
+                 : "a bool condition, the rest of one dtype";
+    case ir::Types::index_out:
+      return is_integer(out) ? "" : "an integer result";
+  }
+  return "a rule verify does not know";
+}
+
 }  // namespace
 
 void verify(const ir::Graph& g) {
@@ -47,6 +85,14 @@ void verify(const ir::Graph& g) {
     PRISM_CHECK(arity < 0 ? !n.inputs.empty() : static_cast<int>(n.inputs.size()) == arity,
                 "verify: {} has {} operands, expected {}", where(), n.inputs.size(),
                 arity < 0 ? std::string("one or more") : std::to_string(arity));
+    if (std::string rule = types_error(g, n); !rule.empty()) {
+      std::string dtypes;
+      for (ir::ValueId in : n.inputs) {
+        dtypes += (dtypes.empty() ? "" : ", ") + std::string(name(g.node(in).shape.dtype()));
+      }
+      fail("verify: {} takes {} (ops.def), not ({}) -> {}", where(), rule, dtypes,
+           name(n.shape.dtype()));
+    }
     if (ir::is_elementwise(n.op)) {
       for (ir::ValueId in : n.inputs) {
         PRISM_CHECK(g.node(in).shape.sizes() == n.shape.sizes(),

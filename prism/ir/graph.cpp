@@ -30,11 +30,12 @@ struct OpInfo {
   OpKind kind;
   Arity arity;
   size_t attrs;
+  Types types;
 };
 
 constexpr OpInfo kOps[] = {
-#define PRISM_OP(name, kind, arity, attrs) \
-  {#name, OpKind::kind, Arity::arity, attrs_index<attrs>()},
+#define PRISM_OP(name, kind, arity, attrs, types) \
+  {#name, OpKind::kind, Arity::arity, attrs_index<attrs>(), Types::types},
 #include "prism/ir/ops.def"
 #undef PRISM_OP
 };
@@ -116,6 +117,7 @@ std::string attrs_str(const Node& n) {
 std::string_view op_name(Op op) { return kOps[static_cast<int>(op)].name; }
 OpKind op_kind(Op op) { return kOps[static_cast<int>(op)].kind; }
 Arity op_arity(Op op) { return kOps[static_cast<int>(op)].arity; }
+Types op_types(Op op) { return kOps[static_cast<int>(op)].types; }
 size_t op_attrs_index(Op op) { return kOps[static_cast<int>(op)].attrs; }
 std::string_view attrs_name(size_t index) {
   return index < std::size(kAttrsNames) ? kAttrsNames[index] : "?";

@@ -17,18 +17,29 @@
 namespace prism::ir {
 
 enum class Op : uint8_t {
-#define PRISM_OP(name, kind, arity, attrs) name,
+#define PRISM_OP(name, kind, arity, attrs, types) name,
 #include "prism/ir/ops.def"
 #undef PRISM_OP
 };
+
+// The number of ops in ops.def.
+inline constexpr int kOpCount = 0
+#define PRISM_OP(name, kind, arity, attrs, types) +1
+#include "prism/ir/ops.def"
+#undef PRISM_OP
+    ;
 
 enum class OpKind : uint8_t { leaf, unary, binary, ternary, other, composite };
 // How many operands an op takes (ops.def explains the names).
 enum class Arity : uint8_t { n0, n1, n2, n3, n6, variadic, rank_plus_1, rank_plus_2, attention };
 
+// The dtype rule of an op (ops.def explains the names).
+enum class Types : uint8_t { any, same, floating, compare, float_test, logical, select, index_out };
+
 std::string_view op_name(Op op);
 OpKind op_kind(Op op);
 Arity op_arity(Op op);
+Types op_types(Op op);
 inline bool is_elementwise(Op op) {
   OpKind k = op_kind(op);
   return k == OpKind::unary || k == OpKind::binary || k == OpKind::ternary;

@@ -24,7 +24,7 @@ std::string verify_error(Node n) {
 }
 
 TEST(IrOps, EveryOpHasANameAnArityAndAttributesInTheTable) {
-  for (int i = 0; i <= static_cast<int>(Op::short_conv); ++i) {
+  for (int i = 0; i < ir::kOpCount; ++i) {
     const Op op = static_cast<Op>(i);
     EXPECT_FALSE(ir::op_name(op).empty()) << i;
     EXPECT_NE(ir::attrs_name(ir::op_attrs_index(op)), "?") << ir::op_name(op);
@@ -54,6 +54,23 @@ TEST(IrOps, VerifyNamesWrongAttributesAndOperandCounts) {
   // dynamic_slice: the operand, then one start per axis of the result.
   EXPECT_EQ(verify_error(Node{Op::dynamic_slice, S({{"d", 2}}), {0}, {}}),
             "verify: %1 = f32{d=2} dynamic_slice(%0) has 1 operands, expected 2");
+}
+
+TEST(IrOps, VerifyNamesDtypesThatBreakTheOpsRule) {
+  Shape i32 = S({{"d", 4}}).with_dtype(DType::i32);
+  // The input is f32{d=4}.
+  EXPECT_EQ(verify_error(Node{Op::exp, i32, {0}, {}}),
+            "verify: %1 = i32{d=4} exp(%0) takes floating-point operands and result of one dtype "
+            "(ops.def), not (f32) -> i32");
+  EXPECT_EQ(verify_error(Node{Op::lt, S({{"d", 4}}), {0, 0}, {}}),
+            "verify: %1 = f32{d=4} lt(%0, %0) takes operands of one dtype, a bool result "
+            "(ops.def), not (f32, f32) -> f32");
+  EXPECT_EQ(verify_error(Node{Op::logical_not, S({{"d", 4}}).with_dtype(DType::boolean), {0}, {}}),
+            "verify: %1 = bool{d=4} logical_not(%0) takes bool operands and result (ops.def), "
+            "not (f32) -> bool");
+  EXPECT_EQ(verify_error(Node{Op::argmax, S({}), {0}, ir::AxisAttrs{0}}),
+            "verify: %1 = f32{} argmax(%0) axis=0 takes an integer result (ops.def), not (f32) -> "
+            "f32");
 }
 
 TEST(IrOps, HashAndEqualityReadEveryAttributeField) {

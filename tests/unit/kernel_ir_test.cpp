@@ -162,6 +162,27 @@ TEST(KernelIr, AttentionIsLeftToTheBackends) {
   EXPECT_FALSE(kernel::lowers(b.g.node(o)));
 }
 
+TEST(KernelIr, EveryOpSaysHowItRuns) {
+  // lowering_of has no default case, so an op added to ops.def alone does not build; here the
+  // answers agree with the op's kind.
+  for (int i = 0; i < ir::kOpCount; ++i) {
+    const Op op = static_cast<Op>(i);
+    const ir::OpKind kind = ir::op_kind(op);
+    switch (lowering_of(op)) {
+      case Lowering::leaf:
+        EXPECT_EQ(kind, ir::OpKind::leaf) << ir::op_name(op);
+        break;
+      case Lowering::backend:
+      case Lowering::decomposed:
+        EXPECT_EQ(kind, ir::OpKind::composite) << ir::op_name(op);
+        break;
+      case Lowering::kernel_ir:  // iota is the one leaf computed, not stored
+        if (kind == ir::OpKind::leaf) EXPECT_EQ(op, Op::iota) << ir::op_name(op);
+        break;
+    }
+  }
+}
+
 TEST(KernelC, LiteralsReadBackExactly) {
   struct Plain final : CDialect {
     std::string type(Scalar s) const override { return s == Scalar::f64 ? "double" : "float"; }

@@ -12,15 +12,6 @@ namespace prism {
 using ir::Node;
 using ir::Op;
 
-namespace {
-
-void check_float(std::string_view op, const Tensor& x) {
-  PRISM_CHECK(is_float(x.dtype()), "{}: needs a floating-point operand, got {}", op,
-              x.shape().str());
-}
-
-}  // namespace
-
 namespace nn {
 
 std::vector<double> rope_inv_freq(int64_t dim, double theta) {
@@ -41,7 +32,7 @@ std::pair<Tensor, Tensor> rope_tables(const Tensor& positions, const std::vector
 }
 
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, Tag dim, bool interleaved) {
-  check_float("rope", x);
+  require_float("rope", x);
   int axis = x.shape().axis(dim, "rope");
   int64_t d = x.shape().size(axis);
   PRISM_CHECK(d % 2 == 0, "rope: tag \"{}\" must have an even size, got {} in {}", dim.str(), d,
@@ -74,7 +65,7 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, Tag dim, bool
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
   constexpr std::string_view op = "attention";
-  check_float(op, q);
+  require_float(op, q);
   PRISM_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(),
               "attention: q {}, k {} and v {} must share a dtype", q.shape().str(), k.shape().str(),
               v.shape().str());

@@ -13,14 +13,9 @@ using ir::Op;
 
 namespace {
 
-void check_float(std::string_view op, const Tensor& x) {
-  PRISM_CHECK(is_float(x.dtype()), "{}: needs a floating-point operand, got {}", op,
-              x.shape().str());
-}
-
 Tensor norm(Op op, const Tensor& x, const TagList& tags, double eps) {
   std::string_view name = ir::op_name(op);
-  check_float(name, x);
+  require_float(name, x);
   ir::NormAttrs attrs{{}, eps};
   for (Tag t : tags) attrs.axes.push_back(x.shape().axis(t, name));
   std::sort(attrs.axes.begin(), attrs.axes.end());
@@ -30,7 +25,7 @@ Tensor norm(Op op, const Tensor& x, const TagList& tags, double eps) {
 }  // namespace
 
 Tensor Tensor::softmax(Tag tag) const {
-  check_float("softmax", *this);
+  require_float("softmax", *this);
   return make_node(Node{Op::softmax,
                         shape_,
                         {Tracer::current("softmax").use(*this, "softmax")},
@@ -38,7 +33,7 @@ Tensor Tensor::softmax(Tag tag) const {
 }
 
 Tensor Tensor::log_softmax(Tag tag) const {
-  check_float("log_softmax", *this);
+  require_float("log_softmax", *this);
   return make_node(Node{Op::log_softmax,
                         shape_,
                         {Tracer::current("log_softmax").use(*this, "log_softmax")},

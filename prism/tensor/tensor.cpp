@@ -112,6 +112,11 @@ Tensor Tensor::iota(const Shape& shape, Tag axis) {
   return make_node(Node{Op::iota, shape, {}, ir::AxisAttrs{shape.axis(axis, "iota")}});
 }
 
+void require_float(std::string_view op, const Tensor& x) {
+  PRISM_CHECK(is_float(x.dtype()), "{}: needs a floating-point operand, got {}", op,
+              x.shape().str());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Elementwise
 
@@ -123,8 +128,7 @@ Tensor unary(Op op, const Tensor& x, DType out) {
 }
 
 Tensor unary_float(Op op, const Tensor& x) {
-  PRISM_CHECK(is_float(x.dtype()), "{}: needs a floating-point operand, got {}", ir::op_name(op),
-              x.shape().str());
+  require_float(ir::op_name(op), x);
   return unary(op, x, x.dtype());
 }
 
@@ -204,7 +208,7 @@ Tensor Tensor::ceil() const { return unary_float(Op::ceil, *this); }
 Tensor Tensor::round() const { return unary_float(Op::round, *this); }
 Tensor Tensor::sign() const { return unary(Op::sign, *this, dtype()); }
 Tensor Tensor::is_nan() const {
-  PRISM_CHECK(is_float(dtype()), "is_nan: needs a floating-point operand, got {}", shape().str());
+  require_float("is_nan", *this);
   return unary(Op::is_nan, *this, DType::boolean);
 }
 Tensor Tensor::logical_not() const {
@@ -312,7 +316,7 @@ Tensor Tensor::max(TagList tags) const { return reduce(Op::reduce_max, *this, ta
 Tensor Tensor::min(TagList tags) const { return reduce(Op::reduce_min, *this, tags); }
 Tensor Tensor::prod(TagList tags) const { return reduce(Op::reduce_prod, *this, tags); }
 Tensor Tensor::mean(TagList tags) const {
-  PRISM_CHECK(is_float(dtype()), "mean: needs a floating-point operand, got {}", shape().str());
+  require_float("mean", *this);
   int64_t n = 1;
   for (Tag t : tags) n *= shape_.size(shape_.axis(t, "mean"));
   return sum(tags) * (1.0 / static_cast<double>(n));

@@ -39,4 +39,7 @@ class Tracer {
   std::unordered_map<std::string, ir::ValueId> parameters_;
 };
 
+// Fails naming `op` unless x is floating point: the check of the float-only ops.
+void require_float(std::string_view op, const Tensor& x);
+
 }  // namespace prism

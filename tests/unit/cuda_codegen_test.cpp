@@ -76,27 +76,8 @@ std::string source_of(const std::vector<KernelCode>& kernels) {
   return module_source(all, &names);
 }
 
-bool float_only(Op op) {
-  switch (op) {
-    case Op::exp:
-    case Op::log:
-    case Op::log1p:
-    case Op::sqrt:
-    case Op::rsqrt:
-    case Op::tanh:
-    case Op::logistic:
-    case Op::sin:
-    case Op::cos:
-    case Op::erf:
-    case Op::floor:
-    case Op::ceil:
-    case Op::round:
-    case Op::atan2:
-      return true;
-    default:
-      return false;
-  }
-}
+// Float-only ops by ops.def's dtype rule, and atan2, which has no integer kernel.
+bool float_only(Op op) { return ir::op_types(op) == ir::Types::floating || op == Op::atan2; }
 bool int_only(Op op) {
   return op == Op::logical_not || op == Op::logical_and || op == Op::logical_or ||
          op == Op::logical_xor;

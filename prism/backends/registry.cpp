@@ -22,6 +22,12 @@ std::unique_ptr<Platform> make_cuda_platform();
 PlatformStatus opencl_status();
 std::unique_ptr<Platform> make_opencl_platform();
 #endif
+#if PRISM_WITH_PJRT
+namespace pjrt {
+PlatformStatus probe(const std::string& name);
+std::unique_ptr<Platform> make_platform(const std::string& name);
+}  // namespace pjrt
+#endif
 
 namespace {
 
@@ -58,7 +64,15 @@ const std::vector<Backend>& backends() {
 #else
     not_compiled_in("opencl", "PRISM_WITH_OPENCL"),
 #endif
+#if PRISM_WITH_PJRT
+    // PJRT plugins: the XLA CPU plugin from PyPI, and any plugin named by PRISM_PJRT_PLUGIN.
+    {"xla-cpu", [] { return pjrt::probe("xla-cpu"); },
+     [] { return pjrt::make_platform("xla-cpu"); }},
+    {"pjrt", [] { return pjrt::probe("pjrt"); }, [] { return pjrt::make_platform("pjrt"); }},
+#else
+    not_compiled_in("xla-cpu", "PRISM_WITH_PJRT"),
     not_compiled_in("pjrt", "PRISM_WITH_PJRT"),
+#endif
   };
   return all;
 }
@@ -105,7 +119,7 @@ Platform& get_platform(std::string_view name) {
       if (b.name == chosen) return *platforms.emplace(chosen, b.make()).first->second;
     }
   }
-  fail("unknown platform '{}' (expected cpu, opencl, cuda, pjrt:<plugin.so> or auto)", chosen);
+  fail("unknown platform '{}' (expected cpu, opencl, cuda, xla-cpu, pjrt or auto)", chosen);
 }
 
 std::vector<HostBuffer> run(const TraceFn& fn, std::span<const HostBuffer> inputs,

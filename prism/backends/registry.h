@@ -16,7 +16,7 @@ namespace prism {
 // The platforms this binary knows, whether each is compiled in and usable on this machine.
 std::vector<PlatformStatus> platform_statuses();
 
-// The platform called `name` ("cpu", "opencl", "cuda", "pjrt:<plugin>", or "auto": the first
+// The platform called `name` ("cpu", "opencl", "cuda", "xla-cpu", "pjrt", or "auto": the first
 // platform, in the registry's order, with a GPU device, else the CPU). An empty name reads
 // PRISM_PLATFORM, then "auto". Platforms are created once and live for the process.
 Platform& get_platform(std::string_view name = "");

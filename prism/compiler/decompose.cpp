@@ -237,6 +237,7 @@ Tensor decompose_node(const ir::Node& n, const std::vector<Tensor>& in) {
 ir::Graph decompose(const ir::Graph& graph, const std::function<bool(const ir::Node&)>& keep) {
   Tracer tracer;
   std::vector<ir::ValueId> map(graph.size());
+  bool again = false;  // a decomposition wrote a composite the platform lacks (attention's softmax)
   for (ir::ValueId id = 0; id < graph.size(); ++id) {
     ir::Node n = graph.node(id);
     for (ir::ValueId& in : n.inputs) in = map[in];
@@ -246,11 +247,17 @@ ir::Graph decompose(const ir::Graph& graph, const std::function<bool(const ir::N
     }
     std::vector<Tensor> in;
     for (ir::ValueId v : n.inputs) in.push_back(positional(tracer.wrap(v)));
+    const ir::ValueId first = tracer.graph().size();
     Tensor y = decompose_node(n, in).reshape(n.shape);
     map[id] = tracer.use(y, "decompose");
+    for (ir::ValueId v = first; v < tracer.graph().size(); ++v) {
+      const ir::Node& added = tracer.graph().node(v);
+      again = again || (ir::op_kind(added.op) == ir::OpKind::composite && !keep(added));
+    }
   }
   for (ir::ValueId out : graph.outputs()) tracer.graph().outputs().push_back(map[out]);
-  return std::move(tracer.graph());
+  ir::Graph out = std::move(tracer.graph());
+  return again ? decompose(out, keep) : out;
 }
 
 }  // namespace prism::compiler

@@ -72,12 +72,17 @@ inline void check_expected_platforms() {
   }
 }
 
+// Whether `name` is a PJRT platform: its StableHLO printer lowers part of ops.def so far, so
+// the op harness leaves it out and BackendOps.PjrtComputesWhatItLowersAsTheCpuDoes runs every
+// case on it instead, counting what it lowers.
+inline bool is_pjrt(std::string_view name) { return name == "xla-cpu" || name == "pjrt"; }
+
 inline std::vector<Platform*> platforms_to_compare() {
   check_expected_platforms();
   static DecomposingCpu decomposed;
   std::vector<Platform*> all{&decomposed};
   for (const PlatformStatus& s : platform_statuses()) {
-    if (s.available && s.name != "cpu") all.push_back(&get_platform(s.name));
+    if (s.available && s.name != "cpu" && !is_pjrt(s.name)) all.push_back(&get_platform(s.name));
   }
   return all;
 }

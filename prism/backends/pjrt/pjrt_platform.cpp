@@ -1,0 +1,275 @@
+#include "prism/backends/pjrt/pjrt_platform.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "prism/backends/pjrt/stablehlo.h"
+#include "prism/core/error.h"
+
+namespace prism::pjrt {
+
+using ir::Op;
+using ir::ValueId;
+
+namespace {
+
+PJRT_Buffer_Type buffer_type(DType t) {
+  switch (t) {
+    case DType::f64:
+      return PJRT_Buffer_Type_F64;
+    case DType::f32:
+      return PJRT_Buffer_Type_F32;
+    case DType::f16:
+      return PJRT_Buffer_Type_F16;
+    case DType::bf16:
+      return PJRT_Buffer_Type_BF16;
+    case DType::i64:
+      return PJRT_Buffer_Type_S64;
+    case DType::i32:
+      return PJRT_Buffer_Type_S32;
+    case DType::i16:
+      return PJRT_Buffer_Type_S16;
+    case DType::i8:
+      return PJRT_Buffer_Type_S8;
+    case DType::u8:
+      return PJRT_Buffer_Type_U8;
+    case DType::u32:
+      return PJRT_Buffer_Type_U32;
+    case DType::boolean:
+      return PJRT_Buffer_Type_PRED;
+  }
+  return PJRT_Buffer_Type_INVALID;
+}
+
+// The serialized CompileOptionsProto: executable_build_options (field 3) with num_replicas
+// (field 4) and num_partitions (field 5) both 1. Plugins abort on an empty one.
+constexpr char kCompileOptions[] = {0x1a, 0x04, 0x20, 0x01, 0x28, 0x01};
+
+bool is_file(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// <env>/lib/python3*/site-packages/<relative>, the first that exists.
+std::string in_site_packages(const std::string& env, const std::string& relative) {
+  const std::string lib = env + "/lib";
+  DIR* dir = opendir(lib.c_str());
+  if (!dir) return "";
+  std::string found;
+  while (dirent* e = readdir(dir)) {
+    if (std::strncmp(e->d_name, "python3", 7) != 0) continue;
+    std::string path = lib + "/" + e->d_name + "/site-packages/" + relative;
+    if (is_file(path)) {
+      found = path;
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+class PjrtExecutable : public ExecutableImpl {
+ public:
+  PjrtExecutable(PjrtPlatform& platform, const ir::Graph& graph)
+      : platform_(platform), api_(platform.plugin().api()) {
+    const std::string module = to_stablehlo(graph);
+    const char* debug = std::getenv("PRISM_DEBUG");
+    if (debug && std::atoi(debug) >= 2) fmt::print(stderr, "{}", module);
+    for (ValueId out : graph.outputs()) outputs_.push_back(graph.node(out).shape);
+    auto program = PRISM_PJRT_ARGS(PJRT_Program);
+    program.code = const_cast<char*>(module.data());
+    program.code_size = module.size();
+    program.format = "mlir";
+    program.format_size = 4;
+    auto a = PRISM_PJRT_ARGS(PJRT_Client_Compile_Args);
+    a.client = platform.client();
+    a.program = &program;
+    a.compile_options = kCompileOptions;
+    a.compile_options_size = sizeof(kCompileOptions);
+    platform.plugin().check(api_.PJRT_Client_Compile(&a), "compiling the program");
+    executable_ = a.executable;
+  }
+
+  ~PjrtExecutable() override {
+    auto d = PRISM_PJRT_ARGS(PJRT_LoadedExecutable_Destroy_Args);
+    d.executable = executable_;
+    api_.PJRT_LoadedExecutable_Destroy(&d);
+  }
+
+  std::vector<Buffer> call(std::span<const Buffer> params,
+                           std::span<const Buffer> inputs) override {
+    std::vector<PJRT_Buffer*> args;
+    for (const Buffer& b : params) args.push_back(platform_.buffer_of(b));
+    for (const Buffer& b : inputs) args.push_back(platform_.buffer_of(b));
+    std::vector<PJRT_Buffer*> results(outputs_.size(), nullptr);
+    PJRT_Buffer* const* argument_lists[] = {args.data()};
+    PJRT_Buffer** output_lists[] = {results.data()};
+    PJRT_Event* done[] = {nullptr};
+    auto options = PRISM_PJRT_ARGS(PJRT_ExecuteOptions);
+    auto a = PRISM_PJRT_ARGS(PJRT_LoadedExecutable_Execute_Args);
+    a.executable = executable_;
+    a.options = &options;
+    a.argument_lists = argument_lists;
+    a.num_devices = 1;
+    a.num_args = args.size();
+    a.output_lists = output_lists;
+    a.device_complete_events = done;
+    platform_.plugin().check(api_.PJRT_LoadedExecutable_Execute(&a), "running the program");
+    std::vector<Buffer> out;
+    for (size_t k = 0; k < results.size(); ++k)
+      out.push_back(platform_.wrap(outputs_[k], results[k]));
+    platform_.plugin().await(done[0], "running the program");
+    return out;
+  }
+
+ private:
+  PjrtPlatform& platform_;
+  const PJRT_Api& api_;
+  PJRT_LoadedExecutable* executable_ = nullptr;
+  std::vector<Shape> outputs_;
+};
+
+}  // namespace
+
+PjrtMemory::~PjrtMemory() {
+  if (!buffer) return;
+  auto d = PRISM_PJRT_ARGS(PJRT_Buffer_Destroy_Args);
+  d.buffer = buffer;
+  plugin->api().PJRT_Buffer_Destroy(&d);
+}
+
+PjrtPlatform::PjrtPlatform(std::string name, const std::string& plugin_path)
+    : name_(std::move(name)), plugin_(plugin_path, name_) {
+  const PJRT_Api& api = plugin_.api();
+  auto create = PRISM_PJRT_ARGS(PJRT_Client_Create_Args);
+  // The XLA CPU plugin makes four devices by default; prism runs on one.
+  auto count = PRISM_PJRT_ARGS(PJRT_NamedValue);
+  count.name = "cpu_device_count";
+  count.name_size = std::strlen(count.name);
+  count.type = PJRT_NamedValue_kInt64;
+  count.int64_value = 1;
+  count.value_size = 1;
+  if (name_ == "xla-cpu") {
+    create.create_options = &count;
+    create.num_options = 1;
+  }
+  plugin_.check(api.PJRT_Client_Create(&create), "creating a client");
+  client_ = create.client;
+  auto devices = PRISM_PJRT_ARGS(PJRT_Client_AddressableDevices_Args);
+  devices.client = client_;
+  plugin_.check(api.PJRT_Client_AddressableDevices(&devices), "listing devices");
+  PRISM_CHECK(devices.num_addressable_devices > 0, "{}: the plugin {} has no device", name_,
+              plugin_.path());
+  device_ = devices.addressable_devices[0];
+  auto description = PRISM_PJRT_ARGS(PJRT_Device_GetDescription_Args);
+  description.device = device_;
+  plugin_.check(api.PJRT_Device_GetDescription(&description), "describing the device");
+  auto kind = PRISM_PJRT_ARGS(PJRT_DeviceDescription_Kind_Args);
+  kind.device_description = description.device_description;
+  plugin_.check(api.PJRT_DeviceDescription_Kind(&kind), "describing the device");
+  device_kind_.assign(kind.device_kind, kind.device_kind_size);
+}
+
+PjrtPlatform::~PjrtPlatform() {
+  auto d = PRISM_PJRT_ARGS(PJRT_Client_Destroy_Args);
+  d.client = client_;
+  plugin_.api().PJRT_Client_Destroy(&d);
+}
+
+std::vector<DeviceInfo> PjrtPlatform::devices() const {
+  DeviceInfo d;
+  d.name = fmt::format("{} (PJRT C API {}.{}, {})", device_kind_, plugin_.major(), plugin_.minor(),
+                       plugin_.path());
+  return {d};
+}
+
+PJRT_Buffer* PjrtPlatform::buffer_of(const Buffer& b) const {
+  auto* m = dynamic_cast<PjrtMemory*>(b.memory());
+  PRISM_CHECK(m != nullptr && m->plugin == &plugin_, "{}: a buffer of platform {} was passed",
+              name_, b.valid() ? std::string(b.platform().name()) : "none");
+  return m->buffer;
+}
+
+Buffer PjrtPlatform::wrap(const Shape& shape, PJRT_Buffer* buffer) {
+  auto m = std::make_shared<PjrtMemory>();
+  m->plugin = &plugin_;
+  m->buffer = buffer;
+  return Buffer(shape, std::move(m), this);
+}
+
+Buffer PjrtPlatform::upload(const HostBuffer& host) {
+  const Shape& s = host.shape();
+  std::vector<int64_t> dims;
+  for (int a = 0; a < s.rank(); ++a) dims.push_back(s.size(a));
+  auto a = PRISM_PJRT_ARGS(PJRT_Client_BufferFromHostBuffer_Args);
+  a.client = client_;
+  a.data = host.data();
+  a.type = buffer_type(s.dtype());
+  a.dims = dims.data();
+  a.num_dims = dims.size();
+  a.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+  a.device = device_;
+  plugin_.check(plugin_.api().PJRT_Client_BufferFromHostBuffer(&a), "uploading a buffer");
+  Buffer b = wrap(s, a.buffer);
+  plugin_.await(a.done_with_host_buffer, "uploading a buffer");
+  return b;
+}
+
+Buffer PjrtPlatform::allocate(const Shape& shape) { return upload(HostBuffer(shape)); }
+
+void PjrtPlatform::write(Buffer&, size_t, std::span<const std::byte>) {
+  fail("{}: buffers cannot be written after they are made (upload them whole)", name_);
+}
+
+HostBuffer PjrtPlatform::download(const Buffer& buffer) {
+  HostBuffer host(buffer.shape());
+  auto a = PRISM_PJRT_ARGS(PJRT_Buffer_ToHostBuffer_Args);
+  a.src = buffer_of(buffer);
+  a.dst = host.bytes().data();
+  a.dst_size = host.bytes().size();
+  plugin_.check(plugin_.api().PJRT_Buffer_ToHostBuffer(&a), "downloading a buffer");
+  plugin_.await(a.event, "downloading a buffer");
+  return host;
+}
+
+// Every composite runs through its decomposition, which the plugin's compiler fuses.
+bool PjrtPlatform::supports(const ir::Node&) const { return false; }
+
+std::unique_ptr<ExecutableImpl> PjrtPlatform::compile(const ir::Graph& graph, const CompileSpec&) {
+  return std::make_unique<PjrtExecutable>(*this, graph);
+}
+
+PluginLocation locate_plugin(const std::string& name) {
+  if (name == "pjrt") {
+    const char* env = std::getenv("PRISM_PJRT_PLUGIN");
+    if (!env || !*env) return {"", "PRISM_PJRT_PLUGIN is not set (the path of a PJRT plugin)"};
+    if (!is_file(env)) return {"", fmt::format("PRISM_PJRT_PLUGIN={}: no such file", env)};
+    return {env, ""};
+  }
+  // xla-cpu: pip's xla-cpu-pjrt package.
+  const std::string relative = "xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so";
+  std::vector<std::string> envs;
+  if (const char* v = std::getenv("VIRTUAL_ENV"); v && *v) envs.push_back(v);
+  envs.push_back(std::string(PRISM_SOURCE_DIR) + "/.venv");
+  for (const std::string& env : envs) {
+    if (std::string path = in_site_packages(env, relative); !path.empty()) return {path, ""};
+  }
+  return {"", fmt::format("the xla-cpu-pjrt package is not installed (looked in {})",
+                          fmt::join(envs, " and "))};
+}
+
+PlatformStatus probe(const std::string& name) {
+  PluginLocation where = locate_plugin(name);
+  return PlatformStatus{name, true, !where.path.empty(), where.reason, false};
+}
+
+std::unique_ptr<Platform> make_platform(const std::string& name) {
+  PluginLocation where = locate_plugin(name);
+  PRISM_CHECK(!where.path.empty(), "{}: {}", name, where.reason);
+  return std::make_unique<PjrtPlatform>(name, where.path);
+}
+
+}  // namespace prism::pjrt

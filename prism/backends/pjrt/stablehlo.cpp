@@ -1,0 +1,519 @@
+#include "prism/backends/pjrt/stablehlo.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "prism/core/error.h"
+
+namespace prism::pjrt {
+
+using ir::Op;
+using ir::ValueId;
+
+namespace {
+
+const char* element_type(DType t) {
+  switch (t) {
+    case DType::f64:
+      return "f64";
+    case DType::f32:
+      return "f32";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::i64:
+      return "i64";
+    case DType::i32:
+      return "i32";
+    case DType::i16:
+      return "i16";
+    case DType::i8:
+      return "i8";
+    case DType::u8:
+      return "ui8";
+    case DType::u32:
+      return "ui32";
+    case DType::boolean:
+      return "i1";
+  }
+  return "?";
+}
+
+std::string tensor_type(const Shape& s) {
+  std::string t = "tensor<";
+  for (int a = 0; a < s.rank(); ++a) t += fmt::format("{}x", s.size(a));
+  return t + element_type(s.dtype()) + ">";
+}
+
+std::string scalar_type(DType t) { return fmt::format("tensor<{}>", element_type(t)); }
+
+std::string i64_array(const std::vector<int64_t>& v) {
+  return fmt::format("array<i64{}{}>", v.empty() ? "" : ": ", fmt::join(v, ", "));
+}
+std::string i64_array(const std::vector<int>& v) {
+  return i64_array(std::vector<int64_t>(v.begin(), v.end()));
+}
+
+// The name of an elementwise op's StableHLO counterpart, or null.
+const char* elementwise_name(Op op) {
+  switch (op) {
+    case Op::neg:
+      return "negate";
+    case Op::abs:
+      return "abs";
+    case Op::exp:
+      return "exponential";
+    case Op::log:
+      return "log";
+    case Op::log1p:
+      return "log_plus_one";
+    case Op::sqrt:
+      return "sqrt";
+    case Op::rsqrt:
+      return "rsqrt";
+    case Op::tanh:
+      return "tanh";
+    case Op::logistic:
+      return "logistic";
+    case Op::sin:
+      return "sine";
+    case Op::cos:
+      return "cosine";
+    case Op::floor:
+      return "floor";
+    case Op::ceil:
+      return "ceil";
+    case Op::round:
+      return "round_nearest_even";
+    case Op::sign:
+      return "sign";
+    case Op::logical_not:
+      return "not";
+    case Op::convert:
+      return "convert";
+    case Op::add:
+      return "add";
+    case Op::sub:
+      return "subtract";
+    case Op::mul:
+      return "multiply";
+    case Op::div:
+      return "divide";
+    case Op::pow:
+      return "power";
+    case Op::max:
+      return "maximum";
+    case Op::min:
+      return "minimum";
+    case Op::rem:
+      return "remainder";
+    case Op::atan2:
+      return "atan2";
+    case Op::logical_and:
+      return "and";
+    case Op::logical_or:
+      return "or";
+    case Op::logical_xor:
+      return "xor";
+    case Op::select:
+      return "select";
+    default:
+      return nullptr;
+  }
+}
+
+const char* comparison(Op op) {
+  switch (op) {
+    case Op::eq:
+      return "EQ";
+    case Op::ne:
+      return "NE";
+    case Op::lt:
+      return "LT";
+    case Op::le:
+      return "LE";
+    case Op::gt:
+      return "GT";
+    case Op::ge:
+      return "GE";
+    default:
+      return nullptr;
+  }
+}
+
+// A scalar constant of dtype t, as MLIR reads it.
+std::string scalar_literal(double v, DType t) {
+  if (t == DType::boolean) return v != 0 ? "true" : "false";
+  if (!is_float(t)) return fmt::format("{}", static_cast<int64_t>(v));
+  if (std::isinf(v)) {  // MLIR spells infinities by their bits
+    switch (t) {
+      case DType::f64:
+        return v > 0 ? "0x7FF0000000000000" : "0xFFF0000000000000";
+      case DType::f32:
+        return v > 0 ? "0x7F800000" : "0xFF800000";
+      case DType::f16:
+        return v > 0 ? "0x7C00" : "0xFC00";
+      default:
+        return v > 0 ? "0x7F80" : "0xFF80";
+    }
+  }
+  std::string s = fmt::format("{}", v);
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+class Printer {
+ public:
+  explicit Printer(const ir::Graph& g) : g_(g), name_(g.size()) {}
+
+  std::string operator()() {
+    std::vector<ValueId> args = g_.parameters();
+    std::vector<ValueId> inputs;
+    for (ValueId id = 0; id < g_.size(); ++id) {
+      if (g_.node(id).op == Op::input) inputs.push_back(id);
+    }
+    std::sort(inputs.begin(), inputs.end(), [&](ValueId a, ValueId b) {
+      return g_.node(a).attr<ir::InputAttrs>().index < g_.node(b).attr<ir::InputAttrs>().index;
+    });
+    args.insert(args.end(), inputs.begin(), inputs.end());
+    std::string signature;
+    for (size_t k = 0; k < args.size(); ++k) {
+      name_[args[k]] = fmt::format("%arg{}", k);
+      signature += fmt::format("{}%arg{}: {}", k ? ", " : "", k, type(args[k]));
+    }
+    for (ValueId id = 0; id < g_.size(); ++id) {
+      const ir::Node& n = g_.node(id);
+      if (n.op == Op::parameter || n.op == Op::input) continue;
+      name_[id] = fmt::format("%{}", id);
+      node(id);
+    }
+    std::vector<std::string> results, result_types;
+    for (ValueId out : g_.outputs()) {
+      results.push_back(name_[out]);
+      result_types.push_back(type(out));
+    }
+    std::string module = "module @prism {\n";
+    module += fmt::format("  func.func public @main({}) -> ({}) {{\n", signature,
+                          fmt::join(result_types, ", "));
+    module += body_;
+    module += fmt::format("    \"func.return\"({}) : ({}) -> ()\n  }}\n}}\n",
+                          fmt::join(results, ", "), fmt::join(result_types, ", "));
+    return module;
+  }
+
+ private:
+  std::string type(ValueId v) const { return tensor_type(g_.node(v).shape); }
+
+  // `%id = "stablehlo.<op>"(operands) <attrs> : (operand types) -> result type`
+  void emit(ValueId id, const std::string& op, const std::vector<ValueId>& operands,
+            const std::string& attrs = "") {
+    std::vector<std::string> names, types;
+    for (ValueId v : operands) {
+      names.push_back(name_[v]);
+      types.push_back(type(v));
+    }
+    body_ += fmt::format("    {} = \"stablehlo.{}\"({}){} : ({}) -> {}\n", name_[id], op,
+                         fmt::join(names, ", "), attrs.empty() ? "" : " " + attrs,
+                         fmt::join(types, ", "), type(id));
+  }
+
+  // A fresh scalar constant of `literal`; returns its name.
+  std::string scalar(const std::string& literal, DType t) {
+    std::string name = fmt::format("%c{}", fresh_++);
+    body_ +=
+        fmt::format("    {} = \"stablehlo.constant\"() {{value = dense<{}> : {}}} : () -> {}\n",
+                    name, literal, scalar_type(t), scalar_type(t));
+    return name;
+  }
+
+  void constant(ValueId id) {
+    const ir::Node& n = g_.node(id);
+    const std::vector<std::byte>& bytes = *n.attr<ir::ConstantAttrs>().data;
+    std::string value;
+    if (n.shape.dtype() == DType::boolean) {  // i1 elements are spelled out
+      std::vector<const char*> v;
+      for (std::byte b : bytes) v.push_back(b != std::byte{0} ? "true" : "false");
+      value = n.shape.rank() == 0 ? v.at(0) : fmt::format("[{}]", fmt::join(v, ", "));
+      if (n.shape.rank() > 1) {
+        fail("pjrt: a boolean constant of rank {} has no StableHLO lowering yet ({})",
+             n.shape.rank(), ir::print(g_, id));
+      }
+    } else {
+      value = "\"0x";
+      for (std::byte b : bytes) value += fmt::format("{:02X}", static_cast<unsigned>(b));
+      value += "\"";
+    }
+    body_ +=
+        fmt::format("    {} = \"stablehlo.constant\"() {{value = dense<{}> : {}}} : () -> {}\n",
+                    name_[id], value, type(id), type(id));
+  }
+
+  // A reduction of operand 0 over `axes`, combining with stablehlo.<combine> from `init`.
+  void reduce(ValueId id, const std::vector<int>& axes, const char* combine,
+              const std::string& init) {
+    const ir::Node& n = g_.node(id);
+    const DType t = g_.node(n.inputs[0]).shape.dtype();
+    const std::string s = scalar_type(t), init_name = scalar(init, t);
+    body_ += fmt::format(
+        "    {0} = \"stablehlo.reduce\"({1}, {2}) ({{\n"
+        "    ^bb0(%a: {3}, %b: {3}):\n"
+        "      %r = \"stablehlo.{4}\"(%a, %b) : ({3}, {3}) -> {3}\n"
+        "      \"stablehlo.return\"(%r) : ({3}) -> ()\n"
+        "    }}) {{dimensions = {5}}} : ({6}, {3}) -> {7}\n",
+        name_[id], name_[n.inputs[0]], init_name, s, combine, i64_array(axes), type(n.inputs[0]),
+        type(id));
+  }
+
+  // A splat constant of `literal` in the shape and dtype of value v; returns its name.
+  std::string splat(const std::string& literal, ValueId v) {
+    std::string name = fmt::format("%c{}", fresh_++);
+    body_ +=
+        fmt::format("    {} = \"stablehlo.constant\"() {{value = dense<{}> : {}}} : () -> {}\n",
+                    name, literal, type(v), type(v));
+    return name;
+  }
+
+  // `%name = "stablehlo.<op>"(args) : (arg types) -> result`, with every type that of value v.
+  std::string same_type(const std::string& op, const std::vector<std::string>& args, ValueId v,
+                        const std::string& result_type = "") {
+    std::string name = fmt::format("%c{}", fresh_++);
+    std::vector<std::string> types(args.size(), type(v));
+    body_ +=
+        fmt::format("    {} = \"stablehlo.{}\"({}) : ({}) -> {}\n", name, op, fmt::join(args, ", "),
+                    fmt::join(types, ", "), result_type.empty() ? type(v) : result_type);
+    return name;
+  }
+
+  // Index select along one axis: indices counted from the end when negative, then clamped
+  // (gather clamps the start of each slice into the operand).
+  void gather(ValueId id) {
+    const ir::Node& n = g_.node(id);
+    const int axis = n.attr<ir::AxisAttrs>().axis;
+    const ValueId x = n.inputs[0], idx = n.inputs[1];
+    const Shape& xs = g_.node(x).shape;
+    const Shape& is = g_.node(idx).shape;
+    std::string negative_type = tensor_type(is.with_dtype(DType::boolean));
+    std::string negative = fmt::format("%c{}", fresh_++);
+    const std::string zero = splat("0", idx);
+    body_ += fmt::format(
+        "    {} = \"stablehlo.compare\"({}, {}) {{comparison_direction = "
+        "#stablehlo<comparison_direction LT>}} : ({}, {}) -> {}\n",
+        negative, name_[idx], zero, type(idx), type(idx), negative_type);
+    const std::string wrapped =
+        same_type("add", {name_[idx], splat(fmt::format("{}", xs.size(axis)), idx)}, idx);
+    std::string index = fmt::format("%c{}", fresh_++);
+    body_ +=
+        fmt::format("    {} = \"stablehlo.select\"({}, {}, {}) : ({}, {}, {}) -> {}\n", index,
+                    negative, wrapped, name_[idx], negative_type, type(idx), type(idx), type(idx));
+    std::vector<int64_t> offset_dims, slice_sizes;
+    for (int a = 0; a < xs.rank(); ++a) {
+      slice_sizes.push_back(a == axis ? 1 : xs.size(a));
+      if (a != axis) offset_dims.push_back(a < axis ? a : a - 1 + is.rank());
+    }
+    body_ += fmt::format(
+        "    {} = \"stablehlo.gather\"({}, {}) {{dimension_numbers = #stablehlo.gather<offset_dims "
+        "= [{}], collapsed_slice_dims = [{}], start_index_map = [{}], index_vector_dim = {}>, "
+        "slice_sizes = {}, indices_are_sorted = false}} : ({}, {}) -> {}\n",
+        name_[id], name_[x], index, fmt::join(offset_dims, ", "), axis, axis, is.rank(),
+        i64_array(slice_sizes), type(x), type(idx), type(id));
+  }
+
+  void convolution(ValueId id) {
+    const ir::Node& n = g_.node(id);
+    const auto& a = n.attr<ir::ConvAttrs>();
+    const int spatial = n.shape.rank() - 2;
+    std::vector<std::string> dims, padding;
+    for (int i = 0; i < spatial; ++i) {
+      dims.push_back(std::to_string(i));
+      padding.push_back(fmt::format("[{}, {}]", a.pad_low[i], a.pad_high[i]));
+    }
+    const std::string d = fmt::format("{}", fmt::join(dims, ", "));
+    for (ValueId in : n.inputs) {
+      PRISM_CHECK(g_.node(in).shape.dtype() == n.shape.dtype(),
+                  "pjrt: a convolution of {} into {} has no StableHLO lowering yet ({})",
+                  name(g_.node(in).shape.dtype()), name(n.shape.dtype()), ir::print(g_, id));
+    }
+    emit(
+        id, "convolution", n.inputs,
+        fmt::format("{{dimension_numbers = #stablehlo.conv<[b, f, {0}]x[o, i, {0}]->[b, f, {0}]>, "
+                    "window_strides = {1}, padding = dense<[{2}]> : tensor<{3}x2xi64>, "
+                    "lhs_dilation = {4}, rhs_dilation = {5}, feature_group_count = {6} : i64, "
+                    "batch_group_count = 1 : i64}}",
+                    d, i64_array(a.strides), fmt::join(padding, ", "), spatial,
+                    i64_array(std::vector<int64_t>(spatial, 1)), i64_array(a.dilations), a.groups));
+  }
+
+  void node(ValueId id) {
+    const ir::Node& n = g_.node(id);
+    const DType out = n.shape.dtype();
+    if (const char* direction = comparison(n.op)) {
+      emit(
+          id, "compare", n.inputs,
+          fmt::format("{{comparison_direction = #stablehlo<comparison_direction {}>}}", direction));
+      return;
+    }
+    if (n.op == Op::is_nan) {  // x != x
+      emit(id, "compare", {n.inputs[0], n.inputs[0]},
+           "{comparison_direction = #stablehlo<comparison_direction NE>}");
+      return;
+    }
+    if (const char* name = elementwise_name(n.op)) {
+      emit(id, name, n.inputs);
+      return;
+    }
+    const std::string lowest = limit(out, false), highest = limit(out, true);
+    switch (n.op) {
+      case Op::constant:
+        return constant(id);
+      case Op::iota:
+        return emit(id, "iota", {},
+                    fmt::format("{{iota_dimension = {} : i64}}", n.attr<ir::AxisAttrs>().axis));
+      case Op::broadcast:
+        return emit(
+            id, "broadcast_in_dim", n.inputs,
+            fmt::format("{{broadcast_dimensions = {}}}", i64_array(n.attr<ir::AxesAttrs>().axes)));
+      case Op::reshape:
+        return emit(id, "reshape", n.inputs);
+      case Op::transpose:
+        return emit(id, "transpose", n.inputs,
+                    fmt::format("{{permutation = {}}}", i64_array(n.attr<ir::AxesAttrs>().axes)));
+      case Op::slice: {
+        const auto& a = n.attr<ir::SliceAttrs>();
+        return emit(id, "slice", n.inputs,
+                    fmt::format("{{start_indices = {}, limit_indices = {}, strides = {}}}",
+                                i64_array(a.starts), i64_array(a.limits), i64_array(a.strides)));
+      }
+      case Op::dynamic_slice: {
+        std::vector<int64_t> sizes;
+        for (int a = 0; a < n.shape.rank(); ++a) sizes.push_back(n.shape.size(a));
+        return emit(id, "dynamic_slice", n.inputs,
+                    fmt::format("{{slice_sizes = {}}}", i64_array(sizes)));
+      }
+      case Op::dynamic_update_slice:
+        return emit(id, "dynamic_update_slice", n.inputs);
+      case Op::concatenate:
+        return emit(id, "concatenate", n.inputs,
+                    fmt::format("{{dimension = {} : i64}}", n.attr<ir::AxisAttrs>().axis));
+      case Op::pad: {
+        const auto& a = n.attr<ir::PadAttrs>();
+        if (a.mode != ir::PadMode::constant) break;
+        return emit(id, "pad", n.inputs,
+                    fmt::format("{{edge_padding_low = {}, edge_padding_high = {}, "
+                                "interior_padding = {}}}",
+                                i64_array(a.low), i64_array(a.high),
+                                i64_array(std::vector<int64_t>(a.low.size(), 0))));
+      }
+      case Op::gather:
+        return gather(id);
+      case Op::convolution:
+        return convolution(id);
+      case Op::erf:  // StableHLO has no erf; CHLO's, which plugins decompose, does
+        body_ += fmt::format("    {} = \"chlo.erf\"({}) : ({}) -> {}\n", name_[id],
+                             name_[n.inputs[0]], type(n.inputs[0]), type(id));
+        return;
+      case Op::reduce_sum:
+        return reduce(id, n.attr<ir::AxesAttrs>().axes, "add", scalar_literal(0, out));
+      case Op::reduce_prod:
+        return reduce(id, n.attr<ir::AxesAttrs>().axes, "multiply", scalar_literal(1, out));
+      case Op::reduce_max:
+        return reduce(id, n.attr<ir::AxesAttrs>().axes, "maximum", lowest);
+      case Op::reduce_min:
+        return reduce(id, n.attr<ir::AxesAttrs>().axes, "minimum", highest);
+      case Op::dot: {
+        const auto& a = n.attr<ir::DotAttrs>();
+        for (ValueId in : n.inputs) {
+          PRISM_CHECK(g_.node(in).shape.dtype() == out,
+                      "pjrt: a product of {} into {} has no StableHLO lowering yet ({})",
+                      name(g_.node(in).shape.dtype()), name(out), ir::print(g_, id));
+        }
+        return emit(id, "dot_general", n.inputs,
+                    fmt::format("{{dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions "
+                                "= [{}], rhs_batching_dimensions = [{}], "
+                                "lhs_contracting_dimensions = [{}], rhs_contracting_dimensions = "
+                                "[{}]>}}",
+                                fmt::join(a.lhs_batch, ", "), fmt::join(a.rhs_batch, ", "),
+                                fmt::join(a.lhs_contract, ", "), fmt::join(a.rhs_contract, ", ")));
+      }
+      default:
+        break;
+    }
+    fail("pjrt: no StableHLO lowering for {} yet ({})", ir::op_name(n.op), ir::print(g_, id));
+  }
+
+  // The smallest or largest value of t (infinities for floats), as a literal.
+  static std::string limit(DType t, bool largest) {
+    auto text = [&](auto zero) {
+      using T = decltype(zero);
+      return fmt::format("{}",
+                         largest ? std::numeric_limits<T>::max() : std::numeric_limits<T>::min());
+    };
+    switch (t) {
+      case DType::i64:
+        return text(int64_t{});
+      case DType::i32:
+        return text(int32_t{});
+      case DType::i16:
+        return text(int16_t{});
+      case DType::i8:
+        return fmt::format("{}", largest ? 127 : -128);
+      case DType::u8:
+        return largest ? "255" : "0";
+      case DType::u32:
+        return text(uint32_t{});
+      case DType::boolean:
+        return largest ? "true" : "false";
+      default:
+        return scalar_literal(largest ? std::numeric_limits<double>::infinity()
+                                      : -std::numeric_limits<double>::infinity(),
+                              t);
+    }
+  }
+
+  const ir::Graph& g_;
+  std::vector<std::string> name_;
+  std::string body_;
+  int fresh_ = 0;
+};
+
+}  // namespace
+
+bool lowers(Op op) {
+  if (comparison(op) || elementwise_name(op)) return true;
+  switch (op) {
+    case Op::parameter:
+    case Op::input:
+    case Op::constant:
+    case Op::is_nan:
+    case Op::iota:
+    case Op::broadcast:
+    case Op::reshape:
+    case Op::transpose:
+    case Op::slice:
+    case Op::dynamic_slice:
+    case Op::dynamic_update_slice:
+    case Op::concatenate:
+    case Op::pad:
+    case Op::reduce_sum:
+    case Op::reduce_prod:
+    case Op::reduce_max:
+    case Op::reduce_min:
+    case Op::dot:
+    case Op::gather:
+    case Op::convolution:
+    case Op::erf:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string to_stablehlo(const ir::Graph& graph) { return Printer(graph)(); }
+
+}  // namespace prism::pjrt

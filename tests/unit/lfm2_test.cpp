@@ -55,18 +55,19 @@ TEST_P(Lfm2Reference, GreedyAndLogitsMatchPyTorch) {
   const Case& c = GetParam();
   std::vector<std::string> files = testing::reference_files(fixture(c.name));
   EXPECT_GE(files.size(), 1u);
-  for (const std::string& file : files) {
-    SCOPED_TRACE(file);
-    Reference ref = reference(c.name, file);
-    llm::Engine engine(fixture(c.name), get_platform("cpu"), options(c.dtype));
-    std::vector<float> logits = engine.feed(ref.prompt);
-    double worst = 0;
-    for (auto [id, want] : ref.first_logits) worst = std::max(worst, std::abs(logits[id] - want));
-    EXPECT_LE(worst, c.logit_tol) << "over " << ref.first_logits.size() << " logits";
-    size_t n = std::min(c.greedy_tokens, ref.greedy.size());
-    EXPECT_EQ(greedy(engine, logits, n),
-              std::vector<int32_t>(ref.greedy.begin(), ref.greedy.begin() + n));
-  }
+  for (const std::string& platform : testing::cpu_and_pjrt_platforms())
+    for (const std::string& file : files) {
+      SCOPED_TRACE(platform + " " + file);
+      Reference ref = reference(c.name, file);
+      llm::Engine engine(fixture(c.name), get_platform(platform), options(c.dtype));
+      std::vector<float> logits = engine.feed(ref.prompt);
+      double worst = 0;
+      for (auto [id, want] : ref.first_logits) worst = std::max(worst, std::abs(logits[id] - want));
+      EXPECT_LE(worst, c.logit_tol) << "over " << ref.first_logits.size() << " logits";
+      size_t n = std::min(c.greedy_tokens, ref.greedy.size());
+      EXPECT_EQ(greedy(engine, logits, n),
+                std::vector<int32_t>(ref.greedy.begin(), ref.greedy.begin() + n));
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Lfm2Reference,

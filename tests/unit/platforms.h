@@ -72,17 +72,25 @@ inline void check_expected_platforms() {
   }
 }
 
-// Whether `name` is a PJRT platform: its StableHLO printer lowers part of ops.def so far, so
-// the op harness leaves it out and BackendOps.PjrtComputesWhatItLowersAsTheCpuDoes runs every
-// case on it instead, counting what it lowers.
+// Whether `name` is a PJRT platform (the XLA CPU plugin in CI).
 inline bool is_pjrt(std::string_view name) { return name == "xla-cpu" || name == "pjrt"; }
+
+// The CPU and every PJRT platform available here: where the model tests check their PyTorch
+// references (the XLA CPU plugin in CI).
+inline std::vector<std::string> cpu_and_pjrt_platforms() {
+  std::vector<std::string> names{"cpu"};
+  for (const PlatformStatus& s : platform_statuses()) {
+    if (s.available && is_pjrt(s.name)) names.push_back(s.name);
+  }
+  return names;
+}
 
 inline std::vector<Platform*> platforms_to_compare() {
   check_expected_platforms();
   static DecomposingCpu decomposed;
   std::vector<Platform*> all{&decomposed};
   for (const PlatformStatus& s : platform_statuses()) {
-    if (s.available && s.name != "cpu" && !is_pjrt(s.name)) all.push_back(&get_platform(s.name));
+    if (s.available && s.name != "cpu") all.push_back(&get_platform(s.name));
   }
   return all;
 }

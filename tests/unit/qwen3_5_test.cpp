@@ -48,16 +48,17 @@ TEST_P(Qwen3_5Reference, GreedyAndLogitsMatchPyTorch) {
   const std::string name = GetParam();
   std::vector<std::string> files = testing::reference_files(fixture(name));
   EXPECT_GE(files.size(), 1u);
-  for (const std::string& file : files) {
-    SCOPED_TRACE(file);
-    Reference ref = reference(name, file);
-    llm::Engine engine(fixture(name), get_platform("cpu"), options());
-    std::vector<float> logits = engine.feed(ref.prompt);
-    for (auto [id, want] : ref.first_logits) {
-      EXPECT_NEAR(logits[id], want, 1e-3 * std::max(1.0, std::abs(want))) << "token " << id;
+  for (const std::string& platform : testing::cpu_and_pjrt_platforms())
+    for (const std::string& file : files) {
+      SCOPED_TRACE(platform + " " + file);
+      Reference ref = reference(name, file);
+      llm::Engine engine(fixture(name), get_platform(platform), options());
+      std::vector<float> logits = engine.feed(ref.prompt);
+      for (auto [id, want] : ref.first_logits) {
+        EXPECT_NEAR(logits[id], want, 1e-3 * std::max(1.0, std::abs(want))) << "token " << id;
+      }
+      EXPECT_EQ(greedy(engine, logits, ref.greedy.size()), ref.greedy);
     }
-    EXPECT_EQ(greedy(engine, logits, ref.greedy.size()), ref.greedy);
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Qwen3_5Reference,

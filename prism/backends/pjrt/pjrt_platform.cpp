@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "prism/backends/pjrt/stablehlo.h"
 #include "prism/core/error.h"
@@ -73,12 +74,32 @@ std::string in_site_packages(const std::string& env, const std::string& relative
 
 class PjrtExecutable : public ExecutableImpl {
  public:
-  PjrtExecutable(PjrtPlatform& platform, const ir::Graph& graph)
+  PjrtExecutable(PjrtPlatform& platform, const ir::Graph& graph, const CompileSpec& spec)
       : platform_(platform), api_(platform.plugin().api()) {
-    const std::string module = to_stablehlo(graph);
+    for (ValueId out : graph.outputs()) outputs_.push_back(graph.node(out).shape);
+    // Each donated input lends its memory to the first output of its shape not yet given one.
+    params_ = static_cast<int>(graph.parameters().size());
+    std::vector<Shape> inputs;
+    for (ValueId id = 0; id < graph.size(); ++id) {
+      const ir::Node& n = graph.node(id);
+      if (n.op != Op::input) continue;
+      const int at = n.attr<ir::InputAttrs>().index;
+      if (static_cast<int>(inputs.size()) <= at) inputs.resize(at + 1);
+      inputs[at] = n.shape;
+    }
+    std::vector<bool> taken(outputs_.size(), false);
+    for (int input : spec.donated_inputs) {
+      if (input < 0 || input >= static_cast<int>(inputs.size())) continue;
+      for (size_t k = 0; k < outputs_.size(); ++k) {
+        if (taken[k] || !(outputs_[k] == inputs[input])) continue;
+        taken[k] = true;
+        aliases_[params_ + input] = static_cast<int>(k);
+        break;
+      }
+    }
+    const std::string module = to_stablehlo(graph, aliases_);
     const char* debug = std::getenv("PRISM_DEBUG");
     if (debug && std::atoi(debug) >= 2) fmt::print(stderr, "{}", module);
-    for (ValueId out : graph.outputs()) outputs_.push_back(graph.node(out).shape);
     auto program = PRISM_PJRT_ARGS(PJRT_Program);
     program.code = const_cast<char*>(module.data());
     program.code_size = module.size();
@@ -118,9 +139,21 @@ class PjrtExecutable : public ExecutableImpl {
     a.output_lists = output_lists;
     a.device_complete_events = done;
     platform_.plugin().check(api_.PJRT_LoadedExecutable_Execute(&a), "running the program");
-    std::vector<Buffer> out;
-    for (size_t k = 0; k < results.size(); ++k)
-      out.push_back(platform_.wrap(outputs_[k], results[k]));
+    std::vector<Buffer> out(results.size());
+    // A donated input's memory now holds its output: its Buffer's memory takes the new handle
+    // (the donated one is spent), so that the caller sees the input updated in place.
+    for (auto [arg, k] : aliases_) {
+      const Buffer& donated = inputs[arg - params_];
+      auto* m = static_cast<PjrtMemory*>(donated.memory());
+      auto d = PRISM_PJRT_ARGS(PJRT_Buffer_Destroy_Args);
+      d.buffer = m->buffer;
+      api_.PJRT_Buffer_Destroy(&d);
+      m->buffer = results[k];
+      out[k] = Buffer(outputs_[k], donated.shared_memory(), &platform_);
+    }
+    for (size_t k = 0; k < results.size(); ++k) {
+      if (!out[k].valid()) out[k] = platform_.wrap(outputs_[k], results[k]);
+    }
     platform_.plugin().await(done[0], "running the program");
     return out;
   }
@@ -130,6 +163,8 @@ class PjrtExecutable : public ExecutableImpl {
   const PJRT_Api& api_;
   PJRT_LoadedExecutable* executable_ = nullptr;
   std::vector<Shape> outputs_;
+  int params_ = 0;
+  std::map<int, int> aliases_;  // argument -> output whose memory it is
 };
 
 }  // namespace
@@ -238,8 +273,9 @@ HostBuffer PjrtPlatform::download(const Buffer& buffer) {
 // Every composite runs through its decomposition, which the plugin's compiler fuses.
 bool PjrtPlatform::supports(const ir::Node&) const { return false; }
 
-std::unique_ptr<ExecutableImpl> PjrtPlatform::compile(const ir::Graph& graph, const CompileSpec&) {
-  return std::make_unique<PjrtExecutable>(*this, graph);
+std::unique_ptr<ExecutableImpl> PjrtPlatform::compile(const ir::Graph& graph,
+                                                      const CompileSpec& spec) {
+  return std::make_unique<PjrtExecutable>(*this, graph, spec);
 }
 
 PluginLocation locate_plugin(const std::string& name) {

@@ -171,7 +171,8 @@ std::string scalar_literal(double v, DType t) {
 
 class Printer {
  public:
-  explicit Printer(const ir::Graph& g) : g_(g), name_(g.size()) {}
+  Printer(const ir::Graph& g, const std::map<int, int>& aliases)
+      : g_(g), aliases_(aliases), name_(g.size()) {}
 
   std::string operator()() {
     std::vector<ValueId> args = g_.parameters();
@@ -187,6 +188,9 @@ class Printer {
     for (size_t k = 0; k < args.size(); ++k) {
       name_[args[k]] = fmt::format("%arg{}", k);
       signature += fmt::format("{}%arg{}: {}", k ? ", " : "", k, type(args[k]));
+      if (auto it = aliases_.find(static_cast<int>(k)); it != aliases_.end()) {
+        signature += fmt::format(" {{tf.aliasing_output = {} : i32}}", it->second);
+      }
     }
     for (ValueId id = 0; id < g_.size(); ++id) {
       const ir::Node& n = g_.node(id);
@@ -350,6 +354,286 @@ class Printer {
                     i64_array(std::vector<int64_t>(spatial, 1)), i64_array(a.dilations), a.groups));
   }
 
+  // A fresh name.
+  std::string fresh() { return fmt::format("%c{}", fresh_++); }
+
+  // The i64 iota along `axis` of `shape`; returns its name and sets its type.
+  std::string iota(const Shape& shape, int axis, std::string* type) {
+    *type = tensor_type(shape.with_dtype(DType::i64));
+    std::string name = fresh();
+    body_ += fmt::format("    {} = \"stablehlo.iota\"() {{iota_dimension = {} : i64}} : () -> {}\n",
+                         name, axis, *type);
+    return name;
+  }
+
+  // `from` (of type from_type) converted to the type of value `to`, into name_[to].
+  void convert_into(ValueId to, const std::string& from, const std::string& from_type) {
+    body_ += fmt::format("    {} = \"stablehlo.convert\"({}) : ({}) -> {}\n", name_[to], from,
+                         from_type, type(to));
+  }
+
+  // Statements of a comparator region deciding whether (av, ai) comes before (bv, bi) in a
+  // total order: by value (larger first when `larger_first`), NaN beyond every number, then
+  // by the lower index. Leaves the i1 answer in %before.
+  std::string order(DType t, bool larger_first) {
+    const std::string s = scalar_type(t);
+    auto cmp = [&](const char* out, const char* a, const char* b, const char* dir,
+                   const std::string& ty) {
+      return fmt::format(
+          "      {} = \"stablehlo.compare\"({}, {}) {{comparison_direction = "
+          "#stablehlo<comparison_direction {}>}} : ({}, {}) -> tensor<i1>\n",
+          out, a, b, dir, ty, ty);
+    };
+    auto pick = [&](const char* out, const char* c, const char* a, const char* b) {
+      return fmt::format(
+          "      {} = \"stablehlo.select\"({}, {}, {}) : (tensor<i1>, tensor<i1>, tensor<i1>) -> "
+          "tensor<i1>\n",
+          out, c, a, b);
+    };
+    std::string r;
+    r += cmp("%earlier", "%ai", "%bi", "LT", "tensor<i64>");
+    r += cmp("%better", "%av", "%bv", larger_first ? "GT" : "LT", s);
+    r += cmp("%same", "%av", "%bv", "EQ", s);
+    r += pick("%by_value", "%same", "%earlier", "%better");
+    if (!is_float(t))
+      return r +
+             "      %before = \"stablehlo.and\"(%by_value, %by_value) : "
+             "(tensor<i1>, tensor<i1>) -> tensor<i1>\n";
+    r += cmp("%an", "%av", "%av", "NE", s);
+    r += cmp("%bn", "%bv", "%bv", "NE", s);
+    r += "      %both = \"stablehlo.and\"(%an, %bn) : (tensor<i1>, tensor<i1>) -> tensor<i1>\n";
+    r += "      %either = \"stablehlo.or\"(%an, %bn) : (tensor<i1>, tensor<i1>) -> tensor<i1>\n";
+    // NaN is the largest value: first when larger values are, last otherwise.
+    r += pick("%nan_first", "%both", "%earlier", larger_first ? "%an" : "%bn");
+    r += pick("%before", "%either", "%nan_first", "%by_value");
+    return r;
+  }
+
+  // The indices of `idx` (counted from the end when negative) along `axis`, with every other
+  // axis's own position, as gather and scatter index tuples: i64 of shape idx + [rank].
+  std::string full_indices(ValueId idx, int axis, int64_t size, std::string* indices_type) {
+    const Shape& is = g_.node(idx).shape;
+    const int rank = is.rank();
+    const Shape i64 = is.with_dtype(DType::i64);
+    const std::string i64_type = tensor_type(i64);
+    std::string j = fresh();
+    body_ += fmt::format("    {} = \"stablehlo.convert\"({}) : ({}) -> {}\n", j, name_[idx],
+                         type(idx), i64_type);
+    const std::string zero = fresh(), count = fresh(), negative = fresh(), wrapped = fresh(),
+                      index = fresh();
+    const std::string bool_type = tensor_type(is.with_dtype(DType::boolean));
+    body_ += fmt::format(
+        "    {0} = \"stablehlo.constant\"() {{value = dense<0> : {2}}} : () -> {2}\n"
+        "    {1} = \"stablehlo.constant\"() {{value = dense<{3}> : {2}}} : () -> {2}\n",
+        zero, count, i64_type, size);
+    body_ += fmt::format(
+        "    {} = \"stablehlo.compare\"({}, {}) {{comparison_direction = "
+        "#stablehlo<comparison_direction LT>}} : ({}, {}) -> {}\n",
+        negative, j, zero, i64_type, i64_type, bool_type);
+    body_ += fmt::format("    {} = \"stablehlo.add\"({}, {}) : ({}, {}) -> {}\n", wrapped, j, count,
+                         i64_type, i64_type, i64_type);
+    body_ += fmt::format("    {} = \"stablehlo.select\"({}, {}, {}) : ({}, {}, {}) -> {}\n", index,
+                         negative, wrapped, j, bool_type, i64_type, i64_type, i64_type);
+    std::vector<Dim> dims(is.dims().begin(), is.dims().end());
+    dims.push_back({Tag(), 1});
+    const std::string column_type = tensor_type(Shape(DType::i64, dims));
+    std::vector<std::string> columns, column_types;
+    for (int d = 0; d < rank; ++d) {
+      std::string value = index;
+      if (d != axis) {
+        std::string ignored;
+        value = iota(i64, d, &ignored);
+      }
+      std::string column = fresh();
+      body_ += fmt::format("    {} = \"stablehlo.reshape\"({}) : ({}) -> {}\n", column, value,
+                           i64_type, column_type);
+      columns.push_back(column);
+      column_types.push_back(column_type);
+    }
+    dims.back().size = rank;
+    *indices_type = tensor_type(Shape(DType::i64, dims));
+    std::string indices = fresh();
+    body_ += fmt::format(
+        "    {} = \"stablehlo.concatenate\"({}) {{dimension = {} : i64}} : ({}) -> {}\n", indices,
+        fmt::join(columns, ", "), rank, fmt::join(column_types, ", "), *indices_type);
+    return indices;
+  }
+
+  // take_along: one element of x per index, at the index's own position on the other axes.
+  void take_along(ValueId id) {
+    const ir::Node& n = g_.node(id);
+    const int axis = n.attr<ir::AxisAttrs>().axis;
+    const ValueId x = n.inputs[0], idx = n.inputs[1];
+    const int rank = g_.node(idx).shape.rank();
+    std::string indices_type;
+    const std::string indices = full_indices(idx, axis, g_.node(x).shape.size(axis), &indices_type);
+    std::vector<int64_t> all, ones(rank, 1);
+    for (int d = 0; d < rank; ++d) all.push_back(d);
+    body_ += fmt::format(
+        "    {} = \"stablehlo.gather\"({}, {}) {{dimension_numbers = #stablehlo.gather<"
+        "collapsed_slice_dims = [{}], start_index_map = [{}], index_vector_dim = {}>, "
+        "slice_sizes = {}, indices_are_sorted = false}} : ({}, {}) -> {}\n",
+        name_[id], name_[x], indices, fmt::join(all, ", "), fmt::join(all, ", "), rank,
+        i64_array(ones), type(x), indices_type, type(id));
+  }
+
+  // scatter along an axis: each update combined into x at its index, in order.
+  void scatter(ValueId id) {
+    const ir::Node& n = g_.node(id);
+    const auto& a = n.attr<ir::ScatterAttrs>();
+    const ValueId x = n.inputs[0], idx = n.inputs[1], updates = n.inputs[2];
+    const int rank = g_.node(idx).shape.rank();
+    std::string indices_type;
+    const std::string indices =
+        full_indices(idx, a.axis, g_.node(x).shape.size(a.axis), &indices_type);
+    std::vector<int64_t> all;
+    for (int d = 0; d < rank; ++d) all.push_back(d);
+    const std::string s = scalar_type(n.shape.dtype());
+    std::string combine;
+    switch (a.reduce) {
+      case ir::ScatterReduce::none:
+        combine = fmt::format("      \"stablehlo.return\"(%b) : ({}) -> ()\n", s);
+        break;
+      case ir::ScatterReduce::add:
+      case ir::ScatterReduce::mul:
+        combine = fmt::format(
+            "      %r = \"stablehlo.{1}\"(%a, %b) : ({0}, {0}) -> {0}\n"
+            "      \"stablehlo.return\"(%r) : ({0}) -> ()\n",
+            s, a.reduce == ir::ScatterReduce::add ? "add" : "multiply");
+        break;
+      case ir::ScatterReduce::max:
+      case ir::ScatterReduce::min:  // the update where it is beyond: a NaN update is skipped
+        combine = fmt::format(
+            "      %take = \"stablehlo.compare\"({1}) {{comparison_direction = "
+            "#stablehlo<comparison_direction LT>}} : ({0}, {0}) -> tensor<i1>\n"
+            "      %r = \"stablehlo.select\"(%take, %b, %a) : (tensor<i1>, {0}, {0}) -> {0}\n"
+            "      \"stablehlo.return\"(%r) : ({0}) -> ()\n",
+            s, a.reduce == ir::ScatterReduce::max ? "%a, %b" : "%b, %a");
+        break;
+    }
+    body_ += fmt::format(
+        "    {0} = \"stablehlo.scatter\"({1}, {2}, {3}) ({{\n"
+        "    ^bb0(%a: {4}, %b: {4}):\n{5}"
+        "    }}) {{scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [{6}], "
+        "scatter_dims_to_operand_dims = [{6}], index_vector_dim = {7}>, indices_are_sorted = "
+        "false, unique_indices = false}} : ({8}, {9}, {10}) -> {11}\n",
+        name_[id], name_[x], indices, name_[updates], s, combine, fmt::join(all, ", "), rank,
+        type(x), indices_type, type(updates), type(id));
+  }
+
+  // argmax and argmin: a reduction of (value, position) pairs by the order above.
+  void arg_reduce(ValueId id) {
+    const ir::Node& n = g_.node(id);
+    const int axis = n.attr<ir::AxisAttrs>().axis;
+    const ValueId x = n.inputs[0];
+    const Shape& xs = g_.node(x).shape;
+    const DType t = xs.dtype();
+    std::string positions_type;
+    const std::string positions = iota(xs, axis, &positions_type);
+    const std::string s = scalar_type(t);
+    const std::string init = scalar(limit(t, n.op != Op::argmax), t),
+                      zero = scalar("0", DType::i64);
+    std::vector<Dim> kept;
+    for (int a = 0; a < xs.rank(); ++a) {
+      if (a != axis) kept.push_back(xs.dim(a));
+    }
+    const Shape reduced(t, kept);
+    const std::string values_type = tensor_type(reduced),
+                      index_type = tensor_type(reduced.with_dtype(DType::i64));
+    const std::string r = fresh();
+    body_ += fmt::format(
+        "    {0}:2 = \"stablehlo.reduce\"({1}, {2}, {3}, {4}) ({{\n"
+        "    ^bb0(%av: {5}, %ai: tensor<i64>, %bv: {5}, %bi: tensor<i64>):\n{6}"
+        "      %v = \"stablehlo.select\"(%before, %av, %bv) : (tensor<i1>, {5}, {5}) -> {5}\n"
+        "      %i = \"stablehlo.select\"(%before, %ai, %bi) : (tensor<i1>, tensor<i64>, "
+        "tensor<i64>) -> tensor<i64>\n"
+        "      \"stablehlo.return\"(%v, %i) : ({5}, tensor<i64>) -> ()\n"
+        "    }}) {{dimensions = array<i64: {7}>}} : ({8}, {9}, {5}, tensor<i64>) -> ({10}, {11})\n",
+        r, name_[x], positions, init, zero, s, order(t, n.op == Op::argmax), axis, type(x),
+        positions_type, values_type, index_type);
+    const std::string index = fresh();
+    body_ += fmt::format("    {} = \"stablehlo.reshape\"({}#1) : ({}) -> {}\n", index, r,
+                         index_type, tensor_type(n.shape.with_dtype(DType::i64)));
+    convert_into(id, index, tensor_type(n.shape.with_dtype(DType::i64)));
+  }
+
+  // The first k of a stable sort along the axis: sort (value, position) pairs, keep k.
+  void argsort(ValueId id) {
+    const ir::Node& n = g_.node(id);
+    const auto& a = n.attr<ir::ArgsortAttrs>();
+    const ValueId x = n.inputs[0];
+    const Shape& xs = g_.node(x).shape;
+    const DType t = xs.dtype();
+    std::string positions_type;
+    const std::string positions = iota(xs, a.axis, &positions_type);
+    const std::string s = scalar_type(t), sorted = fresh();
+    body_ += fmt::format(
+        "    {0}:2 = \"stablehlo.sort\"({1}, {2}) ({{\n"
+        "    ^bb0(%av: {3}, %bv: {3}, %ai: tensor<i64>, %bi: tensor<i64>):\n{4}"
+        "      \"stablehlo.return\"(%before) : (tensor<i1>) -> ()\n"
+        "    }}) {{dimension = {5} : i64, is_stable = true}} : ({6}, {7}) -> ({6}, {7})\n",
+        sorted, name_[x], positions, s, order(t, a.descending), a.axis, type(x), positions_type);
+    std::vector<int64_t> starts(xs.rank(), 0), limits, strides(xs.rank(), 1);
+    for (int d = 0; d < xs.rank(); ++d) limits.push_back(d == a.axis ? a.k : xs.size(d));
+    const std::string first = fresh(), first_type = tensor_type(n.shape.with_dtype(DType::i64));
+    body_ += fmt::format(
+        "    {} = \"stablehlo.slice\"({}#1) {{start_indices = {}, limit_indices = {}, strides = "
+        "{}}} : ({}) -> {}\n",
+        first, sorted, i64_array(starts), i64_array(limits), i64_array(strides), positions_type,
+        first_type);
+    convert_into(id, first, first_type);
+  }
+
+  // Running sums along the axis: a window over everything before (or after, reversed), on
+  // the operand shifted by one for exclusive sums; halves sum in f32, as on the CPU.
+  void cumsum(ValueId id) {
+    const ir::Node& n = g_.node(id);
+    const auto& a = n.attr<ir::AxisAttrs>();
+    const ValueId x = n.inputs[0];
+    const Shape& xs = g_.node(x).shape;
+    const DType t = xs.dtype() == DType::f16 || xs.dtype() == DType::bf16 ? DType::f32 : xs.dtype();
+    const std::string work_type = tensor_type(xs.with_dtype(t));
+    std::string value = name_[x];
+    if (t != xs.dtype()) {
+      value = fresh();
+      body_ += fmt::format("    {} = \"stablehlo.convert\"({}) : ({}) -> {}\n", value, name_[x],
+                           type(x), work_type);
+    }
+    const int64_t size = xs.size(a.axis);
+    if (a.exclusive) {  // x shifted by one along the axis, a zero coming in
+      std::vector<int64_t> low(xs.rank(), 0), high(xs.rank(), 0), interior(xs.rank(), 0);
+      (a.reverse ? high : low)[a.axis] = 1;
+      (a.reverse ? low : high)[a.axis] = -1;
+      const std::string shifted = fresh(), zero = scalar(scalar_literal(0, t), t);
+      body_ += fmt::format(
+          "    {} = \"stablehlo.pad\"({}, {}) {{edge_padding_low = {}, edge_padding_high = {}, "
+          "interior_padding = {}}} : ({}, {}) -> {}\n",
+          shifted, value, zero, i64_array(low), i64_array(high), i64_array(interior), work_type,
+          scalar_type(t), work_type);
+      value = shifted;
+    }
+    std::vector<int64_t> window(xs.rank(), 1), strides(xs.rank(), 1);
+    window[a.axis] = size;
+    std::vector<std::string> padding;
+    for (int d = 0; d < xs.rank(); ++d) {
+      const int64_t before = d == a.axis && !a.reverse ? size - 1 : 0;
+      const int64_t after = d == a.axis && a.reverse ? size - 1 : 0;
+      padding.push_back(fmt::format("[{}, {}]", before, after));
+    }
+    const std::string s = scalar_type(t), zero = scalar(scalar_literal(0, t), t);
+    const std::string sums = t == xs.dtype() ? name_[id] : fresh();
+    body_ += fmt::format(
+        "    {0} = \"stablehlo.reduce_window\"({1}, {2}) ({{\n"
+        "    ^bb0(%a: {3}, %b: {3}):\n"
+        "      %r = \"stablehlo.add\"(%a, %b) : ({3}, {3}) -> {3}\n"
+        "      \"stablehlo.return\"(%r) : ({3}) -> ()\n"
+        "    }}) {{window_dimensions = {4}, window_strides = {5}, padding = dense<[{6}]> : "
+        "tensor<{7}x2xi64>}} : ({8}, {3}) -> {8}\n",
+        sums, value, zero, s, i64_array(window), i64_array(strides), fmt::join(padding, ", "),
+        xs.rank(), work_type);
+    if (t != xs.dtype()) convert_into(id, sums, work_type);
+  }
+
   void node(ValueId id) {
     const ir::Node& n = g_.node(id);
     const DType out = n.shape.dtype();
@@ -412,6 +696,17 @@ class Printer {
       }
       case Op::gather:
         return gather(id);
+      case Op::argmax:
+      case Op::argmin:
+        return arg_reduce(id);
+      case Op::argsort:
+        return argsort(id);
+      case Op::cumsum:
+        return cumsum(id);
+      case Op::take_along:
+        return take_along(id);
+      case Op::scatter:
+        return scatter(id);
       case Op::convolution:
         return convolution(id);
       case Op::erf:  // StableHLO has no erf; CHLO's, which plugins decompose, does
@@ -477,6 +772,7 @@ class Printer {
   }
 
   const ir::Graph& g_;
+  const std::map<int, int>& aliases_;
   std::vector<std::string> name_;
   std::string body_;
   int fresh_ = 0;
@@ -508,12 +804,20 @@ bool lowers(Op op) {
     case Op::gather:
     case Op::convolution:
     case Op::erf:
+    case Op::argmax:
+    case Op::argmin:
+    case Op::argsort:
+    case Op::cumsum:
+    case Op::take_along:
+    case Op::scatter:
       return true;
     default:
       return false;
   }
 }
 
-std::string to_stablehlo(const ir::Graph& graph) { return Printer(graph)(); }
+std::string to_stablehlo(const ir::Graph& graph, const std::map<int, int>& aliases) {
+  return Printer(graph, aliases)();
+}
 
 }  // namespace prism::pjrt

@@ -3,6 +3,7 @@
 // primitive prints as its plain StableHLO counterpart; composites arrive decomposed.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "prism/ir/graph.h"
@@ -10,9 +11,11 @@
 namespace prism::pjrt {
 
 // `func.func @main` takes the graph's parameters (in Graph::parameters() order), then its
-// inputs by position, and returns its outputs. Throws prism::Error naming the node for an op
-// with no StableHLO lowering yet.
-std::string to_stablehlo(const ir::Graph& graph);
+// inputs by position, and returns its outputs. `aliases[a]`, where a is an argument's position
+// and the value an output's, gives that output the argument's memory (a donated input: the
+// plugin updates it in place). Throws prism::Error naming the node for an op with no StableHLO
+// lowering.
+std::string to_stablehlo(const ir::Graph& graph, const std::map<int, int>& aliases = {});
 
 // Whether to_stablehlo lowers op.
 bool lowers(ir::Op op);

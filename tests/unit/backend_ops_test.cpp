@@ -238,6 +238,14 @@ std::vector<OpCase> cases() {
     out.push_back(
         {"slice" + d, Op::slice, fn1([](Tensor v) { return v.slice("b", 1, 2, 2); }), {a}});
     out.push_back({"pad" + d, Op::pad, fn1([](Tensor v) { return v.pad("b", 2, 1, -1); }), {a}});
+    out.push_back({"pad_edge" + d,
+                   Op::pad,
+                   fn1([](Tensor v) { return v.pad("b", 2, 3, 0, ir::PadMode::edge); }),
+                   {a}});
+    out.push_back({"pad_reflect" + d,
+                   Op::pad,
+                   fn1([](Tensor v) { return v.pad("b", 2, 1, 0, ir::PadMode::reflect); }),
+                   {a}});
     out.push_back(
         {"cumsum" + d, Op::cumsum, fn1([](Tensor v) { return v.cumsum("b", true); }), {a}, tol});
     out.push_back({"concatenate" + d,

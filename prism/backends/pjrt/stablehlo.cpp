@@ -459,6 +459,82 @@ class Printer {
     return indices;
   }
 
+  // `op` applied to two i64 values of type `t`; returns the result's name.
+  std::string i64_op(const std::string& op, const std::string& a, const std::string& b,
+                     const std::string& t) {
+    std::string name = fresh();
+    body_ += fmt::format("    {} = \"stablehlo.{}\"({}, {}) : ({}, {}) -> {}\n", name, op, a, b, t,
+                         t, t);
+    return name;
+  }
+  std::string i64_splat(int64_t v, const std::string& t) {
+    std::string name = fresh();
+    body_ += fmt::format(
+        "    {} = \"stablehlo.constant\"() {{value = dense<{}> : {}}} : () -> {}\n", name, v, t, t);
+    return name;
+  }
+  // a < b ? then : otherwise, on i64 values of type `t` (`bool_t` for the comparison).
+  std::string i64_select_lt(const std::string& a, const std::string& b, const std::string& then,
+                            const std::string& otherwise, const std::string& t,
+                            const std::string& bool_t) {
+    std::string less = fresh(), name = fresh();
+    body_ += fmt::format(
+        "    {} = \"stablehlo.compare\"({}, {}) {{comparison_direction = "
+        "#stablehlo<comparison_direction LT>}} : ({}, {}) -> {}\n",
+        less, a, b, t, t, bool_t);
+    body_ += fmt::format("    {} = \"stablehlo.select\"({}, {}, {}) : ({}, {}, {}) -> {}\n", name,
+                         less, then, otherwise, bool_t, t, t, t);
+    return name;
+  }
+
+  // Edge and reflect padding: every output element gathers the operand element its position
+  // maps to (clamped to the edge, or mirrored without repeating it).
+  void pad_by_gather(ValueId id) {
+    const ir::Node& n = g_.node(id);
+    const auto& a = n.attr<ir::PadAttrs>();
+    const ValueId x = n.inputs[0];
+    const Shape& xs = g_.node(x).shape;
+    const Shape out = n.shape.with_dtype(DType::i64);
+    const int rank = out.rank();
+    const std::string t = tensor_type(out),
+                      bool_t = tensor_type(n.shape.with_dtype(DType::boolean));
+    std::vector<Dim> dims(out.dims().begin(), out.dims().end());
+    dims.push_back({Tag(), 1});
+    const std::string column_type = tensor_type(Shape(DType::i64, dims));
+    std::vector<std::string> columns, column_types;
+    for (int d = 0; d < rank; ++d) {
+      std::string ignored;
+      const int64_t size = xs.size(d);
+      std::string j = i64_op("subtract", iota(out, d, &ignored), i64_splat(a.low[d], t), t);
+      if (a.mode == ir::PadMode::edge) {
+        j = i64_op("maximum", i64_op("minimum", j, i64_splat(size - 1, t), t), i64_splat(0, t), t);
+      } else {  // reflect
+        j = i64_select_lt(j, i64_splat(0, t), i64_op("subtract", i64_splat(0, t), j, t), j, t,
+                          bool_t);
+        j = i64_select_lt(j, i64_splat(size, t), j,
+                          i64_op("subtract", i64_splat(2 * (size - 1), t), j, t), t, bool_t);
+      }
+      std::string column = fresh();
+      body_ += fmt::format("    {} = \"stablehlo.reshape\"({}) : ({}) -> {}\n", column, j, t,
+                           column_type);
+      columns.push_back(column);
+      column_types.push_back(column_type);
+    }
+    dims.back().size = rank;
+    const std::string indices_type = tensor_type(Shape(DType::i64, dims)), indices = fresh();
+    body_ += fmt::format(
+        "    {} = \"stablehlo.concatenate\"({}) {{dimension = {} : i64}} : ({}) -> {}\n", indices,
+        fmt::join(columns, ", "), rank, fmt::join(column_types, ", "), indices_type);
+    std::vector<int64_t> all, ones(rank, 1);
+    for (int d = 0; d < rank; ++d) all.push_back(d);
+    body_ += fmt::format(
+        "    {} = \"stablehlo.gather\"({}, {}) {{dimension_numbers = #stablehlo.gather<"
+        "collapsed_slice_dims = [{}], start_index_map = [{}], index_vector_dim = {}>, "
+        "slice_sizes = {}, indices_are_sorted = false}} : ({}, {}) -> {}\n",
+        name_[id], name_[x], indices, fmt::join(all, ", "), fmt::join(all, ", "), rank,
+        i64_array(ones), type(x), indices_type, type(id));
+  }
+
   // take_along: one element of x per index, at the index's own position on the other axes.
   void take_along(ValueId id) {
     const ir::Node& n = g_.node(id);
@@ -687,7 +763,7 @@ class Printer {
                     fmt::format("{{dimension = {} : i64}}", n.attr<ir::AxisAttrs>().axis));
       case Op::pad: {
         const auto& a = n.attr<ir::PadAttrs>();
-        if (a.mode != ir::PadMode::constant) break;
+        if (a.mode != ir::PadMode::constant) return pad_by_gather(id);
         return emit(id, "pad", n.inputs,
                     fmt::format("{{edge_padding_low = {}, edge_padding_high = {}, "
                                 "interior_padding = {}}}",

@@ -1,0 +1,74 @@
+// The pjrt backend's own checks (its ops and models run through the op harness and the model
+// tests, which compare the XLA CPU plugin with the CPU): plugins that cannot be used give one
+// clear line, and the module it prints is what PRISM_DEBUG=2 shows.
+#if PRISM_WITH_PJRT
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "prism/backends/pjrt/pjrt_platform.h"
+#include "prism/backends/pjrt/stablehlo.h"
+#include "prism/backends/registry.h"
+#include "tests/unit/test_util.h"
+
+namespace prism::pjrt {
+namespace {
+
+using testing::error_of;
+
+std::string fake(const char* flavor) { return std::string(PRISM_FAKE_PJRT_DIR) + "/" + flavor; }
+
+TEST(Pjrt, PluginsThatCannotBeUsedSayWhy) {
+  const std::filesystem::path text = std::filesystem::temp_directory_path() / "not_a_plugin.so";
+  std::ofstream(text) << "not a shared library\n";
+  EXPECT_NE(error_of([&] {
+              PjrtPlatform("pjrt", text.string());
+            }).find("pjrt: cannot load plugin " + text.string() + ": "),
+            std::string::npos);
+  std::filesystem::remove(text);
+
+  EXPECT_EQ(error_of([&] { PjrtPlatform("pjrt", fake("libfake_pjrt_no_api.so")); }),
+            "pjrt: " + fake("libfake_pjrt_no_api.so") +
+                " is not a PJRT plugin (it exports no GetPjrtApi)");
+  EXPECT_EQ(error_of([&] { PjrtPlatform("pjrt", fake("libfake_pjrt_major_99.so")); }),
+            fmt::format("pjrt: {} speaks PJRT C API 99.{}, prism was built for {}.{} (the major "
+                        "versions must agree)",
+                        fake("libfake_pjrt_major_99.so"), PJRT_API_MINOR, PJRT_API_MAJOR,
+                        PJRT_API_MINOR));
+  EXPECT_EQ(error_of([&] { PjrtPlatform("pjrt", fake("libfake_pjrt_no_devices.so")); }),
+            "pjrt: the plugin " + fake("libfake_pjrt_no_devices.so") + " has no device");
+}
+
+TEST(Pjrt, PlatformsSayWhereTheyLookedForTheirPlugin) {
+  const char* saved = std::getenv("PRISM_PJRT_PLUGIN");
+  std::string keep = saved ? saved : "";
+  unsetenv("PRISM_PJRT_PLUGIN");
+  EXPECT_EQ(locate_plugin("pjrt").reason,
+            "PRISM_PJRT_PLUGIN is not set (the path of a PJRT plugin)");
+  setenv("PRISM_PJRT_PLUGIN", "/nonexistent/plugin.so", 1);
+  EXPECT_EQ(locate_plugin("pjrt").reason, "PRISM_PJRT_PLUGIN=/nonexistent/plugin.so: no such file");
+  if (saved) {
+    setenv("PRISM_PJRT_PLUGIN", keep.c_str(), 1);
+  } else {
+    unsetenv("PRISM_PJRT_PLUGIN");
+  }
+}
+
+TEST(Pjrt, DonatedInputsAliasTheirOutputInTheModule) {
+  ir::Graph g;
+  Shape s(DType::f32, {{"d", 4}});
+  ir::ValueId x = g.add({ir::Op::input, s, {}, ir::InputAttrs{0}});
+  g.outputs().push_back(g.add({ir::Op::neg, s, {x}, {}}));
+  const std::string module = to_stablehlo(g, {{0, 0}});
+  EXPECT_NE(module.find("%arg0: tensor<4xf32> {tf.aliasing_output = 0 : i32}"), std::string::npos)
+      << module;
+  EXPECT_NE(module.find("\"stablehlo.negate\"(%arg0)"), std::string::npos) << module;
+}
+
+}  // namespace
+}  // namespace prism::pjrt
+
+#endif  // PRISM_WITH_PJRT

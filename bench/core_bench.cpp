@@ -238,6 +238,17 @@ void compile_bench() {
               optimized.size());
   std::printf("trace %.1f ms + passes %.1f ms + cpu backend %.1f ms = %.1f ms (target < 200)\n",
               t_trace * 1e3, t_opt * 1e3, t_backend * 1e3, (t_trace + t_opt + t_backend) * 1e3);
+  // --platform=NAME: the same graph through that platform's passes and backend too (for a PJRT
+  // plugin, printing StableHLO and the plugin's compiler).
+  Platform& other = platform();
+  if (other.name() != "cpu") {
+    ir::Graph for_other;
+    double o_opt = median_seconds([&] { for_other = optimize(traced, other); }, 1);
+    double o_backend = median_seconds([&] { other.compile(for_other, {}); }, 1);
+    std::printf("%s: passes %.1f ms + backend %.1f ms = %.1f ms\n",
+                std::string(other.name()).c_str(), o_opt * 1e3, o_backend * 1e3,
+                (t_trace + o_opt + o_backend) * 1e3);
+  }
 }
 
 const Register kDot{"dot", "matrix products, f32 and bf16, n x n x n", dot_bench};

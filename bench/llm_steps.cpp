@@ -9,6 +9,7 @@
 
 #include "bench/bench.h"
 #include "prism/backends/cpu/cpu_platform.h"
+#include "prism/backends/registry.h"
 #include "prism/llm/engine.h"
 #include "prism/runtime/compile.h"
 
@@ -34,40 +35,48 @@ void llm_steps_bench(const std::string& title,
     DType dtype;
     double prefill_tok_s, decode_tok_s, bytes;
   };
-  std::vector<Row> rows;
-  sample();
-  for (DType dtype : {DType::bf16, DType::f32}) {
-    std::unique_ptr<models::CausalLM> model = make(dtype);
-    Executable decode = llm::compile_step(target, *model, 1, seqlen);
-    Executable prefill = llm::compile_step(target, *model, window, seqlen);
-    std::map<std::string, Buffer, std::less<>> weights;
-    double bytes = 0;
-    for (const auto& p : decode.parameters()) {
-      weights.emplace(p.name, target.allocate(p.shape));
-      bytes += p.shape.bytes();
-    }
-    weights = decode.prepare(std::move(weights));  // as the engine does after loading
-    std::vector<Buffer> states;
-    for (const models::StateSpec& s : model->state_specs(seqlen)) {
-      states.push_back(target.allocate(s.shape));
-      if (!s.positional) bytes += 2 * s.shape.bytes();
-    }
-    auto step = [&](Executable& exe, int64_t len, int32_t pos) {
-      auto scalar = [&](int32_t v) {
-        return target.upload(HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {v}));
+  // The steps of each dtype on platform `on`, timed.
+  auto measure = [&](Platform& on, bool sample_between) {
+    std::vector<Row> rows;
+    for (DType dtype : {DType::bf16, DType::f32}) {
+      std::unique_ptr<models::CausalLM> model = make(dtype);
+      Executable decode = llm::compile_step(on, *model, 1, seqlen);
+      Executable prefill = llm::compile_step(on, *model, window, seqlen);
+      std::map<std::string, Buffer, std::less<>> weights;
+      double bytes = 0;
+      for (const auto& p : decode.parameters()) {
+        weights.emplace(p.name, on.allocate(p.shape));
+        bytes += p.shape.bytes();
+      }
+      weights = decode.prepare(std::move(weights));  // as the engine does after loading
+      std::vector<Buffer> states;
+      for (const models::StateSpec& s : model->state_specs(seqlen)) {
+        states.push_back(on.allocate(s.shape));
+        if (!s.positional) bytes += 2 * s.shape.bytes();
+      }
+      auto step = [&](Executable& exe, int64_t len, int32_t pos) {
+        auto scalar = [&](int32_t v) {
+          return on.upload(HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {v}));
+        };
+        std::vector<Buffer> in{on.upload(HostBuffer(Shape(DType::i32, {{"s", len}}))), scalar(pos),
+                               scalar(static_cast<int32_t>(len - 1))};
+        in.insert(in.end(), states.begin(), states.end());
+        std::vector<Buffer> out = exe.call(weights, in);
+        states.assign(out.begin() + 1, out.end());
       };
-      std::vector<Buffer> in{target.upload(HostBuffer(Shape(DType::i32, {{"s", len}}))),
-                             scalar(pos), scalar(static_cast<int32_t>(len - 1))};
-      in.insert(in.end(), states.begin(), states.end());
-      std::vector<Buffer> out = exe.call(weights, in);
-      states.assign(out.begin() + 1, out.end());
-    };
-    double p = median_seconds([&] { step(prefill, window, 0); }, 3);
-    int32_t pos = static_cast<int32_t>(window);
-    double d = median_seconds([&] { step(decode, 1, pos++); }, 9);
-    rows.push_back({dtype, static_cast<double>(window) / p, 1 / d, bytes});
-    sample();
-  }
+      double p = median_seconds([&] { step(prefill, window, 0); }, 3);
+      int32_t pos = static_cast<int32_t>(window);
+      double d = median_seconds([&] { step(decode, 1, pos++); }, 9);
+      rows.push_back({dtype, static_cast<double>(window) / p, 1 / d, bytes});
+      if (sample_between) sample();
+    }
+    return rows;
+  };
+  sample();
+  std::vector<Row> rows = measure(target, true);
+  // Another platform is put beside prism's own CPU backend, measured in the same run.
+  std::vector<Row> cpu_rows;
+  if (!cpu) cpu_rows = measure(get_platform("cpu"), false);
   double bandwidth = 0;
   if (cpu) {
     bandwidth = *std::max_element(samples.begin(), samples.end());
@@ -78,14 +87,25 @@ void llm_steps_bench(const std::string& title,
     bandwidth = target.devices().at(0).memory_gbps;
     std::printf("%s, %s, nominal bandwidth %.0f GB/s\n", title.c_str(), where.c_str(), bandwidth);
   }
-  std::printf("%-6s %-8s %10s %12s %16s\n", "dtype", "step", "tokens", "tok/s",
-              "of bandwidth bound");
-  for (const Row& r : rows) {
+  std::printf("%-6s %-8s %10s %12s %19s%s\n", "dtype", "step", "tokens", "tok/s",
+              "of bandwidth bound", cpu ? "" : "   vs prism's cpu");
+  auto bound = [&](const Row& r) {
+    return bandwidth > 0
+               ? fmt::format("{:.0f}%", 100 * r.decode_tok_s / (bandwidth * 1e9 / r.bytes))
+               : std::string("-");
+  };
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
     std::string dt(name(r.dtype));
-    std::printf("%-6s %-8s %10lld %12.1f\n", dt.c_str(), "prefill", static_cast<long long>(window),
-                r.prefill_tok_s);
-    std::printf("%-6s %-8s %10d %12.2f %15.0f%%\n", dt.c_str(), "decode", 1, r.decode_tok_s,
-                100 * r.decode_tok_s / (bandwidth * 1e9 / r.bytes));
+    std::string vs_prefill, vs_decode;
+    if (!cpu) {
+      vs_prefill = fmt::format("{:17.2f}x", r.prefill_tok_s / cpu_rows[i].prefill_tok_s);
+      vs_decode = fmt::format("{:17.2f}x", r.decode_tok_s / cpu_rows[i].decode_tok_s);
+    }
+    std::printf("%-6s %-8s %10lld %12.1f %19s%s\n", dt.c_str(), "prefill",
+                static_cast<long long>(window), r.prefill_tok_s, "", vs_prefill.c_str());
+    std::printf("%-6s %-8s %10d %12.2f %19s%s\n", dt.c_str(), "decode", 1, r.decode_tok_s,
+                bound(r).c_str(), vs_decode.c_str());
   }
 }
 

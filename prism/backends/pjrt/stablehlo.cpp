@@ -409,6 +409,43 @@ class Printer {
     return r;
   }
 
+  // i64 columns of one shape, each an index into one axis, as index tuples: shape + [columns].
+  std::string index_tuples(const std::vector<std::string>& columns, const Shape& shape,
+                           std::string* tuples_type) {
+    const std::string column_type = tensor_type(shape.with_dtype(DType::i64));
+    std::vector<Dim> dims(shape.dims().begin(), shape.dims().end());
+    dims.push_back({Tag(), 1});
+    const std::string reshaped_type = tensor_type(Shape(DType::i64, dims));
+    std::vector<std::string> reshaped, types;
+    for (const std::string& c : columns) {
+      reshaped.push_back(fresh());
+      types.push_back(reshaped_type);
+      body_ += fmt::format("    {} = \"stablehlo.reshape\"({}) : ({}) -> {}\n", reshaped.back(), c,
+                           column_type, reshaped_type);
+    }
+    dims.back().size = static_cast<int64_t>(columns.size());
+    *tuples_type = tensor_type(Shape(DType::i64, dims));
+    const std::string tuples = fresh();
+    body_ += fmt::format(
+        "    {} = \"stablehlo.concatenate\"({}) {{dimension = {} : i64}} : ({}) -> {}\n", tuples,
+        fmt::join(reshaped, ", "), shape.rank(), fmt::join(types, ", "), *tuples_type);
+    return tuples;
+  }
+
+  // Value id: one element of x per index tuple (a tuple per element of id).
+  void gather_elements(ValueId id, ValueId x, const std::string& tuples,
+                       const std::string& tuples_type) {
+    const int rank = g_.node(x).shape.rank();
+    std::vector<int64_t> all, ones(rank, 1);
+    for (int d = 0; d < rank; ++d) all.push_back(d);
+    body_ += fmt::format(
+        "    {} = \"stablehlo.gather\"({}, {}) {{dimension_numbers = #stablehlo.gather<"
+        "collapsed_slice_dims = [{}], start_index_map = [{}], index_vector_dim = {}>, "
+        "slice_sizes = {}, indices_are_sorted = false}} : ({}, {}) -> {}\n",
+        name_[id], name_[x], tuples, fmt::join(all, ", "), fmt::join(all, ", "),
+        g_.node(id).shape.rank(), i64_array(ones), type(x), tuples_type, type(id));
+  }
+
   // The indices of `idx` (counted from the end when negative) along `axis`, with every other
   // axis's own position, as gather and scatter index tuples: i64 of shape idx + [rank].
   std::string full_indices(ValueId idx, int axis, int64_t size, std::string* indices_type) {
@@ -434,29 +471,12 @@ class Printer {
                          i64_type, i64_type, i64_type);
     body_ += fmt::format("    {} = \"stablehlo.select\"({}, {}, {}) : ({}, {}, {}) -> {}\n", index,
                          negative, wrapped, j, bool_type, i64_type, i64_type, i64_type);
-    std::vector<Dim> dims(is.dims().begin(), is.dims().end());
-    dims.push_back({Tag(), 1});
-    const std::string column_type = tensor_type(Shape(DType::i64, dims));
-    std::vector<std::string> columns, column_types;
+    std::vector<std::string> columns;
     for (int d = 0; d < rank; ++d) {
-      std::string value = index;
-      if (d != axis) {
-        std::string ignored;
-        value = iota(i64, d, &ignored);
-      }
-      std::string column = fresh();
-      body_ += fmt::format("    {} = \"stablehlo.reshape\"({}) : ({}) -> {}\n", column, value,
-                           i64_type, column_type);
-      columns.push_back(column);
-      column_types.push_back(column_type);
+      std::string ignored;
+      columns.push_back(d == axis ? index : iota(i64, d, &ignored));
     }
-    dims.back().size = rank;
-    *indices_type = tensor_type(Shape(DType::i64, dims));
-    std::string indices = fresh();
-    body_ += fmt::format(
-        "    {} = \"stablehlo.concatenate\"({}) {{dimension = {} : i64}} : ({}) -> {}\n", indices,
-        fmt::join(columns, ", "), rank, fmt::join(column_types, ", "), *indices_type);
-    return indices;
+    return index_tuples(columns, is, indices_type);
   }
 
   // `op` applied to two i64 values of type `t`; returns the result's name.
@@ -498,10 +518,7 @@ class Printer {
     const int rank = out.rank();
     const std::string t = tensor_type(out),
                       bool_t = tensor_type(n.shape.with_dtype(DType::boolean));
-    std::vector<Dim> dims(out.dims().begin(), out.dims().end());
-    dims.push_back({Tag(), 1});
-    const std::string column_type = tensor_type(Shape(DType::i64, dims));
-    std::vector<std::string> columns, column_types;
+    std::vector<std::string> columns;
     for (int d = 0; d < rank; ++d) {
       std::string ignored;
       const int64_t size = xs.size(d);
@@ -514,25 +531,11 @@ class Printer {
         j = i64_select_lt(j, i64_splat(size, t), j,
                           i64_op("subtract", i64_splat(2 * (size - 1), t), j, t), t, bool_t);
       }
-      std::string column = fresh();
-      body_ += fmt::format("    {} = \"stablehlo.reshape\"({}) : ({}) -> {}\n", column, j, t,
-                           column_type);
-      columns.push_back(column);
-      column_types.push_back(column_type);
+      columns.push_back(j);
     }
-    dims.back().size = rank;
-    const std::string indices_type = tensor_type(Shape(DType::i64, dims)), indices = fresh();
-    body_ += fmt::format(
-        "    {} = \"stablehlo.concatenate\"({}) {{dimension = {} : i64}} : ({}) -> {}\n", indices,
-        fmt::join(columns, ", "), rank, fmt::join(column_types, ", "), indices_type);
-    std::vector<int64_t> all, ones(rank, 1);
-    for (int d = 0; d < rank; ++d) all.push_back(d);
-    body_ += fmt::format(
-        "    {} = \"stablehlo.gather\"({}, {}) {{dimension_numbers = #stablehlo.gather<"
-        "collapsed_slice_dims = [{}], start_index_map = [{}], index_vector_dim = {}>, "
-        "slice_sizes = {}, indices_are_sorted = false}} : ({}, {}) -> {}\n",
-        name_[id], name_[x], indices, fmt::join(all, ", "), fmt::join(all, ", "), rank,
-        i64_array(ones), type(x), indices_type, type(id));
+    std::string tuples_type;
+    const std::string tuples = index_tuples(columns, out, &tuples_type);
+    gather_elements(id, x, tuples, tuples_type);
   }
 
   // take_along: one element of x per index, at the index's own position on the other axes.
@@ -540,17 +543,9 @@ class Printer {
     const ir::Node& n = g_.node(id);
     const int axis = n.attr<ir::AxisAttrs>().axis;
     const ValueId x = n.inputs[0], idx = n.inputs[1];
-    const int rank = g_.node(idx).shape.rank();
-    std::string indices_type;
-    const std::string indices = full_indices(idx, axis, g_.node(x).shape.size(axis), &indices_type);
-    std::vector<int64_t> all, ones(rank, 1);
-    for (int d = 0; d < rank; ++d) all.push_back(d);
-    body_ += fmt::format(
-        "    {} = \"stablehlo.gather\"({}, {}) {{dimension_numbers = #stablehlo.gather<"
-        "collapsed_slice_dims = [{}], start_index_map = [{}], index_vector_dim = {}>, "
-        "slice_sizes = {}, indices_are_sorted = false}} : ({}, {}) -> {}\n",
-        name_[id], name_[x], indices, fmt::join(all, ", "), fmt::join(all, ", "), rank,
-        i64_array(ones), type(x), indices_type, type(id));
+    std::string tuples_type;
+    const std::string tuples = full_indices(idx, axis, g_.node(x).shape.size(axis), &tuples_type);
+    gather_elements(id, x, tuples, tuples_type);
   }
 
   // scatter along an axis: each update combined into x at its index, in order.

@@ -57,6 +57,24 @@ TEST(Pjrt, PlatformsSayWhereTheyLookedForTheirPlugin) {
   }
 }
 
+TEST(Pjrt, AModuleThePluginRejectsNamesThePrismNode) {
+  bool ran = false;
+  for (const PlatformStatus& s : platform_statuses()) {
+    if (s.name != "xla-cpu" || !s.available) continue;
+    ran = true;
+    // An add whose result shape its operands do not have: verify would refuse it, the plugin's
+    // StableHLO verifier does.
+    ir::Graph g;
+    ir::ValueId x = g.add({ir::Op::input, Shape(DType::f32, {{"d", 4}}), {}, ir::InputAttrs{0}});
+    g.outputs().push_back(g.add({ir::Op::add, Shape(DType::f32, {{"d", 3}}), {x, x}, {}}));
+    const std::string message = error_of([&] { get_platform("xla-cpu").compile(g, {}); });
+    EXPECT_EQ(message.find("xla-cpu: compiling the program: "), 0u) << message;
+    EXPECT_NE(message.find("%1 = f32{d=3} add(%0, %0)"), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << "one line";
+  }
+  if (!ran) GTEST_SKIP() << "the XLA CPU plugin is not installed";
+}
+
 TEST(Pjrt, DonatedInputsAliasTheirOutputInTheModule) {
   ir::Graph g;
   Shape s(DType::f32, {{"d", 4}});
@@ -66,6 +84,7 @@ TEST(Pjrt, DonatedInputsAliasTheirOutputInTheModule) {
   EXPECT_NE(module.find("%arg0: tensor<4xf32> {tf.aliasing_output = 0 : i32}"), std::string::npos)
       << module;
   EXPECT_NE(module.find("\"stablehlo.negate\"(%arg0)"), std::string::npos) << module;
+  EXPECT_NE(module.find("loc(\"%1 = f32{d=4} neg(%0)\")"), std::string::npos) << module;
 }
 
 }  // namespace

@@ -196,7 +196,9 @@ class Printer {
       const ir::Node& n = g_.node(id);
       if (n.op == Op::parameter || n.op == Op::input) continue;
       name_[id] = fmt::format("%{}", id);
+      const size_t from = body_.size();
       node(id);
+      locate(from, id);
     }
     std::vector<std::string> results, result_types;
     for (ValueId out : g_.outputs()) {
@@ -352,6 +354,30 @@ class Printer {
                     "batch_group_count = 1 : i64}}",
                     d, i64_array(a.strides), fmt::join(padding, ", "), spatial,
                     i64_array(std::vector<int64_t>(spatial, 1)), i64_array(a.dilations), a.groups));
+  }
+
+  // Gives every op printed from `from` on the location of node id (its prism text), so that a
+  // plugin's compiler that rejects one names the prism node.
+  void locate(size_t from, ValueId id) {
+    std::string where;
+    for (char c : ir::print(g_, id)) {
+      if (c == '"' || c == '\\') where += '\\';
+      where += c;
+    }
+    const std::string loc = fmt::format(" loc(\"{}\")", where);
+    std::string located = body_.substr(0, from);
+    for (size_t at = from; at < body_.size();) {
+      size_t end = body_.find('\n', at);
+      std::string line = body_.substr(at, end - at);
+      const size_t text = line.find_first_not_of(' ');
+      const bool op =
+          text != std::string::npos &&
+          (line[text] == '%' || line[text] == '"' || line.compare(text, 2, "})") == 0) &&
+          !line.ends_with("({");
+      located += line + (op ? loc : "") + "\n";
+      at = end + 1;
+    }
+    body_ = std::move(located);
   }
 
   // A fresh name.

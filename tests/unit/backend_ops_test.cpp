@@ -374,7 +374,7 @@ TEST(BackendOps, EveryOpHasACase) {
   std::set<Op> covered = kInEveryCase;
   for (const OpCase& c : cases()) covered.insert(c.op);
   std::string missing;
-  for (int i = 0; i <= static_cast<int>(Op::short_conv); ++i) {
+  for (int i = 0; i < ir::kOpCount; ++i) {
     if (!covered.contains(static_cast<Op>(i))) {
       missing +=
           std::string(missing.empty() ? "" : ", ") + std::string(ir::op_name(static_cast<Op>(i)));

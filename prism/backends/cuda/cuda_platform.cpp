@@ -190,7 +190,7 @@ std::unique_ptr<ExecutableImpl> CudaPlatform::compile(const ir::Graph& graph,
 
 std::unique_ptr<Platform> make_cuda_platform() { return std::make_unique<cuda::CudaPlatform>(); }
 
-// The registry's probe (prism/runtime/platform.cpp): usable when the driver, NVRTC and a
+// The registry's probe (prism/backends/registry.cpp): usable when the driver, NVRTC and a
 // device are; every CUDA device is a GPU.
 PlatformStatus cuda_status() {
   std::string reason = cuda::unavailable_reason();

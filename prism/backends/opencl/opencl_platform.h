@@ -55,7 +55,7 @@ class OpenClPlatform : public Platform {
   std::map<std::string, cl_program, std::less<>> programs_;
 };
 
-// For the platform registry (prism/runtime/platform.cpp).
+// For the platform registry (prism/backends/registry.cpp).
 PlatformStatus probe();
 
 }  // namespace prism::opencl

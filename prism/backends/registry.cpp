@@ -46,6 +46,12 @@ Backend not_compiled_in(const std::string& name, const std::string& option) {
           nullptr};
 }
 
+#if PRISM_WITH_PJRT
+Backend pjrt_backend(const std::string& name) {
+  return {name, [name] { return pjrt::probe(name); }, [name] { return pjrt::make_platform(name); }};
+}
+#endif
+
 // The registry, in the order `auto` considers GPU platforms and `prism info` lists them.
 const std::vector<Backend>& backends() {
   static const std::vector<Backend> all = {
@@ -65,12 +71,16 @@ const std::vector<Backend>& backends() {
     not_compiled_in("opencl", "PRISM_WITH_OPENCL"),
 #endif
 #if PRISM_WITH_PJRT
-    // PJRT plugins: the XLA CPU plugin from PyPI, and any plugin named by PRISM_PJRT_PLUGIN.
-    {"xla-cpu", [] { return pjrt::probe("xla-cpu"); },
-     [] { return pjrt::make_platform("xla-cpu"); }},
-    {"pjrt", [] { return pjrt::probe("pjrt"); }, [] { return pjrt::make_platform("pjrt"); }},
+    // PJRT plugins: the shortcuts find their vendor package's plugin; pjrt takes any plugin
+    // named by PRISM_PJRT_PLUGIN.
+    pjrt_backend("xla-cpu"),
+    pjrt_backend("xla-cuda"),
+    pjrt_backend("tpu"),
+    pjrt_backend("pjrt"),
 #else
     not_compiled_in("xla-cpu", "PRISM_WITH_PJRT"),
+    not_compiled_in("xla-cuda", "PRISM_WITH_PJRT"),
+    not_compiled_in("tpu", "PRISM_WITH_PJRT"),
     not_compiled_in("pjrt", "PRISM_WITH_PJRT"),
 #endif
   };
@@ -119,7 +129,8 @@ Platform& get_platform(std::string_view name) {
       if (b.name == chosen) return *platforms.emplace(chosen, b.make()).first->second;
     }
   }
-  fail("unknown platform '{}' (expected cpu, opencl, cuda, xla-cpu, pjrt or auto)", chosen);
+  fail("unknown platform '{}' (expected cpu, opencl, cuda, xla-cpu, xla-cuda, tpu, pjrt or auto)",
+       chosen);
 }
 
 std::vector<HostBuffer> run(const TraceFn& fn, std::span<const HostBuffer> inputs,

@@ -50,6 +50,13 @@ TEST(Pjrt, PlatformsSayWhereTheyLookedForTheirPlugin) {
             "PRISM_PJRT_PLUGIN is not set (the path of a PJRT plugin)");
   setenv("PRISM_PJRT_PLUGIN", "/nonexistent/plugin.so", 1);
   EXPECT_EQ(locate_plugin("pjrt").reason, "PRISM_PJRT_PLUGIN=/nonexistent/plugin.so: no such file");
+  // The shortcuts name the package to install and the environments they searched.
+  if (PluginLocation tpu = locate_plugin("tpu"); tpu.path.empty()) {
+    EXPECT_EQ(tpu.reason.rfind("no tpu plugin: pip install libtpu (looked in ", 0), 0u)
+        << tpu.reason;
+    EXPECT_NE(tpu.reason.find("/.venv"), std::string::npos) << tpu.reason;
+  }
+  EXPECT_EQ(locate_plugin("rocm").reason, "rocm is not a PJRT platform prism knows");
   if (saved) {
     setenv("PRISM_PJRT_PLUGIN", keep.c_str(), 1);
   } else {

@@ -73,7 +73,9 @@ inline void check_expected_platforms() {
 }
 
 // Whether `name` is a PJRT platform (the XLA CPU plugin in CI).
-inline bool is_pjrt(std::string_view name) { return name == "xla-cpu" || name == "pjrt"; }
+inline bool is_pjrt(std::string_view name) {
+  return name == "xla-cpu" || name == "xla-cuda" || name == "tpu" || name == "pjrt";
+}
 
 // The CPU and every PJRT platform available here: where the model tests check their PyTorch
 // references (the XLA CPU plugin in CI).

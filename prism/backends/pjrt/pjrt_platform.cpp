@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -54,23 +55,68 @@ bool is_file(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-// <env>/lib/python3*/site-packages/<relative>, the first that exists.
-std::string in_site_packages(const std::string& env, const std::string& relative) {
-  const std::string lib = env + "/lib";
-  DIR* dir = opendir(lib.c_str());
-  if (!dir) return "";
-  std::string found;
-  while (dirent* e = readdir(dir)) {
-    if (std::strncmp(e->d_name, "python3", 7) != 0) continue;
-    std::string path = lib + "/" + e->d_name + "/site-packages/" + relative;
-    if (is_file(path)) {
-      found = path;
-      break;
+// The entries of folder `dir` whose names start with `prefix`, sorted.
+std::vector<std::string> entries(const std::string& dir, const std::string& prefix) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) names.push_back(e->d_name);
+    }
+    closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// The first `<package>/<folder>*/<file>` under <prefix>/lib/python3*/{site,dist}-packages; an
+// empty folder prefix means `<package>/<file>`.
+std::string find_in_python(const std::string& prefix, const std::string& package,
+                           const std::string& folder, const std::string& file) {
+  for (const std::string& python : entries(prefix + "/lib", "python3")) {
+    for (const char* kind : {"site-packages", "dist-packages"}) {
+      const std::string base = prefix + "/lib/" + python + "/" + kind + "/" + package;
+      if (folder.empty()) {
+        if (is_file(base + "/" + file)) return base + "/" + file;
+        continue;
+      }
+      for (const std::string& sub : entries(base, folder)) {
+        if (is_file(base + "/" + sub + "/" + file)) return base + "/" + sub + "/" + file;
+      }
     }
   }
-  closedir(dir);
-  return found;
+  return "";
 }
+
+// The Python environments a plugin's package may be installed in: the active virtual or conda
+// environment, the project's .venv, the user's and the system's.
+std::vector<std::string> python_prefixes() {
+  std::vector<std::string> prefixes;
+  for (const char* var : {"VIRTUAL_ENV", "CONDA_PREFIX"}) {
+    if (const char* v = std::getenv(var); v && *v) prefixes.push_back(v);
+  }
+  prefixes.push_back(std::string(PRISM_SOURCE_DIR) + "/.venv");
+  if (const char* home = std::getenv("HOME"); home && *home) {
+    prefixes.push_back(std::string(home) + "/.local");
+  }
+  prefixes.push_back("/usr/local");
+  prefixes.push_back("/usr");
+  return prefixes;
+}
+
+// Where each shortcut's vendor package puts its plugin.
+struct KnownPlugin {
+  const char* name;
+  const char* package;  // the Python package folder
+  const char* folder;   // a subfolder prefix, or ""
+  const char* file;
+  const char* pip;  // what to install
+  bool accelerator;
+};
+constexpr KnownPlugin kKnown[] = {
+    {"xla-cpu", "xla_plugins", "xla_cpu_pjrt", "xla_cpu_pjrt.so", "xla-cpu-pjrt", false},
+    {"xla-cuda", "jax_plugins", "xla_cuda", "xla_cuda_plugin.so", "jax-cuda12-pjrt", true},
+    {"tpu", "libtpu", "", "libtpu.so", "libtpu", true},
+};
 
 class PjrtExecutable : public ExecutableImpl {
  public:
@@ -285,21 +331,33 @@ PluginLocation locate_plugin(const std::string& name) {
     if (!is_file(env)) return {"", fmt::format("PRISM_PJRT_PLUGIN={}: no such file", env)};
     return {env, ""};
   }
-  // xla-cpu: pip's xla-cpu-pjrt package.
-  const std::string relative = "xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so";
-  std::vector<std::string> envs;
-  if (const char* v = std::getenv("VIRTUAL_ENV"); v && *v) envs.push_back(v);
-  envs.push_back(std::string(PRISM_SOURCE_DIR) + "/.venv");
-  for (const std::string& env : envs) {
-    if (std::string path = in_site_packages(env, relative); !path.empty()) return {path, ""};
+  for (const KnownPlugin& k : kKnown) {
+    if (name != k.name) continue;
+    if (name == "tpu") {  // libtpu's own override
+      if (const char* v = std::getenv("TPU_LIBRARY_PATH"); v && *v && is_file(v)) return {v, ""};
+    }
+    const std::vector<std::string> prefixes = python_prefixes();
+    for (const std::string& prefix : prefixes) {
+      std::string path = find_in_python(prefix, k.package, k.folder, k.file);
+      if (!path.empty()) return {path, ""};
+    }
+    return {"", fmt::format("no {} plugin: pip install {} (looked in {})", k.name, k.pip,
+                            fmt::join(prefixes, ", "))};
   }
-  return {"", fmt::format("the xla-cpu-pjrt package is not installed (looked in {})",
-                          fmt::join(envs, " and "))};
+  return {"", fmt::format("{} is not a PJRT platform prism knows", name)};
+}
+
+bool is_accelerator(const std::string& name) {
+  for (const KnownPlugin& k : kKnown) {
+    if (name == k.name) return k.accelerator;
+  }
+  return false;
 }
 
 PlatformStatus probe(const std::string& name) {
   PluginLocation where = locate_plugin(name);
-  return PlatformStatus{name, true, !where.path.empty(), where.reason, false};
+  // Accelerators count as GPUs for `auto`, which then prefers them to any CPU.
+  return PlatformStatus{name, true, !where.path.empty(), where.reason, is_accelerator(name)};
 }
 
 std::unique_ptr<Platform> make_platform(const std::string& name) {

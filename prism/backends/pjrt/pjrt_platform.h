@@ -50,8 +50,10 @@ class PjrtPlatform : public Platform {
 };
 
 // Where the plugin of platform `name` is, or why there is none: `pjrt` reads
-// PRISM_PJRT_PLUGIN; `xla-cpu` looks for the xla-cpu-pjrt package's plugin in the active
-// Python environment ($VIRTUAL_ENV) and in the project's .venv.
+// PRISM_PJRT_PLUGIN; the shortcuts look for their vendor package's plugin in the Python
+// environments where pip puts it ($VIRTUAL_ENV, $CONDA_PREFIX, the project's .venv, ~/.local,
+// /usr/local, /usr): `xla-cpu` (xla-cpu-pjrt), `xla-cuda` (jax's CUDA plugin), `tpu` (libtpu,
+// or TPU_LIBRARY_PATH).
 struct PluginLocation {
   std::string path;    // empty when not found
   std::string reason;  // why not, and where it looked

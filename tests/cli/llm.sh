@@ -26,8 +26,8 @@ for p in $("$prism" info | sed -n 's/^  \([a-z]*\) *available$/\1/p' | grep -v '
     --prompt-ids=128000,791,6864,315,9822,374 --max-tokens=24 --print-ids --seqlen=64 2>/dev/null)
   check "greedy ids on $p (PRISM_PLATFORM)" "$want" "$got"
 done
-err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --print-ids --platform=tpu 2>&1 >/dev/null); rc=$?
-check "unknown platform" "1 prism: error: unknown platform 'tpu' (expected cpu, opencl, cuda, xla-cpu, xla-cuda, tpu, pjrt or auto)" "$rc $err"
+err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --print-ids --platform=abacus 2>&1 >/dev/null); rc=$?
+check "unknown platform" "1 prism: error: unknown platform 'abacus' (expected cpu, opencl, cuda, xla-cpu, xla-cuda, tpu, pjrt or auto)" "$rc $err"
 
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1,x,3 2>&1 >/dev/null); rc=$?
 check "bad ids exit" 1 "$rc"

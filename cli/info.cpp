@@ -17,8 +17,12 @@ int run_info() {
     }
     std::printf("  %-8s available\n", s.name.c_str());
     for (const prism::DeviceInfo& d : prism::get_platform(s.name).devices()) {
-      std::printf("    - %s, %.1f GiB\n", d.name.c_str(),
-                  static_cast<double>(d.memory_bytes) / (1ull << 30));
+      if (d.memory_bytes > 0) {
+        std::printf("    - %s, %.1f GiB\n", d.name.c_str(),
+                    static_cast<double>(d.memory_bytes) / (1ull << 30));
+      } else {
+        std::printf("    - %s, memory unknown\n", d.name.c_str());
+      }
     }
   }
   return 0;

@@ -48,6 +48,14 @@ void Plugin::check(PJRT_Error* error, const std::string& what) const {
   fail("{}: {}: {}", name_, what, message);
 }
 
+bool Plugin::succeeded(PJRT_Error* error) const {
+  if (!error) return true;
+  auto d = PRISM_PJRT_ARGS(PJRT_Error_Destroy_Args);
+  d.error = error;
+  api_->PJRT_Error_Destroy(&d);
+  return false;
+}
+
 void Plugin::await(PJRT_Event* event, const std::string& what) const {
   if (!event) return;
   auto a = PRISM_PJRT_ARGS(PJRT_Event_Await_Args);

@@ -35,6 +35,8 @@ class Plugin {
   // Throws prism::Error "<name>: <what>: <the plugin's message>" when `error` is set (and
   // frees it).
   void check(PJRT_Error* error, const std::string& what) const;
+  // Whether a call whose failure is not an error (an optional query) succeeded; frees `error`.
+  bool succeeded(PJRT_Error* error) const;
   // Waits for `event` (when set), frees it, and checks its outcome.
   void await(PJRT_Event* event, const std::string& what) const;
 

@@ -264,6 +264,15 @@ std::vector<DeviceInfo> PjrtPlatform::devices() const {
   DeviceInfo d;
   d.name = fmt::format("{} (PJRT C API {}.{}, {})", device_kind_, plugin_.major(), plugin_.minor(),
                        plugin_.path());
+  // The memory a device may use, where the plugin says (the CPU plugin does not).
+  const PJRT_Api& api = plugin_.api();
+  if (api.PJRT_Device_MemoryStats) {
+    auto stats = PRISM_PJRT_ARGS(PJRT_Device_MemoryStats_Args);
+    stats.device = device_;
+    if (plugin_.succeeded(api.PJRT_Device_MemoryStats(&stats)) && stats.bytes_limit_is_set) {
+      d.memory_bytes = stats.bytes_limit;
+    }
+  }
   return {d};
 }
 

@@ -16,27 +16,6 @@ using ir::Op;
 
 Tensor full_like(const Tensor& t, double value) { return Tensor::full(t.shape(), value); }
 
-// Calls f with a value of the C++ type of integer dtype `t`.
-template <typename F>
-auto with_integer_type(DType t, F&& f) {
-  switch (t) {
-    case DType::i64:
-      return f(int64_t{});
-    case DType::i32:
-      return f(int32_t{});
-    case DType::i16:
-      return f(int16_t{});
-    case DType::i8:
-      return f(int8_t{});
-    case DType::u32:
-      return f(uint32_t{});
-    case DType::u8:
-      return f(uint8_t{});
-    default:
-      fail("legalize: {} is not an integer dtype", name(t));
-  }
-}
-
 // The smallest or largest value of the integer dtype of `shape`, broadcast to it (made from the
 // integer itself: a double cannot hold every int64).
 Tensor integer_limit(const Shape& shape, bool largest) {

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "prism/core/error.h"
+
 namespace prism {
 
 enum class DType : uint8_t { f64, f32, f16, bf16, i64, i32, i16, i8, u8, u32, boolean };
@@ -29,6 +31,28 @@ constexpr int size_of(DType t) { return info(t).size; }
 constexpr std::string_view name(DType t) { return info(t).name; }
 constexpr bool is_float(DType t) { return info(t).is_float; }
 constexpr bool is_integer(DType t) { return !info(t).is_float && t != DType::boolean; }
+
+// Calls f with a value of the C++ type of integer dtype `t` (int64_t, int32_t, ..., uint8_t);
+// throws prism::Error for any other dtype.
+template <typename F>
+auto with_integer_type(DType t, F&& f) {
+  switch (t) {
+    case DType::i64:
+      return f(int64_t{});
+    case DType::i32:
+      return f(int32_t{});
+    case DType::i16:
+      return f(int16_t{});
+    case DType::i8:
+      return f(int8_t{});
+    case DType::u32:
+      return f(uint32_t{});
+    case DType::u8:
+      return f(uint8_t{});
+    default:
+      fail("{} is not an integer dtype", name(t));
+  }
+}
 
 // Parses "f32", "bf16", ...; throws prism::Error on an unknown name.
 DType dtype_from_name(std::string_view name);

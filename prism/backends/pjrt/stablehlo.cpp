@@ -841,31 +841,18 @@ class Printer {
 
   // The smallest or largest value of t (infinities for floats), as a literal.
   static std::string limit(DType t, bool largest) {
-    auto text = [&](auto zero) {
-      using T = decltype(zero);
-      return fmt::format("{}",
-                         largest ? std::numeric_limits<T>::max() : std::numeric_limits<T>::min());
-    };
-    switch (t) {
-      case DType::i64:
-        return text(int64_t{});
-      case DType::i32:
-        return text(int32_t{});
-      case DType::i16:
-        return text(int16_t{});
-      case DType::i8:
-        return fmt::format("{}", largest ? 127 : -128);
-      case DType::u8:
-        return largest ? "255" : "0";
-      case DType::u32:
-        return text(uint32_t{});
-      case DType::boolean:
-        return largest ? "true" : "false";
-      default:
-        return scalar_literal(largest ? std::numeric_limits<double>::infinity()
-                                      : -std::numeric_limits<double>::infinity(),
-                              t);
+    if (t == DType::boolean) return largest ? "true" : "false";
+    if (is_float(t)) {
+      return scalar_literal(largest ? std::numeric_limits<double>::infinity()
+                                    : -std::numeric_limits<double>::infinity(),
+                            t);
     }
+    return with_integer_type(t, [&](auto zero) {
+      using T = decltype(zero);
+      // Unary + prints 8-bit integers as numbers, not characters.
+      return fmt::format(
+          "{}", +(largest ? std::numeric_limits<T>::max() : std::numeric_limits<T>::min()));
+    });
   }
 
   const ir::Graph& g_;
@@ -876,42 +863,6 @@ class Printer {
 };
 
 }  // namespace
-
-bool lowers(Op op) {
-  if (comparison(op) || elementwise_name(op)) return true;
-  switch (op) {
-    case Op::parameter:
-    case Op::input:
-    case Op::constant:
-    case Op::is_nan:
-    case Op::iota:
-    case Op::broadcast:
-    case Op::reshape:
-    case Op::transpose:
-    case Op::slice:
-    case Op::dynamic_slice:
-    case Op::dynamic_update_slice:
-    case Op::concatenate:
-    case Op::pad:
-    case Op::reduce_sum:
-    case Op::reduce_prod:
-    case Op::reduce_max:
-    case Op::reduce_min:
-    case Op::dot:
-    case Op::gather:
-    case Op::convolution:
-    case Op::erf:
-    case Op::argmax:
-    case Op::argmin:
-    case Op::argsort:
-    case Op::cumsum:
-    case Op::take_along:
-    case Op::scatter:
-      return true;
-    default:
-      return false;
-  }
-}
 
 std::string to_stablehlo(const ir::Graph& graph, const std::map<int, int>& aliases) {
   return Printer(graph, aliases)();

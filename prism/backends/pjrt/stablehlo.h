@@ -17,7 +17,4 @@ namespace prism::pjrt {
 // lowering.
 std::string to_stablehlo(const ir::Graph& graph, const std::map<int, int>& aliases = {});
 
-// Whether to_stablehlo lowers op.
-bool lowers(ir::Op op);
-
 }  // namespace prism::pjrt

@@ -86,6 +86,8 @@ void llm_steps_bench(const std::string& title,
   } else {
     bandwidth = target.devices().at(0).memory_gbps;
     std::printf("%s, %s, nominal bandwidth %.0f GB/s\n", title.c_str(), where.c_str(), bandwidth);
+    std::printf("ratios against prism's cpu backend on %s\n",
+                get_platform("cpu").devices().at(0).name.c_str());
   }
   std::printf("%-6s %-8s %10s %12s %19s%s\n", "dtype", "step", "tokens", "tok/s",
               "of bandwidth bound", cpu ? "" : "   vs prism's cpu");

@@ -2,6 +2,8 @@
 // lists them.
 #include "prism/backends/registry.h"
 
+#include <fmt/ranges.h>
+
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -76,11 +78,17 @@ const std::vector<Backend>& backends() {
     pjrt_backend("xla-cpu"),
     pjrt_backend("xla-cuda"),
     pjrt_backend("tpu"),
+    pjrt_backend("neuron"),
+    pjrt_backend("rocm"),
+    pjrt_backend("oneapi"),
     pjrt_backend("pjrt"),
 #else
     not_compiled_in("xla-cpu", "PRISM_WITH_PJRT"),
     not_compiled_in("xla-cuda", "PRISM_WITH_PJRT"),
     not_compiled_in("tpu", "PRISM_WITH_PJRT"),
+    not_compiled_in("neuron", "PRISM_WITH_PJRT"),
+    not_compiled_in("rocm", "PRISM_WITH_PJRT"),
+    not_compiled_in("oneapi", "PRISM_WITH_PJRT"),
     not_compiled_in("pjrt", "PRISM_WITH_PJRT"),
 #endif
   };
@@ -129,8 +137,9 @@ Platform& get_platform(std::string_view name) {
       if (b.name == chosen) return *platforms.emplace(chosen, b.make()).first->second;
     }
   }
-  fail("unknown platform '{}' (expected cpu, opencl, cuda, xla-cpu, xla-cuda, tpu, pjrt or auto)",
-       chosen);
+  std::vector<std::string> names;
+  for (const Backend& b : backends()) names.push_back(b.name);
+  fail("unknown platform '{}' (expected {} or auto)", chosen, fmt::join(names, ", "));
 }
 
 std::vector<HostBuffer> run(const TraceFn& fn, std::span<const HostBuffer> inputs,

@@ -27,7 +27,7 @@ for p in $("$prism" info | sed -n 's/^  \([a-z]*\) *available$/\1/p' | grep -v '
   check "greedy ids on $p (PRISM_PLATFORM)" "$want" "$got"
 done
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --print-ids --platform=abacus 2>&1 >/dev/null); rc=$?
-check "unknown platform" "1 prism: error: unknown platform 'abacus' (expected cpu, opencl, cuda, xla-cpu, xla-cuda, tpu, pjrt or auto)" "$rc $err"
+check "unknown platform" "1 prism: error: unknown platform 'abacus' (expected cpu, cuda, opencl, xla-cpu, xla-cuda, tpu, neuron, rocm, oneapi, pjrt or auto)" "$rc $err"
 
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1,x,3 2>&1 >/dev/null); rc=$?
 check "bad ids exit" 1 "$rc"

@@ -26,7 +26,7 @@ if echo "$info" | grep -q '^  opencl   available$'; then
 fi
 err=$("$prism" mnist --platform=bogus 2>&1 >/dev/null); rc=$?
 check "unknown platform" \
-  "1 prism: error: unknown platform 'bogus' (expected cpu, opencl, cuda, xla-cpu, xla-cuda, tpu, pjrt or auto)" \
+  "1 prism: error: unknown platform 'bogus' (expected cpu, cuda, opencl, xla-cpu, xla-cuda, tpu, neuron, rocm, oneapi, pjrt or auto)" \
   "$rc $err"
 # The CPU's SIMD target: shown by info, forced by PRISM_CPU_TARGET, one line for an unknown name
 # (which lists the names this binary and CPU have, best first).

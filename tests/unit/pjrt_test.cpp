@@ -4,10 +4,12 @@
 #if PRISM_WITH_PJRT
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 #include "prism/backends/pjrt/pjrt_platform.h"
 #include "prism/backends/pjrt/stablehlo.h"
@@ -56,12 +58,45 @@ TEST(Pjrt, PlatformsSayWhereTheyLookedForTheirPlugin) {
         << tpu.reason;
     EXPECT_NE(tpu.reason.find("/.venv"), std::string::npos) << tpu.reason;
   }
-  EXPECT_EQ(locate_plugin("rocm").reason, "rocm is not a PJRT platform prism knows");
+  EXPECT_EQ(locate_plugin("abacus").reason, "abacus is not a PJRT platform prism knows");
   if (saved) {
     setenv("PRISM_PJRT_PLUGIN", keep.c_str(), 1);
   } else {
     unsetenv("PRISM_PJRT_PLUGIN");
   }
+}
+
+// Each shortcut finds its plugin where the vendor's wheel installs it, in the active virtual
+// environment.
+TEST(Pjrt, ShortcutsFindTheirVendorsWheel) {
+  const std::filesystem::path env =
+      std::filesystem::temp_directory_path() / ("prism-pjrt-env-" + std::to_string(getpid()));
+  const std::filesystem::path site = env / "lib/python3.11/site-packages";
+  const std::pair<const char*, const char*> layouts[] = {
+      {"tpu", "libtpu/libtpu.so"},
+      {"neuron", "libneuronxla/libneuronpjrt.so"},
+      {"rocm", "jax_plugins/xla_rocm7/xla_rocm_plugin.so"},
+      {"oneapi", "jax_plugins/intel_extension_for_openxla/pjrt_plugin_xpu.so"},
+      {"xla-cuda", "jax_plugins/xla_cuda12/xla_cuda_plugin.so"},
+  };
+  const char* saved_env = std::getenv("VIRTUAL_ENV");
+  std::string keep = saved_env ? saved_env : "";
+  const char* saved_tpu = std::getenv("TPU_LIBRARY_PATH");
+  std::string keep_tpu = saved_tpu ? saved_tpu : "";
+  unsetenv("TPU_LIBRARY_PATH");
+  setenv("VIRTUAL_ENV", env.c_str(), 1);
+  for (const auto& [name, file] : layouts) {
+    std::filesystem::create_directories((site / file).parent_path());
+    std::ofstream(site / file) << "not loaded here";
+    EXPECT_EQ(locate_plugin(name).path, (site / file).string()) << name;
+  }
+  std::filesystem::remove_all(env);
+  if (saved_env) {
+    setenv("VIRTUAL_ENV", keep.c_str(), 1);
+  } else {
+    unsetenv("VIRTUAL_ENV");
+  }
+  if (saved_tpu) setenv("TPU_LIBRARY_PATH", keep_tpu.c_str(), 1);
 }
 
 TEST(Pjrt, AModuleThePluginRejectsNamesThePrismNode) {

@@ -116,6 +116,11 @@ constexpr KnownPlugin kKnown[] = {
     {"xla-cpu", "xla_plugins", "xla_cpu_pjrt", "xla_cpu_pjrt.so", "xla-cpu-pjrt", false},
     {"xla-cuda", "jax_plugins", "xla_cuda", "xla_cuda_plugin.so", "jax-cuda12-pjrt", true},
     {"tpu", "libtpu", "", "libtpu.so", "libtpu", true},
+    {"neuron", "libneuronxla", "", "libneuronpjrt.so",
+     "libneuronxla --extra-index-url=https://pip.repos.neuron.amazonaws.com", true},
+    {"rocm", "jax_plugins", "xla_rocm", "xla_rocm_plugin.so", "jax-rocm7-pjrt", true},
+    {"oneapi", "jax_plugins", "intel_extension_for_openxla", "pjrt_plugin_xpu.so",
+     "intel-extension-for-openxla", true},
 };
 
 class PjrtExecutable : public ExecutableImpl {

@@ -914,6 +914,10 @@ Lowering lowering_of(Op op) {
     case Op::gated_delta_rule:
     case Op::short_conv:
       return Lowering::decomposed;
+    case Op::all_reduce:
+    case Op::all_gather:
+    case Op::reduce_scatter:
+      return Lowering::collective;
     case Op::iota:
     case Op::neg:
     case Op::abs:

@@ -123,9 +123,10 @@ std::optional<Step> lower(const ir::Graph& graph, const compiler::FusionPlan& pl
 
 // How the kernel IR runs an op: its own lowering (`lower`), a kernel each backend writes
 // itself (attention), through the op's decomposition into primitives (the other composites),
-// or not at all (leaves live in memory). Every op of ops.def has an answer: an op added there
-// and not here fails to build.
-enum class Lowering : uint8_t { kernel_ir, backend, decomposed, leaf };
+// through the platform's communicator across devices (collectives), or not at all (leaves
+// live in memory). Every op of ops.def has an answer: an op added there and not here fails
+// to build.
+enum class Lowering : uint8_t { kernel_ir, backend, decomposed, collective, leaf };
 Lowering lowering_of(ir::Op op);
 
 // Whether `lower` has a kernel of its own for composite `node` (softmax, log_softmax, rope, and

@@ -103,6 +103,25 @@ void verify(const ir::Graph& g) {
       PRISM_CHECK(g.node(n.inputs[0]).shape.numel() == n.shape.numel(),
                   "verify: {} changes the number of elements", where());
     }
+    if (n.op == ir::Op::all_reduce || n.op == ir::Op::all_gather ||
+        n.op == ir::Op::reduce_scatter) {
+      const auto& c = n.attr<ir::CollectiveAttrs>();
+      const Shape& in = g.node(n.inputs[0]).shape;
+      PRISM_CHECK(c.group >= 1 && c.mesh_axis >= 0, "verify: {} has no device group", where());
+      bool fits = in.rank() == n.shape.rank();
+      for (int a = 0; fits && a < in.rank(); ++a) {
+        int64_t want = in.size(a);
+        if (a == c.axis && n.op == ir::Op::all_gather) want *= c.group;
+        if (a == c.axis && n.op == ir::Op::reduce_scatter) {
+          fits = want % c.group == 0;
+          want /= c.group;
+        }
+        fits = fits && n.shape.size(a) == want;
+      }
+      PRISM_CHECK(fits && (n.op == ir::Op::all_reduce || c.axis < in.rank()),
+                  "verify: {} does not fit its operand {} on {} devices", where(), in.str(),
+                  c.group);
+    }
     if (n.op == ir::Op::constant) {
       const auto& c = n.attr<ir::ConstantAttrs>();
       PRISM_CHECK(c.data && static_cast<int64_t>(c.data->size()) == n.shape.bytes(),

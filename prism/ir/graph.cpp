@@ -41,10 +41,11 @@ constexpr OpInfo kOps[] = {
 };
 
 constexpr std::string_view kAttrsNames[] = {
-    "NoAttrs",   "ParameterAttrs", "InputAttrs",     "ConstantAttrs",
-    "AxisAttrs", "AxesAttrs",      "DotAttrs",       "SliceAttrs",
-    "PadAttrs",  "ScatterAttrs",   "ConvAttrs",      "ArgsortAttrs",
-    "NormAttrs", "RopeAttrs",      "AttentionAttrs", "GatedDeltaRuleAttrs"};
+    "NoAttrs",        "ParameterAttrs", "InputAttrs",     "ConstantAttrs",
+    "AxisAttrs",      "AxesAttrs",      "DotAttrs",       "SliceAttrs",
+    "PadAttrs",       "ScatterAttrs",   "ConvAttrs",      "ArgsortAttrs",
+    "NormAttrs",      "RopeAttrs",      "AttentionAttrs", "GatedDeltaRuleAttrs",
+    "CollectiveAttrs"};
 static_assert(std::size(kAttrsNames) == std::variant_size_v<Attrs>,
               "a name for every alternative of Attrs");
 
@@ -83,7 +84,7 @@ std::string field_str(const Field<T>& f) {
   } else if constexpr (std::is_enum_v<T>) {
     return fmt::format(" {}={}", f.name, static_cast<int>(f.value));
   } else if constexpr (std::is_same_v<T, std::string>) {
-    return fmt::format(" {}=\"{}\"", f.name, f.value);
+    return f.value.empty() ? "" : fmt::format(" {}=\"{}\"", f.name, f.value);
   } else if constexpr (requires { f.value.size(); }) {
     return fmt::format(" {}={}", f.name, join(f.value));
   } else {

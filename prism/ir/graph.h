@@ -63,8 +63,11 @@ Field<T> field(std::string_view name, const T& value) {
 using NoAttrs = std::monostate;
 struct ParameterAttrs {
   std::string name;
+  // How the weight is split across a mesh: Sharding::str() ("{f:model}"), "" when whole. Only
+  // the partitioner reads it; a graph for one device has none.
+  std::string sharding;
   bool operator==(const ParameterAttrs&) const = default;
-  auto fields() const { return std::tuple{field("name", name)}; }
+  auto fields() const { return std::tuple{field("name", name), field("sharding", sharding)}; }
 };
 struct InputAttrs {
   int index = 0;
@@ -175,9 +178,24 @@ struct GatedDeltaRuleAttrs {
   auto fields() const { return std::tuple{field("chunk", chunk)}; }
 };
 
-using Attrs = std::variant<NoAttrs, ParameterAttrs, InputAttrs, ConstantAttrs, AxisAttrs, AxesAttrs,
-                           DotAttrs, SliceAttrs, PadAttrs, ScatterAttrs, ConvAttrs, ArgsortAttrs,
-                           NormAttrs, RopeAttrs, AttentionAttrs, GatedDeltaRuleAttrs>;
+// A collective among the `group` devices that share every mesh coordinate but `mesh_axis`'s
+// (the partitioner inserts them; docs/sharding.md). all_reduce sums; all_gather concatenates
+// the devices' operands along `axis` in device order; reduce_scatter sums and keeps this
+// device's block of `axis`.
+struct CollectiveAttrs {
+  int mesh_axis = 0;
+  int64_t group = 1;
+  int axis = 0;  // all_gather, reduce_scatter
+  bool operator==(const CollectiveAttrs&) const = default;
+  auto fields() const {
+    return std::tuple{field("mesh_axis", mesh_axis), field("group", group), field("axis", axis)};
+  }
+};
+
+using Attrs =
+    std::variant<NoAttrs, ParameterAttrs, InputAttrs, ConstantAttrs, AxisAttrs, AxesAttrs, DotAttrs,
+                 SliceAttrs, PadAttrs, ScatterAttrs, ConvAttrs, ArgsortAttrs, NormAttrs, RopeAttrs,
+                 AttentionAttrs, GatedDeltaRuleAttrs, CollectiveAttrs>;
 
 // The index in Attrs of the attributes `op` carries.
 size_t op_attrs_index(Op op);

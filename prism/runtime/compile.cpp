@@ -88,10 +88,14 @@ void CompileCache::insert(uint64_t hash, Entry entry) {
 
 Executable compile(Platform& platform, const TraceFn& fn, std::vector<Shape> inputs,
                    const CompileOptions& options) {
-  ir::Graph traced = trace(fn, inputs);
+  return compile_graph(platform, trace(fn, inputs), options);
+}
+
+Executable compile_graph(Platform& platform, ir::Graph traced, const CompileOptions& options) {
+  const size_t inputs = traced.inputs().size();
   for (int d : options.donate) {
-    PRISM_CHECK(d >= 0 && d < static_cast<int>(inputs.size()),
-                "compile: donated input {} out of range ({} inputs)", d, inputs.size());
+    PRISM_CHECK(d >= 0 && d < static_cast<int>(inputs),
+                "compile: donated input {} out of range ({} inputs)", d, inputs);
   }
   CompileCache* cache = options.cache;
   const uint64_t hash = cache ? traced.hash() : 0;

@@ -91,7 +91,7 @@ class CompileCache {
   void clear();
 
  private:
-  friend Executable compile(Platform&, const TraceFn&, std::vector<Shape>, const CompileOptions&);
+  friend Executable compile_graph(Platform&, ir::Graph, const CompileOptions&);
   struct Entry {
     Platform* platform;
     ir::Graph traced;
@@ -117,6 +117,8 @@ ir::Graph optimize(ir::Graph graph, const Platform& platform);
 
 Executable compile(Platform& platform, const TraceFn& fn, std::vector<Shape> inputs,
                    const CompileOptions& options = {});
+// The same for a graph already traced (a partitioned one: prism/runtime/sharded.h).
+Executable compile_graph(Platform& platform, ir::Graph traced, const CompileOptions& options = {});
 
 namespace detail {
 

@@ -10,3 +10,14 @@ HostBuffer Buffer::to_host() const {
 }
 
 }  // namespace prism
+
+namespace prism {
+
+std::vector<Platform*> Platform::mesh_devices(const Mesh& mesh) {
+  PRISM_CHECK(mesh.devices() <= mesh_capacity(),
+              "{}: the mesh {} needs {} devices, the platform offers {}", name(), mesh.str(),
+              mesh.devices(), mesh_capacity());
+  return {this};
+}
+
+}  // namespace prism

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "prism/core/host_buffer.h"
+#include "prism/core/mesh.h"
 #include "prism/core/shape.h"
 #include "prism/ir/graph.h"
 
@@ -109,6 +110,19 @@ class Platform {
                                            std::shared_ptr<const void> owner) {
     return std::nullopt;
   }
+
+  // How many devices this platform offers a mesh (`prism info` shows it).
+  virtual int64_t mesh_capacity() const { return 1; }
+  // The platform as the devices of `mesh`: one Platform per device, device k computing the
+  // mesh's k-th shard and meeting the others in collectives. Kept by this platform (the same
+  // mesh gives the same devices); a mesh of one device is this platform. Throws when the mesh
+  // has more devices than the platform offers.
+  virtual std::vector<Platform*> mesh_devices(const Mesh& mesh);
+  // One device of a mesh failed during a call: wakes the others waiting for it in a collective
+  // with an error instead of leaving them waiting. reset_collectives() readies the mesh for the
+  // next call once every device has returned.
+  virtual void abort_collectives() {}
+  virtual void reset_collectives() {}
 
   // Whether the backend runs this composite node as it is; the compiler decomposes the others.
   virtual bool supports(const ir::Node& node) const = 0;

@@ -52,16 +52,19 @@ Tensor Tracer::input(int index, const Shape& shape) {
   return wrap(graph_.add(Node{Op::input, shape, {}, ir::InputAttrs{index}}));
 }
 
-ValueId Tracer::parameter(const std::string& name, const Shape& shape) {
-  auto it = parameters_.find(name);
+ValueId Tracer::parameter(const ir::ParameterAttrs& p, const Shape& shape) {
+  auto it = parameters_.find(p.name);
   if (it != parameters_.end()) {
-    const Shape& known = graph_.node(it->second).shape;
-    PRISM_CHECK(known == shape, "parameter \"{}\" used as {} and as {}", name, known.str(),
-                shape.str());
+    const Node& known = graph_.node(it->second);
+    PRISM_CHECK(known.shape == shape, "parameter \"{}\" used as {} and as {}", p.name,
+                known.shape.str(), shape.str());
+    const std::string& sharding = known.attr<ir::ParameterAttrs>().sharding;
+    PRISM_CHECK(sharding == p.sharding, "parameter \"{}\" split as {} and as {}", p.name,
+                sharding.empty() ? "{}" : sharding, p.sharding.empty() ? "{}" : p.sharding);
     return it->second;
   }
-  ValueId id = graph_.add(Node{Op::parameter, shape, {}, ir::ParameterAttrs{name}});
-  parameters_.emplace(name, id);
+  ValueId id = graph_.add(Node{Op::parameter, shape, {}, p});
+  parameters_.emplace(p.name, id);
   return id;
 }
 
@@ -90,10 +93,15 @@ Tensor make_node(Node node) {
 // ---------------------------------------------------------------------------------------------
 // Creation
 
-Tensor Tensor::parameter(std::string name, const Shape& shape) {
+Tensor Tensor::parameter(std::string name, const Shape& shape, const Sharding& sharding) {
   Tensor t;
   t.shape_ = shape;
-  t.param_ = std::make_shared<const std::string>(std::move(name));
+  for (const auto& [tag, axis] : sharding.splits()) {
+    PRISM_CHECK(shape.has(tag), "parameter \"{}\": split tag '{}' is not one of {}", name,
+                tag.str(), shape.str());
+  }
+  t.param_ = std::make_shared<const ir::ParameterAttrs>(
+      ir::ParameterAttrs{std::move(name), sharding.replicated() ? "" : sharding.str()});
   return t;
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "prism/core/host_buffer.h"
+#include "prism/core/mesh.h"
 #include "prism/core/shape.h"
 #include "prism/ir/graph.h"
 
@@ -46,8 +47,9 @@ class Tensor {
   Tensor() = default;
 
   // A named weight. It can be created outside any trace (a model's constructor does that) and
-  // becomes a parameter of each graph it is used in.
-  static Tensor parameter(std::string name, const Shape& shape);
+  // becomes a parameter of each graph it is used in. `sharding` says how it is split when the
+  // graph runs on a mesh (docs/sharding.md); on one device it changes nothing.
+  static Tensor parameter(std::string name, const Shape& shape, const Sharding& sharding = {});
   static Tensor scalar(double value, DType dtype = DType::f32);
   static Tensor full(const Shape& shape, double value);
   static Tensor zeros(const Shape& shape) { return full(shape, 0); }
@@ -142,8 +144,9 @@ class Tensor {
   friend Tensor make_node(ir::Node node);
   Shape shape_;
   ir::ValueId id_ = -1;
-  uint64_t trace_ = 0;                        // which trace id_ belongs to
-  std::shared_ptr<const std::string> param_;  // the name of a parameter declared outside a trace
+  uint64_t trace_ = 0;  // which trace id_ belongs to
+  // A parameter declared outside a trace: its name and Sharding::str() (or "").
+  std::shared_ptr<const ir::ParameterAttrs> param_;
 };
 
 // Binary elementwise ops, broadcasting by tag. Scalars take the tensor's dtype.

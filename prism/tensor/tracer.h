@@ -26,7 +26,7 @@ class Tracer {
   uint64_t id() const { return id_; }
 
   Tensor input(int index, const Shape& shape);
-  ir::ValueId parameter(const std::string& name, const Shape& shape);
+  ir::ValueId parameter(const ir::ParameterAttrs& parameter, const Shape& shape);
   // A Tensor for a node already in this graph.
   Tensor wrap(ir::ValueId id);
   // The value of `t` in this graph; `op` names the caller in errors.

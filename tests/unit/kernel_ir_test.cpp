@@ -176,6 +176,9 @@ TEST(KernelIr, EveryOpSaysHowItRuns) {
       case Lowering::decomposed:
         EXPECT_EQ(kind, ir::OpKind::composite) << ir::op_name(op);
         break;
+      case Lowering::collective:
+        EXPECT_EQ(ir::attrs_name(ir::op_attrs_index(op)), "CollectiveAttrs") << ir::op_name(op);
+        break;
       case Lowering::kernel_ir:  // iota is the one leaf computed, not stored
         if (kind == ir::OpKind::leaf) EXPECT_EQ(op, Op::iota) << ir::op_name(op);
         break;

@@ -101,11 +101,61 @@ CpuPlatform::CpuPlatform()
   simd::current();  // chooses the SIMD target (PRISM_CPU_TARGET) before any kernel runs
 }
 
+CpuPlatform::CpuPlatform(int threads, std::shared_ptr<HostCommunicator> comm, int64_t device)
+    : blocks_(std::make_shared<BlockCache>(static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) *
+                                           sysconf(_SC_PAGE_SIZE) / 8)),
+      pool_(threads),
+      comm_(std::move(comm)),
+      device_(device) {}
+
 std::vector<DeviceInfo> CpuPlatform::devices() const {
   int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-  return {{fmt::format("{} ({} threads, simd {})", cpu_model(), pool_.size(),
+  std::string device = comm_ ? fmt::format("device {} of {}, ", device_, comm_->mesh().str()) : "";
+  return {{fmt::format("{} ({}{} threads, simd {})", cpu_model(), device, pool_.size(),
                        simd::current().describe()),
            memory}};
+}
+
+int64_t CpuPlatform::mesh_capacity() const {
+  if (const char* env = std::getenv("PRISM_CPU_DEVICES"); env && *env) {
+    const int64_t n = std::atoll(env);
+    PRISM_CHECK(n >= 1, "PRISM_CPU_DEVICES={} is not a number of devices", env);
+    return n;
+  }
+  return pool_.size();
+}
+
+std::vector<Platform*> CpuPlatform::mesh_devices(const Mesh& mesh) {
+  PRISM_CHECK(!comm_, "cpu: device {} of a mesh cannot itself be split", device_);
+  const int64_t n = mesh.devices();
+  PRISM_CHECK(n <= mesh_capacity(),
+              "cpu: the mesh {} needs {} devices, the CPU offers {} (one per core; "
+              "PRISM_CPU_DEVICES sets another count)",
+              mesh.str(), n, mesh_capacity());
+  if (n == 1) return {this};
+  std::lock_guard lock(meshes_mutex_);
+  auto& devices = meshes_[mesh.str()];
+  if (devices.empty()) {
+    auto comm = std::make_shared<HostCommunicator>(mesh);
+    const int threads = pool_.size();
+    for (int64_t k = 0; k < n; ++k) {
+      // The threads shared out as evenly as they go, at least one each.
+      const int share =
+          static_cast<int>(std::max<int64_t>(1, threads * (k + 1) / n - threads * k / n));
+      devices.push_back(std::make_unique<CpuPlatform>(share, comm, k));
+    }
+  }
+  std::vector<Platform*> out;
+  for (auto& d : devices) out.push_back(d.get());
+  return out;
+}
+
+void CpuPlatform::abort_collectives() {
+  if (comm_) comm_->abort();
+}
+
+void CpuPlatform::reset_collectives() {
+  if (comm_) comm_->reset();
 }
 
 Buffer CpuPlatform::allocate_uninitialized(const Shape& shape) {

@@ -1,9 +1,14 @@
 // The CPU platform: host memory, one thread pool, kernels over a preplanned arena.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "prism/backends/cpu/thread_pool.h"
+#include "prism/runtime/collectives.h"
 #include "prism/runtime/platform.h"
 
 namespace prism::cpu {
@@ -29,6 +34,8 @@ inline std::byte* data_of(const Buffer& b) { return static_cast<CpuMemory*>(b.me
 class CpuPlatform : public Platform {
  public:
   CpuPlatform();
+  // Device `device` of a mesh: `threads` threads of its own, collectives through `comm`.
+  CpuPlatform(int threads, std::shared_ptr<HostCommunicator> comm, int64_t device);
   std::string_view name() const override { return "cpu"; }
   std::vector<DeviceInfo> devices() const override;
   Buffer allocate(const Shape& shape) override;
@@ -45,10 +52,24 @@ class CpuPlatform : public Platform {
   Buffer allocate_for_write(const Shape& shape) override { return allocate_uninitialized(shape); }
   ThreadPool& pool() { return pool_; }
 
+  // The CPU as a mesh: one device per core (PRISM_CPU_DEVICES sets another count, for trying
+  // meshes on a machine with fewer cores), each with its share of the threads.
+  int64_t mesh_capacity() const override;
+  std::vector<Platform*> mesh_devices(const Mesh& mesh) override;
+  void abort_collectives() override;
+  void reset_collectives() override;
+  // Where this platform is a device of a mesh: the communicator and its index; else null, 0.
+  HostCommunicator* communicator() const { return comm_.get(); }
+  int64_t mesh_device() const { return device_; }
+
  private:
   class BlockCache;
   std::shared_ptr<BlockCache> blocks_;  // shared with the buffers it handed out
   ThreadPool pool_;
+  std::shared_ptr<HostCommunicator> comm_;
+  int64_t device_ = 0;
+  std::mutex meshes_mutex_;
+  std::map<std::string, std::vector<std::unique_ptr<CpuPlatform>>> meshes_;  // by Mesh::str()
 };
 
 }  // namespace prism::cpu

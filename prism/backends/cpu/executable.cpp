@@ -57,7 +57,9 @@ class CpuExecutable : public ExecutableImpl {
         step.fused = std::make_unique<FusedKernel>(graph_, plan_, plan_.groups[plan_.group_of[v]]);
         step.reads = step.fused->sources();
       } else {
-        step.kernel = make_kernel(graph_, v);
+        step.kernel =
+            make_collective_kernel(graph_, v, platform_.communicator(), platform_.mesh_device());
+        if (!step.kernel) step.kernel = make_kernel(graph_, v);
         step.reads = graph_.node(v).inputs;
       }
       reads.push_back(step.reads);

@@ -8,6 +8,7 @@
 
 #include "prism/backends/cpu/thread_pool.h"
 #include "prism/ir/graph.h"
+#include "prism/runtime/collectives.h"
 
 namespace prism::cpu {
 
@@ -22,6 +23,10 @@ using GroupKernel = std::function<void(std::span<const std::byte* const> inputs,
 bool cpu_supports(const ir::Node& node);
 
 Kernel make_kernel(const ir::Graph& graph, ir::ValueId id);
+// all_reduce, all_gather and reduce_scatter as device `device` of `comm`'s mesh (null: not on a
+// mesh, where only groups of one run); null for other ops (kernels_collective.cpp).
+Kernel make_collective_kernel(const ir::Graph& graph, ir::ValueId id, HostCommunicator* comm,
+                              int64_t device);
 
 // Families, one file each.
 Kernel make_data_kernel(const ir::Graph& graph, ir::ValueId id);    // kernels_data.cpp

@@ -1,0 +1,132 @@
+#include "prism/core/mesh.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <charconv>
+
+#include "prism/core/error.h"
+
+namespace prism {
+
+Mesh::Mesh(std::vector<MeshAxis> axes) : axes_(std::move(axes)) {
+  for (size_t i = 0; i < axes_.size(); ++i) {
+    PRISM_CHECK(!axes_[i].name.empty(), "mesh: an axis has no name");
+    PRISM_CHECK(axes_[i].size >= 1, "mesh: axis '{}' has size {} (at least 1)", axes_[i].name,
+                axes_[i].size);
+    for (size_t j = 0; j < i; ++j) {
+      PRISM_CHECK(axes_[j].name != axes_[i].name, "mesh: axis '{}' is named twice", axes_[i].name);
+    }
+  }
+}
+
+Mesh Mesh::parse(std::string_view text) {
+  std::vector<MeshAxis> axes;
+  while (!text.empty()) {
+    size_t comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? "" : text.substr(comma + 1);
+    size_t colon = item.find(':');
+    int64_t size = 0;
+    const char* end = item.data() + item.size();
+    if (colon == std::string_view::npos || colon == 0 ||
+        std::from_chars(item.data() + colon + 1, end, size).ptr != end ||
+        colon + 1 == item.size()) {
+      fail("mesh: '{}' is not an axis and its size (as in model:2)", item);
+    }
+    axes.push_back({std::string(item.substr(0, colon)), size});
+  }
+  return Mesh(std::move(axes));
+}
+
+int64_t Mesh::devices() const {
+  int64_t n = 1;
+  for (const MeshAxis& a : axes_) n *= a.size;
+  return n;
+}
+
+std::optional<int> Mesh::find(std::string_view axis) const {
+  for (size_t i = 0; i < axes_.size(); ++i) {
+    if (axes_[i].name == axis) return static_cast<int>(i);
+  }
+  return std::nullopt;
+}
+
+int64_t Mesh::coordinate(int64_t device, int axis) const {
+  for (int a = static_cast<int>(axes_.size()) - 1; a > axis; --a) device /= axes_[a].size;
+  return device % axes_[axis].size;
+}
+
+std::string Mesh::str() const {
+  std::vector<std::string> parts;
+  for (const MeshAxis& a : axes_) parts.push_back(fmt::format("{}={}", a.name, a.size));
+  return fmt::format("{{{}}}", fmt::join(parts, ","));
+}
+
+Sharding& Sharding::split(Tag tag, std::string axis) {
+  PRISM_CHECK(!axis.empty(), "sharding: tag '{}' is split over an unnamed axis", tag.str());
+  for (const auto& [t, a] : splits_) {
+    PRISM_CHECK(t != tag, "sharding: tag '{}' is split twice", tag.str());
+    PRISM_CHECK(a != axis, "sharding: tags '{}' and '{}' are both split over axis '{}'", t.str(),
+                tag.str(), axis);
+  }
+  splits_.emplace_back(tag, std::move(axis));
+  return *this;
+}
+
+std::string_view Sharding::axis_of(Tag tag) const {
+  for (const auto& [t, a] : splits_) {
+    if (t == tag) return a;
+  }
+  return "";
+}
+
+std::vector<int> Sharding::resolve(const Shape& shape, const Mesh& mesh,
+                                   std::string_view what) const {
+  std::vector<int> axes(shape.rank(), -1);
+  for (const auto& [tag, axis] : splits_) {
+    int dim = shape.find(tag);
+    PRISM_CHECK(dim >= 0, "{}: split tag '{}' is not one of {}", what, tag.str(), shape.str());
+    std::optional<int> a = mesh.find(axis);
+    if (!a) continue;
+    int64_t n = mesh.axes()[*a].size;
+    PRISM_CHECK(shape.size(dim) % n == 0,
+                "{}: tag '{}' of size {} does not divide by mesh axis '{}' of {} devices", what,
+                tag.str(), shape.size(dim), axis, n);
+    axes[dim] = *a;
+  }
+  return axes;
+}
+
+std::string Sharding::str() const {
+  std::vector<std::string> parts;
+  for (const auto& [t, a] : splits_) parts.push_back(fmt::format("{}:{}", t.str(), a));
+  return fmt::format("{{{}}}", fmt::join(parts, ","));
+}
+
+Sharding Sharding::parse(std::string_view text) {
+  PRISM_CHECK(text.size() >= 2 && text.front() == '{' && text.back() == '}',
+              "sharding: '{}' is not of the form {{tag:axis,...}}", text);
+  text = text.substr(1, text.size() - 2);
+  Sharding s;
+  while (!text.empty()) {
+    size_t comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? "" : text.substr(comma + 1);
+    size_t colon = item.find(':');
+    PRISM_CHECK(colon != std::string_view::npos && colon > 0, "sharding: '{}' is not tag:axis",
+                item);
+    s.split(Tag(item.substr(0, colon)), std::string(item.substr(colon + 1)));
+  }
+  return s;
+}
+
+Shape local_shape(const Shape& shape, const std::vector<int>& axes, const Mesh& mesh) {
+  std::vector<Dim> dims(shape.dims().begin(), shape.dims().end());
+  for (size_t d = 0; d < dims.size() && d < axes.size(); ++d) {
+    if (axes[d] >= 0) dims[d].size /= mesh.axes()[axes[d]].size;
+  }
+  return Shape(shape.dtype(), dims);
+}
+
+}  // namespace prism

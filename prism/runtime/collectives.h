@@ -1,0 +1,61 @@
+// Collectives between the devices of a mesh that share host memory (the CPU's devices): each
+// device calls with its index, and a call returns once every device of its group has made it.
+// Sums run in one fixed order (the group's devices in turn), so every device gets the same
+// bits.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "prism/core/mesh.h"
+#include "prism/core/shape.h"
+
+namespace prism {
+
+class HostCommunicator {
+ public:
+  explicit HostCommunicator(Mesh mesh);
+  const Mesh& mesh() const { return mesh_; }
+
+  // The sum over the devices that differ from `device` only along `mesh_axis`, of `in` into
+  // `out` (both `shape`; they may be the same memory).
+  void all_reduce(int64_t device, int mesh_axis, const Shape& shape, const std::byte* in,
+                  std::byte* out);
+  // The group's operands (each `shape`) side by side along `axis`, in device order.
+  void all_gather(int64_t device, int mesh_axis, int axis, const Shape& shape, const std::byte* in,
+                  std::byte* out);
+  // The sum as all_reduce, of which `out` keeps this device's block along `axis`.
+  void reduce_scatter(int64_t device, int mesh_axis, int axis, const Shape& shape,
+                      const std::byte* in, std::byte* out);
+
+  // Every device waiting (or later calling) throws instead of waiting; reset() ends that.
+  void abort();
+  void reset();
+
+ private:
+  struct Group {
+    std::mutex mutex;
+    std::condition_variable changed;
+    int64_t arrived = 0;
+    uint64_t generation = 0;
+    std::vector<const std::byte*> slots;
+  };
+  // The group of `device` along `mesh_axis`, and the device's place in it.
+  Group& group(int64_t device, int mesh_axis, int64_t* place);
+  void barrier(Group& g);
+  // Publishes `in`, waits for the group, runs `work` over the group's operands, waits again
+  // (so no operand is overwritten while another device reads it).
+  template <typename F>
+  void exchange(int64_t device, int mesh_axis, const std::byte* in, F&& work);
+
+  Mesh mesh_;
+  std::vector<std::unique_ptr<Group>> groups_;  // [mesh axis][device with that coordinate 0]
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace prism

@@ -1,0 +1,214 @@
+#include "prism/runtime/sharded.h"
+
+#include <cstring>
+#include <exception>
+
+#include "prism/core/error.h"
+
+namespace prism {
+namespace {
+
+// The devices of one mesh share one set of threads, for as long as the process runs (the
+// platforms that own the devices live as long).
+std::shared_ptr<DeviceThreads> threads_for(const std::vector<Platform*>& devices) {
+  static std::mutex mutex;
+  static auto& all = *new std::map<Platform*, std::shared_ptr<DeviceThreads>>;
+  std::lock_guard lock(mutex);
+  auto& t = all[devices.front()];
+  if (!t) t = std::make_shared<DeviceThreads>(static_cast<int64_t>(devices.size()));
+  return t;
+}
+
+// Calls f(offsets, sizes) with, for device `device`, the start and extent of its shard along
+// every dim of `whole`.
+void shard_box(const Shape& whole, const compiler::Split& split, const Mesh& mesh, int64_t device,
+               std::vector<int64_t>& start, std::vector<int64_t>& size) {
+  start.assign(whole.rank(), 0);
+  size = whole.sizes();
+  for (int d = 0; d < whole.rank(); ++d) {
+    if (d >= static_cast<int>(split.size()) || split[d] < 0) continue;
+    const int64_t n = mesh.axes()[split[d]].size;
+    size[d] = whole.size(d) / n;
+    start[d] = mesh.coordinate(device, split[d]) * size[d];
+  }
+}
+
+// Copies the box (start, size) of a row-major tensor `dims` at `whole` to or from the dense
+// `box`, innermost dim contiguous.
+void copy_box(std::byte* whole, std::byte* box, const std::vector<int64_t>& dims,
+              const std::vector<int64_t>& start, const std::vector<int64_t>& size, size_t elem,
+              bool to_box) {
+  const int rank = static_cast<int>(dims.size());
+  if (rank == 0) {
+    to_box ? std::memcpy(box, whole, elem) : std::memcpy(whole, box, elem);
+    return;
+  }
+  std::vector<int64_t> stride(rank, 1);
+  for (int d = rank - 2; d >= 0; --d) stride[d] = stride[d + 1] * dims[d + 1];
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < rank; ++d) rows *= size[d];
+  const size_t run = size[rank - 1] * elem;
+  std::vector<int64_t> at(rank, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t offset = start[rank - 1];
+    for (int d = 0; d + 1 < rank; ++d) offset += (start[d] + at[d]) * stride[d];
+    std::byte* w = whole + offset * elem;
+    std::byte* b = box + r * run;
+    to_box ? std::memcpy(b, w, run) : std::memcpy(w, b, run);
+    for (int d = rank - 2; d >= 0 && ++at[d] == size[d]; --d) at[d] = 0;
+  }
+}
+
+std::vector<Dim> with_sizes(const Shape& s, const std::vector<int64_t>& sizes) {
+  std::vector<Dim> dims(s.dims().begin(), s.dims().end());
+  for (size_t d = 0; d < dims.size(); ++d) dims[d].size = sizes[d];
+  return dims;
+}
+
+}  // namespace
+
+HostBuffer shard_of(const HostBuffer& whole, const compiler::Split& split, const Mesh& mesh,
+                    int64_t device) {
+  std::vector<int64_t> start, size;
+  shard_box(whole.shape(), split, mesh, device, start, size);
+  HostBuffer out(Shape(whole.shape().dtype(), with_sizes(whole.shape(), size)));
+  copy_box(const_cast<std::byte*>(whole.data()), out.data(), whole.shape().sizes(), start, size,
+           size_of(whole.shape().dtype()), true);
+  return out;
+}
+
+HostBuffer assemble(std::span<const HostBuffer> shards, const compiler::Split& split,
+                    const Mesh& mesh) {
+  PRISM_CHECK(static_cast<int64_t>(shards.size()) == mesh.devices(),
+              "assemble: {} shards for a mesh of {} devices", shards.size(), mesh.devices());
+  std::vector<int64_t> sizes = shards[0].shape().sizes();
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (d < split.size() && split[d] >= 0) sizes[d] *= mesh.axes()[split[d]].size;
+  }
+  HostBuffer whole(Shape(shards[0].shape().dtype(), with_sizes(shards[0].shape(), sizes)));
+  for (int64_t k = 0; k < mesh.devices(); ++k) {
+    std::vector<int64_t> start, size;
+    shard_box(whole.shape(), split, mesh, k, start, size);
+    copy_box(whole.data(), const_cast<std::byte*>(shards[k].data()), sizes, start, size,
+             size_of(whole.shape().dtype()), false);
+  }
+  return whole;
+}
+
+DeviceThreads::DeviceThreads(int64_t devices) {
+  for (int64_t k = 1; k < devices; ++k) threads_.emplace_back([this, k] { work(k); });
+}
+
+DeviceThreads::~DeviceThreads() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  start_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void DeviceThreads::work(int64_t device) {
+  uint64_t seen = 0;
+  for (;;) {
+    const std::function<void(int64_t)>* fn;
+    {
+      std::unique_lock lock(mutex_);
+      start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      fn = fn_;
+    }
+    (*fn)(device);  // fn catches its own errors
+    std::lock_guard lock(mutex_);
+    if (--pending_ == 0) done_.notify_all();
+  }
+}
+
+void DeviceThreads::run(const std::function<void(int64_t)>& fn,
+                        const std::function<void()>& abort) {
+  std::lock_guard call(call_mutex_);
+  std::mutex error_mutex;
+  std::exception_ptr first;
+  std::function<void(int64_t)> guarded = [&](int64_t k) {
+    try {
+      fn(k);
+    } catch (...) {
+      {
+        std::lock_guard lock(error_mutex);
+        if (!first) first = std::current_exception();
+      }
+      abort();
+    }
+  };
+  {
+    std::lock_guard lock(mutex_);
+    fn_ = &guarded;
+    pending_ = static_cast<int64_t>(threads_.size());
+    ++generation_;
+  }
+  start_.notify_all();
+  guarded(0);
+  {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+    fn_ = nullptr;
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+ShardedExecutable compile_sharded(Platform& platform, const TraceFn& fn, std::vector<Shape> inputs,
+                                  const ShardedCompileOptions& options) {
+  ShardedExecutable exe;
+  exe.mesh_ = options.mesh;
+  exe.devices_ = platform.mesh_devices(options.mesh);
+  ir::Graph traced = trace(fn, inputs);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Sharding s = i < options.inputs.size() ? options.inputs[i] : Sharding();
+    exe.input_splits_.push_back(s.resolve(inputs[i], options.mesh, fmt::format("input {}", i)));
+  }
+  compiler::Partitioned p = compiler::partition(traced, options.mesh, exe.input_splits_);
+  exe.output_splits_ = p.outputs;
+  for (ir::ValueId id : traced.parameters()) {
+    const auto& a = traced.node(id).attr<ir::ParameterAttrs>();
+    exe.parameters_.push_back({a.name, traced.node(id).shape, p.parameters.at(a.name)});
+  }
+  CompileOptions device_options{.donate = options.donate, .cache = options.cache};
+  for (Platform* device : exe.devices_) {
+    exe.executables_.push_back(compile_graph(*device, p.graph, device_options));
+  }
+  exe.threads_ = threads_for(exe.devices_);
+  return exe;
+}
+
+std::vector<std::vector<Buffer>> ShardedExecutable::call(
+    std::span<const NamedBuffers> params, std::span<const std::vector<Buffer>> inputs) const {
+  const size_t n = devices_.size();
+  PRISM_CHECK(params.size() == n && inputs.size() == n,
+              "call: weights for {} devices and inputs for {}, the mesh has {}", params.size(),
+              inputs.size(), n);
+  std::vector<std::vector<Buffer>> outputs(n);
+  if (n == 1) {
+    outputs[0] = executables_[0].call(params[0], inputs[0]);
+    return outputs;
+  }
+  try {
+    threads_->run([&](int64_t k) { outputs[k] = executables_[k].call(params[k], inputs[k]); },
+                  [&] { devices_[0]->abort_collectives(); });
+  } catch (...) {
+    devices_[0]->reset_collectives();  // every device has returned: ready for the next call
+    throw;
+  }
+  return outputs;
+}
+
+std::vector<NamedBuffers> ShardedExecutable::prepare(std::vector<NamedBuffers> params) const {
+  PRISM_CHECK(params.size() == devices_.size(), "prepare: weights for {} devices, the mesh has {}",
+              params.size(), devices_.size());
+  for (size_t k = 0; k < params.size(); ++k) {
+    params[k] = executables_[k].prepare(std::move(params[k]));
+  }
+  return params;
+}
+
+}  // namespace prism

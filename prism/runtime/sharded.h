@@ -1,0 +1,105 @@
+// Programs over a mesh of devices (docs/sharding.md).
+//
+//   ShardedExecutable exe = compile_sharded(platform, fn, input_shapes,
+//                                           {.mesh = Mesh({{"model", 2}}), .inputs = {...}});
+//   std::vector<NamedBuffers> weights = ...;  // each device's shards (io::load_sharded)
+//   auto outputs = exe.call(weights, per_device_inputs);
+//
+// The traced graph is partitioned (prism/compiler/partition.h) into the graph every device
+// runs over its shards, with collectives where they meet, and compiled once per device of the
+// platform's mesh. A call runs every device at once, each on its own thread.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "prism/compiler/partition.h"
+#include "prism/core/mesh.h"
+#include "prism/runtime/compile.h"
+
+namespace prism {
+
+using NamedBuffers = std::map<std::string, Buffer, std::less<>>;
+
+struct ShardedCompileOptions {
+  Mesh mesh;
+  std::vector<Sharding> inputs;  // how each input is split (missing or empty: whole)
+  std::vector<int> donate;       // as CompileOptions::donate
+  CompileCache* cache = nullptr;
+};
+
+class DeviceThreads;
+
+class ShardedExecutable {
+ public:
+  struct Parameter {
+    std::string name;
+    Shape shape;            // the whole tensor
+    compiler::Split split;  // per dim, the mesh axis it is split over, or -1
+  };
+
+  const Mesh& mesh() const { return mesh_; }
+  const std::vector<Platform*>& devices() const { return devices_; }
+  const std::vector<Parameter>& parameters() const { return parameters_; }
+  const std::vector<compiler::Split>& input_splits() const { return input_splits_; }
+  const std::vector<compiler::Split>& output_splits() const { return output_splits_; }
+  // Device k's program (its parameters, inputs and outputs are its shards).
+  const Executable& device(size_t k) const { return executables_[k]; }
+
+  // Every device at once: `params[k]` and `inputs[k]` are device k's shards; returns each
+  // device's outputs. An error on one device is rethrown here after every device has stopped.
+  std::vector<std::vector<Buffer>> call(std::span<const NamedBuffers> params,
+                                        std::span<const std::vector<Buffer>> inputs) const;
+  // Executable::prepare on each device.
+  std::vector<NamedBuffers> prepare(std::vector<NamedBuffers> params) const;
+
+ private:
+  friend ShardedExecutable compile_sharded(Platform&, const TraceFn&, std::vector<Shape>,
+                                           const ShardedCompileOptions&);
+  Mesh mesh_;
+  std::vector<Platform*> devices_;
+  std::vector<Executable> executables_;
+  std::vector<Parameter> parameters_;
+  std::vector<compiler::Split> input_splits_, output_splits_;
+  std::shared_ptr<DeviceThreads> threads_;
+};
+
+ShardedExecutable compile_sharded(Platform& platform, const TraceFn& fn, std::vector<Shape> inputs,
+                                  const ShardedCompileOptions& options);
+
+// Device `device`'s shard of `whole`, split as `split`.
+HostBuffer shard_of(const HostBuffer& whole, const compiler::Split& split, const Mesh& mesh,
+                    int64_t device);
+// The whole tensor from every device's shard (a replicated dim is read from the devices at
+// coordinate 0 along its axis).
+HostBuffer assemble(std::span<const HostBuffer> shards, const compiler::Split& split,
+                    const Mesh& mesh);
+
+// Runs fn(k) for every device k at once, device 0 on the calling thread, the others on
+// threads kept for the mesh; rethrows the first error after all have returned, calling
+// `abort` on the first one so the rest stop waiting in collectives.
+class DeviceThreads {
+ public:
+  explicit DeviceThreads(int64_t devices);
+  ~DeviceThreads();
+  void run(const std::function<void(int64_t)>& fn, const std::function<void()>& abort);
+
+ private:
+  void work(int64_t device);
+  std::vector<std::thread> threads_;
+  std::mutex call_mutex_, mutex_;
+  std::condition_variable start_, done_;
+  const std::function<void(int64_t)>* fn_ = nullptr;
+  uint64_t generation_ = 0;
+  int64_t pending_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace prism

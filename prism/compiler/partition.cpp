@@ -381,26 +381,29 @@ class Partitioner {
   }
 
   // q {B,Hq,Sq,D} k {B,Hkv,Sk,D} v {B,Hkv,Sk,Dv} [mask] [offset]: split by batch and heads
-  // alike, every head's keys and values on the device of its queries.
+  // alike, every head's keys and values on the device of its queries. One key/value head
+  // (multi-query attention) serves every query head: it stays whole on every device.
   Value attention(ValueId id) {
     const Node& n = g_.node(id);
     const auto& a = n.attr<ir::AttentionAttrs>();
     Value q = reduce_partial(map_[n.inputs[0]]);
     Split want{q.split[0], q.split[1], -1, -1};
     if (any_split(want)) {
-      std::vector<Split> wants{want, want, want};
+      std::vector<Split> wants{want};
+      bool divides = true;
+      for (int t = 1; t <= 2; ++t) {
+        const Shape& s = g_.node(n.inputs[t]).shape;
+        Split w{want[0], s.size(1) == 1 ? -1 : want[1], -1, -1};
+        for (int d = 0; d < 2; ++d) {
+          divides = divides && (w[d] < 0 || s.size(d) % devices(w[d]) == 0);
+        }
+        wants.push_back(w);
+      }
       if (a.has_mask) {
         const Shape& m = g_.node(n.inputs[3]).shape;
         wants.push_back({m.size(0) == 1 ? -1 : want[0], m.size(1) == 1 ? -1 : want[1], -1, -1});
       }
       if (a.has_offset) wants.push_back({});
-      bool divides = true;
-      for (int t = 1; t <= 2; ++t) {
-        const Shape& s = g_.node(n.inputs[t]).shape;
-        for (int d = 0; d < 2; ++d) {
-          divides = divides && (want[d] < 0 || s.size(d) % devices(want[d]) == 0);
-        }
-      }
       if (divides) {
         if (auto ids = operands_as(n, wants)) return emit(n, *ids, want);
       }

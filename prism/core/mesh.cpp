@@ -63,36 +63,43 @@ std::string Mesh::str() const {
   return fmt::format("{{{}}}", fmt::join(parts, ","));
 }
 
-Sharding& Sharding::split(Tag tag, std::string axis) {
+Sharding& Sharding::split(Tag tag, std::string axis, int64_t unit) {
   PRISM_CHECK(!axis.empty(), "sharding: tag '{}' is split over an unnamed axis", tag.str());
-  for (const auto& [t, a] : splits_) {
-    PRISM_CHECK(t != tag, "sharding: tag '{}' is split twice", tag.str());
-    PRISM_CHECK(a != axis, "sharding: tags '{}' and '{}' are both split over axis '{}'", t.str(),
-                tag.str(), axis);
+  PRISM_CHECK(unit >= 1, "sharding: tag '{}' is split in blocks of {}", tag.str(), unit);
+  for (const Split& s : splits_) {
+    PRISM_CHECK(s.tag != tag, "sharding: tag '{}' is split twice", tag.str());
+    PRISM_CHECK(s.axis != axis, "sharding: tags '{}' and '{}' are both split over axis '{}'",
+                s.tag.str(), tag.str(), axis);
   }
-  splits_.emplace_back(tag, std::move(axis));
+  splits_.push_back({tag, std::move(axis), unit, false});
   return *this;
 }
 
-std::string_view Sharding::axis_of(Tag tag) const {
-  for (const auto& [t, a] : splits_) {
-    if (t == tag) return a;
-  }
-  return "";
+Sharding& Sharding::split_if_divisible(Tag tag, std::string axis, int64_t unit) {
+  split(tag, std::move(axis), unit);
+  splits_.back().optional = true;
+  return *this;
 }
 
 std::vector<int> Sharding::resolve(const Shape& shape, const Mesh& mesh,
                                    std::string_view what) const {
   std::vector<int> axes(shape.rank(), -1);
-  for (const auto& [tag, axis] : splits_) {
-    int dim = shape.find(tag);
-    PRISM_CHECK(dim >= 0, "{}: split tag '{}' is not one of {}", what, tag.str(), shape.str());
-    std::optional<int> a = mesh.find(axis);
+  for (const Split& s : splits_) {
+    int dim = shape.find(s.tag);
+    PRISM_CHECK(dim >= 0, "{}: split tag '{}' is not one of {}", what, s.tag.str(), shape.str());
+    std::optional<int> a = mesh.find(s.axis);
     if (!a) continue;
-    int64_t n = mesh.axes()[*a].size;
-    PRISM_CHECK(shape.size(dim) % n == 0,
-                "{}: tag '{}' of size {} does not divide by mesh axis '{}' of {} devices", what,
-                tag.str(), shape.size(dim), axis, n);
+    const int64_t n = mesh.axes()[*a].size;
+    if (shape.size(dim) % (n * s.unit) != 0) {
+      if (s.optional) continue;
+      if (s.unit == 1) {
+        fail("{}: tag '{}' of size {} does not divide by mesh axis '{}' of {} devices", what,
+             s.tag.str(), shape.size(dim), s.axis, n);
+      }
+      fail(
+          "{}: tag '{}' of size {} does not divide by mesh axis '{}' of {} devices in blocks of {}",
+          what, s.tag.str(), shape.size(dim), s.axis, n, s.unit);
+    }
     axes[dim] = *a;
   }
   return axes;
@@ -100,7 +107,11 @@ std::vector<int> Sharding::resolve(const Shape& shape, const Mesh& mesh,
 
 std::string Sharding::str() const {
   std::vector<std::string> parts;
-  for (const auto& [t, a] : splits_) parts.push_back(fmt::format("{}:{}", t.str(), a));
+  for (const Split& s : splits_) {
+    parts.push_back(fmt::format("{}:{}{}{}", s.tag.str(), s.axis,
+                                s.unit == 1 ? "" : fmt::format("/{}", s.unit),
+                                s.optional ? "?" : ""));
+  }
   return fmt::format("{{{}}}", fmt::join(parts, ","));
 }
 
@@ -116,7 +127,18 @@ Sharding Sharding::parse(std::string_view text) {
     size_t colon = item.find(':');
     PRISM_CHECK(colon != std::string_view::npos && colon > 0, "sharding: '{}' is not tag:axis",
                 item);
-    s.split(Tag(item.substr(0, colon)), std::string(item.substr(colon + 1)));
+    std::string_view axis = item.substr(colon + 1);
+    const bool optional = !axis.empty() && axis.back() == '?';
+    if (optional) axis.remove_suffix(1);
+    int64_t unit = 1;
+    if (size_t slash = axis.find('/'); slash != std::string_view::npos) {
+      const char* end = axis.data() + axis.size();
+      PRISM_CHECK(std::from_chars(axis.data() + slash + 1, end, unit).ptr == end,
+                  "sharding: '{}' has no block size after /", item);
+      axis = axis.substr(0, slash);
+    }
+    s.split(Tag(item.substr(0, colon)), std::string(axis), unit);
+    s.splits_.back().optional = optional;
   }
   return s;
 }

@@ -52,28 +52,39 @@ class Mesh {
 
 class Sharding {
  public:
-  Sharding() = default;  // replicated
-  // Splits `tag` over mesh axis `axis`. Throws when the tag is already split, or another tag
-  // is already split over the same axis.
-  Sharding& split(Tag tag, std::string axis);
+  struct Split {
+    Tag tag;
+    std::string axis;
+    int64_t unit = 1;       // the tag is cut only between blocks of this many elements
+    bool optional = false;  // where it does not divide, the tag stays whole instead
+    bool operator==(const Split&) const = default;
+  };
 
-  const std::vector<std::pair<Tag, std::string>>& splits() const { return splits_; }
+  Sharding() = default;  // replicated
+  // Splits `tag` over mesh axis `axis`, in blocks of `unit` elements (a projection's outputs
+  // split by heads: unit = the head size). Throws when the tag is already split, or another
+  // tag is already split over the same axis.
+  Sharding& split(Tag tag, std::string axis, int64_t unit = 1);
+  // The same, except that where the size does not divide into the axis' devices (GQA's
+  // key/value heads on more devices than there are heads), the tag stays whole.
+  Sharding& split_if_divisible(Tag tag, std::string axis, int64_t unit = 1);
+
+  const std::vector<Split>& splits() const { return splits_; }
   bool replicated() const { return splits_.empty(); }
-  // The mesh axis `tag` is split over, or "".
-  std::string_view axis_of(Tag tag) const;
 
   // Per positional dim of `shape`, the index of the mesh axis it is split over, or -1; axes the
   // mesh does not have leave their tags whole. Throws, naming `what`, the tag, its size and the
   // axis, when a tag is not in `shape` or its size does not divide by the axis.
   std::vector<int> resolve(const Shape& shape, const Mesh& mesh, std::string_view what) const;
 
-  // "{f:model}"; "{}" when replicated. parse() reads it back.
+  // "{f:model}", "{o:model/64?}" (in blocks of 64, optional); "{}" when replicated. parse()
+  // reads it back.
   std::string str() const;
   static Sharding parse(std::string_view text);
   bool operator==(const Sharding&) const = default;
 
  private:
-  std::vector<std::pair<Tag, std::string>> splits_;
+  std::vector<Split> splits_;
 };
 
 // The shape one device holds of `shape` split as `axes` (Sharding::resolve's result) says.

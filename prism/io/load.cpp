@@ -207,3 +207,157 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
 }
 
 }  // namespace prism::io
+
+namespace prism::io {
+
+std::vector<Weights> load_sharded(const Store& store,
+                                  std::span<const ShardedExecutable::Parameter> parameters,
+                                  const Mesh& mesh, std::span<Platform* const> devices,
+                                  const LoadOptions& options, LoadStats* stats_out) {
+  auto start = std::chrono::steady_clock::now();
+  const int64_t n = static_cast<int64_t>(devices.size());
+  PRISM_CHECK(n == mesh.devices(), "load: {} devices for the mesh {}", n, mesh.str());
+  std::vector<Executable::Parameter> whole;
+  std::vector<const ShardedExecutable::Parameter*> split;
+  for (const ShardedExecutable::Parameter& p : parameters) {
+    bool is_split = false;
+    for (int a : p.split) is_split = is_split || a >= 0;
+    if (is_split) {
+      split.push_back(&p);
+    } else {
+      whole.push_back({p.name, p.shape});
+    }
+  }
+  // Whole tensors: a copy on each device, as a load on one device does it.
+  LoadStats stats;
+  std::vector<Weights> weights(n);
+  LoadOptions quiet = options;
+  quiet.report = false;
+  for (int64_t k = 0; k < n; ++k) {
+    LoadStats s;
+    weights[k] = load(store, whole, *devices[k], quiet, &s);
+    stats.tensors += s.tensors;
+    stats.zero_copy += s.zero_copy;
+    stats.bytes += s.bytes;
+    stats.mapped_bytes += s.mapped_bytes;
+  }
+
+  // Split tensors: chunks of whole rows (along the first dim), each cut into the shards.
+  struct Target {
+    const ShardedExecutable::Parameter* param;
+    const StoredTensor* stored;
+    DType file_dtype;
+    std::vector<ShardBox> boxes;
+    std::vector<Buffer> buffers;
+    std::vector<std::optional<HostBuffer>> staged;  // where buffers cannot be written in place
+    std::vector<std::atomic<int64_t>> rows_left;
+    explicit Target(int64_t devices) : rows_left(devices) {}
+  };
+  struct Rows {
+    size_t target;
+    int64_t first, count;
+  };
+  std::deque<Target> targets;
+  std::vector<Rows> chunks;
+  for (const ShardedExecutable::Parameter* p : split) {
+    const StoredTensor& st = store.at(p->name);
+    std::optional<DType> file_dtype = to_core_dtype(st.info.dtype);
+    if (!file_dtype) {
+      fail("load: tensor \"{}\" in {} is {}, which prism cannot load", p->name, store.uri(),
+           name(st.info.dtype));
+    }
+    if (st.info.shape != p->shape.sizes()) {
+      fail("load: tensor \"{}\" in {} is {}{} but the model expects {}", p->name, store.uri(),
+           name(st.info.dtype), st.info.shape_str(), p->shape.str());
+    }
+    Target& t = targets.emplace_back(n);
+    t.param = p;
+    t.stored = &st;
+    t.file_dtype = *file_dtype;
+    const int64_t rows = p->shape.size(0);
+    const int64_t row_bytes = p->shape.numel() / std::max<int64_t>(rows, 1) * size_of(*file_dtype);
+    for (int64_t k = 0; k < n; ++k) {
+      t.boxes.push_back(shard_box(p->shape, p->split, mesh, k));
+      std::vector<Dim> dims(p->shape.dims().begin(), p->shape.dims().end());
+      for (size_t d = 0; d < dims.size(); ++d) dims[d].size = t.boxes[k].size[d];
+      const Shape local(p->shape.dtype(), dims);
+      if (devices[k]->writes_in_place()) {
+        t.buffers.push_back(devices[k]->allocate_for_write(local));
+        t.staged.emplace_back();
+      } else {
+        t.buffers.emplace_back();
+        t.staged.emplace_back(local);
+      }
+      t.rows_left[k] = t.boxes[k].size[0];
+      stats.bytes += local.bytes();
+    }
+    ++stats.tensors;
+    const int64_t step = std::max<int64_t>(1, options.chunk_size / std::max<int64_t>(row_bytes, 1));
+    for (int64_t r = 0; r < rows; r += step) {
+      chunks.push_back({targets.size() - 1, r, std::min(step, rows - r)});
+    }
+  }
+  Progress progress(options.progress, [&] {
+    uint64_t total = 0;
+    for (const Target& t : targets) total += t.stored->bytes;
+    return total;
+  }());
+  parallel_for(chunks.size(), options.parallelism, [&](size_t i) {
+    const Rows& c = chunks[i];
+    Target& t = targets[c.target];
+    const Shape& shape = t.param->shape;
+    const int64_t row_elems = shape.numel() / shape.size(0);
+    const DType want = shape.dtype();
+    thread_local std::vector<std::byte> staging, converted, piece;
+    staging.resize(c.count * row_elems * size_of(t.file_dtype));
+    t.stored->file->read_at(t.stored->offset + c.first * row_elems * size_of(t.file_dtype),
+                            staging);
+    std::byte* rows = staging.data();
+    if (t.file_dtype != want) {
+      converted.resize(c.count * row_elems * size_of(want));
+      convert_elements(t.file_dtype, staging.data(), want, converted.data(), c.count * row_elems);
+      rows = converted.data();
+    }
+    std::vector<int64_t> dims = shape.sizes();
+    dims[0] = c.count;
+    for (int64_t k = 0; k < n; ++k) {
+      const ShardBox& box = t.boxes[k];
+      const int64_t a = std::max(c.first, box.start[0]);
+      const int64_t b = std::min(c.first + c.count, box.start[0] + box.size[0]);
+      if (a >= b) continue;
+      ShardBox part = box;
+      part.start[0] = a - c.first;
+      part.size[0] = b - a;
+      int64_t local_row = size_of(want);
+      for (size_t d = 1; d < box.size.size(); ++d) local_row *= box.size[d];
+      piece.resize((b - a) * local_row);
+      copy_box(rows, piece.data(), dims, part, size_of(want), true);
+      const size_t offset = (a - box.start[0]) * local_row;
+      if (!t.staged[k]) {
+        devices[k]->write(t.buffers[k], offset, piece);
+      } else {
+        std::memcpy(t.staged[k]->data() + offset, piece.data(), piece.size());
+        if ((t.rows_left[k] -= b - a) == 0) {
+          t.buffers[k] = devices[k]->upload(*t.staged[k]);
+          t.staged[k].reset();
+        }
+      }
+    }
+    progress.add(staging.size());
+  });
+  for (Target& t : targets) {
+    for (int64_t k = 0; k < n; ++k) {
+      if (t.staged[k]) t.buffers[k] = devices[k]->upload(*t.staged[k]);
+      weights[k].emplace(t.param->name, std::move(t.buffers[k]));
+    }
+  }
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (options.report) {
+    std::fprintf(stderr, "%s, %zu split over %s\n", stats.line().c_str(), split.size(),
+                 mesh.str().c_str());
+  }
+  if (stats_out) *stats_out = stats;
+  return weights;
+}
+
+}  // namespace prism::io

@@ -20,6 +20,7 @@
 #include "prism/io/store.h"
 #include "prism/runtime/compile.h"
 #include "prism/runtime/platform.h"
+#include "prism/runtime/sharded.h"
 
 namespace prism::io {
 
@@ -53,5 +54,14 @@ using Weights = std::map<std::string, Buffer, std::less<>>;
 // converted.
 Weights load(const Store& store, std::span<const Executable::Parameter> parameters,
              Platform& platform, const LoadOptions& options = {}, LoadStats* stats = nullptr);
+
+// The same for the devices of a mesh (ShardedExecutable::devices()): each device gets only its
+// shard of each split parameter, streamed from the store chunk by chunk (each chunk read once
+// and cut into the devices' shards; no device ever holds a whole split tensor), and its own
+// copy of each whole one. Returns each device's weights.
+std::vector<Weights> load_sharded(const Store& store,
+                                  std::span<const ShardedExecutable::Parameter> parameters,
+                                  const Mesh& mesh, std::span<Platform* const> devices,
+                                  const LoadOptions& options = {}, LoadStats* stats = nullptr);
 
 }  // namespace prism::io

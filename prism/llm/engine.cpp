@@ -37,11 +37,21 @@ Engine::Engine(const std::string& model_uri, Platform& platform, const EngineOpt
               "llm: --seqlen={} must be between 1 and the model's {} positions", options.seqlen,
               info_.max_positions);
   state_specs_ = model_->state_specs(options.seqlen);
-  for (const models::StateSpec& s : state_specs_) states_.push_back(platform_.allocate(s.shape));
   // Every window's executable reads the same weights: load them for the first one.
-  weights_ = io::load(store_, executable(1).parameters(), platform_, options.load);
-  weights_ =
-      executable(1).prepare(std::move(weights_));  // every window's executable reads them alike
+  ShardedExecutable& first = executable(1);
+  devices_ = first.devices();
+  states_.resize(devices_.size());
+  for (size_t i = 0; i < state_specs_.size(); ++i) {
+    const compiler::Split& split = first.input_splits()[3 + i];
+    const Shape local = local_shape(state_specs_[i].shape, split, options_.mesh);
+    for (size_t k = 0; k < devices_.size(); ++k) states_[k].push_back(devices_[k]->allocate(local));
+  }
+  if (devices_.size() == 1) {
+    weights_.push_back(io::load(store_, first.device(0).parameters(), platform_, options.load));
+  } else {
+    weights_ = io::load_sharded(store_, first.parameters(), options_.mesh, devices_, options.load);
+  }
+  weights_ = first.prepare(std::move(weights_));  // every window's executable reads them alike
 }
 
 Executable compile_step(Platform& platform, const models::CausalLM& model, int64_t window,
@@ -59,6 +69,23 @@ Executable compile_step(Platform& platform, const models::CausalLM& model, int64
   return compile(platform, fn, inputs, options);
 }
 
+ShardedExecutable compile_sharded_step(Platform& platform, const models::CausalLM& model,
+                                       int64_t window, int64_t seqlen, const Mesh& mesh,
+                                       CompileCache* cache) {
+  std::vector<Shape> inputs{Shape(DType::i32, {{"s", window}}), Shape::scalar(DType::i32),
+                            Shape::scalar(DType::i32)};
+  ShardedCompileOptions options{.mesh = mesh, .inputs = {{}, {}, {}}, .cache = cache};
+  for (const models::StateSpec& s : model.state_specs(seqlen)) {
+    options.donate.push_back(static_cast<int>(inputs.size()));
+    inputs.push_back(s.shape);
+    options.inputs.push_back(s.sharding);
+  }
+  TraceFn fn = [&model](std::span<const Tensor> in) {
+    return model.forward(in[0], in[1], in[2], in.subspan(3));
+  };
+  return compile_sharded(platform, fn, inputs, options);
+}
+
 void Engine::reset() {
   position_ = 0;
   // Positional states (KV caches) are overwritten as positions are reused. The others start
@@ -66,35 +93,42 @@ void Engine::reset() {
   // program like every step, so it needs no write into device memory from outside (PJRT's
   // buffers cannot take one), and the states keep their buffers for the engine's whole life.
   std::vector<size_t> cleared;
-  std::vector<Buffer> in;
-  std::vector<Shape> shapes;
-  for (size_t i = 0; i < states_.size(); ++i) {
-    if (state_specs_[i].positional) continue;
-    cleared.push_back(i);
-    in.push_back(states_[i]);
-    shapes.push_back(state_specs_[i].shape);
+  for (size_t i = 0; i < state_specs_.size(); ++i) {
+    if (!state_specs_[i].positional) cleared.push_back(i);
   }
   if (cleared.empty()) return;
   if (!reset_) {
-    CompileOptions options{.cache = options_.compile_cache.get()};
-    for (size_t k = 0; k < cleared.size(); ++k) options.donate.push_back(static_cast<int>(k));
+    ShardedCompileOptions options{.mesh = options_.mesh, .cache = options_.compile_cache.get()};
+    std::vector<Shape> shapes;
+    for (size_t k = 0; k < cleared.size(); ++k) {
+      options.donate.push_back(static_cast<int>(k));
+      options.inputs.push_back(state_specs_[cleared[k]].sharding);
+      shapes.push_back(state_specs_[cleared[k]].shape);
+    }
     TraceFn zeros = [](std::span<const Tensor> states) {
       std::vector<Tensor> out;
       for (const Tensor& s : states) out.push_back(Tensor::zeros(s.shape()));
       return out;
     };
-    reset_ = compile(platform_, zeros, shapes, options);
+    reset_ = compile_sharded(platform_, zeros, shapes, options);
   }
-  std::vector<Buffer> out = reset_->call(std::span<const Buffer>{}, in);
-  for (size_t k = 0; k < cleared.size(); ++k) states_[cleared[k]] = std::move(out[k]);
+  std::vector<std::vector<Buffer>> in(devices_.size());
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    for (size_t i : cleared) in[d].push_back(states_[d][i]);
+  }
+  std::vector<io::Weights> none(devices_.size());
+  std::vector<std::vector<Buffer>> out = reset_->call(none, in);
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    for (size_t k = 0; k < cleared.size(); ++k) states_[d][cleared[k]] = std::move(out[d][k]);
+  }
 }
 
-Executable& Engine::executable(int64_t window) {
+ShardedExecutable& Engine::executable(int64_t window) {
   auto it = executables_.find(window);
   if (it != executables_.end()) return it->second;
   return executables_
-      .emplace(window, compile_step(platform_, *model_, window, options_.seqlen,
-                                    options_.compile_cache.get()))
+      .emplace(window, compile_sharded_step(platform_, *model_, window, options_.seqlen,
+                                            options_.mesh, options_.compile_cache.get()))
       .first->second;
 }
 
@@ -122,16 +156,20 @@ std::vector<float> Engine::feed(std::span<const int32_t> tokens) {
     int64_t chunk = std::min(remaining, window);
     HostBuffer ids(Shape(DType::i32, {{"s", window}}));
     std::copy(tokens.begin() + done, tokens.begin() + done + chunk, ids.as<int32_t>().begin());
-    std::vector<Buffer> in{platform_.upload(ids),
-                           platform_.upload(HostBuffer::from<int32_t>(
-                               Shape::scalar(DType::i32), {static_cast<int32_t>(position_)})),
-                           platform_.upload(HostBuffer::from<int32_t>(
-                               Shape::scalar(DType::i32), {static_cast<int32_t>(chunk - 1)}))};
-    in.insert(in.end(), states_.begin(), states_.end());
-    states_.clear();  // donated: the outputs are the states now
-    std::vector<Buffer> out = executable(window).call(weights_, in);
-    states_.assign(out.begin() + 1, out.end());
-    HostBuffer l = out[0].to_host();
+    const HostBuffer at =
+        HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {static_cast<int32_t>(position_)});
+    const HostBuffer last =
+        HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {static_cast<int32_t>(chunk - 1)});
+    std::vector<std::vector<Buffer>> in(devices_.size());
+    for (size_t d = 0; d < devices_.size(); ++d) {
+      in[d] = {devices_[d]->upload(ids), devices_[d]->upload(at), devices_[d]->upload(last)};
+      in[d].insert(in[d].end(), states_[d].begin(), states_[d].end());
+      states_[d].clear();  // donated: the outputs are the states now
+    }
+    std::vector<std::vector<Buffer>> out = executable(window).call(weights_, in);
+    for (size_t d = 0; d < devices_.size(); ++d)
+      states_[d].assign(out[d].begin() + 1, out[d].end());
+    HostBuffer l = out[0][0].to_host();  // the logits are whole on every device
     logits.assign(l.as<float>().begin(), l.as<float>().end());
     position_ += chunk;
     done += chunk;

@@ -14,6 +14,7 @@
 #include "prism/io/load.h"
 #include "prism/models/causal_lm.h"
 #include "prism/runtime/compile.h"
+#include "prism/runtime/sharded.h"
 
 namespace prism::llm {
 
@@ -28,6 +29,9 @@ struct EngineOptions {
   // compiles through this cache when one is given, and the programs live while a holder does.
   // Without one, an engine compiles its own and frees them when it goes.
   std::shared_ptr<CompileCache> compile_cache;
+  // The devices the model is split across (docs/sharding.md): `{"model", N}` runs it
+  // tensor-parallel over N devices of the platform. Empty: one device.
+  Mesh mesh;
 };
 
 // The model's step over a window of `window` tokens for conversations of up to `seqlen`
@@ -35,6 +39,10 @@ struct EngineOptions {
 // scalars), then the states; outputs: the logits at `last`, then the updated states.
 Executable compile_step(Platform& platform, const models::CausalLM& model, int64_t window,
                         int64_t seqlen, CompileCache* cache = nullptr);
+// The same step over the devices of `mesh`, with the states split as the model says.
+ShardedExecutable compile_sharded_step(Platform& platform, const models::CausalLM& model,
+                                       int64_t window, int64_t seqlen, const Mesh& mesh,
+                                       CompileCache* cache = nullptr);
 
 class Engine {
  public:
@@ -44,8 +52,12 @@ class Engine {
   // The model's info, with generation_config.json's eos ids added to config.json's.
   const models::ModelInfo& info() const { return info_; }
   int64_t position() const { return position_; }
-  // The decode states on the device, in the model's state_specs() order.
-  const std::vector<Buffer>& states() const { return states_; }
+  // The decode states on the (first) device, in the model's state_specs() order.
+  const std::vector<Buffer>& states() const { return states_[0]; }
+  // Every device's decode states and weights (one device unless options.mesh splits it).
+  const std::vector<std::vector<Buffer>>& device_states() const { return states_; }
+  const std::vector<io::Weights>& device_weights() const { return weights_; }
+  const std::vector<Platform*>& devices() const { return devices_; }
   int64_t seqlen() const { return options_.seqlen; }
 
   // Runs `tokens` at the current position and returns the logits after the last one.
@@ -55,18 +67,19 @@ class Engine {
   void reset();
 
  private:
-  Executable& executable(int64_t window);
+  ShardedExecutable& executable(int64_t window);
 
   Platform& platform_;
+  std::vector<Platform*> devices_;
   EngineOptions options_;
   std::unique_ptr<models::CausalLM> model_;
   models::ModelInfo info_;
   io::Store store_;
-  io::Weights weights_;
+  std::vector<io::Weights> weights_;  // per device
   std::vector<models::StateSpec> state_specs_;
-  std::vector<Buffer> states_;
-  std::map<int64_t, Executable> executables_;
-  std::optional<Executable> reset_;  // zeros into the non-positional states, compiled on use
+  std::vector<std::vector<Buffer>> states_;  // per device
+  std::map<int64_t, ShardedExecutable> executables_;
+  std::optional<ShardedExecutable> reset_;  // zeros into the non-positional states, on use
   int64_t position_ = 0;
 };
 

@@ -34,9 +34,14 @@ struct ModelInfo {
 // One tensor of decode state. A positional state (a KV cache) is written at the positions
 // being fed and read only below them, so it needs no clearing between conversations; any
 // other state (a recurrent or convolution state) is cleared when a conversation starts over.
+// The mesh axis the models split over for tensor parallelism (`--devices=N` is {model: N}).
+inline constexpr const char* kModelAxis = "model";
+
 struct StateSpec {
   Shape shape;
   bool positional = false;
+  // How the state is split on a mesh (a KV cache by heads, as the projections that fill it).
+  Sharding sharding = {};
 };
 
 class CausalLM {

@@ -101,19 +101,27 @@ std::vector<Shape> Llama::cache_shapes(int64_t max_seq) const {
   return std::vector<Shape>(2 * config_.num_layers, s);
 }
 
+// Tensor parallelism (Megatron): the query, key, value, gate and up projections are split by
+// their outputs (whole heads), the output and down projections by their inputs, so each
+// device computes its heads and its slice of the MLP, and one all-reduce follows each block.
+// Key/value heads fewer than the devices stay whole on each (multi-query attention).
 std::vector<StateSpec> Llama::state_specs(int64_t seqlen) const {
   std::vector<StateSpec> specs;
-  for (const Shape& s : cache_shapes(seqlen)) specs.push_back({s, /*positional=*/true});
+  for (const Shape& s : cache_shapes(seqlen)) {
+    specs.push_back({s, /*positional=*/true, Sharding().split_if_divisible("h", kModelAxis)});
+  }
   return specs;
 }
 
-Tensor Llama::weight(const std::string& name, std::initializer_list<Dim> dims) const {
-  return Tensor::parameter(name, Shape(dtype_, dims));
+Tensor Llama::weight(const std::string& name, std::initializer_list<Dim> dims,
+                     const Sharding& sharding) const {
+  return Tensor::parameter(name, Shape(dtype_, dims), sharding);
 }
 
 // x.dot(W) for a Hugging Face Linear weight stored [out, in]: contracts `in`, adds `out`.
-Tensor Llama::linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n) const {
-  return x.dot(weight(name, {{out, n}, {in, x.size(in)}}), in);
+Tensor Llama::linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n,
+                     const Sharding& sharding) const {
+  return x.dot(weight(name, {{out, n}, {in, x.size(in)}}, sharding), in);
 }
 
 std::vector<Tensor> Llama::forward(const Tensor& tokens, const Tensor& start, const Tensor& last,
@@ -135,11 +143,13 @@ std::vector<Tensor> Llama::forward(const Tensor& tokens, const Tensor& start, co
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     Tensor h = norm(x, p + "input_layernorm.weight");
-    Tensor q = linear(h, p + "self_attn.q_proj.weight", "d", "o", heads * hd)
+    const Sharding by_heads = Sharding().split("o", kModelAxis, hd);
+    const Sharding by_kv_heads = Sharding().split_if_divisible("o", kModelAxis, hd);
+    Tensor q = linear(h, p + "self_attn.q_proj.weight", "d", "o", heads * hd, by_heads)
                    .split("o", {{"h", heads}, {"hd", hd}});
-    Tensor k = linear(h, p + "self_attn.k_proj.weight", "d", "o", kv * hd)
+    Tensor k = linear(h, p + "self_attn.k_proj.weight", "d", "o", kv * hd, by_kv_heads)
                    .split("o", {{"h", kv}, {"hd", hd}});
-    Tensor v = linear(h, p + "self_attn.v_proj.weight", "d", "o", kv * hd)
+    Tensor v = linear(h, p + "self_attn.v_proj.weight", "d", "o", kv * hd, by_kv_heads)
                    .split("o", {{"h", kv}, {"hd", hd}});
     q = nn::rope(q, cos, sin, "hd");
     k = nn::rope(k, cos, sin, "hd");
@@ -151,11 +161,15 @@ std::vector<Tensor> Llama::forward(const Tensor& tokens, const Tensor& start, co
     Tensor a =
         nn::attention(q.rename({{"s", "q"}}), keys, values, {.causal = true, .offset = start});
     Tensor merged = a.merge({"h", "hd"}, "a").rename({{"q", "s"}});
-    x = x + linear(merged, p + "self_attn.o_proj.weight", "a", "o", d).rename({{"o", "d"}});
+    x = x + linear(merged, p + "self_attn.o_proj.weight", "a", "o", d,
+                   Sharding().split("a", kModelAxis, hd))
+                .rename({{"o", "d"}});
     h = norm(x, p + "post_attention_layernorm.weight");
-    Tensor gate = linear(h, p + "mlp.gate_proj.weight", "d", "f", c.intermediate_size);
-    Tensor up = linear(h, p + "mlp.up_proj.weight", "d", "f", c.intermediate_size);
-    x = x + linear(gate.silu() * up, p + "mlp.down_proj.weight", "f", "o", d).rename({{"o", "d"}});
+    const Sharding by_f = Sharding().split("f", kModelAxis);
+    Tensor gate = linear(h, p + "mlp.gate_proj.weight", "d", "f", c.intermediate_size, by_f);
+    Tensor up = linear(h, p + "mlp.up_proj.weight", "d", "f", c.intermediate_size, by_f);
+    x = x + linear(gate.silu() * up, p + "mlp.down_proj.weight", "f", "o", d, by_f)
+                .rename({{"o", "d"}});
   }
   Tensor final = norm(x.dynamic_slice("s", last, 1), "model.norm.weight");
   std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";

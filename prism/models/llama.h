@@ -58,8 +58,10 @@ class Llama : public CausalLM {
                               std::span<const Tensor> caches) const override;
 
  private:
-  Tensor weight(const std::string& name, std::initializer_list<Dim> dims) const;
-  Tensor linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n) const;
+  Tensor weight(const std::string& name, std::initializer_list<Dim> dims,
+                const Sharding& sharding = {}) const;
+  Tensor linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n,
+                const Sharding& sharding = {}) const;
 
   LlamaConfig config_;
   ModelInfo info_;

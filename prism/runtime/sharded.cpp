@@ -19,25 +19,29 @@ std::shared_ptr<DeviceThreads> threads_for(const std::vector<Platform*>& devices
   return t;
 }
 
-// Calls f(offsets, sizes) with, for device `device`, the start and extent of its shard along
-// every dim of `whole`.
-void shard_box(const Shape& whole, const compiler::Split& split, const Mesh& mesh, int64_t device,
-               std::vector<int64_t>& start, std::vector<int64_t>& size) {
-  start.assign(whole.rank(), 0);
-  size = whole.sizes();
-  for (int d = 0; d < whole.rank(); ++d) {
-    if (d >= static_cast<int>(split.size()) || split[d] < 0) continue;
-    const int64_t n = mesh.axes()[split[d]].size;
-    size[d] = whole.size(d) / n;
-    start[d] = mesh.coordinate(device, split[d]) * size[d];
-  }
+std::vector<Dim> with_sizes(const Shape& s, const std::vector<int64_t>& sizes) {
+  std::vector<Dim> dims(s.dims().begin(), s.dims().end());
+  for (size_t d = 0; d < dims.size(); ++d) dims[d].size = sizes[d];
+  return dims;
 }
 
-// Copies the box (start, size) of a row-major tensor `dims` at `whole` to or from the dense
-// `box`, innermost dim contiguous.
+}  // namespace
+
+ShardBox shard_box(const Shape& whole, const compiler::Split& split, const Mesh& mesh,
+                   int64_t device) {
+  ShardBox box{std::vector<int64_t>(whole.rank(), 0), whole.sizes()};
+  for (int d = 0; d < whole.rank(); ++d) {
+    if (d >= static_cast<int>(split.size()) || split[d] < 0) continue;
+    box.size[d] = whole.size(d) / mesh.axes()[split[d]].size;
+    box.start[d] = mesh.coordinate(device, split[d]) * box.size[d];
+  }
+  return box;
+}
+
 void copy_box(std::byte* whole, std::byte* box, const std::vector<int64_t>& dims,
-              const std::vector<int64_t>& start, const std::vector<int64_t>& size, size_t elem,
-              bool to_box) {
+              const ShardBox& where, size_t elem, bool to_box) {
+  const std::vector<int64_t>& start = where.start;
+  const std::vector<int64_t>& size = where.size;
   const int rank = static_cast<int>(dims.size());
   if (rank == 0) {
     to_box ? std::memcpy(box, whole, elem) : std::memcpy(whole, box, elem);
@@ -59,20 +63,11 @@ void copy_box(std::byte* whole, std::byte* box, const std::vector<int64_t>& dims
   }
 }
 
-std::vector<Dim> with_sizes(const Shape& s, const std::vector<int64_t>& sizes) {
-  std::vector<Dim> dims(s.dims().begin(), s.dims().end());
-  for (size_t d = 0; d < dims.size(); ++d) dims[d].size = sizes[d];
-  return dims;
-}
-
-}  // namespace
-
 HostBuffer shard_of(const HostBuffer& whole, const compiler::Split& split, const Mesh& mesh,
                     int64_t device) {
-  std::vector<int64_t> start, size;
-  shard_box(whole.shape(), split, mesh, device, start, size);
-  HostBuffer out(Shape(whole.shape().dtype(), with_sizes(whole.shape(), size)));
-  copy_box(const_cast<std::byte*>(whole.data()), out.data(), whole.shape().sizes(), start, size,
+  ShardBox box = shard_box(whole.shape(), split, mesh, device);
+  HostBuffer out(Shape(whole.shape().dtype(), with_sizes(whole.shape(), box.size)));
+  copy_box(const_cast<std::byte*>(whole.data()), out.data(), whole.shape().sizes(), box,
            size_of(whole.shape().dtype()), true);
   return out;
 }
@@ -87,10 +82,8 @@ HostBuffer assemble(std::span<const HostBuffer> shards, const compiler::Split& s
   }
   HostBuffer whole(Shape(shards[0].shape().dtype(), with_sizes(shards[0].shape(), sizes)));
   for (int64_t k = 0; k < mesh.devices(); ++k) {
-    std::vector<int64_t> start, size;
-    shard_box(whole.shape(), split, mesh, k, start, size);
-    copy_box(whole.data(), const_cast<std::byte*>(shards[k].data()), sizes, start, size,
-             size_of(whole.shape().dtype()), false);
+    copy_box(whole.data(), const_cast<std::byte*>(shards[k].data()), sizes,
+             shard_box(whole.shape(), split, mesh, k), size_of(whole.shape().dtype()), false);
   }
   return whole;
 }
@@ -167,7 +160,21 @@ ShardedExecutable compile_sharded(Platform& platform, const TraceFn& fn, std::ve
     const Sharding s = i < options.inputs.size() ? options.inputs[i] : Sharding();
     exe.input_splits_.push_back(s.resolve(inputs[i], options.mesh, fmt::format("input {}", i)));
   }
-  compiler::Partitioned p = compiler::partition(traced, options.mesh, exe.input_splits_);
+  compiler::Partitioned p;
+  if (exe.devices_.size() == 1) {  // nothing to split: the graph as traced
+    for (ir::ValueId id : traced.parameters()) {
+      const ir::Node& n = traced.node(id);
+      p.parameters[n.attr<ir::ParameterAttrs>().name] = compiler::Split(n.shape.rank(), -1);
+    }
+    for (ir::ValueId id : traced.outputs()) {
+      p.outputs.push_back(compiler::Split(traced.node(id).shape.rank(), -1));
+    }
+    for (compiler::Split& s : exe.input_splits_) s.assign(s.size(), -1);
+    p.graph = std::move(traced);
+    traced = p.graph;
+  } else {
+    p = compiler::partition(traced, options.mesh, exe.input_splits_);
+  }
   exe.output_splits_ = p.outputs;
   for (ir::ValueId id : traced.parameters()) {
     const auto& a = traced.node(id).attr<ir::ParameterAttrs>();

@@ -74,6 +74,18 @@ class ShardedExecutable {
 ShardedExecutable compile_sharded(Platform& platform, const TraceFn& fn, std::vector<Shape> inputs,
                                   const ShardedCompileOptions& options);
 
+// Where device `device`'s shard lies in a tensor of `whole` split as `split`: its first index
+// and its extent along each dim.
+struct ShardBox {
+  std::vector<int64_t> start, size;
+};
+ShardBox shard_box(const Shape& whole, const compiler::Split& split, const Mesh& mesh,
+                   int64_t device);
+// Copies the box (start, size) of a row-major tensor of `dims` at `whole` into the dense `box`
+// (to_box), or back.
+void copy_box(std::byte* whole, std::byte* box, const std::vector<int64_t>& dims,
+              const ShardBox& where, size_t element_bytes, bool to_box);
+
 // Device `device`'s shard of `whole`, split as `split`.
 HostBuffer shard_of(const HostBuffer& whole, const compiler::Split& split, const Mesh& mesh,
                     int64_t device);

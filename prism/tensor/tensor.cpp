@@ -96,9 +96,9 @@ Tensor make_node(Node node) {
 Tensor Tensor::parameter(std::string name, const Shape& shape, const Sharding& sharding) {
   Tensor t;
   t.shape_ = shape;
-  for (const auto& [tag, axis] : sharding.splits()) {
-    PRISM_CHECK(shape.has(tag), "parameter \"{}\": split tag '{}' is not one of {}", name,
-                tag.str(), shape.str());
+  for (const Sharding::Split& s : sharding.splits()) {
+    PRISM_CHECK(shape.has(s.tag), "parameter \"{}\": split tag '{}' is not one of {}", name,
+                s.tag.str(), shape.str());
   }
   t.param_ = std::make_shared<const ir::ParameterAttrs>(
       ir::ParameterAttrs{std::move(name), sharding.replicated() ? "" : sharding.str()});

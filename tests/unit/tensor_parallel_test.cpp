@@ -1,0 +1,127 @@
+// The tiny checkpoints split across CPU devices (docs/sharding.md): the same greedy ids and
+// f32 logits as on one device, each device holding only its shard of each split weight and
+// cache.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "prism/backends/registry.h"
+#include "prism/llm/engine.h"
+#include "tests/unit/llm_test_util.h"
+#include "tests/unit/test_util.h"
+
+namespace prism {
+namespace {
+
+using testing::greedy;
+
+struct CpuDevices {
+  explicit CpuDevices(int n) { setenv("PRISM_CPU_DEVICES", std::to_string(n).c_str(), 1); }
+  ~CpuDevices() { unsetenv("PRISM_CPU_DEVICES"); }
+};
+
+llm::EngineOptions options(int devices) {
+  llm::EngineOptions o;
+  o.seqlen = 64;
+  o.dtype = DType::f32;
+  o.load.report = false;
+  if (devices > 1) o.mesh = Mesh({{"model", devices}});
+  return o;
+}
+
+const std::vector<int32_t> kPrompt{128000, 9906, 11, 1268, 527, 499, 30};
+
+void expect_same_as_one_device(const std::string& dir, int n) {
+  SCOPED_TRACE(dir + " on " + std::to_string(n) + " devices");
+  CpuDevices devices(4);
+  llm::Engine one(dir, get_platform("cpu"), options(1));
+  llm::Engine split(dir, get_platform("cpu"), options(n));
+  ASSERT_EQ(split.devices().size(), static_cast<size_t>(n));
+  std::vector<int32_t> prompt = kPrompt;
+  for (int32_t& t : prompt) t %= static_cast<int32_t>(one.info().vocab_size);
+  std::vector<float> want = one.feed(prompt), got = split.feed(prompt);
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, double(std::abs(got[i] - want[i])));
+  EXPECT_LT(worst, 1e-4);
+  EXPECT_EQ(greedy(split, got, 24), greedy(one, want, 24));
+}
+
+std::string fixture(const std::string& family, const std::string& name) {
+  return std::string(PRISM_TEST_DATA) + "/" + family + "/" + name;
+}
+
+TEST(TensorParallel, LlamaMatchesOneDevice) {
+  for (int n : {2, 4}) expect_same_as_one_device(fixture("llama", "tiny-f32"), n);
+}
+
+TEST(TensorParallel, Qwen35MatchesOneDevice) {
+  for (int n : {2, 4}) expect_same_as_one_device(fixture("qwen3_5", "tiny-bf16-untied"), n);
+}
+
+TEST(TensorParallel, Lfm2MatchesOneDevice) {
+  for (int n : {2, 4}) expect_same_as_one_device(fixture("lfm2", "tiny-bf16-untied"), n);
+}
+
+// Each device holds its block of every split weight and nothing of the others' blocks: a
+// split weight's shards add up to the whole, a whole weight is on every device.
+TEST(TensorParallel, EachDeviceHoldsOnlyItsShards) {
+  CpuDevices devices(2);
+  const std::string dir = fixture("llama", "tiny-f32");
+  llm::Engine one(dir, get_platform("cpu"), options(1));
+  llm::Engine split(dir, get_platform("cpu"), options(2));
+  const io::Weights& whole = split.device_weights()[0];
+  int split_weights = 0;
+  for (const auto& [name, buffer] : one.device_weights()[0]) {
+    const int64_t full = buffer.shape().numel();
+    const int64_t a = split.device_weights()[0].at(name).shape().numel();
+    const int64_t b = split.device_weights()[1].at(name).shape().numel();
+    EXPECT_EQ(a, b) << name;
+    const bool is_split = name.find("proj") != std::string::npos &&
+                          name.find("k_proj") == std::string::npos &&
+                          name.find("v_proj") == std::string::npos;  // one key/value head
+    EXPECT_EQ(a, is_split ? full / 2 : full) << name;
+    split_weights += is_split;
+    // The shards hold the whole tensor's values, each device its own block.
+    if (is_split) {
+      HostBuffer w = buffer.to_host();
+      HostBuffer s0 = split.device_weights()[0].at(name).to_host();
+      const bool rows =
+          name.find("o_proj") == std::string::npos && name.find("down_proj") == std::string::npos;
+      const int64_t cols = w.shape().size(1);
+      EXPECT_EQ(s0.as<float>()[0], w.as<float>()[0]) << name;
+      if (rows) {
+        EXPECT_EQ(split.device_weights()[1].at(name).to_host().as<float>()[0],
+                  w.as<float>()[full / 2])
+            << name;
+      } else {
+        EXPECT_EQ(split.device_weights()[1].at(name).to_host().as<float>()[0],
+                  w.as<float>()[cols / 2])
+            << name;
+      }
+    }
+  }
+  EXPECT_EQ(split_weights, 3 * 5);  // q, o, gate, up, down in each of 3 layers
+  (void)whole;
+  // One key/value head: the caches stay whole on both devices.
+  for (size_t i = 0; i < split.states().size(); ++i) {
+    EXPECT_EQ(split.device_states()[1][i].shape(), one.states()[i].shape());
+  }
+}
+
+TEST(TensorParallel, BadMeshesGiveOneClearError) {
+  CpuDevices devices(4);
+  const std::string dir = fixture("llama", "tiny-f32");
+  llm::EngineOptions o = options(3);
+  EXPECT_EQ(testing::error_of([&] { llm::Engine e(dir, get_platform("cpu"), o); }),
+            "parameter \"model.layers.0.self_attn.q_proj.weight\": tag 'o' of size 16 does not "
+            "divide by mesh axis 'model' of 3 devices in blocks of 4");
+  o.mesh = Mesh({{"model", 8}});
+  EXPECT_EQ(testing::error_of([&] { llm::Engine e(dir, get_platform("cpu"), o); }),
+            "cpu: the mesh {model=8} needs 8 devices, the CPU offers 4 (one per core; "
+            "PRISM_CPU_DEVICES sets another count)");
+}
+
+}  // namespace
+}  // namespace prism

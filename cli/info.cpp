@@ -15,7 +15,9 @@ int run_info() {
       std::printf("  %-8s unavailable: %s\n", s.name.c_str(), s.reason.c_str());
       continue;
     }
-    std::printf("  %-8s available\n", s.name.c_str());
+    const int64_t mesh = prism::get_platform(s.name).mesh_capacity();
+    std::printf("  %-8s available, a mesh of up to %lld device%s\n", s.name.c_str(),
+                static_cast<long long>(mesh), mesh == 1 ? "" : "s");
     for (const prism::DeviceInfo& d : prism::get_platform(s.name).devices()) {
       if (d.memory_bytes > 0) {
         std::printf("    - %s, %.1f GiB\n", d.name.c_str(),

@@ -38,6 +38,8 @@ struct Options {
   int64_t seqlen = 4096;
   std::string platform;
   std::string dtype = "f32";
+  int64_t devices = 1;
+  std::string mesh;
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -147,8 +149,12 @@ int run(const Options& o) {
     tokenizer = prism::llm::Tokenizer::load(o.model);
   }
 
+  PRISM_CHECK(o.devices >= 1, "llm: --devices must be at least 1, got {}", o.devices);
+  PRISM_CHECK(o.devices == 1 || o.mesh.empty(), "llm: give --devices or --mesh, not both");
   prism::Platform& platform = prism::get_platform(o.platform);
   prism::llm::EngineOptions options;
+  if (o.devices > 1) options.mesh = prism::Mesh({{prism::models::kModelAxis, o.devices}});
+  if (!o.mesh.empty()) options.mesh = prism::Mesh::parse(o.mesh);
   options.seqlen = o.seqlen;
   options.dtype = dtype;
   options.load.zero_copy = o.map_weights;
@@ -253,6 +259,9 @@ const prism::cli::RegisterCommand kLlm{
       app.add_option("--seqlen", o->seqlen, "KV cache length")->capture_default_str();
       app.add_option("--platform", o->platform, "cpu, opencl, cuda, auto");
       app.add_option("--dtype", o->dtype, "f32 or bf16")->capture_default_str();
+      app.add_option("--devices", o->devices,
+                     "run tensor-parallel over N devices of the platform (--mesh=model:N)");
+      app.add_option("--mesh", o->mesh, "the devices as named axes, as in model:2");
       return [o] { return run(*o); };
     }};
 

@@ -220,6 +220,8 @@ class Partitioner {
       case Op::dynamic_slice:
       case Op::slice:
         return slice(id);
+      case Op::concatenate:
+        return concatenate(id);
       default:
         return replicated(id);
     }
@@ -424,6 +426,19 @@ class Partitioner {
       std::vector<Split> wants{want, want};
       for (size_t k = 2; k < n.inputs.size(); ++k) wants.push_back({});
       if (auto ids = operands_as(n, wants)) return emit(n, *ids, want);
+    }
+    return replicated(id);
+  }
+
+  // Operands split alike along other dims than the one they are joined on stay so.
+  Value concatenate(ValueId id) {
+    const Node& n = g_.node(id);
+    Split want = reduce_partial(map_[n.inputs[0]]).split;
+    want[n.attr<ir::AxisAttrs>().axis] = -1;
+    if (any_split(want)) {
+      if (auto ids = operands_as(n, std::vector<Split>(n.inputs.size(), want))) {
+        return emit(n, *ids, want);
+      }
     }
     return replicated(id);
   }

@@ -40,6 +40,15 @@ Engine::Engine(const std::string& model_uri, Platform& platform, const EngineOpt
   // Every window's executable reads the same weights: load them for the first one.
   ShardedExecutable& first = executable(1);
   devices_ = first.devices();
+  // A mesh axis nothing is split over would only copy the model: surely not what was meant.
+  for (size_t a = 0; a < options_.mesh.axes().size(); ++a) {
+    bool used = options_.mesh.axes()[a].size == 1;
+    for (const ShardedExecutable::Parameter& p : first.parameters()) {
+      for (int axis : p.split) used = used || axis == static_cast<int>(a);
+    }
+    PRISM_CHECK(used, "llm: mesh axis '{}' splits nothing in this {} model (it splits over '{}')",
+                options_.mesh.axes()[a].name, info_.model_type, models::kModelAxis);
+  }
   states_.resize(devices_.size());
   for (size_t i = 0; i < state_specs_.size(); ++i) {
     const compiler::Split& split = first.input_splits()[3 + i];

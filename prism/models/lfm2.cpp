@@ -165,8 +165,9 @@ std::vector<StateSpec> Lfm2::state_specs(int64_t seqlen) const {
   std::vector<StateSpec> specs;
   for (Lfm2Config::Layer layer : c.layers) {
     if (layer == Lfm2Config::Layer::attention) {
-      specs.push_back({kv, /*positional=*/true});
-      specs.push_back({kv, /*positional=*/true});
+      const Sharding by_heads = Sharding().split_if_divisible("h", kModelAxis);
+      specs.push_back({kv, /*positional=*/true, by_heads});
+      specs.push_back({kv, /*positional=*/true, by_heads});
     } else {
       specs.push_back({conv, /*positional=*/false});
     }
@@ -174,15 +175,21 @@ std::vector<StateSpec> Lfm2::state_specs(int64_t seqlen) const {
   return specs;
 }
 
-Tensor Lfm2::weight(const std::string& name, std::initializer_list<Dim> dims) const {
-  return Tensor::parameter(name, Shape(dtype_, dims));
+Tensor Lfm2::weight(const std::string& name, std::initializer_list<Dim> dims,
+                    const Sharding& sharding) const {
+  return Tensor::parameter(name, Shape(dtype_, dims), sharding);
 }
 
 // x.dot(W) (+ b) for a Hugging Face Linear `name` stored [out, in]: contracts `in`, adds `out`.
-Tensor Lfm2::linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n,
-                    bool bias) const {
-  Tensor y = x.dot(weight(name + ".weight", {{out, n}, {in, x.size(in)}}), in);
-  return bias ? y + weight(name + ".bias", {{out, n}}) : y;
+// A bias is split as the weight's outputs are (and added once, where the outputs are whole).
+Tensor Lfm2::linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n, bool bias,
+                    const Sharding& sharding) const {
+  Tensor y = x.dot(weight(name + ".weight", {{out, n}, {in, x.size(in)}}, sharding), in);
+  Sharding bias_sharding;
+  for (const Sharding::Split& s : sharding.splits()) {
+    if (s.tag == out) bias_sharding.split(s.tag, s.axis, s.unit);
+  }
+  return bias ? y + weight(name + ".bias", {{out, n}}, bias_sharding) : y;
 }
 
 // Lfm2ShortConv: in_proj gives B, C and x; the causal depthwise convolution of B*x (its state
@@ -211,12 +218,15 @@ Tensor Lfm2::attention_block(const Tensor& h, const std::string& p, const Tensor
   auto head_norm = [&](const Tensor& x, const std::string& name) {
     return x.rms_norm("hd", c.norm_eps) * weight(name, {{"hd", hd}});
   };
-  Tensor q = linear(h, p + "self_attn.q_proj", "d", "o", heads * hd)
+  // Split across devices by heads (Megatron): see llama.cpp.
+  const Sharding by_kv_heads = Sharding().split_if_divisible("o", kModelAxis, hd);
+  Tensor q = linear(h, p + "self_attn.q_proj", "d", "o", heads * hd, false,
+                    Sharding().split_if_divisible("o", kModelAxis, hd))
                  .split("o", {{"h", heads}, {"hd", hd}});
-  Tensor k =
-      linear(h, p + "self_attn.k_proj", "d", "o", kv * hd).split("o", {{"h", kv}, {"hd", hd}});
-  Tensor v =
-      linear(h, p + "self_attn.v_proj", "d", "o", kv * hd).split("o", {{"h", kv}, {"hd", hd}});
+  Tensor k = linear(h, p + "self_attn.k_proj", "d", "o", kv * hd, false, by_kv_heads)
+                 .split("o", {{"h", kv}, {"hd", hd}});
+  Tensor v = linear(h, p + "self_attn.v_proj", "d", "o", kv * hd, false, by_kv_heads)
+                 .split("o", {{"h", kv}, {"hd", hd}});
   q = nn::rope(head_norm(q, p + "self_attn.q_layernorm.weight"), cos, sin, "hd");
   k = nn::rope(head_norm(k, p + "self_attn.k_layernorm.weight"), cos, sin, "hd");
   // The window's keys and values go into the cache at `start`; attention reads the cache.
@@ -224,7 +234,9 @@ Tensor Lfm2::attention_block(const Tensor& h, const std::string& p, const Tensor
   values = values_in.dynamic_update_slice(v.rename({{"s", "k"}}), {{"k", start}});
   Tensor a = nn::attention(q.rename({{"s", "q"}}), keys, values, {.causal = true, .offset = start});
   Tensor merged = a.merge({"h", "hd"}, "a").rename({{"q", "s"}});
-  return linear(merged, p + "self_attn.out_proj", "a", "o", c.hidden_size).rename({{"o", "d"}});
+  return linear(merged, p + "self_attn.out_proj", "a", "o", c.hidden_size, false,
+                Sharding().split_if_divisible("a", kModelAxis, hd))
+      .rename({{"o", "d"}});
 }
 
 std::vector<Tensor> Lfm2::forward(const Tensor& tokens, const Tensor& start, const Tensor& last,
@@ -259,9 +271,11 @@ std::vector<Tensor> Lfm2::forward(const Tensor& tokens, const Tensor& start, con
       outputs.push_back(values);
     }
     h = norm(x, p + "ffn_norm.weight");
-    Tensor gate = linear(h, p + "feed_forward.w1", "d", "f", c.intermediate_size);
-    Tensor up = linear(h, p + "feed_forward.w3", "d", "f", c.intermediate_size);
-    x = x + linear(gate.silu() * up, p + "feed_forward.w2", "f", "o", d).rename({{"o", "d"}});
+    const Sharding by_f = Sharding().split("f", kModelAxis);
+    Tensor gate = linear(h, p + "feed_forward.w1", "d", "f", c.intermediate_size, false, by_f);
+    Tensor up = linear(h, p + "feed_forward.w3", "d", "f", c.intermediate_size, false, by_f);
+    x = x + linear(gate.silu() * up, p + "feed_forward.w2", "f", "o", d, false, by_f)
+                .rename({{"o", "d"}});
   }
   Tensor final = norm(x.dynamic_slice("s", last, 1), "model.embedding_norm.weight");
   std::string head = c.tie_word_embeddings ? "model.embed_tokens" : "lm_head";

@@ -54,9 +54,10 @@ class Lfm2 : public CausalLM {
                               std::span<const Tensor> states) const override;
 
  private:
-  Tensor weight(const std::string& name, std::initializer_list<Dim> dims) const;
+  Tensor weight(const std::string& name, std::initializer_list<Dim> dims,
+                const Sharding& sharding = {}) const;
   Tensor linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n,
-                bool bias = false) const;
+                bool bias = false, const Sharding& sharding = {}) const;
   Tensor short_conv_block(const Tensor& h, const std::string& prefix, const Tensor& last,
                           const Tensor& state, Tensor& next_state) const;
   Tensor attention_block(const Tensor& h, const std::string& prefix, const Tensor& start,

@@ -104,7 +104,8 @@ std::vector<Shape> Llama::cache_shapes(int64_t max_seq) const {
 // Tensor parallelism (Megatron): the query, key, value, gate and up projections are split by
 // their outputs (whole heads), the output and down projections by their inputs, so each
 // device computes its heads and its slice of the MLP, and one all-reduce follows each block.
-// Key/value heads fewer than the devices stay whole on each (multi-query attention).
+// Heads that do not divide among the devices stay whole, computed on each (a model with fewer
+// heads than devices still splits its MLP); so do key/value heads fewer than the devices.
 std::vector<StateSpec> Llama::state_specs(int64_t seqlen) const {
   std::vector<StateSpec> specs;
   for (const Shape& s : cache_shapes(seqlen)) {
@@ -143,8 +144,8 @@ std::vector<Tensor> Llama::forward(const Tensor& tokens, const Tensor& start, co
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     Tensor h = norm(x, p + "input_layernorm.weight");
-    const Sharding by_heads = Sharding().split("o", kModelAxis, hd);
-    const Sharding by_kv_heads = Sharding().split_if_divisible("o", kModelAxis, hd);
+    const Sharding by_heads = Sharding().split_if_divisible("o", kModelAxis, hd);
+    const Sharding& by_kv_heads = by_heads;
     Tensor q = linear(h, p + "self_attn.q_proj.weight", "d", "o", heads * hd, by_heads)
                    .split("o", {{"h", heads}, {"hd", hd}});
     Tensor k = linear(h, p + "self_attn.k_proj.weight", "d", "o", kv * hd, by_kv_heads)
@@ -162,7 +163,7 @@ std::vector<Tensor> Llama::forward(const Tensor& tokens, const Tensor& start, co
         nn::attention(q.rename({{"s", "q"}}), keys, values, {.causal = true, .offset = start});
     Tensor merged = a.merge({"h", "hd"}, "a").rename({{"q", "s"}});
     x = x + linear(merged, p + "self_attn.o_proj.weight", "a", "o", d,
-                   Sharding().split("a", kModelAxis, hd))
+                   Sharding().split_if_divisible("a", kModelAxis, hd))
                 .rename({{"o", "d"}});
     h = norm(x, p + "post_attention_layernorm.weight");
     const Sharding by_f = Sharding().split("f", kModelAxis);

@@ -150,21 +150,23 @@ std::vector<StateSpec> Qwen3_5::state_specs(int64_t seqlen) const {
                        false});
     } else {
       Shape kv(dtype_, {{"h", c.num_kv_heads}, {"k", seqlen}, {"hd", c.head_dim}});
-      specs.push_back({kv, true});
-      specs.push_back({kv, true});
+      const Sharding by_heads = Sharding().split_if_divisible("h", kModelAxis);
+      specs.push_back({kv, true, by_heads});
+      specs.push_back({kv, true, by_heads});
     }
   }
   return specs;
 }
 
 Tensor Qwen3_5::weight(const std::string& name, std::initializer_list<Dim> dims,
-                       std::optional<DType> dtype) const {
-  return Tensor::parameter(name, Shape(dtype.value_or(dtype_), dims));
+                       std::optional<DType> dtype, const Sharding& sharding) const {
+  return Tensor::parameter(name, Shape(dtype.value_or(dtype_), dims), sharding);
 }
 
 // x.dot(W) for a Hugging Face Linear weight stored [out, in]: contracts `in`, adds `out`.
-Tensor Qwen3_5::linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n) const {
-  return x.dot(weight(name, {{out, n}, {in, x.size(in)}}), in);
+Tensor Qwen3_5::linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n,
+                       const Sharding& sharding) const {
+  return x.dot(weight(name, {{out, n}, {in, x.size(in)}}, {}, sharding), in);
 }
 
 // Qwen's RMSNorm scales by (1 + w): its weights are stored centred on zero.
@@ -225,12 +227,17 @@ Tensor Qwen3_5::full_attention(const Tensor& x, const std::string& p, const Tens
   const Qwen3_5Config& c = config_;
   const int64_t heads = c.num_heads, kv = c.num_kv_heads, hd = c.head_dim, rot = c.rotary_dim;
   // q_proj gives each head its query and then its output gate.
-  Tensor qg = linear(x, p + "q_proj.weight", "d", "o", heads * 2 * hd)
+  // Split across devices by heads (Megatron): see llama.cpp.
+  Tensor qg = linear(x, p + "q_proj.weight", "d", "o", heads * 2 * hd,
+                     Sharding().split_if_divisible("o", kModelAxis, 2 * hd))
                   .split("o", {{"h", heads}, {"x", 2 * hd}});
   Tensor q = qg.slice("x", 0, hd).rename({{"x", "hd"}});
   Tensor gate = qg.slice("x", hd, hd).rename({{"x", "hd"}});
-  Tensor k = linear(x, p + "k_proj.weight", "d", "o", kv * hd).split("o", {{"h", kv}, {"hd", hd}});
-  Tensor v = linear(x, p + "v_proj.weight", "d", "o", kv * hd).split("o", {{"h", kv}, {"hd", hd}});
+  const Sharding by_kv_heads = Sharding().split_if_divisible("o", kModelAxis, hd);
+  Tensor k = linear(x, p + "k_proj.weight", "d", "o", kv * hd, by_kv_heads)
+                 .split("o", {{"h", kv}, {"hd", hd}});
+  Tensor v = linear(x, p + "v_proj.weight", "d", "o", kv * hd, by_kv_heads)
+                 .split("o", {{"h", kv}, {"hd", hd}});
   q = norm(q, p + "q_norm.weight", "hd");
   k = norm(k, p + "k_norm.weight", "hd");
   // Rotary embedding on the first rotary_dim dims of each head; the rest pass through.
@@ -249,7 +256,8 @@ Tensor Qwen3_5::full_attention(const Tensor& x, const std::string& p, const Tens
       nn::attention(q.rename({{"s", "q"}}), all_keys, all_values, {.causal = true, .offset = start})
           .rename({{"q", "s"}});
   a = a * gate.logistic();
-  return linear(a.merge({"h", "hd"}, "a"), p + "o_proj.weight", "a", "o", c.hidden_size)
+  return linear(a.merge({"h", "hd"}, "a"), p + "o_proj.weight", "a", "o", c.hidden_size,
+                Sharding().split_if_divisible("a", kModelAxis, hd))
       .rename({{"o", "d"}});
 }
 
@@ -277,9 +285,11 @@ std::vector<Tensor> Qwen3_5::forward(const Tensor& tokens, const Tensor& start, 
                              outputs);
     }
     h = norm(x, p + "post_attention_layernorm.weight", "d");
-    Tensor gate = linear(h, p + "mlp.gate_proj.weight", "d", "f", c.intermediate_size);
-    Tensor up = linear(h, p + "mlp.up_proj.weight", "d", "f", c.intermediate_size);
-    x = x + linear(gate.silu() * up, p + "mlp.down_proj.weight", "f", "o", d).rename({{"o", "d"}});
+    const Sharding by_f = Sharding().split("f", kModelAxis);
+    Tensor gate = linear(h, p + "mlp.gate_proj.weight", "d", "f", c.intermediate_size, by_f);
+    Tensor up = linear(h, p + "mlp.up_proj.weight", "d", "f", c.intermediate_size, by_f);
+    x = x + linear(gate.silu() * up, p + "mlp.down_proj.weight", "f", "o", d, by_f)
+                .rename({{"o", "d"}});
   }
   Tensor final = norm(x.dynamic_slice("s", last, 1), lm + "norm.weight", "d");
   std::string head = c.tie_word_embeddings ? lm + "embed_tokens.weight" : "lm_head.weight";

@@ -71,8 +71,9 @@ class Qwen3_5 : public CausalLM {
 
  private:
   Tensor weight(const std::string& name, std::initializer_list<Dim> dims,
-                std::optional<DType> dtype = {}) const;
-  Tensor linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n) const;
+                std::optional<DType> dtype = {}, const Sharding& sharding = {}) const;
+  Tensor linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n,
+                const Sharding& sharding = {}) const;
   Tensor norm(const Tensor& x, const std::string& name, Tag tag) const;  // x (1 + w)
   // Token mixers; each returns its output {s, d} and appends its updated states.
   Tensor linear_attention(const Tensor& x, const std::string& p, const Tensor& last,

@@ -111,16 +111,19 @@ TEST(TensorParallel, EachDeviceHoldsOnlyItsShards) {
 }
 
 TEST(TensorParallel, BadMeshesGiveOneClearError) {
-  CpuDevices devices(4);
+  CpuDevices devices(6);
   const std::string dir = fixture("llama", "tiny-f32");
-  llm::EngineOptions o = options(3);
+  llm::EngineOptions o = options(5);
   EXPECT_EQ(testing::error_of([&] { llm::Engine e(dir, get_platform("cpu"), o); }),
-            "parameter \"model.layers.0.self_attn.q_proj.weight\": tag 'o' of size 16 does not "
-            "divide by mesh axis 'model' of 3 devices in blocks of 4");
+            "parameter \"model.layers.0.mlp.gate_proj.weight\": tag 'f' of size 48 does not "
+            "divide by mesh axis 'model' of 5 devices");
   o.mesh = Mesh({{"model", 8}});
   EXPECT_EQ(testing::error_of([&] { llm::Engine e(dir, get_platform("cpu"), o); }),
-            "cpu: the mesh {model=8} needs 8 devices, the CPU offers 4 (one per core; "
+            "cpu: the mesh {model=8} needs 8 devices, the CPU offers 6 (one per core; "
             "PRISM_CPU_DEVICES sets another count)");
+  o.mesh = Mesh({{"data", 2}});
+  EXPECT_EQ(testing::error_of([&] { llm::Engine e(dir, get_platform("cpu"), o); }),
+            "llm: mesh axis 'data' splits nothing in this llama model (it splits over 'model')");
 }
 
 }  // namespace

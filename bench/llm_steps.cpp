@@ -12,6 +12,7 @@
 #include "prism/backends/registry.h"
 #include "prism/llm/engine.h"
 #include "prism/runtime/compile.h"
+#include "prism/runtime/sharded.h"
 
 namespace prism::bench {
 
@@ -35,34 +36,47 @@ void llm_steps_bench(const std::string& title,
     DType dtype;
     double prefill_tok_s, decode_tok_s, bytes;
   };
-  // The steps of each dtype on platform `on`, timed.
-  auto measure = [&](Platform& on, bool sample_between) {
+  // --devices=N: the steps split over N devices of the platform (tensor parallel), put beside
+  // the same steps on one device of it, measured in the same run.
+  const int64_t devices = std::stoll(option("devices", "1"));
+  PRISM_CHECK(devices >= 1, "llm-shapes: --devices must be at least 1");
+  // The steps of each dtype on platform `on`, over `mesh`, timed.
+  auto measure = [&](Platform& on, const Mesh& mesh, bool sample_between) {
     std::vector<Row> rows;
     for (DType dtype : {DType::bf16, DType::f32}) {
       std::unique_ptr<models::CausalLM> model = make(dtype);
-      Executable decode = llm::compile_step(on, *model, 1, seqlen);
-      Executable prefill = llm::compile_step(on, *model, window, seqlen);
-      std::map<std::string, Buffer, std::less<>> weights;
+      ShardedExecutable decode = llm::compile_sharded_step(on, *model, 1, seqlen, mesh);
+      ShardedExecutable prefill = llm::compile_sharded_step(on, *model, window, seqlen, mesh);
+      const std::vector<Platform*>& devs = decode.devices();
+      std::vector<NamedBuffers> weights(devs.size());
       double bytes = 0;
       for (const auto& p : decode.parameters()) {
-        weights.emplace(p.name, on.allocate(p.shape));
+        for (size_t k = 0; k < devs.size(); ++k) {
+          weights[k].emplace(p.name, devs[k]->allocate(local_shape(p.shape, p.split, mesh)));
+        }
         bytes += p.shape.bytes();
       }
       weights = decode.prepare(std::move(weights));  // as the engine does after loading
-      std::vector<Buffer> states;
-      for (const models::StateSpec& s : model->state_specs(seqlen)) {
-        states.push_back(on.allocate(s.shape));
-        if (!s.positional) bytes += 2 * s.shape.bytes();
+      std::vector<std::vector<Buffer>> states(devs.size());
+      std::vector<models::StateSpec> specs = model->state_specs(seqlen);
+      for (size_t i = 0; i < specs.size(); ++i) {
+        const Shape local = local_shape(specs[i].shape, decode.input_splits()[3 + i], mesh);
+        for (size_t k = 0; k < devs.size(); ++k) states[k].push_back(devs[k]->allocate(local));
+        if (!specs[i].positional) bytes += 2 * specs[i].shape.bytes();
       }
-      auto step = [&](Executable& exe, int64_t len, int32_t pos) {
-        auto scalar = [&](int32_t v) {
-          return on.upload(HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {v}));
-        };
-        std::vector<Buffer> in{on.upload(HostBuffer(Shape(DType::i32, {{"s", len}}))), scalar(pos),
-                               scalar(static_cast<int32_t>(len - 1))};
-        in.insert(in.end(), states.begin(), states.end());
-        std::vector<Buffer> out = exe.call(weights, in);
-        states.assign(out.begin() + 1, out.end());
+      auto step = [&](ShardedExecutable& exe, int64_t len, int32_t pos) {
+        std::vector<std::vector<Buffer>> in(devs.size());
+        for (size_t k = 0; k < devs.size(); ++k) {
+          Platform& d = *devs[k];
+          auto scalar = [&](int32_t v) {
+            return d.upload(HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {v}));
+          };
+          in[k] = {d.upload(HostBuffer(Shape(DType::i32, {{"s", len}}))), scalar(pos),
+                   scalar(static_cast<int32_t>(len - 1))};
+          in[k].insert(in[k].end(), states[k].begin(), states[k].end());
+        }
+        std::vector<std::vector<Buffer>> out = exe.call(weights, in);
+        for (size_t k = 0; k < devs.size(); ++k) states[k].assign(out[k].begin() + 1, out[k].end());
       };
       double p = median_seconds([&] { step(prefill, window, 0); }, 3);
       int32_t pos = static_cast<int32_t>(window);
@@ -72,11 +86,15 @@ void llm_steps_bench(const std::string& title,
     }
     return rows;
   };
+  const Mesh mesh = devices > 1 ? Mesh({{models::kModelAxis, devices}}) : Mesh();
+  if (devices > 1) where += fmt::format(", split over {} devices", devices);
   sample();
-  std::vector<Row> rows = measure(target, true);
-  // Another platform is put beside prism's own CPU backend, measured in the same run.
+  std::vector<Row> rows = measure(target, mesh, true);
+  // Another platform, or a mesh, is put beside prism's own CPU backend on one device,
+  // measured in the same run.
   std::vector<Row> cpu_rows;
-  if (!cpu) cpu_rows = measure(get_platform("cpu"), false);
+  const bool beside = !cpu || devices > 1;
+  if (beside) cpu_rows = measure(get_platform("cpu"), Mesh(), false);
   double bandwidth = 0;
   if (cpu) {
     bandwidth = *std::max_element(samples.begin(), samples.end());
@@ -86,11 +104,13 @@ void llm_steps_bench(const std::string& title,
   } else {
     bandwidth = target.devices().at(0).memory_gbps;
     std::printf("%s, %s, nominal bandwidth %.0f GB/s\n", title.c_str(), where.c_str(), bandwidth);
-    std::printf("ratios against prism's cpu backend on %s\n",
+  }
+  if (beside) {
+    std::printf("ratios against prism's cpu backend as one device on %s\n",
                 get_platform("cpu").devices().at(0).name.c_str());
   }
   std::printf("%-6s %-8s %10s %12s %19s%s\n", "dtype", "step", "tokens", "tok/s",
-              "of bandwidth bound", cpu ? "" : "   vs prism's cpu");
+              "of bandwidth bound", beside ? "   vs prism's cpu" : "");
   auto bound = [&](const Row& r) {
     return bandwidth > 0
                ? fmt::format("{:.0f}%", 100 * r.decode_tok_s / (bandwidth * 1e9 / r.bytes))
@@ -100,7 +120,7 @@ void llm_steps_bench(const std::string& title,
     const Row& r = rows[i];
     std::string dt(name(r.dtype));
     std::string vs_prefill, vs_decode;
-    if (!cpu) {
+    if (beside) {
       vs_prefill = fmt::format("{:17.2f}x", r.prefill_tok_s / cpu_rows[i].prefill_tok_s);
       vs_decode = fmt::format("{:17.2f}x", r.decode_tok_s / cpu_rows[i].decode_tok_s);
     }

@@ -917,6 +917,7 @@ Lowering lowering_of(Op op) {
     case Op::all_reduce:
     case Op::all_gather:
     case Op::reduce_scatter:
+    case Op::mesh_coordinate:
       return Lowering::collective;
     case Op::iota:
     case Op::neg:

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "prism/core/error.h"
+#include "prism/tensor/tracer.h"
 
 namespace prism::compiler {
 namespace {
@@ -45,22 +46,26 @@ class Partitioner {
     for (ValueId id = 0; id < g_.size(); ++id) map_[id] = node(id);
     for (ValueId out : g_.outputs()) {
       Value v = reduce_partial(map_[out]);
-      result_.graph.outputs().push_back(v.id);
+      graph().outputs().push_back(v.id);
       result_.outputs.push_back(v.split);
     }
+    result_.graph = std::move(graph());
     return std::move(result_);
   }
 
  private:
   int64_t devices(int axis) const { return mesh_.axes()[axis].size; }
-  const Shape& local_of(const Value& v) const { return result_.graph.node(v.id).shape; }
+  // The local graph, recorded by a tracer so that rules can write with the Tensor API.
+  ir::Graph& graph() { return tracer_.graph(); }
+  const ir::Graph& graph() const { return const_cast<Tracer&>(tracer_).graph(); }
+  const Shape& local_of(const Value& v) const { return graph().node(v.id).shape; }
 
   Shape local(const Shape& global, const Split& split) const {
     return local_shape(global, split, mesh_);
   }
 
   Value add(Node node, Split split, int partial = -1) {
-    ValueId id = result_.graph.add(std::move(node));
+    ValueId id = graph().add(std::move(node));
     return {id, std::move(split), partial};
   }
 
@@ -103,7 +108,7 @@ class Partitioner {
     }
     if (!cut) return v;
     const Node& gn = g_.node(gid);
-    if (gn.op != Op::broadcast) return std::nullopt;
+    if (gn.op != Op::broadcast) return cut_out(v, want);
     const std::vector<int>& map = gn.attr<ir::AxesAttrs>().axes;  // operand axis -> out axis
     const Shape& operand = g_.node(gn.inputs[0]).shape;
     Split operand_want(operand.rank(), -1);
@@ -117,6 +122,29 @@ class Partitioner {
       if (operand.size(i) != gn.shape.size(map[i])) split[map[i]] = want[map[i]];
     }
     return add(Node{Op::broadcast, local(gn.shape, split), {o->id}, gn.attrs}, split);
+  }
+
+  // This device's coordinate along mesh axis `axis`, an i32 scalar.
+  Tensor coordinate(int axis) {
+    Node n{Op::mesh_coordinate,
+           Shape::scalar(DType::i32),
+           {},
+           ir::CollectiveAttrs{axis, devices(axis), 0}};
+    return tracer_.wrap(add(std::move(n), {}).id);
+  }
+
+  // `v`, whole along the dims `want` splits, cut down to this device's block of them.
+  Value cut_out(Value v, const Split& want) {
+    Tensor t = tracer_.wrap(v.id);
+    Split split = v.split;
+    for (int d = 0; d < static_cast<int>(want.size()); ++d) {
+      if (want[d] < 0 || v.split[d] >= 0) continue;
+      const int64_t block = local_of(v).size(d) / devices(want[d]);
+      t = t.dynamic_slice(local_of(v).tag(d), coordinate(want[d]) * static_cast<double>(block),
+                          block);
+      split[d] = want[d];
+    }
+    return {tracer_.use(t, "partition"), split, v.partial};
   }
 
   // `n` over local operands with the output split as `split`.
@@ -222,6 +250,8 @@ class Partitioner {
         return slice(id);
       case Op::concatenate:
         return concatenate(id);
+      case Op::gather:
+        return gather(id);
       default:
         return replicated(id);
     }
@@ -430,6 +460,30 @@ class Partitioner {
     return replicated(id);
   }
 
+  // A table split along the dim it is indexed by (an embedding split by vocabulary): each
+  // device looks up the indices in its block, zeros elsewhere, so the rows are partial sums
+  // over the axis (exactly one device holds each row).
+  Value gather(ValueId id) {
+    const Node& n = g_.node(id);
+    const int axis = n.attr<ir::AxisAttrs>().axis;
+    Value table = reduce_partial(map_[n.inputs[0]]);
+    const int mesh_axis = table.split[axis];
+    if (mesh_axis < 0) return replicated(id);
+    for (int d = 0; d < static_cast<int>(table.split.size()); ++d) {
+      if (d != axis) table = gather_dim(table, d);
+    }
+    Tensor indices = tracer_.wrap(whole(map_[n.inputs[1]]).id);
+    const DType it = indices.dtype();
+    const int64_t block = local_of(table).size(axis);
+    Tensor shifted = indices - coordinate(mesh_axis).convert(it) * static_cast<double>(block);
+    Tensor mine = logical_and(ge(shifted, Tensor::scalar(0, it)),
+                              lt(shifted, Tensor::scalar(static_cast<double>(block), it)));
+    Tensor rows = tracer_.wrap(table.id).gather(local_of(table).tag(axis),
+                                                select(mine, shifted, Tensor::scalar(0, it)));
+    Tensor out = select(mine, rows, Tensor::scalar(0, rows.dtype())).reshape(n.shape);
+    return {tracer_.use(out, "partition"), Split(n.shape.rank(), -1), mesh_axis};
+  }
+
   // Operands split alike along other dims than the one they are joined on stay so.
   Value concatenate(ValueId id) {
     const Node& n = g_.node(id);
@@ -464,7 +518,7 @@ class Partitioner {
       for (int d = 0; d < in.rank(); ++d) {
         if (out.split[d] >= 0) attrs.limits[d] = local_of(out).size(d);
       }
-      result_.graph.node(out.id).attrs = attrs;
+      graph().node(out.id).attrs = attrs;
     }
     return out;
   }
@@ -474,6 +528,7 @@ class Partitioner {
   const std::vector<Split>& inputs_;
   std::vector<Value> map_;
   Partitioned result_;
+  Tracer tracer_;
 };
 
 }  // namespace

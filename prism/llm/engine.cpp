@@ -178,7 +178,14 @@ std::vector<float> Engine::feed(std::span<const int32_t> tokens) {
     std::vector<std::vector<Buffer>> out = executable(window).call(weights_, in);
     for (size_t d = 0; d < devices_.size(); ++d)
       states_[d].assign(out[d].begin() + 1, out[d].end());
-    HostBuffer l = out[0][0].to_host();  // the logits are whole on every device
+    // The logits, split by vocabulary where the LM head is: each device's block.
+    const compiler::Split& split = executable(window).output_splits()[0];
+    HostBuffer l = out[0][0].to_host();
+    if (std::any_of(split.begin(), split.end(), [](int a) { return a >= 0; })) {
+      std::vector<HostBuffer> blocks;
+      for (size_t d = 0; d < devices_.size(); ++d) blocks.push_back(out[d][0].to_host());
+      l = assemble(blocks, split, options_.mesh);
+    }
     logits.assign(l.as<float>().begin(), l.as<float>().end());
     position_ += chunk;
     done += chunk;

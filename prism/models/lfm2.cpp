@@ -249,7 +249,9 @@ std::vector<Tensor> Lfm2::forward(const Tensor& tokens, const Tensor& start, con
     return x.rms_norm("d", c.norm_eps) * weight(name, {{"d", d}});
   };
 
-  Tensor embed = weight("model.embed_tokens.weight", {{"voc", c.vocab_size}, {"d", d}});
+  // The vocabulary split across devices: the LM head is the largest product of a decoding step.
+  const Sharding by_vocab = Sharding().split_if_divisible("voc", kModelAxis);
+  Tensor embed = weight("model.embed_tokens.weight", {{"voc", c.vocab_size}, {"d", d}}, by_vocab);
   Tensor x = embed.gather("voc", tokens);  // {s, d}
   Tensor positions = Tensor::iota(Shape(DType::i32, {{"s", tokens.size("s")}}), "s") + start;
   auto [cos, sin] = nn::rope_tables(positions, rope_inv_freq(c.head_dim, c.rope_theta), "hd");
@@ -279,7 +281,7 @@ std::vector<Tensor> Lfm2::forward(const Tensor& tokens, const Tensor& start, con
   }
   Tensor final = norm(x.dynamic_slice("s", last, 1), "model.embedding_norm.weight");
   std::string head = c.tie_word_embeddings ? "model.embed_tokens" : "lm_head";
-  Tensor logits = linear(final, head, "d", "voc", c.vocab_size);  // {s=1, voc}
+  Tensor logits = linear(final, head, "d", "voc", c.vocab_size, false, by_vocab);  // {s=1, voc}
   outputs[0] = logits.reshape(Shape(dtype_, {{"voc", c.vocab_size}})).convert(DType::f32);
   return outputs;
 }

@@ -135,7 +135,9 @@ std::vector<Tensor> Llama::forward(const Tensor& tokens, const Tensor& start, co
     return x.rms_norm("d", c.rms_norm_eps) * weight(name, {{"d", d}});
   };
 
-  Tensor embed = weight("model.embed_tokens.weight", {{"voc", c.vocab_size}, {"d", d}});
+  // The vocabulary split across devices: the LM head is the largest product of a decoding step.
+  const Sharding by_vocab = Sharding().split_if_divisible("voc", kModelAxis);
+  Tensor embed = weight("model.embed_tokens.weight", {{"voc", c.vocab_size}, {"d", d}}, by_vocab);
   Tensor x = embed.gather("voc", tokens);  // {s, d}
   Tensor positions = Tensor::iota(Shape(DType::i32, {{"s", tokens.size("s")}}), "s") + start;
   auto [cos, sin] = nn::rope_tables(positions, c.rope_inv_freq(), "hd");
@@ -174,7 +176,7 @@ std::vector<Tensor> Llama::forward(const Tensor& tokens, const Tensor& start, co
   }
   Tensor final = norm(x.dynamic_slice("s", last, 1), "model.norm.weight");
   std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  Tensor logits = linear(final, head, "d", "voc", c.vocab_size);  // {s=1, voc}
+  Tensor logits = linear(final, head, "d", "voc", c.vocab_size, by_vocab);  // {s=1, voc}
   outputs[0] = logits.reshape(Shape(dtype_, {{"voc", c.vocab_size}})).convert(DType::f32);
   return outputs;
 }

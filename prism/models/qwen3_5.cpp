@@ -268,7 +268,10 @@ std::vector<Tensor> Qwen3_5::forward(const Tensor& tokens, const Tensor& start, 
   PRISM_CHECK(states.size() == 2 * c.layers.size(), "qwen3_5: {} state tensors given for {} layers",
               states.size(), c.layers.size());
   const std::string& lm = c.prefix;
-  Tensor embed = weight(lm + "embed_tokens.weight", {{"voc", c.vocab_size}, {"d", d}});
+  // The vocabulary split across devices: the LM head is the largest product of a decoding step.
+  const Sharding by_vocab = Sharding().split_if_divisible("voc", kModelAxis);
+  Tensor embed =
+      weight(lm + "embed_tokens.weight", {{"voc", c.vocab_size}, {"d", d}}, {}, by_vocab);
   Tensor x = embed.gather("voc", tokens);  // {s, d}
   Tensor positions = Tensor::iota(Shape(DType::i32, {{"s", tokens.size("s")}}), "s") + start;
   auto [cos, sin] = nn::rope_tables(positions, c.rope_inv_freq(), "hd");
@@ -293,7 +296,7 @@ std::vector<Tensor> Qwen3_5::forward(const Tensor& tokens, const Tensor& start, 
   }
   Tensor final = norm(x.dynamic_slice("s", last, 1), lm + "norm.weight", "d");
   std::string head = c.tie_word_embeddings ? lm + "embed_tokens.weight" : "lm_head.weight";
-  Tensor logits = linear(final, head, "d", "voc", c.vocab_size);  // {s=1, voc}
+  Tensor logits = linear(final, head, "d", "voc", c.vocab_size, by_vocab);  // {s=1, voc}
   outputs[0] = logits.reshape(Shape(dtype_, {{"voc", c.vocab_size}})).convert(DType::f32);
   return outputs;
 }

@@ -370,8 +370,8 @@ std::vector<OpCase> cases() {
 // Parameters and inputs are in every case. The collectives run between the devices of a mesh,
 // which only the partitioner builds: sharding_test.cpp checks them on each platform that
 // offers a mesh.
-const std::set<Op> kInEveryCase{Op::parameter, Op::input, Op::all_reduce, Op::all_gather,
-                                Op::reduce_scatter};
+const std::set<Op> kInEveryCase{Op::parameter,  Op::input,          Op::all_reduce,
+                                Op::all_gather, Op::reduce_scatter, Op::mesh_coordinate};
 
 TEST(BackendOps, EveryOpHasACase) {
   std::set<Op> covered = kInEveryCase;

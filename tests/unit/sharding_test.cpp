@@ -217,6 +217,39 @@ TEST(Partition, OpsWithoutARuleGatherTheirOperands) {
   EXPECT_LT(d, 1e-5);
 }
 
+// A whole operand meeting a split one is cut to this device's block (dynamic_slice at its
+// mesh coordinate), not the split one gathered; an embedding split by vocabulary looks up
+// each id on the device holding its row.
+TEST(Partition, WholeOperandsAreCutToTheDevicesBlock) {
+  TraceFn fn = [](std::span<const Tensor> in) {
+    Tensor w = Tensor::parameter("w", S({{"f", 8}, {"d", 4}}), Sharding().split("f", "model"));
+    Tensor table =
+        Tensor::parameter("table", S({{"voc", 12}, {"d", 4}}), Sharding().split("voc", "model"));
+    Tensor x = in[0] + table.gather("voc", in[2]);
+    return std::vector<Tensor>{(x.dot(w, "d") + in[1]).silu()};
+  };
+  const std::vector<Shape> shapes{S({{"s", 3}, {"d", 4}}), S({{"s", 3}, {"f", 8}}),
+                                  S({{"s", 3}}, DType::i32)};
+  compiler::Partitioned p = compiler::partition(trace(fn, shapes), Mesh({{"model", 2}}), {});
+  int slices = 0, gathers = 0;
+  for (const ir::Node& n : p.graph.nodes()) {
+    slices += n.op == ir::Op::dynamic_slice;
+    gathers += n.op == ir::Op::all_gather;
+  }
+  EXPECT_EQ(slices, 1) << ir::print(p.graph);
+  EXPECT_EQ(gathers, 0) << ir::print(p.graph);
+  EXPECT_EQ(p.outputs[0], (compiler::Split{-1, 0}));
+  for (int n : {2, 4}) {
+    double d = sharded_difference(fn,
+                                  {random_f32(shapes[0], 8), random_f32(shapes[1], 9),
+                                   HostBuffer::from<int32_t>(shapes[2], {11, 0, 6})},
+                                  {{"w", random_f32(S({{"f", 8}, {"d", 4}}), 10)},
+                                   {"table", random_f32(S({{"voc", 12}, {"d", 4}}), 11)}},
+                                  n);
+    EXPECT_LT(d, 1e-5) << n << " devices";
+  }
+}
+
 TEST(Sharding, MeshesLargerThanThePlatformAreAnError) {
   CpuDevices devices(2);
   Platform& cpu = get_platform("cpu");

@@ -78,9 +78,11 @@ TEST(TensorParallel, EachDeviceHoldsOnlyItsShards) {
     const int64_t a = split.device_weights()[0].at(name).shape().numel();
     const int64_t b = split.device_weights()[1].at(name).shape().numel();
     EXPECT_EQ(a, b) << name;
-    const bool is_split = name.find("proj") != std::string::npos &&
-                          name.find("k_proj") == std::string::npos &&
-                          name.find("v_proj") == std::string::npos;  // one key/value head
+    const bool is_split =
+        (name.find("proj") != std::string::npos && name.find("k_proj") == std::string::npos &&
+         name.find("v_proj") == std::string::npos) ||  // one key/value head
+        name == "model.embed_tokens.weight" ||
+        name == "lm_head.weight";
     EXPECT_EQ(a, is_split ? full / 2 : full) << name;
     split_weights += is_split;
     // The shards hold the whole tensor's values, each device its own block.
@@ -102,7 +104,7 @@ TEST(TensorParallel, EachDeviceHoldsOnlyItsShards) {
       }
     }
   }
-  EXPECT_EQ(split_weights, 3 * 5);  // q, o, gate, up, down in each of 3 layers
+  EXPECT_EQ(split_weights, 3 * 5 + 2);  // q, o, gate, up, down in 3 layers; vocabulary
   (void)whole;
   // One key/value head: the caches stay whole on both devices.
   for (size_t i = 0; i < split.states().size(); ++i) {

@@ -11,6 +11,13 @@ using ir::Op;
 Kernel make_collective_kernel(const ir::Graph& g, ir::ValueId id, HostCommunicator* comm,
                               int64_t device) {
   const ir::Node& n = g.node(id);
+  if (n.op == Op::mesh_coordinate) {
+    const auto& c = n.attr<ir::CollectiveAttrs>();
+    PRISM_CHECK(c.group == 1 || comm, "cpu: {} outside a mesh", ir::print(g, id));
+    const int32_t at =
+        comm ? static_cast<int32_t>(comm->mesh().coordinate(device, c.mesh_axis)) : 0;
+    return [at](auto, std::byte* out, ThreadPool&) { std::memcpy(out, &at, sizeof at); };
+  }
   if (n.op != Op::all_reduce && n.op != Op::all_gather && n.op != Op::reduce_scatter) {
     return nullptr;
   }

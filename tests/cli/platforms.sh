@@ -9,8 +9,11 @@ check() {  # name, expected, actual
 }
 
 info=$("$prism" info)
-echo "$info" | grep -q '^  cpu      available$' || { echo "FAIL info: no cpu line"; fail=1; }
-if echo "$info" | grep -q '^  opencl   available$'; then
+echo "$info" | grep -q '^  cpu      available, a mesh of up to [0-9]* devices\?$' ||
+  { echo "FAIL info: no cpu line"; fail=1; }
+got=$(PRISM_CPU_DEVICES=3 "$prism" info | grep '^  cpu ')
+check "info: the CPU's mesh" "  cpu      available, a mesh of up to 3 devices" "$got"
+if echo "$info" | grep -q '^  opencl   available'; then
   # PoCL's device is a CPU: auto must not take it.
   if ! clinfo -l 2>/dev/null | grep -qi gpu; then
     got=$("$prism" mnist --index=3 --platform=auto | sed -n 's/^model [a-z]* on \([a-z]*\) .*/\1/p')

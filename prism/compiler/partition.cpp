@@ -252,6 +252,10 @@ class Partitioner {
         return concatenate(id);
       case Op::gather:
         return gather(id);
+      case Op::short_conv:
+        return short_conv(id);
+      case Op::gated_delta_rule:
+        return delta_rule(id);
       default:
         return replicated(id);
     }
@@ -439,6 +443,37 @@ class Partitioner {
       if (divides) {
         if (auto ids = operands_as(n, wants)) return emit(n, *ids, want);
       }
+    }
+    return replicated(id);
+  }
+
+  // x {B,S,C}, state {B,K,C}, weight {K+1,C}: a depthwise convolution, split by batch and
+  // channels alike.
+  Value short_conv(ValueId id) {
+    const Node& n = g_.node(id);
+    Value x = reduce_partial(map_[n.inputs[0]]);
+    Split want{x.split[0], -1, x.split[2]};
+    if (any_split(want)) {
+      std::vector<Split> wants{want, want, {-1, want[2]}};
+      if (auto ids = operands_as(n, wants)) return emit(n, *ids, want);
+    }
+    return replicated(id);
+  }
+
+  // q, k {B,Hk,S,Dk}, v {B,H,S,Dv}, g, beta {B,H,S}, state {B,H,Dk,Dv}: split by batch and
+  // value heads, each block of value heads with the key heads it reads (one key head, read
+  // by every value head, stays whole).
+  Value delta_rule(ValueId id) {
+    const Node& n = g_.node(id);
+    Value v = reduce_partial(map_[n.inputs[2]]);
+    const int b = v.split[0], h = v.split[1];
+    const int64_t key_heads = g_.node(n.inputs[0]).shape.size(1);
+    const bool divides = h < 0 || key_heads == 1 || key_heads % devices(h) == 0;
+    if ((b >= 0 || h >= 0) && divides) {
+      const Split qk{b, key_heads == 1 ? -1 : h, -1, -1};
+      const std::vector<Split> wants{qk,         qk,         {b, h, -1, -1},
+                                     {b, h, -1}, {b, h, -1}, {b, h, -1, -1}};
+      if (auto ids = operands_as(n, wants)) return emit(n, *ids, {b, h, -1, -1});
     }
     return replicated(id);
   }

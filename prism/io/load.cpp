@@ -78,14 +78,63 @@ std::string LoadStats::line() const {
   return line + ")";
 }
 
+namespace {
+
+// Parameters that name blocks of rows of one stored tensor ("w[0:8]", "w[8:16]") must read
+// it whole, each row once: a block left out or read twice means the model's sizes disagree
+// with the checkpoint, which the blocks alone would not show.
+void check_row_blocks(const Store& store, const std::vector<std::string>& names) {
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> blocks;
+  for (const std::string& name : names) {
+    const size_t open = name.rfind('[');
+    if (open == std::string::npos || name.back() != ']') continue;
+    const StoredTensor t = store.rows(name);
+    const StoredTensor whole = store.at(std::string_view(name).substr(0, open));
+    const int64_t row_bytes = static_cast<int64_t>(whole.bytes / whole.info.shape[0]);
+    const int64_t first = static_cast<int64_t>(t.offset - whole.offset) / row_bytes;
+    blocks[name.substr(0, open)].emplace_back(first, first + t.info.shape[0]);
+  }
+  for (auto& [name, b] : blocks) {
+    std::sort(b.begin(), b.end());
+    const int64_t rows = store.at(name).info.shape[0];
+    int64_t next = 0;
+    for (const auto& [first, end] : b) {
+      PRISM_CHECK(first == next,
+                  "load: tensor \"{}\" in {} has {} rows, but the model reads "
+                  "rows {}..{} next after row {}: its sizes disagree with the checkpoint",
+                  name, store.uri(), rows, first, end, next);
+      next = end;
+    }
+    PRISM_CHECK(next == rows,
+                "load: tensor \"{}\" in {} has {} rows, but the model reads {}: its sizes "
+                "disagree with the checkpoint",
+                name, store.uri(), rows, next);
+  }
+}
+
+Weights load_whole(const Store& store, std::span<const Executable::Parameter> parameters,
+                   Platform& platform, const LoadOptions& options, LoadStats* stats_out);
+
+}  // namespace
+
 Weights load(const Store& store, std::span<const Executable::Parameter> parameters,
              Platform& platform, const LoadOptions& options, LoadStats* stats_out) {
+  std::vector<std::string> names;
+  for (const Executable::Parameter& p : parameters) names.push_back(p.name);
+  check_row_blocks(store, names);
+  return load_whole(store, parameters, platform, options, stats_out);
+}
+
+namespace {
+
+Weights load_whole(const Store& store, std::span<const Executable::Parameter> parameters,
+                   Platform& platform, const LoadOptions& options, LoadStats* stats_out) {
   auto start = std::chrono::steady_clock::now();
   PRISM_CHECK(options.chunk_size > 0 && options.parallelism > 0,
               "load: chunk_size and parallelism must be positive");
   struct Target {
     const Executable::Parameter* param;
-    const StoredTensor* stored;
+    StoredTensor stored;
     DType file_dtype;
     Buffer buffer;
     // Where the platform's buffers cannot be written in place: the tensor staged whole in host
@@ -101,7 +150,7 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
   // aligned. With zero_copy off, copying more of them than the memory available holds would
   // get the process killed halfway through the load: past the limit they are used in place.
   auto mappable = [&](const Executable::Parameter& p, std::span<const std::byte> mapped) {
-    std::optional<DType> file_dtype = to_core_dtype(store.at(p.name).info.dtype);
+    std::optional<DType> file_dtype = to_core_dtype(store.rows(p.name).info.dtype);
     return !mapped.empty() && file_dtype == p.shape.dtype() &&
            reinterpret_cast<uintptr_t>(mapped.data()) % size_of(p.shape.dtype()) == 0;
   };
@@ -116,7 +165,7 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
   const bool over_limit = to_copy > limit;
   if (over_limit) zero_copy = true;
   for (const Executable::Parameter& p : parameters) {
-    const StoredTensor& st = store.at(p.name);
+    const StoredTensor st = store.rows(p.name);
     std::optional<DType> file_dtype = to_core_dtype(st.info.dtype);
     if (!file_dtype) {
       fail("load: tensor \"{}\" in {} is {}, which prism cannot load", p.name, store.uri(),
@@ -140,7 +189,7 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
     }
     Target& t = targets.emplace_back();
     t.param = &p;
-    t.stored = &st;
+    t.stored = st;
     t.file_dtype = *file_dtype;
     if (in_place) {
       t.buffer = platform.allocate_for_write(p.shape);
@@ -155,7 +204,7 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
   for (size_t t = 0; t < targets.size(); ++t) {
     uint64_t elem = size_of(targets[t].file_dtype);
     uint64_t step = std::max<uint64_t>(elem, options.chunk_size / elem * elem);
-    uint64_t bytes = targets[t].stored->bytes;
+    uint64_t bytes = targets[t].stored.bytes;
     for (uint64_t off = 0; off < bytes; off += step) {
       chunks.push_back({t, off, std::min(step, bytes - off)});
       ++targets[t].chunks_left;
@@ -169,7 +218,7 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
     // One staging chunk (and one converted chunk) per worker, reused across chunks.
     thread_local std::vector<std::byte> staging, converted;
     staging.resize(c.src_bytes);
-    t.stored->file->read_at(t.stored->offset + c.src_offset, staging);
+    t.stored.file->read_at(t.stored.offset + c.src_offset, staging);
     DType want = t.param->shape.dtype();
     std::span<const std::byte> bytes = staging;
     if (t.file_dtype != want) {
@@ -206,6 +255,7 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
   return weights;
 }
 
+}  // namespace
 }  // namespace prism::io
 
 namespace prism::io {
@@ -217,6 +267,9 @@ std::vector<Weights> load_sharded(const Store& store,
   auto start = std::chrono::steady_clock::now();
   const int64_t n = static_cast<int64_t>(devices.size());
   PRISM_CHECK(n == mesh.devices(), "load: {} devices for the mesh {}", n, mesh.str());
+  std::vector<std::string> names;
+  for (const ShardedExecutable::Parameter& p : parameters) names.push_back(p.name);
+  check_row_blocks(store, names);
   std::vector<Executable::Parameter> whole;
   std::vector<const ShardedExecutable::Parameter*> split;
   for (const ShardedExecutable::Parameter& p : parameters) {
@@ -235,7 +288,7 @@ std::vector<Weights> load_sharded(const Store& store,
   quiet.report = false;
   for (int64_t k = 0; k < n; ++k) {
     LoadStats s;
-    weights[k] = load(store, whole, *devices[k], quiet, &s);
+    weights[k] = load_whole(store, whole, *devices[k], quiet, &s);
     stats.tensors += s.tensors;
     stats.zero_copy += s.zero_copy;
     stats.bytes += s.bytes;
@@ -245,7 +298,7 @@ std::vector<Weights> load_sharded(const Store& store,
   // Split tensors: chunks of whole rows (along the first dim), each cut into the shards.
   struct Target {
     const ShardedExecutable::Parameter* param;
-    const StoredTensor* stored;
+    StoredTensor stored;
     DType file_dtype;
     std::vector<ShardBox> boxes;
     std::vector<Buffer> buffers;
@@ -260,7 +313,7 @@ std::vector<Weights> load_sharded(const Store& store,
   std::deque<Target> targets;
   std::vector<Rows> chunks;
   for (const ShardedExecutable::Parameter* p : split) {
-    const StoredTensor& st = store.at(p->name);
+    const StoredTensor st = store.rows(p->name);
     std::optional<DType> file_dtype = to_core_dtype(st.info.dtype);
     if (!file_dtype) {
       fail("load: tensor \"{}\" in {} is {}, which prism cannot load", p->name, store.uri(),
@@ -272,7 +325,7 @@ std::vector<Weights> load_sharded(const Store& store,
     }
     Target& t = targets.emplace_back(n);
     t.param = p;
-    t.stored = &st;
+    t.stored = st;
     t.file_dtype = *file_dtype;
     const int64_t rows = p->shape.size(0);
     const int64_t row_bytes = p->shape.numel() / std::max<int64_t>(rows, 1) * size_of(*file_dtype);
@@ -299,7 +352,7 @@ std::vector<Weights> load_sharded(const Store& store,
   }
   Progress progress(options.progress, [&] {
     uint64_t total = 0;
-    for (const Target& t : targets) total += t.stored->bytes;
+    for (const Target& t : targets) total += t.stored.bytes;
     return total;
   }());
   parallel_for(chunks.size(), options.parallelism, [&](size_t i) {
@@ -310,8 +363,7 @@ std::vector<Weights> load_sharded(const Store& store,
     const DType want = shape.dtype();
     thread_local std::vector<std::byte> staging, converted, piece;
     staging.resize(c.count * row_elems * size_of(t.file_dtype));
-    t.stored->file->read_at(t.stored->offset + c.first * row_elems * size_of(t.file_dtype),
-                            staging);
+    t.stored.file->read_at(t.stored.offset + c.first * row_elems * size_of(t.file_dtype), staging);
     std::byte* rows = staging.data();
     if (t.file_dtype != want) {
       converted.resize(c.count * row_elems * size_of(want));

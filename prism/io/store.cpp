@@ -1,6 +1,7 @@
 #include "prism/io/store.h"
 
 #include <algorithm>
+#include <charconv>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -179,7 +180,33 @@ const StoredTensor& Store::at(std::string_view name) const {
        near.empty() ? "none" : fmt::format("{}", fmt::join(near, ", ")));
 }
 
-Shape Store::shape(std::string_view name) const { return at(name).info.core_shape(); }
+StoredTensor Store::rows(std::string_view name) const {
+  const size_t open = name.rfind('[');
+  if (open == std::string_view::npos || name.back() != ']') return at(name);
+  const std::string_view range = name.substr(open + 1, name.size() - open - 2);
+  const size_t colon = range.find(':');
+  int64_t first = -1, end = -1;
+  auto number = [](std::string_view t, int64_t& v) {
+    return !t.empty() &&
+           std::from_chars(t.data(), t.data() + t.size(), v).ptr == t.data() + t.size();
+  };
+  PRISM_CHECK(colon != std::string_view::npos && number(range.substr(0, colon), first) &&
+                  number(range.substr(colon + 1), end),
+              "{}: '{}' is not a tensor's name followed by [first:end] rows", catalog_->uri, name);
+  StoredTensor t = at(name.substr(0, open));
+  const int64_t rows = t.info.shape.empty() ? 1 : t.info.shape[0];
+  PRISM_CHECK(!t.info.shape.empty() && first >= 0 && first < end && end <= rows,
+              "{}: rows {}..{} of tensor '{}' are outside its {} rows", catalog_->uri, first, end,
+              name.substr(0, open), rows);
+  const uint64_t row_bytes = t.bytes / rows;
+  t.offset += first * row_bytes;
+  t.bytes = (end - first) * row_bytes;
+  t.info.shape[0] = end - first;
+  t.info.name = std::string(name);
+  return t;
+}
+
+Shape Store::shape(std::string_view name) const { return rows(name).info.core_shape(); }
 
 std::vector<std::string> Store::names() const {
   std::vector<std::string> out;
@@ -225,7 +252,7 @@ void Store::read_tensors(std::span<const TensorRead> reads, const ReadOptions& o
 }
 
 std::span<const std::byte> Store::mapped_bytes(std::string_view name) const {
-  const StoredTensor& t = at(name);
+  const StoredTensor t = rows(name);
   auto mapped = t.file->mapped();
   if (mapped.empty()) return {};
   return mapped.subspan(t.offset, t.bytes);

@@ -53,6 +53,10 @@ class Store {
   bool contains(std::string_view name) const;
   // Throws, naming the store, the view and the closest names, when `name` is absent.
   const StoredTensor& at(std::string_view name) const;
+  // `name`, or a block of its rows: "<name>[<first>:<end>]" (along its first dim) is that block
+  // as a tensor of its own, so a stored tensor that fuses several (a q|k|v projection) can be
+  // loaded as the tensors it holds. Throws as at() does, or naming the rows out of range.
+  StoredTensor rows(std::string_view name) const;
   Shape shape(std::string_view name) const;
   std::vector<std::string> names() const;  // relative to the view, sorted
   size_t size() const;
@@ -67,7 +71,8 @@ class Store {
   };
   // Reads many tensors with one bound on reads in flight across all of them.
   void read_tensors(std::span<const TensorRead> reads, const ReadOptions& options = {}) const;
-  // The tensor's bytes in place when its file is mapped (local files); empty otherwise.
+  // The tensor's (or block of rows') bytes in place when its file is mapped (local files);
+  // empty otherwise.
   std::span<const std::byte> mapped_bytes(std::string_view name) const;
 
   // The shared, immutable tables behind a store and all of its views (defined in store.cpp).

@@ -169,7 +169,7 @@ std::vector<StateSpec> Lfm2::state_specs(int64_t seqlen) const {
       specs.push_back({kv, /*positional=*/true, by_heads});
       specs.push_back({kv, /*positional=*/true, by_heads});
     } else {
-      specs.push_back({conv, /*positional=*/false});
+      specs.push_back({conv, /*positional=*/false, Sharding().split_if_divisible("d", kModelAxis)});
     }
   }
   return specs;
@@ -193,20 +193,31 @@ Tensor Lfm2::linear(const Tensor& x, const std::string& name, Tag in, Tag out, i
 }
 
 // Lfm2ShortConv: in_proj gives B, C and x; the causal depthwise convolution of B*x (its state
-// the last conv_kernel - 1 values of B*x), gated by C, then out_proj.
+// the last conv_kernel - 1 values of B*x), gated by C, then out_proj. in_proj is stored fused;
+// declared as its three row blocks, each splits across devices by channels, and so do the
+// convolution and its state; out_proj then contracts the split channels (one all-reduce).
 Tensor Lfm2::short_conv_block(const Tensor& h, const std::string& p, const Tensor& last,
                               const Tensor& state, Tensor& next_state) const {
   const int64_t d = config_.hidden_size, taps = config_.conv_kernel;
   const bool bias = config_.conv_bias;
-  Tensor bcx = linear(h, p + "conv.in_proj", "d", "o", 3 * d, bias);  // {s, o=3d}
-  auto part = [&](int i) { return bcx.slice("o", i * d, d).rename({{"o", "d"}}); };
+  const Sharding by_channel = Sharding().split_if_divisible("d", kModelAxis);
+  auto part = [&](int i) {
+    auto rows = [&](const std::string& name) {
+      return fmt::format("{}[{}:{}]", name, i * d, (i + 1) * d);
+    };
+    const Sharding by_out = Sharding().split_if_divisible("o", kModelAxis);
+    Tensor y = h.dot(weight(rows(p + "conv.in_proj.weight"), {{"o", d}, {"d", d}}, by_out), "d");
+    if (bias) y = y + weight(rows(p + "conv.in_proj.bias"), {{"o", d}}, by_out);
+    return y.rename({{"o", "d"}});
+  };
   Tensor bx = part(0) * part(2);
-  Tensor kernel = weight(p + "conv.conv.weight", {{"d", d}, {"one", 1}, {"tap", taps}})
+  Tensor kernel = weight(p + "conv.conv.weight", {{"d", d}, {"one", 1}, {"tap", taps}}, by_channel)
                       .reshape(Shape(dtype_, {{"d", d}, {"tap", taps}}));
   auto [y, next] = nn::short_conv(bx, state, kernel, last);
   next_state = next;
-  if (bias) y = y + weight(p + "conv.conv.bias", {{"d", d}});
-  return linear(part(1) * y, p + "conv.out_proj", "d", "o", d, bias).rename({{"o", "d"}});
+  if (bias) y = y + weight(p + "conv.conv.bias", {{"d", d}}, by_channel);
+  return linear(part(1) * y, p + "conv.out_proj", "d", "o", d, bias, by_channel)
+      .rename({{"o", "d"}});
 }
 
 // Lfm2Attention: grouped-query attention with per-head RMSNorms of q and k before rope.

@@ -143,11 +143,15 @@ std::vector<StateSpec> Qwen3_5::state_specs(int64_t seqlen) const {
   std::vector<StateSpec> specs;
   for (Qwen3_5Config::Layer layer : c.layers) {
     if (layer == Qwen3_5Config::Layer::linear_attention) {
-      specs.push_back({Shape(dtype_, {{"s", c.conv_kernel - 1}, {"c", c.conv_channels()}}), false});
+      // The convolution's states of q, k and v apart, each split by its heads.
+      for (const ConvPart& part : conv_parts()) {
+        specs.push_back({Shape(dtype_, {{"s", c.conv_kernel - 1}, {"c", part.channels}}), false,
+                         Sharding().split_if_divisible("c", kModelAxis, part.head_dim)});
+      }
       specs.push_back({Shape(DType::f32, {{"h", c.linear_value_heads},
                                           {"dk", c.linear_key_dim},
                                           {"dv", c.linear_value_dim}}),
-                       false});
+                       false, Sharding().split_if_divisible("h", kModelAxis)});
     } else {
       Shape kv(dtype_, {{"h", c.num_kv_heads}, {"k", seqlen}, {"hd", c.head_dim}});
       const Sharding by_heads = Sharding().split_if_divisible("h", kModelAxis);
@@ -174,23 +178,45 @@ Tensor Qwen3_5::norm(const Tensor& x, const std::string& name, Tag tag) const {
   return x.rms_norm(tag, config_.rms_norm_eps) * (weight(name, {{tag, x.size(tag)}}) + 1.0);
 }
 
+std::vector<Qwen3_5::ConvPart> Qwen3_5::conv_parts() const {
+  const Qwen3_5Config& c = config_;
+  const int64_t keys = c.linear_key_heads * c.linear_key_dim;
+  return {{0, keys, c.linear_key_dim},
+          {keys, keys, c.linear_key_dim},
+          {2 * keys, c.linear_value_heads * c.linear_value_dim, c.linear_value_dim}};
+}
+
 Tensor Qwen3_5::linear_attention(const Tensor& x, const std::string& p, const Tensor& last,
-                                 const Tensor& conv_state, const Tensor& recurrent_state,
-                                 std::vector<Tensor>& states) const {
+                                 std::span<const Tensor> in, std::vector<Tensor>& states) const {
   const Qwen3_5Config& c = config_;
   const int64_t d = c.hidden_size, nk = c.linear_key_heads, nv = c.linear_value_heads;
-  const int64_t dk = c.linear_key_dim, dv = c.linear_value_dim, channels = c.conv_channels();
+  const int64_t dk = c.linear_key_dim, dv = c.linear_value_dim;
   const int64_t len = x.size("s");
-  Tensor qkv = linear(x, p + "in_proj_qkv.weight", "d", "c", channels);  // {s, c}
-  // The depthwise causal convolution over q, k, v, carrying its last kernel - 1 inputs.
-  Tensor kernel = weight(p + "conv1d.weight", {{"c", channels}, {"one", 1}, {"tap", c.conv_kernel}})
-                      .reshape(Shape(dtype_, {{"c", channels}, {"tap", c.conv_kernel}}));
-  nn::ShortConvResult conv = nn::short_conv(qkv, conv_state, kernel, last, "s", "c", "tap");
-  states.push_back(conv.state);
-  Tensor mixed = conv.y.silu();
-  Tensor q = mixed.slice("c", 0, nk * dk).split("c", {{"h", nk}, {"dk", dk}});
-  Tensor k = mixed.slice("c", nk * dk, nk * dk).split("c", {{"h", nk}, {"dk", dk}});
-  Tensor v = mixed.slice("c", 2 * nk * dk, nv * dv).split("c", {{"h", nv}, {"dv", dv}});
+  // q, k and v are stored fused: one projection and one depthwise causal convolution over
+  // their channels side by side. Declared as the three they are (row blocks of the stored
+  // tensors), each splits across devices by its own heads; the convolution carries its last
+  // kernel - 1 inputs.
+  std::vector<Tensor> mixed;
+  const std::vector<ConvPart> parts = conv_parts();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const ConvPart& part = parts[i];
+    const Sharding by_heads = Sharding().split_if_divisible("c", kModelAxis, part.head_dim);
+    auto rows = [&](const std::string& name) {
+      return fmt::format("{}[{}:{}]", name, part.first, part.first + part.channels);
+    };
+    Tensor proj = x.dot(
+        weight(rows(p + "in_proj_qkv.weight"), {{"c", part.channels}, {"d", d}}, {}, by_heads),
+        "d");  // {s, c}
+    Tensor kernel = weight(rows(p + "conv1d.weight"),
+                           {{"c", part.channels}, {"one", 1}, {"tap", c.conv_kernel}}, {}, by_heads)
+                        .reshape(Shape(dtype_, {{"c", part.channels}, {"tap", c.conv_kernel}}));
+    nn::ShortConvResult conv = nn::short_conv(proj, in[i], kernel, last, "s", "c", "tap");
+    states.push_back(conv.state);
+    mixed.push_back(conv.y.silu());
+  }
+  Tensor q = mixed[0].split("c", {{"h", nk}, {"dk", dk}});
+  Tensor k = mixed[1].split("c", {{"h", nk}, {"dk", dk}});
+  Tensor v = mixed[2].split("c", {{"h", nv}, {"dv", dv}});
   // q and k L2-normalized in f32 (eps 1e-6), q scaled by 1/sqrt(dk). x / sqrt(sum x^2 + eps)
   // is an RMSNorm with eps / dk, divided by sqrt(dk): one composite instead of a sum, a square
   // root and two products.
@@ -202,23 +228,29 @@ Tensor Qwen3_5::linear_attention(const Tensor& x, const std::string& p, const Te
   k = l2(k, 1 / root);
   // beta = sigmoid(b); g = -exp(A_log) softplus(a + dt_bias), softplus as PyTorch's (linear
   // above 20). Padding tokens (after `last`) get beta = 0, g = 0: the state stays as it is.
-  Tensor b = linear(x, p + "in_proj_b.weight", "d", "h", nv).convert(DType::f32).logistic();
-  Tensor a = linear(x, p + "in_proj_a.weight", "d", "h", nv).convert(DType::f32) +
-             weight(p + "dt_bias", {{"h", nv}}, DType::f32);
+  const Sharding by_value_heads = Sharding().split_if_divisible("h", kModelAxis);
+  Tensor b = linear(x, p + "in_proj_b.weight", "d", "h", nv, by_value_heads)
+                 .convert(DType::f32)
+                 .logistic();
+  Tensor a = linear(x, p + "in_proj_a.weight", "d", "h", nv, by_value_heads).convert(DType::f32) +
+             weight(p + "dt_bias", {{"h", nv}}, DType::f32, by_value_heads);
   Tensor softplus = select(gt(a, Tensor::scalar(20.0)), a, a.exp().log1p());
-  Tensor g = -(weight(p + "A_log", {{"h", nv}}, DType::f32).exp()) * softplus;
+  Tensor g = -(weight(p + "A_log", {{"h", nv}}, DType::f32, by_value_heads).exp()) * softplus;
   Tensor real = le(Tensor::iota(Shape(DType::i32, {{"s", len}}), "s"), last);
   Tensor zero = Tensor::scalar(0.0);
   b = select(real, b, zero);
   g = select(real, g, zero);
-  auto rule = nn::gated_delta_rule(q, k, v, g, b, recurrent_state, {.chunk = kDeltaChunk});
+  auto rule = nn::gated_delta_rule(q, k, v, g, b, in[3], {.chunk = kDeltaChunk});
   states.push_back(rule.state);
   // The gated RMSNorm scales by w (not 1 + w) and multiplies by silu(z).
-  Tensor z =
-      linear(x, p + "in_proj_z.weight", "d", "o", nv * dv).split("o", {{"h", nv}, {"dv", dv}});
+  const Sharding by_value_rows = Sharding().split_if_divisible("o", kModelAxis, dv);
+  Tensor z = linear(x, p + "in_proj_z.weight", "d", "o", nv * dv, by_value_rows)
+                 .split("o", {{"h", nv}, {"dv", dv}});
   Tensor y =
       rule.out.rms_norm("dv", c.rms_norm_eps) * weight(p + "norm.weight", {{"dv", dv}}) * z.silu();
-  return linear(y.merge({"h", "dv"}, "a"), p + "out_proj.weight", "a", "o", d).rename({{"o", "d"}});
+  return linear(y.merge({"h", "dv"}, "a"), p + "out_proj.weight", "a", "o", d,
+                Sharding().split_if_divisible("a", kModelAxis, dv))
+      .rename({{"o", "d"}});
 }
 
 Tensor Qwen3_5::full_attention(const Tensor& x, const std::string& p, const Tensor& start,
@@ -265,8 +297,8 @@ std::vector<Tensor> Qwen3_5::forward(const Tensor& tokens, const Tensor& start, 
                                      std::span<const Tensor> states) const {
   const Qwen3_5Config& c = config_;
   const int64_t d = c.hidden_size;
-  PRISM_CHECK(states.size() == 2 * c.layers.size(), "qwen3_5: {} state tensors given for {} layers",
-              states.size(), c.layers.size());
+  PRISM_CHECK(states.size() == state_specs(1).size(),
+              "qwen3_5: {} state tensors given for {} layers", states.size(), c.layers.size());
   const std::string& lm = c.prefix;
   // The vocabulary split across devices: the LM head is the largest product of a decoding step.
   const Sharding by_vocab = Sharding().split_if_divisible("voc", kModelAxis);
@@ -277,15 +309,17 @@ std::vector<Tensor> Qwen3_5::forward(const Tensor& tokens, const Tensor& start, 
   auto [cos, sin] = nn::rope_tables(positions, c.rope_inv_freq(), "hd");
 
   std::vector<Tensor> outputs{Tensor()};  // logits first, then the states
+  size_t next = 0;                        // the first state of layer l
   for (size_t l = 0; l < c.layers.size(); ++l) {
     const std::string p = lm + "layers." + std::to_string(l) + ".";
     Tensor h = norm(x, p + "input_layernorm.weight", "d");
     if (c.layers[l] == Qwen3_5Config::Layer::linear_attention) {
-      x = x +
-          linear_attention(h, p + "linear_attn.", last, states[2 * l], states[2 * l + 1], outputs);
+      x = x + linear_attention(h, p + "linear_attn.", last, states.subspan(next, 4), outputs);
+      next += 4;
     } else {
-      x = x + full_attention(h, p + "self_attn.", start, cos, sin, states[2 * l], states[2 * l + 1],
+      x = x + full_attention(h, p + "self_attn.", start, cos, sin, states[next], states[next + 1],
                              outputs);
+      next += 2;
     }
     h = norm(x, p + "post_attention_layernorm.weight", "d");
     const Sharding by_f = Sharding().split("f", kModelAxis);

@@ -75,10 +75,16 @@ class Qwen3_5 : public CausalLM {
   Tensor linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n,
                 const Sharding& sharding = {}) const;
   Tensor norm(const Tensor& x, const std::string& name, Tag tag) const;  // x (1 + w)
+  // q, k and v's channels in the fused projection and convolution: where each starts, how many,
+  // and its heads' size.
+  struct ConvPart {
+    int64_t first, channels, head_dim;
+  };
+  std::vector<ConvPart> conv_parts() const;
   // Token mixers; each returns its output {s, d} and appends its updated states.
+  // `in`: the layer's states (q, k and v's convolution states, the recurrent state).
   Tensor linear_attention(const Tensor& x, const std::string& p, const Tensor& last,
-                          const Tensor& conv_state, const Tensor& recurrent_state,
-                          std::vector<Tensor>& states) const;
+                          std::span<const Tensor> in, std::vector<Tensor>& states) const;
   Tensor full_attention(const Tensor& x, const std::string& p, const Tensor& start,
                         const Tensor& cos, const Tensor& sin, const Tensor& keys,
                         const Tensor& values, std::vector<Tensor>& states) const;

@@ -10,6 +10,7 @@
 
 #include "prism/backends/registry.h"
 #include "tests/unit/io_test_util.h"
+#include "tests/unit/test_util.h"
 
 namespace prism::io {
 namespace {
@@ -119,6 +120,61 @@ TEST(Load, StagesWholeTensorsWherePlatformBuffersCannotBeWritten) {
     std::vector<float> got(h.as<float>().begin(), h.as<float>().end());
     EXPECT_EQ(got, t.values) << t.name;
   }
+}
+
+// A fused stored tensor read as blocks of its rows ("w[0:3]", "w[3:8]"), whole or split over
+// the devices of a mesh: each block holds its rows, each device its share of each block; the
+// blocks must tile the tensor exactly.
+TEST(Load, ReadsBlocksOfRowsAndSplitsThemAcrossDevices) {
+  test::TempDir dir;
+  auto tensors = test::tiny_model();
+  test::write_single(dir.str(), tensors);
+  Store store = Store::open(dir.str());
+  const test::TinyTensor& embed = tensors[0];  // {8, 4}
+  Platform& cpu = get_platform("cpu");
+  auto block = [](const char* name, int64_t rows) {
+    return Executable::Parameter{name, Shape(DType::f32, {{"a", rows}, {"b", 4}})};
+  };
+  std::vector<Executable::Parameter> params{block("model.embed_tokens.weight[0:2]", 2),
+                                            block("model.embed_tokens.weight[2:8]", 6)};
+  Weights w = load(store, params, cpu, {.report = false});
+  HostBuffer second = w.at("model.embed_tokens.weight[2:8]").to_host();
+  EXPECT_EQ(std::vector<float>(second.as<float>().begin(), second.as<float>().end()),
+            std::vector<float>(embed.values.begin() + 8, embed.values.end()));
+
+  // Split over 2 devices by columns: each device gets columns 0-1 or 2-3 of each block.
+  setenv("PRISM_CPU_DEVICES", "2", 1);
+  const Mesh mesh({{"model", 2}});
+  std::vector<Platform*> devices = cpu.mesh_devices(mesh);
+  std::vector<ShardedExecutable::Parameter> sharded;
+  for (const auto& p : params) sharded.push_back({p.name, p.shape, {-1, 0}});
+  std::vector<Weights> per = load_sharded(store, sharded, mesh, devices,
+                                          {.chunk_size = 16, .progress = false, .report = false});
+  unsetenv("PRISM_CPU_DEVICES");
+  for (int k = 0; k < 2; ++k) {
+    HostBuffer got = per[k].at("model.embed_tokens.weight[2:8]").to_host();
+    ASSERT_EQ(got.shape().sizes(), (std::vector<int64_t>{6, 2}));
+    for (int r = 0; r < 6; ++r) {
+      for (int c = 0; c < 2; ++c) {
+        EXPECT_EQ(got.as<float>()[r * 2 + c], embed.values[(2 + r) * 4 + 2 * k + c]);
+      }
+    }
+  }
+
+  // Blocks that leave rows out, and rows that are not there.
+  std::vector<Executable::Parameter> gap{block("model.embed_tokens.weight[0:2]", 2),
+                                         block("model.embed_tokens.weight[3:8]", 5)};
+  EXPECT_EQ(prism::testing::error_of([&] { load(store, gap, cpu, {.report = false}); }),
+            "load: tensor \"model.embed_tokens.weight\" in " + store.uri() +
+                " has 8 rows, but the model reads rows 3..8 next after row 2: its sizes disagree "
+                "with the checkpoint");
+  EXPECT_EQ(
+      prism::testing::error_of([&] { store.rows("model.embed_tokens.weight[4:9]"); }),
+      store.uri() + ": rows 4..9 of tensor 'model.embed_tokens.weight' are outside its 8 rows");
+  EXPECT_EQ(prism::testing::error_of([&] { store.rows("model.embed_tokens.weight[a:9]"); }),
+            store.uri() +
+                ": 'model.embed_tokens.weight[a:9]' is not a tensor's name followed by [first:end] "
+                "rows");
 }
 
 }  // namespace

@@ -159,7 +159,9 @@ TEST(Qwen3_5, StatesAreUpdatedInTheirOwnBuffers) {
       return m;
     };
     const std::vector<const void*> before = memory();
-    ASSERT_EQ(before.size(), 8u);  // 2 linear-attention layers, 2 full: 2 states each
+    // 2 linear-attention layers (q, k and v's convolution states, the recurrent state) and 2
+    // full ones (keys, values).
+    ASSERT_EQ(before.size(), 12u);
     engine.feed(std::vector<int32_t>{151644, 872, 198, 3838, 374});  // a window of 16
     engine.feed(std::vector<int32_t>{279});                          // decode
     EXPECT_EQ(memory(), before);
@@ -235,7 +237,10 @@ TEST(Qwen3_5, BadCheckpointsGiveClearErrors) {
   expect_has(error("rope_parameters", R"({"rope_type": "yarn"})"),
              "rope_type \"yarn\" is not supported");
   // Sizes that disagree with the file name the tensor.
-  expect_has(error("linear_key_head_dim", "4"), "in_proj_qkv.weight");
+  // (q, k and v are read as row blocks of the fused tensors: blocks that do not cover them
+  // are the error.)
+  expect_has(error("linear_key_head_dim", "4"), "linear_attn.conv1d.weight\" in ");
+  expect_has(error("linear_key_head_dim", "4"), "but the model reads 48: its sizes disagree");
   expect_has(error("num_hidden_layers", "6"), "layer_types lists 4 layers");
 }
 

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "prism/backends/registry.h"
 #include "prism/llm/engine.h"
@@ -109,6 +111,59 @@ TEST(TensorParallel, EachDeviceHoldsOnlyItsShards) {
   // One key/value head: the caches stay whole on both devices.
   for (size_t i = 0; i < split.states().size(); ++i) {
     EXPECT_EQ(split.device_states()[1][i].shape(), one.states()[i].shape());
+  }
+}
+
+// Qwen 3.5's DeltaNet layers split by heads (q, k and v's convolution states and the
+// recurrent state), LFM 2's convolution blocks by channels: on 2 devices each holds half of
+// every such state; the single key/value head's caches stay whole.
+TEST(TensorParallel, RecurrentAndConvolutionStatesSplit) {
+  CpuDevices devices(2);
+  struct Expect {
+    std::string dir;
+    size_t split_states, whole_states;
+  };
+  for (const Expect& e : {Expect{fixture("qwen3_5", "tiny-bf16-untied"), 4 * 2, 2},
+                          Expect{fixture("lfm2", "tiny-bf16-untied"), 3, 4}}) {
+    SCOPED_TRACE(e.dir);
+    llm::Engine one(e.dir, get_platform("cpu"), options(1));
+    llm::Engine split(e.dir, get_platform("cpu"), options(2));
+    size_t halved = 0, whole = 0;
+    for (size_t i = 0; i < one.states().size(); ++i) {
+      const int64_t full = one.states()[i].shape().numel();
+      const int64_t a = split.device_states()[0][i].shape().numel();
+      EXPECT_EQ(split.device_states()[1][i].shape().numel(), a);
+      EXPECT_TRUE(a == full || 2 * a == full) << i;
+      (2 * a == full ? halved : whole)++;
+    }
+    EXPECT_EQ(halved, e.split_states);
+    EXPECT_EQ(whole, e.whole_states);
+  }
+}
+
+// Megatron's pattern follows from the annotations: one all-reduce after each token mixer and
+// each MLP (and one after the embedding split by vocabulary), no gathers but the logits'.
+TEST(TensorParallel, OneAllReducePerBlock) {
+  CpuDevices devices(2);
+  struct Expect {
+    std::string family, name;
+    int layers;
+  };
+  for (const Expect& e : {Expect{"llama", "tiny-f32", 3}, Expect{"qwen3_5", "tiny-bf16-untied", 3},
+                          Expect{"lfm2", "tiny-bf16-untied", 5}}) {
+    SCOPED_TRACE(e.family);
+    const std::string dir = fixture(e.family, e.name);
+    std::ifstream in(dir + "/config.json");
+    auto model = models::make_causal_lm(nlohmann::json::parse(in), dir, DType::f32);
+    ShardedExecutable exe =
+        llm::compile_sharded_step(get_platform("cpu"), *model, 1, 16, Mesh({{"model", 2}}));
+    int reduces = 0, gathers = 0;
+    for (const ir::Node& n : exe.device(0).graph().nodes()) {
+      reduces += n.op == ir::Op::all_reduce;
+      gathers += n.op == ir::Op::all_gather;
+    }
+    EXPECT_EQ(reduces, 2 * e.layers + 1);
+    EXPECT_EQ(gathers, 0);
   }
 }
 

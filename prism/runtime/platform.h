@@ -84,6 +84,25 @@ class ExecutableImpl {
   static inline std::atomic<size_t> live_{0};
 };
 
+// How a program over whole tensors is split across a mesh, for a platform whose compiler
+// splits programs itself (Platform::compile_for_mesh): per dim of each parameter (in
+// Graph::parameters() order), input and output, the mesh axis it is split over, or -1.
+struct MeshSpec {
+  Mesh mesh;
+  std::vector<std::vector<int>> parameters, inputs, outputs;
+  std::vector<int> donated_inputs;
+};
+
+// A program compiled once for every device of a mesh.
+class MeshExecutableImpl {
+ public:
+  virtual ~MeshExecutableImpl() = default;
+  // Per device (in Platform::mesh_devices order): its shards of the parameters (in
+  // Graph::parameters() order) and inputs; returns each device's shards of the outputs.
+  virtual std::vector<std::vector<Buffer>> call(std::span<const std::vector<Buffer>> params,
+                                                std::span<const std::vector<Buffer>> inputs) = 0;
+};
+
 class Platform {
  public:
   virtual ~Platform() = default;
@@ -123,6 +142,13 @@ class Platform {
   // next call once every device has returned.
   virtual void abort_collectives() {}
   virtual void reset_collectives() {}
+  // Where the platform's compiler splits programs itself (PJRT: the plugin's SPMD
+  // partitioner), `graph` over whole tensors compiled once for the mesh as `spec` splits it;
+  // null where the platform runs prism's partitioned graph on each device (the default).
+  virtual std::unique_ptr<MeshExecutableImpl> compile_for_mesh(const ir::Graph& graph,
+                                                               const MeshSpec& spec) {
+    return nullptr;
+  }
 
   // Whether the backend runs this composite node as it is; the compiler decomposes the others.
   virtual bool supports(const ir::Node& node) const = 0;

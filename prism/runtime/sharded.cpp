@@ -180,6 +180,21 @@ ShardedExecutable compile_sharded(Platform& platform, const TraceFn& fn, std::ve
     const auto& a = traced.node(id).attr<ir::ParameterAttrs>();
     exe.parameters_.push_back({a.name, traced.node(id).shape, p.parameters.at(a.name)});
   }
+  if (exe.devices_.size() > 1) {
+    // A platform whose compiler splits programs itself gets the whole graph and the splits.
+    ir::Graph whole = optimize(traced, platform);
+    MeshSpec spec{options.mesh, {}, exe.input_splits_, exe.output_splits_, options.donate};
+    for (ir::ValueId id : whole.parameters()) {
+      const std::string& name = whole.node(id).attr<ir::ParameterAttrs>().name;
+      spec.parameters.push_back(p.parameters.at(name));
+      exe.mesh_parameters_.push_back({name, whole.node(id).shape, p.parameters.at(name)});
+    }
+    if (auto program = platform.compile_for_mesh(whole, spec)) {
+      exe.mesh_program_ = std::move(program);
+      return exe;
+    }
+    exe.mesh_parameters_.clear();
+  }
   CompileOptions device_options{.donate = options.donate, .cache = options.cache};
   for (Platform* device : exe.devices_) {
     exe.executables_.push_back(compile_graph(*device, p.graph, device_options));
@@ -194,6 +209,18 @@ std::vector<std::vector<Buffer>> ShardedExecutable::call(
   PRISM_CHECK(params.size() == n && inputs.size() == n,
               "call: weights for {} devices and inputs for {}, the mesh has {}", params.size(),
               inputs.size(), n);
+  if (mesh_program_) {
+    std::vector<std::vector<Buffer>> ordered(n);
+    for (size_t k = 0; k < n; ++k) {
+      for (const Parameter& p : mesh_parameters_) {
+        auto it = params[k].find(p.name);
+        PRISM_CHECK(it != params[k].end(), "call: no buffer for parameter \"{}\" on device {}",
+                    p.name, k);
+        ordered[k].push_back(it->second);
+      }
+    }
+    return mesh_program_->call(ordered, inputs);
+  }
   std::vector<std::vector<Buffer>> outputs(n);
   if (n == 1) {
     outputs[0] = executables_[0].call(params[0], inputs[0]);
@@ -212,6 +239,7 @@ std::vector<std::vector<Buffer>> ShardedExecutable::call(
 std::vector<NamedBuffers> ShardedExecutable::prepare(std::vector<NamedBuffers> params) const {
   PRISM_CHECK(params.size() == devices_.size(), "prepare: weights for {} devices, the mesh has {}",
               params.size(), devices_.size());
+  if (mesh_program_) return params;  // the plugin's own layouts
   for (size_t k = 0; k < params.size(); ++k) {
     params[k] = executables_[k].prepare(std::move(params[k]));
   }

@@ -50,8 +50,12 @@ class ShardedExecutable {
   const std::vector<Parameter>& parameters() const { return parameters_; }
   const std::vector<compiler::Split>& input_splits() const { return input_splits_; }
   const std::vector<compiler::Split>& output_splits() const { return output_splits_; }
-  // Device k's program (its parameters, inputs and outputs are its shards).
-  const Executable& device(size_t k) const { return executables_[k]; }
+  // Device k's program (its parameters, inputs and outputs are its shards), where each device
+  // runs its own (not on a platform whose compiler splits the program: mesh_program()).
+  const Executable& device(size_t k) const { return executables_.at(k); }
+  // The program compiled once for the whole mesh by a platform that splits programs itself
+  // (PJRT), or null.
+  const MeshExecutableImpl* mesh_program() const { return mesh_program_.get(); }
 
   // Every device at once: `params[k]` and `inputs[k]` are device k's shards; returns each
   // device's outputs. An error on one device is rethrown here after every device has stopped.
@@ -69,6 +73,8 @@ class ShardedExecutable {
   std::vector<Parameter> parameters_;
   std::vector<compiler::Split> input_splits_, output_splits_;
   std::shared_ptr<DeviceThreads> threads_;
+  std::shared_ptr<MeshExecutableImpl> mesh_program_;
+  std::vector<Parameter> mesh_parameters_;  // in the order mesh_program_ takes them
 };
 
 ShardedExecutable compile_sharded(Platform& platform, const TraceFn& fn, std::vector<Shape> inputs,

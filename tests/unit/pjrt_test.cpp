@@ -66,6 +66,21 @@ TEST(Pjrt, PlatformsSayWhereTheyLookedForTheirPlugin) {
   }
 }
 
+// The shardings the module carries for the plugin's SPMD partitioner: a tile per device along
+// each split dim, device ids as mesh positions, replicas along the mesh axes a tensor does not
+// use.
+TEST(Pjrt, HloShardingsTileTheMesh) {
+  const Mesh model({{"model", 2}});
+  EXPECT_EQ(hlo_sharding({-1, -1}, model), "{replicated}");
+  EXPECT_EQ(hlo_sharding({}, model), "{replicated}");
+  EXPECT_EQ(hlo_sharding({0, -1}, model), "{devices=[2,1]0,1}");
+  EXPECT_EQ(hlo_sharding({-1, 0}, model), "{devices=[1,2]0,1}");
+  const Mesh grid({{"data", 2}, {"model", 2}});  // device = 2 * data + model
+  EXPECT_EQ(hlo_sharding({1, -1}, grid), "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}");
+  EXPECT_EQ(hlo_sharding({0, 1}, grid), "{devices=[2,2]0,1,2,3}");
+  EXPECT_EQ(hlo_sharding({1, 0}, grid), "{devices=[2,2]0,2,1,3}");
+}
+
 // Each shortcut finds its plugin where the vendor's wheel installs it, in the active virtual
 // environment.
 TEST(Pjrt, ShortcutsFindTheirVendorsWheel) {

@@ -33,11 +33,13 @@ llm::EngineOptions options(int devices) {
 
 const std::vector<int32_t> kPrompt{128000, 9906, 11, 1268, 527, 499, 30};
 
-void expect_same_as_one_device(const std::string& dir, int n) {
-  SCOPED_TRACE(dir + " on " + std::to_string(n) + " devices");
+// On `platform`'s devices: prism's own CPU backend as N devices, or the XLA CPU plugin's
+// virtual devices, where XLA's SPMD partitioner splits the program.
+void expect_same_as_one_device(const std::string& dir, int n, const std::string& platform) {
+  SCOPED_TRACE(dir + " on " + std::to_string(n) + " devices of " + platform);
   CpuDevices devices(4);
-  llm::Engine one(dir, get_platform("cpu"), options(1));
-  llm::Engine split(dir, get_platform("cpu"), options(n));
+  llm::Engine one(dir, get_platform(platform), options(1));
+  llm::Engine split(dir, get_platform(platform), options(n));
   ASSERT_EQ(split.devices().size(), static_cast<size_t>(n));
   std::vector<int32_t> prompt = kPrompt;
   for (int32_t& t : prompt) t %= static_cast<int32_t>(one.info().vocab_size);
@@ -54,16 +56,53 @@ std::string fixture(const std::string& family, const std::string& name) {
   return std::string(PRISM_TEST_DATA) + "/" + family + "/" + name;
 }
 
+// cpu, and the XLA CPU plugin where it is installed (scripts/setup.sh installs it).
+std::vector<std::string> mesh_platforms() {
+  std::vector<std::string> names{"cpu"};
+  for (const PlatformStatus& s : platform_statuses()) {
+    if (s.name == "xla-cpu" && s.available) names.push_back(s.name);
+  }
+  return names;
+}
+
 TEST(TensorParallel, LlamaMatchesOneDevice) {
-  for (int n : {2, 4}) expect_same_as_one_device(fixture("llama", "tiny-f32"), n);
+  for (const std::string& p : mesh_platforms()) {
+    for (int n : {2, 4}) expect_same_as_one_device(fixture("llama", "tiny-f32"), n, p);
+  }
 }
 
 TEST(TensorParallel, Qwen35MatchesOneDevice) {
-  for (int n : {2, 4}) expect_same_as_one_device(fixture("qwen3_5", "tiny-bf16-untied"), n);
+  for (const std::string& p : mesh_platforms()) {
+    for (int n : {2, 4}) expect_same_as_one_device(fixture("qwen3_5", "tiny-bf16-untied"), n, p);
+  }
 }
 
 TEST(TensorParallel, Lfm2MatchesOneDevice) {
-  for (int n : {2, 4}) expect_same_as_one_device(fixture("lfm2", "tiny-bf16-untied"), n);
+  for (const std::string& p : mesh_platforms()) {
+    for (int n : {2, 4}) expect_same_as_one_device(fixture("lfm2", "tiny-bf16-untied"), n, p);
+  }
+}
+
+// On the XLA CPU plugin each device holds only its shards too: the buffers the engine keeps
+// on each of its devices are the shards' sizes, and the module carries their shardings.
+TEST(TensorParallel, PjrtDevicesHoldTheirShards) {
+  if (mesh_platforms().size() < 2) GTEST_SKIP() << "the XLA CPU plugin is not installed";
+  CpuDevices devices(2);
+  const std::string dir = fixture("llama", "tiny-f32");
+  llm::Engine one(dir, get_platform("xla-cpu"), options(1));
+  llm::Engine split(dir, get_platform("xla-cpu"), options(2));
+  ASSERT_EQ(split.devices().size(), 2u);
+  EXPECT_NE(split.devices()[0], split.devices()[1]);
+  for (const auto& [name, buffer] : one.device_weights()[0]) {
+    const int64_t full = buffer.shape().numel();
+    for (int k = 0; k < 2; ++k) {
+      const Buffer& shard = split.device_weights()[k].at(name);
+      EXPECT_EQ(&shard.platform(), split.devices()[k]) << name;
+      EXPECT_TRUE(shard.shape().numel() == full || 2 * shard.shape().numel() == full) << name;
+    }
+  }
+  EXPECT_EQ(split.device_weights()[1].at("model.layers.0.mlp.up_proj.weight").shape().numel(),
+            one.device_weights()[0].at("model.layers.0.mlp.up_proj.weight").shape().numel() / 2);
 }
 
 // Each device holds its block of every split weight and nothing of the others' blocks: a

@@ -11,9 +11,9 @@ namespace prism::pjrt {
 
 Plugin::Plugin(std::string path, std::string name)
     : path_(std::move(path)), name_(std::move(name)) {
-  // XLA's plugins log to stderr from their first call; warnings and errors only, unless the
+  // XLA's plugins log to stderr from their first call; errors only, unless the
   // user asks for more.
-  setenv("TF_CPP_MIN_LOG_LEVEL", "1", 0);
+  setenv("TF_CPP_MIN_LOG_LEVEL", "2", 0);
   handle_ = dlopen(path_.c_str(), RTLD_NOW | RTLD_LOCAL);
   PRISM_CHECK(handle_ != nullptr, "{}: cannot load plugin {}: {}", name_, path_, dlerror());
   using GetApi = const PJRT_Api* (*)();

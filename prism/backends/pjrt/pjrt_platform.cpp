@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <thread>
 
 #include "prism/backends/pjrt/stablehlo.h"
 #include "prism/core/error.h"
@@ -123,11 +124,26 @@ constexpr KnownPlugin kKnown[] = {
      "intel-extension-for-openxla", true},
 };
 
-class PjrtExecutable : public ExecutableImpl {
+// The serialized CompileOptionsProto for a program split over `partitions` devices by the
+// plugin's SPMD partitioner: executable_build_options (field 3) with num_replicas (4) = 1,
+// num_partitions (5) and use_spmd_partitioning (6).
+std::string mesh_compile_options(int64_t partitions) {
+  PRISM_CHECK(partitions > 1 && partitions < 128, "pjrt: a mesh of {} devices", partitions);
+  const char build[] = {0x20, 0x01, 0x28, static_cast<char>(partitions), 0x30, 0x01};
+  return std::string{0x1a, static_cast<char>(sizeof build)} + std::string(build, sizeof build);
+}
+
+// A compiled program on one device, or split over the devices of a mesh by the plugin.
+class Program {
  public:
-  PjrtExecutable(PjrtPlatform& platform, const ir::Graph& graph, const CompileSpec& spec)
-      : platform_(platform), api_(platform.plugin().api()) {
-    for (ValueId out : graph.outputs()) outputs_.push_back(graph.node(out).shape);
+  // `devices`: the platform of each device the program runs on (one, or a mesh's); `outputs`:
+  // each output's shape on a device.
+  Program(std::vector<PjrtPlatform*> devices, const ir::Graph& graph, const CompileSpec& spec,
+          std::vector<Shape> outputs, const ModuleSharding* sharding)
+      : devices_(std::move(devices)),
+        plugin_(devices_[0]->plugin()),
+        api_(plugin_.api()),
+        outputs_(std::move(outputs)) {
     // Each donated input lends its memory to the first output of its shape not yet given one.
     params_ = static_cast<int>(graph.parameters().size());
     std::vector<Shape> inputs;
@@ -138,17 +154,18 @@ class PjrtExecutable : public ExecutableImpl {
       if (static_cast<int>(inputs.size()) <= at) inputs.resize(at + 1);
       inputs[at] = n.shape;
     }
-    std::vector<bool> taken(outputs_.size(), false);
+    std::vector<bool> taken(graph.outputs().size(), false);
     for (int input : spec.donated_inputs) {
       if (input < 0 || input >= static_cast<int>(inputs.size())) continue;
-      for (size_t k = 0; k < outputs_.size(); ++k) {
-        if (taken[k] || !(outputs_[k] == inputs[input])) continue;
+      for (size_t k = 0; k < graph.outputs().size(); ++k) {
+        if (taken[k] || !(graph.node(graph.outputs()[k]).shape == inputs[input])) continue;
         taken[k] = true;
         aliases_[params_ + input] = static_cast<int>(k);
         break;
       }
     }
-    const std::string module = to_stablehlo(graph, aliases_);
+    const std::string module =
+        sharding ? to_stablehlo(graph, aliases_, *sharding) : to_stablehlo(graph, aliases_);
     const char* debug = std::getenv("PRISM_DEBUG");
     if (debug && std::atoi(debug) >= 2) fmt::print(stderr, "{}", module);
     auto program = PRISM_PJRT_ARGS(PJRT_Program);
@@ -156,66 +173,150 @@ class PjrtExecutable : public ExecutableImpl {
     program.code_size = module.size();
     program.format = "mlir";
     program.format_size = 4;
+    const std::string options = sharding ? mesh_compile_options(sharding->partitions)
+                                         : std::string(kCompileOptions, sizeof kCompileOptions);
     auto a = PRISM_PJRT_ARGS(PJRT_Client_Compile_Args);
-    a.client = platform.client();
+    a.client = devices_[0]->client();
     a.program = &program;
-    a.compile_options = kCompileOptions;
-    a.compile_options_size = sizeof(kCompileOptions);
-    platform.plugin().check(api_.PJRT_Client_Compile(&a), "compiling the program");
+    a.compile_options = options.data();
+    a.compile_options_size = options.size();
+    plugin_.check(api_.PJRT_Client_Compile(&a), "compiling the program");
     executable_ = a.executable;
+    if (devices_.size() > 1) check_placement();
   }
 
-  ~PjrtExecutable() override {
+  ~Program() {
     auto d = PRISM_PJRT_ARGS(PJRT_LoadedExecutable_Destroy_Args);
     d.executable = executable_;
     api_.PJRT_LoadedExecutable_Destroy(&d);
   }
 
-  std::vector<Buffer> call(std::span<const Buffer> params,
-                           std::span<const Buffer> inputs) override {
-    std::vector<PJRT_Buffer*> args;
-    for (const Buffer& b : params) args.push_back(platform_.buffer_of(b));
-    for (const Buffer& b : inputs) args.push_back(platform_.buffer_of(b));
-    std::vector<PJRT_Buffer*> results(outputs_.size(), nullptr);
-    PJRT_Buffer* const* argument_lists[] = {args.data()};
-    PJRT_Buffer** output_lists[] = {results.data()};
-    PJRT_Event* done[] = {nullptr};
+  // Per device: the parameters' and inputs' buffers; returns each device's outputs.
+  std::vector<std::vector<Buffer>> run(std::span<const std::vector<Buffer>> params,
+                                       std::span<const std::vector<Buffer>> inputs) {
+    const size_t n = devices_.size();
+    std::vector<std::vector<PJRT_Buffer*>> args(n), results(n);
+    std::vector<PJRT_Buffer* const*> argument_lists(n);
+    std::vector<PJRT_Buffer**> output_lists(n);
+    std::vector<PJRT_Event*> done(n, nullptr);
+    for (size_t k = 0; k < n; ++k) {
+      for (const Buffer& b : params[k]) args[k].push_back(devices_[k]->buffer_of(b));
+      for (const Buffer& b : inputs[k]) args[k].push_back(devices_[k]->buffer_of(b));
+      results[k].assign(outputs_.size(), nullptr);
+      argument_lists[k] = args[k].data();
+      output_lists[k] = results[k].data();
+    }
     auto options = PRISM_PJRT_ARGS(PJRT_ExecuteOptions);
     auto a = PRISM_PJRT_ARGS(PJRT_LoadedExecutable_Execute_Args);
     a.executable = executable_;
     a.options = &options;
-    a.argument_lists = argument_lists;
-    a.num_devices = 1;
-    a.num_args = args.size();
-    a.output_lists = output_lists;
-    a.device_complete_events = done;
-    platform_.plugin().check(api_.PJRT_LoadedExecutable_Execute(&a), "running the program");
-    std::vector<Buffer> out(results.size());
-    // A donated input's memory now holds its output: its Buffer's memory takes the new handle
-    // (the donated one is spent), so that the caller sees the input updated in place.
-    for (auto [arg, k] : aliases_) {
-      const Buffer& donated = inputs[arg - params_];
-      auto* m = static_cast<PjrtMemory*>(donated.memory());
-      auto d = PRISM_PJRT_ARGS(PJRT_Buffer_Destroy_Args);
-      d.buffer = m->buffer;
-      api_.PJRT_Buffer_Destroy(&d);
-      m->buffer = results[k];
-      out[k] = Buffer(outputs_[k], donated.shared_memory(), &platform_);
+    a.argument_lists = argument_lists.data();
+    a.num_devices = n;
+    a.num_args = args[0].size();
+    a.output_lists = output_lists.data();
+    a.device_complete_events = done.data();
+    plugin_.check(api_.PJRT_LoadedExecutable_Execute(&a), "running the program");
+    std::vector<std::vector<Buffer>> out(n);
+    for (size_t k = 0; k < n; ++k) {
+      out[k].resize(outputs_.size());
+      // A donated input's memory now holds its output: its Buffer's memory takes the new
+      // handle (the donated one is spent), so that the caller sees the input updated in place.
+      for (auto [arg, j] : aliases_) {
+        const Buffer& donated = inputs[k][arg - params_];
+        auto* m = static_cast<PjrtMemory*>(donated.memory());
+        auto d = PRISM_PJRT_ARGS(PJRT_Buffer_Destroy_Args);
+        d.buffer = m->buffer;
+        api_.PJRT_Buffer_Destroy(&d);
+        m->buffer = results[k][j];
+        out[k][j] = Buffer(outputs_[j], donated.shared_memory(), devices_[k]);
+      }
+      for (size_t j = 0; j < outputs_.size(); ++j) {
+        if (!out[k][j].valid()) out[k][j] = devices_[k]->wrap(outputs_[j], results[k][j]);
+      }
     }
-    for (size_t k = 0; k < results.size(); ++k) {
-      if (!out[k].valid()) out[k] = platform_.wrap(outputs_[k], results[k]);
-    }
-    platform_.plugin().await(done[0], "running the program");
+    for (size_t k = 0; k < n; ++k) plugin_.await(done[k], "running the program");
     return out;
   }
 
  private:
-  PjrtPlatform& platform_;
+  // The plugin runs partition k on the k-th of the executable's devices: they must be the
+  // mesh's, in order, for each device's shards to be where the program reads them.
+  void check_placement() {
+    auto d = PRISM_PJRT_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args);
+    d.executable = executable_;
+    plugin_.check(api_.PJRT_LoadedExecutable_AddressableDevices(&d), "listing its devices");
+    PRISM_CHECK(d.num_addressable_devices == devices_.size(),
+                "{}: the program runs on {} devices, the mesh has {}", plugin_.name(),
+                d.num_addressable_devices, devices_.size());
+    for (size_t k = 0; k < devices_.size(); ++k) {
+      PRISM_CHECK(d.addressable_devices[k] == devices_[k]->device(),
+                  "{}: the plugin placed partition {} on another device than the mesh's {}",
+                  plugin_.name(), k, k);
+    }
+  }
+
+  std::vector<PjrtPlatform*> devices_;
+  const Plugin& plugin_;
   const PJRT_Api& api_;
   PJRT_LoadedExecutable* executable_ = nullptr;
   std::vector<Shape> outputs_;
   int params_ = 0;
   std::map<int, int> aliases_;  // argument -> output whose memory it is
+};
+
+class PjrtExecutable : public ExecutableImpl {
+ public:
+  PjrtExecutable(PjrtPlatform& platform, const ir::Graph& graph, const CompileSpec& spec)
+      : program_({&platform}, graph, spec, output_shapes(graph), nullptr) {}
+
+  std::vector<Buffer> call(std::span<const Buffer> params,
+                           std::span<const Buffer> inputs) override {
+    std::vector<std::vector<Buffer>> p{{params.begin(), params.end()}};
+    std::vector<std::vector<Buffer>> i{{inputs.begin(), inputs.end()}};
+    return std::move(program_.run(p, i)[0]);
+  }
+
+ private:
+  static std::vector<Shape> output_shapes(const ir::Graph& graph) {
+    std::vector<Shape> shapes;
+    for (ValueId out : graph.outputs()) shapes.push_back(graph.node(out).shape);
+    return shapes;
+  }
+  Program program_;
+};
+
+class PjrtMeshExecutable : public MeshExecutableImpl {
+ public:
+  PjrtMeshExecutable(std::vector<PjrtPlatform*> devices, const ir::Graph& graph,
+                     const MeshSpec& spec)
+      : program_(std::move(devices), graph, CompileSpec{spec.donated_inputs},
+                 local_outputs(graph, spec), sharding(graph, spec).get()) {}
+
+  std::vector<std::vector<Buffer>> call(std::span<const std::vector<Buffer>> params,
+                                        std::span<const std::vector<Buffer>> inputs) override {
+    return program_.run(params, inputs);
+  }
+
+ private:
+  static std::vector<Shape> local_outputs(const ir::Graph& graph, const MeshSpec& spec) {
+    std::vector<Shape> shapes;
+    for (size_t k = 0; k < graph.outputs().size(); ++k) {
+      shapes.push_back(
+          local_shape(graph.node(graph.outputs()[k]).shape, spec.outputs[k], spec.mesh));
+    }
+    return shapes;
+  }
+  static std::unique_ptr<ModuleSharding> sharding(const ir::Graph& graph, const MeshSpec& spec) {
+    auto s = std::make_unique<ModuleSharding>();
+    s->partitions = spec.mesh.devices();
+    for (const auto& split : spec.parameters)
+      s->arguments.push_back(hlo_sharding(split, spec.mesh));
+    for (const auto& split : spec.inputs) s->arguments.push_back(hlo_sharding(split, spec.mesh));
+    for (const auto& split : spec.outputs) s->results.push_back(hlo_sharding(split, spec.mesh));
+    (void)graph;
+    return s;
+  }
+  Program program_;
 };
 
 }  // namespace
@@ -228,53 +329,69 @@ PjrtMemory::~PjrtMemory() {
 }
 
 PjrtPlatform::PjrtPlatform(std::string name, const std::string& plugin_path)
-    : name_(std::move(name)), plugin_(plugin_path, name_) {
-  const PJRT_Api& api = plugin_.api();
+    : name_(std::move(name)), plugin_(std::make_shared<Plugin>(plugin_path, name_)) {
+  const PJRT_Api& api = plugin_->api();
   auto create = PRISM_PJRT_ARGS(PJRT_Client_Create_Args);
-  // The XLA CPU plugin makes four devices by default; prism runs on one.
+  // The XLA CPU plugin's devices, for meshes: as many as prism's CPU offers (one per core,
+  // or PRISM_CPU_DEVICES), but at least four; one program runs on the first.
   auto count = PRISM_PJRT_ARGS(PJRT_NamedValue);
   count.name = "cpu_device_count";
   count.name_size = std::strlen(count.name);
   count.type = PJRT_NamedValue_kInt64;
-  count.int64_value = 1;
+  const char* cpu_devices = std::getenv("PRISM_CPU_DEVICES");
+  count.int64_value = std::max<int64_t>(
+      4, cpu_devices && *cpu_devices ? std::atoll(cpu_devices)
+                                     : static_cast<int64_t>(std::thread::hardware_concurrency()));
   count.value_size = 1;
   if (name_ == "xla-cpu") {
     create.create_options = &count;
     create.num_options = 1;
   }
-  plugin_.check(api.PJRT_Client_Create(&create), "creating a client");
+  plugin_->check(api.PJRT_Client_Create(&create), "creating a client");
   client_ = create.client;
   auto devices = PRISM_PJRT_ARGS(PJRT_Client_AddressableDevices_Args);
   devices.client = client_;
-  plugin_.check(api.PJRT_Client_AddressableDevices(&devices), "listing devices");
+  plugin_->check(api.PJRT_Client_AddressableDevices(&devices), "listing devices");
   PRISM_CHECK(devices.num_addressable_devices > 0, "{}: the plugin {} has no device", name_,
-              plugin_.path());
-  device_ = devices.addressable_devices[0];
+              plugin_->path());
+  all_devices_.assign(devices.addressable_devices,
+                      devices.addressable_devices + devices.num_addressable_devices);
+  device_ = all_devices_[0];
   auto description = PRISM_PJRT_ARGS(PJRT_Device_GetDescription_Args);
   description.device = device_;
-  plugin_.check(api.PJRT_Device_GetDescription(&description), "describing the device");
+  plugin_->check(api.PJRT_Device_GetDescription(&description), "describing the device");
   auto kind = PRISM_PJRT_ARGS(PJRT_DeviceDescription_Kind_Args);
   kind.device_description = description.device_description;
-  plugin_.check(api.PJRT_DeviceDescription_Kind(&kind), "describing the device");
+  plugin_->check(api.PJRT_DeviceDescription_Kind(&kind), "describing the device");
   device_kind_.assign(kind.device_kind, kind.device_kind_size);
 }
 
+PjrtPlatform::PjrtPlatform(const PjrtPlatform& parent, PJRT_Device* device)
+    : name_(parent.name_),
+      plugin_(parent.plugin_),
+      client_(parent.client_),
+      owns_client_(false),
+      device_(device),
+      all_devices_{device},
+      device_kind_(parent.device_kind_) {}
+
 PjrtPlatform::~PjrtPlatform() {
+  if (!owns_client_) return;
   auto d = PRISM_PJRT_ARGS(PJRT_Client_Destroy_Args);
   d.client = client_;
-  plugin_.api().PJRT_Client_Destroy(&d);
+  plugin_->api().PJRT_Client_Destroy(&d);
 }
 
 std::vector<DeviceInfo> PjrtPlatform::devices() const {
   DeviceInfo d;
-  d.name = fmt::format("{} (PJRT C API {}.{}, {})", device_kind_, plugin_.major(), plugin_.minor(),
-                       plugin_.path());
+  d.name = fmt::format("{} (PJRT C API {}.{}, {})", device_kind_, plugin_->major(),
+                       plugin_->minor(), plugin_->path());
   // The memory a device may use, where the plugin says (the CPU plugin does not).
-  const PJRT_Api& api = plugin_.api();
+  const PJRT_Api& api = plugin_->api();
   if (api.PJRT_Device_MemoryStats) {
     auto stats = PRISM_PJRT_ARGS(PJRT_Device_MemoryStats_Args);
     stats.device = device_;
-    if (plugin_.succeeded(api.PJRT_Device_MemoryStats(&stats)) && stats.bytes_limit_is_set) {
+    if (plugin_->succeeded(api.PJRT_Device_MemoryStats(&stats)) && stats.bytes_limit_is_set) {
       d.memory_bytes = stats.bytes_limit;
     }
   }
@@ -283,14 +400,14 @@ std::vector<DeviceInfo> PjrtPlatform::devices() const {
 
 PJRT_Buffer* PjrtPlatform::buffer_of(const Buffer& b) const {
   auto* m = dynamic_cast<PjrtMemory*>(b.memory());
-  PRISM_CHECK(m != nullptr && m->plugin == &plugin_, "{}: a buffer of platform {} was passed",
+  PRISM_CHECK(m != nullptr && m->plugin == plugin_.get(), "{}: a buffer of platform {} was passed",
               name_, b.valid() ? std::string(b.platform().name()) : "none");
   return m->buffer;
 }
 
 Buffer PjrtPlatform::wrap(const Shape& shape, PJRT_Buffer* buffer) {
   auto m = std::make_shared<PjrtMemory>();
-  m->plugin = &plugin_;
+  m->plugin = plugin_.get();
   m->buffer = buffer;
   return Buffer(shape, std::move(m), this);
 }
@@ -307,9 +424,9 @@ Buffer PjrtPlatform::upload(const HostBuffer& host) {
   a.num_dims = dims.size();
   a.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
   a.device = device_;
-  plugin_.check(plugin_.api().PJRT_Client_BufferFromHostBuffer(&a), "uploading a buffer");
+  plugin_->check(plugin_->api().PJRT_Client_BufferFromHostBuffer(&a), "uploading a buffer");
   Buffer b = wrap(s, a.buffer);
-  plugin_.await(a.done_with_host_buffer, "uploading a buffer");
+  plugin_->await(a.done_with_host_buffer, "uploading a buffer");
   return b;
 }
 
@@ -325,9 +442,32 @@ HostBuffer PjrtPlatform::download(const Buffer& buffer) {
   a.src = buffer_of(buffer);
   a.dst = host.bytes().data();
   a.dst_size = host.bytes().size();
-  plugin_.check(plugin_.api().PJRT_Buffer_ToHostBuffer(&a), "downloading a buffer");
-  plugin_.await(a.event, "downloading a buffer");
+  plugin_->check(plugin_->api().PJRT_Buffer_ToHostBuffer(&a), "downloading a buffer");
+  plugin_->await(a.event, "downloading a buffer");
   return host;
+}
+
+std::vector<Platform*> PjrtPlatform::mesh_devices(const Mesh& mesh) {
+  const int64_t n = mesh.devices();
+  PRISM_CHECK(n <= mesh_capacity(), "{}: the mesh {} needs {} devices, the plugin has {}", name_,
+              mesh.str(), n, mesh_capacity());
+  if (n == 1) return {this};
+  auto& views = meshes_[n];
+  if (views.empty()) {
+    for (int64_t k = 0; k < n; ++k) {
+      views.push_back(std::unique_ptr<PjrtPlatform>(new PjrtPlatform(*this, all_devices_[k])));
+    }
+  }
+  std::vector<Platform*> out;
+  for (auto& v : views) out.push_back(v.get());
+  return out;
+}
+
+std::unique_ptr<MeshExecutableImpl> PjrtPlatform::compile_for_mesh(const ir::Graph& graph,
+                                                                   const MeshSpec& spec) {
+  std::vector<PjrtPlatform*> devices;
+  for (Platform* p : mesh_devices(spec.mesh)) devices.push_back(static_cast<PjrtPlatform*>(p));
+  return std::make_unique<PjrtMeshExecutable>(std::move(devices), graph, spec);
 }
 
 // Every composite runs through its decomposition, which the plugin's compiler fuses.

@@ -4,6 +4,7 @@
 // The plugin's compiler does fusion and scheduling; prism only prints and runs.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,18 +36,32 @@ class PjrtPlatform : public Platform {
   bool supports(const ir::Node& node) const override;
   std::unique_ptr<ExecutableImpl> compile(const ir::Graph& graph, const CompileSpec& spec) override;
 
-  const Plugin& plugin() const { return plugin_; }
+  // A mesh is the plugin's devices; the plugin's SPMD partitioner splits the program, given
+  // the shardings of its arguments and results.
+  int64_t mesh_capacity() const override { return static_cast<int64_t>(all_devices_.size()); }
+  std::vector<Platform*> mesh_devices(const Mesh& mesh) override;
+  std::unique_ptr<MeshExecutableImpl> compile_for_mesh(const ir::Graph& graph,
+                                                       const MeshSpec& spec) override;
+
+  const Plugin& plugin() const { return *plugin_; }
+  PJRT_Device* device() const { return device_; }
   PJRT_Client* client() const { return client_; }
   // The PJRT buffer of `b`, which must live on this platform.
   PJRT_Buffer* buffer_of(const Buffer& b) const;
   Buffer wrap(const Shape& shape, PJRT_Buffer* buffer);
 
  private:
+  // Device `device` of `parent`'s client, for a mesh: shares its plugin and client.
+  PjrtPlatform(const PjrtPlatform& parent, PJRT_Device* device);
+
   std::string name_;
-  Plugin plugin_;
+  std::shared_ptr<Plugin> plugin_;
   PJRT_Client* client_ = nullptr;
+  bool owns_client_ = true;
   PJRT_Device* device_ = nullptr;
+  std::vector<PJRT_Device*> all_devices_;
   std::string device_kind_;
+  std::map<int64_t, std::vector<std::unique_ptr<PjrtPlatform>>> meshes_;  // by device count
 };
 
 // Where the plugin of platform `name` is, or why there is none: `pjrt` reads

@@ -171,8 +171,9 @@ std::string scalar_literal(double v, DType t) {
 
 class Printer {
  public:
-  Printer(const ir::Graph& g, const std::map<int, int>& aliases)
-      : g_(g), aliases_(aliases), name_(g.size()) {}
+  Printer(const ir::Graph& g, const std::map<int, int>& aliases,
+          const ModuleSharding* sharding = nullptr)
+      : g_(g), aliases_(aliases), sharding_(sharding), name_(g.size()) {}
 
   std::string operator()() {
     std::vector<ValueId> args = g_.parameters();
@@ -188,9 +189,14 @@ class Printer {
     for (size_t k = 0; k < args.size(); ++k) {
       name_[args[k]] = fmt::format("%arg{}", k);
       signature += fmt::format("{}%arg{}: {}", k ? ", " : "", k, type(args[k]));
+      std::vector<std::string> attrs;
       if (auto it = aliases_.find(static_cast<int>(k)); it != aliases_.end()) {
-        signature += fmt::format(" {{tf.aliasing_output = {} : i32}}", it->second);
+        attrs.push_back(fmt::format("tf.aliasing_output = {} : i32", it->second));
       }
+      if (sharding_ && k < sharding_->arguments.size()) {
+        attrs.push_back(fmt::format("mhlo.sharding = \"{}\"", sharding_->arguments[k]));
+      }
+      if (!attrs.empty()) signature += fmt::format(" {{{}}}", fmt::join(attrs, ", "));
     }
     for (ValueId id = 0; id < g_.size(); ++id) {
       const ir::Node& n = g_.node(id);
@@ -200,14 +206,24 @@ class Printer {
       node(id);
       locate(from, id);
     }
-    std::vector<std::string> results, result_types;
-    for (ValueId out : g_.outputs()) {
+    std::vector<std::string> results, result_types, annotated;
+    for (size_t k = 0; k < g_.outputs().size(); ++k) {
+      const ValueId out = g_.outputs()[k];
       results.push_back(name_[out]);
       result_types.push_back(type(out));
+      annotated.push_back(
+          sharding_ && k < sharding_->results.size()
+              ? fmt::format("{} {{mhlo.sharding = \"{}\"}}", type(out), sharding_->results[k])
+              : type(out));
     }
-    std::string module = "module @prism {\n";
+    std::string module = sharding_
+                             ? fmt::format(
+                                   "module @prism attributes {{mhlo.num_partitions = {} : i32, "
+                                   "mhlo.num_replicas = 1 : i32}} {{\n",
+                                   sharding_->partitions)
+                             : "module @prism {\n";
     module += fmt::format("  func.func public @main({}) -> ({}) {{\n", signature,
-                          fmt::join(result_types, ", "));
+                          fmt::join(annotated, ", "));
     module += body_;
     module += fmt::format("    \"func.return\"({}) : ({}) -> ()\n  }}\n}}\n",
                           fmt::join(results, ", "), fmt::join(result_types, ", "));
@@ -857,6 +873,7 @@ class Printer {
 
   const ir::Graph& g_;
   const std::map<int, int>& aliases_;
+  const ModuleSharding* sharding_;
   std::vector<std::string> name_;
   std::string body_;
   int fresh_ = 0;
@@ -866,6 +883,55 @@ class Printer {
 
 std::string to_stablehlo(const ir::Graph& graph, const std::map<int, int>& aliases) {
   return Printer(graph, aliases)();
+}
+
+std::string to_stablehlo(const ir::Graph& graph, const std::map<int, int>& aliases,
+                         const ModuleSharding& sharding) {
+  return Printer(graph, aliases, &sharding)();
+}
+
+std::string hlo_sharding(const std::vector<int>& split, const Mesh& mesh) {
+  std::vector<int64_t> tiles;
+  std::vector<bool> used(mesh.axes().size(), false);
+  bool any = false;
+  for (int a : split) {
+    tiles.push_back(a >= 0 ? mesh.axes()[a].size : 1);
+    if (a >= 0) used[a] = any = true;
+  }
+  if (!any) return "{replicated}";
+  int64_t replicas = 1;
+  for (size_t a = 0; a < used.size(); ++a) {
+    if (!used[a]) replicas *= mesh.axes()[a].size;
+  }
+  if (replicas > 1) tiles.push_back(replicas);
+  // Every tile in row-major order, and the device at its position: its coordinate along each
+  // split dim's axis, the replica's along the unused axes.
+  int64_t count = 1;
+  for (int64_t t : tiles) count *= t;
+  std::vector<int64_t> ids;
+  for (int64_t tile = 0; tile < count; ++tile) {
+    std::vector<int64_t> coord(mesh.axes().size(), 0);
+    int64_t rest = tile;
+    std::vector<int64_t> at(tiles.size());
+    for (int d = static_cast<int>(tiles.size()) - 1; d >= 0; --d) {
+      at[d] = rest % tiles[d];
+      rest /= tiles[d];
+    }
+    for (size_t d = 0; d < split.size(); ++d) {
+      if (split[d] >= 0) coord[split[d]] = at[d];
+    }
+    int64_t replica = replicas > 1 ? at.back() : 0;
+    for (int a = static_cast<int>(used.size()) - 1; a >= 0; --a) {
+      if (used[a]) continue;
+      coord[a] = replica % mesh.axes()[a].size;
+      replica /= mesh.axes()[a].size;
+    }
+    int64_t id = 0;
+    for (size_t a = 0; a < coord.size(); ++a) id = id * mesh.axes()[a].size + coord[a];
+    ids.push_back(id);
+  }
+  return fmt::format("{{devices=[{}]{}{}}}", fmt::join(tiles, ","), fmt::join(ids, ","),
+                     replicas > 1 ? " last_tile_dim_replicate" : "");
 }
 
 }  // namespace prism::pjrt

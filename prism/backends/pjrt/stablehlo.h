@@ -5,7 +5,9 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
+#include "prism/core/mesh.h"
 #include "prism/ir/graph.h"
 
 namespace prism::pjrt {
@@ -16,5 +18,19 @@ namespace prism::pjrt {
 // plugin updates it in place). Throws prism::Error naming the node for an op with no StableHLO
 // lowering.
 std::string to_stablehlo(const ir::Graph& graph, const std::map<int, int>& aliases = {});
+
+// A module for the plugin's SPMD partitioner: compiled for `partitions` devices, each argument
+// and result annotated with its HloSharding text (hlo_sharding()).
+struct ModuleSharding {
+  int64_t partitions = 1;
+  std::vector<std::string> arguments, results;
+};
+std::string to_stablehlo(const ir::Graph& graph, const std::map<int, int>& aliases,
+                         const ModuleSharding& sharding);
+
+// The HloSharding of a tensor split as `split` (per dim, a mesh axis or -1) over `mesh`:
+// "{replicated}", or "{devices=[tiles per dim]device ids}" with "last_tile_dim_replicate"
+// where mesh axes split nothing of it. Device ids are mesh positions (row-major).
+std::string hlo_sharding(const std::vector<int>& split, const Mesh& mesh);
 
 }  // namespace prism::pjrt

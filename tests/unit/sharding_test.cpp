@@ -155,9 +155,11 @@ TEST(Partition, MegatronMlpNeedsOneAllReduce) {
 // executable says; returns the largest difference of the first output.
 double sharded_difference(const TraceFn& fn, const std::vector<HostBuffer>& inputs,
                           const std::map<std::string, HostBuffer>& weights, int n,
-                          std::vector<Sharding> input_shardings = {}) {
+                          std::vector<Sharding> input_shardings = {},
+                          const std::string& platform = "cpu") {
   CpuDevices devices(n);
-  Platform& cpu = get_platform("cpu");
+  setenv("PRISM_OPENCL_DEVICES", std::to_string(n).c_str(), 1);
+  Platform& cpu = get_platform(platform);
   std::vector<Shape> shapes;
   for (const HostBuffer& h : inputs) shapes.push_back(h.shape());
   Executable one = compile(cpu, fn, shapes);
@@ -186,19 +188,35 @@ double sharded_difference(const TraceFn& fn, const std::vector<HostBuffer>& inpu
   for (int k = 0; k < n; ++k) shards.push_back(out[k][0].to_host());
   HostBuffer got = assemble(shards, exe.output_splits()[0], mesh);
   EXPECT_EQ(got.shape(), want.shape());
+  unsetenv("PRISM_OPENCL_DEVICES");
   double worst = 0;
   std::vector<double> a = got.to_f64(), b = want.to_f64();
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
   return worst;
 }
 
+// The platforms that run meshes here: prism's CPU (collectives through host memory), OpenCL
+// (its devices' collectives through host memory) and the XLA CPU plugin (XLA's partitioner
+// and collectives), each against the same program on one device.
+std::vector<std::string> mesh_platforms() {
+  std::vector<std::string> names;
+  for (const PlatformStatus& s : platform_statuses()) {
+    if (s.available && (s.name == "cpu" || s.name == "opencl" || s.name == "xla-cpu")) {
+      names.push_back(s.name);
+    }
+  }
+  return names;
+}
+
 TEST(Partition, TensorParallelMlpMatchesOneDevice) {
-  for (int n : {2, 4}) {
-    double d = sharded_difference(mlp, {random_f32(S({{"s", 3}, {"d", 4}}), 1)},
-                                  {{"up", random_f32(S({{"f", 8}, {"d", 4}}), 2)},
-                                   {"down", random_f32(S({{"o", 4}, {"f", 8}}), 3)}},
-                                  n);
-    EXPECT_LT(d, 1e-5) << n << " devices";
+  for (const std::string& p : mesh_platforms()) {
+    for (int n : {2, 4}) {
+      double d = sharded_difference(mlp, {random_f32(S({{"s", 3}, {"d", 4}}), 1)},
+                                    {{"up", random_f32(S({{"f", 8}, {"d", 4}}), 2)},
+                                     {"down", random_f32(S({{"o", 4}, {"f", 8}}), 3)}},
+                                    n, {}, p);
+      EXPECT_LT(d, 1e-5) << n << " devices of " << p;
+    }
   }
 }
 
@@ -210,11 +228,13 @@ TEST(Partition, OpsWithoutARuleGatherTheirOperands) {
     Tensor h = in[0].dot(w, "d");
     return std::vector<Tensor>{h.softmax("f") * 2.0f + in[1].exp().sum({"f"})};
   };
-  double d = sharded_difference(
-      fn, {random_f32(S({{"s", 3}, {"d", 4}}), 4), random_f32(S({{"s", 3}, {"f", 8}}), 5)},
-      {{"w", random_f32(S({{"f", 8}, {"d", 4}}), 6)}}, 2,
-      {Sharding(), Sharding().split("f", "model")});
-  EXPECT_LT(d, 1e-5);
+  for (const std::string& p : mesh_platforms()) {
+    double d = sharded_difference(
+        fn, {random_f32(S({{"s", 3}, {"d", 4}}), 4), random_f32(S({{"s", 3}, {"f", 8}}), 5)},
+        {{"w", random_f32(S({{"f", 8}, {"d", 4}}), 6)}}, 2,
+        {Sharding(), Sharding().split("f", "model")}, p);
+    EXPECT_LT(d, 1e-5) << p;
+  }
 }
 
 // A whole operand meeting a split one is cut to this device's block (dynamic_slice at its
@@ -239,14 +259,16 @@ TEST(Partition, WholeOperandsAreCutToTheDevicesBlock) {
   EXPECT_EQ(slices, 1) << ir::print(p.graph);
   EXPECT_EQ(gathers, 0) << ir::print(p.graph);
   EXPECT_EQ(p.outputs[0], (compiler::Split{-1, 0}));
-  for (int n : {2, 4}) {
-    double d = sharded_difference(fn,
-                                  {random_f32(shapes[0], 8), random_f32(shapes[1], 9),
-                                   HostBuffer::from<int32_t>(shapes[2], {11, 0, 6})},
-                                  {{"w", random_f32(S({{"f", 8}, {"d", 4}}), 10)},
-                                   {"table", random_f32(S({{"voc", 12}, {"d", 4}}), 11)}},
-                                  n);
-    EXPECT_LT(d, 1e-5) << n << " devices";
+  for (const std::string& p : mesh_platforms()) {
+    for (int n : {2, 4}) {
+      double d = sharded_difference(fn,
+                                    {random_f32(shapes[0], 8), random_f32(shapes[1], 9),
+                                     HostBuffer::from<int32_t>(shapes[2], {11, 0, 6})},
+                                    {{"w", random_f32(S({{"f", 8}, {"d", 4}}), 10)},
+                                     {"table", random_f32(S({{"voc", 12}, {"d", 4}}), 11)}},
+                                    n, {}, p);
+      EXPECT_LT(d, 1e-5) << n << " devices of " << p;
+    }
   }
 }
 

@@ -65,6 +65,18 @@ std::vector<std::string> mesh_platforms() {
   return names;
 }
 
+// OpenCL's devices of a mesh (here one device presented as two, each with its own context
+// and queue), collectives through host memory: the tiny Llama as on one device.
+TEST(TensorParallel, OpenClDevicesMatchOneDevice) {
+  bool available = false;
+  for (const PlatformStatus& s : platform_statuses())
+    available |= s.name == "opencl" && s.available;
+  if (!available) GTEST_SKIP() << "no OpenCL device";
+  setenv("PRISM_OPENCL_DEVICES", "2", 1);
+  expect_same_as_one_device(fixture("llama", "tiny-f32"), 2, "opencl");
+  unsetenv("PRISM_OPENCL_DEVICES");
+}
+
 TEST(TensorParallel, LlamaMatchesOneDevice) {
   for (const std::string& p : mesh_platforms()) {
     for (int n : {2, 4}) expect_same_as_one_device(fixture("llama", "tiny-f32"), n, p);

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "prism/backends/opencl/codegen.h"
 #include "prism/backends/opencl/opencl_platform.h"
 #include "prism/compiler/fusion.h"
+#include "prism/compiler/kernel_ir.h"
 #include "prism/compiler/schedule.h"
 #include "prism/core/error.h"
 #include "prism/runtime/outputs.h"
@@ -26,6 +28,7 @@ struct Step {
   ValueId value;
   KernelSource source;
   cl_kernel kernel = nullptr;
+  bool host = false;  // a collective: through host memory, between the devices of a mesh
 };
 
 class OpenClExecutable : public ExecutableImpl {
@@ -47,7 +50,15 @@ class OpenClExecutable : public ExecutableImpl {
     for (ValueId id : schedule_.steps()) {
       std::string name = fmt::format("k{}", id);
       Step& step = steps_.emplace_back(Step{id, {}});
-      step.source = step_kernel(graph_, plan_, id, name, platform_.traits());
+      if (kernel::lowering_of(graph_.node(id).op) == kernel::Lowering::collective) {
+        step.host = true;
+        step.source.reads = graph_.node(id).inputs;
+        const auto& c = graph_.node(id).attr<ir::CollectiveAttrs>();
+        PRISM_CHECK(c.group == 1 || platform_.communicator(), "opencl: {} outside a mesh",
+                    ir::print(graph_, id));
+      } else {
+        step.source = step_kernel(graph_, plan_, id, name, platform_.traits());
+      }
       reads.push_back(step.source.reads);
     }
     schedule_.place(graph_, reads, spec.donated_inputs);
@@ -107,7 +118,43 @@ class OpenClExecutable : public ExecutableImpl {
              "copying a buffer");
   }
 
+  // A collective: the operand read back to the host (the in-order queue has finished what
+  // came before), exchanged with the mesh's other devices, the result written back.
+  void run_host(const Step& step, const std::vector<Place>& at) {
+    const ir::Node& n = graph_.node(step.value);
+    const auto& c = n.attr<ir::CollectiveAttrs>();
+    HostCommunicator* comm = platform_.communicator();
+    const int64_t device = platform_.mesh_device();
+    std::vector<std::byte> out(n.shape.bytes());
+    if (n.op == Op::mesh_coordinate) {
+      const int32_t v =
+          comm ? static_cast<int32_t>(comm->mesh().coordinate(device, c.mesh_axis)) : 0;
+      std::memcpy(out.data(), &v, sizeof v);
+    } else {
+      const Shape& in_shape = graph_.node(n.inputs[0]).shape;
+      std::vector<std::byte> in(in_shape.bytes());
+      const Place from = at[n.inputs[0]];
+      check_cl(api_.clEnqueueReadBuffer(platform_.queue(), from.mem, CL_TRUE, from.offset,
+                                        in.size(), in.data(), 0, nullptr, nullptr),
+               "reading a collective's operand");
+      if (c.group == 1) {
+        out = in;
+      } else if (n.op == Op::all_reduce) {
+        comm->all_reduce(device, c.mesh_axis, in_shape, in.data(), out.data());
+      } else if (n.op == Op::all_gather) {
+        comm->all_gather(device, c.mesh_axis, c.axis, in_shape, in.data(), out.data());
+      } else {
+        comm->reduce_scatter(device, c.mesh_axis, c.axis, in_shape, in.data(), out.data());
+      }
+    }
+    const Place to = at[step.value];
+    check_cl(api_.clEnqueueWriteBuffer(platform_.queue(), to.mem, CL_TRUE, to.offset, out.size(),
+                                       out.data(), 0, nullptr, nullptr),
+             "writing a collective's result");
+  }
+
   void run(Step& step, const std::vector<Place>& at) {
+    if (step.host) return run_host(step, at);
     const KernelSource& ks = step.source;
     if (ks.starts_as_operand) {
       copy(at[ks.reads[0]], at[step.value], graph_.node(step.value).shape.bytes());
@@ -137,7 +184,9 @@ class OpenClExecutable : public ExecutableImpl {
   void build() {
     if (steps_.empty()) return;
     std::string source = preamble(platform_.traits());
-    for (const Step& s : steps_) source += "\n" + s.source.code;
+    for (const Step& s : steps_) {
+      if (!s.host) source += "\n" + s.source.code;
+    }
     const char* debug = std::getenv("PRISM_DEBUG");
     if (debug && std::atoi(debug) >= 2) {
       std::fprintf(stderr, "--- opencl program (%zu kernels, arena %ld bytes)\n%s", steps_.size(),
@@ -145,6 +194,7 @@ class OpenClExecutable : public ExecutableImpl {
     }
     cl_program program = platform_.program(source);
     for (Step& s : steps_) {
+      if (s.host) continue;
       cl_int err = CL_SUCCESS;
       s.kernel = api_.clCreateKernel(program, s.source.name.c_str(), &err);
       check_cl(err, "creating a kernel");
@@ -152,6 +202,7 @@ class OpenClExecutable : public ExecutableImpl {
     // A work group of 64 where the device allows it: every vendor's GPUs schedule it well.
     size_t limit = 64;
     for (Step& s : steps_) {
+      if (s.host) continue;
       size_t max = 0;
       api_.clGetKernelWorkGroupInfo(s.kernel, nullptr, CL_KERNEL_WORK_GROUP_SIZE, sizeof(max), &max,
                                     nullptr);

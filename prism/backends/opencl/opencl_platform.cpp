@@ -90,10 +90,24 @@ OpenClPlatform::OpenClPlatform() {
       }
     }
   }
-  device_ = devices[pick].device;
+  open(devices[pick].platform, devices[pick].device);
+}
+
+OpenClPlatform::OpenClPlatform(cl_platform_id platform, cl_device_id device,
+                               std::shared_ptr<HostCommunicator> comm, int64_t index)
+    : comm_(std::move(comm)), mesh_device_(index) {
+  std::string why;
+  api_ = cl_api(&why);
+  if (!api_) fail("opencl: {}", why);
+  open(platform, device);
+}
+
+void OpenClPlatform::open(cl_platform_id platform, cl_device_id device) {
+  cl_platform_ = platform;
+  device_ = device;
   cl_int err = CL_SUCCESS;
-  cl_context_properties props[] = {
-      CL_CONTEXT_PLATFORM, reinterpret_cast<cl_context_properties>(devices[pick].platform), 0};
+  cl_context_properties props[] = {CL_CONTEXT_PLATFORM,
+                                   reinterpret_cast<cl_context_properties>(platform), 0};
   context_ = api_->clCreateContext(props, 1, &device_, nullptr, nullptr, &err);
   check_cl(err, "creating a context");
   queue_ = api_->clCreateCommandQueue(context_, device_, 0, &err);
@@ -104,6 +118,57 @@ OpenClPlatform::OpenClPlatform() {
   cl_ulong memory = 0;
   api_->clGetDeviceInfo(device_, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(memory), &memory, nullptr);
   memory_bytes_ = static_cast<int64_t>(memory);
+}
+
+int64_t OpenClPlatform::mesh_capacity() const {
+  if (const char* env = std::getenv("PRISM_OPENCL_DEVICES"); env && *env) {
+    const int64_t n = std::atoll(env);
+    PRISM_CHECK(n >= 1, "PRISM_OPENCL_DEVICES={} is not a number of devices", env);
+    return n;
+  }
+  std::string why;
+  int64_t n = 0;
+  for (const FoundDevice& d : all_devices(*api_, &why)) n += d.platform == cl_platform_;
+  return std::max<int64_t>(n, 1);
+}
+
+std::vector<Platform*> OpenClPlatform::mesh_devices(const Mesh& mesh) {
+  PRISM_CHECK(!comm_, "opencl: device {} of a mesh cannot itself be split", mesh_device_);
+  const int64_t n = mesh.devices();
+  PRISM_CHECK(n <= mesh_capacity(),
+              "opencl: the mesh {} needs {} devices, the OpenCL platform has {} "
+              "(PRISM_OPENCL_DEVICES presents one as several)",
+              mesh.str(), n, mesh_capacity());
+  if (n == 1) return {this};
+  std::lock_guard lock(meshes_mutex_);
+  auto& devices = meshes_[mesh.str()];
+  if (devices.empty()) {
+    std::vector<cl_device_id> ids;
+    const char* env = std::getenv("PRISM_OPENCL_DEVICES");
+    if (!(env && *env)) {
+      std::string why;
+      for (const FoundDevice& d : all_devices(*api_, &why)) {
+        if (d.platform == cl_platform_) ids.push_back(d.device);
+      }
+    }
+    auto comm = std::make_shared<HostCommunicator>(mesh);
+    for (int64_t k = 0; k < n; ++k) {
+      cl_device_id id = ids.empty() ? device_ : ids[k];
+      devices.push_back(
+          std::unique_ptr<OpenClPlatform>(new OpenClPlatform(cl_platform_, id, comm, k)));
+    }
+  }
+  std::vector<Platform*> out;
+  for (auto& d : devices) out.push_back(d.get());
+  return out;
+}
+
+void OpenClPlatform::abort_collectives() {
+  if (comm_) comm_->abort();
+}
+
+void OpenClPlatform::reset_collectives() {
+  if (comm_) comm_->reset();
 }
 
 OpenClPlatform::~OpenClPlatform() {

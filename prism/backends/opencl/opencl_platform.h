@@ -10,6 +10,7 @@
 
 #include "prism/backends/opencl/cl_api.h"
 #include "prism/backends/opencl/codegen.h"
+#include "prism/runtime/collectives.h"
 #include "prism/runtime/platform.h"
 
 namespace prism::opencl {
@@ -26,6 +27,8 @@ class OpenClPlatform : public Platform {
  public:
   OpenClPlatform();
   ~OpenClPlatform() override;
+  OpenClPlatform(const OpenClPlatform&) = delete;
+  OpenClPlatform& operator=(const OpenClPlatform&) = delete;
 
   std::string_view name() const override { return "opencl"; }
   std::vector<DeviceInfo> devices() const override;
@@ -38,6 +41,17 @@ class OpenClPlatform : public Platform {
   bool supports(const ir::Node& node) const override;
   std::unique_ptr<ExecutableImpl> compile(const ir::Graph& graph, const CompileSpec& spec) override;
 
+  // A mesh is the devices of the chosen device's OpenCL platform (PRISM_OPENCL_DEVICES=N
+  // presents the chosen device as N, to try a mesh on one device), each with its own context
+  // and queue; collectives go through host memory.
+  int64_t mesh_capacity() const override;
+  std::vector<Platform*> mesh_devices(const Mesh& mesh) override;
+  void abort_collectives() override;
+  void reset_collectives() override;
+  // Where this platform is a device of a mesh: the communicator and its index; else null, 0.
+  HostCommunicator* communicator() const { return comm_.get(); }
+  int64_t mesh_device() const { return mesh_device_; }
+
   const ClApi& api() const { return *api_; }
   cl_command_queue queue() const { return queue_; }
   const DeviceTraits& traits() const { return traits_; }
@@ -45,8 +59,18 @@ class OpenClPlatform : public Platform {
   cl_program program(const std::string& source);
 
  private:
+  // Device `index` of a mesh on `device` of OpenCL platform `platform`.
+  OpenClPlatform(cl_platform_id platform, cl_device_id device,
+                 std::shared_ptr<HostCommunicator> comm, int64_t index);
+  void open(cl_platform_id platform, cl_device_id device);
+
   const ClApi* api_;
+  cl_platform_id cl_platform_ = nullptr;
   cl_device_id device_ = nullptr;
+  std::shared_ptr<HostCommunicator> comm_;
+  int64_t mesh_device_ = 0;
+  std::mutex meshes_mutex_;
+  std::map<std::string, std::vector<std::unique_ptr<OpenClPlatform>>> meshes_;  // by Mesh::str()
   cl_context context_ = nullptr;
   cl_command_queue queue_ = nullptr;
   DeviceTraits traits_;

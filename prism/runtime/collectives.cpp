@@ -7,39 +7,56 @@
 namespace prism {
 namespace {
 
-// Calls f(T{}) with T the type the sums accumulate in, read and written through `load` and
-// `store` for the storage dtype.
-template <typename F>
-void with_sum_type(DType t, F&& f) {
+// out[i] = the sum over `all` of their i-th elements, for i in [first, last): each element
+// read as double, summed in the devices' order, rounded once to the storage type. Blocks of
+// 256 keep the loops over elements innermost, where the compiler vectorizes them.
+template <typename T, typename Load, typename Store>
+void sum_range(std::span<const std::byte* const> all, std::byte* out, int64_t first,
+               int64_t last, Load load, Store store) {
+  constexpr int64_t kBlock = 256;
+  double acc[kBlock];
+  for (int64_t at = first; at < last; at += kBlock) {
+    const int64_t m = std::min(kBlock, last - at);
+    for (int64_t j = 0; j < m; ++j) acc[j] = 0;
+    for (const std::byte* p : all) {
+      const T* x = reinterpret_cast<const T*>(p) + at;
+      for (int64_t j = 0; j < m; ++j) acc[j] += load(x[j]);
+    }
+    T* y = reinterpret_cast<T*>(out) + at;
+    for (int64_t j = 0; j < m; ++j) y[j] = store(acc[j]);
+  }
+}
+
+void sum_range(DType t, std::span<const std::byte* const> all, std::byte* out, int64_t first,
+               int64_t last) {
   switch (t) {
     case DType::f32:
-      return f(
-          float{}, [](const std::byte* p) { return double(*reinterpret_cast<const float*>(p)); },
-          [](double v, std::byte* p) { *reinterpret_cast<float*>(p) = static_cast<float>(v); });
+      return sum_range<float>(
+          all, out, first, last, [](float v) { return double(v); },
+          [](double v) { return static_cast<float>(v); });
     case DType::f64:
-      return f(
-          double{}, [](const std::byte* p) { return *reinterpret_cast<const double*>(p); },
-          [](double v, std::byte* p) { *reinterpret_cast<double*>(p) = v; });
+      return sum_range<double>(
+          all, out, first, last, [](double v) { return v; }, [](double v) { return v; });
     case DType::bf16:
-      return f(
-          uint16_t{},
-          [](const std::byte* p) {
-            return double(bf16_to_f32(*reinterpret_cast<const uint16_t*>(p)));
-          },
-          [](double v, std::byte* p) {
-            *reinterpret_cast<uint16_t*>(p) = f32_to_bf16(static_cast<float>(v));
-          });
+      return sum_range<uint16_t>(
+          all, out, first, last, [](uint16_t v) { return double(bf16_to_f32(v)); },
+          [](double v) { return f32_to_bf16(static_cast<float>(v)); });
     case DType::f16:
-      return f(
-          uint16_t{},
-          [](const std::byte* p) {
-            return double(f16_to_f32(*reinterpret_cast<const uint16_t*>(p)));
-          },
-          [](double v, std::byte* p) {
-            *reinterpret_cast<uint16_t*>(p) = f32_to_f16(static_cast<float>(v));
-          });
+      return sum_range<uint16_t>(
+          all, out, first, last, [](uint16_t v) { return double(f16_to_f32(v)); },
+          [](double v) { return f32_to_f16(static_cast<float>(v)); });
     default:
-      fail("collectives: sums of {} are not supported", name(t));
+      if (!is_integer(t)) fail("collectives: sums of {} are not supported", name(t));
+      with_integer_type(t, [&](auto zero) {
+        using T = decltype(zero);
+        for (int64_t i = first; i < last; ++i) {
+          T sum = 0;
+          for (const std::byte* p : all) {
+            sum = static_cast<T>(sum + reinterpret_cast<const T*>(p)[i]);
+          }
+          reinterpret_cast<T*>(out)[i] = sum;
+        }
+      });
   }
 }
 
@@ -55,6 +72,7 @@ HostCommunicator::HostCommunicator(Mesh mesh) : mesh_(std::move(mesh)) {
     for (int64_t d = 0; d < n; ++d) {
       auto g = std::make_unique<Group>();
       g->slots.resize(mesh_.axes()[a].size);
+      g->results.resize(mesh_.axes()[a].size);
       groups_.push_back(std::move(g));
     }
   }
@@ -112,38 +130,38 @@ void HostCommunicator::exchange(int64_t device, int mesh_axis, const std::byte* 
   barrier(g);
 }
 
+// Each device sums one chunk of the elements (its share of the work) into its own result,
+// then copies the other chunks from the devices that summed them.
 void HostCommunicator::all_reduce(int64_t device, int mesh_axis, const Shape& shape,
                                   const std::byte* in, std::byte* out) {
   const size_t bytes = shape.bytes();
   const int64_t count = shape.numel();
   const int elem = size_of(shape.dtype());
+  // A result that overlaps the operand other than exactly is summed apart.
   std::vector<std::byte> staging;
   std::byte* dst = out;
-  if (overlaps(in, bytes, out, bytes)) {
+  if (in != out && overlaps(in, bytes, out, bytes)) {
     staging.resize(bytes);
     dst = staging.data();
   }
-  exchange(device, mesh_axis, in, [&](std::span<const std::byte* const> all, int64_t) {
-    if (is_integer(shape.dtype())) {
-      with_integer_type(shape.dtype(), [&](auto zero) {
-        using T = decltype(zero);
-        for (int64_t i = 0; i < count; ++i) {
-          T sum = 0;
-          for (const std::byte* p : all)
-            sum = static_cast<T>(sum + reinterpret_cast<const T*>(p)[i]);
-          reinterpret_cast<T*>(dst)[i] = sum;
-        }
-      });
-      return;
-    }
-    with_sum_type(shape.dtype(), [&](auto, auto load, auto store) {
-      for (int64_t i = 0; i < count; ++i) {
-        double sum = 0;
-        for (const std::byte* p : all) sum += load(p + i * elem);
-        store(sum, dst + i * elem);
-      }
-    });
-  });
+  int64_t place = 0;
+  Group& g = group(device, mesh_axis, &place);
+  const int64_t n = static_cast<int64_t>(g.slots.size());
+  auto chunk = [&](int64_t q) { return std::pair{count * q / n, count * (q + 1) / n}; };
+  g.slots[place] = in;
+  g.results[place] = dst;
+  barrier(g);
+  // Every device reads only its own chunk of the others' operands, and writes only that
+  // chunk of its result: a result in its operand's memory is safe.
+  const auto [first, last] = chunk(place);
+  sum_range(shape.dtype(), g.slots, dst, first, last);
+  barrier(g);
+  for (int64_t q = 0; q < n; ++q) {
+    if (q == place) continue;
+    const auto [a, b] = chunk(q);
+    std::memcpy(dst + a * elem, g.results[q] + a * elem, (b - a) * elem);
+  }
+  barrier(g);  // no result is overwritten while another device copies from it
   if (dst != out) std::memcpy(out, dst, bytes);
 }
 
@@ -174,25 +192,18 @@ void HostCommunicator::reduce_scatter(int64_t device, int mesh_axis, int axis, c
   const int64_t n = mesh_.axes()[mesh_axis].size;
   PRISM_CHECK(shape.size(axis) % n == 0, "collectives: reduce_scatter of {} over {} devices",
               shape.str(), n);
-  std::vector<Dim> dims(shape.dims().begin(), shape.dims().end());
-  dims[axis].size /= n;
-  const Shape block_shape(shape.dtype(), dims);
   int64_t outer = 1;
   for (int a = 0; a < axis; ++a) outer *= shape.size(a);
   const int elem = size_of(shape.dtype());
-  const int64_t block = block_shape.numel() / std::max<int64_t>(outer, 1);  // elements
-  std::vector<std::byte> staging(block_shape.bytes());
+  const int64_t block = shape.numel() / std::max<int64_t>(outer, 1) / n;  // elements
+  std::vector<std::byte> staging(shape.bytes() / n);
   exchange(device, mesh_axis, in, [&](std::span<const std::byte* const> all, int64_t place) {
-    with_sum_type(shape.dtype(), [&](auto, auto load, auto store) {
-      for (int64_t o = 0; o < outer; ++o) {
-        for (int64_t i = 0; i < block; ++i) {
-          const int64_t at = (o * n + place) * block + i;
-          double sum = 0;
-          for (const std::byte* p : all) sum += load(p + at * elem);
-          store(sum, staging.data() + (o * block + i) * elem);
-        }
-      }
-    });
+    std::vector<const std::byte*> rows(all.size());
+    for (int64_t o = 0; o < outer; ++o) {
+      const int64_t at = (o * n + place) * block;
+      for (size_t q = 0; q < all.size(); ++q) rows[q] = all[q] + at * elem;
+      sum_range(shape.dtype(), rows, staging.data() + o * block * elem, 0, block);
+    }
   });
   std::memcpy(out, staging.data(), staging.size());
 }

@@ -44,6 +44,7 @@ class HostCommunicator {
     int64_t arrived = 0;
     uint64_t generation = 0;
     std::vector<const std::byte*> slots;
+    std::vector<std::byte*> results;  // all_reduce: where each device's result goes
   };
   // The group of `device` along `mesh_axis`, and the device's place in it.
   Group& group(int64_t device, int mesh_axis, int64_t* place);

@@ -91,6 +91,25 @@ TEST(Collectives, HostCommunicatorMatchesThePlainReference) {
       });
     }
     for (auto& t : threads) t.join();
+    // In place (the result in the operand's memory), in bf16: the same sums, rounded once.
+    std::vector<HostBuffer> in_place;
+    for (int k = 0; k < n; ++k) in_place.push_back(in[k].convert(DType::bf16));
+    threads.clear();
+    for (int k = 0; k < n; ++k) {
+      threads.emplace_back([&, k] {
+        comm.all_reduce(k, 0, in_place[k].shape(), in_place[k].data(), in_place[k].data());
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int k = 0; k < n; ++k) {
+      for (int i = 0; i < 12; ++i) {
+        double sum = 0;
+        for (int g = 0; g < n; ++g) sum += in[g].convert(DType::bf16).to_f64()[i];
+        EXPECT_EQ(in_place[k].to_f64()[i], HostBuffer::from<float>(S({{"x", 1}}), {float(sum)})
+                                               .convert(DType::bf16)
+                                               .to_f64()[0]);
+      }
+    }
     for (int k = 0; k < n; ++k) {
       for (int a = 0; a < 3; ++a) {
         for (int b = 0; b < 4; ++b) {

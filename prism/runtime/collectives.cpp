@@ -1,5 +1,6 @@
 #include "prism/runtime/collectives.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "prism/core/error.h"
@@ -11,8 +12,8 @@ namespace {
 // read as double, summed in the devices' order, rounded once to the storage type. Blocks of
 // 256 keep the loops over elements innermost, where the compiler vectorizes them.
 template <typename T, typename Load, typename Store>
-void sum_range(std::span<const std::byte* const> all, std::byte* out, int64_t first,
-               int64_t last, Load load, Store store) {
+void sum_range(std::span<const std::byte* const> all, std::byte* out, int64_t first, int64_t last,
+               Load load, Store store) {
   constexpr int64_t kBlock = 256;
   double acc[kBlock];
   for (int64_t at = first; at < last; at += kBlock) {
@@ -206,6 +207,27 @@ void HostCommunicator::reduce_scatter(int64_t device, int mesh_axis, int axis, c
     }
   });
   std::memcpy(out, staging.data(), staging.size());
+}
+
+int64_t devices_asked(const char* variable) {
+  const char* env = std::getenv(variable);
+  if (!env || !*env) return 0;
+  char* end = nullptr;
+  const long long n = std::strtoll(env, &end, 10);
+  PRISM_CHECK(*end == '\0' && n >= 1, "{}={} is not a number of devices", variable, env);
+  return n;
+}
+
+std::vector<Platform*> MeshDevices::get(const Mesh& mesh, const Make& make) {
+  std::lock_guard lock(mutex_);
+  auto& devices = meshes_[mesh.str()];
+  if (devices.empty()) {
+    auto comm = std::make_shared<HostCommunicator>(mesh);
+    for (int64_t k = 0; k < mesh.devices(); ++k) devices.push_back(make(comm, k));
+  }
+  std::vector<Platform*> out;
+  for (auto& d : devices) out.push_back(d.get());
+  return out;
 }
 
 }  // namespace prism

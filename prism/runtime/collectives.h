@@ -8,12 +8,16 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "prism/core/mesh.h"
 #include "prism/core/shape.h"
+#include "prism/runtime/platform.h"
 
 namespace prism {
 
@@ -57,6 +61,23 @@ class HostCommunicator {
   Mesh mesh_;
   std::vector<std::unique_ptr<Group>> groups_;  // [mesh axis][device with that coordinate 0]
   std::atomic<bool> aborted_{false};
+};
+
+// How many devices environment variable `variable` asks a platform to present (virtual
+// devices, to try a mesh on a machine with fewer), or 0 where it is unset. Throws naming it
+// when it is not a positive number.
+int64_t devices_asked(const char* variable);
+
+// The devices of the meshes a platform whose devices share host memory made, kept for the
+// platform's life: each mesh's are made once, by `make(communicator, k)` for device k.
+class MeshDevices {
+ public:
+  using Make = std::function<std::unique_ptr<Platform>(std::shared_ptr<HostCommunicator>, int64_t)>;
+  std::vector<Platform*> get(const Mesh& mesh, const Make& make);
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, std::vector<std::unique_ptr<Platform>>> meshes_;  // by Mesh::str()
 };
 
 }  // namespace prism

@@ -105,9 +105,9 @@ TEST(Collectives, HostCommunicatorMatchesThePlainReference) {
       for (int i = 0; i < 12; ++i) {
         double sum = 0;
         for (int g = 0; g < n; ++g) sum += in[g].convert(DType::bf16).to_f64()[i];
-        EXPECT_EQ(in_place[k].to_f64()[i], HostBuffer::from<float>(S({{"x", 1}}), {float(sum)})
-                                               .convert(DType::bf16)
-                                               .to_f64()[0]);
+        EXPECT_EQ(
+            in_place[k].to_f64()[i],
+            HostBuffer::from<float>(S({{"x", 1}}), {float(sum)}).convert(DType::bf16).to_f64()[0]);
       }
     }
     for (int k = 0; k < n; ++k) {

@@ -117,12 +117,8 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
 }
 
 int64_t CpuPlatform::mesh_capacity() const {
-  if (const char* env = std::getenv("PRISM_CPU_DEVICES"); env && *env) {
-    const int64_t n = std::atoll(env);
-    PRISM_CHECK(n >= 1, "PRISM_CPU_DEVICES={} is not a number of devices", env);
-    return n;
-  }
-  return pool_.size();
+  const int64_t asked = devices_asked("PRISM_CPU_DEVICES");
+  return asked ? asked : pool_.size();
 }
 
 std::vector<Platform*> CpuPlatform::mesh_devices(const Mesh& mesh) {
@@ -133,21 +129,13 @@ std::vector<Platform*> CpuPlatform::mesh_devices(const Mesh& mesh) {
               "PRISM_CPU_DEVICES sets another count)",
               mesh.str(), n, mesh_capacity());
   if (n == 1) return {this};
-  std::lock_guard lock(meshes_mutex_);
-  auto& devices = meshes_[mesh.str()];
-  if (devices.empty()) {
-    auto comm = std::make_shared<HostCommunicator>(mesh);
-    const int threads = pool_.size();
-    for (int64_t k = 0; k < n; ++k) {
-      // The threads shared out as evenly as they go, at least one each.
-      const int share =
-          static_cast<int>(std::max<int64_t>(1, threads * (k + 1) / n - threads * k / n));
-      devices.push_back(std::make_unique<CpuPlatform>(share, comm, k));
-    }
-  }
-  std::vector<Platform*> out;
-  for (auto& d : devices) out.push_back(d.get());
-  return out;
+  const int threads = pool_.size();
+  return meshes_.get(mesh, [&](std::shared_ptr<HostCommunicator> comm, int64_t k) {
+    // The threads shared out as evenly as they go, at least one each.
+    const int share =
+        static_cast<int>(std::max<int64_t>(1, threads * (k + 1) / n - threads * k / n));
+    return std::make_unique<CpuPlatform>(share, std::move(comm), k);
+  });
 }
 
 void CpuPlatform::abort_collectives() {

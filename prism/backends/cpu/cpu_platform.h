@@ -68,8 +68,7 @@ class CpuPlatform : public Platform {
   ThreadPool pool_;
   std::shared_ptr<HostCommunicator> comm_;
   int64_t device_ = 0;
-  std::mutex meshes_mutex_;
-  std::map<std::string, std::vector<std::unique_ptr<CpuPlatform>>> meshes_;  // by Mesh::str()
+  MeshDevices meshes_;
 };
 
 }  // namespace prism::cpu

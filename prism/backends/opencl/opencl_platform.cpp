@@ -121,11 +121,7 @@ void OpenClPlatform::open(cl_platform_id platform, cl_device_id device) {
 }
 
 int64_t OpenClPlatform::mesh_capacity() const {
-  if (const char* env = std::getenv("PRISM_OPENCL_DEVICES"); env && *env) {
-    const int64_t n = std::atoll(env);
-    PRISM_CHECK(n >= 1, "PRISM_OPENCL_DEVICES={} is not a number of devices", env);
-    return n;
-  }
+  if (const int64_t asked = devices_asked("PRISM_OPENCL_DEVICES")) return asked;
   std::string why;
   int64_t n = 0;
   for (const FoundDevice& d : all_devices(*api_, &why)) n += d.platform == cl_platform_;
@@ -140,27 +136,18 @@ std::vector<Platform*> OpenClPlatform::mesh_devices(const Mesh& mesh) {
               "(PRISM_OPENCL_DEVICES presents one as several)",
               mesh.str(), n, mesh_capacity());
   if (n == 1) return {this};
-  std::lock_guard lock(meshes_mutex_);
-  auto& devices = meshes_[mesh.str()];
-  if (devices.empty()) {
-    std::vector<cl_device_id> ids;
-    const char* env = std::getenv("PRISM_OPENCL_DEVICES");
-    if (!(env && *env)) {
-      std::string why;
-      for (const FoundDevice& d : all_devices(*api_, &why)) {
-        if (d.platform == cl_platform_) ids.push_back(d.device);
-      }
-    }
-    auto comm = std::make_shared<HostCommunicator>(mesh);
-    for (int64_t k = 0; k < n; ++k) {
-      cl_device_id id = ids.empty() ? device_ : ids[k];
-      devices.push_back(
-          std::unique_ptr<OpenClPlatform>(new OpenClPlatform(cl_platform_, id, comm, k)));
+  // The platform's devices in order, or the chosen one presented as several.
+  std::vector<cl_device_id> ids;
+  if (!devices_asked("PRISM_OPENCL_DEVICES")) {
+    std::string why;
+    for (const FoundDevice& d : all_devices(*api_, &why)) {
+      if (d.platform == cl_platform_) ids.push_back(d.device);
     }
   }
-  std::vector<Platform*> out;
-  for (auto& d : devices) out.push_back(d.get());
-  return out;
+  return meshes_.get(mesh, [&](std::shared_ptr<HostCommunicator> comm, int64_t k) {
+    return std::unique_ptr<Platform>(
+        new OpenClPlatform(cl_platform_, ids.empty() ? device_ : ids[k], std::move(comm), k));
+  });
 }
 
 void OpenClPlatform::abort_collectives() {

@@ -69,8 +69,7 @@ class OpenClPlatform : public Platform {
   cl_device_id device_ = nullptr;
   std::shared_ptr<HostCommunicator> comm_;
   int64_t mesh_device_ = 0;
-  std::mutex meshes_mutex_;
-  std::map<std::string, std::vector<std::unique_ptr<OpenClPlatform>>> meshes_;  // by Mesh::str()
+  MeshDevices meshes_;
   cl_context context_ = nullptr;
   cl_command_queue queue_ = nullptr;
   DeviceTraits traits_;

@@ -11,6 +11,7 @@
 
 #include "prism/backends/pjrt/stablehlo.h"
 #include "prism/core/error.h"
+#include "prism/runtime/collectives.h"
 
 namespace prism::pjrt {
 
@@ -338,10 +339,9 @@ PjrtPlatform::PjrtPlatform(std::string name, const std::string& plugin_path)
   count.name = "cpu_device_count";
   count.name_size = std::strlen(count.name);
   count.type = PJRT_NamedValue_kInt64;
-  const char* cpu_devices = std::getenv("PRISM_CPU_DEVICES");
+  const int64_t asked = devices_asked("PRISM_CPU_DEVICES");
   count.int64_value = std::max<int64_t>(
-      4, cpu_devices && *cpu_devices ? std::atoll(cpu_devices)
-                                     : static_cast<int64_t>(std::thread::hardware_concurrency()));
+      4, asked ? asked : static_cast<int64_t>(std::thread::hardware_concurrency()));
   count.value_size = 1;
   if (name_ == "xla-cpu") {
     create.create_options = &count;

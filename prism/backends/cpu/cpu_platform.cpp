@@ -1,5 +1,6 @@
 #include "prism/backends/cpu/cpu_platform.h"
 
+#include <fmt/ranges.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 
 #include "prism/backends/cpu/kernels.h"
 #include "prism/backends/cpu/simd.h"
+#include "prism/backends/cpu/topology.h"
 #include "prism/backends/cpu/weight_layout.h"
 #include "prism/core/error.h"
 
@@ -101,16 +103,20 @@ CpuPlatform::CpuPlatform()
   simd::current();  // chooses the SIMD target (PRISM_CPU_TARGET) before any kernel runs
 }
 
-CpuPlatform::CpuPlatform(int threads, std::shared_ptr<HostCommunicator> comm, int64_t device)
+CpuPlatform::CpuPlatform(std::vector<int> cpus, std::shared_ptr<HostCommunicator> comm,
+                         int64_t device)
     : blocks_(std::make_shared<BlockCache>(static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) *
                                            sysconf(_SC_PAGE_SIZE) / 8)),
-      pool_(threads),
+      pool_(static_cast<int>(std::max<size_t>(1, cpus.size())), cpus),
       comm_(std::move(comm)),
-      device_(device) {}
+      device_(device),
+      cpus_(std::move(cpus)) {}
 
 std::vector<DeviceInfo> CpuPlatform::devices() const {
   int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-  std::string device = comm_ ? fmt::format("device {} of {}, ", device_, comm_->mesh().str()) : "";
+  std::string device = comm_ ? fmt::format("device {} of {} on CPUs {}, ", device_,
+                                           comm_->mesh().str(), fmt::join(cpus_, ","))
+                             : "";
   return {{fmt::format("{} ({}{} threads, simd {})", cpu_model(), device, pool_.size(),
                        simd::current().describe()),
            memory}};
@@ -129,12 +135,14 @@ std::vector<Platform*> CpuPlatform::mesh_devices(const Mesh& mesh) {
               "PRISM_CPU_DEVICES sets another count)",
               mesh.str(), n, mesh_capacity());
   if (n == 1) return {this};
+  // The threads shared out as evenly as they go, at least one each, on the CPUs of each
+  // device's set (a NUMA node's cores where the mesh has one device per node).
   const int threads = pool_.size();
+  std::vector<int> allowed = allowed_cpus();
+  if (static_cast<int>(allowed.size()) > threads) allowed.resize(threads);  // PRISM_THREADS
+  const std::vector<std::vector<int>> sets = device_cpus(numa_cpus(allowed), n);
   return meshes_.get(mesh, [&](std::shared_ptr<HostCommunicator> comm, int64_t k) {
-    // The threads shared out as evenly as they go, at least one each.
-    const int share =
-        static_cast<int>(std::max<int64_t>(1, threads * (k + 1) / n - threads * k / n));
-    return std::make_unique<CpuPlatform>(share, std::move(comm), k);
+    return std::make_unique<CpuPlatform>(sets[k], std::move(comm), k);
   });
 }
 

@@ -34,8 +34,9 @@ inline std::byte* data_of(const Buffer& b) { return static_cast<CpuMemory*>(b.me
 class CpuPlatform : public Platform {
  public:
   CpuPlatform();
-  // Device `device` of a mesh: `threads` threads of its own, collectives through `comm`.
-  CpuPlatform(int threads, std::shared_ptr<HostCommunicator> comm, int64_t device);
+  // Device `device` of a mesh: its own threads, one per CPU of `cpus` (their workers kept on
+  // them), collectives through `comm`.
+  CpuPlatform(std::vector<int> cpus, std::shared_ptr<HostCommunicator> comm, int64_t device);
   std::string_view name() const override { return "cpu"; }
   std::vector<DeviceInfo> devices() const override;
   Buffer allocate(const Shape& shape) override;
@@ -53,7 +54,8 @@ class CpuPlatform : public Platform {
   ThreadPool& pool() { return pool_; }
 
   // The CPU as a mesh: one device per core (PRISM_CPU_DEVICES sets another count, for trying
-  // meshes on a machine with fewer cores), each with its share of the threads.
+  // meshes on a machine with fewer cores), each a set of cores (topology.h: a NUMA node's
+  // where the mesh has one device per node) with a thread on each.
   int64_t mesh_capacity() const override;
   std::vector<Platform*> mesh_devices(const Mesh& mesh) override;
   void abort_collectives() override;
@@ -68,6 +70,7 @@ class CpuPlatform : public Platform {
   ThreadPool pool_;
   std::shared_ptr<HostCommunicator> comm_;
   int64_t device_ = 0;
+  std::vector<int> cpus_;  // a mesh device's CPUs
   MeshDevices meshes_;
 };
 

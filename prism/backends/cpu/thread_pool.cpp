@@ -1,5 +1,8 @@
 #include "prism/backends/cpu/thread_pool.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -46,13 +49,23 @@ struct ThreadPool::Job {
   int active = 0;  // workers inside run_chunks (guarded by the pool's mutex)
 };
 
-ThreadPool::ThreadPool(int threads) {
+ThreadPool::ThreadPool(int threads, std::vector<int> cpus) {
   if (threads <= 0) {
     const char* env = std::getenv("PRISM_THREADS");
     threads = env ? std::atoi(env) : 0;
   }
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  for (int i = 1; i < threads; ++i) {
+    workers_.emplace_back([this, cpus] {
+      if (!cpus.empty()) {  // advice: a failure leaves the thread where the system puts it
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        for (int c : cpus) CPU_SET(c, &set);
+        pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+      }
+      work();
+    });
+  }
 }
 
 ThreadPool::~ThreadPool() {

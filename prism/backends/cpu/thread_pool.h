@@ -18,8 +18,9 @@ namespace prism::cpu {
 
 class ThreadPool {
  public:
-  // 0 threads: PRISM_THREADS, else the number of cores.
-  explicit ThreadPool(int threads = 0);
+  // 0 threads: PRISM_THREADS, else the number of cores. `cpus`, where given: the CPUs the
+  // workers may run on (a device of a CPU mesh keeps its threads on its own cores).
+  explicit ThreadPool(int threads = 0, std::vector<int> cpus = {});
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

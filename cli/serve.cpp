@@ -1,0 +1,86 @@
+// `prism serve`: the OpenAI-compatible server (prism/serve/server.h, docs/serving.md).
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "cli/command.h"
+#include "prism/backends/registry.h"
+#include "prism/core/error.h"
+#include "prism/io/vfs.h"
+#include "prism/llm/engine.h"
+#include "prism/llm/tokenizer.h"
+#include "prism/serve/server.h"
+
+namespace {
+
+struct Options {
+  std::string model, model_id, platform, dtype = "f32", mesh;
+  prism::serve::ServeOptions serve;
+  int64_t seqlen = 4096, devices = 1, parallel = 1;
+};
+
+// SIGTERM and SIGINT stop taking requests; the ones running finish.
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
+
+int run(const Options& o) {
+  PRISM_CHECK(o.serve.port >= 0 && o.serve.port < 65536, "serve: --port must be 0..65535, got {}",
+              o.serve.port);
+  PRISM_CHECK(o.parallel == 1,
+              "serve: --parallel={} is not supported yet (requests are answered one at a time)",
+              o.parallel);
+  PRISM_CHECK(o.devices >= 1, "serve: --devices must be at least 1, got {}", o.devices);
+  PRISM_CHECK(o.devices == 1 || o.mesh.empty(), "serve: give --devices or --mesh, not both");
+  const prism::DType dtype = prism::dtype_from_name(o.dtype);
+  PRISM_CHECK(dtype == prism::DType::f32 || dtype == prism::DType::bf16,
+              "serve: --dtype must be f32 or bf16, got {}", o.dtype);
+  if (!prism::io::exists(prism::io::join(o.model, "tokenizer.json"))) {
+    prism::fail("serve: {} has no tokenizer.json", o.model);
+  }
+  prism::llm::Tokenizer tokenizer = prism::llm::Tokenizer::load(o.model);
+  prism::llm::EngineOptions engine_options;
+  engine_options.seqlen = o.seqlen;
+  engine_options.dtype = dtype;
+  if (o.devices > 1) engine_options.mesh = prism::Mesh({{prism::models::kModelAxis, o.devices}});
+  if (!o.mesh.empty()) engine_options.mesh = prism::Mesh::parse(o.mesh);
+  prism::llm::Engine engine(o.model, prism::get_platform(o.platform), engine_options);
+  prism::serve::ServeOptions options = o.serve;
+  options.model_id = o.model_id.empty() ? o.model : o.model_id;
+  prism::serve::Server server(engine, tokenizer, options);
+  server.bind();
+  std::fprintf(stderr, "prism serve: %s on http://%s:%d/v1\n", options.model_id.c_str(),
+               options.host.c_str(), server.port());
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+  std::thread watcher([&] {
+    while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    server.stop();
+  });
+  server.run();
+  g_stop = true;
+  watcher.join();
+  std::fprintf(stderr, "prism serve: stopped\n");
+  return 0;
+}
+
+const prism::cli::RegisterCommand kServe{
+    "serve", "Serve a model over an OpenAI-compatible HTTP API",
+    [](CLI::App& app) -> prism::cli::Action {
+      auto o = std::make_shared<Options>();
+      app.add_option("--model", o->model, "model URI (with its tokenizer)")->required();
+      app.add_option("--model-id", o->model_id, "the model's name in the API (default: --model)");
+      app.add_option("--host", o->serve.host, "address to listen on")->capture_default_str();
+      app.add_option("--port", o->serve.port, "port (0: any free one)")->capture_default_str();
+      app.add_option("--api-key", o->serve.api_key, "require Authorization: Bearer KEY");
+      app.add_option("--max-body", o->serve.max_body, "largest request body, bytes")
+          ->capture_default_str();
+      app.add_option("--parallel", o->parallel, "sequences decoded at once (1 for now)");
+      app.add_option("--seqlen", o->seqlen, "context length")->capture_default_str();
+      app.add_option("--platform", o->platform, "cpu, opencl, cuda, xla-cpu, ... auto");
+      app.add_option("--dtype", o->dtype, "f32 or bf16")->capture_default_str();
+      app.add_option("--devices", o->devices, "tensor-parallel over N devices");
+      app.add_option("--mesh", o->mesh, "the devices as named axes, as in model:2");
+      return [o] { return run(*o); };
+    }};
+
+}  // namespace

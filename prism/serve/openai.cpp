@@ -1,0 +1,157 @@
+#include "prism/serve/openai.h"
+
+#include <fmt/format.h>
+
+#include <random>
+
+namespace prism::serve {
+
+ApiError::ApiError(int status, std::string message, std::string type, std::string param,
+                   std::string code)
+    : Error(message),
+      status(status),
+      type(std::move(type)),
+      param(std::move(param)),
+      code(std::move(code)) {}
+
+std::string ApiError::body() const {
+  nlohmann::ordered_json e = {
+      {"message", what()},
+      {"type", type},
+      {"param", param.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(param)},
+      {"code", code.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(code)}};
+  return nlohmann::ordered_json{{"error", e}}.dump();
+}
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, "invalid_request_error", param);
+}
+
+double number(const Json& j, const char* key, double low, double high) {
+  if (!j.is_number()) bad(key, fmt::format("'{}' must be a number", key));
+  const double v = j.get<double>();
+  if (v < low || v > high)
+    bad(key, fmt::format("'{}' must be between {} and {}, got {}", key, low, high, v));
+  return v;
+}
+
+int64_t integer(const Json& j, const char* key, int64_t low) {
+  if (!j.is_number_integer()) bad(key, fmt::format("'{}' must be an integer", key));
+  const int64_t v = j.get<int64_t>();
+  if (v < low) bad(key, fmt::format("'{}' must be at least {}, got {}", key, low, v));
+  return v;
+}
+
+}  // namespace
+
+CompletionRequest parse_request(std::string_view body, bool chat, const std::string& model_id) {
+  Json j;
+  try {
+    j = Json::parse(body);
+  } catch (const nlohmann::json::exception& e) {
+    throw ApiError(400, fmt::format("the body is not valid JSON ({})", e.what()));
+  }
+  if (!j.is_object()) throw ApiError(400, "the body must be a JSON object");
+  CompletionRequest r;
+  r.chat = chat;
+  if (j.contains("model") && !j["model"].is_null()) {
+    if (!j["model"].is_string()) bad("model", "'model' must be a string");
+    const std::string model = j["model"].get<std::string>();
+    if (model != model_id) {
+      throw ApiError(
+          404, fmt::format("the model '{}' does not exist; this server runs '{}'", model, model_id),
+          "invalid_request_error", "model", "model_not_found");
+    }
+  }
+  if (chat) {
+    if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty()) {
+      bad("messages", "'messages' must be a non-empty array");
+    }
+    for (const Json& m : j["messages"]) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+        bad("messages", "each message must be an object with a string 'role'");
+      }
+      if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null() &&
+          !m["content"].is_array()) {
+        bad("messages", "a message's 'content' must be a string or a list of parts");
+      }
+    }
+    r.messages = j["messages"];
+    // Content given as parts: their text, joined.
+    for (Json& m : r.messages) {
+      if (!m.contains("content") || !m["content"].is_array()) continue;
+      std::string text;
+      for (const Json& part : m["content"]) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          bad("messages", "only text content parts are supported");
+        }
+        text += part["text"].get<std::string>();
+      }
+      m["content"] = text;
+    }
+  } else {
+    if (!j.contains("prompt")) bad("prompt", "'prompt' is required");
+    if (j["prompt"].is_string()) {
+      r.prompt = j["prompt"].get<std::string>();
+    } else if (j["prompt"].is_array() && j["prompt"].size() == 1 && j["prompt"][0].is_string()) {
+      r.prompt = j["prompt"][0].get<std::string>();
+    } else {
+      bad("prompt", "'prompt' must be a string (or a list of one)");
+    }
+  }
+  auto has = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
+  if (has("stream")) {
+    if (!j["stream"].is_boolean()) bad("stream", "'stream' must be a boolean");
+    r.stream = j["stream"].get<bool>();
+  }
+  if (has("stream_options")) {
+    const Json& o = j["stream_options"];
+    if (!o.is_object()) bad("stream_options", "'stream_options' must be an object");
+    if (o.contains("include_usage")) {
+      if (!o["include_usage"].is_boolean()) {
+        bad("stream_options", "'stream_options.include_usage' must be a boolean");
+      }
+      r.include_usage = o["include_usage"].get<bool>();
+    }
+  }
+  if (has("max_tokens")) r.max_tokens = integer(j["max_tokens"], "max_tokens", 1);
+  if (has("max_completion_tokens")) {
+    r.max_tokens = integer(j["max_completion_tokens"], "max_completion_tokens", 1);
+  }
+  if (has("n") && integer(j["n"], "n", 1) != 1) bad("n", "only n=1 is supported");
+  if (has("stop")) {
+    const Json& s = j["stop"];
+    if (s.is_string()) {
+      r.stop.push_back(s.get<std::string>());
+    } else if (s.is_array() && s.size() <= 4) {
+      for (const Json& x : s) {
+        if (!x.is_string()) bad("stop", "'stop' must be a string or a list of up to 4 strings");
+        r.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      bad("stop", "'stop' must be a string or a list of up to 4 strings");
+    }
+  }
+  r.sampling.temperature = has("temperature") ? number(j["temperature"], "temperature", 0, 2) : 1;
+  if (has("top_p")) r.sampling.top_p = number(j["top_p"], "top_p", 0, 1);
+  if (has("top_k")) r.sampling.top_k = integer(j["top_k"], "top_k", 0);
+  if (has("min_p")) r.sampling.min_p = number(j["min_p"], "min_p", 0, 1);
+  if (has("repetition_penalty")) {
+    r.sampling.repetition_penalty =
+        number(j["repetition_penalty"], "repetition_penalty", 0.01, 100);
+  }
+  if (has("seed")) {
+    if (!j["seed"].is_number_integer()) bad("seed", "'seed' must be an integer");
+    r.sampling.seed = static_cast<uint64_t>(j["seed"].get<int64_t>());
+  } else {
+    r.sampling.seed = std::random_device{}();
+  }
+  return r;
+}
+
+}  // namespace prism::serve

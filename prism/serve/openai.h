@@ -1,0 +1,41 @@
+// The OpenAI API as `prism serve` speaks it: requests parsed and checked field by field, and
+// errors in OpenAI's JSON shape ({"error": {"message", "type", "param", "code"}}).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "prism/core/error.h"
+#include "prism/llm/sampler.h"
+
+namespace prism::serve {
+
+// An error the client gets: an HTTP status and OpenAI's error object.
+struct ApiError : Error {
+  ApiError(int status, std::string message, std::string type = "invalid_request_error",
+           std::string param = "", std::string code = "");
+  int status;
+  std::string type, param, code;
+  std::string body() const;
+};
+
+// A completion request: chat messages (/v1/chat/completions) or a prompt (/v1/completions).
+struct CompletionRequest {
+  bool chat = true;
+  nlohmann::ordered_json messages;  // chat
+  std::string prompt;               // completions
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  int64_t max_tokens = -1;     // -1: until an end token or the context is full
+  std::vector<std::string> stop;
+  llm::SamplerOptions sampling;
+};
+
+// Parses and checks a request body for `model_id` (a request naming another model is a 404);
+// throws ApiError naming the field that is wrong.
+CompletionRequest parse_request(std::string_view body, bool chat, const std::string& model_id);
+
+}  // namespace prism::serve

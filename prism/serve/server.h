@@ -1,0 +1,47 @@
+// `prism serve`: an OpenAI-compatible HTTP server over one model (docs/serving.md).
+//
+// Endpoints: POST /v1/chat/completions and /v1/completions (streamed as server-sent events
+// when asked), GET /v1/models, /health and /metrics (Prometheus text). Requests are answered
+// one at a time, in the order they come (continuous batching is to come); a client that goes
+// away mid-stream stops its generation.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "prism/llm/engine.h"
+#include "prism/llm/tokenizer.h"
+
+namespace prism::serve {
+
+struct ServeOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;             // 0: any free port (port() says which)
+  std::string api_key;         // non-empty: requests to /v1/ need "Authorization: Bearer KEY"
+  size_t max_body = 1u << 20;  // bytes; larger bodies get 413
+  std::string model_id;        // the name /v1/models gives and requests may name
+  int threads = 8;             // connections served at once (generation is one at a time)
+};
+
+class Server {
+ public:
+  // The engine and tokenizer stay the caller's and must outlive the server.
+  Server(llm::Engine& engine, const llm::Tokenizer& tokenizer, ServeOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds the address (throws when it cannot), then serves until stop(): requests in flight
+  // are finished, new ones refused.
+  void bind();
+  void run();
+  void stop();
+  int port() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace prism::serve

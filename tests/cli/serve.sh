@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# prism serve through the official OpenAI client (tests/serve/openai_client_test.py), on the
+# tiny Llama checkpoint beside the Llama 3.1 tokenizer and its chat template; bad options.
+set -u
+prism="$1"
+python="${PRISM_VENV_PYTHON:?}"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+for f in config.json generation_config.json model.safetensors; do
+  ln -s "$PRISM_SOURCE_DIR/tests/data/llama/tiny-f32/$f" "$tmp/$f"
+done
+for f in tokenizer.json tokenizer_config.json; do
+  ln -s "${PRISM_TOKENIZERS_DIR:?}/llama3_1/$f" "$tmp/$f"
+done
+fail=0
+"$python" "$PRISM_SOURCE_DIR/tests/serve/openai_client_test.py" "$prism" "$tmp" || fail=1
+
+check() {  # name, expected, actual
+  if [[ "$2" != "$3" ]]; then echo "FAIL $1: expected '$2', got '$3'"; fail=1; else echo "ok $1"; fi
+}
+err=$("$prism" serve --model="$tmp" --port=70000 2>&1); rc=$?
+check "bad port" "1 prism: error: serve: --port must be 0..65535, got 70000" "$rc $err"
+err=$("$prism" serve --model="$PRISM_SOURCE_DIR/tests/data/llama/tiny-f32" 2>&1); rc=$?
+check "no tokenizer" "1 prism: error: serve: $PRISM_SOURCE_DIR/tests/data/llama/tiny-f32 has no tokenizer.json" "$rc $err"
+exit $fail

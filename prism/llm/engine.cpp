@@ -49,12 +49,7 @@ Engine::Engine(const std::string& model_uri, Platform& platform, const EngineOpt
     PRISM_CHECK(used, "llm: mesh axis '{}' splits nothing in this {} model (it splits over '{}')",
                 options_.mesh.axes()[a].name, info_.model_type, models::kModelAxis);
   }
-  states_.resize(devices_.size());
-  for (size_t i = 0; i < state_specs_.size(); ++i) {
-    const compiler::Split& split = first.input_splits()[3 + i];
-    const Shape local = local_shape(state_specs_[i].shape, split, options_.mesh);
-    for (size_t k = 0; k < devices_.size(); ++k) states_[k].push_back(devices_[k]->allocate(local));
-  }
+  slots_.push_back(new_slot());
   if (devices_.size() == 1) {
     weights_.push_back(io::load(store_, first.device(0).parameters(), platform_, options.load));
   } else {
@@ -95,8 +90,31 @@ ShardedExecutable compile_sharded_step(Platform& platform, const models::CausalL
   return compile_sharded(platform, fn, inputs, options);
 }
 
-void Engine::reset() {
-  position_ = 0;
+Engine::Slot Engine::new_slot() {
+  ShardedExecutable& first = executable(1);
+  Slot slot;
+  slot.states.resize(devices_.size());
+  for (size_t i = 0; i < state_specs_.size(); ++i) {
+    const compiler::Split& split = first.input_splits()[3 + i];
+    const Shape local = local_shape(state_specs_[i].shape, split, options_.mesh);
+    for (size_t k = 0; k < devices_.size(); ++k) {
+      slot.states[k].push_back(devices_[k]->allocate(local));
+    }
+  }
+  return slot;
+}
+
+void Engine::set_slots(int n) {
+  PRISM_CHECK(n >= 1, "llm: {} slots: at least one", n);
+  while (static_cast<int>(slots_.size()) > n) slots_.pop_back();
+  while (static_cast<int>(slots_.size()) < n) slots_.push_back(new_slot());
+}
+
+void Engine::reset(int slot_index) {
+  PRISM_CHECK(slot_index >= 0 && slot_index < slots(), "llm: no slot {} ({} slots)", slot_index,
+              slots());
+  Slot& slot = slots_[slot_index];
+  slot.position = 0;
   // Positional states (KV caches) are overwritten as positions are reused. The others start
   // again from zeros, written by a compiled fill into the buffers they donate: a reset is a
   // program like every step, so it needs no write into device memory from outside (PJRT's
@@ -123,12 +141,14 @@ void Engine::reset() {
   }
   std::vector<std::vector<Buffer>> in(devices_.size());
   for (size_t d = 0; d < devices_.size(); ++d) {
-    for (size_t i : cleared) in[d].push_back(states_[d][i]);
+    for (size_t i : cleared) in[d].push_back(slot.states[d][i]);
   }
   std::vector<io::Weights> none(devices_.size());
   std::vector<std::vector<Buffer>> out = reset_->call(none, in);
   for (size_t d = 0; d < devices_.size(); ++d) {
-    for (size_t k = 0; k < cleared.size(); ++k) states_[d][cleared[k]] = std::move(out[d][k]);
+    for (size_t k = 0; k < cleared.size(); ++k) {
+      slot.states[d][cleared[k]] = std::move(out[d][k]);
+    }
   }
 }
 
@@ -141,19 +161,23 @@ ShardedExecutable& Engine::executable(int64_t window) {
       .first->second;
 }
 
-std::vector<float> Engine::feed(std::span<const int32_t> tokens) {
+std::vector<float> Engine::feed(int slot_index, std::span<const int32_t> tokens) {
+  PRISM_CHECK(slot_index >= 0 && slot_index < slots(), "llm: no slot {} ({} slots)", slot_index,
+              slots());
+  Slot& slot = slots_[slot_index];
+  int64_t& position = slot.position;
   PRISM_CHECK(!tokens.empty(), "llm: nothing to feed");
   int64_t n = static_cast<int64_t>(tokens.size());
-  PRISM_CHECK(position_ + n <= options_.seqlen,
+  PRISM_CHECK(position + n <= options_.seqlen,
               "llm: the conversation needs {} positions but the cache holds {} (--seqlen)",
-              position_ + n, options_.seqlen);
+              position + n, options_.seqlen);
   for (int32_t t : tokens) {
     PRISM_CHECK(t >= 0 && t < info_.vocab_size, "llm: token id {} is outside the vocabulary of {}",
                 t, info_.vocab_size);
   }
   std::vector<float> logits;
   for (int64_t done = 0; done < n;) {
-    int64_t remaining = n - done, room = options_.seqlen - position_;
+    int64_t remaining = n - done, room = options_.seqlen - position;
     int64_t window = remaining;  // exact, unless a compiled size fits
     for (int64_t w : kWindows) {
       if (w >= remaining && w <= room) {
@@ -166,18 +190,18 @@ std::vector<float> Engine::feed(std::span<const int32_t> tokens) {
     HostBuffer ids(Shape(DType::i32, {{"s", window}}));
     std::copy(tokens.begin() + done, tokens.begin() + done + chunk, ids.as<int32_t>().begin());
     const HostBuffer at =
-        HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {static_cast<int32_t>(position_)});
+        HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {static_cast<int32_t>(position)});
     const HostBuffer last =
         HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {static_cast<int32_t>(chunk - 1)});
     std::vector<std::vector<Buffer>> in(devices_.size());
     for (size_t d = 0; d < devices_.size(); ++d) {
       in[d] = {devices_[d]->upload(ids), devices_[d]->upload(at), devices_[d]->upload(last)};
-      in[d].insert(in[d].end(), states_[d].begin(), states_[d].end());
-      states_[d].clear();  // donated: the outputs are the states now
+      in[d].insert(in[d].end(), slot.states[d].begin(), slot.states[d].end());
+      slot.states[d].clear();  // donated: the outputs are the states now
     }
     std::vector<std::vector<Buffer>> out = executable(window).call(weights_, in);
     for (size_t d = 0; d < devices_.size(); ++d)
-      states_[d].assign(out[d].begin() + 1, out[d].end());
+      slot.states[d].assign(out[d].begin() + 1, out[d].end());
     // The logits, split by vocabulary where the LM head is: each device's block.
     const compiler::Split& split = executable(window).output_splits()[0];
     HostBuffer l = out[0][0].to_host();
@@ -187,7 +211,7 @@ std::vector<float> Engine::feed(std::span<const int32_t> tokens) {
       l = assemble(blocks, split, options_.mesh);
     }
     logits.assign(l.as<float>().begin(), l.as<float>().end());
-    position_ += chunk;
+    position += chunk;
     done += chunk;
   }
   return logits;

@@ -51,20 +51,29 @@ class Engine {
 
   // The model's info, with generation_config.json's eos ids added to config.json's.
   const models::ModelInfo& info() const { return info_; }
-  int64_t position() const { return position_; }
+  int64_t position() const { return slots_[0].position; }
   // The decode states on the (first) device, in the model's state_specs() order.
-  const std::vector<Buffer>& states() const { return states_[0]; }
+  const std::vector<Buffer>& states() const { return slots_[0].states[0]; }
   // Every device's decode states and weights (one device unless options.mesh splits it).
-  const std::vector<std::vector<Buffer>>& device_states() const { return states_; }
+  const std::vector<std::vector<Buffer>>& device_states() const { return slots_[0].states; }
   const std::vector<io::Weights>& device_weights() const { return weights_; }
   const std::vector<Platform*>& devices() const { return devices_; }
   int64_t seqlen() const { return options_.seqlen; }
 
   // Runs `tokens` at the current position and returns the logits after the last one.
-  std::vector<float> feed(std::span<const int32_t> tokens);
+  std::vector<float> feed(std::span<const int32_t> tokens) { return feed(0, tokens); }
   // Forgets the conversation: KV caches are overwritten as positions are reused, other
   // states are cleared.
-  void reset();
+  void reset() { reset(0); }
+
+  // Several conversations at once: `n` slots in all, each with decode state of its own (KV
+  // caches, recurrent and convolution states: memory for `seqlen` positions each) and its
+  // own position. Slot 0 is the one feed(tokens) and reset() use. New slots start empty.
+  void set_slots(int n);
+  int slots() const { return static_cast<int>(slots_.size()); }
+  std::vector<float> feed(int slot, std::span<const int32_t> tokens);
+  void reset(int slot);
+  int64_t position(int slot) const { return slots_.at(slot).position; }
 
  private:
   ShardedExecutable& executable(int64_t window);
@@ -77,10 +86,14 @@ class Engine {
   io::Store store_;
   std::vector<io::Weights> weights_;  // per device
   std::vector<models::StateSpec> state_specs_;
-  std::vector<std::vector<Buffer>> states_;  // per device
+  struct Slot {
+    std::vector<std::vector<Buffer>> states;  // per device
+    int64_t position = 0;
+  };
+  Slot new_slot();
+  std::vector<Slot> slots_;
   std::map<int64_t, ShardedExecutable> executables_;
   std::optional<ShardedExecutable> reset_;  // zeros into the non-positional states, on use
-  int64_t position_ = 0;
 };
 
 }  // namespace prism::llm

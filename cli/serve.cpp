@@ -26,8 +26,7 @@ void on_signal(int) { g_stop = true; }
 int run(const Options& o) {
   PRISM_CHECK(o.serve.port >= 0 && o.serve.port < 65536, "serve: --port must be 0..65535, got {}",
               o.serve.port);
-  PRISM_CHECK(o.parallel == 1,
-              "serve: --parallel={} is not supported yet (requests are answered one at a time)",
+  PRISM_CHECK(o.parallel >= 1 && o.parallel <= 256, "serve: --parallel must be 1..256, got {}",
               o.parallel);
   PRISM_CHECK(o.devices >= 1, "serve: --devices must be at least 1, got {}", o.devices);
   PRISM_CHECK(o.devices == 1 || o.mesh.empty(), "serve: give --devices or --mesh, not both");
@@ -45,6 +44,7 @@ int run(const Options& o) {
   if (!o.mesh.empty()) engine_options.mesh = prism::Mesh::parse(o.mesh);
   prism::llm::Engine engine(o.model, prism::get_platform(o.platform), engine_options);
   prism::serve::ServeOptions options = o.serve;
+  options.parallel = static_cast<int>(o.parallel);
   options.model_id = o.model_id.empty() ? o.model : o.model_id;
   prism::serve::Server server(engine, tokenizer, options);
   server.bind();
@@ -74,7 +74,9 @@ const prism::cli::RegisterCommand kServe{
       app.add_option("--api-key", o->serve.api_key, "require Authorization: Bearer KEY");
       app.add_option("--max-body", o->serve.max_body, "largest request body, bytes")
           ->capture_default_str();
-      app.add_option("--parallel", o->parallel, "sequences decoded at once (1 for now)");
+      app.add_option("--parallel", o->parallel,
+                     "generations at once (each keeps a KV cache of --seqlen positions)")
+          ->capture_default_str();
       app.add_option("--seqlen", o->seqlen, "context length")->capture_default_str();
       app.add_option("--platform", o->platform, "cpu, opencl, cuda, xla-cpu, ... auto");
       app.add_option("--dtype", o->dtype, "f32 or bf16")->capture_default_str();

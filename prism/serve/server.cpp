@@ -6,12 +6,17 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "prism/llm/chat_template.h"
 #include "prism/llm/sampler.h"
+#include "prism/llm/tokenizer.h"
 #include "prism/serve/openai.h"
 
 namespace prism::serve {
@@ -67,6 +72,52 @@ struct Outcome {
   int64_t prompt_tokens = 0, completion_tokens = 0;
   std::string finish = "stop";
   bool cancelled = false;
+  std::string error;  // the engine failed
+};
+
+// A request's generation, between its HTTP handler (which waits for text and the end) and the
+// scheduler (which makes them).
+struct Job {
+  CompletionRequest request;
+  std::vector<int32_t> prompt;
+  std::atomic<bool> cancelled{false};  // the client went away
+
+  void push(std::string piece) {
+    {
+      std::lock_guard lock(mutex);
+      pieces.push_back(std::move(piece));
+    }
+    changed.notify_all();
+  }
+  void end(Outcome o) {
+    {
+      std::lock_guard lock(mutex);
+      outcome = std::move(o);
+      finished = true;
+    }
+    changed.notify_all();
+  }
+  // The next piece of text, or nullopt once the generation has ended (outcome() is then set).
+  std::optional<std::string> next() {
+    std::unique_lock lock(mutex);
+    changed.wait(lock, [&] { return !pieces.empty() || finished; });
+    if (pieces.empty()) return std::nullopt;
+    std::string piece = std::move(pieces.front());
+    pieces.pop_front();
+    return piece;
+  }
+  const Outcome& outcome_when_done() {
+    while (next()) {
+    }
+    return outcome;
+  }
+
+ private:
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::string> pieces;
+  bool finished = false;
+  Outcome outcome;
 };
 
 }  // namespace
@@ -75,12 +126,16 @@ class Server::Impl {
  public:
   Impl(llm::Engine& engine, const llm::Tokenizer& tokenizer, ServeOptions options)
       : engine_(engine), tokenizer_(tokenizer), options_(std::move(options)) {
+    engine_.set_slots(std::max(1, options_.parallel));
     if (!tokenizer_.config().chat_template.empty()) {
       chat_.emplace(llm::ChatTemplate::from_tokenizer(tokenizer_));
     }
     const int threads = std::max(1, options_.threads);
     server_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     server_.set_payload_max_length(options_.max_body);
+    // An idle keep-alive connection holds a thread until it times out, and a stop waits for
+    // them: keep the wait short.
+    server_.set_keep_alive_timeout(2);
     server_.set_error_handler([this](const httplib::Request&, httplib::Response& res) {
       if (res.body.empty()) {
         const std::string message =
@@ -129,7 +184,16 @@ class Server::Impl {
       port_ = options_.port;
     }
   }
-  void run() { server_.listen_after_bind(); }
+  void run() {
+    std::thread scheduler([this] { schedule(); });
+    server_.listen_after_bind();  // returns once stopped and every handler has finished
+    {
+      std::lock_guard lock(queue_mutex_);
+      stopping_ = true;
+    }
+    queue_changed_.notify_all();
+    scheduler.join();
+  }
   void stop() { server_.stop(); }
   int port() const { return port_; }
 
@@ -187,7 +251,9 @@ class Server::Impl {
     const int64_t created = unix_time();
     const std::string object = chat ? "chat.completion" : "text_completion";
     if (!r.stream) {
-      Outcome o = generate(r, prompt, [](const std::string&) { return true; });
+      std::shared_ptr<Job> job = submit(std::move(r), std::move(prompt));
+      const Outcome& o = job->outcome_when_done();
+      if (!o.error.empty()) throw ApiError(500, o.error, "server_error");
       Json choice = chat ? Json{{"index", 0},
                                 {"message", {{"role", "assistant"}, {"content", o.text}}},
                                 {"finish_reason", o.finish}}
@@ -205,11 +271,13 @@ class Server::Impl {
       return;
     }
     // Server-sent events: a chunk per piece of text, the finish reason, usage when asked,
-    // then [DONE]. Generation runs in the provider; a client gone stops it.
+    // then [DONE]. A client gone cancels its generation.
+    const bool include_usage = r.include_usage;
+    std::shared_ptr<Job> job = submit(std::move(r), std::move(prompt));
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
-        "text/event-stream", [this, r = std::move(r), prompt = std::move(prompt), id, created,
-                              chat](size_t, httplib::DataSink& sink) {
+        "text/event-stream",
+        [this, job, id, created, chat, include_usage](size_t, httplib::DataSink& sink) {
           const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
           auto send = [&](const Json& choices, const Json* use) {
             Json c = {{"id", id},
@@ -230,19 +298,31 @@ class Server::Impl {
                             {"finish_reason", finish}};
             return send(Json::array({choice}), nullptr);
           };
+          auto gone = [&] {
+            job->cancelled = true;
+            return false;
+          };
           if (chat) {
             Json first = {{"index", 0},
                           {"delta", {{"role", "assistant"}, {"content", ""}}},
                           {"finish_reason", nullptr}};
-            if (!send(Json::array({first}), nullptr)) return false;
+            if (!send(Json::array({first}), nullptr)) return gone();
           }
-          Outcome o =
-              generate(r, prompt, [&](const std::string& text) { return piece(text, nullptr); });
-          if (o.cancelled) return false;
-          if (!piece("", o.finish)) return false;
-          if (r.include_usage) {
+          while (std::optional<std::string> text = job->next()) {
+            if (!piece(*text, nullptr)) return gone();
+          }
+          const Outcome& o = job->outcome_when_done();
+          if (!o.error.empty()) {
+            const std::string event =
+                "data: " + ApiError(500, o.error, "server_error").body() + "\n\n";
+            sink.write(event.data(), event.size());
+            sink.done();
+            return true;
+          }
+          if (!piece("", o.finish)) return gone();
+          if (include_usage) {
             const Json u = usage(o);
-            if (!send(Json::array(), &u)) return false;
+            if (!send(Json::array(), &u)) return gone();
           }
           const std::string done = "data: [DONE]\n\n";
           sink.write(done.data(), done.size());
@@ -263,91 +343,173 @@ class Server::Impl {
         .count();
   }
 
-  // One generation at a time, on the engine's single sequence. `emit` gets text as it becomes
-  // final (held back while it could still turn into a stop string) and returns false when the
-  // client is gone, which stops the generation.
-  Outcome generate(const CompletionRequest& r, const std::vector<int32_t>& prompt,
-                   const std::function<bool(const std::string&)>& emit) {
-    ++waiting_;
-    std::unique_lock lock(generate_mutex_);
-    --waiting_;
-    generating_ = 1;
-    struct Done {
-      std::atomic<int>& flag;
-      ~Done() { flag = 0; }
-    } done{generating_};
-    Outcome o;
-    o.prompt_tokens = static_cast<int64_t>(prompt.size());
-    const auto& eos = engine_.info().eos_token_ids;
-    const int64_t limit = std::min<int64_t>(r.max_tokens > 0 ? r.max_tokens : INT64_MAX,
-                                            engine_.seqlen() - static_cast<int64_t>(prompt.size()));
-    size_t hold = 0;
-    for (const std::string& s : r.stop) hold = std::max(hold, s.size());
-    hold = hold > 0 ? hold - 1 : 0;
-    const auto start = Clock::now();
-    engine_.reset();
-    std::vector<float> logits = engine_.feed(prompt);
-    const double first = std::chrono::duration<double>(Clock::now() - start).count();
-    llm::Sampler sampler(r.sampling);
-    std::vector<int32_t> history = prompt;
-    llm::StreamingDetokenizer detok(tokenizer_, true);
+  // The scheduler: the only thread that runs the engine. Requests wait in a queue for a free
+  // slot; every running generation takes one step in turn (a prefill chunk of up to kChunk
+  // tokens, or one token), so a long prompt does not hold the others' tokens back; one whose
+  // client went away leaves at its next turn.
+  static constexpr size_t kChunk = 64;
+
+  // A generation the scheduler runs.
+  struct Running {
+    std::shared_ptr<Job> job;
+    int slot = 0;
+    size_t fed = 0;
+    std::vector<float> logits;
+    std::optional<llm::Sampler> sampler;
+    std::vector<int32_t> history;
+    std::optional<llm::StreamingDetokenizer> detok;
     std::string text;
-    size_t sent = 0;
-    bool stopped = false;
-    auto flush = [&](size_t upto) {
-      while (upto > sent && upto < text.size() && (text[upto] & 0xC0) == 0x80) --upto;
-      if (upto <= sent) return true;
-      const bool ok = emit(text.substr(sent, upto - sent));
-      sent = upto;
-      return ok;
-    };
-    o.finish = "length";
-    const auto decode_start = Clock::now();
-    for (int64_t i = 0; i < limit; ++i) {
-      const int32_t next = sampler.next(logits, history);
-      if (std::find(eos.begin(), eos.end(), next) != eos.end()) {
-        o.finish = "stop";
-        break;
+    size_t sent = 0, hold = 0;
+    int64_t limit = 0, produced = 0;
+    Clock::time_point start, decode_start;
+    double first = 0;
+  };
+
+  void schedule() {
+    std::vector<Running> running;
+    std::vector<int> free_slots;
+    for (int k = engine_.slots() - 1; k >= 0; --k) free_slots.push_back(k);
+    for (;;) {
+      {
+        std::unique_lock lock(queue_mutex_);
+        queue_changed_.wait(lock, [&] {
+          return stopping_ || !running.empty() || (!queue_.empty() && !free_slots.empty());
+        });
+        if (stopping_ && queue_.empty() && running.empty()) return;
+        while (!queue_.empty() && !free_slots.empty()) {
+          std::shared_ptr<Job> job = std::move(queue_.front());
+          queue_.pop_front();
+          Running r;
+          r.job = std::move(job);
+          r.slot = free_slots.back();
+          free_slots.pop_back();
+          running.push_back(std::move(r));
+        }
+        waiting_ = static_cast<int>(queue_.size());
+        generating_ = static_cast<int>(running.size());
       }
-      history.push_back(next);
-      ++o.completion_tokens;
-      const size_t before = text.size();
-      text += detok.push(next);
-      size_t cut = std::string::npos;
-      for (const std::string& s : r.stop) {
-        if (s.empty()) continue;
-        const size_t from = before > s.size() ? before - s.size() : 0;
-        cut = std::min(cut, text.find(s, from));
+      for (size_t i = 0; i < running.size();) {
+        bool done = true;
+        try {
+          done = step(running[i]);
+        } catch (const std::exception& e) {
+          finish(running[i], "stop", false, e.what());
+        }
+        if (done) {
+          free_slots.push_back(running[i].slot);
+          running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+        } else {
+          ++i;
+        }
       }
-      if (cut != std::string::npos) {
-        text.resize(cut);
-        o.finish = "stop";
-        stopped = true;
-        break;
-      }
-      if (!flush(text.size() > hold ? text.size() - hold : 0)) {
-        o.cancelled = true;
-        break;
-      }
-      if (i + 1 == limit) break;
-      const int32_t feed[] = {next};
-      logits = engine_.feed(feed);
+      generating_ = static_cast<int>(running.size());
     }
-    if (!stopped && !o.cancelled) text += detok.finish();
-    if (!o.cancelled && !flush(text.size())) o.cancelled = true;
-    // flush() leaves a partial character at the very end only when the text ends with one.
-    if (!o.cancelled && sent < text.size()) o.cancelled = !emit(text.substr(sent));
-    o.text = text;
-    std::lock_guard metrics_lock(metrics_.mutex);
-    metrics_.prompt_tokens += o.prompt_tokens;
-    metrics_.generated_tokens += o.completion_tokens;
-    metrics_.cancelled += o.cancelled;
-    metrics_.first_token.add(first);
-    if (o.completion_tokens > 1) {
-      metrics_.per_token.add(std::chrono::duration<double>(Clock::now() - decode_start).count() /
-                             static_cast<double>(o.completion_tokens - 1));
+  }
+
+  // One step of `r`; true when it has finished.
+  bool step(Running& r) {
+    Job& job = *r.job;
+    const CompletionRequest& q = job.request;
+    if (job.cancelled) {
+      finish(r, "stop", false);
+      return true;
     }
-    return o;
+    if (!r.sampler) {  // its first turn: a fresh slot
+      engine_.reset(r.slot);
+      r.start = Clock::now();
+      r.sampler.emplace(q.sampling);
+      r.detok.emplace(tokenizer_, true);
+      r.history = job.prompt;
+      r.limit = std::min<int64_t>(q.max_tokens > 0 ? q.max_tokens : INT64_MAX,
+                                  engine_.seqlen() - static_cast<int64_t>(job.prompt.size()));
+      for (const std::string& stop : q.stop) r.hold = std::max(r.hold, stop.size());
+      r.hold = r.hold > 0 ? r.hold - 1 : 0;
+    }
+    if (r.fed < job.prompt.size()) {  // prefill, a chunk at a time
+      const size_t n = std::min(kChunk, job.prompt.size() - r.fed);
+      r.logits = engine_.feed(r.slot, std::span(job.prompt).subspan(r.fed, n));
+      r.fed += n;
+      if (r.fed == job.prompt.size()) {
+        r.decode_start = Clock::now();
+        r.first = std::chrono::duration<double>(r.decode_start - r.start).count();
+      }
+      return false;
+    }
+    const int32_t next = r.sampler->next(r.logits, r.history);
+    const auto& eos = engine_.info().eos_token_ids;
+    if (std::find(eos.begin(), eos.end(), next) != eos.end()) {
+      finish(r, "stop", false);
+      return true;
+    }
+    r.history.push_back(next);
+    ++r.produced;
+    const size_t before = r.text.size();
+    r.text += r.detok->push(next);
+    size_t cut = std::string::npos;
+    for (const std::string& stop : q.stop) {
+      if (stop.empty()) continue;
+      const size_t from = before > stop.size() ? before - stop.size() : 0;
+      cut = std::min(cut, r.text.find(stop, from));
+    }
+    if (cut != std::string::npos) {
+      r.text.resize(cut);
+      finish(r, "stop", true);
+      return true;
+    }
+    // Text that can no longer become a stop string goes out, whole characters only.
+    size_t upto = r.text.size() > r.hold ? r.text.size() - r.hold : 0;
+    while (upto > r.sent && upto < r.text.size() && (r.text[upto] & 0xC0) == 0x80) --upto;
+    if (upto > r.sent) {
+      job.push(r.text.substr(r.sent, upto - r.sent));
+      r.sent = upto;
+    }
+    if (r.produced == r.limit) {
+      finish(r, "length", false);
+      return true;
+    }
+    const int32_t feed[] = {next};
+    r.logits = engine_.feed(r.slot, feed);
+    return false;
+  }
+
+  void finish(Running& r, const std::string& reason, bool stopped, const std::string& error = "") {
+    Job& job = *r.job;
+    if (r.detok && !stopped && !job.cancelled && error.empty()) r.text += r.detok->finish();
+    if (r.sent < r.text.size() && !job.cancelled) job.push(r.text.substr(r.sent));
+    Outcome o;
+    o.text = r.text;
+    o.prompt_tokens = static_cast<int64_t>(job.prompt.size());
+    o.completion_tokens = r.produced;
+    o.finish = reason;
+    o.cancelled = job.cancelled;
+    o.error = error;
+    {
+      std::lock_guard lock(metrics_.mutex);
+      metrics_.prompt_tokens += r.fed;
+      metrics_.generated_tokens += r.produced;
+      metrics_.cancelled += o.cancelled;
+      if (r.fed == job.prompt.size() && r.fed > 0) metrics_.first_token.add(r.first);
+      if (r.produced > 1) {
+        metrics_.per_token.add(
+            std::chrono::duration<double>(Clock::now() - r.decode_start).count() /
+            static_cast<double>(r.produced - 1));
+      }
+    }
+    job.end(std::move(o));
+  }
+
+  // Queues a generation for the scheduler.
+  std::shared_ptr<Job> submit(CompletionRequest request, std::vector<int32_t> prompt) {
+    auto job = std::make_shared<Job>();
+    job->request = std::move(request);
+    job->prompt = std::move(prompt);
+    {
+      std::lock_guard lock(queue_mutex_);
+      queue_.push_back(job);
+      waiting_ = static_cast<int>(queue_.size());
+    }
+    queue_changed_.notify_all();
+    return job;
   }
 
   std::string metrics() {
@@ -385,7 +547,10 @@ class Server::Impl {
   int port_ = 0;
   const int64_t created_ = unix_time();
   std::atomic<uint64_t> requests_{0};
-  std::mutex generate_mutex_;
+  std::mutex queue_mutex_;
+  std::condition_variable queue_changed_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool stopping_ = false;
   std::atomic<int> waiting_{0}, generating_{0};
   Metrics metrics_;
 };

@@ -1,9 +1,10 @@
 // `prism serve`: an OpenAI-compatible HTTP server over one model (docs/serving.md).
 //
 // Endpoints: POST /v1/chat/completions and /v1/completions (streamed as server-sent events
-// when asked), GET /v1/models, /health and /metrics (Prometheus text). Requests are answered
-// one at a time, in the order they come (continuous batching is to come); a client that goes
-// away mid-stream stops its generation.
+// when asked), GET /v1/models, /health and /metrics (Prometheus text). Up to `parallel`
+// generations run at once, each in an engine slot of its own, taking one step in turn (a
+// prefill chunk or a token); the others wait in a queue. A client that goes away stops its
+// generation. (Batching the running generations' tokens into one forward step is to come.)
 #pragma once
 
 #include <cstddef>
@@ -21,7 +22,8 @@ struct ServeOptions {
   std::string api_key;         // non-empty: requests to /v1/ need "Authorization: Bearer KEY"
   size_t max_body = 1u << 20;  // bytes; larger bodies get 413
   std::string model_id;        // the name /v1/models gives and requests may name
-  int threads = 8;             // connections served at once (generation is one at a time)
+  int parallel = 1;            // generations at once, each with its own KV cache and states
+  int threads = 32;            // connections served at once
 };
 
 class Server {

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -29,8 +30,8 @@ def check(name, ok, detail=""):
 
 def start(*extra):
     proc = subprocess.Popen(
-        [PRISM, "serve", f"--model={MODEL}", "--model-id=tiny", "--port=0", "--seqlen=64",
-         f"--api-key={KEY}", "--max-body=4096", *extra],
+        [PRISM, "serve", f"--model={MODEL}", "--model-id=tiny", "--port=0", "--seqlen=256",
+         "--parallel=4", f"--api-key={KEY}", "--max-body=4096", *extra],
         stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         m = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line)
@@ -42,7 +43,7 @@ def start(*extra):
 
 def llm_text(prompt, max_tokens):
     out = subprocess.run([PRISM, "llm", f"--model={MODEL}", f"--prompt={prompt}",
-                          f"--max-tokens={max_tokens}", "--seqlen=64"],
+                          f"--max-tokens={max_tokens}", "--seqlen=256"],
                          capture_output=True, text=True, check=True).stdout
     return out[:-1] if out.endswith("\n") else out
 
@@ -134,7 +135,7 @@ status, body = error_of(lambda: client.chat.completions.create(
     model="other", messages=[{"role": "user", "content": "hi"}]))
 check("unknown model: 404", status == 404 and body["code"] == "model_not_found", f"{status} {body}")
 status, body = error_of(lambda: client.chat.completions.create(
-    model="tiny", messages=[{"role": "user", "content": "word " * 200}]))
+    model="tiny", messages=[{"role": "user", "content": "word " * 400}]))
 check("prompt longer than the context: 400", status == 400 and
       body["code"] == "context_length_exceeded", f"{status} {body}")
 status, body = raw(port, "/v1/chat/completions", b"{not json")
@@ -150,12 +151,21 @@ check("oversized body: 413", status == 413 and "larger than 4096" in body["error
       f"{status} {body}")
 check("still serving after the errors", chat(prompts[0])[0] == want)
 
-# A client that goes away mid-stream: the server goes on.
+# A client that goes away mid-stream: its generation stops (the metrics count it), its slot
+# serves the next request.
 stream = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}],
-                                        max_tokens=40, temperature=0, stream=True)
+                                        max_tokens=200, temperature=0, stream=True)
 next(iter(stream))
 stream.close()
-check("a client gone mid-stream leaves the server serving", chat(prompts[1])[0] == alone[1])
+cancelled = 0
+for _ in range(100):
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    cancelled = int(re.search(r"^prism_cancelled_total (\d+)", metrics, re.M).group(1))
+    if cancelled:
+        break
+    time.sleep(0.05)
+check("a client gone mid-stream cancels its generation", cancelled == 1, metrics[:600])
+check("and the server goes on", chat(prompts[1])[0] == alone[1])
 metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
 check("metrics", "prism_generated_tokens_total" in metrics and
       'prism_requests_total{status="401"} 1' in metrics and

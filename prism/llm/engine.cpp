@@ -217,4 +217,88 @@ std::vector<float> Engine::feed(int slot_index, std::span<const int32_t> tokens)
   return logits;
 }
 
+std::vector<std::vector<float>> Engine::decode(std::span<const int> slot_ids,
+                                               std::span<const int32_t> tokens) {
+  PRISM_CHECK(slot_ids.size() == tokens.size() && !tokens.empty(), "llm: {} tokens for {} slots",
+              tokens.size(), slot_ids.size());
+  std::vector<std::vector<float>> logits;
+  if (!model_->batches() || slot_ids.size() == 1) {
+    for (size_t i = 0; i < slot_ids.size(); ++i) {
+      logits.push_back(feed(slot_ids[i], tokens.subspan(i, 1)));
+    }
+    return logits;
+  }
+  const int64_t batch = static_cast<int64_t>(slot_ids.size());
+  std::vector<int32_t> at;
+  for (size_t i = 0; i < slot_ids.size(); ++i) {
+    const int s = slot_ids[i];
+    PRISM_CHECK(s >= 0 && s < slots(), "llm: no slot {} ({} slots)", s, slots());
+    for (size_t j = 0; j < i; ++j) PRISM_CHECK(slot_ids[j] != s, "llm: slot {} twice in a step", s);
+    PRISM_CHECK(slots_[s].position + 1 <= options_.seqlen,
+                "llm: the conversation needs {} positions but the cache holds {} (--seqlen)",
+                slots_[s].position + 1, options_.seqlen);
+    PRISM_CHECK(tokens[i] >= 0 && tokens[i] < info_.vocab_size,
+                "llm: token id {} is outside the vocabulary of {}", tokens[i], info_.vocab_size);
+    at.push_back(static_cast<int32_t>(slots_[s].position));
+  }
+  auto it = batch_executables_.find(batch);
+  if (it == batch_executables_.end()) {
+    const size_t per = state_specs_.size();
+    std::vector<Shape> inputs{Shape(DType::i32, {{"b", batch}}), Shape(DType::i32, {{"b", batch}})};
+    ShardedCompileOptions options{
+        .mesh = options_.mesh, .inputs = {{}, {}}, .cache = options_.compile_cache.get()};
+    for (int64_t i = 0; i < batch; ++i) {
+      for (const models::StateSpec& spec : state_specs_) {
+        options.donate.push_back(static_cast<int>(inputs.size()));
+        inputs.push_back(spec.shape);
+        options.inputs.push_back(spec.sharding);
+      }
+    }
+    const models::CausalLM& model = *model_;
+    TraceFn fn = [&model, batch, per](std::span<const Tensor> in) {
+      std::vector<std::vector<Tensor>> states(batch);
+      for (int64_t i = 0; i < batch; ++i) {
+        auto first = in.begin() + 2 + i * static_cast<std::ptrdiff_t>(per);
+        states[i].assign(first, first + static_cast<std::ptrdiff_t>(per));
+      }
+      return model.decode_batch(in[0], in[1], states);
+    };
+    it = batch_executables_.emplace(batch, compile_sharded(platform_, fn, inputs, options)).first;
+  }
+  ShardedExecutable& exe = it->second;
+  const HostBuffer ids = HostBuffer::from<int32_t>(
+      Shape(DType::i32, {{"b", batch}}), std::vector<int32_t>(tokens.begin(), tokens.end()));
+  const HostBuffer positions = HostBuffer::from<int32_t>(Shape(DType::i32, {{"b", batch}}), at);
+  std::vector<std::vector<Buffer>> in(devices_.size());
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    in[d] = {devices_[d]->upload(ids), devices_[d]->upload(positions)};
+    for (int s : slot_ids) {
+      in[d].insert(in[d].end(), slots_[s].states[d].begin(), slots_[s].states[d].end());
+      slots_[s].states[d].clear();  // donated: the outputs are the states now
+    }
+  }
+  std::vector<std::vector<Buffer>> out = exe.call(weights_, in);
+  const size_t per = state_specs_.size();
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    for (size_t i = 0; i < slot_ids.size(); ++i) {
+      auto first = out[d].begin() + 1 + static_cast<std::ptrdiff_t>(i * per);
+      slots_[slot_ids[i]].states[d].assign(first, first + static_cast<std::ptrdiff_t>(per));
+    }
+  }
+  for (int s : slot_ids) ++slots_[s].position;
+  // The logits {b, voc}, split by vocabulary where the LM head is.
+  const compiler::Split& split = exe.output_splits()[0];
+  HostBuffer l = out[0][0].to_host();
+  if (std::any_of(split.begin(), split.end(), [](int a) { return a >= 0; })) {
+    std::vector<HostBuffer> blocks;
+    for (size_t d = 0; d < devices_.size(); ++d) blocks.push_back(out[d][0].to_host());
+    l = assemble(blocks, split, options_.mesh);
+  }
+  const int64_t vocab = l.shape().numel() / batch;
+  for (int64_t i = 0; i < batch; ++i) {
+    logits.emplace_back(l.as<float>().begin() + i * vocab, l.as<float>().begin() + (i + 1) * vocab);
+  }
+  return logits;
+}
+
 }  // namespace prism::llm

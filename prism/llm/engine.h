@@ -74,6 +74,11 @@ class Engine {
   std::vector<float> feed(int slot, std::span<const int32_t> tokens);
   void reset(int slot);
   int64_t position(int slot) const { return slots_.at(slot).position; }
+  // One token for each of `slots` (distinct), at each slot's position: with a model that
+  // batches (CausalLM::batches), one step for all, each weight read once; else slot by slot.
+  // Returns each slot's logits, in order.
+  std::vector<std::vector<float>> decode(std::span<const int> slots,
+                                         std::span<const int32_t> tokens);
 
  private:
   ShardedExecutable& executable(int64_t window);
@@ -93,6 +98,7 @@ class Engine {
   Slot new_slot();
   std::vector<Slot> slots_;
   std::map<int64_t, ShardedExecutable> executables_;
+  std::map<int64_t, ShardedExecutable> batch_executables_;  // decode steps, by batch size
   std::optional<ShardedExecutable> reset_;  // zeros into the non-positional states, on use
 };
 

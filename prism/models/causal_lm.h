@@ -58,6 +58,18 @@ class CausalLM {
   // the updated states in state_specs' order.
   virtual std::vector<Tensor> forward(const Tensor& tokens, const Tensor& start, const Tensor& last,
                                       std::span<const Tensor> states) const = 0;
+
+  // Whether decode_batch is implemented.
+  virtual bool batches() const { return false; }
+  // One decoding step of several conversations at once: `tokens` {b} (i32), conversation i's
+  // next token at its position `positions`[i] (i32 {b}); `states[i]` are conversation i's
+  // states. The products run once for the whole batch, so each weight is read once per step
+  // whatever the number of conversations. Returns the logits (f32 {b, voc}), then each
+  // conversation's updated states in turn.
+  virtual std::vector<Tensor> decode_batch(const Tensor& tokens, const Tensor& positions,
+                                           std::span<const std::vector<Tensor>> states) const {
+    return {};
+  }
 };
 
 // The architecture config.json names (`model_type`), computing in `dtype`; `source` names the

@@ -181,4 +181,67 @@ std::vector<Tensor> Llama::forward(const Tensor& tokens, const Tensor& start, co
   return outputs;
 }
 
+// The step of forward() for one token of each of several conversations: the products run on
+// all of them at once ({b, d} activations), attention and the cache updates on each
+// conversation's own caches at its own position.
+std::vector<Tensor> Llama::decode_batch(const Tensor& tokens, const Tensor& positions,
+                                        std::span<const std::vector<Tensor>> caches) const {
+  const LlamaConfig& c = config_;
+  const int64_t d = c.hidden_size, heads = c.num_heads, kv = c.num_kv_heads, hd = c.head_dim;
+  const int64_t batch = tokens.size("b");
+  PRISM_CHECK(static_cast<int64_t>(caches.size()) == batch,
+              "llama: {} conversations' caches for a batch of {}", caches.size(), batch);
+  auto norm = [&](const Tensor& x, const std::string& name) {
+    return x.rms_norm("d", c.rms_norm_eps) * weight(name, {{"d", d}});
+  };
+  const Sharding by_vocab = Sharding().split_if_divisible("voc", kModelAxis);
+  Tensor embed = weight("model.embed_tokens.weight", {{"voc", c.vocab_size}, {"d", d}}, by_vocab);
+  Tensor x = embed.gather("voc", tokens);  // {b, d}
+  auto [cos, sin] = nn::rope_tables(positions, c.rope_inv_freq(), "hd");
+  std::vector<Tensor> at;  // each conversation's position, a scalar
+  for (int64_t i = 0; i < batch; ++i) {
+    at.push_back(positions.slice("b", i, 1).reshape(Shape::scalar(positions.dtype())));
+  }
+  std::vector<std::vector<Tensor>> next(batch);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    Tensor h = norm(x, p + "input_layernorm.weight");
+    const Sharding by_heads = Sharding().split_if_divisible("o", kModelAxis, hd);
+    Tensor q = linear(h, p + "self_attn.q_proj.weight", "d", "o", heads * hd, by_heads)
+                   .split("o", {{"h", heads}, {"hd", hd}});
+    Tensor k = linear(h, p + "self_attn.k_proj.weight", "d", "o", kv * hd, by_heads)
+                   .split("o", {{"h", kv}, {"hd", hd}});
+    Tensor v = linear(h, p + "self_attn.v_proj.weight", "d", "o", kv * hd, by_heads)
+                   .split("o", {{"h", kv}, {"hd", hd}});
+    q = nn::rope(q, cos, sin, "hd");
+    k = nn::rope(k, cos, sin, "hd");
+    std::vector<Tensor> outs;
+    for (int64_t i = 0; i < batch; ++i) {
+      auto one = [&](const Tensor& t, Tag as) { return t.slice("b", i, 1).rename({{"b", as}}); };
+      Tensor keys = caches[i][2 * l].dynamic_update_slice(one(k, "k"), {{"k", at[i]}});
+      Tensor values = caches[i][2 * l + 1].dynamic_update_slice(one(v, "k"), {{"k", at[i]}});
+      next[i].push_back(keys);
+      next[i].push_back(values);
+      Tensor a = nn::attention(one(q, "q"), keys, values, {.causal = true, .offset = at[i]});
+      outs.push_back(a.merge({"h", "hd"}, "a").rename({{"q", "b"}}));
+    }
+    Tensor merged = batch == 1 ? outs[0] : concat(outs, "b");
+    x = x + linear(merged, p + "self_attn.o_proj.weight", "a", "o", d,
+                   Sharding().split_if_divisible("a", kModelAxis, hd))
+                .rename({{"o", "d"}});
+    h = norm(x, p + "post_attention_layernorm.weight");
+    const Sharding by_f = Sharding().split("f", kModelAxis);
+    Tensor gate = linear(h, p + "mlp.gate_proj.weight", "d", "f", c.intermediate_size, by_f);
+    Tensor up = linear(h, p + "mlp.up_proj.weight", "d", "f", c.intermediate_size, by_f);
+    x = x + linear(gate.silu() * up, p + "mlp.down_proj.weight", "f", "o", d, by_f)
+                .rename({{"o", "d"}});
+  }
+  std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  Tensor logits =
+      linear(norm(x, "model.norm.weight"), head, "d", "voc", c.vocab_size, by_vocab);  // {b, voc}
+  std::vector<Tensor> outputs{logits.convert(DType::f32)};
+  for (auto& states : next) outputs.insert(outputs.end(), states.begin(), states.end());
+  return outputs;
+}
+
 }  // namespace prism::models

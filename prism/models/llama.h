@@ -57,6 +57,10 @@ class Llama : public CausalLM {
   std::vector<Tensor> forward(const Tensor& tokens, const Tensor& start, const Tensor& last,
                               std::span<const Tensor> caches) const override;
 
+  bool batches() const override { return true; }
+  std::vector<Tensor> decode_batch(const Tensor& tokens, const Tensor& positions,
+                                   std::span<const std::vector<Tensor>> caches) const override;
+
  private:
   Tensor weight(const std::string& name, std::initializer_list<Dim> dims,
                 const Sharding& sharding = {}) const;

@@ -344,9 +344,11 @@ class Server::Impl {
   }
 
   // The scheduler: the only thread that runs the engine. Requests wait in a queue for a free
-  // slot; every running generation takes one step in turn (a prefill chunk of up to kChunk
-  // tokens, or one token), so a long prompt does not hold the others' tokens back; one whose
-  // client went away leaves at its next turn.
+  // slot; on each round every running generation either prefills a chunk of up to kChunk
+  // tokens of its prompt or picks its next token, and the picked tokens of all of them are fed
+  // in one batched decoding step (Engine::decode), so a long prompt does not hold the others'
+  // tokens back and the weights are read once per round. One whose client went away leaves at
+  // its next turn.
   static constexpr size_t kChunk = 64;
 
   // A generation the scheduler runs.
@@ -363,6 +365,7 @@ class Server::Impl {
     int64_t limit = 0, produced = 0;
     Clock::time_point start, decode_start;
     double first = 0;
+    std::optional<int32_t> pending;  // the token to feed next
   };
 
   void schedule() {
@@ -400,6 +403,29 @@ class Server::Impl {
           running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
         } else {
           ++i;
+        }
+      }
+      // Every generation's next token in one decoding step: the weights are read once for all.
+      std::vector<size_t> batch;
+      std::vector<int> slots;
+      std::vector<int32_t> tokens;
+      for (size_t i = 0; i < running.size(); ++i) {
+        if (!running[i].pending) continue;
+        batch.push_back(i);
+        slots.push_back(running[i].slot);
+        tokens.push_back(*running[i].pending);
+        running[i].pending.reset();
+      }
+      if (!batch.empty()) {
+        try {
+          std::vector<std::vector<float>> logits = engine_.decode(slots, tokens);
+          for (size_t k = 0; k < batch.size(); ++k) running[batch[k]].logits = std::move(logits[k]);
+        } catch (const std::exception& e) {
+          for (size_t k = batch.size(); k-- > 0;) {
+            finish(running[batch[k]], "stop", false, e.what());
+            free_slots.push_back(running[batch[k]].slot);
+            running.erase(running.begin() + static_cast<std::ptrdiff_t>(batch[k]));
+          }
         }
       }
       generating_ = static_cast<int>(running.size());
@@ -467,8 +493,7 @@ class Server::Impl {
       finish(r, "length", false);
       return true;
     }
-    const int32_t feed[] = {next};
-    r.logits = engine_.feed(r.slot, feed);
+    r.pending = next;  // fed with the other generations' tokens, in one step
     return false;
   }
 

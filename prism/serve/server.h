@@ -2,9 +2,10 @@
 //
 // Endpoints: POST /v1/chat/completions and /v1/completions (streamed as server-sent events
 // when asked), GET /v1/models, /health and /metrics (Prometheus text). Up to `parallel`
-// generations run at once, each in an engine slot of its own, taking one step in turn (a
-// prefill chunk or a token); the others wait in a queue. A client that goes away stops its
-// generation. (Batching the running generations' tokens into one forward step is to come.)
+// generations run at once, each in an engine slot of its own (continuous batching): new ones
+// join between steps, their prompts prefilled a chunk at a time, and the running ones' tokens
+// are decoded in one batched step where the model batches (Llama); the others wait in a
+// queue. A client that goes away stops its generation.
 #pragma once
 
 #include <cstddef>

@@ -1,10 +1,14 @@
 // Decode and prefill steps at Llama 3.2 1B's shapes on any platform (bench/llm_steps.h). Needs
 // no checkpoint; `llm` is the side-by-side with llama.cpp on a real one.
 #include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "bench/bench.h"
 #include "bench/llm_steps.h"
 #include "prism/models/llama.h"
+#include "prism/runtime/compile.h"
 
 namespace prism::bench {
 namespace {
@@ -28,6 +32,62 @@ void llm_shapes_bench() {
   llm_steps_bench("Llama 3.2 1B shapes",
                   [](DType dtype) { return std::make_unique<models::Llama>(llama_1b(), dtype); });
 }
+
+// Continuous batching's decoding step (CausalLM::decode_batch): one token for each of B
+// conversations in one forward pass, every weight read once per step. Total tokens/s at 1, 4
+// and 16 conversations (each at position 512 of a 1024-position cache), and the ratio to one.
+void decode_batch_bench() {
+  Platform& target = platform();
+  models::Llama model(llama_1b(), DType::bf16);
+  const int64_t seqlen = 1024;
+  const std::vector<models::StateSpec> specs = model.state_specs(seqlen);
+  std::printf("Llama 3.2 1B shapes, bf16, batched decoding on %s\n",
+              target.devices().at(0).name.c_str());
+  std::printf("%-14s %12s %14s %10s\n", "conversations", "step ms", "total tok/s", "vs one");
+  double one = 0;
+  for (int64_t batch : {1, 4, 16}) {
+    std::vector<Shape> inputs{Shape(DType::i32, {{"b", batch}}), Shape(DType::i32, {{"b", batch}})};
+    CompileOptions options;
+    for (int64_t i = 0; i < batch; ++i) {
+      for (const models::StateSpec& s : specs) {
+        options.donate.push_back(static_cast<int>(inputs.size()));
+        inputs.push_back(s.shape);
+      }
+    }
+    const size_t per = specs.size();
+    TraceFn fn = [&](std::span<const Tensor> in) {
+      std::vector<std::vector<Tensor>> states(batch);
+      for (int64_t i = 0; i < batch; ++i) {
+        auto first = in.begin() + 2 + i * static_cast<std::ptrdiff_t>(per);
+        states[i].assign(first, first + static_cast<std::ptrdiff_t>(per));
+      }
+      return model.decode_batch(in[0], in[1], states);
+    };
+    Executable exe = compile(target, fn, inputs, options);
+    std::map<std::string, Buffer, std::less<>> weights;
+    for (const auto& p : exe.parameters()) weights.emplace(p.name, target.allocate(p.shape));
+    weights = exe.prepare(std::move(weights));
+    std::vector<Buffer> states;
+    for (size_t k = 2; k < inputs.size(); ++k) states.push_back(target.allocate(inputs[k]));
+    const HostBuffer at = HostBuffer::from<int32_t>(inputs[1], std::vector<int32_t>(batch, 512));
+    const double seconds = median_seconds([&] {
+      std::vector<Buffer> in{target.upload(HostBuffer(inputs[0])), target.upload(at)};
+      in.insert(in.end(), states.begin(), states.end());
+      std::vector<Buffer> out = exe.call(weights, in);
+      states.assign(out.begin() + 1, out.end());
+      out[0].to_host();
+    });
+    const double tok_s = static_cast<double>(batch) / seconds;
+    if (batch == 1) one = tok_s;
+    std::printf("%-14lld %12.1f %14.1f %9.2fx\n", static_cast<long long>(batch), seconds * 1e3,
+                tok_s, tok_s / one);
+  }
+}
+
+const Register kDecodeBatch{"decode-batch",
+                            "Llama 3.2 1B-shaped batched decoding: total tokens/s at 1, 4, 16 "
+                            "conversations",
+                            decode_batch_bench};
 
 const Register kLlmShapes{
     "llm-shapes", "Llama 3.2 1B-shaped decode and prefill steps, on --platform", llm_shapes_bench};

@@ -125,37 +125,73 @@ Tensor Llama::linear(const Tensor& x, const std::string& name, Tag in, Tag out, 
   return x.dot(weight(name, {{out, n}, {in, x.size(in)}}, sharding), in);
 }
 
+Tensor Llama::norm(const Tensor& x, const std::string& name) const {
+  return x.rms_norm("d", config_.rms_norm_eps) * weight(name, {{"d", config_.hidden_size}});
+}
+
+// The embedding table, which a tied LM head reads too; split by vocabulary across devices (the
+// LM head is the largest product of a decoding step).
+Tensor Llama::embedding() const {
+  return weight("model.embed_tokens.weight",
+                {{"voc", config_.vocab_size}, {"d", config_.hidden_size}},
+                Sharding().split_if_divisible("voc", kModelAxis));
+}
+
+// The logits of the final hidden states {..., d}: {..., voc}.
+Tensor Llama::lm_head(const Tensor& x) const {
+  const LlamaConfig& c = config_;
+  std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  return linear(norm(x, "model.norm.weight"), head, "d", "voc", c.vocab_size,
+                Sharding().split_if_divisible("voc", kModelAxis));
+}
+
+// Layer l's queries, keys and values of the normalized hidden states h, rotated: {..., h, hd}.
+// Split across devices by heads (Megatron): see state_specs.
+Llama::Qkv Llama::attention_inputs(const Tensor& h, int64_t l, const Tensor& cos,
+                                   const Tensor& sin) const {
+  const LlamaConfig& c = config_;
+  const int64_t heads = c.num_heads, kv = c.num_kv_heads, hd = c.head_dim;
+  const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+  const Sharding by_heads = Sharding().split_if_divisible("o", kModelAxis, hd);
+  Tensor q = linear(h, p + "q_proj.weight", "d", "o", heads * hd, by_heads)
+                 .split("o", {{"h", heads}, {"hd", hd}});
+  Tensor k = linear(h, p + "k_proj.weight", "d", "o", kv * hd, by_heads)
+                 .split("o", {{"h", kv}, {"hd", hd}});
+  Tensor v = linear(h, p + "v_proj.weight", "d", "o", kv * hd, by_heads)
+                 .split("o", {{"h", kv}, {"hd", hd}});
+  return {nn::rope(q, cos, sin, "hd"), nn::rope(k, cos, sin, "hd"), v};
+}
+
+// The rest of layer l after attention: the output projection of `attended` {..., a} onto the
+// residual x, then the MLP's.
+Tensor Llama::layer_output(const Tensor& x, const Tensor& attended, int64_t l) const {
+  const LlamaConfig& c = config_;
+  const int64_t d = c.hidden_size;
+  const std::string p = "model.layers." + std::to_string(l) + ".";
+  Tensor y = x + linear(attended, p + "self_attn.o_proj.weight", "a", "o", d,
+                        Sharding().split_if_divisible("a", kModelAxis, c.head_dim))
+                     .rename({{"o", "d"}});
+  Tensor h = norm(y, p + "post_attention_layernorm.weight");
+  const Sharding by_f = Sharding().split("f", kModelAxis);
+  Tensor gate = linear(h, p + "mlp.gate_proj.weight", "d", "f", c.intermediate_size, by_f);
+  Tensor up = linear(h, p + "mlp.up_proj.weight", "d", "f", c.intermediate_size, by_f);
+  return y + linear(gate.silu() * up, p + "mlp.down_proj.weight", "f", "o", d, by_f)
+                 .rename({{"o", "d"}});
+}
+
 std::vector<Tensor> Llama::forward(const Tensor& tokens, const Tensor& start, const Tensor& last,
                                    std::span<const Tensor> caches) const {
   const LlamaConfig& c = config_;
-  const int64_t d = c.hidden_size, heads = c.num_heads, kv = c.num_kv_heads, hd = c.head_dim;
   PRISM_CHECK(static_cast<int64_t>(caches.size()) == 2 * c.num_layers,
               "llama: {} cache tensors given for {} layers", caches.size(), c.num_layers);
-  auto norm = [&](const Tensor& x, const std::string& name) {
-    return x.rms_norm("d", c.rms_norm_eps) * weight(name, {{"d", d}});
-  };
-
-  // The vocabulary split across devices: the LM head is the largest product of a decoding step.
-  const Sharding by_vocab = Sharding().split_if_divisible("voc", kModelAxis);
-  Tensor embed = weight("model.embed_tokens.weight", {{"voc", c.vocab_size}, {"d", d}}, by_vocab);
-  Tensor x = embed.gather("voc", tokens);  // {s, d}
+  Tensor x = embedding().gather("voc", tokens);  // {s, d}
   Tensor positions = Tensor::iota(Shape(DType::i32, {{"s", tokens.size("s")}}), "s") + start;
   auto [cos, sin] = nn::rope_tables(positions, c.rope_inv_freq(), "hd");
 
   std::vector<Tensor> outputs{Tensor()};  // logits first
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    Tensor h = norm(x, p + "input_layernorm.weight");
-    const Sharding by_heads = Sharding().split_if_divisible("o", kModelAxis, hd);
-    const Sharding& by_kv_heads = by_heads;
-    Tensor q = linear(h, p + "self_attn.q_proj.weight", "d", "o", heads * hd, by_heads)
-                   .split("o", {{"h", heads}, {"hd", hd}});
-    Tensor k = linear(h, p + "self_attn.k_proj.weight", "d", "o", kv * hd, by_kv_heads)
-                   .split("o", {{"h", kv}, {"hd", hd}});
-    Tensor v = linear(h, p + "self_attn.v_proj.weight", "d", "o", kv * hd, by_kv_heads)
-                   .split("o", {{"h", kv}, {"hd", hd}});
-    q = nn::rope(q, cos, sin, "hd");
-    k = nn::rope(k, cos, sin, "hd");
+    auto [q, k, v] = attention_inputs(norm(x, p + "input_layernorm.weight"), l, cos, sin);
     // The window's keys and values go into the cache at `start`; attention reads the cache.
     Tensor keys = caches[2 * l].dynamic_update_slice(k.rename({{"s", "k"}}), {{"k", start}});
     Tensor values = caches[2 * l + 1].dynamic_update_slice(v.rename({{"s", "k"}}), {{"k", start}});
@@ -163,20 +199,9 @@ std::vector<Tensor> Llama::forward(const Tensor& tokens, const Tensor& start, co
     outputs.push_back(values);
     Tensor a =
         nn::attention(q.rename({{"s", "q"}}), keys, values, {.causal = true, .offset = start});
-    Tensor merged = a.merge({"h", "hd"}, "a").rename({{"q", "s"}});
-    x = x + linear(merged, p + "self_attn.o_proj.weight", "a", "o", d,
-                   Sharding().split_if_divisible("a", kModelAxis, hd))
-                .rename({{"o", "d"}});
-    h = norm(x, p + "post_attention_layernorm.weight");
-    const Sharding by_f = Sharding().split("f", kModelAxis);
-    Tensor gate = linear(h, p + "mlp.gate_proj.weight", "d", "f", c.intermediate_size, by_f);
-    Tensor up = linear(h, p + "mlp.up_proj.weight", "d", "f", c.intermediate_size, by_f);
-    x = x + linear(gate.silu() * up, p + "mlp.down_proj.weight", "f", "o", d, by_f)
-                .rename({{"o", "d"}});
+    x = layer_output(x, a.merge({"h", "hd"}, "a").rename({{"q", "s"}}), l);
   }
-  Tensor final = norm(x.dynamic_slice("s", last, 1), "model.norm.weight");
-  std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  Tensor logits = linear(final, head, "d", "voc", c.vocab_size, by_vocab);  // {s=1, voc}
+  Tensor logits = lm_head(x.dynamic_slice("s", last, 1));  // {s=1, voc}
   outputs[0] = logits.reshape(Shape(dtype_, {{"voc", c.vocab_size}})).convert(DType::f32);
   return outputs;
 }
@@ -187,16 +212,10 @@ std::vector<Tensor> Llama::forward(const Tensor& tokens, const Tensor& start, co
 std::vector<Tensor> Llama::decode_batch(const Tensor& tokens, const Tensor& positions,
                                         std::span<const std::vector<Tensor>> caches) const {
   const LlamaConfig& c = config_;
-  const int64_t d = c.hidden_size, heads = c.num_heads, kv = c.num_kv_heads, hd = c.head_dim;
   const int64_t batch = tokens.size("b");
   PRISM_CHECK(static_cast<int64_t>(caches.size()) == batch,
               "llama: {} conversations' caches for a batch of {}", caches.size(), batch);
-  auto norm = [&](const Tensor& x, const std::string& name) {
-    return x.rms_norm("d", c.rms_norm_eps) * weight(name, {{"d", d}});
-  };
-  const Sharding by_vocab = Sharding().split_if_divisible("voc", kModelAxis);
-  Tensor embed = weight("model.embed_tokens.weight", {{"voc", c.vocab_size}, {"d", d}}, by_vocab);
-  Tensor x = embed.gather("voc", tokens);  // {b, d}
+  Tensor x = embedding().gather("voc", tokens);  // {b, d}
   auto [cos, sin] = nn::rope_tables(positions, c.rope_inv_freq(), "hd");
   std::vector<Tensor> at;  // each conversation's position, a scalar
   for (int64_t i = 0; i < batch; ++i) {
@@ -205,16 +224,7 @@ std::vector<Tensor> Llama::decode_batch(const Tensor& tokens, const Tensor& posi
   std::vector<std::vector<Tensor>> next(batch);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    Tensor h = norm(x, p + "input_layernorm.weight");
-    const Sharding by_heads = Sharding().split_if_divisible("o", kModelAxis, hd);
-    Tensor q = linear(h, p + "self_attn.q_proj.weight", "d", "o", heads * hd, by_heads)
-                   .split("o", {{"h", heads}, {"hd", hd}});
-    Tensor k = linear(h, p + "self_attn.k_proj.weight", "d", "o", kv * hd, by_heads)
-                   .split("o", {{"h", kv}, {"hd", hd}});
-    Tensor v = linear(h, p + "self_attn.v_proj.weight", "d", "o", kv * hd, by_heads)
-                   .split("o", {{"h", kv}, {"hd", hd}});
-    q = nn::rope(q, cos, sin, "hd");
-    k = nn::rope(k, cos, sin, "hd");
+    auto [q, k, v] = attention_inputs(norm(x, p + "input_layernorm.weight"), l, cos, sin);
     std::vector<Tensor> outs;
     for (int64_t i = 0; i < batch; ++i) {
       auto one = [&](const Tensor& t, Tag as) { return t.slice("b", i, 1).rename({{"b", as}}); };
@@ -225,21 +235,9 @@ std::vector<Tensor> Llama::decode_batch(const Tensor& tokens, const Tensor& posi
       Tensor a = nn::attention(one(q, "q"), keys, values, {.causal = true, .offset = at[i]});
       outs.push_back(a.merge({"h", "hd"}, "a").rename({{"q", "b"}}));
     }
-    Tensor merged = batch == 1 ? outs[0] : concat(outs, "b");
-    x = x + linear(merged, p + "self_attn.o_proj.weight", "a", "o", d,
-                   Sharding().split_if_divisible("a", kModelAxis, hd))
-                .rename({{"o", "d"}});
-    h = norm(x, p + "post_attention_layernorm.weight");
-    const Sharding by_f = Sharding().split("f", kModelAxis);
-    Tensor gate = linear(h, p + "mlp.gate_proj.weight", "d", "f", c.intermediate_size, by_f);
-    Tensor up = linear(h, p + "mlp.up_proj.weight", "d", "f", c.intermediate_size, by_f);
-    x = x + linear(gate.silu() * up, p + "mlp.down_proj.weight", "f", "o", d, by_f)
-                .rename({{"o", "d"}});
+    x = layer_output(x, batch == 1 ? outs[0] : concat(outs, "b"), l);
   }
-  std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  Tensor logits =
-      linear(norm(x, "model.norm.weight"), head, "d", "voc", c.vocab_size, by_vocab);  // {b, voc}
-  std::vector<Tensor> outputs{logits.convert(DType::f32)};
+  std::vector<Tensor> outputs{lm_head(x).convert(DType::f32)};  // {b, voc}
   for (auto& states : next) outputs.insert(outputs.end(), states.begin(), states.end());
   return outputs;
 }

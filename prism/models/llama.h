@@ -66,6 +66,14 @@ class Llama : public CausalLM {
                 const Sharding& sharding = {}) const;
   Tensor linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n,
                 const Sharding& sharding = {}) const;
+  Tensor norm(const Tensor& x, const std::string& name) const;
+  Tensor embedding() const;
+  Tensor lm_head(const Tensor& x) const;
+  struct Qkv {
+    Tensor q, k, v;
+  };
+  Qkv attention_inputs(const Tensor& h, int64_t layer, const Tensor& cos, const Tensor& sin) const;
+  Tensor layer_output(const Tensor& x, const Tensor& attended, int64_t layer) const;
 
   LlamaConfig config_;
   ModelInfo info_;

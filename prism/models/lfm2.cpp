@@ -196,8 +196,7 @@ Tensor Lfm2::linear(const Tensor& x, const std::string& name, Tag in, Tag out, i
 // the last conv_kernel - 1 values of B*x), gated by C, then out_proj. in_proj is stored fused;
 // declared as its three row blocks, each splits across devices by channels, and so do the
 // convolution and its state; out_proj then contracts the split channels (one all-reduce).
-Tensor Lfm2::short_conv_block(const Tensor& h, const std::string& p, const Tensor& last,
-                              const Tensor& state, Tensor& next_state) const {
+Tensor Lfm2::short_conv_block(const Tensor& h, const std::string& p, const ConvMix& mix) const {
   const int64_t d = config_.hidden_size, taps = config_.conv_kernel;
   const bool bias = config_.conv_bias;
   const Sharding by_channel = Sharding().split_if_divisible("d", kModelAxis);
@@ -213,17 +212,15 @@ Tensor Lfm2::short_conv_block(const Tensor& h, const std::string& p, const Tenso
   Tensor bx = part(0) * part(2);
   Tensor kernel = weight(p + "conv.conv.weight", {{"d", d}, {"one", 1}, {"tap", taps}}, by_channel)
                       .reshape(Shape(dtype_, {{"d", d}, {"tap", taps}}));
-  auto [y, next] = nn::short_conv(bx, state, kernel, last);
-  next_state = next;
+  Tensor y = mix(bx, kernel);
   if (bias) y = y + weight(p + "conv.conv.bias", {{"d", d}}, by_channel);
   return linear(part(1) * y, p + "conv.out_proj", "d", "o", d, bias, by_channel)
       .rename({{"o", "d"}});
 }
 
 // Lfm2Attention: grouped-query attention with per-head RMSNorms of q and k before rope.
-Tensor Lfm2::attention_block(const Tensor& h, const std::string& p, const Tensor& start,
-                             const Tensor& cos, const Tensor& sin, const Tensor& keys_in,
-                             const Tensor& values_in, Tensor& keys, Tensor& values) const {
+Tensor Lfm2::attention_block(const Tensor& h, const std::string& p, const Tensor& cos,
+                             const Tensor& sin, const AttentionMix& mix) const {
   const Lfm2Config& c = config_;
   const int64_t heads = c.num_heads, kv = c.num_kv_heads, hd = c.head_dim;
   auto head_norm = [&](const Tensor& x, const std::string& name) {
@@ -240,11 +237,7 @@ Tensor Lfm2::attention_block(const Tensor& h, const std::string& p, const Tensor
                  .split("o", {{"h", kv}, {"hd", hd}});
   q = nn::rope(head_norm(q, p + "self_attn.q_layernorm.weight"), cos, sin, "hd");
   k = nn::rope(head_norm(k, p + "self_attn.k_layernorm.weight"), cos, sin, "hd");
-  // The window's keys and values go into the cache at `start`; attention reads the cache.
-  keys = keys_in.dynamic_update_slice(k.rename({{"s", "k"}}), {{"k", start}});
-  values = values_in.dynamic_update_slice(v.rename({{"s", "k"}}), {{"k", start}});
-  Tensor a = nn::attention(q.rename({{"s", "q"}}), keys, values, {.causal = true, .offset = start});
-  Tensor merged = a.merge({"h", "hd"}, "a").rename({{"q", "s"}});
+  Tensor merged = mix(q, k, v);
   return linear(merged, p + "self_attn.out_proj", "a", "o", c.hidden_size, false,
                 Sharding().split_if_divisible("a", kModelAxis, hd))
       .rename({{"o", "d"}});
@@ -273,15 +266,25 @@ std::vector<Tensor> Lfm2::forward(const Tensor& tokens, const Tensor& start, con
     const std::string p = "model.layers." + std::to_string(l) + ".";
     Tensor h = norm(x, p + "operator_norm.weight");
     if (c.layers[l] == Lfm2Config::Layer::conv) {
-      Tensor state;
-      x = x + short_conv_block(h, p, last, states[next++], state);
-      outputs.push_back(state);
+      x = x + short_conv_block(h, p, [&](const Tensor& bx, const Tensor& kernel) {
+            auto [y, state] = nn::short_conv(bx, states[next++], kernel, last);
+            outputs.push_back(state);
+            return y;
+          });
     } else {
-      Tensor keys, values;
-      x = x + attention_block(h, p, start, cos, sin, states[next], states[next + 1], keys, values);
-      next += 2;
-      outputs.push_back(keys);
-      outputs.push_back(values);
+      x = x +
+          attention_block(h, p, cos, sin, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+            // The window's keys and values go into the cache at `start`; attention reads it.
+            Tensor keys = states[next].dynamic_update_slice(k.rename({{"s", "k"}}), {{"k", start}});
+            Tensor values =
+                states[next + 1].dynamic_update_slice(v.rename({{"s", "k"}}), {{"k", start}});
+            next += 2;
+            outputs.push_back(keys);
+            outputs.push_back(values);
+            Tensor a = nn::attention(q.rename({{"s", "q"}}), keys, values,
+                                     {.causal = true, .offset = start});
+            return a.merge({"h", "hd"}, "a").rename({{"q", "s"}});
+          });
     }
     h = norm(x, p + "ffn_norm.weight");
     const Sharding by_f = Sharding().split("f", kModelAxis);
@@ -294,6 +297,80 @@ std::vector<Tensor> Lfm2::forward(const Tensor& tokens, const Tensor& start, con
   std::string head = c.tie_word_embeddings ? "model.embed_tokens" : "lm_head";
   Tensor logits = linear(final, head, "d", "voc", c.vocab_size, false, by_vocab);  // {s=1, voc}
   outputs[0] = logits.reshape(Shape(dtype_, {{"voc", c.vocab_size}})).convert(DType::f32);
+  return outputs;
+}
+
+// forward's step for one token of each of several conversations: the products run on all of
+// them at once ({b, d}), the convolutions and attention on each conversation's own states.
+std::vector<Tensor> Lfm2::decode_batch(const Tensor& tokens, const Tensor& positions,
+                                       std::span<const std::vector<Tensor>> states) const {
+  const Lfm2Config& c = config_;
+  const int64_t d = c.hidden_size, batch = tokens.size("b");
+  PRISM_CHECK(static_cast<int64_t>(states.size()) == batch,
+              "lfm2: {} conversations' states for a batch of {}", states.size(), batch);
+  auto norm = [&](const Tensor& x, const std::string& name) {
+    return x.rms_norm("d", c.norm_eps) * weight(name, {{"d", d}});
+  };
+  const Sharding by_vocab = Sharding().split_if_divisible("voc", kModelAxis);
+  Tensor embed = weight("model.embed_tokens.weight", {{"voc", c.vocab_size}, {"d", d}}, by_vocab);
+  Tensor x = embed.gather("voc", tokens);  // {b, d}
+  auto [cos, sin] = nn::rope_tables(positions, rope_inv_freq(c.head_dim, c.rope_theta), "hd");
+  std::vector<Tensor> at;  // each conversation's position, a scalar
+  for (int64_t i = 0; i < batch; ++i) {
+    at.push_back(positions.slice("b", i, 1).reshape(Shape::scalar(positions.dtype())));
+  }
+  auto one = [](const Tensor& t, int64_t i, Tag as) {
+    return t.slice("b", i, 1).rename({{"b", as}});
+  };
+  auto joined = [&](std::vector<Tensor> parts) {
+    return batch == 1 ? parts[0] : concat(parts, "b");
+  };
+  std::vector<std::vector<Tensor>> next(batch);
+  size_t state = 0;  // the first state of layer l
+  for (int64_t l = 0; l < c.num_layers(); ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    Tensor h = norm(x, p + "operator_norm.weight");
+    if (c.layers[l] == Lfm2Config::Layer::conv) {
+      x = x + short_conv_block(h, p, [&](const Tensor& bx, const Tensor& kernel) {
+            std::vector<Tensor> ys;
+            for (int64_t i = 0; i < batch; ++i) {
+              auto [y, s] = nn::short_conv(one(bx, i, "s"), states[i][state], kernel);
+              next[i].push_back(s);
+              ys.push_back(y.rename({{"s", "b"}}));
+            }
+            return joined(ys);
+          });
+      state += 1;
+    } else {
+      x = x +
+          attention_block(h, p, cos, sin, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+            std::vector<Tensor> outs;
+            for (int64_t i = 0; i < batch; ++i) {
+              Tensor keys = states[i][state].dynamic_update_slice(one(k, i, "k"), {{"k", at[i]}});
+              Tensor values =
+                  states[i][state + 1].dynamic_update_slice(one(v, i, "k"), {{"k", at[i]}});
+              next[i].push_back(keys);
+              next[i].push_back(values);
+              Tensor a =
+                  nn::attention(one(q, i, "q"), keys, values, {.causal = true, .offset = at[i]});
+              outs.push_back(a.merge({"h", "hd"}, "a").rename({{"q", "b"}}));
+            }
+            return joined(outs);
+          });
+      state += 2;
+    }
+    h = norm(x, p + "ffn_norm.weight");
+    const Sharding by_f = Sharding().split("f", kModelAxis);
+    Tensor gate = linear(h, p + "feed_forward.w1", "d", "f", c.intermediate_size, false, by_f);
+    Tensor up = linear(h, p + "feed_forward.w3", "d", "f", c.intermediate_size, false, by_f);
+    x = x + linear(gate.silu() * up, p + "feed_forward.w2", "f", "o", d, false, by_f)
+                .rename({{"o", "d"}});
+  }
+  std::string head = c.tie_word_embeddings ? "model.embed_tokens" : "lm_head";
+  Tensor logits = linear(norm(x, "model.embedding_norm.weight"), head, "d", "voc", c.vocab_size,
+                         false, by_vocab);  // {b, voc}
+  std::vector<Tensor> outputs{logits.convert(DType::f32)};
+  for (auto& s : next) outputs.insert(outputs.end(), s.begin(), s.end());
   return outputs;
 }
 

@@ -4,6 +4,7 @@
 // the last few convolution inputs per convolution layer.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <span>
@@ -53,16 +54,24 @@ class Lfm2 : public CausalLM {
   std::vector<Tensor> forward(const Tensor& tokens, const Tensor& start, const Tensor& last,
                               std::span<const Tensor> states) const override;
 
+  bool batches() const override { return true; }
+  std::vector<Tensor> decode_batch(const Tensor& tokens, const Tensor& positions,
+                                   std::span<const std::vector<Tensor>> states) const override;
+
  private:
   Tensor weight(const std::string& name, std::initializer_list<Dim> dims,
                 const Sharding& sharding = {}) const;
   Tensor linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n,
                 bool bias = false, const Sharding& sharding = {}) const;
-  Tensor short_conv_block(const Tensor& h, const std::string& prefix, const Tensor& last,
-                          const Tensor& state, Tensor& next_state) const;
-  Tensor attention_block(const Tensor& h, const std::string& prefix, const Tensor& start,
-                         const Tensor& cos, const Tensor& sin, const Tensor& keys_in,
-                         const Tensor& values_in, Tensor& keys, Tensor& values) const;
+  // A block's stateful middle, for one conversation or each of a batch: the convolution of
+  // B*x {..., d} with `kernel`, and attention of rotated, normalized q, k, v {..., h, hd}
+  // through the KV cache to the merged heads {..., a}. Each records its conversation's new
+  // states.
+  using ConvMix = std::function<Tensor(const Tensor& bx, const Tensor& kernel)>;
+  using AttentionMix = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v)>;
+  Tensor short_conv_block(const Tensor& h, const std::string& prefix, const ConvMix& mix) const;
+  Tensor attention_block(const Tensor& h, const std::string& prefix, const Tensor& cos,
+                         const Tensor& sin, const AttentionMix& mix) const;
 
   Lfm2Config config_;
   ModelInfo info_;

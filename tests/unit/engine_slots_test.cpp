@@ -68,48 +68,50 @@ TEST(EngineSlots, InterleavedConversationsMatchEachAlone) {
 // A batched decoding step (one forward pass for every slot's token) gives what the slots give
 // one by one: the same greedy ids and logits within 1e-4, on one device and split over two.
 TEST(EngineSlots, BatchedDecodeMatchesOneSlotAtATime) {
-  const std::string path = std::string(PRISM_TEST_DATA) + "/llama/tiny-f32";
   const std::vector<std::vector<int32_t>> prompts{
       {1, 9906, 11}, {1, 40, 1093, 279, 3363, 13}, {1, 500}, {1, 77, 88, 99, 1000}};
-  for (int devices : {1, 2}) {
-    SCOPED_TRACE(std::to_string(devices) + " devices");
-    setenv("PRISM_CPU_DEVICES", "2", 1);
-    llm::EngineOptions o = options();
-    if (devices > 1) o.mesh = Mesh({{"model", devices}});
-    llm::Engine one(path, get_platform("cpu"), o), batched(path, get_platform("cpu"), o);
-    unsetenv("PRISM_CPU_DEVICES");
-    one.set_slots(4);
-    batched.set_slots(4);
-    std::vector<std::vector<float>> la, lb;
-    for (int s = 0; s < 4; ++s) {
-      la.push_back(one.feed(s, prompts[s]));
-      lb.push_back(batched.feed(s, prompts[s]));
-    }
-    // Slots joining and leaving: all four, then three (slot 1 done), then 0 and 3.
-    const std::vector<std::vector<int>> steps{
-        {0, 1, 2, 3}, {0, 1, 2, 3}, {3, 0, 2}, {0, 3}, {3, 0}};
-    for (const std::vector<int>& slots : steps) {
-      std::vector<int32_t> next;
-      for (int s : slots) {
-        next.push_back(argmax(la[s]));
-        ASSERT_EQ(argmax(lb[s]), next.back()) << "slot " << s;
+  for (const char* dir : {"llama/tiny-f32", "lfm2/tiny-bf16-untied"}) {
+    const std::string path = std::string(PRISM_TEST_DATA) + "/" + dir;
+    for (int devices : {1, 2}) {
+      SCOPED_TRACE(std::string(dir) + " on " + std::to_string(devices) + " devices");
+      setenv("PRISM_CPU_DEVICES", "2", 1);
+      llm::EngineOptions o = options();
+      if (devices > 1) o.mesh = Mesh({{"model", devices}});
+      llm::Engine one(path, get_platform("cpu"), o), batched(path, get_platform("cpu"), o);
+      unsetenv("PRISM_CPU_DEVICES");
+      one.set_slots(4);
+      batched.set_slots(4);
+      std::vector<std::vector<float>> la, lb;
+      for (int s = 0; s < 4; ++s) {
+        la.push_back(one.feed(s, prompts[s]));
+        lb.push_back(batched.feed(s, prompts[s]));
       }
-      std::vector<std::vector<float>> got = batched.decode(slots, next);
-      for (size_t i = 0; i < slots.size(); ++i) {
-        la[slots[i]] = one.feed(slots[i], std::vector<int32_t>{next[i]});
-        lb[slots[i]] = got[i];
-        double worst = 0;
-        for (size_t v = 0; v < got[i].size(); ++v) {
-          worst = std::max(worst, double(std::abs(got[i][v] - la[slots[i]][v])));
+      // Slots joining and leaving: all four, then three (slot 1 done), then 0 and 3.
+      const std::vector<std::vector<int>> steps{
+          {0, 1, 2, 3}, {0, 1, 2, 3}, {3, 0, 2}, {0, 3}, {3, 0}};
+      for (const std::vector<int>& slots : steps) {
+        std::vector<int32_t> next;
+        for (int s : slots) {
+          next.push_back(argmax(la[s]));
+          ASSERT_EQ(argmax(lb[s]), next.back()) << "slot " << s;
         }
-        EXPECT_LT(worst, 1e-4) << "slot " << slots[i];
-        EXPECT_EQ(batched.position(slots[i]), one.position(slots[i]));
+        std::vector<std::vector<float>> got = batched.decode(slots, next);
+        for (size_t i = 0; i < slots.size(); ++i) {
+          la[slots[i]] = one.feed(slots[i], std::vector<int32_t>{next[i]});
+          lb[slots[i]] = got[i];
+          double worst = 0;
+          for (size_t v = 0; v < got[i].size(); ++v) {
+            worst = std::max(worst, double(std::abs(got[i][v] - la[slots[i]][v])));
+          }
+          EXPECT_LT(worst, 1e-4) << "slot " << slots[i];
+          EXPECT_EQ(batched.position(slots[i]), one.position(slots[i]));
+        }
       }
+      EXPECT_EQ(testing::error_of([&] {
+                  batched.decode(std::vector<int>{0, 0}, std::vector<int32_t>{1, 2});
+                }),
+                "llm: slot 0 twice in a step");
     }
-    EXPECT_EQ(testing::error_of([&] {
-                batched.decode(std::vector<int>{0, 0}, std::vector<int32_t>{1, 2});
-              }),
-              "llm: slot 0 twice in a step");
   }
 }
 

@@ -186,12 +186,12 @@ std::vector<Qwen3_5::ConvPart> Qwen3_5::conv_parts() const {
           {2 * keys, c.linear_value_heads * c.linear_value_dim, c.linear_value_dim}};
 }
 
-Tensor Qwen3_5::linear_attention(const Tensor& x, const std::string& p, const Tensor& last,
-                                 std::span<const Tensor> in, std::vector<Tensor>& states) const {
+Tensor Qwen3_5::linear_attention(const Tensor& x, const std::string& p,
+                                 const std::optional<Tensor>& last, const ConvMix& conv,
+                                 const RuleMix& rule) const {
   const Qwen3_5Config& c = config_;
   const int64_t d = c.hidden_size, nk = c.linear_key_heads, nv = c.linear_value_heads;
   const int64_t dk = c.linear_key_dim, dv = c.linear_value_dim;
-  const int64_t len = x.size("s");
   // q, k and v are stored fused: one projection and one depthwise causal convolution over
   // their channels side by side. Declared as the three they are (row blocks of the stored
   // tensors), each splits across devices by its own heads; the convolution carries its last
@@ -210,9 +210,7 @@ Tensor Qwen3_5::linear_attention(const Tensor& x, const std::string& p, const Te
     Tensor kernel = weight(rows(p + "conv1d.weight"),
                            {{"c", part.channels}, {"one", 1}, {"tap", c.conv_kernel}}, {}, by_heads)
                         .reshape(Shape(dtype_, {{"c", part.channels}, {"tap", c.conv_kernel}}));
-    nn::ShortConvResult conv = nn::short_conv(proj, in[i], kernel, last, "s", "c", "tap");
-    states.push_back(conv.state);
-    mixed.push_back(conv.y.silu());
+    mixed.push_back(conv(i, proj, kernel).silu());
   }
   Tensor q = mixed[0].split("c", {{"h", nk}, {"dk", dk}});
   Tensor k = mixed[1].split("c", {{"h", nk}, {"dk", dk}});
@@ -236,26 +234,26 @@ Tensor Qwen3_5::linear_attention(const Tensor& x, const std::string& p, const Te
              weight(p + "dt_bias", {{"h", nv}}, DType::f32, by_value_heads);
   Tensor softplus = select(gt(a, Tensor::scalar(20.0)), a, a.exp().log1p());
   Tensor g = -(weight(p + "A_log", {{"h", nv}}, DType::f32, by_value_heads).exp()) * softplus;
-  Tensor real = le(Tensor::iota(Shape(DType::i32, {{"s", len}}), "s"), last);
-  Tensor zero = Tensor::scalar(0.0);
-  b = select(real, b, zero);
-  g = select(real, g, zero);
-  auto rule = nn::gated_delta_rule(q, k, v, g, b, in[3], {.chunk = kDeltaChunk});
-  states.push_back(rule.state);
+  if (last) {
+    Tensor real = le(Tensor::iota(Shape(DType::i32, {{"s", x.size("s")}}), "s"), *last);
+    Tensor zero = Tensor::scalar(0.0);
+    b = select(real, b, zero);
+    g = select(real, g, zero);
+  }
+  Tensor out = rule(q, k, v, g, b);
   // The gated RMSNorm scales by w (not 1 + w) and multiplies by silu(z).
   const Sharding by_value_rows = Sharding().split_if_divisible("o", kModelAxis, dv);
   Tensor z = linear(x, p + "in_proj_z.weight", "d", "o", nv * dv, by_value_rows)
                  .split("o", {{"h", nv}, {"dv", dv}});
   Tensor y =
-      rule.out.rms_norm("dv", c.rms_norm_eps) * weight(p + "norm.weight", {{"dv", dv}}) * z.silu();
+      out.rms_norm("dv", c.rms_norm_eps) * weight(p + "norm.weight", {{"dv", dv}}) * z.silu();
   return linear(y.merge({"h", "dv"}, "a"), p + "out_proj.weight", "a", "o", d,
                 Sharding().split_if_divisible("a", kModelAxis, dv))
       .rename({{"o", "d"}});
 }
 
-Tensor Qwen3_5::full_attention(const Tensor& x, const std::string& p, const Tensor& start,
-                               const Tensor& cos, const Tensor& sin, const Tensor& keys,
-                               const Tensor& values, std::vector<Tensor>& states) const {
+Tensor Qwen3_5::full_attention(const Tensor& x, const std::string& p, const Tensor& cos,
+                               const Tensor& sin, const AttentionMix& mix) const {
   const Qwen3_5Config& c = config_;
   const int64_t heads = c.num_heads, kv = c.num_kv_heads, hd = c.head_dim, rot = c.rotary_dim;
   // q_proj gives each head its query and then its output gate.
@@ -280,14 +278,7 @@ Tensor Qwen3_5::full_attention(const Tensor& x, const std::string& p, const Tens
   };
   q = rotate(q);
   k = rotate(k);
-  Tensor all_keys = keys.dynamic_update_slice(k.rename({{"s", "k"}}), {{"k", start}});
-  Tensor all_values = values.dynamic_update_slice(v.rename({{"s", "k"}}), {{"k", start}});
-  states.push_back(all_keys);
-  states.push_back(all_values);
-  Tensor a =
-      nn::attention(q.rename({{"s", "q"}}), all_keys, all_values, {.causal = true, .offset = start})
-          .rename({{"q", "s"}});
-  a = a * gate.logistic();
+  Tensor a = mix(q, k, v) * gate.logistic();
   return linear(a.merge({"h", "hd"}, "a"), p + "o_proj.weight", "a", "o", c.hidden_size,
                 Sharding().split_if_divisible("a", kModelAxis, hd))
       .rename({{"o", "d"}});
@@ -314,11 +305,33 @@ std::vector<Tensor> Qwen3_5::forward(const Tensor& tokens, const Tensor& start, 
     const std::string p = lm + "layers." + std::to_string(l) + ".";
     Tensor h = norm(x, p + "input_layernorm.weight", "d");
     if (c.layers[l] == Qwen3_5Config::Layer::linear_attention) {
-      x = x + linear_attention(h, p + "linear_attn.", last, states.subspan(next, 4), outputs);
+      auto conv = [&](size_t part, const Tensor& proj, const Tensor& kernel) {
+        nn::ShortConvResult r =
+            nn::short_conv(proj, states[next + part], kernel, last, "s", "c", "tap");
+        outputs.push_back(r.state);
+        return r.y;
+      };
+      auto rule = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                      const Tensor& b) {
+        auto r = nn::gated_delta_rule(q, k, v, g, b, states[next + 3], {.chunk = kDeltaChunk});
+        outputs.push_back(r.state);
+        return r.out;
+      };
+      x = x + linear_attention(h, p + "linear_attn.", last, conv, rule);
       next += 4;
     } else {
-      x = x + full_attention(h, p + "self_attn.", start, cos, sin, states[next], states[next + 1],
-                             outputs);
+      x = x + full_attention(h, p + "self_attn.", cos, sin,
+                             [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+                               Tensor keys = states[next].dynamic_update_slice(
+                                   k.rename({{"s", "k"}}), {{"k", start}});
+                               Tensor values = states[next + 1].dynamic_update_slice(
+                                   v.rename({{"s", "k"}}), {{"k", start}});
+                               outputs.push_back(keys);
+                               outputs.push_back(values);
+                               return nn::attention(q.rename({{"s", "q"}}), keys, values,
+                                                    {.causal = true, .offset = start})
+                                   .rename({{"q", "s"}});
+                             });
       next += 2;
     }
     h = norm(x, p + "post_attention_layernorm.weight", "d");
@@ -332,6 +345,95 @@ std::vector<Tensor> Qwen3_5::forward(const Tensor& tokens, const Tensor& start, 
   std::string head = c.tie_word_embeddings ? lm + "embed_tokens.weight" : "lm_head.weight";
   Tensor logits = linear(final, head, "d", "voc", c.vocab_size, by_vocab);  // {s=1, voc}
   outputs[0] = logits.reshape(Shape(dtype_, {{"voc", c.vocab_size}})).convert(DType::f32);
+  return outputs;
+}
+
+// forward's step for one token of each of several conversations: the projections and the MLP
+// run on all of them at once ({b, d}), the convolutions, the gated delta rule and attention on
+// each conversation's own states.
+std::vector<Tensor> Qwen3_5::decode_batch(const Tensor& tokens, const Tensor& positions,
+                                          std::span<const std::vector<Tensor>> states) const {
+  const Qwen3_5Config& c = config_;
+  const int64_t d = c.hidden_size, batch = tokens.size("b");
+  PRISM_CHECK(static_cast<int64_t>(states.size()) == batch,
+              "qwen3_5: {} conversations' states for a batch of {}", states.size(), batch);
+  const std::string& lm = c.prefix;
+  const Sharding by_vocab = Sharding().split_if_divisible("voc", kModelAxis);
+  Tensor embed =
+      weight(lm + "embed_tokens.weight", {{"voc", c.vocab_size}, {"d", d}}, {}, by_vocab);
+  Tensor x = embed.gather("voc", tokens);  // {b, d}
+  auto [cos, sin] = nn::rope_tables(positions, c.rope_inv_freq(), "hd");
+  std::vector<Tensor> at;  // each conversation's position, a scalar
+  for (int64_t i = 0; i < batch; ++i) {
+    at.push_back(positions.slice("b", i, 1).reshape(Shape::scalar(positions.dtype())));
+  }
+  auto one = [](const Tensor& t, int64_t i, Tag as) {
+    return t.slice("b", i, 1).rename({{"b", as}});
+  };
+  auto joined = [&](std::vector<Tensor> parts) {
+    return batch == 1 ? parts[0] : concat(parts, "b");
+  };
+  std::vector<std::vector<Tensor>> next(batch);
+  size_t state = 0;  // the first state of layer l
+  for (size_t l = 0; l < c.layers.size(); ++l) {
+    const std::string p = lm + "layers." + std::to_string(l) + ".";
+    Tensor h = norm(x, p + "input_layernorm.weight", "d");
+    if (c.layers[l] == Qwen3_5Config::Layer::linear_attention) {
+      auto conv = [&](size_t part, const Tensor& proj, const Tensor& kernel) {
+        std::vector<Tensor> ys;
+        for (int64_t i = 0; i < batch; ++i) {
+          nn::ShortConvResult r = nn::short_conv(one(proj, i, "s"), states[i][state + part], kernel,
+                                                 std::nullopt, "s", "c", "tap");
+          next[i].push_back(r.state);
+          ys.push_back(r.y.rename({{"s", "b"}}));
+        }
+        return joined(ys);
+      };
+      auto rule = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                      const Tensor& beta) {
+        std::vector<Tensor> outs;
+        for (int64_t i = 0; i < batch; ++i) {
+          auto r =
+              nn::gated_delta_rule(one(q, i, "s"), one(k, i, "s"), one(v, i, "s"), one(g, i, "s"),
+                                   one(beta, i, "s"), states[i][state + 3], {.chunk = kDeltaChunk});
+          next[i].push_back(r.state);
+          outs.push_back(r.out.rename({{"s", "b"}}));
+        }
+        return joined(outs);
+      };
+      x = x + linear_attention(h, p + "linear_attn.", std::nullopt, conv, rule);
+      state += 4;
+    } else {
+      x = x + full_attention(h, p + "self_attn.", cos, sin,
+                             [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+                               std::vector<Tensor> outs;
+                               for (int64_t i = 0; i < batch; ++i) {
+                                 Tensor keys = states[i][state].dynamic_update_slice(
+                                     one(k, i, "k"), {{"k", at[i]}});
+                                 Tensor values = states[i][state + 1].dynamic_update_slice(
+                                     one(v, i, "k"), {{"k", at[i]}});
+                                 next[i].push_back(keys);
+                                 next[i].push_back(values);
+                                 outs.push_back(nn::attention(one(q, i, "q"), keys, values,
+                                                              {.causal = true, .offset = at[i]})
+                                                    .rename({{"q", "b"}}));
+                               }
+                               return joined(outs);
+                             });
+      state += 2;
+    }
+    h = norm(x, p + "post_attention_layernorm.weight", "d");
+    const Sharding by_f = Sharding().split("f", kModelAxis);
+    Tensor gate = linear(h, p + "mlp.gate_proj.weight", "d", "f", c.intermediate_size, by_f);
+    Tensor up = linear(h, p + "mlp.up_proj.weight", "d", "f", c.intermediate_size, by_f);
+    x = x + linear(gate.silu() * up, p + "mlp.down_proj.weight", "f", "o", d, by_f)
+                .rename({{"o", "d"}});
+  }
+  std::string head = c.tie_word_embeddings ? lm + "embed_tokens.weight" : "lm_head.weight";
+  Tensor logits =
+      linear(norm(x, lm + "norm.weight", "d"), head, "d", "voc", c.vocab_size, by_vocab);
+  std::vector<Tensor> outputs{logits.convert(DType::f32)};  // {b, voc}
+  for (auto& st : next) outputs.insert(outputs.end(), st.begin(), st.end());
   return outputs;
 }
 

@@ -6,6 +6,7 @@
 // gated full attention (q/k norms, partial rotary embeddings, a KV cache per layer).
 #pragma once
 
+#include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <span>
@@ -69,6 +70,10 @@ class Qwen3_5 : public CausalLM {
   std::vector<Tensor> forward(const Tensor& tokens, const Tensor& start, const Tensor& last,
                               std::span<const Tensor> states) const override;
 
+  bool batches() const override { return true; }
+  std::vector<Tensor> decode_batch(const Tensor& tokens, const Tensor& positions,
+                                   std::span<const std::vector<Tensor>> states) const override;
+
  private:
   Tensor weight(const std::string& name, std::initializer_list<Dim> dims,
                 std::optional<DType> dtype = {}, const Sharding& sharding = {}) const;
@@ -81,13 +86,21 @@ class Qwen3_5 : public CausalLM {
     int64_t first, channels, head_dim;
   };
   std::vector<ConvPart> conv_parts() const;
-  // Token mixers; each returns its output {s, d} and appends its updated states.
-  // `in`: the layer's states (q, k and v's convolution states, the recurrent state).
-  Tensor linear_attention(const Tensor& x, const std::string& p, const Tensor& last,
-                          std::span<const Tensor> in, std::vector<Tensor>& states) const;
-  Tensor full_attention(const Tensor& x, const std::string& p, const Tensor& start,
-                        const Tensor& cos, const Tensor& sin, const Tensor& keys,
-                        const Tensor& values, std::vector<Tensor>& states) const;
+  // Token mixers; each returns its output {..., d}. Their stateful middles come as callbacks,
+  // for one conversation or each of a batch, which record the new states: the convolution of
+  // q, k or v's projection (`part` of conv_parts) with `kernel`; the gated delta rule; and
+  // attention of rotated, normalized q, k, v through the KV cache ({..., h, hd}). `last`,
+  // where given, marks the window's padding (after it), which leaves the recurrent state as
+  // it is.
+  using ConvMix =
+      std::function<Tensor(size_t part, const Tensor& projection, const Tensor& kernel)>;
+  using RuleMix = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& g, const Tensor& beta)>;
+  using AttentionMix = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v)>;
+  Tensor linear_attention(const Tensor& x, const std::string& p, const std::optional<Tensor>& last,
+                          const ConvMix& conv, const RuleMix& rule) const;
+  Tensor full_attention(const Tensor& x, const std::string& p, const Tensor& cos, const Tensor& sin,
+                        const AttentionMix& mix) const;
 
   Qwen3_5Config config_;
   ModelInfo info_;

@@ -4,7 +4,7 @@
 // when asked), GET /v1/models, /health and /metrics (Prometheus text). Up to `parallel`
 // generations run at once, each in an engine slot of its own (continuous batching): new ones
 // join between steps, their prompts prefilled a chunk at a time, and the running ones' tokens
-// are decoded in one batched step where the model batches (Llama); the others wait in a
+// are decoded in one batched step (CausalLM::decode_batch); the others wait in a
 // queue. A client that goes away stops its generation.
 #pragma once
 

@@ -70,7 +70,7 @@ TEST(EngineSlots, InterleavedConversationsMatchEachAlone) {
 TEST(EngineSlots, BatchedDecodeMatchesOneSlotAtATime) {
   const std::vector<std::vector<int32_t>> prompts{
       {1, 9906, 11}, {1, 40, 1093, 279, 3363, 13}, {1, 500}, {1, 77, 88, 99, 1000}};
-  for (const char* dir : {"llama/tiny-f32", "lfm2/tiny-bf16-untied"}) {
+  for (const char* dir : {"llama/tiny-f32", "qwen3_5/tiny-bf16-untied", "lfm2/tiny-bf16-untied"}) {
     const std::string path = std::string(PRISM_TEST_DATA) + "/" + dir;
     for (int devices : {1, 2}) {
       SCOPED_TRACE(std::string(dir) + " on " + std::to_string(devices) + " devices");

@@ -71,4 +71,18 @@ std::unique_ptr<CausalLM> make_causal_lm(const nlohmann::json& config, std::stri
        fmt::join(supported_model_types(), ", "));
 }
 
+Conversations::Conversations(const Tensor& positions) {
+  for (int64_t i = 0; i < positions.size("b"); ++i) {
+    at_.push_back(positions.slice("b", i, 1).reshape(Shape::scalar(positions.dtype())));
+  }
+}
+
+Tensor Conversations::row(const Tensor& t, int64_t i, Tag as) {
+  return t.slice("b", i, 1).rename({{"b", as}});
+}
+
+Tensor Conversations::join(const std::vector<Tensor>& rows) const {
+  return rows.size() == 1 ? rows[0] : concat(rows, "b");
+}
+
 }  // namespace prism::models

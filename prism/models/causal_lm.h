@@ -72,6 +72,22 @@ class CausalLM {
   }
 };
 
+// The conversations of a decoding batch, for decode_batch: each one's position as a scalar,
+// its row of a batched tensor (tag "b"), and rows joined back into a batch.
+class Conversations {
+ public:
+  explicit Conversations(const Tensor& positions);  // i32 {b}
+  int64_t size() const { return static_cast<int64_t>(at_.size()); }
+  const Tensor& position(int64_t i) const { return at_[i]; }
+  // Row i of `t` along "b", that tag renamed `as` (size 1).
+  static Tensor row(const Tensor& t, int64_t i, Tag as);
+  // Rows of tag "b" (size 1 each) side by side.
+  Tensor join(const std::vector<Tensor>& rows) const;
+
+ private:
+  std::vector<Tensor> at_;
+};
+
 // The architecture config.json names (`model_type`), computing in `dtype`; `source` names the
 // file in errors. An unknown model_type is an error that lists the supported ones.
 std::unique_ptr<CausalLM> make_causal_lm(const nlohmann::json& config, std::string_view source,

@@ -218,6 +218,17 @@ Tensor Lfm2::short_conv_block(const Tensor& h, const std::string& p, const ConvM
       .rename({{"o", "d"}});
 }
 
+// The feed-forward block of layer prefix `p` on normalized h {..., d}: SwiGLU, its width split
+// across devices (Megatron).
+Tensor Lfm2::mlp(const Tensor& h, const std::string& p) const {
+  const Lfm2Config& c = config_;
+  const Sharding by_f = Sharding().split("f", kModelAxis);
+  Tensor gate = linear(h, p + "feed_forward.w1", "d", "f", c.intermediate_size, false, by_f);
+  Tensor up = linear(h, p + "feed_forward.w3", "d", "f", c.intermediate_size, false, by_f);
+  return linear(gate.silu() * up, p + "feed_forward.w2", "f", "o", c.hidden_size, false, by_f)
+      .rename({{"o", "d"}});
+}
+
 // Lfm2Attention: grouped-query attention with per-head RMSNorms of q and k before rope.
 Tensor Lfm2::attention_block(const Tensor& h, const std::string& p, const Tensor& cos,
                              const Tensor& sin, const AttentionMix& mix) const {
@@ -286,12 +297,7 @@ std::vector<Tensor> Lfm2::forward(const Tensor& tokens, const Tensor& start, con
             return a.merge({"h", "hd"}, "a").rename({{"q", "s"}});
           });
     }
-    h = norm(x, p + "ffn_norm.weight");
-    const Sharding by_f = Sharding().split("f", kModelAxis);
-    Tensor gate = linear(h, p + "feed_forward.w1", "d", "f", c.intermediate_size, false, by_f);
-    Tensor up = linear(h, p + "feed_forward.w3", "d", "f", c.intermediate_size, false, by_f);
-    x = x + linear(gate.silu() * up, p + "feed_forward.w2", "f", "o", d, false, by_f)
-                .rename({{"o", "d"}});
+    x = x + mlp(norm(x, p + "ffn_norm.weight"), p);
   }
   Tensor final = norm(x.dynamic_slice("s", last, 1), "model.embedding_norm.weight");
   std::string head = c.tie_word_embeddings ? "model.embed_tokens" : "lm_head";
@@ -315,16 +321,8 @@ std::vector<Tensor> Lfm2::decode_batch(const Tensor& tokens, const Tensor& posit
   Tensor embed = weight("model.embed_tokens.weight", {{"voc", c.vocab_size}, {"d", d}}, by_vocab);
   Tensor x = embed.gather("voc", tokens);  // {b, d}
   auto [cos, sin] = nn::rope_tables(positions, rope_inv_freq(c.head_dim, c.rope_theta), "hd");
-  std::vector<Tensor> at;  // each conversation's position, a scalar
-  for (int64_t i = 0; i < batch; ++i) {
-    at.push_back(positions.slice("b", i, 1).reshape(Shape::scalar(positions.dtype())));
-  }
-  auto one = [](const Tensor& t, int64_t i, Tag as) {
-    return t.slice("b", i, 1).rename({{"b", as}});
-  };
-  auto joined = [&](std::vector<Tensor> parts) {
-    return batch == 1 ? parts[0] : concat(parts, "b");
-  };
+  const Conversations batch_of(positions);
+  const auto one = &Conversations::row;
   std::vector<std::vector<Tensor>> next(batch);
   size_t state = 0;  // the first state of layer l
   for (int64_t l = 0; l < c.num_layers(); ++l) {
@@ -338,7 +336,7 @@ std::vector<Tensor> Lfm2::decode_batch(const Tensor& tokens, const Tensor& posit
               next[i].push_back(s);
               ys.push_back(y.rename({{"s", "b"}}));
             }
-            return joined(ys);
+            return batch_of.join(ys);
           });
       state += 1;
     } else {
@@ -346,25 +344,21 @@ std::vector<Tensor> Lfm2::decode_batch(const Tensor& tokens, const Tensor& posit
           attention_block(h, p, cos, sin, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
             std::vector<Tensor> outs;
             for (int64_t i = 0; i < batch; ++i) {
-              Tensor keys = states[i][state].dynamic_update_slice(one(k, i, "k"), {{"k", at[i]}});
-              Tensor values =
-                  states[i][state + 1].dynamic_update_slice(one(v, i, "k"), {{"k", at[i]}});
+              Tensor keys = states[i][state].dynamic_update_slice(one(k, i, "k"),
+                                                                  {{"k", batch_of.position(i)}});
+              Tensor values = states[i][state + 1].dynamic_update_slice(
+                  one(v, i, "k"), {{"k", batch_of.position(i)}});
               next[i].push_back(keys);
               next[i].push_back(values);
-              Tensor a =
-                  nn::attention(one(q, i, "q"), keys, values, {.causal = true, .offset = at[i]});
+              Tensor a = nn::attention(one(q, i, "q"), keys, values,
+                                       {.causal = true, .offset = batch_of.position(i)});
               outs.push_back(a.merge({"h", "hd"}, "a").rename({{"q", "b"}}));
             }
-            return joined(outs);
+            return batch_of.join(outs);
           });
       state += 2;
     }
-    h = norm(x, p + "ffn_norm.weight");
-    const Sharding by_f = Sharding().split("f", kModelAxis);
-    Tensor gate = linear(h, p + "feed_forward.w1", "d", "f", c.intermediate_size, false, by_f);
-    Tensor up = linear(h, p + "feed_forward.w3", "d", "f", c.intermediate_size, false, by_f);
-    x = x + linear(gate.silu() * up, p + "feed_forward.w2", "f", "o", d, false, by_f)
-                .rename({{"o", "d"}});
+    x = x + mlp(norm(x, p + "ffn_norm.weight"), p);
   }
   std::string head = c.tie_word_embeddings ? "model.embed_tokens" : "lm_head";
   Tensor logits = linear(norm(x, "model.embedding_norm.weight"), head, "d", "voc", c.vocab_size,

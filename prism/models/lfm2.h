@@ -70,6 +70,7 @@ class Lfm2 : public CausalLM {
   using ConvMix = std::function<Tensor(const Tensor& bx, const Tensor& kernel)>;
   using AttentionMix = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v)>;
   Tensor short_conv_block(const Tensor& h, const std::string& prefix, const ConvMix& mix) const;
+  Tensor mlp(const Tensor& h, const std::string& prefix) const;
   Tensor attention_block(const Tensor& h, const std::string& prefix, const Tensor& cos,
                          const Tensor& sin, const AttentionMix& mix) const;
 

@@ -217,25 +217,25 @@ std::vector<Tensor> Llama::decode_batch(const Tensor& tokens, const Tensor& posi
               "llama: {} conversations' caches for a batch of {}", caches.size(), batch);
   Tensor x = embedding().gather("voc", tokens);  // {b, d}
   auto [cos, sin] = nn::rope_tables(positions, c.rope_inv_freq(), "hd");
-  std::vector<Tensor> at;  // each conversation's position, a scalar
-  for (int64_t i = 0; i < batch; ++i) {
-    at.push_back(positions.slice("b", i, 1).reshape(Shape::scalar(positions.dtype())));
-  }
+  const Conversations batch_of(positions);
   std::vector<std::vector<Tensor>> next(batch);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     auto [q, k, v] = attention_inputs(norm(x, p + "input_layernorm.weight"), l, cos, sin);
     std::vector<Tensor> outs;
     for (int64_t i = 0; i < batch; ++i) {
-      auto one = [&](const Tensor& t, Tag as) { return t.slice("b", i, 1).rename({{"b", as}}); };
-      Tensor keys = caches[i][2 * l].dynamic_update_slice(one(k, "k"), {{"k", at[i]}});
-      Tensor values = caches[i][2 * l + 1].dynamic_update_slice(one(v, "k"), {{"k", at[i]}});
+      auto one = [&](const Tensor& t, Tag as) { return Conversations::row(t, i, as); };
+      Tensor keys =
+          caches[i][2 * l].dynamic_update_slice(one(k, "k"), {{"k", batch_of.position(i)}});
+      Tensor values =
+          caches[i][2 * l + 1].dynamic_update_slice(one(v, "k"), {{"k", batch_of.position(i)}});
       next[i].push_back(keys);
       next[i].push_back(values);
-      Tensor a = nn::attention(one(q, "q"), keys, values, {.causal = true, .offset = at[i]});
+      Tensor a = nn::attention(one(q, "q"), keys, values,
+                               {.causal = true, .offset = batch_of.position(i)});
       outs.push_back(a.merge({"h", "hd"}, "a").rename({{"q", "b"}}));
     }
-    x = layer_output(x, batch == 1 ? outs[0] : concat(outs, "b"), l);
+    x = layer_output(x, batch_of.join(outs), l);
   }
   std::vector<Tensor> outputs{lm_head(x).convert(DType::f32)};  // {b, voc}
   for (auto& states : next) outputs.insert(outputs.end(), states.begin(), states.end());

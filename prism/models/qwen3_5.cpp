@@ -252,6 +252,17 @@ Tensor Qwen3_5::linear_attention(const Tensor& x, const std::string& p,
       .rename({{"o", "d"}});
 }
 
+// The MLP of layer prefix `p` on normalized h {..., d}: SwiGLU, its width split across devices
+// (Megatron).
+Tensor Qwen3_5::mlp(const Tensor& h, const std::string& p) const {
+  const Qwen3_5Config& c = config_;
+  const Sharding by_f = Sharding().split("f", kModelAxis);
+  Tensor gate = linear(h, p + "mlp.gate_proj.weight", "d", "f", c.intermediate_size, by_f);
+  Tensor up = linear(h, p + "mlp.up_proj.weight", "d", "f", c.intermediate_size, by_f);
+  return linear(gate.silu() * up, p + "mlp.down_proj.weight", "f", "o", c.hidden_size, by_f)
+      .rename({{"o", "d"}});
+}
+
 Tensor Qwen3_5::full_attention(const Tensor& x, const std::string& p, const Tensor& cos,
                                const Tensor& sin, const AttentionMix& mix) const {
   const Qwen3_5Config& c = config_;
@@ -334,12 +345,7 @@ std::vector<Tensor> Qwen3_5::forward(const Tensor& tokens, const Tensor& start, 
                              });
       next += 2;
     }
-    h = norm(x, p + "post_attention_layernorm.weight", "d");
-    const Sharding by_f = Sharding().split("f", kModelAxis);
-    Tensor gate = linear(h, p + "mlp.gate_proj.weight", "d", "f", c.intermediate_size, by_f);
-    Tensor up = linear(h, p + "mlp.up_proj.weight", "d", "f", c.intermediate_size, by_f);
-    x = x + linear(gate.silu() * up, p + "mlp.down_proj.weight", "f", "o", d, by_f)
-                .rename({{"o", "d"}});
+    x = x + mlp(norm(x, p + "post_attention_layernorm.weight", "d"), p);
   }
   Tensor final = norm(x.dynamic_slice("s", last, 1), lm + "norm.weight", "d");
   std::string head = c.tie_word_embeddings ? lm + "embed_tokens.weight" : "lm_head.weight";
@@ -363,16 +369,8 @@ std::vector<Tensor> Qwen3_5::decode_batch(const Tensor& tokens, const Tensor& po
       weight(lm + "embed_tokens.weight", {{"voc", c.vocab_size}, {"d", d}}, {}, by_vocab);
   Tensor x = embed.gather("voc", tokens);  // {b, d}
   auto [cos, sin] = nn::rope_tables(positions, c.rope_inv_freq(), "hd");
-  std::vector<Tensor> at;  // each conversation's position, a scalar
-  for (int64_t i = 0; i < batch; ++i) {
-    at.push_back(positions.slice("b", i, 1).reshape(Shape::scalar(positions.dtype())));
-  }
-  auto one = [](const Tensor& t, int64_t i, Tag as) {
-    return t.slice("b", i, 1).rename({{"b", as}});
-  };
-  auto joined = [&](std::vector<Tensor> parts) {
-    return batch == 1 ? parts[0] : concat(parts, "b");
-  };
+  const Conversations batch_of(positions);
+  const auto one = &Conversations::row;
   std::vector<std::vector<Tensor>> next(batch);
   size_t state = 0;  // the first state of layer l
   for (size_t l = 0; l < c.layers.size(); ++l) {
@@ -387,7 +385,7 @@ std::vector<Tensor> Qwen3_5::decode_batch(const Tensor& tokens, const Tensor& po
           next[i].push_back(r.state);
           ys.push_back(r.y.rename({{"s", "b"}}));
         }
-        return joined(ys);
+        return batch_of.join(ys);
       };
       auto rule = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                       const Tensor& beta) {
@@ -399,35 +397,31 @@ std::vector<Tensor> Qwen3_5::decode_batch(const Tensor& tokens, const Tensor& po
           next[i].push_back(r.state);
           outs.push_back(r.out.rename({{"s", "b"}}));
         }
-        return joined(outs);
+        return batch_of.join(outs);
       };
       x = x + linear_attention(h, p + "linear_attn.", std::nullopt, conv, rule);
       state += 4;
     } else {
-      x = x + full_attention(h, p + "self_attn.", cos, sin,
-                             [&](const Tensor& q, const Tensor& k, const Tensor& v) {
-                               std::vector<Tensor> outs;
-                               for (int64_t i = 0; i < batch; ++i) {
-                                 Tensor keys = states[i][state].dynamic_update_slice(
-                                     one(k, i, "k"), {{"k", at[i]}});
-                                 Tensor values = states[i][state + 1].dynamic_update_slice(
-                                     one(v, i, "k"), {{"k", at[i]}});
-                                 next[i].push_back(keys);
-                                 next[i].push_back(values);
-                                 outs.push_back(nn::attention(one(q, i, "q"), keys, values,
-                                                              {.causal = true, .offset = at[i]})
-                                                    .rename({{"q", "b"}}));
-                               }
-                               return joined(outs);
-                             });
+      x = x + full_attention(
+                  h, p + "self_attn.", cos, sin,
+                  [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+                    std::vector<Tensor> outs;
+                    for (int64_t i = 0; i < batch; ++i) {
+                      Tensor keys = states[i][state].dynamic_update_slice(
+                          one(k, i, "k"), {{"k", batch_of.position(i)}});
+                      Tensor values = states[i][state + 1].dynamic_update_slice(
+                          one(v, i, "k"), {{"k", batch_of.position(i)}});
+                      next[i].push_back(keys);
+                      next[i].push_back(values);
+                      outs.push_back(nn::attention(one(q, i, "q"), keys, values,
+                                                   {.causal = true, .offset = batch_of.position(i)})
+                                         .rename({{"q", "b"}}));
+                    }
+                    return batch_of.join(outs);
+                  });
       state += 2;
     }
-    h = norm(x, p + "post_attention_layernorm.weight", "d");
-    const Sharding by_f = Sharding().split("f", kModelAxis);
-    Tensor gate = linear(h, p + "mlp.gate_proj.weight", "d", "f", c.intermediate_size, by_f);
-    Tensor up = linear(h, p + "mlp.up_proj.weight", "d", "f", c.intermediate_size, by_f);
-    x = x + linear(gate.silu() * up, p + "mlp.down_proj.weight", "f", "o", d, by_f)
-                .rename({{"o", "d"}});
+    x = x + mlp(norm(x, p + "post_attention_layernorm.weight", "d"), p);
   }
   std::string head = c.tie_word_embeddings ? lm + "embed_tokens.weight" : "lm_head.weight";
   Tensor logits =

@@ -80,6 +80,7 @@ class Qwen3_5 : public CausalLM {
   Tensor linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n,
                 const Sharding& sharding = {}) const;
   Tensor norm(const Tensor& x, const std::string& name, Tag tag) const;  // x (1 + w)
+  Tensor mlp(const Tensor& h, const std::string& prefix) const;
   // q, k and v's channels in the fused projection and convolution: where each starts, how many,
   // and its heads' size.
   struct ConvPart {

@@ -17,6 +17,7 @@
 #include "prism/llm/chat_template.h"
 #include "prism/llm/sampler.h"
 #include "prism/llm/tokenizer.h"
+#include "prism/serve/chat_page.h"
 #include "prism/serve/openai.h"
 
 namespace prism::serve {
@@ -148,6 +149,9 @@ class Server::Impl {
     server_.set_logger([this](const httplib::Request&, const httplib::Response& res) {
       std::lock_guard lock(metrics_.mutex);
       ++metrics_.requests[res.status];
+    });
+    server_.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(std::string(chat_page()), "text/html; charset=utf-8");
     });
     server_.Get("/health", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(R"({"status":"ok"})", "application/json");

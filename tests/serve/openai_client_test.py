@@ -102,6 +102,9 @@ streamed = "".join(x.choices[0].text for x in client.completions.create(
     if x.choices)
 check("completion streamed = not", streamed == c.choices[0].text and
       c.usage.completion_tokens == 8, f"{streamed!r} vs {c.choices[0].text!r}")
+page = urllib.request.urlopen(f"http://127.0.0.1:{port}/").read().decode()
+check("the chat page", page.startswith("<!doctype html>") and "/v1/chat/completions" in page and
+      "getReader" in page, page[:200])
 models = client.models.list()
 check("models", [m.id for m in models.data] == ["tiny"], str(models))
 

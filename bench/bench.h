@@ -93,4 +93,8 @@ class ReadProbe {
   std::unique_ptr<float, decltype(&std::free)> data_;
 };
 
+// The random-weight Llama 3.2 1B-shaped checkpoint (safetensors, GGUF and a tokenizer) that
+// `llm` and `serve` run, written by tools/make_bench_llama.py into `dir` on first use.
+void ensure_checkpoint(const std::string& dir);
+
 }  // namespace prism::bench

@@ -63,6 +63,8 @@ struct Run {
   std::vector<int32_t> forced_short;  // a peer's next ids when fed prism's greedy_short
 };
 
+}  // namespace
+
 // The checkpoint, written by tools/make_bench_llama.py on first use.
 void ensure_checkpoint(const std::string& dir) {
   namespace fs = std::filesystem;
@@ -77,6 +79,8 @@ void ensure_checkpoint(const std::string& dir) {
               "llm: could not write the checkpoint with tools/make_bench_llama.py (it needs numpy "
               "in .venv: scripts/setup.sh --bench)");
 }
+
+namespace {
 
 // The flops of a prefill of `tokens` into an empty cache: every projection once per token,
 // the tied output layer once (logits of the last position only), and causal attention (each

@@ -349,11 +349,12 @@ class Server::Impl {
 
   // The scheduler: the only thread that runs the engine. Requests wait in a queue for a free
   // slot; on each round every running generation either prefills a chunk of up to kChunk
-  // tokens of its prompt or picks its next token, and the picked tokens of all of them are fed
-  // in one batched decoding step (Engine::decode), so a long prompt does not hold the others'
-  // tokens back and the weights are read once per round. One whose client went away leaves at
-  // its next turn.
+  // tokens of its prompt on its own, or puts one token (its prompt's last kBatchedPrompt, then
+  // the ones it picks) into the round's batched decoding step (Engine::decode), so a long
+  // prompt does not hold the others' tokens back and the weights are read once per round for
+  // all the rest. One whose client went away leaves at its next turn.
   static constexpr size_t kChunk = 64;
+  static constexpr size_t kBatchedPrompt = 8;
 
   // A generation the scheduler runs.
   struct Running {
@@ -398,7 +399,7 @@ class Server::Impl {
       for (size_t i = 0; i < running.size();) {
         bool done = true;
         try {
-          done = step(running[i]);
+          done = step(running[i], static_cast<int>(running.size()));
         } catch (const std::exception& e) {
           finish(running[i], "stop", false, e.what());
         }
@@ -436,8 +437,8 @@ class Server::Impl {
     }
   }
 
-  // One step of `r`; true when it has finished.
-  bool step(Running& r) {
+  // One step of `r`, one of `running` generations; true when it has finished.
+  bool step(Running& r, int running) {
     Job& job = *r.job;
     const CompletionRequest& q = job.request;
     if (job.cancelled) {
@@ -455,15 +456,24 @@ class Server::Impl {
       for (const std::string& stop : q.stop) r.hold = std::max(r.hold, stop.size());
       r.hold = r.hold > 0 ? r.hold - 1 : 0;
     }
-    if (r.fed < job.prompt.size()) {  // prefill, a chunk at a time
-      const size_t n = std::min(kChunk, job.prompt.size() - r.fed);
+    if (r.fed < job.prompt.size()) {
+      const size_t left = job.prompt.size() - r.fed;
+      if (left <= kBatchedPrompt && static_cast<size_t>(running) > left) {
+        // With more generations running than prompt tokens left, those tokens go one a round
+        // with the others' tokens, in the batched step: the prompt shares the weight reads
+        // instead of a forward pass of its own (left rounds against a pass per prompt).
+        r.pending = job.prompt[r.fed++];
+        return false;
+      }
+      // Else a chunk at a time, on its own.
+      const size_t n = std::min(kChunk, left);
       r.logits = engine_.feed(r.slot, std::span(job.prompt).subspan(r.fed, n));
       r.fed += n;
-      if (r.fed == job.prompt.size()) {
-        r.decode_start = Clock::now();
-        r.first = std::chrono::duration<double>(r.decode_start - r.start).count();
-      }
       return false;
+    }
+    if (r.first == 0) {  // the prompt's logits are in: the first token comes now
+      r.decode_start = Clock::now();
+      r.first = std::chrono::duration<double>(r.decode_start - r.start).count();
     }
     const int32_t next = r.sampler->next(r.logits, r.history);
     const auto& eos = engine_.info().eos_token_ids;
@@ -517,7 +527,7 @@ class Server::Impl {
       metrics_.prompt_tokens += r.fed;
       metrics_.generated_tokens += r.produced;
       metrics_.cancelled += o.cancelled;
-      if (r.fed == job.prompt.size() && r.fed > 0) metrics_.first_token.add(r.first);
+      if (r.first > 0) metrics_.first_token.add(r.first);
       if (r.produced > 1) {
         metrics_.per_token.add(
             std::chrono::duration<double>(Clock::now() - r.decode_start).count() /

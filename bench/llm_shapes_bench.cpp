@@ -7,8 +7,9 @@
 
 #include "bench/bench.h"
 #include "bench/llm_steps.h"
+#include "prism/llm/engine.h"
 #include "prism/models/llama.h"
-#include "prism/runtime/compile.h"
+#include "prism/runtime/sharded.h"
 
 namespace prism::bench {
 namespace {
@@ -46,36 +47,23 @@ void decode_batch_bench() {
   std::printf("%-14s %12s %14s %10s\n", "conversations", "step ms", "total tok/s", "vs one");
   double one = 0;
   for (int64_t batch : {1, 4, 16}) {
-    std::vector<Shape> inputs{Shape(DType::i32, {{"b", batch}}), Shape(DType::i32, {{"b", batch}})};
-    CompileOptions options;
-    for (int64_t i = 0; i < batch; ++i) {
-      for (const models::StateSpec& s : specs) {
-        options.donate.push_back(static_cast<int>(inputs.size()));
-        inputs.push_back(s.shape);
-      }
-    }
-    const size_t per = specs.size();
-    TraceFn fn = [&](std::span<const Tensor> in) {
-      std::vector<std::vector<Tensor>> states(batch);
-      for (int64_t i = 0; i < batch; ++i) {
-        auto first = in.begin() + 2 + i * static_cast<std::ptrdiff_t>(per);
-        states[i].assign(first, first + static_cast<std::ptrdiff_t>(per));
-      }
-      return model.decode_batch(in[0], in[1], states);
-    };
-    Executable exe = compile(target, fn, inputs, options);
-    std::map<std::string, Buffer, std::less<>> weights;
-    for (const auto& p : exe.parameters()) weights.emplace(p.name, target.allocate(p.shape));
+    ShardedExecutable exe = llm::compile_decode_batch(target, model, batch, seqlen, Mesh());
+    Platform& on = *exe.devices()[0];
+    std::vector<NamedBuffers> weights(1);
+    for (const auto& p : exe.parameters()) weights[0].emplace(p.name, on.allocate(p.shape));
     weights = exe.prepare(std::move(weights));
     std::vector<Buffer> states;
-    for (size_t k = 2; k < inputs.size(); ++k) states.push_back(target.allocate(inputs[k]));
-    const HostBuffer at = HostBuffer::from<int32_t>(inputs[1], std::vector<int32_t>(batch, 512));
+    for (int64_t i = 0; i < batch; ++i) {
+      for (const models::StateSpec& s : specs) states.push_back(on.allocate(s.shape));
+    }
+    const Shape rows(DType::i32, {{"b", batch}});
+    const HostBuffer at = HostBuffer::from<int32_t>(rows, std::vector<int32_t>(batch, 512));
     const double seconds = median_seconds([&] {
-      std::vector<Buffer> in{target.upload(HostBuffer(inputs[0])), target.upload(at)};
-      in.insert(in.end(), states.begin(), states.end());
-      std::vector<Buffer> out = exe.call(weights, in);
-      states.assign(out.begin() + 1, out.end());
-      out[0].to_host();
+      std::vector<std::vector<Buffer>> in{{on.upload(HostBuffer(rows)), on.upload(at)}};
+      in[0].insert(in[0].end(), states.begin(), states.end());
+      std::vector<std::vector<Buffer>> out = exe.call(weights, in);
+      states.assign(out[0].begin() + 1, out[0].end());
+      out[0][0].to_host();
     });
     const double tok_s = static_cast<double>(batch) / seconds;
     if (batch == 1) one = tok_s;

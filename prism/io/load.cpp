@@ -80,6 +80,22 @@ std::string LoadStats::line() const {
 
 namespace {
 
+// The dtype of stored tensor `st`, checked to be one prism loads and to have the sizes the
+// parameter `name` of `shape` expects; throws naming it otherwise.
+std::optional<DType> checked_dtype(const Store& store, const StoredTensor& st,
+                                   const std::string& parameter, const Shape& shape) {
+  std::optional<DType> file_dtype = to_core_dtype(st.info.dtype);
+  if (!file_dtype) {
+    fail("load: tensor \"{}\" in {} is {}, which prism cannot load", parameter, store.uri(),
+         name(st.info.dtype));
+  }
+  if (st.info.shape != shape.sizes()) {
+    fail("load: tensor \"{}\" in {} is {}{} but the model expects {}", parameter, store.uri(),
+         name(st.info.dtype), st.info.shape_str(), shape.str());
+  }
+  return file_dtype;
+}
+
 // Parameters that name blocks of rows of one stored tensor ("w[0:8]", "w[8:16]") must read
 // it whole, each row once: a block left out or read twice means the model's sizes disagree
 // with the checkpoint, which the blocks alone would not show.
@@ -166,15 +182,7 @@ Weights load_whole(const Store& store, std::span<const Executable::Parameter> pa
   if (over_limit) zero_copy = true;
   for (const Executable::Parameter& p : parameters) {
     const StoredTensor st = store.rows(p.name);
-    std::optional<DType> file_dtype = to_core_dtype(st.info.dtype);
-    if (!file_dtype) {
-      fail("load: tensor \"{}\" in {} is {}, which prism cannot load", p.name, store.uri(),
-           name(st.info.dtype));
-    }
-    if (st.info.shape != p.shape.sizes()) {
-      fail("load: tensor \"{}\" in {} is {}{} but the model expects {}", p.name, store.uri(),
-           name(st.info.dtype), st.info.shape_str(), p.shape.str());
-    }
+    const std::optional<DType> file_dtype = checked_dtype(store, st, p.name, p.shape);
     stats.bytes += p.shape.bytes();
     ++stats.tensors;
     std::span<const std::byte> mapped =
@@ -314,15 +322,7 @@ std::vector<Weights> load_sharded(const Store& store,
   std::vector<Rows> chunks;
   for (const ShardedExecutable::Parameter* p : split) {
     const StoredTensor st = store.rows(p->name);
-    std::optional<DType> file_dtype = to_core_dtype(st.info.dtype);
-    if (!file_dtype) {
-      fail("load: tensor \"{}\" in {} is {}, which prism cannot load", p->name, store.uri(),
-           name(st.info.dtype));
-    }
-    if (st.info.shape != p->shape.sizes()) {
-      fail("load: tensor \"{}\" in {} is {}{} but the model expects {}", p->name, store.uri(),
-           name(st.info.dtype), st.info.shape_str(), p->shape.str());
-    }
+    const std::optional<DType> file_dtype = checked_dtype(store, st, p->name, p->shape);
     Target& t = targets.emplace_back(n);
     t.param = p;
     t.stored = st;

@@ -202,19 +202,38 @@ std::vector<float> Engine::feed(int slot_index, std::span<const int32_t> tokens)
     std::vector<std::vector<Buffer>> out = executable(window).call(weights_, in);
     for (size_t d = 0; d < devices_.size(); ++d)
       slot.states[d].assign(out[d].begin() + 1, out[d].end());
-    // The logits, split by vocabulary where the LM head is: each device's block.
-    const compiler::Split& split = executable(window).output_splits()[0];
-    HostBuffer l = out[0][0].to_host();
-    if (std::any_of(split.begin(), split.end(), [](int a) { return a >= 0; })) {
-      std::vector<HostBuffer> blocks;
-      for (size_t d = 0; d < devices_.size(); ++d) blocks.push_back(out[d][0].to_host());
-      l = assemble(blocks, split, options_.mesh);
-    }
+    // The logits, assembled where the LM head splits them by vocabulary.
+    HostBuffer l = executable(window).output_to_host(out, 0);
     logits.assign(l.as<float>().begin(), l.as<float>().end());
     position += chunk;
     done += chunk;
   }
   return logits;
+}
+
+ShardedExecutable compile_decode_batch(Platform& platform, const models::CausalLM& model,
+                                       int64_t batch, int64_t seqlen, const Mesh& mesh,
+                                       CompileCache* cache) {
+  const std::vector<models::StateSpec> specs = model.state_specs(seqlen);
+  std::vector<Shape> inputs{Shape(DType::i32, {{"b", batch}}), Shape(DType::i32, {{"b", batch}})};
+  ShardedCompileOptions options{.mesh = mesh, .inputs = {{}, {}}, .cache = cache};
+  for (int64_t i = 0; i < batch; ++i) {
+    for (const models::StateSpec& spec : specs) {
+      options.donate.push_back(static_cast<int>(inputs.size()));
+      inputs.push_back(spec.shape);
+      options.inputs.push_back(spec.sharding);
+    }
+  }
+  const size_t per = specs.size();
+  TraceFn fn = [&model, batch, per](std::span<const Tensor> in) {
+    std::vector<std::vector<Tensor>> states(batch);
+    for (int64_t i = 0; i < batch; ++i) {
+      auto first = in.begin() + 2 + i * static_cast<std::ptrdiff_t>(per);
+      states[i].assign(first, first + static_cast<std::ptrdiff_t>(per));
+    }
+    return model.decode_batch(in[0], in[1], states);
+  };
+  return compile_sharded(platform, fn, inputs, options);
 }
 
 std::vector<std::vector<float>> Engine::decode(std::span<const int> slot_ids,
@@ -243,27 +262,10 @@ std::vector<std::vector<float>> Engine::decode(std::span<const int> slot_ids,
   }
   auto it = batch_executables_.find(batch);
   if (it == batch_executables_.end()) {
-    const size_t per = state_specs_.size();
-    std::vector<Shape> inputs{Shape(DType::i32, {{"b", batch}}), Shape(DType::i32, {{"b", batch}})};
-    ShardedCompileOptions options{
-        .mesh = options_.mesh, .inputs = {{}, {}}, .cache = options_.compile_cache.get()};
-    for (int64_t i = 0; i < batch; ++i) {
-      for (const models::StateSpec& spec : state_specs_) {
-        options.donate.push_back(static_cast<int>(inputs.size()));
-        inputs.push_back(spec.shape);
-        options.inputs.push_back(spec.sharding);
-      }
-    }
-    const models::CausalLM& model = *model_;
-    TraceFn fn = [&model, batch, per](std::span<const Tensor> in) {
-      std::vector<std::vector<Tensor>> states(batch);
-      for (int64_t i = 0; i < batch; ++i) {
-        auto first = in.begin() + 2 + i * static_cast<std::ptrdiff_t>(per);
-        states[i].assign(first, first + static_cast<std::ptrdiff_t>(per));
-      }
-      return model.decode_batch(in[0], in[1], states);
-    };
-    it = batch_executables_.emplace(batch, compile_sharded(platform_, fn, inputs, options)).first;
+    it = batch_executables_
+             .emplace(batch, compile_decode_batch(platform_, *model_, batch, options_.seqlen,
+                                                  options_.mesh, options_.compile_cache.get()))
+             .first;
   }
   ShardedExecutable& exe = it->second;
   const HostBuffer ids = HostBuffer::from<int32_t>(
@@ -286,14 +288,8 @@ std::vector<std::vector<float>> Engine::decode(std::span<const int> slot_ids,
     }
   }
   for (int s : slot_ids) ++slots_[s].position;
-  // The logits {b, voc}, split by vocabulary where the LM head is.
-  const compiler::Split& split = exe.output_splits()[0];
-  HostBuffer l = out[0][0].to_host();
-  if (std::any_of(split.begin(), split.end(), [](int a) { return a >= 0; })) {
-    std::vector<HostBuffer> blocks;
-    for (size_t d = 0; d < devices_.size(); ++d) blocks.push_back(out[d][0].to_host());
-    l = assemble(blocks, split, options_.mesh);
-  }
+  // The logits {b, voc}, assembled where the LM head splits them by vocabulary.
+  HostBuffer l = exe.output_to_host(out, 0);
   const int64_t vocab = l.shape().numel() / batch;
   for (int64_t i = 0; i < batch; ++i) {
     logits.emplace_back(l.as<float>().begin() + i * vocab, l.as<float>().begin() + (i + 1) * vocab);

@@ -44,6 +44,14 @@ ShardedExecutable compile_sharded_step(Platform& platform, const models::CausalL
                                        int64_t window, int64_t seqlen, const Mesh& mesh,
                                        CompileCache* cache = nullptr);
 
+// The batched decoding step (CausalLM::decode_batch) for `batch` conversations with states for
+// `seqlen` positions, over the devices of `mesh`, every state donated. Inputs: tokens {b} and
+// positions {b} (i32), then each conversation's states in turn; outputs: the logits (f32
+// {b, voc}), then each conversation's states.
+ShardedExecutable compile_decode_batch(Platform& platform, const models::CausalLM& model,
+                                       int64_t batch, int64_t seqlen, const Mesh& mesh,
+                                       CompileCache* cache = nullptr);
+
 class Engine {
  public:
   // `model_uri`: a directory (or https/hf/s3 prefix) with config.json and safetensors.

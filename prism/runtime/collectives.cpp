@@ -209,6 +209,47 @@ void HostCommunicator::reduce_scatter(int64_t device, int mesh_axis, int axis, c
   std::memcpy(out, staging.data(), staging.size());
 }
 
+void check_collective(std::string_view platform, const ir::Graph& graph, ir::ValueId id,
+                      const HostCommunicator* comm) {
+  const ir::Node& n = graph.node(id);
+  const auto& c = n.attr<ir::CollectiveAttrs>();
+  if (c.group == 1) return;
+  PRISM_CHECK(comm, "{}: {} across {} devices outside a mesh ({})", platform, ir::op_name(n.op),
+              c.group, ir::print(graph, id));
+  PRISM_CHECK(c.mesh_axis < static_cast<int>(comm->mesh().axes().size()) &&
+                  comm->mesh().axes()[c.mesh_axis].size == c.group,
+              "{}: {} over {} devices of mesh axis {}, but the mesh is {}", platform,
+              ir::op_name(n.op), c.group, c.mesh_axis, comm->mesh().str());
+}
+
+void run_collective(const ir::Node& node, const Shape& operand, HostCommunicator* comm,
+                    int64_t device, const std::byte* in, std::byte* out) {
+  const auto& c = node.attr<ir::CollectiveAttrs>();
+  switch (node.op) {
+    case ir::Op::mesh_coordinate: {
+      const int32_t at =
+          comm ? static_cast<int32_t>(comm->mesh().coordinate(device, c.mesh_axis)) : 0;
+      std::memcpy(out, &at, sizeof at);
+      return;
+    }
+    case ir::Op::all_reduce:
+    case ir::Op::all_gather:
+    case ir::Op::reduce_scatter:
+      break;
+    default:
+      fail("collectives: {} is not a collective", ir::op_name(node.op));
+  }
+  if (c.group == 1) {  // a group of one: the operand as it is
+    if (out != in) std::memmove(out, in, operand.bytes());
+    return;
+  }
+  if (node.op == ir::Op::all_reduce) return comm->all_reduce(device, c.mesh_axis, operand, in, out);
+  if (node.op == ir::Op::all_gather) {
+    return comm->all_gather(device, c.mesh_axis, c.axis, operand, in, out);
+  }
+  comm->reduce_scatter(device, c.mesh_axis, c.axis, operand, in, out);
+}
+
 int64_t devices_asked(const char* variable) {
   const char* env = std::getenv(variable);
   if (!env || !*env) return 0;

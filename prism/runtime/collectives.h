@@ -13,10 +13,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "prism/core/mesh.h"
 #include "prism/core/shape.h"
+#include "prism/ir/graph.h"
 #include "prism/runtime/platform.h"
 
 namespace prism {
@@ -62,6 +64,16 @@ class HostCommunicator {
   std::vector<std::unique_ptr<Group>> groups_;  // [mesh axis][device with that coordinate 0]
   std::atomic<bool> aborted_{false};
 };
+
+// The collective node `id` of `graph` (all_reduce, all_gather, reduce_scatter, mesh_coordinate)
+// for a backend whose devices share host memory: checks at compile time that it can run on
+// `comm`'s mesh (with no communicator, that it needs no other device), naming `platform`.
+void check_collective(std::string_view platform, const ir::Graph& graph, ir::ValueId id,
+                      const HostCommunicator* comm);
+// Runs it as device `device`: `in` is its operand (unused for mesh_coordinate), `out` its
+// result, both host memory, possibly the same.
+void run_collective(const ir::Node& node, const Shape& operand, HostCommunicator* comm,
+                    int64_t device, const std::byte* in, std::byte* out);
 
 // How many devices environment variable `variable` asks a platform to present (virtual
 // devices, to try a mesh on a machine with fewer), or 0 where it is unset. Throws naming it

@@ -1,5 +1,6 @@
 #include "prism/runtime/sharded.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 
@@ -170,8 +171,7 @@ ShardedExecutable compile_sharded(Platform& platform, const TraceFn& fn, std::ve
       p.outputs.push_back(compiler::Split(traced.node(id).shape.rank(), -1));
     }
     for (compiler::Split& s : exe.input_splits_) s.assign(s.size(), -1);
-    p.graph = std::move(traced);
-    traced = p.graph;
+    p.graph = traced;
   } else {
     p = compiler::partition(traced, options.mesh, exe.input_splits_);
   }
@@ -234,6 +234,17 @@ std::vector<std::vector<Buffer>> ShardedExecutable::call(
     throw;
   }
   return outputs;
+}
+
+HostBuffer ShardedExecutable::output_to_host(const std::vector<std::vector<Buffer>>& outputs,
+                                             size_t k) const {
+  const compiler::Split& split = output_splits_.at(k);
+  if (std::none_of(split.begin(), split.end(), [](int a) { return a >= 0; })) {
+    return outputs.at(0).at(k).to_host();
+  }
+  std::vector<HostBuffer> shards;
+  for (const std::vector<Buffer>& device : outputs) shards.push_back(device.at(k).to_host());
+  return assemble(shards, split, mesh_);
 }
 
 std::vector<NamedBuffers> ShardedExecutable::prepare(std::vector<NamedBuffers> params) const {

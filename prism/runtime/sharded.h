@@ -61,6 +61,9 @@ class ShardedExecutable {
   // device's outputs. An error on one device is rethrown here after every device has stopped.
   std::vector<std::vector<Buffer>> call(std::span<const NamedBuffers> params,
                                         std::span<const std::vector<Buffer>> inputs) const;
+  // Output `k` of a call's `outputs`, whole in host memory: device 0's where it is whole on
+  // every device, else assembled from every device's shard.
+  HostBuffer output_to_host(const std::vector<std::vector<Buffer>>& outputs, size_t k) const;
   // Executable::prepare on each device.
   std::vector<NamedBuffers> prepare(std::vector<NamedBuffers> params) const;
 

@@ -258,18 +258,11 @@ class Server::Impl {
       std::shared_ptr<Job> job = submit(std::move(r), std::move(prompt));
       const Outcome& o = job->outcome_when_done();
       if (!o.error.empty()) throw ApiError(500, o.error, "server_error");
-      Json choice = chat ? Json{{"index", 0},
-                                {"message", {{"role", "assistant"}, {"content", o.text}}},
-                                {"finish_reason", o.finish}}
-                         : Json{{"index", 0},
-                                {"text", o.text},
-                                {"logprobs", nullptr},
-                                {"finish_reason", o.finish}};
       Json body = {{"id", id},
                    {"object", object},
                    {"created", created},
                    {"model", options_.model_id},
-                   {"choices", Json::array({choice})},
+                   {"choices", Json::array({choice(chat, false, o.text, o.finish)})},
                    {"usage", usage(o)}};
       res.set_content(dump(body), "application/json");
       return;
@@ -294,13 +287,7 @@ class Server::Impl {
             return sink.is_writable() && sink.write(event.data(), event.size());
           };
           auto piece = [&](const std::string& text, const Json& finish) {
-            Json choice =
-                chat ? Json{{"index", 0}, {"delta", {{"content", text}}}, {"finish_reason", finish}}
-                     : Json{{"index", 0},
-                            {"text", text},
-                            {"logprobs", nullptr},
-                            {"finish_reason", finish}};
-            return send(Json::array({choice}), nullptr);
+            return send(Json::array({choice(chat, true, text, finish)}), nullptr);
           };
           auto gone = [&] {
             job->cancelled = true;
@@ -333,6 +320,16 @@ class Server::Impl {
           sink.done();
           return true;
         });
+  }
+
+  // A choice of a response, or of a streamed chunk: the chat's message (its delta in a
+  // chunk), or a completion's text.
+  static Json choice(bool chat, bool chunk, const std::string& text, const Json& finish) {
+    if (!chat) {
+      return {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    }
+    Json message = chunk ? Json{{"content", text}} : Json{{"role", "assistant"}, {"content", text}};
+    return {{"index", 0}, {chunk ? "delta" : "message", message}, {"finish_reason", finish}};
   }
 
   static Json usage(const Outcome& o) {

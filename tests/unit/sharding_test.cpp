@@ -27,11 +27,7 @@ HostBuffer random_f32(const Shape& shape, uint32_t seed) {
   return HostBuffer::from<float>(shape, v);
 }
 
-// The CPU offers as many devices as the tests ask for, whatever the machine's cores.
-struct CpuDevices {
-  explicit CpuDevices(int n) { setenv("PRISM_CPU_DEVICES", std::to_string(n).c_str(), 1); }
-  ~CpuDevices() { unsetenv("PRISM_CPU_DEVICES"); }
-};
+using testing::CpuDevices;
 
 TEST(Mesh, ParsesAxesAndCoordinates) {
   Mesh m = Mesh::parse("data:2,model:3");
@@ -203,9 +199,7 @@ double sharded_difference(const TraceFn& fn, const std::vector<HostBuffer>& inpu
     }
   }
   std::vector<std::vector<Buffer>> out = exe.call(w, in);
-  std::vector<HostBuffer> shards;
-  for (int k = 0; k < n; ++k) shards.push_back(out[k][0].to_host());
-  HostBuffer got = assemble(shards, exe.output_splits()[0], mesh);
+  HostBuffer got = exe.output_to_host(out, 0);
   EXPECT_EQ(got.shape(), want.shape());
   unsetenv("PRISM_OPENCL_DEVICES");
   double worst = 0;

@@ -17,10 +17,7 @@ namespace {
 
 using testing::greedy;
 
-struct CpuDevices {
-  explicit CpuDevices(int n) { setenv("PRISM_CPU_DEVICES", std::to_string(n).c_str(), 1); }
-  ~CpuDevices() { unsetenv("PRISM_CPU_DEVICES"); }
-};
+using testing::CpuDevices;
 
 llm::EngineOptions options(int devices) {
   llm::EngineOptions o;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -53,5 +54,14 @@ std::string error_of(F&& fn) {
   }
   return "no error";
 }
+
+// While it lives, the CPU offers meshes of `n` devices, whatever the machine's cores
+// (PRISM_CPU_DEVICES).
+struct CpuDevices {
+  explicit CpuDevices(int n) { setenv("PRISM_CPU_DEVICES", std::to_string(n).c_str(), 1); }
+  ~CpuDevices() { unsetenv("PRISM_CPU_DEVICES"); }
+  CpuDevices(const CpuDevices&) = delete;
+  CpuDevices& operator=(const CpuDevices&) = delete;
+};
 
 }  // namespace prism::testing

@@ -53,9 +53,7 @@ class OpenClExecutable : public ExecutableImpl {
       if (kernel::lowering_of(graph_.node(id).op) == kernel::Lowering::collective) {
         step.host = true;
         step.source.reads = graph_.node(id).inputs;
-        const auto& c = graph_.node(id).attr<ir::CollectiveAttrs>();
-        PRISM_CHECK(c.group == 1 || platform_.communicator(), "opencl: {} outside a mesh",
-                    ir::print(graph_, id));
+        check_collective("opencl", graph_, id, platform_.communicator());
       } else {
         step.source = step_kernel(graph_, plan_, id, name, platform_.traits());
       }
@@ -122,31 +120,18 @@ class OpenClExecutable : public ExecutableImpl {
   // came before), exchanged with the mesh's other devices, the result written back.
   void run_host(const Step& step, const std::vector<Place>& at) {
     const ir::Node& n = graph_.node(step.value);
-    const auto& c = n.attr<ir::CollectiveAttrs>();
-    HostCommunicator* comm = platform_.communicator();
-    const int64_t device = platform_.mesh_device();
-    std::vector<std::byte> out(n.shape.bytes());
-    if (n.op == Op::mesh_coordinate) {
-      const int32_t v =
-          comm ? static_cast<int32_t>(comm->mesh().coordinate(device, c.mesh_axis)) : 0;
-      std::memcpy(out.data(), &v, sizeof v);
-    } else {
-      const Shape& in_shape = graph_.node(n.inputs[0]).shape;
-      std::vector<std::byte> in(in_shape.bytes());
+    std::vector<std::byte> in, out(n.shape.bytes());
+    Shape operand;
+    if (!n.inputs.empty()) {
+      operand = graph_.node(n.inputs[0]).shape;
+      in.resize(operand.bytes());
       const Place from = at[n.inputs[0]];
       check_cl(api_.clEnqueueReadBuffer(platform_.queue(), from.mem, CL_TRUE, from.offset,
                                         in.size(), in.data(), 0, nullptr, nullptr),
                "reading a collective's operand");
-      if (c.group == 1) {
-        out = in;
-      } else if (n.op == Op::all_reduce) {
-        comm->all_reduce(device, c.mesh_axis, in_shape, in.data(), out.data());
-      } else if (n.op == Op::all_gather) {
-        comm->all_gather(device, c.mesh_axis, c.axis, in_shape, in.data(), out.data());
-      } else {
-        comm->reduce_scatter(device, c.mesh_axis, c.axis, in_shape, in.data(), out.data());
-      }
     }
+    run_collective(n, operand, platform_.communicator(), platform_.mesh_device(), in.data(),
+                   out.data());
     const Place to = at[step.value];
     check_cl(api_.clEnqueueWriteBuffer(platform_.queue(), to.mem, CL_TRUE, to.offset, out.size(),
                                        out.data(), 0, nullptr, nullptr),

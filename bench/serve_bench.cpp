@@ -188,10 +188,8 @@ void serve_bench() {
   } else {
     std::printf("(llama-server not built: scripts/setup.sh --bench)\n");
   }
-  std::printf(
-      "Llama 3.2 1B shapes (random weights), bf16, %d threads, %d slots, %d tokens a "
-      "request\n",
-      threads, kSlots, kTokens);
+  std::printf("Llama 3.2 1B shapes (random weights), bf16, %d slots, %d tokens a request, on %s\n",
+              kSlots, kTokens, get_platform("cpu").devices().at(0).name.c_str());
   std::printf("%-13s %8s %12s %20s %20s\n", "server", "clients", "total tok/s",
               "first token p50/p99", "per token p50/p99");
   std::map<int, double> prism_rate;

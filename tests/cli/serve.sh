@@ -21,4 +21,8 @@ err=$("$prism" serve --model="$tmp" --port=70000 2>&1); rc=$?
 check "bad port" "1 prism: error: serve: --port must be 0..65535, got 70000" "$rc $err"
 err=$("$prism" serve --model="$PRISM_SOURCE_DIR/tests/data/llama/tiny-f32" 2>&1); rc=$?
 check "no tokenizer" "1 prism: error: serve: $PRISM_SOURCE_DIR/tests/data/llama/tiny-f32 has no tokenizer.json" "$rc $err"
+err=$("$prism" serve --model="$tmp" --parallel=0 2>&1); rc=$?
+check "bad --parallel" "1 prism: error: serve: --parallel must be 1..256, got 0" "$rc $err"
+err=$("$prism" serve --model="$tmp" --devices=2 --mesh=model:2 2>&1); rc=$?
+check "--devices and --mesh" "1 prism: error: serve: give --devices or --mesh, not both" "$rc $err"
 exit $fail

@@ -20,6 +20,8 @@ std::string_view chat_page() {
   textarea { flex: 1; font: inherit; min-height: 3rem; }
   header { display: flex; justify-content: space-between; align-items: baseline; gap: 1rem; }
   #key { width: 12rem; }
+  #settings { display: flex; gap: 1rem; margin-bottom: .75rem; font-size: .9rem; }
+  #settings input { width: 5rem; }
 </style>
 </head>
 <body>
@@ -27,6 +29,10 @@ std::string_view chat_page() {
   <h1>prism</h1>
   <span><span id="model"></span> <input id="key" type="password" placeholder="API key (if set)"></span>
 </header>
+<div id="settings">
+  <label>temperature <input id="temperature" type="number" min="0" max="2" step="0.1" value="0.7"></label>
+  <label>max tokens <input id="max-tokens" type="number" min="1" placeholder="no limit"></label>
+</div>
 <div id="log"></div>
 <form id="form">
   <textarea id="input" placeholder="Message" autofocus></textarea>
@@ -37,6 +43,8 @@ std::string_view chat_page() {
 const log = document.getElementById("log");
 const input = document.getElementById("input");
 const key = document.getElementById("key");
+const temperature = document.getElementById("temperature");
+const maxTokens = document.getElementById("max-tokens");
 let messages = [];
 let model = null;
 
@@ -68,10 +76,13 @@ async function send(text) {
   const out = add("assistant", "");
   let answer = "";
   try {
+    const body = { model, messages, stream: true };
+    if (temperature.value !== "") body.temperature = Number(temperature.value);
+    if (maxTokens.value !== "") body.max_tokens = Number(maxTokens.value);
     const r = await fetch("/v1/chat/completions", {
       method: "POST",
       headers: headers(),
-      body: JSON.stringify({ model, messages, stream: true }),
+      body: JSON.stringify(body),
     });
     if (!r.ok) {
       const e = await r.json();

@@ -568,6 +568,7 @@ class Server::Impl {
             metrics_.cancelled);
     gauge("prism_queue_length", "Requests waiting for the model.", waiting_.load());
     gauge("prism_batch_size", "Sequences in the running step.", generating_.load());
+    gauge("prism_slots", "Sequences the server runs at once (--parallel).", options_.parallel);
     s += metrics_.first_token.text("prism_time_to_first_token_seconds",
                                    "From the model's turn to the first token.");
     s += metrics_.per_token.text("prism_time_per_token_seconds",

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # prism serve through the official OpenAI client (tests/serve/openai_client_test.py), on the
-# tiny Llama checkpoint beside the Llama 3.1 tokenizer and its chat template; bad options.
+# tiny Llama checkpoint beside the Llama 3.1 tokenizer and its chat template; its chat page in
+# headless Chromium (tests/serve/chat_page_test.py); bad options.
 set -u
 prism="$1"
 python="${PRISM_VENV_PYTHON:?}"
@@ -13,6 +14,7 @@ for f in tokenizer.json tokenizer_config.json; do
 done
 fail=0
 "$python" "$PRISM_SOURCE_DIR/tests/serve/openai_client_test.py" "$prism" "$tmp" || fail=1
+"$python" "$PRISM_SOURCE_DIR/tests/serve/chat_page_test.py" "$prism" "$tmp" || fail=1
 
 check() {  # name, expected, actual
   if [[ "$2" != "$3" ]]; then echo "FAIL $1: expected '$2', got '$3'"; fail=1; else echo "ok $1"; fi

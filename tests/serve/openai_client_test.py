@@ -4,48 +4,29 @@ OpenAI-style 4xx errors while the server keeps serving, and SIGTERM finishing th
 request. Usage: openai_client_test.py PRISM MODEL_DIR (a checkpoint with its tokenizer)."""
 import concurrent.futures
 import json
-import os
 import re
 import signal
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
 
 import openai
 
+import serve_util
+from serve_util import check
+
 PRISM, MODEL = sys.argv[1], sys.argv[2]
 KEY = "test-key"
-failures = []
-
-
-def check(name, ok, detail=""):
-    print(("ok " if ok else "FAIL ") + name + ("" if ok else f": {detail}"))
-    if not ok:
-        failures.append(name)
 
 
 def start(*extra):
-    proc = subprocess.Popen(
-        [PRISM, "serve", f"--model={MODEL}", "--model-id=tiny", "--port=0", "--seqlen=256",
-         "--parallel=4", f"--api-key={KEY}", "--max-body=4096", *extra],
-        stderr=subprocess.PIPE, text=True)
-    for line in proc.stderr:
-        m = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line)
-        if m:
-            threading.Thread(target=proc.stderr.read, daemon=True).start()
-            return proc, int(m.group(1))
-    raise SystemExit("FAIL the server did not start")
+    return serve_util.start(PRISM, MODEL, "--parallel=4", f"--api-key={KEY}", "--max-body=4096",
+                            *extra)
 
 
 def llm_text(prompt, max_tokens):
-    out = subprocess.run([PRISM, "llm", f"--model={MODEL}", f"--prompt={prompt}",
-                          f"--max-tokens={max_tokens}", "--seqlen=256"],
-                         capture_output=True, text=True, check=True).stdout
-    return out[:-1] if out.endswith("\n") else out
+    return serve_util.llm_text(PRISM, MODEL, prompt, max_tokens)
 
 
 def raw(port, path, body, key=KEY):
@@ -168,6 +149,13 @@ for _ in range(100):
         break
     time.sleep(0.05)
 check("a client gone mid-stream cancels its generation", cancelled == 1, metrics[:600])
+for _ in range(100):
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    if re.search(r"^prism_batch_size 0$", metrics, re.M):
+        break
+    time.sleep(0.05)
+check("and frees its slot", re.search(r"^prism_batch_size 0$", metrics, re.M) and
+      re.search(r"^prism_slots 4$", metrics, re.M), metrics)
 check("and the server goes on", chat(prompts[1])[0] == alone[1])
 metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
 check("metrics", "prism_generated_tokens_total" in metrics and
@@ -187,5 +175,4 @@ check("SIGTERM: the running answer finishes", rest == alone[2], f"{rest!r} vs {a
 code = proc.wait(timeout=30)
 check("SIGTERM: exits 0", code == 0, str(code))
 
-print(f"{len(failures)} failed" if failures else "all passed")
-sys.exit(1 if failures else 0)
+serve_util.finish()

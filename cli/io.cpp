@@ -1,5 +1,5 @@
-// `prism io ls|tree|stat|cat|cp|inspect|load URI`: the VFS and safetensors layers from the
-// shell, for every scheme (local paths, https://, hf://, s3://).
+// `prism io ls|tree|stat|cat|cp|inspect|load URI`: the VFS, safetensors and GGUF layers from
+// the shell, for every scheme (local paths, https://, hf://, s3://).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +10,7 @@
 #include "cli/command.h"
 #include "prism/backends/registry.h"
 #include "prism/core/error.h"
+#include "prism/io/gguf.h"
 #include "prism/io/load.h"
 #include "prism/io/store.h"
 #include "prism/io/vfs.h"
@@ -93,6 +94,8 @@ struct NameTree {
       std::string line = indent + (last ? "└─ " : "├─ ") + label;
       if (shown->is_leaf) {
         std::printf("%s%s %s\n", line.c_str(), padding(line, 60).c_str(), shown->leaf.c_str());
+        // A name that is also a prefix ("q4_k" and "q4_k.ref"): its children below it.
+        if (!shown->children.empty()) print(*shown, indent + (last ? "   " : "│  "));
       } else {
         std::printf("%s  (%llu %s, %s)\n", line.c_str(),
                     static_cast<unsigned long long>(shown->count), unit,
@@ -174,7 +177,60 @@ int run_cp(const IoOptions& o) {
   return 0;
 }
 
+// A GGUF file: named .gguf, or a file that starts with the magic. Safetensors names, and
+// directories named as such, are taken at their word, costing no request; anything else that
+// is not a GGUF file, or cannot be probed, goes to the checkpoint reader, which says what it
+// finds.
+bool names_gguf(const std::string& uri) {
+  if (uri.ends_with(".gguf")) return true;
+  if (uri.ends_with(".safetensors") || uri.ends_with(".json") || uri.ends_with("/")) return false;
+  try {
+    io::FileEntry e = io::stat(uri);
+    return !e.is_dir && e.size >= 4 && io::is_gguf(*io::open(uri, {.metadata_only = true}));
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// A GGUF file's header: its metadata (long arrays cut to their first items), then its tensors
+// as safetensors checkpoints show them.
+int inspect_gguf(const IoOptions& o) {
+  auto file = io::open(o.uri, {.metadata_only = true});
+  io::GgufHeader h = io::GgufHeader::read(*file);
+  std::map<std::string, uint64_t> types;
+  NameTree tree('.', "tensors");
+  for (const io::GgufTensor& t : h.tensors) {
+    std::string type(quant::name(t.type));
+    types[type] += 1;
+    if (o.flat) {
+      std::printf("%-60s %-8s %-20s %s\n", t.name.c_str(), type.c_str(), t.shape_str().c_str(),
+                  io::format_bytes(t.bytes).c_str());
+    } else {
+      tree.add(t.name, t.bytes,
+               fmt::format("{:<8} {:<20} {}", type, t.shape_str(), io::format_bytes(t.bytes)));
+    }
+  }
+  std::string type_summary;
+  for (const auto& [type, count] : types) type_summary += fmt::format(" {}:{}", type, count);
+  std::printf("%s: GGUF v%u, %zu tensors, %s (types%s), %zu metadata keys, alignment %llu\n",
+              h.uri.c_str(), h.version, h.tensors.size(), io::format_bytes(h.data_bytes()).c_str(),
+              type_summary.c_str(), h.metadata.size(),
+              static_cast<unsigned long long>(h.alignment));
+  if (o.flat) return 0;
+  size_t width = 0;
+  for (const auto& [key, value] : h.metadata) width = std::max(width, key.size());
+  width = std::min<size_t>(width, 40);
+  std::printf("metadata:\n");
+  for (const auto& [key, value] : h.metadata) {
+    std::printf("  %-*s %s\n", static_cast<int>(width), key.c_str(), value.to_string(4).c_str());
+  }
+  std::printf("tensors:\n");
+  tree.print(tree.root, "");
+  return 0;
+}
+
 int run_inspect(const IoOptions& o) {
+  if (names_gguf(o.uri)) return inspect_gguf(o);
   // Metadata only: inspecting an hf:// checkpoint reads its headers, it does not download it.
   io::Store store = io::Store::open(o.uri, {.parallelism = o.parallelism, .metadata_only = true});
   std::map<std::string, uint64_t> dtypes;
@@ -244,8 +300,9 @@ const RegisterCommand kIo{
            {add("cat", "Write a file's bytes to stdout", run_cat),
             add("cp", "Copy a file, or all under a directory/repo/prefix, to a local path", run_cp),
             add("inspect",
-                "Print every tensor of a safetensors file or checkpoint (name, dtype, "
-                "shape, size), as a tree by name prefix with totals",
+                "Print every tensor of a safetensors file or checkpoint, or of a GGUF file "
+                "(name, dtype, shape, size), as a tree by name prefix with totals; for GGUF "
+                "its metadata too",
                 run_inspect),
             add("load", "Stream a checkpoint's tensors onto a platform and report the speed",
                 run_load)}) {

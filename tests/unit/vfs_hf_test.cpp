@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -12,6 +13,7 @@
 #include "io_test_util.h"
 #include "prism/core/error.h"
 #include "prism/io/digest.h"
+#include "prism/io/gguf.h"
 #include "prism/io/hf.h"
 #include "prism/io/store.h"
 #include "prism/io/vfs.h"
@@ -92,6 +94,8 @@ class Hf : public ::testing::Test {
                                     ""});
     config += add_repo(www_.str(), {"org/big", {{"big.bin", big_}}, {"big.bin"}, true, ""});
     config +=
+        add_repo(www_.str(), {"org/gguf", {{"model.gguf", gguf_}}, {"model.gguf"}, false, ""});
+    config +=
         add_repo(www_.str(), {"private-org/secret",
                               {{"config.json", "{}"}, {"model.safetensors", tiny_model_bytes()}},
                               {"model.safetensors"},
@@ -121,6 +125,9 @@ class Hf : public ::testing::Test {
   TempDir www_;
   TempDir home_;
   std::string big_ = std::string(384 << 10, 'b');
+  // The GGUF fixture with 4 MiB after it: reading its header must not fetch them.
+  std::string gguf_ = test::read_bytes(std::string(PRISM_TEST_DATA) + "/gguf/quant_types.gguf") +
+                      std::string(4 << 20, 'g');
   std::optional<NginxServer> server_;
   std::optional<ScopedEnv> env_;
 };
@@ -359,6 +366,23 @@ TEST_F(Hf, IoCommandsWorkOnRepos) {
   std::tie(rc, out) = run_prism("io stat hf://org/tiny/missing.bin");
   EXPECT_EQ(rc, 1);
   EXPECT_EQ(out, "prism: error: hf://org/tiny/missing.bin: not found (HTTP 404)\n");
+}
+
+TEST_F(Hf, ReadsAGgufHeaderWithoutDownloadingTheFile) {
+  auto file = open("hf://org/gguf/model.gguf", {.metadata_only = true});
+  GgufHeader h = GgufHeader::read(*file);
+  EXPECT_EQ(h.tensors.size(), 24u);
+  EXPECT_EQ(h.get_string("general.name"), "quant types");
+  std::vector<float> q4k = h.read_f32(*file, h.tensor("q4_k"));
+  std::vector<float> ref = h.read_f32(*file, h.tensor("q4_k.ref"));
+  EXPECT_EQ(0, std::memcmp(q4k.data(), ref.data(), q4k.size() * sizeof(float)));
+  std::string blob = repo_cache("models--org--gguf") + "/blobs/" + hex(sha256(gguf_));
+  EXPECT_FALSE(fs::exists(blob));
+  if (!fs::exists(std::string(PRISM_BIN_DIR) + "/prism")) GTEST_SKIP() << "prism is not built";
+  auto [rc, out] = run_prism("io inspect hf://org/gguf/model.gguf");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("hf://org/gguf/model.gguf: GGUF v3, 24 tensors"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(blob));
 }
 
 TEST_F(Hf, LoginCommandSavesAVerifiedTokenOnly) {

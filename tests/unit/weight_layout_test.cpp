@@ -153,6 +153,21 @@ TEST(WeightLayout, ProductsReadTheirWeightsBlockedAndOthersSeeThemAsStored) {
             "cpu: a write into bf16 weights must cover whole elements (offset 1, 2 bytes)");
 }
 
+// Batched decoding's 2-16 rows (AMX tiles where the CPU has them, amx_rows.h; oneDNN
+// elsewhere), from blocked and from stored weights, the products of one x as one step too;
+// and 17 rows, past what one tile takes.
+TEST(WeightLayout, ProductsOfAFewRowsFromEitherLayout) {
+  Platform& cpu = get_platform("cpu");
+  Case c;
+  const Params stored = upload(cpu, c);
+  for (int64_t m : {2, 3, 8, 16, 17}) {
+    SCOPED_TRACE(m);
+    Executable exe = c.compile(cpu, m, false);
+    c.check(cpu, exe, exe.prepare(stored), m);
+    c.check(cpu, exe, stored, m);
+  }
+}
+
 // Downloads of weights on one thread while products read them on another: the download makes
 // its own copy as stored and the products keep reading the blocked weights as they are.
 TEST(WeightLayout, DownloadsDuringProductsOnAnotherThread) {

@@ -1,0 +1,71 @@
+// The AMX kernels of batched decoding (prism/backends/cpu/amx_rows.h) against sums in double:
+// every number of rows a tile takes, weights blocked and as stored (with a last group of 16
+// rows past the groups of 64), k over several tiles.
+#include "prism/backends/cpu/amx_rows.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "prism/backends/cpu/weight_layout.h"
+#include "prism/core/dtype.h"
+
+namespace prism::cpu {
+namespace {
+
+struct Data {
+  int64_t n, k;
+  std::vector<uint16_t> x, w;  // x {16, k}, w {n, k}, bf16
+
+  Data(int64_t n_, int64_t k_) : n(n_), k(k_), x(kAmxMaxRows * k_), w(n_ * k_) {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal;
+    for (uint16_t& v : x) v = f32_to_bf16(normal(rng));
+    for (uint16_t& v : w) v = f32_to_bf16(normal(rng));
+  }
+  double want(int64_t m, int64_t j) const {
+    double s = 0;
+    for (int64_t i = 0; i < k; ++i)
+      s += double(bf16_to_f32(x[m * k + i])) * bf16_to_f32(w[j * k + i]);
+    return s;
+  }
+  // f32 sums of k products of unit normals: well within 1e-4 of the exact sum.
+  void expect(const std::vector<float>& out, int64_t rows, int64_t ldo) const {
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t j = 0; j < n; ++j)
+        ASSERT_NEAR(out[m * ldo + j], want(m, j), 1e-4 * std::sqrt(double(k)))
+            << "row " << m << " column " << j;
+  }
+};
+
+TEST(AmxRows, BlockedWeights) {
+  if (!amx_available()) GTEST_SKIP() << "this CPU has no AMX-BF16 (or PRISM_CPU_AMX=0)";
+  const Data d(192, 96);
+  std::vector<uint16_t> blocked(d.w.size());
+  for (int64_t j = 0; j < d.n; ++j)
+    for (int64_t i = 0; i < d.k; ++i) blocked[blocked_index(j, i, d.k)] = d.w[j * d.k + i];
+  for (int64_t rows = 1; rows <= kAmxMaxRows; ++rows) {
+    SCOPED_TRACE(rows);
+    std::vector<float> out(rows * (d.n + 8), NAN);
+    amx_rows_blocked(d.x.data(), d.k, rows, blocked.data(), d.k, d.n / 64, out.data(), d.n + 8);
+    d.expect(out, rows, d.n + 8);
+  }
+}
+
+TEST(AmxRows, WeightsAsStored) {
+  if (!amx_available()) GTEST_SKIP() << "this CPU has no AMX-BF16 (or PRISM_CPU_AMX=0)";
+  const Data d(64 + 48, 128);  // a group of 64 rows, then three of 16
+  for (int64_t rows = 1; rows <= kAmxMaxRows; ++rows) {
+    SCOPED_TRACE(rows);
+    std::vector<uint16_t> xp(rows * d.k);
+    pack_rows_for_amx(d.x.data(), d.k, rows, d.k, xp.data());
+    std::vector<float> out(rows * d.n, NAN);
+    amx_rows_plain(xp.data(), rows, d.w.data(), d.k, d.k, d.n, out.data(), d.n);
+    d.expect(out, rows, d.n);
+  }
+}
+
+}  // namespace
+}  // namespace prism::cpu

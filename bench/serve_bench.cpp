@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -50,17 +51,17 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-// A server process, stopped (SIGTERM) when this goes.
+// A server process, stopped (SIGTERM) when this goes; what it prints goes to `log`.
 class Process {
  public:
-  explicit Process(const std::vector<std::string>& argv) {
+  Process(const std::vector<std::string>& argv, const std::string& log) {
     std::vector<char*> args;
     for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     posix_spawn_file_actions_t files;
     posix_spawn_file_actions_init(&files);
     posix_spawn_file_actions_addopen(&files, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&files, 2, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&files, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     PRISM_CHECK(posix_spawn(&pid_, args[0], &files, nullptr, args.data(), environ) == 0,
                 "serve: cannot start {}", argv[0]);
     posix_spawn_file_actions_destroy(&files);
@@ -122,8 +123,9 @@ Request stream_one(int port, const std::string& model) {
   };
   httplib::Response res;
   httplib::Error error;
-  PRISM_CHECK(cli.send(req, res, error) && res.status == 200, "serve: a request failed ({})",
-              res.status);
+  const bool sent = cli.send(req, res, error);
+  PRISM_CHECK(sent && res.status == 200, "serve: a request failed ({})",
+              sent ? fmt::format("status {}", res.status) : httplib::to_string(error));
   const auto end = Clock::now();
   r.first = std::chrono::duration<double>(first - start).count();
   if (r.tokens > 1) {
@@ -143,12 +145,22 @@ struct Row {
 
 Row load(int port, const std::string& model, int clients) {
   std::vector<Request> results(clients);
+  std::vector<std::exception_ptr> errors(clients);
   std::vector<std::thread> threads;
   const auto start = Clock::now();
   for (int c = 0; c < clients; ++c) {
-    threads.emplace_back([&, c] { results[c] = stream_one(port, model); });
+    threads.emplace_back([&, c] {
+      try {
+        results[c] = stream_one(port, model);
+      } catch (...) {
+        errors[c] = std::current_exception();
+      }
+    });
   }
   for (auto& t : threads) t.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);  // the servers stop as the error unwinds
+  }
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
   std::vector<double> first, per;
   int tokens = 0;
@@ -194,8 +206,10 @@ void serve_bench() {
               "first token p50/p99", "per token p50/p99");
   std::map<int, double> prism_rate;
   for (const Side& side : sides) {
-    Process p(side.argv);
-    PRISM_CHECK(wait_ready(side.port, p), "serve: {} did not start", side.name);
+    const std::string log = fmt::format("{}/bench/{}.log", PRISM_BINARY_DIR, side.name);
+    Process p(side.argv, log);
+    PRISM_CHECK(wait_ready(side.port, p), "serve: {} did not start (its output: {})", side.name,
+                log);
     stream_one(side.port, "bench");  // warm up: every window compiled, caches touched
     for (int clients : {1, 4, 16}) {
       Row r = load(side.port, "bench", clients);

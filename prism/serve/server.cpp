@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -137,6 +138,13 @@ class Server::Impl {
     // An idle keep-alive connection holds a thread until it times out, and a stop waits for
     // them: keep the wait short.
     server_.set_keep_alive_timeout(2);
+    // cpp-httplib listens with a backlog of 5, compiled into Debian's library: of 16 clients
+    // connecting at once, some had their connections dropped and retried a second later.
+    // Linux takes a second listen() on the socket as a new backlog (bind() below).
+    server_.set_socket_options([this](socket_t sock) {
+      httplib::default_socket_options(sock);
+      socket_ = sock;
+    });
     server_.set_error_handler([this](const httplib::Request&, httplib::Response& res) {
       if (res.body.empty()) {
         const std::string message =
@@ -187,6 +195,7 @@ class Server::Impl {
                   options_.host, options_.port);
       port_ = options_.port;
     }
+    ::listen(socket_, SOMAXCONN);
   }
   void run() {
     std::thread scheduler([this] { schedule(); });
@@ -579,6 +588,7 @@ class Server::Impl {
   llm::Engine& engine_;
   const llm::Tokenizer& tokenizer_;
   ServeOptions options_;
+  socket_t socket_ = -1;  // the listening socket
   std::optional<llm::ChatTemplate> chat_;
   httplib::Server server_;
   int port_ = 0;

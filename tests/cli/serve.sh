@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # prism serve through the official OpenAI client (tests/serve/openai_client_test.py), on the
 # tiny Llama checkpoint beside the Llama 3.1 tokenizer and its chat template; its chat page in
-# headless Chromium (tests/serve/chat_page_test.py); bad options.
+# headless Chromium (tests/serve/chat_page_test.py); a tiny Qwen 3.5 checkpoint; bad options.
 set -u
 prism="$1"
 python="${PRISM_VENV_PYTHON:?}"
@@ -15,6 +15,16 @@ done
 fail=0
 "$python" "$PRISM_SOURCE_DIR/tests/serve/openai_client_test.py" "$prism" "$tmp" || fail=1
 "$python" "$PRISM_SOURCE_DIR/tests/serve/chat_page_test.py" "$prism" "$tmp" || fail=1
+# Qwen 3.5 (attention beside gated delta rule layers, their states per slot) beside the
+# Qwen3 tokenizer.
+mkdir "$tmp/qwen3_5"
+for f in config.json generation_config.json model.safetensors; do
+  ln -s "$PRISM_SOURCE_DIR/tests/data/qwen3_5/tiny-bf16-tied/$f" "$tmp/qwen3_5/$f"
+done
+for f in tokenizer.json tokenizer_config.json; do
+  ln -s "$PRISM_TOKENIZERS_DIR/qwen3/$f" "$tmp/qwen3_5/$f"
+done
+"$python" "$PRISM_SOURCE_DIR/tests/serve/architecture_test.py" "$prism" "$tmp/qwen3_5" || fail=1
 
 check() {  # name, expected, actual
   if [[ "$2" != "$3" ]]; then echo "FAIL $1: expected '$2', got '$3'"; fail=1; else echo "ok $1"; fi

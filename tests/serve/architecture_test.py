@@ -1,0 +1,38 @@
+"""`prism serve` on another architecture than Llama's (a hybrid one keeps recurrent and
+convolution states per slot): the greedy answer equals `prism llm`'s, and 4 concurrent
+streaming clients each get what they get alone. Usage: architecture_test.py PRISM MODEL_DIR."""
+import concurrent.futures
+import sys
+
+import openai
+
+import serve_util
+from serve_util import check
+
+PRISM, MODEL = sys.argv[1], sys.argv[2]
+proc, port = serve_util.start(PRISM, MODEL, "--parallel=4")
+client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
+
+
+def chat(prompt, stream):
+    messages = [{"role": "user", "content": prompt}]
+    if not stream:
+        r = client.chat.completions.create(model="tiny", messages=messages, max_tokens=10,
+                                           temperature=0)
+        return r.choices[0].message.content
+    return "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="tiny", messages=messages, max_tokens=10, temperature=0, stream=True) if c.choices)
+
+
+try:
+    prompts = ["Tell me about the sea.", "What is rain?", "Name a color.", "Count to three."]
+    want = serve_util.llm_text(PRISM, MODEL, prompts[0], 10)
+    alone = [chat(p, False) for p in prompts]
+    check("chat = prism llm --prompt", alone[0] == want, f"{alone[0]!r} vs {want!r}")
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda p: chat(p, True), prompts))
+    check("4 concurrent streaming clients = alone", together == alone, f"{together} vs {alone}")
+finally:
+    proc.terminate()
+    proc.wait(timeout=30)
+serve_util.finish()

@@ -40,4 +40,9 @@ check "unknown SIMD target" "1 $prefix" "$rc ${err%% (expected*}"
 lowest=$(echo "$err" | sed -n 's/.*expected one of: .*[ :]\([a-z0-9_+]*\))$/\1/p')
 got=$(PRISM_CPU_TARGET="$lowest" "$prism" info | sed -n 's/^    - .*simd \([A-Z0-9_]*\).*/\1/p' | head -1)
 check "PRISM_CPU_TARGET=$lowest" "${lowest^^}" "$got"
+# The kernels of batched decoding's products: PRISM_CPU_ROWS chooses, one line for a bad name.
+err=$(PRISM_CPU_ROWS=bogus "$prism" info 2>&1 >/dev/null); rc=$?
+check "bad PRISM_CPU_ROWS" "1 prism: error: PRISM_CPU_ROWS=bogus: expected amx or onednn" "$rc $err"
+got=$(PRISM_CPU_ROWS=onednn "$prism" info | grep -c 'AMX tiles')
+check "PRISM_CPU_ROWS=onednn" 0 "$got"
 exit $fail

@@ -19,6 +19,13 @@ struct Data {
   int64_t n, k;
   std::vector<uint16_t> x, w;  // x {16, k}, w {n, k}, bf16
 
+  std::vector<uint16_t> blocked() const {
+    std::vector<uint16_t> b(w.size());
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < k; ++i) b[blocked_index(j, i, k)] = w[j * k + i];
+    return b;
+  }
+
   Data(int64_t n_, int64_t k_) : n(n_), k(k_), x(kAmxMaxRows * k_), w(n_ * k_) {
     std::mt19937 rng(7);
     std::normal_distribution<float> normal;
@@ -41,11 +48,9 @@ struct Data {
 };
 
 TEST(AmxRows, BlockedWeights) {
-  if (!amx_available()) GTEST_SKIP() << "this CPU has no AMX-BF16 (or PRISM_CPU_AMX=0)";
+  if (!amx_available()) GTEST_SKIP() << "this CPU or system has no AMX-BF16";
   const Data d(192, 96);
-  std::vector<uint16_t> blocked(d.w.size());
-  for (int64_t j = 0; j < d.n; ++j)
-    for (int64_t i = 0; i < d.k; ++i) blocked[blocked_index(j, i, d.k)] = d.w[j * d.k + i];
+  const std::vector<uint16_t> blocked = d.blocked();
   for (int64_t rows = 1; rows <= kAmxMaxRows; ++rows) {
     SCOPED_TRACE(rows);
     std::vector<float> out(rows * (d.n + 8), NAN);
@@ -55,7 +60,7 @@ TEST(AmxRows, BlockedWeights) {
 }
 
 TEST(AmxRows, WeightsAsStored) {
-  if (!amx_available()) GTEST_SKIP() << "this CPU has no AMX-BF16 (or PRISM_CPU_AMX=0)";
+  if (!amx_available()) GTEST_SKIP() << "this CPU or system has no AMX-BF16";
   const Data d(64 + 48, 128);  // a group of 64 rows, then three of 16
   for (int64_t rows = 1; rows <= kAmxMaxRows; ++rows) {
     SCOPED_TRACE(rows);

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "prism/core/error.h"
+
 #if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
 #define PRISM_HAVE_AMX 1
 #include <cpuid.h>
@@ -13,6 +15,19 @@
 #endif
 
 namespace prism::cpu {
+
+bool rows_on_amx() {
+  static const bool chosen = [] {
+    const char* env = std::getenv("PRISM_CPU_ROWS");
+    const std::string_view want = env ? env : "";
+    if (want.empty()) return amx_available();
+    if (want == "onednn") return false;
+    PRISM_CHECK(want == "amx", "PRISM_CPU_ROWS={}: expected amx or onednn", want);
+    PRISM_CHECK(amx_available(), "PRISM_CPU_ROWS=amx: this CPU or system has no AMX-BF16");
+    return true;
+  }();
+  return chosen;
+}
 
 #if PRISM_HAVE_AMX
 namespace {
@@ -55,11 +70,7 @@ bool linux_permits_amx() {
 }  // namespace
 
 bool amx_available() {
-  static const bool available = [] {
-    const char* off = std::getenv("PRISM_CPU_AMX");
-    if (off && std::string_view(off) == "0") return false;
-    return cpu_and_os_have_amx_bf16() && linux_permits_amx();
-  }();
+  static const bool available = cpu_and_os_have_amx_bf16() && linux_permits_amx();
   return available;
 }
 

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "prism/backends/cpu/amx_rows.h"
 #include "prism/backends/cpu/kernels.h"
 #include "prism/backends/cpu/simd.h"
 #include "prism/backends/cpu/topology.h"
@@ -117,8 +118,9 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
   std::string device = comm_ ? fmt::format("device {} of {} on CPUs {}, ", device_,
                                            comm_->mesh().str(), fmt::join(cpus_, ","))
                              : "";
-  return {{fmt::format("{} ({}{} threads, simd {})", cpu_model(), device, pool_.size(),
-                       simd::current().describe()),
+  return {{fmt::format("{} ({}{} threads, simd {}{})", cpu_model(), device, pool_.size(),
+                       simd::current().describe(),
+                       simd::current().avx512_bf16 && rows_on_amx() ? ", AMX tiles" : ""),
            memory}};
 }
 

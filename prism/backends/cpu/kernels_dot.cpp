@@ -8,6 +8,7 @@
 // the pool's kernels that follow (a Llama-1B-shaped prefill ran 11 % slower).
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -118,15 +119,19 @@ class DotKernel {
     // Llama 1B decoded in 145 ms a step instead of 215 (prism-bench decode-batch).
     small_ = (t == DType::f32 || t == DType::bf16) && lhs_.batch * lhs_.rows <= kSmallRows &&
              !lhs_.transposed && rhs_.cols > 0;
-    // 2-16 rows of bf16 against weights stored {n, k}: AMX tiles where the CPU has them
-    // (amx_rows.h), which keep the product bound by reading the weights. oneDNN's AMX
-    // products took 153 ms a step for 16 conversations of Llama 1B, against 94 ms for one.
-    amx_ = t == DType::bf16 && out_.dtype() == DType::bf16 && lhs_.batch == 1 && rhs_.batch == 1 &&
-           lhs_.rows >= 2 && lhs_.rows <= kAmxMaxRows && !lhs_.transposed && !lhs_.needs_copy &&
-           rhs_.transposed && !rhs_.needs_copy && lhs_.cols > 0 && lhs_.cols % kAmxDepth == 0 &&
-           rhs_.cols > 0 && rhs_.cols % kAmxColumns == 0 && simd::current().avx512_bf16 &&
-           amx_available();
-    if (amx_) small_ = false;
+    // 2-16 rows of bf16 against weights stored {n, k} (batched decoding): AMX tiles where the
+    // CPU has them (amx_rows.h), for weights blocked or not, which keep the product bound by
+    // reading the weights. oneDNN's AMX products took 153 ms a step for 16 conversations of
+    // Llama 1B, against 94 ms for one.
+    const bool few_rows =
+        t == DType::bf16 && out_.dtype() == DType::bf16 && lhs_.batch == 1 && rhs_.batch == 1 &&
+        lhs_.rows >= 2 && lhs_.rows <= kAmxMaxRows && !lhs_.transposed && !lhs_.needs_copy &&
+        rhs_.transposed && !rhs_.needs_copy && lhs_.cols > 0 && lhs_.cols % kAmxDepth == 0 &&
+        rhs_.cols > 0 && rhs_.cols % kAmxColumns == 0 && simd::current().avx512_bf16;
+    if (few_rows && rows_on_amx()) {
+      rows_ = true;
+      small_ = false;
+    }
     if (!small_ && (t == DType::f32 || t == DType::bf16) &&
         lhs_.batch * lhs_.rows * lhs_.cols > 0 && rhs_.cols > 0) {
       use_dnnl_ = true;
@@ -160,13 +165,12 @@ class DotKernel {
       small(l, r, out, pool);
       return;
     }
-    if (amx_) {
+    if (rows_) {
       const bool blocked = rhs_blocked(r);
-      std::vector<uint16_t> xp;
-      if (!blocked) xp = packed_lhs(l);
+      const std::vector<uint16_t> x = rows_input(l, blocked);
       for_column_chunks(
           pool, rhs_.cols, blocked ? kWeightBlockRows : kAmxColumns,
-          [&](int64_t n0, int64_t n1) { amx_columns(l, xp.data(), r, out, n0, n1, blocked); });
+          [&](int64_t n0, int64_t n1) { rows_columns(l, x, r, out, n0, n1, blocked); });
       return;
     }
     if (!planned(pool).empty()) {
@@ -183,13 +187,13 @@ class DotKernel {
 
   // What a group of products reading the same activations (make_dot_group_kernel) needs:
   // whether this one can join one (operands read in place, the same path), and its pieces.
-  enum class Path { none, small, amx, slices };
+  enum class Path { none, small, rows, slices };
   Path path(ThreadPool& pool) const {
     if (lhs_.needs_copy || rhs_.needs_copy || out_.numel() == 0 || lhs_.cols == 0) {
       return Path::none;
     }
     if (small_) return Path::small;
-    if (amx_) return Path::amx;
+    if (rows_) return Path::rows;
     return planned(pool).empty() ? Path::none : Path::slices;
   }
   bool same_lhs(const DotKernel& o) const {
@@ -224,19 +228,23 @@ class DotKernel {
     return storage.data();
   }
 
-  // The AMX path's x regrouped for weights that are not blocked (pack_rows_for_amx).
-  std::vector<uint16_t> packed_lhs(const std::byte* l) const {
-    std::vector<uint16_t> xp(lhs_.rows * lhs_.cols);
-    pack_rows_for_amx(reinterpret_cast<const uint16_t*>(l), lhs_.cols, lhs_.rows, lhs_.cols,
-                      xp.data());
-    return xp;
+  // What the path of a few rows reads besides x as it is: for weights that are not blocked, x
+  // regrouped (pack_rows_for_amx).
+  std::vector<uint16_t> rows_input(const std::byte* l, bool blocked) const {
+    std::vector<uint16_t> packed;
+    if (!blocked) {
+      packed.resize(lhs_.rows * lhs_.cols);
+      pack_rows_for_amx(reinterpret_cast<const uint16_t*>(l), lhs_.cols, lhs_.rows, lhs_.cols,
+                        packed.data());
+    }
+    return packed;
   }
 
-  // Output columns [n0, n1) of the AMX path, `blocked` being rhs_blocked(r) and xp
-  // packed_lhs(l) where it is not. The kernels work on whole blocks of 64 (blocked) or 16
+  // Output columns [n0, n1) of the path of a few rows, `blocked` being rhs_blocked(r) and
+  // `packed` rows_input(l, blocked). The kernels work on whole blocks of 64 (blocked) or 16
   // weight rows; the columns around [n0, n1) they add are computed and not stored.
-  void amx_columns(const std::byte* l, const uint16_t* xp, const std::byte* r, std::byte* out,
-                   int64_t n0, int64_t n1, bool blocked) const {
+  void rows_columns(const std::byte* l, const std::vector<uint16_t>& packed, const std::byte* r,
+                    std::byte* out, int64_t n0, int64_t n1, bool blocked) const {
     const int64_t M = lhs_.rows, K = lhs_.cols, N = rhs_.cols;
     const int64_t unit = blocked ? kWeightBlockRows : kAmxColumns;
     const int64_t a0 = n0 / unit * unit, a1 = (n1 + unit - 1) / unit * unit, width = a1 - a0;
@@ -247,7 +255,7 @@ class DotKernel {
       amx_rows_blocked(reinterpret_cast<const uint16_t*>(l), K, M, w, K, width / unit, sums.data(),
                        width);
     } else {
-      amx_rows_plain(xp, M, w, K, K, width, sums.data(), width);
+      amx_rows_plain(packed.data(), M, w, K, K, width, sums.data(), width);
     }
     auto* y = reinterpret_cast<uint16_t*>(out);
     for (int64_t m = 0; m < M; ++m)
@@ -521,7 +529,7 @@ class DotKernel {
   Shape out_;
   Operand lhs_, rhs_;
   bool small_ = false;
-  bool amx_ = false;  // the AMX path (amx_rows.h)
+  bool rows_ = false;  // the path of a few rows (see the constructor)
   struct Slice {
     int64_t n0 = 0;  // first output column
     dnnl::memory::desc src, wei, dst, scratch;
@@ -588,21 +596,18 @@ class DotGroup {
               }
             }
           });
-    } else if (path_ == DotKernel::Path::amx) {
-      std::vector<uint16_t> xp;  // x regrouped once, if any weights are not blocked
+    } else if (path_ == DotKernel::Path::rows) {
+      // x regrouped once for all (they share x), if any weights are not blocked.
       bool all_blocked = true;
-      for (size_t m = 0; m < members_.size(); ++m) {
-        if (blocked[m]) continue;
-        all_blocked = false;
-        if (xp.empty()) xp = members_[m]->packed_lhs(l);
-      }
+      for (size_t m = 0; m < members_.size(); ++m) all_blocked = all_blocked && blocked[m];
+      const std::vector<uint16_t> x = members_[0]->rows_input(l, all_blocked);
       const int64_t unit = whole_blocks_ && all_blocked ? kWeightBlockRows : kAmxColumns;
       for_column_chunks(pool, first_.back(), unit, [&](int64_t a0, int64_t a1) {
         for (size_t m = 0; m < members_.size(); ++m) {
           const int64_t lo = std::max(a0, first_[m]), hi = std::min(a1, first_[m + 1]);
           if (lo < hi) {
-            members_[m]->amx_columns(l, xp.data(), in[1 + m], outs[m], lo - first_[m],
-                                     hi - first_[m], blocked[m]);
+            members_[m]->rows_columns(l, x, in[1 + m], outs[m], lo - first_[m], hi - first_[m],
+                                      blocked[m]);
           }
         }
       });

@@ -11,15 +11,56 @@
 #include <optional>
 
 #include "prism/core/error.h"
+#include "prism/quant/dequantize.h"
 
 namespace prism::io {
 namespace {
 
+// A piece of one tensor's load: bytes of the file for a tensor copied as stored, rows for one
+// decoded as it loads (StoredTensor::decoded).
 struct Chunk {
   size_t tensor;
-  uint64_t src_offset;  // within the tensor, in file bytes
-  uint64_t src_bytes;
+  uint64_t first;  // within the tensor: the first byte, or the first row
+  uint64_t size;   // bytes, or rows
 };
+
+// Rows [first, first + count) of a tensor decoded as it loads, as `want` elements into `out`
+// (count rows of row_elements() each). The stored rows they come from are read as one range:
+// a row order moves rows only within a head, so the range is barely larger than the rows.
+// Returns the bytes read.
+uint64_t read_decoded_rows(const StoredTensor& t, int64_t first, int64_t count, DType want,
+                           std::span<std::byte> out) {
+  int64_t lo = t.stored_row(first), hi = lo;
+  for (int64_t r = first; r < first + count; ++r) {
+    lo = std::min(lo, t.stored_row(r));
+    hi = std::max(hi, t.stored_row(r));
+  }
+  const uint64_t row_bytes = t.stored_row_bytes();
+  thread_local std::vector<std::byte> staging;
+  thread_local std::vector<float> decoded;
+  staging.resize((hi - lo + 1) * row_bytes);
+  t.file->read_at(t.offset + lo * row_bytes, staging);
+  const int64_t n = t.row_elements();
+  const size_t out_row = n * size_of(want);
+  PRISM_CHECK(out.size() == count * out_row, "load: {} bytes for {} rows of {}", out.size(), count,
+              t.info.name);
+  for (int64_t r = first; r < first + count; ++r) {
+    const std::span<const std::byte> src(staging.data() + (t.stored_row(r) - lo) * row_bytes,
+                                         row_bytes);
+    std::byte* dst = out.data() + (r - first) * out_row;
+    if (!t.blocks) {
+      convert_elements(*to_core_dtype(t.info.dtype), src.data(), want, dst, n);
+    } else if (want == DType::f32) {
+      quant::dequantize(*t.blocks, src, std::span(reinterpret_cast<float*>(dst), n));
+    } else {
+      decoded.resize(n);
+      quant::dequantize(*t.blocks, src, decoded);
+      convert_elements(DType::f32, reinterpret_cast<const std::byte*>(decoded.data()), want, dst,
+                       n);
+    }
+  }
+  return staging.size();
+}
 
 class Progress {
  public:
@@ -85,13 +126,13 @@ namespace {
 std::optional<DType> checked_dtype(const Store& store, const StoredTensor& st,
                                    const std::string& parameter, const Shape& shape) {
   std::optional<DType> file_dtype = to_core_dtype(st.info.dtype);
-  if (!file_dtype) {
-    fail("load: tensor \"{}\" in {} is {}, which prism cannot load", parameter, store.uri(),
-         name(st.info.dtype));
+  if (!file_dtype || (st.blocks && !quant::can_dequantize(*st.blocks))) {
+    fail("load: tensor \"{}\" in {} is {}, which prism cannot load{}", parameter, store.uri(),
+         st.type_name(), st.blocks ? " (no dequantization for it yet)" : "");
   }
   if (st.info.shape != shape.sizes()) {
     fail("load: tensor \"{}\" in {} is {}{} but the model expects {}", parameter, store.uri(),
-         name(st.info.dtype), st.info.shape_str(), shape.str());
+         st.type_name(), st.info.shape_str(), shape.str());
   }
   return file_dtype;
 }
@@ -206,10 +247,23 @@ Weights load_whole(const Store& store, std::span<const Executable::Parameter> pa
     }
   }
 
-  // Chunks hold whole elements of the file's dtype, so each converts on its own.
+  // Chunks hold whole elements of the file's dtype, so each converts on its own; a decoded
+  // tensor's hold whole rows, so each decodes on its own.
   std::vector<Chunk> chunks;
   uint64_t to_read = 0;
   for (size_t t = 0; t < targets.size(); ++t) {
+    const StoredTensor& st = targets[t].stored;
+    if (st.decoded()) {
+      const uint64_t row = std::max<uint64_t>(1, st.row_elements() * sizeof(float));
+      const int64_t step = std::max<int64_t>(1, options.chunk_size / row);
+      for (int64_t r = 0; r < st.rows(); r += step) {
+        chunks.push_back(
+            {t, static_cast<uint64_t>(r), static_cast<uint64_t>(std::min(step, st.rows() - r))});
+        ++targets[t].chunks_left;
+      }
+      to_read += st.rows() * st.stored_row_bytes();
+      continue;
+    }
     uint64_t elem = size_of(targets[t].file_dtype);
     uint64_t step = std::max<uint64_t>(elem, options.chunk_size / elem * elem);
     uint64_t bytes = targets[t].stored.bytes;
@@ -225,17 +279,30 @@ Weights load_whole(const Store& store, std::span<const Executable::Parameter> pa
     Target& t = targets[c.tensor];
     // One staging chunk (and one converted chunk) per worker, reused across chunks.
     thread_local std::vector<std::byte> staging, converted;
-    staging.resize(c.src_bytes);
-    t.stored.file->read_at(t.stored.offset + c.src_offset, staging);
-    DType want = t.param->shape.dtype();
-    std::span<const std::byte> bytes = staging;
-    if (t.file_dtype != want) {
-      int64_t n = static_cast<int64_t>(c.src_bytes / size_of(t.file_dtype));
-      converted.resize(n * size_of(want));
-      convert_elements(t.file_dtype, staging.data(), want, converted.data(), n);
+    const DType want = t.param->shape.dtype();
+    std::span<const std::byte> bytes;
+    size_t offset = 0;
+    uint64_t read = 0;
+    if (t.stored.decoded()) {
+      const size_t out_row = t.stored.row_elements() * size_of(want);
+      converted.resize(c.size * out_row);
+      read_decoded_rows(t.stored, c.first, c.size, want, converted);
       bytes = converted;
+      offset = c.first * out_row;
+      read = c.size * t.stored.stored_row_bytes();
+    } else {
+      staging.resize(c.size);
+      t.stored.file->read_at(t.stored.offset + c.first, staging);
+      bytes = staging;
+      if (t.file_dtype != want) {
+        int64_t n = static_cast<int64_t>(c.size / size_of(t.file_dtype));
+        converted.resize(n * size_of(want));
+        convert_elements(t.file_dtype, staging.data(), want, converted.data(), n);
+        bytes = converted;
+      }
+      offset = c.first / size_of(t.file_dtype) * size_of(want);
+      read = c.size;
     }
-    const size_t offset = c.src_offset / size_of(t.file_dtype) * size_of(want);
     if (in_place) {
       platform.write(t.buffer, offset, bytes);
     } else {
@@ -245,7 +312,7 @@ Weights load_whole(const Store& store, std::span<const Executable::Parameter> pa
         t.staged.reset();
       }
     }
-    progress.add(c.src_bytes);
+    progress.add(read);
   });
   for (Target& t : targets) {
     if (t.staged) t.buffer = platform.upload(*t.staged);  // an empty tensor has no chunks
@@ -323,6 +390,9 @@ std::vector<Weights> load_sharded(const Store& store,
   for (const ShardedExecutable::Parameter* p : split) {
     const StoredTensor st = store.rows(p->name);
     const std::optional<DType> file_dtype = checked_dtype(store, st, p->name, p->shape);
+    PRISM_CHECK(!st.decoded() || st.info.shape.size() >= 2,
+                "load: tensor \"{}\" in {} is {} of {} dims, which cannot be split across devices",
+                p->name, store.uri(), st.type_name(), st.info.shape.size());
     Target& t = targets.emplace_back(n);
     t.param = p;
     t.stored = st;
@@ -362,13 +432,23 @@ std::vector<Weights> load_sharded(const Store& store,
     const int64_t row_elems = shape.numel() / shape.size(0);
     const DType want = shape.dtype();
     thread_local std::vector<std::byte> staging, converted, piece;
-    staging.resize(c.count * row_elems * size_of(t.file_dtype));
-    t.stored.file->read_at(t.stored.offset + c.first * row_elems * size_of(t.file_dtype), staging);
-    std::byte* rows = staging.data();
-    if (t.file_dtype != want) {
+    std::byte* rows = nullptr;
+    uint64_t read = 0;
+    if (t.stored.decoded()) {
       converted.resize(c.count * row_elems * size_of(want));
-      convert_elements(t.file_dtype, staging.data(), want, converted.data(), c.count * row_elems);
+      read = read_decoded_rows(t.stored, c.first, c.count, want, converted);
       rows = converted.data();
+    } else {
+      staging.resize(c.count * row_elems * size_of(t.file_dtype));
+      t.stored.file->read_at(t.stored.offset + c.first * row_elems * size_of(t.file_dtype),
+                             staging);
+      rows = staging.data();
+      read = staging.size();
+      if (t.file_dtype != want) {
+        converted.resize(c.count * row_elems * size_of(want));
+        convert_elements(t.file_dtype, staging.data(), want, converted.data(), c.count * row_elems);
+        rows = converted.data();
+      }
     }
     std::vector<int64_t> dims = shape.sizes();
     dims[0] = c.count;
@@ -395,7 +475,7 @@ std::vector<Weights> load_sharded(const Store& store,
         }
       }
     }
-    progress.add(staging.size());
+    progress.add(read);
   });
   for (Target& t : targets) {
     for (int64_t k = 0; k < n; ++k) {

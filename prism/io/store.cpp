@@ -6,8 +6,27 @@
 #include <set>
 
 #include "prism/core/error.h"
+#include "prism/quant/dequantize.h"
 
 namespace prism::io {
+
+std::string StoredTensor::type_name() const {
+  return std::string(blocks ? quant::name(*blocks) : name(info.dtype));
+}
+
+int64_t StoredTensor::rows() const { return info.shape.size() < 2 ? 1 : info.shape[0]; }
+
+int64_t StoredTensor::row_elements() const {
+  int64_t n = 1;
+  for (size_t d = info.shape.size() < 2 ? 0 : 1; d < info.shape.size(); ++d) n *= info.shape[d];
+  return n;
+}
+
+uint64_t StoredTensor::stored_row_bytes() const {
+  if (!blocks) return row_elements() * size_of(info.dtype);
+  const quant::GgmlTypeInfo& type = quant::info(*blocks);
+  return row_elements() / type.block_elements * type.block_bytes;
+}
 
 struct Store::Catalog {
   std::string uri;
@@ -32,6 +51,50 @@ void add_file(Store::Catalog& catalog, std::shared_ptr<File> file,
     }
   }
   catalog.files.push_back(std::move(file));
+}
+
+// A GGUF tensor as the store holds it: plain types as the safetensors dtype of the same bits
+// (copied, converted or used in place as any checkpoint's), the others as blocks to decode.
+StoredTensor gguf_tensor(const std::shared_ptr<File>& file, const GgufTensor& t) {
+  StoredTensor s;
+  s.info.name = t.name;
+  s.info.shape = t.shape();
+  s.info.begin = t.offset;
+  s.info.end = t.offset + t.bytes;
+  s.file = file;
+  s.offset = t.file_offset;
+  s.bytes = t.bytes;
+  using quant::GgmlType;
+  switch (t.type) {
+    case GgmlType::F32:
+      s.info.dtype = SafetensorsDType::F32;
+      break;
+    case GgmlType::F16:
+      s.info.dtype = SafetensorsDType::F16;
+      break;
+    case GgmlType::BF16:
+      s.info.dtype = SafetensorsDType::BF16;
+      break;
+    case GgmlType::F64:
+      s.info.dtype = SafetensorsDType::F64;
+      break;
+    case GgmlType::I8:
+      s.info.dtype = SafetensorsDType::I8;
+      break;
+    case GgmlType::I16:
+      s.info.dtype = SafetensorsDType::I16;
+      break;
+    case GgmlType::I32:
+      s.info.dtype = SafetensorsDType::I32;
+      break;
+    case GgmlType::I64:
+      s.info.dtype = SafetensorsDType::I64;
+      break;
+    default:
+      s.info.dtype = SafetensorsDType::F32;  // what its blocks decode to
+      s.blocks = t.type;
+  }
+  return s;
 }
 
 // Opens files and reads their headers with several requests in flight: over the network a
@@ -107,6 +170,9 @@ Store Store::open(std::string_view uri_view, const StoreOptions& options) {
   std::string_view base = base_name(uri);
   if (base.ends_with(".json")) {
     open_index(*catalog, uri, options);
+  } else if (base.ends_with(".gguf")) {
+    auto file = io::open(uri, {.metadata_only = options.metadata_only});
+    return from_gguf(file, GgufHeader::read(*file));
   } else if (base.ends_with(".safetensors")) {
     auto file = io::open(uri, {.metadata_only = options.metadata_only});
     auto header = SafetensorsHeader::read(*file);
@@ -136,6 +202,32 @@ Store Store::from_files(std::string uri, const std::vector<std::shared_ptr<File>
   auto catalog = std::make_shared<Catalog>();
   catalog->uri = std::move(uri);
   for (const auto& file : files) add_file(*catalog, file, SafetensorsHeader::read(*file));
+  return Store(std::move(catalog), "");
+}
+
+Store Store::from_gguf(std::shared_ptr<File> file, const GgufHeader& header) {
+  auto catalog = std::make_shared<Catalog>();
+  catalog->uri = header.uri;
+  for (const GgufTensor& t : header.tensors) catalog->tensors.emplace(t.name, gguf_tensor(file, t));
+  catalog->files.push_back(std::move(file));
+  return Store(std::move(catalog), "");
+}
+
+Store Store::from_tensors(std::string uri,
+                          std::vector<std::pair<std::string, StoredTensor>> tensors) {
+  auto catalog = std::make_shared<Catalog>();
+  catalog->uri = std::move(uri);
+  std::set<const File*> files;
+  for (auto& [name, t] : tensors) {
+    PRISM_CHECK(t.row_order.empty() || static_cast<int64_t>(t.row_order.size()) == t.rows(),
+                "{}: tensor '{}' has {} rows but a row order of {}", catalog->uri, name, t.rows(),
+                t.row_order.size());
+    if (files.insert(t.file.get()).second) catalog->files.push_back(t.file);
+    std::string key = name;
+    if (!catalog->tensors.emplace(std::move(key), std::move(t)).second) {
+      fail("{}: tensor '{}' given twice", catalog->uri, name);
+    }
+  }
   return Store(std::move(catalog), "");
 }
 
@@ -198,9 +290,17 @@ StoredTensor Store::rows(std::string_view name) const {
   PRISM_CHECK(!t.info.shape.empty() && first >= 0 && first < end && end <= rows,
               "{}: rows {}..{} of tensor '{}' are outside its {} rows", catalog_->uri, first, end,
               name.substr(0, open), rows);
-  const uint64_t row_bytes = t.bytes / rows;
-  t.offset += first * row_bytes;
-  t.bytes = (end - first) * row_bytes;
+  if (t.decoded()) {  // its stored rows, picked from the whole tensor's as it loads
+    PRISM_CHECK(t.info.shape.size() >= 2, "{}: tensor '{}' of {} dims cannot be cut into rows",
+                catalog_->uri, name.substr(0, open), t.info.shape.size());
+    std::vector<int64_t> order(end - first);
+    for (int64_t r = first; r < end; ++r) order[r - first] = t.stored_row(r);
+    t.row_order = std::move(order);
+  } else {
+    const uint64_t row_bytes = t.bytes / rows;
+    t.offset += first * row_bytes;
+    t.bytes = (end - first) * row_bytes;
+  }
   t.info.shape[0] = end - first;
   t.info.name = std::string(name);
   return t;
@@ -254,7 +354,7 @@ void Store::read_tensors(std::span<const TensorRead> reads, const ReadOptions& o
 std::span<const std::byte> Store::mapped_bytes(std::string_view name) const {
   const StoredTensor t = rows(name);
   auto mapped = t.file->mapped();
-  if (mapped.empty()) return {};
+  if (mapped.empty() || t.decoded()) return {};
   return mapped.subspan(t.offset, t.bytes);
 }
 

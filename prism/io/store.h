@@ -1,5 +1,5 @@
-// Store: the map from tensor name to where its bytes live, over one safetensors file or a
-// sharded checkpoint, on any scheme the VFS knows. Opening a store reads headers only; bytes
+// Store: the map from tensor name to where its bytes live, over one safetensors file, a sharded
+// checkpoint or a GGUF file, on any scheme the VFS knows. Opening a store reads headers only; bytes
 // move when someone asks (read_tensor_bytes / read_tensors, or a loader on top of them).
 //
 //   auto store = prism::io::Store::open("hf://org/model");
@@ -11,22 +11,43 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "prism/core/shape.h"
+#include "prism/io/gguf.h"
 #include "prism/io/safetensors.h"
 #include "prism/io/vfs.h"
+#include "prism/quant/ggml_type.h"
 
 namespace prism::io {
 
 struct StoredTensor {
-  SafetensorsTensor info;      // full name, file dtype, dims
+  SafetensorsTensor info;      // full name, file dtype (see `blocks`), dims
   std::shared_ptr<File> file;  // the shard that holds it
   uint64_t offset = 0;         // absolute byte offset in `file`
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;          // as stored
+
+  // A tensor that is decoded as it loads instead of copied (GGUF files hold such):
+  // Stored in ggml blocks of this type (Q8_0, Q4_K, ...), dequantized to f32 (info.dtype F32).
+  std::optional<quant::GgmlType> blocks;
+  // Row r is stored row row_order[r] (llama.cpp's files keep the query and key rows of each
+  // head in another order); empty when the rows are stored in order. Rows are along the first
+  // dim; a tensor of fewer than two dims is one row.
+  std::vector<int64_t> row_order;
+
+  bool decoded() const { return blocks.has_value() || !row_order.empty(); }
+  // "Q8_0" for blocks, else the dtype's name ("BF16").
+  std::string type_name() const;
+  int64_t rows() const;               // along the first dim, 1 for fewer than two dims
+  int64_t row_elements() const;       // elements of one row
+  uint64_t stored_row_bytes() const;  // bytes of one row as stored
+  // The stored row of row r.
+  int64_t stored_row(int64_t r) const { return row_order.empty() ? r : row_order[r]; }
 };
 
 struct StoreOptions {
@@ -41,6 +62,14 @@ class Store {
   static Store open(std::string_view uri, const StoreOptions& options = {});
   // A store over already opened safetensors files (tests, tools).
   static Store from_files(std::string uri, const std::vector<std::shared_ptr<File>>& files);
+  // A store over a GGUF file whose header was read: its tensors under their names in the
+  // file, quantized ones dequantized as they load (`uri` names the store). Store::open does
+  // the same for a URI ending in ".gguf".
+  static Store from_gguf(std::shared_ptr<File> file, const GgufHeader& header);
+  // A store of the tensors given, under the names given: how a model's loader renames a
+  // checkpoint's tensors (GGUF's names onto the model's) or reorders their rows.
+  static Store from_tensors(std::string uri,
+                            std::vector<std::pair<std::string, StoredTensor>> tensors);
 
   // The tensors whose names start with "<prefix>.", named without it. Views nest.
   Store view(std::string_view prefix) const;
@@ -62,7 +91,8 @@ class Store {
   size_t size() const;
   uint64_t total_bytes() const;
 
-  // Copies a tensor's bytes (in its file dtype) into `out`, which must be exactly its size.
+  // Copies a tensor's bytes as stored (in its file dtype; a decoded tensor's blocks and row
+  // order as the file holds them) into `out`, which must be exactly its size.
   void read_tensor_bytes(std::string_view name, std::span<std::byte> out,
                          const ReadOptions& options = {}) const;
   struct TensorRead {
@@ -71,8 +101,8 @@ class Store {
   };
   // Reads many tensors with one bound on reads in flight across all of them.
   void read_tensors(std::span<const TensorRead> reads, const ReadOptions& options = {}) const;
-  // The tensor's (or block of rows') bytes in place when its file is mapped (local files);
-  // empty otherwise.
+  // The tensor's (or block of rows') bytes in place when its file is mapped (local files) and
+  // it needs no decoding; empty otherwise.
   std::span<const std::byte> mapped_bytes(std::string_view name) const;
 
   // The shared, immutable tables behind a store and all of its views (defined in store.cpp).

@@ -1,5 +1,6 @@
-// `prism llm`: runs a Llama model from any source. With --prompt-ids it feeds ids as they
-// are and generates; --print-ids prints the generated ids on one line.
+// `prism llm`: runs a language model from any source, a checkpoint directory or a GGUF file. With
+// --prompt-ids it feeds ids as they are and generates; --print-ids prints the generated ids on one
+// line.
 #include <unistd.h>
 
 #include <atomic>
@@ -18,6 +19,7 @@
 #include "prism/io/vfs.h"
 #include "prism/llm/chat_template.h"
 #include "prism/llm/engine.h"
+#include "prism/llm/gguf_model.h"
 #include "prism/llm/sampler.h"
 #include "prism/llm/tokenizer.h"
 
@@ -143,7 +145,8 @@ int run(const Options& o) {
   if (!o.prompt_ids.empty()) prompt_ids = parse_ids(o.prompt_ids);
   std::optional<prism::llm::Tokenizer> tokenizer;
   if (o.prompt_ids.empty() || !o.print_ids) {
-    if (!prism::io::exists(prism::io::join(o.model, "tokenizer.json"))) {
+    if (!prism::llm::is_gguf_uri(o.model) &&  // a GGUF file carries its tokenizer
+        !prism::io::exists(prism::io::join(o.model, "tokenizer.json"))) {
       prism::fail("llm: {} has no tokenizer.json: use --prompt-ids=... with --print-ids", o.model);
     }
     tokenizer = prism::llm::Tokenizer::load(o.model);
@@ -238,7 +241,7 @@ int run(const Options& o) {
 }
 
 const prism::cli::RegisterCommand kLlm{
-    "llm", "Generate with a Llama model from a directory, https://, hf:// or s3://",
+    "llm", "Generate with a Llama, Qwen 3.5 or LFM 2 model (a checkpoint or a .gguf file)",
     [](CLI::App& app) -> prism::cli::Action {
       auto o = std::make_shared<Options>();
       app.add_option("--model", o->model, "model URI")->required();

@@ -5,6 +5,7 @@
 
 #include "prism/core/error.h"
 #include "prism/io/vfs.h"
+#include "prism/llm/gguf_model.h"
 
 namespace prism::llm {
 namespace {
@@ -23,16 +24,34 @@ constexpr int64_t kWindows[] = {1, 16, 64, 256, 512, 1024};
 
 }  // namespace
 
-Engine::Engine(const std::string& model_uri, Platform& platform, const EngineOptions& options)
-    : platform_(platform), options_(options), store_(io::Store::open(model_uri)) {
+Engine::Checkpoint Engine::open(const std::string& model_uri, DType dtype) {
+  if (is_gguf_uri(model_uri)) {
+    GgufModel gguf = open_gguf_model(model_uri, dtype);
+    models::ModelInfo info = gguf.model->info();
+    return {std::move(gguf.model), std::move(info), std::move(gguf.store)};
+  }
+  io::Store store = io::Store::open(model_uri);
   std::string config_uri = io::join(model_uri, "config.json");
-  model_ = models::make_causal_lm(read_json(config_uri), config_uri, options.dtype);
-  info_ = model_->info();
+  std::unique_ptr<models::CausalLM> model =
+      models::make_causal_lm(read_json(config_uri), config_uri, dtype);
+  models::ModelInfo info = model->info();
   std::string generation_uri = io::join(model_uri, "generation_config.json");
   if (io::exists(generation_uri)) {  // its eos ids join config.json's
     nlohmann::json g = read_json(generation_uri);
-    if (g.contains("eos_token_id")) info_.add_eos_token_ids(g["eos_token_id"]);
+    if (g.contains("eos_token_id")) info.add_eos_token_ids(g["eos_token_id"]);
   }
+  return {std::move(model), std::move(info), std::move(store)};
+}
+
+Engine::Engine(const std::string& model_uri, Platform& platform, const EngineOptions& options)
+    : Engine(open(model_uri, options.dtype), platform, options) {}
+
+Engine::Engine(Checkpoint checkpoint, Platform& platform, const EngineOptions& options)
+    : platform_(platform),
+      options_(options),
+      model_(std::move(checkpoint.model)),
+      info_(std::move(checkpoint.info)),
+      store_(std::move(checkpoint.store)) {
   PRISM_CHECK(options.seqlen >= 1 && options.seqlen <= info_.max_positions,
               "llm: --seqlen={} must be between 1 and the model's {} positions", options.seqlen,
               info_.max_positions);

@@ -54,7 +54,8 @@ ShardedExecutable compile_decode_batch(Platform& platform, const models::CausalL
 
 class Engine {
  public:
-  // `model_uri`: a directory (or https/hf/s3 prefix) with config.json and safetensors.
+  // `model_uri`: a directory (or https/hf/s3 prefix) with config.json and safetensors, or a
+  // GGUF file (prism/llm/gguf_model.h).
   Engine(const std::string& model_uri, Platform& platform, const EngineOptions& options = {});
 
   // The model's info, with generation_config.json's eos ids added to config.json's.
@@ -89,6 +90,14 @@ class Engine {
                                          std::span<const int32_t> tokens);
 
  private:
+  // A model and where its weights are: what the public constructor opens.
+  struct Checkpoint {
+    std::unique_ptr<models::CausalLM> model;
+    models::ModelInfo info;
+    io::Store store;
+  };
+  static Checkpoint open(const std::string& model_uri, DType dtype);
+  Engine(Checkpoint checkpoint, Platform& platform, const EngineOptions& options);
   ShardedExecutable& executable(int64_t window);
 
   Platform& platform_;

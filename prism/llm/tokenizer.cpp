@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "prism/core/error.h"
+#include "prism/io/gguf.h"
 #include "prism/io/vfs.h"
 #include "prism/llm/bpe.h"
 #include "prism/llm/json_file.h"
@@ -146,6 +147,10 @@ Tokenizer Tokenizer::load(std::string_view location) {
   // Any VFS location: a local path, https://, hf://org/repo or s3://bucket/prefix.
   std::string where(location);
   if (where.rfind("file://", 0) == 0) where = where.substr(7);
+  if (where.ends_with(".gguf")) {
+    auto file = io::open(where);
+    return from_gguf(io::GgufHeader::read(*file));
+  }
   bool is_file = where.size() >= 5 && where.compare(where.size() - 5, 5, ".json") == 0;
   std::string dir = is_file ? std::string(io::parent_of(where)) : where;
   std::string tokenizer_uri = is_file ? where : io::join(where, "tokenizer.json");
@@ -165,9 +170,22 @@ Tokenizer Tokenizer::load(std::string_view location) {
 
 Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view source_name,
                                std::string_view config_json, std::string_view config_source_name) {
+  const json root = parse_json(tokenizer_json, source_name);
+  const json config = config_json.empty() ? json() : parse_json(config_json, config_source_name);
+  return build(root, tokenizer_json, source_name, config, config_json, config_source_name);
+}
+
+Tokenizer Tokenizer::from_documents(const nlohmann::json& tokenizer, std::string_view source_name,
+                                    const nlohmann::json& config,
+                                    std::string_view config_source_name) {
+  return build(tokenizer, {}, source_name, config, {}, config_source_name);
+}
+
+Tokenizer Tokenizer::build(const json& root, std::string_view root_text,
+                           std::string_view source_name, const json& config_document,
+                           std::string_view config_text, std::string_view config_source_name) {
   auto impl = std::make_unique<Impl>();
-  json root = parse_json(tokenizer_json, source_name);
-  JsonPath top{std::string(source_name), "", tokenizer_json};
+  JsonPath top{std::string(source_name), "", root_text};
   if (!root.is_object()) fail("{}: expected a JSON object at the top", source_name);
 
   impl->model = std::make_unique<BpeModel>(pipeline::require(root, "model", top), top / "model");
@@ -216,9 +234,9 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   impl->decoder = pipeline::make_decoder(stage("decoder"), top / "decoder", added_contents);
 
   TokenizerConfig& config = impl->config;
-  if (!config_json.empty()) {
-    config.raw = parse_json(config_json, config_source_name);
-    JsonPath ctop{std::string(config_source_name), "", config_json};
+  if (!config_document.is_null()) {
+    config.raw = config_document;
+    JsonPath ctop{std::string(config_source_name), "", config_text};
     if (!config.raw.is_object()) fail("{}: expected a JSON object at the top", config_source_name);
     config.chat_template_source = std::string(config_source_name);
     if (auto it = config.raw.find("chat_template"); it != config.raw.end() && !it->is_null()) {

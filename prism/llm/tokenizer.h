@@ -19,6 +19,10 @@
 #include <string_view>
 #include <vector>
 
+namespace prism::io {
+struct GgufHeader;
+}
+
 namespace prism::llm {
 
 struct AddedToken {
@@ -59,12 +63,20 @@ struct DecodeOptions {
 class Tokenizer {
  public:
   // `location`: a directory holding tokenizer.json (and optionally tokenizer_config.json,
-  // chat_template.jinja), or the path of a tokenizer.json.
+  // chat_template.jinja), the path of a tokenizer.json, or a GGUF file (from_gguf).
   static Tokenizer load(std::string_view location);
   // From text already in memory; the names are used in errors.
   static Tokenizer from_json(std::string_view tokenizer_json, std::string_view source_name,
                              std::string_view config_json = {},
                              std::string_view config_source_name = "tokenizer_config.json");
+  // From the two documents already parsed (or built: from_gguf); `config` may be null.
+  static Tokenizer from_documents(const nlohmann::json& tokenizer, std::string_view source_name,
+                                  const nlohmann::json& config = nullptr,
+                                  std::string_view config_source_name = "tokenizer_config.json");
+  // From a GGUF file's tokenizer section and chat template (prism/llm/tokenizer_gguf.cpp):
+  // tokenizer.ggml.model "gpt2" (byte-level BPE) with the pre-tokenizers listed in
+  // docs/tokenizers.md. Throws, naming the file and the value, for others.
+  static Tokenizer from_gguf(const io::GgufHeader& header);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -85,6 +97,11 @@ class Tokenizer {
  private:
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
+  // from_json and from_documents: `*_text` is the document's text when there is one, so that
+  // errors give a line and column.
+  static Tokenizer build(const nlohmann::json& root, std::string_view root_text,
+                         std::string_view source_name, const nlohmann::json& config,
+                         std::string_view config_text, std::string_view config_source_name);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -64,6 +64,16 @@ std::vector<double> LlamaConfig::rope_inv_freq() const {
     float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
     inv[i] = 1.0f / std::pow(static_cast<float>(rope_theta), exponent);
   }
+  if (!rope_freq_factors.empty()) {
+    PRISM_CHECK(static_cast<int64_t>(rope_freq_factors.size()) == head_dim / 2 && !rope_scaling,
+                "llama: {} rope frequency factors for a head of {} (and no rope_scaling beside "
+                "them)",
+                rope_freq_factors.size(), head_dim);
+    for (int64_t i = 0; i < head_dim / 2; ++i) {
+      inv[i] = static_cast<float>(inv[i]) / static_cast<float>(rope_freq_factors[i]);
+    }
+    return inv;
+  }
   if (!rope_scaling) return inv;
   const Llama3Scaling& s = *rope_scaling;
   double low_wavelen = s.original_max_positions / s.low_freq_factor;

@@ -31,12 +31,16 @@ struct LlamaConfig {
     int64_t original_max_positions;
   };
   std::optional<Llama3Scaling> rope_scaling;
+  // Or each rotary frequency divided by its own factor (head_dim / 2 of them): how GGUF files
+  // carry llama3 scaling (the `rope_freqs` tensor llama.cpp's converter computes from it).
+  std::vector<double> rope_freq_factors;
   std::vector<int64_t> eos_token_ids;
   std::optional<int64_t> bos_token_id;
 
   // Reads config.json's fields; `source` names the file in errors.
   static LlamaConfig parse(const nlohmann::json& config, std::string_view source);
-  // Rotary inverse frequencies, with llama3 scaling applied when configured.
+  // Rotary inverse frequencies, with llama3 scaling or the frequency factors applied when
+  // configured.
   std::vector<double> rope_inv_freq() const;
 };
 

@@ -1,0 +1,171 @@
+// A tokenizer from a GGUF file's tokenizer section: llama.cpp's converter writes the Hugging Face
+// tokenizer out as arrays (tokens, their types, merges) and a few names (the model, the
+// pre-tokenizer); here they become the tokenizer.json and tokenizer_config.json documents they
+// came from, which Tokenizer::from_documents builds as it builds any other. What llama.cpp
+// leaves implicit in a name (the pre-tokenizer's split pattern, whether merges are ignored for
+// whole words in the vocabulary) is written out per name, and a name not listed is refused.
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "prism/core/error.h"
+#include "prism/io/gguf.h"
+#include "prism/llm/tokenizer.h"
+
+namespace prism::llm {
+namespace {
+
+using nlohmann::json;
+
+// llama.cpp's token types (tokenizer.ggml.token_type).
+enum TokenType : int64_t {
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
+};
+
+// The pre-tokenizer and BPE options a `tokenizer.ggml.pre` name stands for.
+struct PreTokenizer {
+  std::string_view name;
+  json pre_tokenizer;
+  bool ignore_merges;
+};
+
+// Llama 3's split pattern, as its tokenizer.json states it ("llama-bpe" in llama.cpp's names).
+constexpr std::string_view kLlama3Pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+const PreTokenizer* find_pre_tokenizer(std::string_view name) {
+  static const PreTokenizer kKnown[] = {
+      {"llama-bpe",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"},
+           {"pattern", {{"Regex", kLlama3Pattern}}},
+           {"behavior", "Isolated"},
+           {"invert", false}},
+          {{"type", "ByteLevel"},
+           {"add_prefix_space", false},
+           {"trim_offsets", true},
+           {"use_regex", false}}}}},
+       /*ignore_merges=*/true},
+  };
+  for (const PreTokenizer& p : kKnown) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+std::optional<int64_t> optional_id(const io::GgufHeader& h, std::string_view key, size_t tokens) {
+  if (!h.find(key)) return std::nullopt;
+  const int64_t id = h.get_int(key);
+  PRISM_CHECK(id >= 0 && static_cast<size_t>(id) < tokens, "{}: {} is {}, outside the {} tokens",
+              h.uri, key, id, tokens);
+  return id;
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_gguf(const io::GgufHeader& h) {
+  if (!h.find("tokenizer.ggml.model")) fail("{}: no tokenizer (tokenizer.ggml.model)", h.uri);
+  const std::string_view model = h.get_string("tokenizer.ggml.model");
+  if (model != "gpt2") {
+    fail("{}: tokenizer.ggml.model \"{}\" is not supported (gpt2, byte-level BPE, is)", h.uri,
+         model);
+  }
+  const std::string_view pre_name =
+      h.find("tokenizer.ggml.pre") ? h.get_string("tokenizer.ggml.pre") : "(none)";
+  const PreTokenizer* pre = find_pre_tokenizer(pre_name);
+  if (!pre) {
+    fail("{}: tokenizer.ggml.pre \"{}\" is not supported (llama-bpe is)", h.uri, pre_name);
+  }
+
+  const io::GgufValue& tokens = h.get_array("tokenizer.ggml.tokens");
+  const io::GgufValue& merges = h.get_array("tokenizer.ggml.merges");
+  PRISM_CHECK(tokens.element_type() == io::GgufValueType::STRING &&
+                  merges.element_type() == io::GgufValueType::STRING,
+              "{}: tokenizer.ggml.tokens and tokenizer.ggml.merges must be arrays of strings",
+              h.uri);
+  const io::GgufValue* types = h.find("tokenizer.ggml.token_type");
+  PRISM_CHECK(!types || (types->is_array() && types->size() == tokens.size()),
+              "{}: tokenizer.ggml.token_type must list a type for each of the {} tokens", h.uri,
+              tokens.size());
+
+  // Control and user-defined tokens are tokenizer.json's added tokens, matched in the text
+  // before it is split; the others are the BPE vocabulary.
+  json vocab = json::object();
+  json added = json::array();
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    const std::string text(tokens.string_at(id));
+    const int64_t type = types ? types->int_at(id) : kNormal;
+    if (type == kControl || type == kUserDefined) {
+      added.push_back({{"id", id},
+                       {"content", text},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", false},
+                       {"special", type == kControl}});
+    } else {
+      vocab[text] = id;
+    }
+  }
+  json merge_list = json::array();
+  for (size_t i = 0; i < merges.size(); ++i) merge_list.push_back(merges.string_at(i));
+
+  const std::optional<int64_t> bos = optional_id(h, "tokenizer.ggml.bos_token_id", tokens.size());
+  const std::optional<int64_t> eos = optional_id(h, "tokenizer.ggml.eos_token_id", tokens.size());
+  const std::optional<int64_t> pad =
+      optional_id(h, "tokenizer.ggml.padding_token_id", tokens.size());
+  // llama.cpp adds BOS unless told not to; EOS only when told to.
+  const bool add_bos =
+      h.find("tokenizer.ggml.add_bos_token") ? h.get_bool("tokenizer.ggml.add_bos_token") : true;
+  const bool add_eos =
+      h.find("tokenizer.ggml.add_eos_token") ? h.get_bool("tokenizer.ggml.add_eos_token") : false;
+  json post_processor = nullptr;
+  if ((add_bos && bos) || (add_eos && eos)) {
+    json single = json::array(), special = json::object();
+    auto special_token = [&](int64_t id) {
+      const std::string text(tokens.string_at(id));
+      single.push_back({{"SpecialToken", {{"id", text}, {"type_id", 0}}}});
+      special[text] = {{"id", text}, {"ids", {id}}, {"tokens", {text}}};
+    };
+    if (add_bos && bos) special_token(*bos);
+    single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+    if (add_eos && eos) special_token(*eos);
+    post_processor = {
+        {"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", special}};
+  }
+
+  const json document = {
+      {"added_tokens", std::move(added)},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", pre->pre_tokenizer},
+      {"post_processor", std::move(post_processor)},
+      {"decoder",
+       {{"type", "ByteLevel"},
+        {"add_prefix_space", true},
+        {"trim_offsets", true},
+        {"use_regex", true}}},
+      {"model",
+       {{"type", "BPE"},
+        {"ignore_merges", pre->ignore_merges},
+        {"vocab", std::move(vocab)},
+        {"merges", std::move(merge_list)}}},
+  };
+  // The names of special tokens a chat template reads, and the template itself.
+  json config = json::object();
+  if (h.find("tokenizer.chat_template")) {
+    config["chat_template"] = std::string(h.get_string("tokenizer.chat_template"));
+  }
+  if (bos) config["bos_token"] = std::string(tokens.string_at(*bos));
+  if (eos) config["eos_token"] = std::string(tokens.string_at(*eos));
+  if (pad) config["pad_token"] = std::string(tokens.string_at(*pad));
+  return from_documents(document, h.uri + " (tokenizer.ggml)", config, h.uri);
+}
+
+}  // namespace prism::llm

@@ -6,6 +6,8 @@ each tensor starting at a multiple of `general.alignment` (32 unless stated).
 Pure Python (no numpy): tensor data is anything with the buffer protocol, written as it is.
 Used by tools/make_bench_llama.py; tests/tools/gguf_writer_test.py reads files back.
 """
+import array
+import math
 import struct
 
 MAGIC = b"GGUF"
@@ -19,9 +21,9 @@ _SCALAR_FORMATS = {UINT8: "<B", INT8: "<b", UINT16: "<H", INT16: "<h", UINT32: "
                    INT32: "<i", FLOAT32: "<f", BOOL: "<?", UINT64: "<Q", INT64: "<q",
                    FLOAT64: "<d"}
 
-# ggml tensor types used here, and their bytes per element.
-GGML_F32, GGML_F16, GGML_BF16 = 0, 1, 30
-_ELEMENT_BYTES = {GGML_F32: 4, GGML_F16: 2, GGML_BF16: 2}
+# ggml tensor types used here, and their blocks: (elements, bytes) per block.
+GGML_F32, GGML_F16, GGML_Q8_0, GGML_BF16 = 0, 1, 8, 30
+_BLOCKS = {GGML_F32: (1, 4), GGML_F16: (1, 2), GGML_Q8_0: (32, 34), GGML_BF16: (1, 2)}
 
 # llama.cpp's token types (tokenizer.ggml.token_type).
 TOKEN_NORMAL, TOKEN_CONTROL = 1, 3
@@ -76,14 +78,19 @@ def _align(n, alignment):
 
 class Tensor:
     """A tensor to write: `shape` as numpy/PyTorch state it (outermost first); `data` holds
-    exactly prod(shape) elements of `ggml_type` in row-major order."""
+    exactly prod(shape) elements of `ggml_type` in row-major order (for a block type, the
+    blocks of each row in turn: rows must be whole blocks)."""
 
     def __init__(self, name, shape, ggml_type, data):
         self.name, self.shape, self.ggml_type, self.data = name, tuple(shape), ggml_type, data
         count = 1
         for d in self.shape:
             count *= d
-        self.nbytes = count * _ELEMENT_BYTES[ggml_type]
+        elements, block_bytes = _BLOCKS[ggml_type]
+        if self.shape and self.shape[-1] % elements:
+            raise ValueError("gguf: tensor %s has rows of %d, not whole blocks of %d" %
+                             (name, self.shape[-1], elements))
+        self.nbytes = count // elements * block_bytes
         if memoryview(data).nbytes != self.nbytes:
             raise ValueError("gguf: tensor %s holds %d bytes, its shape %s needs %d" %
                              (name, memoryview(data).nbytes, self.shape, self.nbytes))
@@ -136,3 +143,34 @@ def llama_rope_row_order(rows, heads):
         for i in range(half):
             order += [h * 2 * half + i, h * 2 * half + half + i]
     return order
+
+
+def quantize_q8_0(values):
+    """Q8_0 blocks (bytes) of `values` (float32 values, a multiple of 32 of them), bit for bit
+    what the gguf package's gguf.quants.quantize writes: per block of 32, the scale
+    d = max|x| / 127 and each x * (1/d) rounded half away from zero, computed in float32, then d
+    stored as float16. Plain Python: float32 arithmetic is Python's double arithmetic rounded
+    to float32 after each operation (exact for +, *, / of float32 operands, since a double has
+    more than twice the bits), done here by array('f')."""
+    if len(values) % 32:
+        raise ValueError("gguf: Q8_0 takes whole blocks of 32 values, not %d" % len(values))
+    out = bytearray()
+    for start in range(0, len(values), 32):
+        block = values[start:start + 32]
+        d = array.array("f", [max(abs(x) for x in block) / 127])[0]
+        inverse = array.array("f", [1 / d])[0] if d else 0.0
+        scaled = array.array("f", [x * inverse for x in block])
+        # a + 0.5 is exact in double for |a| < 2**29, so floor gives round-half-away.
+        q = [int(math.floor(abs(x) + 0.5)) * (1 if x >= 0 else -1) for x in scaled]
+        out += struct.pack("<e", d) + struct.pack("<32b", *q)
+    return bytes(out)
+
+
+def dequantize_q8_0(data):
+    """The float32 values of Q8_0 blocks, as gguf.quants.dequantize gives them (q * d: exact
+    in float32, as an int8 times a float16 has at most 19 significant bits)."""
+    out = array.array("f")
+    for start in range(0, len(data), 34):
+        (d,) = struct.unpack_from("<e", data, start)
+        out.extend(q * d for q in struct.unpack_from("<32b", data, start + 2))
+    return out

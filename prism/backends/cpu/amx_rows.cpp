@@ -16,19 +16,6 @@
 
 namespace prism::cpu {
 
-bool rows_on_amx() {
-  static const bool chosen = [] {
-    const char* env = std::getenv("PRISM_CPU_ROWS");
-    const std::string_view want = env ? env : "";
-    if (want.empty()) return amx_available();
-    if (want == "onednn") return false;
-    PRISM_CHECK(want == "amx", "PRISM_CPU_ROWS={}: expected amx or onednn", want);
-    PRISM_CHECK(amx_available(), "PRISM_CPU_ROWS=amx: this CPU or system has no AMX-BF16");
-    return true;
-  }();
-  return chosen;
-}
-
 #if PRISM_HAVE_AMX
 namespace {
 

@@ -14,8 +14,8 @@
 // Sums are in f32, as oneDNN's AMX kernels keep them.
 //
 // AMX needs the CPU's tiles, the operating system's support and, on Linux, the process's
-// permission (asked for once, by amx_available). kernels_dot.cpp chooses these kernels where
-// they run (PRISM_CPU_ROWS=onednn chooses oneDNN instead, for comparisons and tests).
+// permission (asked for once, by amx_available). rows_kernel() (dot_rows.h) chooses these
+// kernels where they run.
 #pragma once
 
 #include <cstdint>
@@ -29,11 +29,6 @@ inline constexpr int64_t kAmxColumns = 16;  // unblocked weights: n a multiple o
 // Whether the kernels below can run: AMX-BF16 on this CPU, enabled by the operating system,
 // and permitted for this process.
 bool amx_available();
-
-// Whether products of a few bf16 rows run on these kernels: where they can run, unless
-// PRISM_CPU_ROWS=onednn says otherwise (=amx insists; read once; another value, or amx where
-// it cannot run, throws prism::Error).
-bool rows_on_amx();
 
 // out[m * ldo + 64 b + j] = x[m] . (row j of block b) for m < rows (1..16) and the `blocks`
 // blocks of 64 weight rows at w, kept blocked; x in bf16 with rows `ldx` values apart.

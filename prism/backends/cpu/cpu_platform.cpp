@@ -11,7 +11,7 @@
 #include <mutex>
 #include <string>
 
-#include "prism/backends/cpu/amx_rows.h"
+#include "prism/backends/cpu/dot_rows.h"
 #include "prism/backends/cpu/kernels.h"
 #include "prism/backends/cpu/simd.h"
 #include "prism/backends/cpu/topology.h"
@@ -21,6 +21,19 @@
 namespace prism {
 namespace cpu {
 namespace {
+
+// The kernels of batched decoding's products (dot_rows.h), for the device's description.
+const char* rows_description() {
+  switch (rows_kernel()) {
+    case RowsKernel::amx:
+      return ", batched rows on AMX";
+    case RowsKernel::fma:
+      return ", batched rows on FMAs";
+    case RowsKernel::onednn:
+      break;
+  }
+  return ", batched rows in oneDNN";
+}
 
 std::string cpu_model() {
   std::ifstream f("/proc/cpuinfo");
@@ -120,7 +133,7 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
                              : "";
   return {{fmt::format("{} ({}{} threads, simd {}{})", cpu_model(), device, pool_.size(),
                        simd::current().describe(),
-                       simd::current().avx512_bf16 && rows_on_amx() ? ", AMX tiles" : ""),
+                       simd::current().avx512_bf16 ? rows_description() : ""),
            memory}};
 }
 

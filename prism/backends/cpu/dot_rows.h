@@ -36,10 +36,28 @@ struct DotRowKernels {
   // without AVX-512 BF16, where weights are never blocked.
   void (*bf16_blocked)(const uint16_t* x, const uint16_t* w, int64_t k, int64_t blocks,
                        float* out) = nullptr;
+  // Several rows of x against blocked weights (batched decoding on a CPU without AMX):
+  // out[m * ldo + 64 b + j] = x[m] . row j of block b for m < rows, x in f32 with rows `ldx`
+  // apart. The weights widen to f32 in registers and up to 4 rows of x multiply them there;
+  // a block's weights are taken 32 KiB at a time, read from memory by the first 4 rows and
+  // from cache by the next, while the next 32 KiB are prefetched. f32 FMAs, not vdpbf16ps:
+  // on Intel's AVX-512 BF16 CPUs vdpbf16ps runs at half their rate (110 against 215
+  // GFLOP/s a core here). Null without AVX-512 BF16.
+  void (*f32_rows_blocked)(const float* x, int64_t ldx, int64_t rows, const uint16_t* w, int64_t k,
+                           int64_t blocks, float* out, int64_t ldo) = nullptr;
 };
 
 // The kernels of the SIMD target in use.
 DotRowKernels dot_row_kernels();
+
+// The kernels of products of 2-16 bf16 rows (batched decoding; kernels_dot.cpp): AMX tiles
+// where the CPU has them (amx_rows.h); else, on Intel CPUs, f32_rows_blocked for blocked
+// weights (16 rows of Llama 1B's shapes 1.7x faster than oneDNN's vdpbf16ps products on an
+// Intel Xeon); else oneDNN (on AMD's Zen 4, vdpbf16ps runs at twice the FMAs' rate).
+// PRISM_CPU_ROWS=amx|fma|onednn chooses, for comparisons and tests (read once; another value,
+// or a kernel this CPU lacks, throws prism::Error).
+enum class RowsKernel { onednn, amx, fma };
+RowsKernel rows_kernel();
 
 // Calls visit(rows[kDotRows]) for groups of row indices covering [n0, n1): group j holds
 // rows n0 + j, n0 + j + q, n0 + j + 2q, n0 + j + 3q (q = a quarter of the range, rounded

@@ -119,17 +119,18 @@ class DotKernel {
     // Llama 1B decoded in 145 ms a step instead of 215 (prism-bench decode-batch).
     small_ = (t == DType::f32 || t == DType::bf16) && lhs_.batch * lhs_.rows <= kSmallRows &&
              !lhs_.transposed && rhs_.cols > 0;
-    // 2-16 rows of bf16 against weights stored {n, k} (batched decoding): AMX tiles where the
-    // CPU has them (amx_rows.h), for weights blocked or not, which keep the product bound by
-    // reading the weights. oneDNN's AMX products took 153 ms a step for 16 conversations of
-    // Llama 1B, against 94 ms for one.
+    // 2-16 rows of bf16 against weights stored {n, k} (batched decoding): our own kernels
+    // where rows_kernel() (dot_rows.h) says so: AMX tiles (amx_rows.h) for weights blocked or
+    // not, which keep the product bound by reading the weights, or f32 FMAs for blocked
+    // weights (the others then go to oneDNN). oneDNN's AMX products took 153 ms a step for 16
+    // conversations of Llama 1B, against 94 ms for one.
     const bool few_rows =
         t == DType::bf16 && out_.dtype() == DType::bf16 && lhs_.batch == 1 && rhs_.batch == 1 &&
         lhs_.rows >= 2 && lhs_.rows <= kAmxMaxRows && !lhs_.transposed && !lhs_.needs_copy &&
         rhs_.transposed && !rhs_.needs_copy && lhs_.cols > 0 && lhs_.cols % kAmxDepth == 0 &&
         rhs_.cols > 0 && rhs_.cols % kAmxColumns == 0 && simd::current().avx512_bf16;
-    if (few_rows && rows_on_amx()) {
-      rows_ = true;
+    if (few_rows && rows_kernel() != RowsKernel::onednn) {
+      rows_ = rows_kernel();
       small_ = false;
     }
     if (!small_ && (t == DType::f32 || t == DType::bf16) &&
@@ -165,9 +166,9 @@ class DotKernel {
       small(l, r, out, pool);
       return;
     }
-    if (rows_) {
+    if (takes_rows(r)) {
       const bool blocked = rhs_blocked(r);
-      const std::vector<uint16_t> x = rows_input(l, blocked);
+      const RowsInput x = rows_input(l, blocked);
       for_column_chunks(
           pool, rhs_.cols, blocked ? kWeightBlockRows : kAmxColumns,
           [&](int64_t n0, int64_t n1) { rows_columns(l, x, r, out, n0, n1, blocked); });
@@ -193,7 +194,11 @@ class DotKernel {
       return Path::none;
     }
     if (small_) return Path::small;
-    if (rows_) return Path::rows;
+    if (rows_ == RowsKernel::amx) return Path::rows;
+    if (rows_ == RowsKernel::fma) {
+      planned(pool);  // oneDNN's slices, for weights that are not blocked
+      return Path::rows;
+    }
     return planned(pool).empty() ? Path::none : Path::slices;
   }
   bool same_lhs(const DotKernel& o) const {
@@ -228,34 +233,50 @@ class DotKernel {
     return storage.data();
   }
 
-  // What the path of a few rows reads besides x as it is: for weights that are not blocked, x
-  // regrouped (pack_rows_for_amx).
-  std::vector<uint16_t> rows_input(const std::byte* l, bool blocked) const {
-    std::vector<uint16_t> packed;
-    if (!blocked) {
-      packed.resize(lhs_.rows * lhs_.cols);
-      pack_rows_for_amx(reinterpret_cast<const uint16_t*>(l), lhs_.cols, lhs_.rows, lhs_.cols,
-                        packed.data());
-    }
-    return packed;
+  // Whether the weights at r take the path of a few rows (see the constructor).
+  bool takes_rows(const std::byte* r) const {
+    return rows_ == RowsKernel::amx || (rows_ == RowsKernel::fma && rhs_blocked(r));
   }
 
-  // Output columns [n0, n1) of the path of a few rows, `blocked` being rhs_blocked(r) and
-  // `packed` rows_input(l, blocked). The kernels work on whole blocks of 64 (blocked) or 16
-  // weight rows; the columns around [n0, n1) they add are computed and not stored.
-  void rows_columns(const std::byte* l, const std::vector<uint16_t>& packed, const std::byte* r,
-                    std::byte* out, int64_t n0, int64_t n1, bool blocked) const {
+  // What the path of a few rows reads besides x as it is: for AMX and weights that are not
+  // blocked, x regrouped (pack_rows_for_amx); for the FMA kernel, x in f32.
+  struct RowsInput {
+    std::vector<uint16_t> packed;
+    std::vector<float> f32;
+  };
+  RowsInput rows_input(const std::byte* l, bool blocked) const {
+    RowsInput x;
+    const auto* bf16 = reinterpret_cast<const uint16_t*>(l);
+    const int64_t M = lhs_.rows, K = lhs_.cols;
+    if (rows_ == RowsKernel::amx && !blocked) {
+      x.packed.resize(M * K);
+      pack_rows_for_amx(bf16, K, M, K, x.packed.data());
+    } else if (rows_ == RowsKernel::fma) {
+      x.f32.resize(M * K);
+      for (int64_t i = 0; i < M * K; ++i) x.f32[i] = bf16_to_f32(bf16[i]);
+    }
+    return x;
+  }
+
+  // Output columns [n0, n1) of the path of a few rows, `blocked` being rhs_blocked(r) and x
+  // rows_input(l, blocked). The kernels work on whole blocks of 64 (blocked) or 16 weight
+  // rows; the columns around [n0, n1) they add are computed and not stored.
+  void rows_columns(const std::byte* l, const RowsInput& x, const std::byte* r, std::byte* out,
+                    int64_t n0, int64_t n1, bool blocked) const {
     const int64_t M = lhs_.rows, K = lhs_.cols, N = rhs_.cols;
     const int64_t unit = blocked ? kWeightBlockRows : kAmxColumns;
     const int64_t a0 = n0 / unit * unit, a1 = (n1 + unit - 1) / unit * unit, width = a1 - a0;
     thread_local std::vector<float> sums;
     sums.resize(M * width);
     const auto* w = reinterpret_cast<const uint16_t*>(r) + a0 * K;
-    if (blocked) {
+    if (rows_ == RowsKernel::fma) {
+      dot_row_kernels().f32_rows_blocked(x.f32.data(), K, M, w, K, width / unit, sums.data(),
+                                         width);
+    } else if (blocked) {
       amx_rows_blocked(reinterpret_cast<const uint16_t*>(l), K, M, w, K, width / unit, sums.data(),
                        width);
     } else {
-      amx_rows_plain(packed.data(), M, w, K, K, width, sums.data(), width);
+      amx_rows_plain(x.packed.data(), M, w, K, K, width, sums.data(), width);
     }
     auto* y = reinterpret_cast<uint16_t*>(out);
     for (int64_t m = 0; m < M; ++m)
@@ -529,7 +550,7 @@ class DotKernel {
   Shape out_;
   Operand lhs_, rhs_;
   bool small_ = false;
-  bool rows_ = false;  // the path of a few rows (see the constructor)
+  RowsKernel rows_ = RowsKernel::onednn;  // the path of a few rows (see the constructor)
   struct Slice {
     int64_t n0 = 0;  // first output column
     dnnl::memory::desc src, wei, dst, scratch;
@@ -596,11 +617,11 @@ class DotGroup {
               }
             }
           });
-    } else if (path_ == DotKernel::Path::rows) {
-      // x regrouped once for all (they share x), if any weights are not blocked.
+    } else if (path_ == DotKernel::Path::rows && all_take_rows(in)) {
+      // x as the kernels read it, once for all (they share x).
       bool all_blocked = true;
       for (size_t m = 0; m < members_.size(); ++m) all_blocked = all_blocked && blocked[m];
-      const std::vector<uint16_t> x = members_[0]->rows_input(l, all_blocked);
+      const DotKernel::RowsInput x = members_[0]->rows_input(l, all_blocked);
       const int64_t unit = whole_blocks_ && all_blocked ? kWeightBlockRows : kAmxColumns;
       for_column_chunks(pool, first_.back(), unit, [&](int64_t a0, int64_t a1) {
         for (size_t m = 0; m < members_.size(); ++m) {
@@ -611,7 +632,8 @@ class DotGroup {
           }
         }
       });
-    } else if (path_ == DotKernel::Path::slices) {
+    } else if (path_ == DotKernel::Path::slices ||
+               (path_ == DotKernel::Path::rows && !slices_.empty())) {
       pool.parallel_for(static_cast<int64_t>(slices_.size()), 1, [&](int64_t s0, int64_t s1) {
         for (int64_t i = s0; i < s1; ++i) {
           const auto [m, slice] = slices_[i];
@@ -627,6 +649,13 @@ class DotGroup {
   }
 
  private:
+  // Whether every member takes the path of a few rows with the weights it was given.
+  bool all_take_rows(std::span<const std::byte* const> in) const {
+    for (size_t m = 0; m < members_.size(); ++m)
+      if (!members_[m]->takes_rows(in[1 + m])) return false;
+    return true;
+  }
+
   void plan(ThreadPool& pool) const {
     path_ = members_[0]->path(pool);
     for (const auto& m : members_) {

@@ -1,14 +1,16 @@
-// The AMX kernels of batched decoding (prism/backends/cpu/amx_rows.h) against sums in double:
-// every number of rows a tile takes, weights blocked and as stored (with a last group of 16
-// rows past the groups of 64), k over several tiles.
-#include "prism/backends/cpu/amx_rows.h"
-
+// The kernels of batched decoding's products against sums in double: AMX's
+// (prism/backends/cpu/amx_rows.h) for every number of rows a tile takes, weights blocked and
+// as stored (with a last group of 16 rows past the groups of 64), k over several tiles; the
+// FMA kernel for blocked weights (dot_rows.h) for every number of rows, k over several pieces
+// and blocks prefetched one after the other.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "prism/backends/cpu/amx_rows.h"
+#include "prism/backends/cpu/dot_rows.h"
 #include "prism/backends/cpu/weight_layout.h"
 #include "prism/core/dtype.h"
 
@@ -69,6 +71,21 @@ TEST(AmxRows, WeightsAsStored) {
     std::vector<float> out(rows * d.n, NAN);
     amx_rows_plain(xp.data(), rows, d.w.data(), d.k, d.k, d.n, out.data(), d.n);
     d.expect(out, rows, d.n);
+  }
+}
+
+TEST(FmaRows, BlockedWeights) {
+  const DotRowKernels dots = dot_row_kernels();
+  if (!dots.f32_rows_blocked) GTEST_SKIP() << "weights are kept blocked only with AVX-512 BF16";
+  const Data d(192, 640);  // three blocks; k in three pieces of 256, the last a half
+  const std::vector<uint16_t> blocked = d.blocked();
+  std::vector<float> x(d.x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_f32(d.x[i]);
+  for (int64_t rows = 1; rows <= kAmxMaxRows; ++rows) {
+    SCOPED_TRACE(rows);
+    std::vector<float> out(rows * (d.n + 8), NAN);
+    dots.f32_rows_blocked(x.data(), d.k, rows, blocked.data(), d.k, d.n / 64, out.data(), d.n + 8);
+    d.expect(out, rows, d.n + 8);
   }
 }
 

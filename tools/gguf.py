@@ -3,8 +3,10 @@ version, tensor and key-value counts), typed metadata key-values, tensor infos (
 dimensions innermost first, ggml type, offset into the data section), then the tensor data,
 each tensor starting at a multiple of `general.alignment` (32 unless stated).
 
-Pure Python (no numpy): tensor data is anything with the buffer protocol, written as it is.
-Used by tools/make_bench_llama.py; tests/tools/gguf_writer_test.py reads files back.
+Pure Python (no numpy): tensor data is anything with the buffer protocol, written as it is;
+quantize_q8_0 / dequantize_q8_0 make and read Q8_0 blocks as the gguf package does. Used by
+tools/make_bench_llama.py and tools/make_tiny_gguf.py (which checks the Q8_0 functions against
+the package); tests/tools/gguf_writer_test.py reads files back.
 """
 import array
 import math

@@ -32,8 +32,9 @@ struct StoredTensor {
   uint64_t offset = 0;         // absolute byte offset in `file`
   uint64_t bytes = 0;          // as stored
 
-  // A tensor that is decoded as it loads instead of copied (GGUF files hold such):
-  // Stored in ggml blocks of this type (Q8_0, Q4_K, ...), dequantized to f32 (info.dtype F32).
+  // Two ways a tensor is decoded as it loads instead of copied (decoded(); GGUF files need
+  // them). Its bytes are ggml blocks of this type (Q8_0, Q4_K, ...), dequantized to f32, which
+  // info.dtype then says:
   std::optional<quant::GgmlType> blocks;
   // Row r is stored row row_order[r] (llama.cpp's files keep the query and key rows of each
   // head in another order); empty when the rows are stored in order. Rows are along the first

@@ -65,8 +65,11 @@ uint64_t read_decoded_rows(const StoredTensor& t, int64_t first, int64_t count, 
 class Progress {
  public:
   Progress(bool enabled, uint64_t total) : enabled_(enabled && isatty(2)), total_(total) {}
-  ~Progress() {
+  ~Progress() { done(); }
+  // Clears the bar, so that what is printed next starts its own line.
+  void done() {
     if (enabled_ && drawn_) std::fprintf(stderr, "\r\033[K");
+    drawn_ = false;
   }
   void add(uint64_t bytes) {
     uint64_t done = done_ += bytes;
@@ -319,6 +322,7 @@ Weights load_whole(const Store& store, std::span<const Executable::Parameter> pa
     weights.emplace(t.param->name, std::move(t.buffer));
   }
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  progress.done();
   if (options.report && over_limit && stats.zero_copy > 0) {
     std::fprintf(stderr,
                  "load: a copy of the weights (%.2f GB) would not fit in the memory available "
@@ -484,6 +488,7 @@ std::vector<Weights> load_sharded(const Store& store,
     }
   }
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  progress.done();
   if (options.report) {
     std::fprintf(stderr, "%s, %zu split over %s\n", stats.line().c_str(), split.size(),
                  mesh.str().c_str());

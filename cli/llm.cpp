@@ -39,7 +39,7 @@ struct Options {
   prism::llm::SamplerOptions sampling;
   int64_t seqlen = 4096;
   std::string platform;
-  std::string dtype = "f32";
+  std::string dtype = "auto";
   int64_t devices = 1;
   std::string mesh;
 };
@@ -138,9 +138,7 @@ int run(const Options& o) {
   PRISM_CHECK(o.prompt.empty() || o.prompt_ids.empty(),
               "llm: give --prompt or --prompt-ids, not both");
   PRISM_CHECK(o.max_tokens >= 0, "llm: --max-tokens must be >= 0, got {}", o.max_tokens);
-  prism::DType dtype = prism::dtype_from_name(o.dtype);
-  PRISM_CHECK(dtype == prism::DType::f32 || dtype == prism::DType::bf16,
-              "llm: --dtype must be f32 or bf16, got {}", o.dtype);
+  const prism::DType dtype = prism::llm::compute_dtype(o.dtype, o.model, "llm");
   std::vector<int32_t> prompt_ids;
   if (!o.prompt_ids.empty()) prompt_ids = parse_ids(o.prompt_ids);
   std::optional<prism::llm::Tokenizer> tokenizer;
@@ -261,7 +259,9 @@ const prism::cli::RegisterCommand kLlm{
       app.add_option("--seed", o->sampling.seed);
       app.add_option("--seqlen", o->seqlen, "KV cache length")->capture_default_str();
       app.add_option("--platform", o->platform, "cpu, opencl, cuda, auto");
-      app.add_option("--dtype", o->dtype, "f32 or bf16")->capture_default_str();
+      app.add_option("--dtype", o->dtype,
+                     "auto (the checkpoint's: bf16 for a bf16 checkpoint), f32 or bf16")
+          ->capture_default_str();
       app.add_option("--devices", o->devices,
                      "run tensor-parallel over N devices of the platform (--mesh=model:N)");
       app.add_option("--mesh", o->mesh, "the devices as named axes, as in model:2");

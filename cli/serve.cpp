@@ -14,7 +14,7 @@
 namespace {
 
 struct Options {
-  std::string model, model_id, platform, dtype = "f32", mesh;
+  std::string model, model_id, platform, dtype = "auto", mesh;
   prism::serve::ServeOptions serve;
   int64_t seqlen = 4096, devices = 1, parallel = 1;
 };
@@ -30,9 +30,7 @@ int run(const Options& o) {
               o.parallel);
   PRISM_CHECK(o.devices >= 1, "serve: --devices must be at least 1, got {}", o.devices);
   PRISM_CHECK(o.devices == 1 || o.mesh.empty(), "serve: give --devices or --mesh, not both");
-  const prism::DType dtype = prism::dtype_from_name(o.dtype);
-  PRISM_CHECK(dtype == prism::DType::f32 || dtype == prism::DType::bf16,
-              "serve: --dtype must be f32 or bf16, got {}", o.dtype);
+  const prism::DType dtype = prism::llm::compute_dtype(o.dtype, o.model, "serve");
   if (!prism::io::exists(prism::io::join(o.model, "tokenizer.json"))) {
     prism::fail("serve: {} has no tokenizer.json", o.model);
   }
@@ -79,7 +77,9 @@ const prism::cli::RegisterCommand kServe{
           ->capture_default_str();
       app.add_option("--seqlen", o->seqlen, "context length")->capture_default_str();
       app.add_option("--platform", o->platform, "cpu, opencl, cuda, xla-cpu, ... auto");
-      app.add_option("--dtype", o->dtype, "f32 or bf16")->capture_default_str();
+      app.add_option("--dtype", o->dtype,
+                     "auto (the checkpoint's: bf16 for a bf16 checkpoint), f32 or bf16")
+          ->capture_default_str();
       app.add_option("--devices", o->devices, "tensor-parallel over N devices");
       app.add_option("--mesh", o->mesh, "the devices as named axes, as in model:2");
       return [o] { return run(*o); };

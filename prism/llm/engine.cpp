@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "prism/core/error.h"
+#include "prism/io/gguf.h"
 #include "prism/io/vfs.h"
 #include "prism/llm/gguf_model.h"
 
@@ -23,6 +24,31 @@ nlohmann::json read_json(const std::string& uri) {
 constexpr int64_t kWindows[] = {1, 16, 64, 256, 512, 1024};
 
 }  // namespace
+
+DType checkpoint_dtype(const std::string& model_uri) {
+  if (is_gguf_uri(model_uri)) {
+    std::shared_ptr<io::File> file = io::open(model_uri);
+    const io::GgufHeader header = io::GgufHeader::read(*file);
+    for (const io::GgufTensor& t : header.tensors) {
+      if (t.type != quant::GgmlType::F32) return DType::bf16;
+    }
+    return DType::f32;
+  }
+  const std::string config_uri = io::join(model_uri, "config.json");
+  const nlohmann::json config = read_json(config_uri);
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    auto it = config.find(key);
+    if (it != config.end() && it->is_string() && *it == "bfloat16") return DType::bf16;
+  }
+  return DType::f32;
+}
+
+DType compute_dtype(std::string_view name, const std::string& model_uri, std::string_view command) {
+  if (name == "auto") return checkpoint_dtype(model_uri);
+  PRISM_CHECK(name == "f32" || name == "bf16", "{}: --dtype must be auto, f32 or bf16, got {}",
+              command, name);
+  return name == "f32" ? DType::f32 : DType::bf16;
+}
 
 Engine::Checkpoint Engine::open(const std::string& model_uri, DType dtype) {
   if (is_gguf_uri(model_uri)) {

@@ -34,6 +34,15 @@ struct EngineOptions {
   Mesh mesh;
 };
 
+// The dtype a model computes in unless told otherwise: its checkpoint's own. bf16 for a
+// checkpoint stored in bf16 (config.json's `torch_dtype` or `dtype`) or a GGUF file with any
+// tensor that is not f32 (quantized weights are dequantized into it); f32 otherwise (an f16
+// checkpoint too: prism computes in f32 or bf16, and f16's range does not fit bf16's precision).
+DType checkpoint_dtype(const std::string& model_uri);
+// A command's --dtype: "auto" (checkpoint_dtype), "f32" or "bf16"; anything else throws a
+// prism::Error that starts with `command`.
+DType compute_dtype(std::string_view name, const std::string& model_uri, std::string_view command);
+
 // The model's step over a window of `window` tokens for conversations of up to `seqlen`
 // positions, compiled with the states donated. Inputs: tokens {s} (i32), start and last (i32
 // scalars), then the states; outputs: the logits at `last`, then the updated states.

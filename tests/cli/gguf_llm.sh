@@ -11,7 +11,7 @@ check() {  # name, expected, actual
   if [[ "$2" != "$3" ]]; then echo "FAIL $1: expected '$2', got '$3'"; fail=1; else echo "ok $1"; fi
 }
 ids=128000,791,6864,315,9822,374
-greedy() { "$prism" llm --model="$1" --prompt-ids=$ids --max-tokens=24 --print-ids --seqlen=64 "${@:2}" 2>/dev/null; }
+greedy() { "$prism" llm --model="$1" --prompt-ids=$ids --max-tokens=24 --print-ids --seqlen=64 --dtype=f32 "${@:2}" 2>/dev/null; }
 
 check "f32 greedy ids" "$(greedy "$data/tiny-f32")" "$(greedy "$gguf/tiny-f32.gguf")"
 check "bf16 tied greedy ids" "$(greedy "$data/tiny-bf16-tied")" "$(greedy "$gguf/tiny-bf16-tied.gguf")"

@@ -15,10 +15,17 @@ json_list() {  # file, key: the integers of a one-level list, space-separated
 for model in tiny-bf16-tied tiny-bf16-untied; do
   prompt=$(json_list "$data/$model/reference.json" prompt_ids | tr ' ' ',')
   want=$(json_list "$data/$model/reference.json" greedy_ids)
-  got=$("$prism" llm --model="$data/$model" --prompt-ids="$prompt" --print-ids --temperature=0 \
-    --max-tokens=24 --seqlen=64 2>/dev/null)
+    got=$("$prism" llm --model="$data/$model" --prompt-ids="$prompt" --print-ids --temperature=0 \
+    --max-tokens=24 --seqlen=64 --dtype=f32 2>/dev/null)
   check "$model greedy ids" "$want" "$got"
 done
+
+# Without --dtype a checkpoint computes in its own dtype: bf16 here (config.json's torch_dtype),
+# whose greedy ids part from f32's on this checkpoint.
+run() { "$prism" llm --model="$data/tiny-bf16-untied" --prompt-ids="$prompt" --print-ids \
+  --max-tokens=24 --seqlen=64 "$@" 2>/dev/null; }
+check "default dtype = the checkpoint's" "$(run --dtype=bf16)" "$(run)"
+[[ "$(run --dtype=bf16)" != "$(run --dtype=f32)" ]] || { echo "FAIL bf16 and f32 agree here"; fail=1; }
 
 err=$("$prism" llm --model="$data/tiny-bf16-tied" --prompt=hi 2>&1 >/dev/null); rc=$?
 check "no tokenizer" "1 prism: error: llm: $data/tiny-bf16-tied has no tokenizer.json: use --prompt-ids=... with --print-ids" "$rc $err"

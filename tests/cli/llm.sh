@@ -38,7 +38,7 @@ check "missing model exit" 1 "$rc"
 [[ $(echo "$err" | wc -l) == 1 && "$err" == "prism: error: "* ]] || { echo "FAIL missing model: $err"; fail=1; }
 
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --dtype=f16 2>&1 >/dev/null); rc=$?
-check "bad dtype" "1 prism: error: llm: --dtype must be f32 or bf16, got f16" "$rc $err"
+check "bad dtype" "1 prism: error: llm: --dtype must be auto, f32 or bf16, got f16" "$rc $err"
 # Text in, text out: a model directory with the real Llama 3.1 tokenizer. The answer to a
 # --prompt must be what the same conversation gives through the template, ids and detokenize.
 tokdir="${PRISM_TOKENIZERS_DIR:?}/llama3_1"

@@ -1,0 +1,61 @@
+// `prism smi`'s model of a fleet: the devices each source sees, sampled again and again. A
+// source keeps what it needs between samples (a CPU's tick counters, an energy counter), so
+// rates come from the difference of two samples; the first sample of a source has none.
+//
+// Every reading is optional: a source reports what it could not read in `errors`, one line
+// each, and the other readings stay. A source that cannot run at all (a vendor library that is
+// absent, or fails to start) is reported as absent, with why, and never stops the others.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace prism::smi {
+
+struct Process {
+  int64_t pid = 0;
+  std::string name;
+  std::optional<uint64_t> memory_bytes;
+};
+
+struct Device {
+  std::string source;                    // "cpu", ...
+  int index = 0;                         // within the source
+  std::string name;                      // the model, as the vendor names it
+  std::optional<double> utilization;     // busy share of the last interval, 0..1
+  std::vector<double> core_utilization;  // a CPU's, per core (as the system numbers them)
+  std::optional<uint64_t> memory_used, memory_total;  // bytes
+  std::optional<double> temperature_c;
+  std::optional<double> power_w;    // averaged over the last interval
+  std::optional<double> clock_mhz;  // a CPU's: the mean of its cores' current clocks
+  std::vector<Process> processes;
+  std::vector<std::string> errors;  // what could not be read, one line each
+};
+
+class Source {
+ public:
+  virtual ~Source() = default;
+  virtual std::string name() const = 0;
+  // The devices now. Readings that are rates (utilization, power) need a previous sample.
+  virtual std::vector<Device> sample() = 0;
+};
+
+// The CPU: per-core utilization from /proc/stat, memory from /proc/meminfo, clocks from
+// cpufreq (else /proc/cpuinfo), the package temperature from hwmon (coretemp, k10temp) or the
+// thermal zones, package power from RAPL's energy counters under /sys/class/powercap where
+// readable (Linux lets only root read them since 5.10). `root` is where / is: tests give a
+// directory of their own.
+std::unique_ptr<Source> cpu_source(std::string root = "/");
+
+// A sample as text: one line per device and a line of per-core utilization for a CPU, what
+// could not be read under its device; `width` is the terminal's.
+std::string table(const std::vector<Device>& devices, int width = 80);
+
+// A sample as one JSON object on one line (docs/smi.md has its schema): {"time": seconds since
+// the epoch, "devices": [...]}.
+std::string json(const std::vector<Device>& devices, double time);
+
+}  // namespace prism::smi

@@ -1,0 +1,168 @@
+// prism smi's CPU source on a made-up /proc and /sys (the figures are known, so the rates can
+// be checked), on files that cannot be read, and on this machine's own; its table and JSON.
+#include "prism/smi/smi.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace prism::smi {
+namespace {
+
+namespace fs = std::filesystem;
+
+class FakeRoot {
+ public:
+  FakeRoot() : root_(fs::temp_directory_path() / ("prism-smi-" + std::to_string(getpid()))) {
+    fs::remove_all(root_);
+    write("proc/cpuinfo",
+          "processor\t: 0\nmodel name\t: Test CPU 9000\ncpu MHz\t\t: 2000.000\n\n"
+          "processor\t: 1\nmodel name\t: Test CPU 9000\ncpu MHz\t\t: 3000.000\n");
+    write("proc/meminfo", "MemTotal:       16384 kB\nMemFree:  1 kB\nMemAvailable:    4096 kB\n");
+    // Two cores; ticks: user nice system idle iowait irq softirq steal guest guest_nice.
+    stat(0, 0);
+    write("sys/class/hwmon/hwmon0/name", "acpitz\n");
+    write("sys/class/hwmon/hwmon1/name", "coretemp\n");
+    write("sys/class/hwmon/hwmon1/temp1_input", "47000\n");
+    write("sys/class/powercap/intel-rapl:0/energy_uj", "1000000\n");
+    write("sys/class/powercap/intel-rapl:0/max_energy_range_uj", "262143328850\n");
+    write("sys/class/powercap/intel-rapl:0:0/energy_uj", "5\n");  // a subdomain: not added
+  }
+  ~FakeRoot() { fs::remove_all(root_); }
+  std::string path() const { return root_.string(); }
+
+  void write(const std::string& file, const std::string& text) {
+    fs::create_directories((root_ / file).parent_path());
+    std::ofstream(root_ / file) << text;
+  }
+  // /proc/stat after core 0 spent `busy0` more busy ticks and core 1 `busy1`, of 100 each.
+  void stat(int busy0, int busy1) {
+    ticks_ += 100;
+    b0_ += busy0;
+    b1_ += busy1;
+    auto line = [&](const char* name, int64_t busy, int64_t total) {
+      return fmt_line(name, busy, total - busy);
+    };
+    write("proc/stat", line("cpu", b0_ + b1_, 2 * ticks_) + line("cpu0", b0_, ticks_) +
+                           line("cpu1", b1_, ticks_) + "intr 1 2 3\nctxt 5\n");
+  }
+
+ private:
+  static std::string fmt_line(const char* name, int64_t busy, int64_t idle) {
+    // busy split over user and system; idle over idle and iowait; guest counted in user too.
+    return std::string(name) + " " + std::to_string(busy - busy / 2) + " 0 " +
+           std::to_string(busy / 2) + " " + std::to_string(idle - idle / 4) + " " +
+           std::to_string(idle / 4) + " 0 0 0 " + std::to_string(busy / 4) + " 0\n";
+  }
+  fs::path root_;
+  int64_t ticks_ = 1000, b0_ = 100, b1_ = 300;
+};
+
+TEST(SmiCpu, ReadingsAndRatesFromProcAndSys) {
+  FakeRoot root;
+  auto source = cpu_source(root.path());
+  std::vector<Device> first = source->sample();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].name, "Test CPU 9000");
+  EXPECT_FALSE(first[0].utilization);  // no rates before a second sample
+  EXPECT_FALSE(first[0].power_w);
+  EXPECT_EQ(first[0].memory_total, 16384u * 1024);
+  EXPECT_EQ(first[0].memory_used, (16384u - 4096) * 1024);
+  EXPECT_EQ(first[0].temperature_c, 47.0);
+  EXPECT_EQ(first[0].clock_mhz, 2500.0);  // no cpufreq here: /proc/cpuinfo's mean
+  EXPECT_TRUE(first[0].errors.empty()) << first[0].errors[0];
+
+  root.stat(25, 75);
+  root.write("sys/class/powercap/intel-rapl:0/energy_uj", "1500000\n");  // half a joule later
+  std::vector<Device> second = source->sample();
+  ASSERT_TRUE(second[0].utilization);
+  EXPECT_DOUBLE_EQ(*second[0].utilization, 0.5);
+  ASSERT_EQ(second[0].core_utilization.size(), 2u);
+  EXPECT_DOUBLE_EQ(second[0].core_utilization[0], 0.25);
+  EXPECT_DOUBLE_EQ(second[0].core_utilization[1], 0.75);
+  ASSERT_TRUE(second[0].power_w);
+  EXPECT_GT(*second[0].power_w, 0);
+
+  // The counter wraps: the range is added back.
+  root.stat(0, 0);
+  root.write("sys/class/powercap/intel-rapl:0/energy_uj", "10\n");
+  std::vector<Device> third = source->sample();
+  ASSERT_TRUE(third[0].power_w);
+  EXPECT_GT(*third[0].power_w, 0);
+  EXPECT_DOUBLE_EQ(*third[0].utilization, 0.0);
+}
+
+TEST(SmiCpu, WhatCannotBeReadIsSaidAndTheRestStays) {
+  FakeRoot root;
+  root.write("proc/stat", "intr 1\n");
+  fs::remove(fs::path(root.path()) / "proc/meminfo");
+  fs::remove(fs::path(root.path()) / "sys/class/hwmon/hwmon1/temp1_input");
+  fs::remove(fs::path(root.path()) / "sys/class/powercap/intel-rapl:0/energy_uj");
+  auto source = cpu_source(root.path());
+  source->sample();
+  std::vector<Device> d = source->sample();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].name, "Test CPU 9000");
+  EXPECT_EQ(d[0].clock_mhz, 2500.0);
+  EXPECT_FALSE(d[0].utilization);
+  EXPECT_FALSE(d[0].memory_total);
+  EXPECT_EQ(d[0].errors, (std::vector<std::string>{
+                             "utilization: /proc/stat has no cpu line",
+                             "memory: cannot read MemTotal and MemAvailable from /proc/meminfo",
+                             "temperature: cannot read coretemp's temp1_input",
+                             "power: RAPL's energy counters are not readable (only root may "
+                             "read them)"}));
+}
+
+TEST(SmiCpu, ThisMachine) {
+  auto source = cpu_source();
+  source->sample();
+  usleep(50000);
+  std::vector<Device> d = source->sample();
+  ASSERT_EQ(d.size(), 1u);
+  ASSERT_TRUE(d[0].utilization);
+  EXPECT_GE(*d[0].utilization, 0.0);
+  EXPECT_LE(*d[0].utilization, 1.0);
+  EXPECT_EQ(static_cast<long>(d[0].core_utilization.size()), sysconf(_SC_NPROCESSORS_CONF));
+  ASSERT_TRUE(d[0].memory_total);
+  EXPECT_GT(*d[0].memory_total, 0u);
+  EXPECT_LE(*d[0].memory_used, *d[0].memory_total);
+}
+
+TEST(SmiFormat, TableAndJson) {
+  Device d;
+  d.source = "cpu";
+  d.name = "A very long processor name that will not fit in eighty columns at all";
+  d.utilization = 0.13;
+  d.core_utilization = {0.1, 0.15};
+  d.memory_used = 3ull << 30;
+  d.memory_total = 16ull << 30;
+  d.clock_mhz = 2400;
+  d.errors = {"power: not readable"};
+  const std::string t = table({d}, 80);
+  std::istringstream lines(t);
+  for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 80u) << line;
+  EXPECT_NE(t.find("13%"), std::string::npos) << t;
+  EXPECT_NE(t.find("3.0 / 16.0"), std::string::npos) << t;
+  EXPECT_NE(t.find("2400MHz"), std::string::npos) << t;
+  EXPECT_NE(t.find("! power: not readable"), std::string::npos) << t;
+  EXPECT_NE(t.find("0: 10%"), std::string::npos) << t;
+
+  const auto j = nlohmann::json::parse(json({d}, 1.5));
+  EXPECT_EQ(j["time"], 1.5);
+  const auto& jd = j["devices"][0];
+  EXPECT_EQ(jd["source"], "cpu");
+  EXPECT_EQ(jd["utilization"], 0.13);
+  EXPECT_EQ(jd["memory_total_bytes"], 16ull << 30);
+  EXPECT_TRUE(jd["temperature_c"].is_null());
+  EXPECT_EQ(jd["core_utilization"].size(), 2u);
+  EXPECT_EQ(jd["errors"][0], "power: not readable");
+}
+
+}  // namespace
+}  // namespace prism::smi

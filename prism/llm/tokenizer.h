@@ -77,6 +77,10 @@ class Tokenizer {
   // tokenizer.ggml.model "gpt2" (byte-level BPE) with the pre-tokenizers listed in
   // docs/tokenizers.md. Throws, naming the file and the value, for others.
   static Tokenizer from_gguf(const io::GgufHeader& header);
+  // The other way: llama.cpp's `tokenizer.ggml.pre` name for a tokenizer.json's pre_tokenizer
+  // and its model's ignore_merges ("llama-bpe" for Llama 3's), nothing for one not listed.
+  static std::optional<std::string_view> gguf_pre_tokenizer(const nlohmann::json& pre_tokenizer,
+                                                            bool ignore_merges);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;

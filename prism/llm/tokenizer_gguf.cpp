@@ -5,6 +5,7 @@
 // leaves implicit in a name (the pre-tokenizer's split pattern, whether merges are ignored for
 // whole words in the vocabulary) is written out per name, and a name not listed is refused.
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -39,7 +40,7 @@ constexpr std::string_view kLlama3Pattern =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-const PreTokenizer* find_pre_tokenizer(std::string_view name) {
+std::span<const PreTokenizer> known_pre_tokenizers() {
   static const PreTokenizer kKnown[] = {
       {"llama-bpe",
        {{"type", "Sequence"},
@@ -54,7 +55,11 @@ const PreTokenizer* find_pre_tokenizer(std::string_view name) {
            {"use_regex", false}}}}},
        /*ignore_merges=*/true},
   };
-  for (const PreTokenizer& p : kKnown) {
+  return kKnown;
+}
+
+const PreTokenizer* find_pre_tokenizer(std::string_view name) {
+  for (const PreTokenizer& p : known_pre_tokenizers()) {
     if (p.name == name) return &p;
   }
   return nullptr;
@@ -69,6 +74,14 @@ std::optional<int64_t> optional_id(const io::GgufHeader& h, std::string_view key
 }
 
 }  // namespace
+
+std::optional<std::string_view> Tokenizer::gguf_pre_tokenizer(const json& pre_tokenizer,
+                                                              bool ignore_merges) {
+  for (const PreTokenizer& p : known_pre_tokenizers()) {
+    if (p.pre_tokenizer == pre_tokenizer && p.ignore_merges == ignore_merges) return p.name;
+  }
+  return std::nullopt;
+}
 
 Tokenizer Tokenizer::from_gguf(const io::GgufHeader& h) {
   if (!h.find("tokenizer.ggml.model")) fail("{}: no tokenizer (tokenizer.ggml.model)", h.uri);

@@ -1,0 +1,355 @@
+#include "prism/llm/gguf_export.h"
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <numbers>
+#include <optional>
+#include <vector>
+
+#include "prism/core/error.h"
+#include "prism/core/host_buffer.h"
+#include "prism/io/gguf_writer.h"
+#include "prism/io/store.h"
+#include "prism/io/vfs.h"
+#include "prism/llm/tokenizer.h"
+#include "prism/models/llama.h"
+#include "prism/quant/quantize.h"
+
+namespace prism::llm {
+namespace {
+
+using nlohmann::json;
+using quant::GgmlType;
+
+// Rows are converted and quantized this many f32 bytes at a time.
+constexpr uint64_t kChunkBytes = 16ull << 20;
+
+json read_json(const std::string& uri) {
+  const std::string text = io::read_text(uri);
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    fail("{}: not valid JSON ({})", uri, e.what());
+  }
+}
+
+std::string last_component(std::string_view uri) {
+  while (uri.ends_with('/')) uri.remove_suffix(1);
+  const size_t slash = uri.rfind('/');
+  return std::string(slash == std::string_view::npos ? uri : uri.substr(slash + 1));
+}
+
+// One tensor of the GGUF file: where it comes from in the checkpoint and how its rows move.
+struct Source {
+  std::string gguf_name;
+  std::string hf_name;         // empty for a tensor computed here (rope_freqs)
+  std::vector<int64_t> shape;  // outermost first
+  int64_t rope_heads = 0;      // > 0: q or k, rows reordered per head for llama.cpp's rope
+  std::vector<float> values;   // a computed tensor's values
+};
+
+// llama.cpp's rope rotates adjacent pairs (x[2i], x[2i+1]) where Hugging Face's rotates the
+// halves (x[i], x[i + head_dim/2]), so its converter stores Hugging Face row j * half + i of
+// each head as row 2i + j. Returns the Hugging Face row of GGUF row r.
+int64_t hf_row_of(int64_t r, int64_t head_dim) {
+  const int64_t head = r / head_dim, within = r % head_dim, half = head_dim / 2;
+  return head * head_dim + (within % 2) * half + within / 2;
+}
+
+// rope_freqs: the factor each rotary frequency is divided by under Llama 3.1's scaling, as
+// llama.cpp's converter computes them from the frequencies in f32.
+std::vector<float> llama3_rope_factors(const models::LlamaConfig& c) {
+  const models::LlamaConfig::Llama3Scaling& s = *c.rope_scaling;
+  models::LlamaConfig plain = c;
+  plain.rope_scaling.reset();
+  const double original = static_cast<double>(s.original_max_positions);
+  const double low_wavelen = original / s.low_freq_factor;
+  const double high_wavelen = original / s.high_freq_factor;
+  std::vector<float> factors;
+  for (double freq : plain.rope_inv_freq()) {
+    const double wavelen = 2 * std::numbers::pi / freq;
+    if (wavelen < high_wavelen) {
+      factors.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      factors.push_back(static_cast<float>(s.factor));
+    } else {
+      const double smooth =
+          (original / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      factors.push_back(static_cast<float>(1 / ((1 - smooth) / s.factor + smooth)));
+    }
+  }
+  return factors;
+}
+
+// The text of a tokenizer_config.json special token: a string or {"content": ...}.
+std::optional<std::string> token_text(const json& config, const char* key) {
+  if (!config.contains(key)) return std::nullopt;
+  const json& v = config[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content")) return v["content"].get<std::string>();
+  return std::nullopt;
+}
+
+// Whether the post-processor puts `token` before a text (Hugging Face's TemplateProcessing
+// with it first in `single`): what llama.cpp's tokenizer.ggml.add_bos_token records.
+bool template_adds(const json& post_processor, const std::string& token) {
+  if (!post_processor.is_object()) return false;
+  if (post_processor.value("type", "") == "Sequence") {
+    for (const json& p : post_processor.value("processors", json::array())) {
+      if (template_adds(p, token)) return true;
+    }
+    return false;
+  }
+  const json single = post_processor.value("single", json::array());
+  return post_processor.value("type", "") == "TemplateProcessing" && !single.empty() &&
+         single[0].contains("SpecialToken") && single[0]["SpecialToken"].value("id", "") == token;
+}
+
+// The tokenizer section llama.cpp's converter writes for a byte-level BPE tokenizer: every
+// token by id (ids the vocabulary leaves out as unused "[PADn]" up to the model's vocabulary),
+// added special tokens typed control and other added tokens user-defined, the merges as "a b",
+// the bos and eos ids, and the chat template.
+void write_tokenizer(io::GgufWriter& w, const std::string& dir, int64_t vocab_size) {
+  const std::string tokenizer_uri = io::join(dir, "tokenizer.json");
+  const json tok = read_json(tokenizer_uri);
+  const std::string config_uri = io::join(dir, "tokenizer_config.json");
+  const json config = io::exists(config_uri) ? read_json(config_uri) : json::object();
+  const json& model = tok.at("model");
+  if (model.value("type", "") != "BPE") {
+    fail("quantize: {}: a {} tokenizer; only byte-level BPE (gpt2 in GGUF) is written yet",
+         tokenizer_uri, model.value("type", "(untyped)"));
+  }
+  const std::optional<std::string_view> pre = Tokenizer::gguf_pre_tokenizer(
+      tok.value("pre_tokenizer", json()), model.value("ignore_merges", false));
+  if (!pre) {
+    fail("quantize: {}: its pre-tokenizer is not one GGUF names (Llama 3's, llama-bpe, is)",
+         tokenizer_uri);
+  }
+
+  enum : int32_t { kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5 };
+  std::vector<std::optional<std::string>> by_id;
+  std::vector<int32_t> types;
+  auto place = [&](int64_t id, std::string text, int32_t type) {
+    PRISM_CHECK(id >= 0 && id < (1 << 24), "quantize: {}: token id {} is out of range",
+                tokenizer_uri, id);
+    if (static_cast<size_t>(id) >= by_id.size()) {
+      by_id.resize(id + 1);
+      types.resize(id + 1, kUnused);
+    }
+    by_id[id] = std::move(text);
+    types[id] = type;
+  };
+  for (const auto& [text, id] : model.at("vocab").items()) place(id.get<int64_t>(), text, kNormal);
+  for (const json& t : tok.value("added_tokens", json::array())) {
+    place(t.at("id").get<int64_t>(), t.at("content").get<std::string>(),
+          t.value("special", false) ? kControl : kUserDefined);
+  }
+  PRISM_CHECK(static_cast<int64_t>(by_id.size()) <= vocab_size,
+              "quantize: {} has {} tokens, more than the model's vocabulary of {}", tokenizer_uri,
+              by_id.size(), vocab_size);
+  by_id.resize(vocab_size);
+  types.resize(vocab_size, kUnused);
+  std::vector<std::string> tokens(vocab_size);
+  for (int64_t i = 0; i < vocab_size; ++i) {
+    tokens[i] = by_id[i] ? std::move(*by_id[i]) : fmt::format("[PAD{}]", i);
+  }
+  std::vector<std::string> merges;
+  for (const json& m : model.value("merges", json::array())) {
+    merges.push_back(m.is_string() ? m.get<std::string>()
+                                   : m.at(0).get<std::string>() + " " + m.at(1).get<std::string>());
+  }
+  auto id_of = [&](const std::string& text) -> std::optional<uint32_t> {
+    for (int64_t i = 0; i < vocab_size; ++i) {
+      if (tokens[i] == text) return static_cast<uint32_t>(i);
+    }
+    return std::nullopt;
+  };
+
+  w.set_string("tokenizer.ggml.model", "gpt2");
+  w.set_string("tokenizer.ggml.pre", *pre);
+  w.set_strings("tokenizer.ggml.tokens", tokens);
+  w.set_i32s("tokenizer.ggml.token_type", types);
+  w.set_strings("tokenizer.ggml.merges", merges);
+  const std::optional<std::string> bos = token_text(config, "bos_token");
+  const std::optional<std::string> eos = token_text(config, "eos_token");
+  if (bos) {
+    if (auto id = id_of(*bos)) w.set_u32("tokenizer.ggml.bos_token_id", *id);
+  }
+  if (eos) {
+    if (auto id = id_of(*eos)) w.set_u32("tokenizer.ggml.eos_token_id", *id);
+  }
+  if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean()) {
+    w.set_bool("tokenizer.ggml.add_bos_token", config["add_bos_token"].get<bool>());
+  } else if (bos) {
+    w.set_bool("tokenizer.ggml.add_bos_token",
+               template_adds(tok.value("post_processor", json()), *bos));
+  }
+  std::string chat_template;
+  if (config.contains("chat_template") && config["chat_template"].is_string()) {
+    chat_template = config["chat_template"].get<std::string>();
+  } else if (const std::string jinja = io::join(dir, "chat_template.jinja"); io::exists(jinja)) {
+    chat_template = io::read_text(jinja);
+  }
+  if (!chat_template.empty()) w.set_string("tokenizer.chat_template", chat_template);
+}
+
+}  // namespace
+
+uint32_t llama_file_type(GgmlType type) {
+  switch (type) {
+    case GgmlType::F32:
+      return 0;  // LLAMA_FTYPE_ALL_F32
+    case GgmlType::F16:
+      return 1;  // MOSTLY_F16
+    case GgmlType::Q4_0:
+      return 2;  // MOSTLY_Q4_0
+    case GgmlType::Q8_0:
+      return 7;  // MOSTLY_Q8_0
+    case GgmlType::Q4_K:
+      return 14;  // MOSTLY_Q4_K_S: Q4_K throughout (Q4_K_M mixes in Q6_K)
+    case GgmlType::BF16:
+      return 32;  // MOSTLY_BF16
+    default:
+      fail("quantize: no llama.cpp file type for {}", quant::name(type));
+  }
+}
+
+GgufExportReport export_llama_gguf(const std::string& checkpoint, const std::string& out,
+                                   const GgufExportOptions& options) {
+  PRISM_CHECK(quant::can_quantize(options.type), "quantize: cannot write {} tensors",
+              quant::name(options.type));
+  const std::string config_uri = io::join(checkpoint, "config.json");
+  const json config = read_json(config_uri);
+  const std::string model_type = config.value("model_type", "(none)");
+  if (model_type != "llama") {
+    fail("quantize: {} has model_type \"{}\"; only llama is written as GGUF yet", config_uri,
+         model_type);
+  }
+  const models::LlamaConfig c = models::LlamaConfig::parse(config, config_uri);
+  const io::Store store = io::Store::open(checkpoint);
+
+  io::GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_string("general.name", options.name.empty() ? last_component(checkpoint) : options.name);
+  w.set_u32("general.file_type", llama_file_type(options.type));
+  w.set_u32("general.quantization_version", 2);  // ggml's QK layout version, as llama.cpp writes
+  w.set_u32("llama.vocab_size", static_cast<uint32_t>(c.vocab_size));
+  w.set_u32("llama.context_length", static_cast<uint32_t>(c.max_positions));
+  w.set_u32("llama.embedding_length", static_cast<uint32_t>(c.hidden_size));
+  w.set_u32("llama.block_count", static_cast<uint32_t>(c.num_layers));
+  w.set_u32("llama.feed_forward_length", static_cast<uint32_t>(c.intermediate_size));
+  w.set_u32("llama.attention.head_count", static_cast<uint32_t>(c.num_heads));
+  w.set_u32("llama.attention.head_count_kv", static_cast<uint32_t>(c.num_kv_heads));
+  w.set_f32("llama.rope.freq_base", static_cast<float>(c.rope_theta));
+  w.set_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
+  w.set_u32("llama.rope.dimension_count", static_cast<uint32_t>(c.head_dim));
+  w.set_u32("llama.attention.key_length", static_cast<uint32_t>(c.head_dim));
+  w.set_u32("llama.attention.value_length", static_cast<uint32_t>(c.head_dim));
+
+  GgufExportReport report;
+  std::string tokenizer_dir = options.tokenizer;
+  if (tokenizer_dir.empty() && io::exists(io::join(checkpoint, "tokenizer.json"))) {
+    tokenizer_dir = checkpoint;
+  }
+  if (!tokenizer_dir.empty()) {
+    PRISM_CHECK(io::exists(io::join(tokenizer_dir, "tokenizer.json")),
+                "quantize: --tokenizer={} has no tokenizer.json", tokenizer_dir);
+    write_tokenizer(w, tokenizer_dir, c.vocab_size);
+    report.tokenizer = true;
+  }
+
+  // The tensors, in the order llama.cpp's converter writes them, each checked against the
+  // config before anything is written.
+  const int64_t d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim;
+  const std::string what =
+      fmt::format("a llama of {} layers, width {}, {}/{} heads of {}, MLP {}, vocabulary {}",
+                  c.num_layers, d, c.num_heads, c.num_kv_heads, hd, f, c.vocab_size);
+  std::vector<Source> sources;
+  auto add = [&](std::string gguf_name, std::string hf_name, std::vector<int64_t> shape,
+                 int64_t rope_heads = 0) {
+    if (!store.contains(hf_name)) {
+      fail("quantize: {}: no tensor '{}', which {} needs", checkpoint, hf_name, what);
+    }
+    const io::StoredTensor& t = store.at(hf_name);
+    if (t.info.shape != shape) {
+      fail("quantize: {}: tensor '{}' is {}{} but {} needs [{}]", checkpoint, hf_name,
+           t.type_name(), t.info.shape_str(), what, fmt::join(shape, ", "));
+    }
+    if (!io::to_core_dtype(t.info.dtype) || !is_float(*io::to_core_dtype(t.info.dtype))) {
+      fail("quantize: {}: tensor '{}' is {}, not floating point", checkpoint, hf_name,
+           t.type_name());
+    }
+    sources.push_back({std::move(gguf_name), std::move(hf_name), std::move(shape), rope_heads, {}});
+  };
+  add("token_embd.weight", "model.embed_tokens.weight", {c.vocab_size, d});
+  if (c.rope_scaling) {
+    std::vector<float> factors = llama3_rope_factors(c);
+    const auto n = static_cast<int64_t>(factors.size());
+    sources.push_back({"rope_freqs.weight", "", {n}, 0, std::move(factors)});
+  }
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l), b = fmt::format("blk.{}.", l);
+    add(b + "attn_norm.weight", p + "input_layernorm.weight", {d});
+    add(b + "attn_q.weight", p + "self_attn.q_proj.weight", {c.num_heads * hd, d}, c.num_heads);
+    add(b + "attn_k.weight", p + "self_attn.k_proj.weight", {c.num_kv_heads * hd, d},
+        c.num_kv_heads);
+    add(b + "attn_v.weight", p + "self_attn.v_proj.weight", {c.num_kv_heads * hd, d});
+    add(b + "attn_output.weight", p + "self_attn.o_proj.weight", {d, c.num_heads * hd});
+    add(b + "ffn_norm.weight", p + "post_attention_layernorm.weight", {d});
+    add(b + "ffn_gate.weight", p + "mlp.gate_proj.weight", {f, d});
+    add(b + "ffn_up.weight", p + "mlp.up_proj.weight", {f, d});
+    add(b + "ffn_down.weight", p + "mlp.down_proj.weight", {d, f});
+  }
+  add("output_norm.weight", "model.norm.weight", {d});
+  if (!c.tie_word_embeddings) add("output.weight", "lm_head.weight", {c.vocab_size, d});
+
+  std::vector<GgmlType> types;
+  for (const Source& s : sources) {
+    types.push_back(quant::type_for_tensor(options.type, s.shape));
+    w.add_tensor(s.gguf_name, s.shape, types.back());
+    ++report.tensors[types.back()];
+    report.bytes += w.tensor_bytes(w.tensor_count() - 1);
+  }
+
+  w.write(out, [&](size_t i, const io::GgufWriter::Sink& sink) {
+    const Source& s = sources[i];
+    const GgmlType type = types[i];
+    if (s.hf_name.empty()) {  // computed here
+      std::vector<std::byte> blocks(w.tensor_bytes(i));
+      quant::quantize(type, s.values, blocks);
+      sink(blocks);
+      return;
+    }
+    const io::StoredTensor& t = store.at(s.hf_name);
+    const DType dtype = *io::to_core_dtype(t.info.dtype);
+    const int64_t rows = t.rows(), cols = t.row_elements();
+    const uint64_t row_bytes = cols * size_of(dtype);
+    // Chunks of whole heads for q and k, whose rows move within a head.
+    const int64_t unit = s.rope_heads > 0 ? hd : 1;
+    const int64_t per_chunk = std::max<int64_t>(
+        unit, static_cast<int64_t>(kChunkBytes / (cols * sizeof(float))) / unit * unit);
+    const quant::GgmlTypeInfo& ti = quant::info(type);
+    std::vector<std::byte> raw;
+    std::vector<float> values;
+    std::vector<std::byte> blocks;
+    for (int64_t first = 0; first < rows; first += per_chunk) {
+      const int64_t n = std::min(per_chunk, rows - first);
+      raw.resize(n * row_bytes);
+      t.file->read_at(t.offset + first * row_bytes, raw);
+      values.resize(n * cols);
+      for (int64_t r = 0; r < n; ++r) {
+        // GGUF row first + r holds the checkpoint's row hf_row_of(...), in this chunk.
+        const int64_t src = s.rope_heads > 0 ? hf_row_of(first + r, hd) - first : r;
+        convert_elements(dtype, raw.data() + src * row_bytes, DType::f32,
+                         reinterpret_cast<std::byte*>(values.data() + r * cols), cols);
+      }
+      blocks.resize(n * cols / ti.block_elements * ti.block_bytes);
+      quant::quantize(type, values, blocks);
+      sink(blocks);
+    }
+  });
+  return report;
+}
+
+}  // namespace prism::llm

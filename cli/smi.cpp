@@ -1,15 +1,19 @@
-// `prism smi [--json] [--interval=S] [--count=N]`: the devices prism runs on, how busy, how
-// full, how hot (prism/smi/smi.h; docs/smi.md). Rates need two samples: the first is taken
-// and discarded, the next, an interval later, is shown; with --count, one every interval.
+// `prism smi [--json] [--interval=S] [--count=N] [--prometheus=PORT]`: the devices prism runs
+// on, how busy, how full, how hot (prism/smi/smi.h; docs/smi.md). Rates need two samples: the
+// first is taken and discarded, the next, an interval later, is shown; with --count, one every
+// interval. --prometheus serves the latest sample at /metrics until interrupted.
 #include "prism/smi/smi.h"
 
+#include <httplib.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -21,10 +25,36 @@ namespace {
 struct Options {
   bool json = false;
   double interval = 0.5;
-  int64_t count = 1;  // 0: until interrupted
+  int64_t count = 1;    // 0: until interrupted
+  int prometheus = -1;  // the exporter's port; -1: none
+  std::string host = "127.0.0.1";
 };
 
 volatile std::sig_atomic_t interrupted = 0;
+
+using Sources = std::vector<std::unique_ptr<prism::smi::Source>>;
+
+std::vector<prism::smi::Device> sample(Sources& sources) {
+  std::vector<prism::smi::Device> devices;
+  for (auto& s : sources) {
+    for (prism::smi::Device& d : s->sample()) devices.push_back(std::move(d));
+  }
+  return devices;
+}
+
+// Sleeps `seconds` in short steps; false as soon as the process is interrupted.
+bool wait(double seconds) {
+  using Clock = std::chrono::steady_clock;
+  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(seconds));
+  while (!interrupted) {
+    const auto now = Clock::now();
+    if (now >= end) return true;
+    std::this_thread::sleep_for(
+        std::min<Clock::duration>(end - now, std::chrono::milliseconds(50)));
+  }
+  return false;
+}
 
 int terminal_width() {
   winsize w{};
@@ -32,22 +62,53 @@ int terminal_width() {
   return 80;
 }
 
+// The exporter: a sample every interval, the latest at /metrics.
+int export_metrics(const Options& o, Sources& sources) {
+  std::mutex mutex;
+  std::string latest = prism::smi::prometheus(sample(sources));
+  httplib::Server server;
+  server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    res.set_content(latest, "text/plain; version=0.0.4; charset=utf-8");
+  });
+  server.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("prism smi: the metrics are at /metrics\n", "text/plain");
+  });
+  const int port = o.prometheus == 0                           ? server.bind_to_any_port(o.host)
+                   : server.bind_to_port(o.host, o.prometheus) ? o.prometheus
+                                                               : -1;
+  PRISM_CHECK(port > 0, "smi: cannot listen on {}:{}", o.host, o.prometheus);
+  std::fprintf(stderr, "prism smi: metrics on http://%s:%d/metrics\n", o.host.c_str(), port);
+  std::thread sampler([&] {
+    while (wait(o.interval)) {
+      std::string text = prism::smi::prometheus(sample(sources));
+      std::lock_guard lock(mutex);
+      latest = std::move(text);
+    }
+    server.stop();
+  });
+  server.listen_after_bind();
+  interrupted = 1;  // the server stopped on its own: let the sampler go too
+  sampler.join();
+  return 0;
+}
+
 int run(const Options& o) {
   PRISM_CHECK(o.interval > 0 && o.interval <= 3600, "smi: --interval must be in (0, 3600], got {}",
               o.interval);
   PRISM_CHECK(o.count >= 0, "smi: --count must be >= 0, got {}", o.count);
+  PRISM_CHECK(o.prometheus >= -1 && o.prometheus <= 65535,
+              "smi: --prometheus must be a port, 0..65535, got {}", o.prometheus);
   std::signal(SIGINT, [](int) { interrupted = 1; });
-  std::vector<std::unique_ptr<prism::smi::Source>> sources;
+  std::signal(SIGTERM, [](int) { interrupted = 1; });
+  Sources sources;
   sources.push_back(prism::smi::cpu_source());
-  for (auto& s : sources) s->sample();  // the baseline of the rates
-  const auto interval = std::chrono::duration<double>(o.interval);
-  for (int64_t n = 0; (o.count == 0 || n < o.count) && !interrupted; ++n) {
-    std::this_thread::sleep_for(interval);
-    if (interrupted) break;
-    std::vector<prism::smi::Device> devices;
-    for (auto& s : sources) {
-      for (prism::smi::Device& d : s->sample()) devices.push_back(std::move(d));
-    }
+  sample(sources);  // the baseline of the rates
+  if (!wait(o.interval)) return 0;
+  if (o.prometheus >= 0) return export_metrics(o, sources);
+  for (int64_t n = 0; o.count == 0 || n < o.count; ++n) {
+    if (n > 0 && !wait(o.interval)) break;
+    const std::vector<prism::smi::Device> devices = sample(sources);
     const double now =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     const std::string text = o.json ? prism::smi::json(devices, now) + "\n"
@@ -67,6 +128,9 @@ const prism::cli::RegisterCommand kSmi{
       app.add_option("--interval", o->interval, "seconds between samples")->capture_default_str();
       app.add_option("--count", o->count, "samples to show (0: until interrupted)")
           ->capture_default_str();
+      app.add_option("--prometheus", o->prometheus,
+                     "serve the latest sample at http://HOST:PORT/metrics (0: any free port)");
+      app.add_option("--host", o->host, "the exporter's address")->capture_default_str();
       return [o] { return run(*o); };
     }};
 

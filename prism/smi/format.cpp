@@ -92,4 +92,70 @@ std::string json(const std::vector<Device>& devices, double time) {
                                                      json::error_handler_t::replace);
 }
 
+std::string prometheus(const std::vector<Device>& devices) {
+  // Label values escaped as the format says: backslash, double quote and newline.
+  auto quoted = [](const std::string& v) {
+    std::string out;
+    for (char c : v) {
+      if (c == '\\' || c == '"') out += '\\';
+      if (c == '\n') {
+        out += "\\n";
+        continue;
+      }
+      out += c;
+    }
+    return out;
+  };
+  auto labels = [&](const Device& d) {
+    return fmt::format("source=\"{}\",index=\"{}\"", quoted(d.source), d.index);
+  };
+  std::string out;
+  auto family = [&](const char* name, const char* help, auto value_of) {
+    std::string lines;
+    for (const Device& d : devices) lines += value_of(d);
+    if (lines.empty()) return;
+    out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n", name, help, name) + lines;
+  };
+  auto reading = [&](const char* name, auto get, double scale = 1) {
+    return [=](const Device& d) -> std::string {
+      const auto v = get(d);
+      if (!v) return "";
+      return fmt::format("{}{{{}}} {}\n", name, labels(d), static_cast<double>(*v) * scale);
+    };
+  };
+  family("prism_device_info", "A device prism smi sees; its model in the name label.",
+         [&](const Device& d) {
+           return fmt::format("prism_device_info{{{},name=\"{}\"}} 1\n", labels(d), quoted(d.name));
+         });
+  family("prism_device_utilization_ratio", "Busy share of the last interval.",
+         reading("prism_device_utilization_ratio", [](const Device& d) { return d.utilization; }));
+  family("prism_device_core_utilization_ratio", "A CPU core's busy share of the last interval.",
+         [&](const Device& d) {
+           std::string lines;
+           for (size_t c = 0; c < d.core_utilization.size(); ++c) {
+             lines += fmt::format("prism_device_core_utilization_ratio{{{},core=\"{}\"}} {}\n",
+                                  labels(d), c, d.core_utilization[c]);
+           }
+           return lines;
+         });
+  family("prism_device_memory_used_bytes", "Memory in use.",
+         reading("prism_device_memory_used_bytes", [](const Device& d) { return d.memory_used; }));
+  family(
+      "prism_device_memory_total_bytes", "Memory in all.",
+      reading("prism_device_memory_total_bytes", [](const Device& d) { return d.memory_total; }));
+  family(
+      "prism_device_temperature_celsius", "Temperature.",
+      reading("prism_device_temperature_celsius", [](const Device& d) { return d.temperature_c; }));
+  family("prism_device_power_watts", "Power drawn, over the last interval.",
+         reading("prism_device_power_watts", [](const Device& d) { return d.power_w; }));
+  family("prism_device_clock_hertz", "Clock (a CPU's: its cores' mean).",
+         reading(
+             "prism_device_clock_hertz", [](const Device& d) { return d.clock_mhz; }, 1e6));
+  family("prism_device_read_errors", "Readings the source could not take in this sample.",
+         [&](const Device& d) {
+           return fmt::format("prism_device_read_errors{{{}}} {}\n", labels(d), d.errors.size());
+         });
+  return out;
+}
+
 }  // namespace prism::smi

@@ -58,4 +58,9 @@ std::string table(const std::vector<Device>& devices, int width = 80);
 // the epoch, "devices": [...]}.
 std::string json(const std::vector<Device>& devices, double time);
 
+// A sample in Prometheus's text format (docs/smi.md names the metrics): gauges in base units
+// (ratios, bytes, degrees Celsius, watts, hertz), labelled by source, index and, on
+// prism_device_info, name; a reading that is absent is left out.
+std::string prometheus(const std::vector<Device>& devices);
+
 }  // namespace prism::smi

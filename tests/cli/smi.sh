@@ -36,6 +36,40 @@ PY
 rm -f "${TMPDIR:-/tmp}/smi.$$.json"
 check "json lines" ok "$got"
 
+# The exporter, read by Prometheus's own parser; SIGTERM stops it.
+log="${TMPDIR:-/tmp}/smi.$$.log"
+"$prism" smi --prometheus=0 --interval=0.1 2>"$log" &
+pid=$!
+port=""
+for _ in $(seq 100); do
+  port=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\)/metrics.*|\1|p' "$log")
+  [[ -n "$port" ]] && break
+  sleep 0.1
+done
+got=$("$python" - "$port" <<'PY'
+import sys, time, urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics").read().decode()
+families = {f.name: f for f in text_string_to_metric_families(text)}
+want = {"prism_device_info", "prism_device_utilization_ratio", "prism_device_core_utilization_ratio",
+        "prism_device_memory_used_bytes", "prism_device_memory_total_bytes",
+        "prism_device_read_errors"}
+missing = want - set(families)
+cpu = {"source": "cpu", "index": "0"}
+util = [s for s in families["prism_device_utilization_ratio"].samples if s.labels == cpu]
+info = families["prism_device_info"].samples[0]
+ok = (not missing and all(f.type == "gauge" for f in families.values()) and len(util) == 1
+      and 0 <= util[0].value <= 1 and info.labels["name"] and info.value == 1)
+print("ok" if ok else f"missing {missing}: {text}")
+PY
+)
+check "prometheus exporter" ok "$got"
+kill -TERM "$pid"; wait "$pid"; rc=$?
+check "exporter stops on SIGTERM" 0 "$rc"
+rm -f "$log"
+err=$("$prism" smi --prometheus=70000 2>&1); rc=$?
+check "bad port" "1 prism: error: smi: --prometheus must be a port, 0..65535, got 70000" "$rc $err"
+
 err=$("$prism" smi --interval=0 2>&1); rc=$?
 check "bad interval" "1 prism: error: smi: --interval must be in (0, 3600], got 0" "$rc $err"
 err=$("$prism" smi --count=-1 2>&1); rc=$?

@@ -164,5 +164,30 @@ TEST(SmiFormat, TableAndJson) {
   EXPECT_EQ(jd["errors"][0], "power: not readable");
 }
 
+TEST(SmiFormat, Prometheus) {
+  Device d;
+  d.source = "cpu";
+  d.name = "Odd \"name\" \\ with\na newline";
+  d.utilization = 0.5;
+  d.core_utilization = {0.25, 0.75};
+  d.clock_mhz = 2400;
+  d.errors = {"power: not readable"};
+  const std::string text = prometheus({d});
+  EXPECT_NE(text.find("prism_device_info{source=\"cpu\",index=\"0\",name=\"Odd \\\"name\\\" "
+                      "\\\\ with\\na newline\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("prism_device_core_utilization_ratio{source=\"cpu\",index=\"0\",core=\"1\"} "
+                      "0.75\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("prism_device_clock_hertz{source=\"cpu\",index=\"0\"} 2400000000\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("prism_device_read_errors{source=\"cpu\",index=\"0\"} 1\n"),
+            std::string::npos);
+  EXPECT_EQ(text.find("temperature"), std::string::npos);  // absent readings are left out
+}
+
 }  // namespace
 }  // namespace prism::smi

@@ -40,6 +40,7 @@ struct Options {
   int64_t seqlen = 4096;
   std::string platform;
   std::string dtype = "auto";
+  std::string quantize;
   int64_t devices = 1;
   std::string mesh;
 };
@@ -159,6 +160,12 @@ int run(const Options& o) {
   options.seqlen = o.seqlen;
   options.dtype = dtype;
   options.load.zero_copy = o.map_weights;
+  if (!o.quantize.empty()) {
+    if (o.quantize == "q8_0") options.quantize = prism::quant::GgmlType::Q8_0;
+    if (o.quantize == "q4_0") options.quantize = prism::quant::GgmlType::Q4_0;
+    if (o.quantize == "q4_k") options.quantize = prism::quant::GgmlType::Q4_K;
+    PRISM_CHECK(options.quantize, "llm: --quantize={} is not one of q8_0, q4_0, q4_k", o.quantize);
+  }
   prism::llm::Engine engine(o.model, platform, options);
   prism::llm::Sampler sampler(o.sampling);
   Stats stats;
@@ -259,6 +266,11 @@ const prism::cli::RegisterCommand kLlm{
       app.add_option("--seed", o->sampling.seed);
       app.add_option("--seqlen", o->seqlen, "KV cache length")->capture_default_str();
       app.add_option("--platform", o->platform, "cpu, opencl, cuda, auto");
+      app.add_option("--quantize", o->quantize,
+                     "q8_0, q4_0 or q4_k: quantize a safetensors checkpoint's matrices as they "
+                     "load, then dequantize them into --dtype: the outputs a GGUF file of that "
+                     "type gives (the products still run on dequantized weights; "
+                     "docs/quantization.md)");
       app.add_option("--dtype", o->dtype,
                      "auto (the checkpoint's: bf16 for a bf16 checkpoint), f32 or bf16")
           ->capture_default_str();

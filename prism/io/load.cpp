@@ -12,6 +12,7 @@
 
 #include "prism/core/error.h"
 #include "prism/quant/dequantize.h"
+#include "prism/quant/quantize.h"
 
 namespace prism::io {
 namespace {
@@ -38,6 +39,7 @@ uint64_t read_decoded_rows(const StoredTensor& t, int64_t first, int64_t count, 
   const uint64_t row_bytes = t.stored_row_bytes();
   thread_local std::vector<std::byte> staging;
   thread_local std::vector<float> decoded;
+  thread_local std::vector<std::byte> round_trip_blocks;
   staging.resize((hi - lo + 1) * row_bytes);
   t.file->read_at(t.offset + lo * row_bytes, staging);
   const int64_t n = t.row_elements();
@@ -48,7 +50,21 @@ uint64_t read_decoded_rows(const StoredTensor& t, int64_t first, int64_t count, 
     const std::span<const std::byte> src(staging.data() + (t.stored_row(r) - lo) * row_bytes,
                                          row_bytes);
     std::byte* dst = out.data() + (r - first) * out_row;
-    if (!t.blocks) {
+    if (t.round_trip) {  // to f32, through the type's blocks and back, then to `want`
+      decoded.resize(n);
+      if (t.blocks) {
+        quant::dequantize(*t.blocks, src, decoded);
+      } else {
+        convert_elements(*to_core_dtype(t.info.dtype), src.data(), DType::f32,
+                         reinterpret_cast<std::byte*>(decoded.data()), n);
+      }
+      const quant::GgmlTypeInfo& type = quant::info(*t.round_trip);
+      round_trip_blocks.resize(n / type.block_elements * type.block_bytes);
+      quant::quantize(*t.round_trip, decoded, round_trip_blocks);
+      quant::dequantize(*t.round_trip, round_trip_blocks, decoded);
+      convert_elements(DType::f32, reinterpret_cast<const std::byte*>(decoded.data()), want, dst,
+                       n);
+    } else if (!t.blocks) {
       convert_elements(*to_core_dtype(t.info.dtype), src.data(), want, dst, n);
     } else if (want == DType::f32) {
       quant::dequantize(*t.blocks, src, std::span(reinterpret_cast<float*>(dst), n));

@@ -40,8 +40,12 @@ struct StoredTensor {
   // head in another order); empty when the rows are stored in order. Rows are along the first
   // dim; a tensor of fewer than two dims is one row.
   std::vector<int64_t> row_order;
+  // Each row quantized to this ggml type and dequantized back as it loads (rows must be whole
+  // blocks of it): the weights a file of that type would give, for measuring a format's effect
+  // on a model before converting it (prism llm --quantize). Nothing is stored quantized.
+  std::optional<quant::GgmlType> round_trip;
 
-  bool decoded() const { return blocks.has_value() || !row_order.empty(); }
+  bool decoded() const { return blocks.has_value() || !row_order.empty() || round_trip; }
   // "Q8_0" for blocks, else the dtype's name ("BF16").
   std::string type_name() const;
   int64_t rows() const;               // along the first dim, 1 for fewer than two dims

@@ -7,6 +7,7 @@
 #include "prism/io/gguf.h"
 #include "prism/io/vfs.h"
 #include "prism/llm/gguf_model.h"
+#include "prism/quant/quantize.h"
 
 namespace prism::llm {
 namespace {
@@ -50,13 +51,43 @@ DType compute_dtype(std::string_view name, const std::string& model_uri, std::st
   return name == "f32" ? DType::f32 : DType::bf16;
 }
 
-Engine::Checkpoint Engine::open(const std::string& model_uri, DType dtype) {
+namespace {
+
+// The store's floating-point matrices quantized and dequantized back as they load
+// (io::StoredTensor::round_trip), each to the type `prism quantize` would give it.
+io::Store round_trip(const io::Store& store, quant::GgmlType type) {
+  std::vector<std::pair<std::string, io::StoredTensor>> tensors;
+  for (const std::string& name : store.names()) {
+    io::StoredTensor t = store.at(name);
+    const std::optional<DType> dtype = io::to_core_dtype(t.info.dtype);
+    if (t.info.shape.size() == 2 && dtype && is_float(*dtype)) {
+      t.round_trip = quant::type_for_tensor(type, t.info.shape);
+    }
+    tensors.emplace_back(name, std::move(t));
+  }
+  return io::Store::from_tensors(store.uri(), std::move(tensors));
+}
+
+}  // namespace
+
+Engine::Checkpoint Engine::open(const std::string& model_uri, const EngineOptions& options) {
+  const DType dtype = options.dtype;
+  if (options.quantize) {
+    PRISM_CHECK(quant::can_quantize(*options.quantize),
+                "llm: no quantization to {} (q8_0, q4_0 and q4_k are)",
+                quant::name(*options.quantize));
+    PRISM_CHECK(!is_gguf_uri(model_uri),
+                "llm: --quantize takes a safetensors checkpoint; {} is a GGUF file, already in "
+                "its types",
+                model_uri);
+  }
   if (is_gguf_uri(model_uri)) {
     GgufModel gguf = open_gguf_model(model_uri, dtype);
     models::ModelInfo info = gguf.model->info();
     return {std::move(gguf.model), std::move(info), std::move(gguf.store)};
   }
   io::Store store = io::Store::open(model_uri);
+  if (options.quantize) store = round_trip(store, *options.quantize);
   std::string config_uri = io::join(model_uri, "config.json");
   std::unique_ptr<models::CausalLM> model =
       models::make_causal_lm(read_json(config_uri), config_uri, dtype);
@@ -70,7 +101,7 @@ Engine::Checkpoint Engine::open(const std::string& model_uri, DType dtype) {
 }
 
 Engine::Engine(const std::string& model_uri, Platform& platform, const EngineOptions& options)
-    : Engine(open(model_uri, options.dtype), platform, options) {}
+    : Engine(open(model_uri, options), platform, options) {}
 
 Engine::Engine(Checkpoint checkpoint, Platform& platform, const EngineOptions& options)
     : platform_(platform),

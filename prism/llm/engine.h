@@ -13,6 +13,7 @@
 
 #include "prism/io/load.h"
 #include "prism/models/causal_lm.h"
+#include "prism/quant/ggml_type.h"
 #include "prism/runtime/compile.h"
 #include "prism/runtime/sharded.h"
 
@@ -32,6 +33,11 @@ struct EngineOptions {
   // The devices the model is split across (docs/sharding.md): `{"model", N}` runs it
   // tensor-parallel over N devices of the platform. Empty: one device.
   Mesh mesh;
+  // Quantize a safetensors checkpoint's matrices to this ggml type (Q8_0, Q4_0, Q4_K) and
+  // dequantize them back into `dtype` as they load: the weights a GGUF file of that type would
+  // hold (quant::type_for_tensor picks each tensor's type as `prism quantize` does), to show
+  // the format's effect on the outputs. The products still run on dequantized weights.
+  std::optional<quant::GgmlType> quantize;
 };
 
 // The dtype a model computes in unless told otherwise: its checkpoint's own. bf16 for a
@@ -105,7 +111,7 @@ class Engine {
     models::ModelInfo info;
     io::Store store;
   };
-  static Checkpoint open(const std::string& model_uri, DType dtype);
+  static Checkpoint open(const std::string& model_uri, const EngineOptions& options);
   Engine(Checkpoint checkpoint, Platform& platform, const EngineOptions& options);
   ShardedExecutable& executable(int64_t window);
 

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# `prism quantize` and `prism llm --quantize`: the tiny Llama checkpoints written as GGUF files of
+# every type run as the checkpoints they came from (f32, bf16: the same greedy ids; q8_0: the ids
+# of the converter's Q8_0 file; q4_0, q4_k: the ids of the checkpoint quantized at load, which
+# dequantizes the same blocks), a checkpoint wide enough for Q4_K's 256-element blocks, and one
+# clear error line, with no file left behind, for each bad input.
+set -u
+prism="$1"
+data="$PRISM_SOURCE_DIR/tests/data/llama"
+gguf="${PRISM_GGUF_DIR:?}"
+tokenizer="${PRISM_TOKENIZERS_DIR:?}/llama3_1"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() {  # name, expected, actual
+  if [[ "$2" != "$3" ]]; then echo "FAIL $1: expected '$2', got '$3'"; fail=1; else echo "ok $1"; fi
+}
+ids=128000,791,6864,315,9822,374
+greedy() { "$prism" llm --model="$1" --prompt-ids=$ids --max-tokens=24 --print-ids --seqlen=64 --dtype=f32 "${@:2}" 2>/dev/null; }
+quantize() { "$prism" quantize "$@" 2>"$tmp/quantize.err" || { echo "FAIL quantize $*: $(cat "$tmp/quantize.err")"; fail=1; }; }
+
+for model in tiny-f32 tiny-bf16-tied; do
+  want=$(greedy "$data/$model")
+  [[ -n "$want" ]] || { echo "FAIL $model: no ids"; fail=1; }
+  for type in f32 bf16; do
+    quantize "$data/$model" "$tmp/$model-$type.gguf" --type=$type --tokenizer="$tokenizer"
+    check "$model $type greedy ids" "$want" "$(greedy "$tmp/$model-$type.gguf")"
+  done
+  for type in q8_0 q4_0 q4_k; do
+    quantize "$data/$model" "$tmp/$model-$type.gguf" --type=$type
+    got=$(greedy "$tmp/$model-$type.gguf")
+    [[ "$got" =~ ^[0-9]+( [0-9]+){23}$ ]] || { echo "FAIL $model $type runs: '$got'"; fail=1; }
+    check "$model $type = quantized at load" "$(greedy "$data/$model" --quantize=$type)" "$got"
+  done
+done
+# The Q8_0 file runs as the Q8_0 values dequantized into a checkpoint (tools/make_tiny_gguf.py).
+check "q8_0 = its dequantized checkpoint" "$(greedy "$gguf/tiny-bf16-tied-q8_0-ref")" \
+  "$(greedy "$tmp/tiny-bf16-tied-q8_0.gguf")"
+# Text in, text out, with the tokenizer and chat template written into the file.
+ask() { "$prism" llm --model="$1" --prompt="What is the capital of France?" --max-tokens=8 --seqlen=64 --dtype=f32 2>/dev/null; }
+check "text prompt" "$(ask "$gguf/tiny-bf16-tied.gguf")" "$(ask "$tmp/tiny-bf16-tied-bf16.gguf")"
+# What falls back where blocks do not fit: tiny-f32's rows of 16 and 48 take no block type.
+quantize "$data/tiny-bf16-tied" "$tmp/x.gguf" --type=q4_k
+check "q4_k fallback" "wrote $tmp/x.gguf: 6 F32, 15 Q4_0 tensors (2.3 MB), no tokenizer" "$(cat "$tmp/quantize.err")"
+quantize "$data/tiny-f32" "$tmp/x.gguf" --type=q8_0
+check "q8_0 fallback" "wrote $tmp/x.gguf: 7 F32, 23 F16 tensors (8.2 MB), no tokenizer" "$(cat "$tmp/quantize.err")"
+
+# A checkpoint whose rows are whole Q4_K blocks (256): every matrix Q4_K.
+# (written by make_wide DIR [TENSOR TO LEAVE OUT])
+make_wide() {
+mkdir -p "$1"
+python3 - "$@" <<'PY'
+import array, json, random, struct, sys
+out, skip = sys.argv[1], sys.argv[2:]
+d, f, heads, kv, hd, vocab = 256, 512, 4, 2, 64, 512
+cfg = dict(model_type="llama", vocab_size=vocab, hidden_size=d, intermediate_size=f,
+           num_hidden_layers=1, num_attention_heads=heads, num_key_value_heads=kv,
+           max_position_embeddings=256, rope_theta=10000.0, rms_norm_eps=1e-5,
+           tie_word_embeddings=False, torch_dtype="float32", eos_token_id=0)
+json.dump(cfg, open(out + "/config.json", "w"))
+rng = random.Random(5)
+shapes = {"model.embed_tokens.weight": [vocab, d], "lm_head.weight": [vocab, d],
+          "model.norm.weight": [d], "model.layers.0.input_layernorm.weight": [d],
+          "model.layers.0.post_attention_layernorm.weight": [d],
+          "model.layers.0.self_attn.q_proj.weight": [heads * hd, d],
+          "model.layers.0.self_attn.k_proj.weight": [kv * hd, d],
+          "model.layers.0.self_attn.v_proj.weight": [kv * hd, d],
+          "model.layers.0.self_attn.o_proj.weight": [d, heads * hd],
+          "model.layers.0.mlp.gate_proj.weight": [f, d], "model.layers.0.mlp.up_proj.weight": [f, d],
+          "model.layers.0.mlp.down_proj.weight": [d, f]}
+header, blobs, offset = {}, [], 0
+for name, shape in shapes.items():
+    if name in skip: continue
+    n = 1
+    for s in shape: n *= s
+    v = array.array("f", [1.0 + rng.gauss(0, 0.1) if len(shape) == 1 else rng.gauss(0, 0.3) for _ in range(n)])
+    header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + 4 * n]}
+    blobs.append(v.tobytes()); offset += 4 * n
+text = json.dumps(header).encode(); text += b" " * (-len(text) % 8)
+with open(out + "/model.safetensors", "wb") as fh:
+    fh.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+PY
+}
+make_wide "$tmp/wide"
+quantize "$tmp/wide" "$tmp/wide-q4_k.gguf" --type=q4_k
+check "wide q4_k types" "wrote $tmp/wide-q4_k.gguf: 3 F32, 9 Q4_K tensors (0.5 MB), no tokenizer" "$(cat "$tmp/quantize.err")"
+wide() { "$prism" llm --model="$1" --prompt-ids=1,2,3,4 --max-tokens=12 --print-ids --seqlen=64 --dtype=f32 "${@:2}" 2>/dev/null; }
+check "wide q4_k = quantized at load" "$(wide "$tmp/wide" --quantize=q4_k)" "$(wide "$tmp/wide-q4_k.gguf")"
+quantize "$tmp/wide" "$tmp/wide-f32.gguf" --type=f32
+check "wide f32 greedy ids" "$(wide "$tmp/wide")" "$(wide "$tmp/wide-f32.gguf")"
+
+# Bad input: exit code 1, one line, and no file (nor temporary file) left.
+expect_error() {  # name, want (a part of the message), command...
+  local err rc
+  err=$("${@:3}" 2>&1 >/dev/null); rc=$?
+  if [[ $rc -ne 1 || $(wc -l <<<"$err") -ne 1 || "$err" != "prism: error: "*"$2"* ]]; then
+    echo "FAIL $1: exit $rc, '$err'"; fail=1
+  else
+    echo "ok $1"
+  fi
+}
+mkdir -p "$tmp/bad" && cd "$tmp/bad"
+expect_error "unknown type" "quantize: --type=q3_k is not one of f32, f16, bf16, q8_0, q4_0, q4_k" \
+  "$prism" quantize "$data/tiny-f32" out.gguf --type=q3_k
+expect_error "not a .gguf" "quantize: the output out.bin must be a .gguf file" \
+  "$prism" quantize "$data/tiny-f32" out.bin
+expect_error "no checkpoint" "$tmp/none/config.json" "$prism" quantize "$tmp/none" out.gguf
+make_wide "$tmp/missing" model.layers.0.mlp.up_proj.weight
+expect_error "missing tensor" "no tensor 'model.layers.0.mlp.up_proj.weight', which a llama of 1 layers" \
+  "$prism" quantize "$tmp/missing" out.gguf
+mkdir -p "$tmp/qwen" && sed 's/"llama"/"qwen3_5"/' "$tmp/wide/config.json" >"$tmp/qwen/config.json"
+ln -s "$tmp/wide/model.safetensors" "$tmp/qwen/model.safetensors"
+expect_error "unsupported architecture" "has model_type \"qwen3_5\"; only llama is written as GGUF yet" \
+  "$prism" quantize "$tmp/qwen" out.gguf
+expect_error "unwritable path" "cannot write $tmp/nowhere/out.gguf: No such file or directory" \
+  "$prism" quantize "$data/tiny-f32" "$tmp/nowhere/out.gguf" --type=f32
+expect_error "no tokenizer.json" "quantize: --tokenizer=$tmp has no tokenizer.json" \
+  "$prism" quantize "$data/tiny-f32" out.gguf --tokenizer="$tmp"
+left=$(ls -A "$tmp/bad")
+check "no file left" "" "$left"
+expect_error "llm --quantize unknown" "llm: --quantize=q5_k is not one of q8_0, q4_0, q4_k" \
+  "$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --print-ids --quantize=q5_k
+expect_error "llm --quantize on GGUF" "llm: --quantize takes a safetensors checkpoint" \
+  "$prism" llm --model="$gguf/tiny-f32.gguf" --prompt-ids=1 --print-ids --quantize=q8_0
+
+exit $fail

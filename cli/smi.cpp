@@ -1,17 +1,22 @@
 // `prism smi [--json] [--interval=S] [--count=N] [--prometheus=PORT]`: the devices prism runs
 // on, how busy, how full, how hot (prism/smi/smi.h; docs/smi.md). Rates need two samples: the
 // first is taken and discarded, the next, an interval later, is shown; with --count, one every
-// interval. --prometheus serves the latest sample at /metrics until interrupted.
+// interval. --prometheus serves the latest sample at /metrics until interrupted; --watch is a
+// live view in the terminal, until `q`.
 #include "prism/smi/smi.h"
 
+#include <fmt/chrono.h>
 #include <httplib.h>
 #include <sys/ioctl.h>
+#include <sys/select.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -24,6 +29,7 @@ namespace {
 
 struct Options {
   bool json = false;
+  bool watch = false;
   double interval = 0.5;
   int64_t count = 1;    // 0: until interrupted
   int prometheus = -1;  // the exporter's port; -1: none
@@ -56,10 +62,80 @@ bool wait(double seconds) {
   return false;
 }
 
-int terminal_width() {
+// The terminal's columns and rows (80 x 24 when it does not say).
+std::pair<int, int> terminal_size() {
   winsize w{};
-  if (isatty(1) && ioctl(1, TIOCGWINSZ, &w) == 0 && w.ws_col > 0) return w.ws_col;
-  return 80;
+  if (isatty(1) && ioctl(1, TIOCGWINSZ, &w) == 0 && w.ws_col > 0 && w.ws_row > 0) {
+    return {w.ws_col, w.ws_row};
+  }
+  return {80, 24};
+}
+
+// The terminal during the live view: keys read as they come, without echo, on the alternate
+// screen with the cursor hidden; all restored however the view ends.
+class LiveTerminal {
+ public:
+  LiveTerminal() {
+    tcgetattr(0, &saved_);
+    termios raw = saved_;
+    raw.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);
+    raw.c_cc[VMIN] = 0;
+    raw.c_cc[VTIME] = 0;
+    tcsetattr(0, TCSANOW, &raw);
+    std::fputs("\033[?1049h\033[?25l", stdout);
+  }
+  ~LiveTerminal() {
+    std::fputs("\033[?25h\033[?1049l", stdout);
+    std::fflush(stdout);
+    tcsetattr(0, TCSANOW, &saved_);
+  }
+  LiveTerminal(const LiveTerminal&) = delete;
+  LiveTerminal& operator=(const LiveTerminal&) = delete;
+
+ private:
+  termios saved_{};
+};
+
+// Waits `seconds` for a key; false when it was q (or the process was interrupted).
+bool wait_unless_quit(double seconds) {
+  using Clock = std::chrono::steady_clock;
+  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(seconds));
+  while (!interrupted) {
+    const auto left = end - Clock::now();
+    if (left <= Clock::duration::zero()) return true;
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::min<Clock::duration>(left, std::chrono::milliseconds(50)));
+    timeval tv{0, static_cast<suseconds_t>(us.count())};
+    fd_set in;
+    FD_ZERO(&in);
+    FD_SET(0, &in);
+    if (select(1, &in, nullptr, nullptr, &tv) > 0) {
+      char c = 0;
+      if (read(0, &c, 1) == 1 && (c == 'q' || c == 'Q')) return false;
+    }
+  }
+  return false;
+}
+
+// The live view: a frame every interval, history growing to the right, until q.
+int watch(const Options& o, Sources& sources) {
+  PRISM_CHECK(isatty(0) && isatty(1),
+              "smi: --watch needs a terminal (for a pipe: --json or --count)");
+  prism::smi::History history;
+  LiveTerminal terminal;
+  do {
+    const std::vector<prism::smi::Device> devices = sample(sources);
+    history.add(devices);
+    const auto [width, height] = terminal_size();
+    const std::time_t now = std::time(nullptr);
+    const std::string title =
+        fmt::format("prism smi  {:%H:%M:%S}  every {}s  q quits", fmt::localtime(now), o.interval);
+    std::fputs("\033[H\033[2J", stdout);
+    std::fputs(prism::smi::frame(devices, history, title, width, height - 1).c_str(), stdout);
+    std::fflush(stdout);
+  } while (wait_unless_quit(o.interval));
+  return 0;
 }
 
 // The exporter: a sample every interval, the latest at /metrics.
@@ -106,13 +182,14 @@ int run(const Options& o) {
   sample(sources);  // the baseline of the rates
   if (!wait(o.interval)) return 0;
   if (o.prometheus >= 0) return export_metrics(o, sources);
+  if (o.watch) return watch(o, sources);
   for (int64_t n = 0; o.count == 0 || n < o.count; ++n) {
     if (n > 0 && !wait(o.interval)) break;
     const std::vector<prism::smi::Device> devices = sample(sources);
     const double now =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     const std::string text = o.json ? prism::smi::json(devices, now) + "\n"
-                                    : prism::smi::table(devices, terminal_width());
+                                    : prism::smi::table(devices, terminal_size().first);
     if (!o.json && n > 0) std::fputc('\n', stdout);
     std::fputs(text.c_str(), stdout);
     std::fflush(stdout);
@@ -125,6 +202,7 @@ const prism::cli::RegisterCommand kSmi{
     [](CLI::App& app) -> prism::cli::Action {
       auto o = std::make_shared<Options>();
       app.add_flag("--json", o->json, "one JSON object per sample, one a line (docs/smi.md)");
+      app.add_flag("--watch", o->watch, "a live view with each device's history; q quits");
       app.add_option("--interval", o->interval, "seconds between samples")->capture_default_str();
       app.add_option("--count", o->count, "samples to show (0: until interrupted)")
           ->capture_default_str();

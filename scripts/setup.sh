@@ -29,8 +29,10 @@ packages=(
   libpcre2-dev libutf8proc-dev
   # io: https, hf, s3
   libcurl4-openssl-dev libssl-dev nginx-light openssl
-  # prism serve: the HTTP server, and a headless browser for the test of its chat page
+    # prism serve: the HTTP server, and a headless browser for the test of its chat page
   libcpp-httplib-dev chromium
+  # the test of prism smi's live view runs it in a terminal multiplexer
+  tmux
   # op conformance data (ONNX node tests)
   libonnx-testdata
   # tests of tools/ scripts, and the project's virtual environment

@@ -2,7 +2,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "prism/smi/smi.h"
@@ -90,6 +92,73 @@ std::string json(const std::vector<Device>& devices, double time) {
   // Names come from files and vendor libraries: replace what is not UTF-8 rather than throw.
   return json{{"time", time}, {"devices", all}}.dump(-1, ' ', false,
                                                      json::error_handler_t::replace);
+}
+
+void History::add(const std::vector<Device>& devices) {
+  for (const Device& d : devices) {
+    const std::string k = key(d);
+    auto it =
+        std::find_if(series_.begin(), series_.end(), [&](const auto& s) { return s.first == k; });
+    if (it == series_.end()) it = series_.insert(series_.end(), {k, Series{}});
+    Series& s = it->second;
+    s.utilization.push_back(d.utilization.value_or(NAN));
+    s.memory.push_back(d.memory_total && d.memory_used && *d.memory_total > 0
+                           ? double(*d.memory_used) / double(*d.memory_total)
+                           : NAN);
+    for (std::vector<double>* v : {&s.utilization, &s.memory}) {
+      if (v->size() > keep_) v->erase(v->begin(), v->end() - static_cast<std::ptrdiff_t>(keep_));
+    }
+  }
+}
+
+const std::vector<double>& History::utilization(const Device& d) const {
+  for (const auto& [k, s] : series_)
+    if (k == key(d)) return s.utilization;
+  return empty_.utilization;
+}
+
+const std::vector<double>& History::memory(const Device& d) const {
+  for (const auto& [k, s] : series_)
+    if (k == key(d)) return s.memory;
+  return empty_.memory;
+}
+
+std::string frame(const std::vector<Device>& devices, const History& history,
+                  const std::string& title, int width, int height) {
+  width = std::max(width, 40);
+  // Eighths of a cell, as block characters; a missing reading is a blank.
+  static const char* const kBlocks[] = {"\u2581", "\u2582", "\u2583", "\u2584",
+                                        "\u2585", "\u2586", "\u2587", "\u2588"};
+  auto spark = [&](const std::vector<double>& v, size_t cells) {
+    std::string out;
+    const size_t from = v.size() > cells ? v.size() - cells : 0;
+    for (size_t i = v.size() - from; i < cells; ++i) out += ' ';  // right-aligned
+    for (size_t i = from; i < v.size(); ++i) {
+      if (std::isnan(v[i])) {
+        out += ' ';
+        continue;
+      }
+      out += kBlocks[std::clamp(static_cast<int>(v[i] * 8), 0, 7)];
+    }
+    return out;
+  };
+  std::vector<std::string> lines;
+  lines.push_back(fit(title, static_cast<size_t>(width)));
+  lines.push_back("");
+  std::istringstream t(table(devices, width));
+  for (std::string line; std::getline(t, line);) lines.push_back(line);
+  const size_t cells = static_cast<size_t>(width - 12);
+  for (const Device& d : devices) {
+    lines.push_back("");
+    lines.push_back(fmt::format("{}:{} over the last {} samples", d.source, d.index,
+                                std::min(history.utilization(d).size(), cells)));
+    lines.push_back(fmt::format("{:<11} {}", "  util", spark(history.utilization(d), cells)));
+    lines.push_back(fmt::format("{:<11} {}", "  memory", spark(history.memory(d), cells)));
+  }
+  if (static_cast<int>(lines.size()) > height) lines.resize(std::max(height, 1));
+  std::string out;
+  for (const std::string& l : lines) out += l + "\n";
+  return out;
 }
 
 std::string prometheus(const std::vector<Device>& devices) {

@@ -63,4 +63,29 @@ std::string json(const std::vector<Device>& devices, double time);
 // prism_device_info, name; a reading that is absent is left out.
 std::string prometheus(const std::vector<Device>& devices);
 
+// The last samples of each device's utilization and memory, for the live view.
+class History {
+ public:
+  explicit History(size_t keep = 240) : keep_(keep) {}
+  void add(const std::vector<Device>& devices);
+  // The device's values, oldest first (a missing reading is NaN).
+  const std::vector<double>& utilization(const Device& d) const;
+  const std::vector<double>& memory(const Device& d) const;
+
+ private:
+  struct Series {
+    std::vector<double> utilization, memory;
+  };
+  static std::string key(const Device& d) { return d.source + ":" + std::to_string(d.index); }
+  size_t keep_;
+  std::vector<std::pair<std::string, Series>> series_;
+  Series empty_;
+};
+
+// One screen of the live view (`prism smi --watch`), `width` x `height` characters at most:
+// a title line, the table, and per device its utilization and memory over the last samples as
+// rows of block characters (newest on the right). `title` goes on the first line.
+std::string frame(const std::vector<Device>& devices, const History& history,
+                  const std::string& title, int width, int height);
+
 }  // namespace prism::smi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # prism smi on this machine: the table (a CPU row and its cores, within 80 columns), JSON lines
-# a parser reads with the fields docs/smi.md gives, and bad options.
+# a parser reads with the fields docs/smi.md gives, the Prometheus exporter, the live view in
+# tmux, and bad options.
 set -u
 prism="$1"
 python="${PRISM_VENV_PYTHON:?}"
@@ -69,6 +70,35 @@ check "exporter stops on SIGTERM" 0 "$rc"
 rm -f "$log"
 err=$("$prism" smi --prometheus=70000 2>&1); rc=$?
 check "bad port" "1 prism: error: smi: --prometheus must be a port, 0..65535, got 70000" "$rc $err"
+
+# The live view in tmux (an 80x24 terminal): the screen shows the table and the history, within
+# 80 columns; q quits. Into a pipe, one error line.
+sock="prism-smi-$$"
+tmux -L "$sock" new-session -d -s smi -x 80 -y 24 "$prism smi --watch --interval=0.1"
+screen=""
+for _ in $(seq 100); do
+  screen=$(tmux -L "$sock" capture-pane -p -t smi 2>/dev/null)
+  [[ "$screen" == *"over the last"* ]] && break
+  sleep 0.1
+done
+for want in "q quits" "DEVICE" "cpu:0 " "  util " "  memory "; do
+  [[ "$screen" == *"$want"* ]] || { echo "FAIL live view has no '$want': $screen"; fail=1; }
+done
+wide=$(echo "$screen" | "$python" -c 'import sys; print(sum(len(l.rstrip("\n")) > 80 for l in sys.stdin))')
+check "live view within 80 columns" 0 "$wide"
+tmux -L "$sock" send-keys -t smi q
+for _ in $(seq 50); do
+  tmux -L "$sock" has-session -t smi 2>/dev/null || break
+  sleep 0.1
+done
+if tmux -L "$sock" has-session -t smi 2>/dev/null; then
+  echo "FAIL q did not quit the live view"; fail=1
+  tmux -L "$sock" kill-server
+else
+  echo "ok q quits the live view"
+fi
+err=$(set -o pipefail; "$prism" smi --watch 2>&1 | cat); rc=$?
+check "live view into a pipe" "1 prism: error: smi: --watch needs a terminal (for a pipe: --json or --count)" "$rc $err"
 
 err=$("$prism" smi --interval=0 2>&1); rc=$?
 check "bad interval" "1 prism: error: smi: --interval must be in (0, 3600], got 0" "$rc $err"

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -187,6 +188,35 @@ TEST(SmiFormat, Prometheus) {
   EXPECT_NE(text.find("prism_device_read_errors{source=\"cpu\",index=\"0\"} 1\n"),
             std::string::npos);
   EXPECT_EQ(text.find("temperature"), std::string::npos);  // absent readings are left out
+}
+
+TEST(SmiFormat, LiveViewFrame) {
+  Device d;
+  d.source = "cpu";
+  d.name = "CPU";
+  d.memory_used = 1;
+  d.memory_total = 2;
+  History history(3);
+  for (double u : {0.0, 0.5, 1.0, 0.99}) {
+    d.utilization = u;
+    history.add({d});
+  }
+  d.utilization.reset();  // a sample without the reading: a blank at the right
+  history.add({d});
+  EXPECT_EQ(history.utilization(d).size(), 3u);  // kept: the last 3
+  const std::string f = frame({d}, history, "title", 40, 24);
+  std::istringstream lines(f);
+  std::vector<std::string> all;
+  for (std::string l; std::getline(lines, l);) all.push_back(l);
+  EXPECT_EQ(all.front(), "title");
+  // util: 28 cells (40 - 12), right-aligned: blanks, then 1.0 and 0.99 as full blocks, then
+  // the missing reading as a blank.
+  const std::string util = "  util      " + std::string(25, ' ') + "\u2588\u2588 ";
+  EXPECT_NE(std::find(all.begin(), all.end(), util), all.end()) << f;
+  const std::string memory = "  memory    " + std::string(25, ' ') + "\u2585\u2585\u2585";
+  EXPECT_NE(std::find(all.begin(), all.end(), memory), all.end()) << f;
+  const std::string small = frame({d}, history, "title", 40, 3);  // at most 3 lines
+  EXPECT_EQ(std::count(small.begin(), small.end(), '\n'), 3) << small;
 }
 
 }  // namespace

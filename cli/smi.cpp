@@ -179,6 +179,7 @@ int run(const Options& o) {
   std::signal(SIGTERM, [](int) { interrupted = 1; });
   Sources sources;
   sources.push_back(prism::smi::cpu_source());
+  for (auto& s : prism::smi::platform_sources()) sources.push_back(std::move(s));
   sample(sources);  // the baseline of the rates
   if (!wait(o.interval)) return 0;
   if (o.prometheus >= 0) return export_metrics(o, sources);

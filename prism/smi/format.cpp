@@ -26,40 +26,40 @@ std::string fit(const std::string& s, size_t width) {
 }  // namespace
 
 std::string table(const std::vector<Device>& devices, int width) {
-  // DEVICE (8) NAME (the rest) UTIL (5) MEMORY (13) TEMP (6) POWER (7) CLOCK (9), spaced.
-  const int fixed = 8 + 5 + 13 + 6 + 7 + 9 + 5;
+  // DEVICE (10) NAME (the rest) UTIL (5) MEMORY (13) TEMP (6) POWER (6) CLOCK (8), spaced.
+  const int fixed = 10 + 5 + 13 + 6 + 6 + 8 + 5;
   const size_t name_width = static_cast<size_t>(std::max(12, width - fixed));
-  std::string out = fmt::format("{:<8}{:<{}} {:>5} {:>13} {:>6} {:>7} {:>9}\n", "DEVICE", "NAME",
+  std::string out = fmt::format("{:<10}{:<{}} {:>5} {:>13} {:>6} {:>6} {:>8}\n", "DEVICE", "NAME",
                                 name_width, "UTIL", "MEMORY GiB", "TEMP", "POWER", "CLOCK");
   const std::string none = "-";
   for (const Device& d : devices) {
     const std::string util = d.utilization ? fmt::format("{:.0f}%", *d.utilization * 100) : none;
     const std::string memory =
-        d.memory_total ? fmt::format("{} / {}", d.memory_used ? gib(*d.memory_used) : "?",
+        d.memory_total ? fmt::format("{} / {}", d.memory_used ? gib(*d.memory_used) : none,
                                      gib(*d.memory_total))
                        : none;
     const std::string temp = d.temperature_c ? fmt::format("{:.0f}C", *d.temperature_c) : none;
     const std::string power = d.power_w ? fmt::format("{:.1f}W", *d.power_w) : none;
     const std::string clock = d.clock_mhz ? fmt::format("{:.0f}MHz", *d.clock_mhz) : none;
-    out += fmt::format("{:<8}{:<{}} {:>5} {:>13} {:>6} {:>7} {:>9}\n",
+    out += fmt::format("{:<10}{:<{}} {:>5} {:>13} {:>6} {:>6} {:>8}\n",
                        fmt::format("{}:{}", d.source, d.index), fit(d.name, name_width), name_width,
                        util, memory, temp, power, clock);
     // Per core, wrapped at the width: "  cores  0:12%  1:3% ..."
     if (!d.core_utilization.empty()) {
-      std::string line = "        cores";
+      std::string line = "          cores";
       for (size_t c = 0; c < d.core_utilization.size(); ++c) {
         const std::string item = fmt::format(" {:>3}:{:>3.0f}%", c, d.core_utilization[c] * 100);
         if (line.size() + item.size() > static_cast<size_t>(std::max(width, 20))) {
           out += line + "\n";
-          line = "             ";
+          line = "               ";
         }
         line += item;
       }
       out += line + "\n";
     }
-    for (const std::string& e : d.errors) out += "        ! " + e + "\n";
+    for (const std::string& e : d.errors) out += "          ! " + e + "\n";
     for (const Process& p : d.processes) {
-      out += fmt::format("        pid {} {}{}\n", p.pid, p.name,
+      out += fmt::format("          pid {} {}{}\n", p.pid, p.name,
                          p.memory_bytes ? " " + gib(*p.memory_bytes) + " GiB" : "");
     }
   }

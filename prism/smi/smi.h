@@ -50,6 +50,11 @@ class Source {
 // directory of their own.
 std::unique_ptr<Source> cpu_source(std::string root = "/");
 
+// prism's OpenCL and CUDA platforms' devices, as the platforms see them (name and memory in
+// all; no rates: those come from the vendors' monitoring libraries). A platform that is not
+// usable here is added to `absent` as "name: why", when given.
+std::vector<std::unique_ptr<Source>> platform_sources(std::vector<std::string>* absent = nullptr);
+
 // A sample as text: one line per device and a line of per-core utilization for a CPU, what
 // could not be read under its device; `width` is the terminal's.
 std::string table(const std::vector<Device>& devices, int width = 80);

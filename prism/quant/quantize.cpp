@@ -96,13 +96,14 @@ SubBlockFit fit_sub_block(const float* x, const float* w, uint8_t* q) {
   for (int i = 0; i < kSub; ++i) q[i] = std::clamp(nearest_even(inverse * (x[i] - lo)), 0, 15);
   float best = weighted_error(scale, min, q);
   // Then 14 to 16 steps over the range, in tenths, each with the least-squares scale and
-  // offset of the levels it gives; the best fit wins.
+  // offset of the levels it gives; the best fit wins. As in ggml, each trial measures the range
+  // from the best offset so far, not from the sub-block's minimum.
   std::array<uint8_t, kSub> trial;
   for (int step = 0; step <= 20; ++step) {
-    inverse = (-1.0f + 0.1f * step + 15) / (hi - lo);
+    inverse = (-1.0f + 0.1f * step + 15) / (hi - min);
     float sum_l = 0, sum_l2 = 0, sum_xl = 0;
     for (int i = 0; i < kSub; ++i) {
-      const int l = std::clamp(nearest_even(inverse * (x[i] - lo)), 0, 15);
+      const int l = std::clamp(nearest_even(inverse * (x[i] - min)), 0, 15);
       trial[i] = static_cast<uint8_t>(l);
       const float wl = w[i] * l;
       sum_l += wl;

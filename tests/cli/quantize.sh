@@ -45,41 +45,7 @@ quantize "$data/tiny-f32" "$tmp/x.gguf" --type=q8_0
 check "q8_0 fallback" "wrote $tmp/x.gguf: 7 F32, 23 F16 tensors (8.2 MB), no tokenizer" "$(cat "$tmp/quantize.err")"
 
 # A checkpoint whose rows are whole Q4_K blocks (256): every matrix Q4_K.
-# (written by make_wide DIR [TENSOR TO LEAVE OUT])
-make_wide() {
-mkdir -p "$1"
-python3 - "$@" <<'PY'
-import array, json, random, struct, sys
-out, skip = sys.argv[1], sys.argv[2:]
-d, f, heads, kv, hd, vocab = 256, 512, 4, 2, 64, 512
-cfg = dict(model_type="llama", vocab_size=vocab, hidden_size=d, intermediate_size=f,
-           num_hidden_layers=1, num_attention_heads=heads, num_key_value_heads=kv,
-           max_position_embeddings=256, rope_theta=10000.0, rms_norm_eps=1e-5,
-           tie_word_embeddings=False, torch_dtype="float32", eos_token_id=0)
-json.dump(cfg, open(out + "/config.json", "w"))
-rng = random.Random(5)
-shapes = {"model.embed_tokens.weight": [vocab, d], "lm_head.weight": [vocab, d],
-          "model.norm.weight": [d], "model.layers.0.input_layernorm.weight": [d],
-          "model.layers.0.post_attention_layernorm.weight": [d],
-          "model.layers.0.self_attn.q_proj.weight": [heads * hd, d],
-          "model.layers.0.self_attn.k_proj.weight": [kv * hd, d],
-          "model.layers.0.self_attn.v_proj.weight": [kv * hd, d],
-          "model.layers.0.self_attn.o_proj.weight": [d, heads * hd],
-          "model.layers.0.mlp.gate_proj.weight": [f, d], "model.layers.0.mlp.up_proj.weight": [f, d],
-          "model.layers.0.mlp.down_proj.weight": [d, f]}
-header, blobs, offset = {}, [], 0
-for name, shape in shapes.items():
-    if name in skip: continue
-    n = 1
-    for s in shape: n *= s
-    v = array.array("f", [1.0 + rng.gauss(0, 0.1) if len(shape) == 1 else rng.gauss(0, 0.3) for _ in range(n)])
-    header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + 4 * n]}
-    blobs.append(v.tobytes()); offset += 4 * n
-text = json.dumps(header).encode(); text += b" " * (-len(text) % 8)
-with open(out + "/model.safetensors", "wb") as fh:
-    fh.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
-PY
-}
+make_wide() { python3 "$PRISM_SOURCE_DIR/tools/make_wide_llama.py" "$@"; }
 make_wide "$tmp/wide"
 quantize "$tmp/wide" "$tmp/wide-q4_k.gguf" --type=q4_k
 check "wide q4_k types" "wrote $tmp/wide-q4_k.gguf: 3 F32, 9 Q4_K tensors (0.5 MB), no tokenizer" "$(cat "$tmp/quantize.err")"

@@ -40,6 +40,18 @@ volatile std::sig_atomic_t interrupted = 0;
 
 using Sources = std::vector<std::unique_ptr<prism::smi::Source>>;
 
+// Every source that runs here; those that cannot, as "name: why", in `absent`.
+Sources open_sources(std::vector<std::string>& absent) {
+  Sources sources;
+  sources.push_back(prism::smi::cpu_source());
+  std::string why;
+  std::unique_ptr<prism::smi::Source> nvml = prism::smi::nvml_source(&why);
+  if (!nvml) absent.push_back(why);
+  for (auto& s : prism::smi::platform_sources(!nvml, &absent)) sources.push_back(std::move(s));
+  if (nvml) sources.push_back(std::move(nvml));
+  return sources;
+}
+
 std::vector<prism::smi::Device> sample(Sources& sources) {
   std::vector<prism::smi::Device> devices;
   for (auto& s : sources) {
@@ -119,7 +131,7 @@ bool wait_unless_quit(double seconds) {
 }
 
 // The live view: a frame every interval, history growing to the right, until q.
-int watch(const Options& o, Sources& sources) {
+int watch(const Options& o, Sources& sources, const std::vector<std::string>& absent) {
   PRISM_CHECK(isatty(0) && isatty(1),
               "smi: --watch needs a terminal (for a pipe: --json or --count)");
   prism::smi::History history;
@@ -132,7 +144,8 @@ int watch(const Options& o, Sources& sources) {
     const std::string title =
         fmt::format("prism smi  {:%H:%M:%S}  every {}s  q quits", fmt::localtime(now), o.interval);
     std::fputs("\033[H\033[2J", stdout);
-    std::fputs(prism::smi::frame(devices, history, title, width, height - 1).c_str(), stdout);
+    std::fputs(prism::smi::frame(devices, history, title, width, height - 1, absent).c_str(),
+               stdout);
     std::fflush(stdout);
   } while (wait_unless_quit(o.interval));
   return 0;
@@ -177,20 +190,19 @@ int run(const Options& o) {
               "smi: --prometheus must be a port, 0..65535, got {}", o.prometheus);
   std::signal(SIGINT, [](int) { interrupted = 1; });
   std::signal(SIGTERM, [](int) { interrupted = 1; });
-  Sources sources;
-  sources.push_back(prism::smi::cpu_source());
-  for (auto& s : prism::smi::platform_sources()) sources.push_back(std::move(s));
+  std::vector<std::string> absent;
+  Sources sources = open_sources(absent);
   sample(sources);  // the baseline of the rates
   if (!wait(o.interval)) return 0;
   if (o.prometheus >= 0) return export_metrics(o, sources);
-  if (o.watch) return watch(o, sources);
+  if (o.watch) return watch(o, sources, absent);
   for (int64_t n = 0; o.count == 0 || n < o.count; ++n) {
     if (n > 0 && !wait(o.interval)) break;
     const std::vector<prism::smi::Device> devices = sample(sources);
     const double now =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    const std::string text = o.json ? prism::smi::json(devices, now) + "\n"
-                                    : prism::smi::table(devices, terminal_size().first);
+    const std::string text = o.json ? prism::smi::json(devices, now, absent) + "\n"
+                                    : prism::smi::table(devices, terminal_size().first, absent);
     if (!o.json && n > 0) std::fputc('\n', stdout);
     std::fputs(text.c_str(), stdout);
     std::fflush(stdout);

@@ -25,7 +25,8 @@ std::string fit(const std::string& s, size_t width) {
 
 }  // namespace
 
-std::string table(const std::vector<Device>& devices, int width) {
+std::string table(const std::vector<Device>& devices, int width,
+                  const std::vector<std::string>& absent) {
   // DEVICE (10) NAME (the rest) UTIL (5) MEMORY (13) TEMP (6) POWER (6) CLOCK (8), spaced.
   const int fixed = 10 + 5 + 13 + 6 + 6 + 8 + 5;
   const size_t name_width = static_cast<size_t>(std::max(12, width - fixed));
@@ -63,10 +64,12 @@ std::string table(const std::vector<Device>& devices, int width) {
                          p.memory_bytes ? " " + gib(*p.memory_bytes) + " GiB" : "");
     }
   }
+  for (const std::string& a : absent) out += fit("absent: " + a, static_cast<size_t>(width)) + "\n";
   return out;
 }
 
-std::string json(const std::vector<Device>& devices, double time) {
+std::string json(const std::vector<Device>& devices, double time,
+                 const std::vector<std::string>& absent) {
   using nlohmann::json;
   auto optional = [](const auto& v) -> json { return v ? json(*v) : json(nullptr); };
   json all = json::array();
@@ -90,8 +93,8 @@ std::string json(const std::vector<Device>& devices, double time) {
                    {"errors", d.errors}});
   }
   // Names come from files and vendor libraries: replace what is not UTF-8 rather than throw.
-  return json{{"time", time}, {"devices", all}}.dump(-1, ' ', false,
-                                                     json::error_handler_t::replace);
+  return json{{"time", time}, {"devices", all}, {"absent", absent}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
 }
 
 void History::add(const std::vector<Device>& devices) {
@@ -124,7 +127,8 @@ const std::vector<double>& History::memory(const Device& d) const {
 }
 
 std::string frame(const std::vector<Device>& devices, const History& history,
-                  const std::string& title, int width, int height) {
+                  const std::string& title, int width, int height,
+                  const std::vector<std::string>& absent) {
   width = std::max(width, 40);
   // Eighths of a cell, as block characters; a missing reading is a blank.
   static const char* const kBlocks[] = {"\u2581", "\u2582", "\u2583", "\u2584",
@@ -145,7 +149,7 @@ std::string frame(const std::vector<Device>& devices, const History& history,
   std::vector<std::string> lines;
   lines.push_back(fit(title, static_cast<size_t>(width)));
   lines.push_back("");
-  std::istringstream t(table(devices, width));
+  std::istringstream t(table(devices, width, absent));
   for (std::string line; std::getline(t, line);) lines.push_back(line);
   const size_t cells = static_cast<size_t>(width - 12);
   for (const Device& d : devices) {

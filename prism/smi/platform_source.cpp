@@ -30,10 +30,10 @@ class PlatformSource final : public Source {
 
 }  // namespace
 
-std::vector<std::unique_ptr<Source>> platform_sources(std::vector<std::string>* absent) {
+std::vector<std::unique_ptr<Source>> platform_sources(bool cuda, std::vector<std::string>* absent) {
   std::vector<std::unique_ptr<Source>> sources;
   for (const PlatformStatus& s : platform_statuses()) {
-    if (s.name != "opencl" && s.name != "cuda") continue;
+    if (s.name != "opencl" && (s.name != "cuda" || !cuda)) continue;
     if (!s.available) {
       if (absent) absent->push_back(s.name + ": " + s.reason);
       continue;

@@ -50,18 +50,29 @@ class Source {
 // directory of their own.
 std::unique_ptr<Source> cpu_source(std::string root = "/");
 
-// prism's OpenCL and CUDA platforms' devices, as the platforms see them (name and memory in
-// all; no rates: those come from the vendors' monitoring libraries). A platform that is not
-// usable here is added to `absent` as "name: why", when given.
-std::vector<std::unique_ptr<Source>> platform_sources(std::vector<std::string>* absent = nullptr);
+// prism's OpenCL and (unless `cuda` is false: NVML shows those devices) CUDA platforms'
+// devices, as the platforms see them (name and memory in all; no rates: those come from the
+// vendors' monitoring libraries). A platform that is not usable here is added to `absent` as
+// "name: why", when given.
+std::vector<std::unique_ptr<Source>> platform_sources(bool cuda = true,
+                                                      std::vector<std::string>* absent = nullptr);
+
+// NVIDIA GPUs through NVML (libnvidia-ml.so.1, or PRISM_NVML_LIBRARY's path): utilization,
+// memory, temperature, power, SM clock and the compute processes with their memory. Null when
+// the library is absent, lacks a function prism calls, or fails to start; `absent` then says
+// why ("nvml: ...").
+std::unique_ptr<Source> nvml_source(std::string* absent = nullptr);
 
 // A sample as text: one line per device and a line of per-core utilization for a CPU, what
 // could not be read under its device; `width` is the terminal's.
-std::string table(const std::vector<Device>& devices, int width = 80);
+// `absent`: the sources that could not run, as "name: why", listed at the end.
+std::string table(const std::vector<Device>& devices, int width = 80,
+                  const std::vector<std::string>& absent = {});
 
 // A sample as one JSON object on one line (docs/smi.md has its schema): {"time": seconds since
-// the epoch, "devices": [...]}.
-std::string json(const std::vector<Device>& devices, double time);
+// the epoch, "devices": [...], "absent": ["name: why", ...]}.
+std::string json(const std::vector<Device>& devices, double time,
+                 const std::vector<std::string>& absent = {});
 
 // A sample in Prometheus's text format (docs/smi.md names the metrics): gauges in base units
 // (ratios, bytes, degrees Celsius, watts, hertz), labelled by source, index and, on
@@ -91,6 +102,7 @@ class History {
 // a title line, the table, and per device its utilization and memory over the last samples as
 // rows of block characters (newest on the right). `title` goes on the first line.
 std::string frame(const std::vector<Device>& devices, const History& history,
-                  const std::string& title, int width, int height);
+                  const std::string& title, int width, int height,
+                  const std::vector<std::string>& absent = {});
 
 }  // namespace prism::smi

@@ -100,6 +100,21 @@ fi
 err=$(set -o pipefail; "$prism" smi --watch 2>&1 | cat); rc=$?
 check "live view into a pipe" "1 prism: error: smi: --watch needs a terminal (for a pipe: --json or --count)" "$rc $err"
 
+# NVIDIA GPUs through NVML: here a fake library (tests/smi/fake_nvml.cpp) with scripted values;
+# without one, the source is listed as absent with why.
+if [[ -n "${PRISM_FAKE_NVML:-}" ]]; then
+  out=$(PRISM_NVML_LIBRARY="$PRISM_FAKE_NVML" "$prism" smi --interval=0.05)
+  echo "$out" | grep -q '^nvml:0  *NVIDIA H200 (fake)  *37% *11.2 / 139.7  *41C  *123.5W  *1980MHz$' ||
+    { echo "FAIL nvml row: $out"; fail=1; }
+  echo "$out" | grep -q "pid $$ \|pid [0-9]* prism" || { echo "FAIL nvml process: $out"; fail=1; }
+  got=$(PRISM_NVML_LIBRARY="$PRISM_FAKE_NVML" FAKE_NVML=init-fails "$prism" smi --interval=0.05 |
+    grep '^absent: nvml')
+  check "nvml that fails to start" "absent: nvml: nvmlInit failed: Driver Not Loaded" "$got"
+fi
+got=$(PRISM_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 "$prism" smi --json --interval=0.05 |
+  "$python" -c 'import json, sys; print([a for a in json.load(sys.stdin)["absent"] if a.startswith("nvml")])')
+check "nvml absent" "[\"nvml: /nonexistent/libnvidia-ml.so.1 not found (NVIDIA's driver installs it)\"]" "$got"
+
 err=$("$prism" smi --interval=0 2>&1); rc=$?
 check "bad interval" "1 prism: error: smi: --interval must be in (0, 3600], got 0" "$rc $err"
 err=$("$prism" smi --count=-1 2>&1); rc=$?

@@ -135,6 +135,74 @@ TEST(SmiCpu, ThisMachine) {
   EXPECT_LE(*d[0].memory_used, *d[0].memory_total);
 }
 
+#ifdef PRISM_FAKE_NVML
+// The NVML source against a fake library (tests/smi/fake_nvml.cpp) with NVML's own header.
+struct FakeNvml {
+  explicit FakeNvml(const char* script = "") {
+    setenv("PRISM_NVML_LIBRARY", PRISM_FAKE_NVML, 1);
+    setenv("FAKE_NVML", script, 1);
+  }
+  ~FakeNvml() {
+    unsetenv("PRISM_NVML_LIBRARY");
+    unsetenv("FAKE_NVML");
+  }
+};
+
+TEST(SmiNvml, ReadingsAndProcesses) {
+  FakeNvml fake;
+  std::string absent;
+  auto source = nvml_source(&absent);
+  ASSERT_TRUE(source) << absent;
+  std::vector<Device> d = source->sample();
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].source, "nvml");
+  EXPECT_EQ(d[0].name, "NVIDIA H200 (fake)");
+  EXPECT_EQ(d[0].utilization, 0.37);
+  EXPECT_EQ(d[0].memory_used, 12000000000u);
+  EXPECT_EQ(d[0].memory_total, 150000000000u);
+  EXPECT_EQ(d[0].temperature_c, 41.0);
+  EXPECT_EQ(d[0].power_w, 123.456);
+  EXPECT_EQ(d[0].clock_mhz, 1980.0);
+  ASSERT_EQ(d[0].processes.size(), 1u);
+  EXPECT_EQ(d[0].processes[0].pid, getpid());
+  EXPECT_EQ(d[0].processes[0].name, "prism-unit-test");  // /proc's comm: 15 characters
+  EXPECT_EQ(d[0].processes[0].memory_bytes, 8ull << 30);
+  EXPECT_TRUE(d[0].errors.empty());
+  // GPU 1 does not support power readings: left out, not an error.
+  EXPECT_EQ(d[1].index, 1);
+  EXPECT_FALSE(d[1].power_w);
+  EXPECT_TRUE(d[1].errors.empty()) << d[1].errors[0];
+  EXPECT_TRUE(d[1].processes.empty());
+}
+
+TEST(SmiNvml, AGpuLostBetweenSamplesIsSaidAndTheOtherStays) {
+  FakeNvml fake("lose-gpu-1");
+  auto source = nvml_source();
+  ASSERT_TRUE(source);
+  ASSERT_EQ(source->sample().size(), 2u);
+  std::vector<Device> d = source->sample();
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].name, "NVIDIA H200 (fake)");
+  EXPECT_EQ(d[0].utilization, 0.37);
+  EXPECT_EQ(d[1].errors, std::vector<std::string>{"device: GPU is lost"});
+  EXPECT_FALSE(d[1].utilization);
+}
+
+TEST(SmiNvml, ALibraryThatFailsToStartOrIsMissingIsAbsent) {
+  {
+    FakeNvml fake("init-fails");
+    std::string absent;
+    EXPECT_FALSE(nvml_source(&absent));
+    EXPECT_EQ(absent, "nvml: nvmlInit failed: Driver Not Loaded");
+  }
+  setenv("PRISM_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
+  std::string absent;
+  EXPECT_FALSE(nvml_source(&absent));
+  unsetenv("PRISM_NVML_LIBRARY");
+  EXPECT_EQ(absent, "nvml: /nonexistent/libnvidia-ml.so.1 not found (NVIDIA's driver installs it)");
+}
+#endif
+
 TEST(SmiFormat, TableAndJson) {
   Device d;
   d.source = "cpu";
@@ -163,6 +231,11 @@ TEST(SmiFormat, TableAndJson) {
   EXPECT_TRUE(jd["temperature_c"].is_null());
   EXPECT_EQ(jd["core_utilization"].size(), 2u);
   EXPECT_EQ(jd["errors"][0], "power: not readable");
+  EXPECT_TRUE(j["absent"].empty());
+  const auto with_absent = nlohmann::json::parse(json({d}, 1.5, {"nvml: not here"}));
+  EXPECT_EQ(with_absent["absent"][0], "nvml: not here");
+  EXPECT_NE(table({d}, 80, {"nvml: not here"}).find("\nabsent: nvml: not here\n"),
+            std::string::npos);
 }
 
 TEST(SmiFormat, Prometheus) {

@@ -3,8 +3,6 @@
 #include <immintrin.h>
 
 #if defined(__x86_64__)
-#include <cpuid.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 #endif
 
@@ -16,6 +14,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "prism/backends/cpu/amx_rows.h"
 #include "prism/backends/cpu/simd.h"
 
 namespace prism::bench {
@@ -97,30 +96,11 @@ __attribute__((target("avx512f,avx512bf16"))) void bf16_dot_loop(int64_t iterati
 // AMX: tiles of 16 rows x 64 bytes. tdpbf16ps multiplies a 16x32 bf16 tile by a 32x16 one (as 16
 // rows of pairs) into a 16x16 f32 tile: 16 * 16 * 32 * 2 = 16384 flops. Four accumulators from
 // two A and two B tiles, the 2x2 blocking oneDNN's kernels use, keep the unit busy.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 constexpr double kAmxFlopsPerIteration = 4 * 16384.0;
 
-// Whether the CPU has AMX with bf16 and Linux lets this process use its tile registers.
-bool amx_bf16_usable() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-  const bool tile = edx & (1u << 24), bf16 = edx & (1u << 22);
-  constexpr long kReqXcompPerm = 0x1023, kXtiledata = 18;
-  return tile && bf16 && syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) == 0;
-}
-
 __attribute__((target("amx-tile,amx-bf16"))) void amx_dot_loop(int64_t iterations) {
-  TileConfig config;
-  for (int t = 0; t < 8; ++t) {
-    config.colsb[t] = 64;
-    config.rows[t] = 16;
-  }
+  prism::cpu::AmxTileConfig config;
+  for (int t = 0; t < 8; ++t) config.set(t, 16, 64);
   _tile_loadconfig(&config);
   alignas(64) uint16_t a[16 * 32], b[16 * 32];
   for (int i = 0; i < 16 * 32; ++i) {
@@ -153,7 +133,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void amx_dot_loop(int64_t iteration
 
 double measure_amx_bf16_peak_gflops(int threads) {
 #if defined(__x86_64__)
-  static const bool usable = amx_bf16_usable();
+  static const bool usable = prism::cpu::amx_available();
   if (!usable) return 0;
   const int64_t iterations = 2'000'000;
   double s = best_seconds([&] { on_threads(threads, [&](int) { amx_dot_loop(iterations); }); });

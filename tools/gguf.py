@@ -132,6 +132,25 @@ def write(path, metadata, tensors, alignment=ALIGNMENT):
         return f.tell()
 
 
+def llama_tensor_name(hf):
+    """llama.cpp's name for a Hugging Face Llama tensor."""
+    fixed = {"model.embed_tokens.weight": "token_embd.weight",
+             "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
+    if hf in fixed:
+        return fixed[hf]
+    layer, rest = hf[len("model.layers."):].split(".", 1)
+    return "blk.%s.%s" % (layer, {
+        "input_layernorm.weight": "attn_norm.weight",
+        "self_attn.q_proj.weight": "attn_q.weight",
+        "self_attn.k_proj.weight": "attn_k.weight",
+        "self_attn.v_proj.weight": "attn_v.weight",
+        "self_attn.o_proj.weight": "attn_output.weight",
+        "post_attention_layernorm.weight": "ffn_norm.weight",
+        "mlp.gate_proj.weight": "ffn_gate.weight",
+        "mlp.up_proj.weight": "ffn_up.weight",
+        "mlp.down_proj.weight": "ffn_down.weight"}[rest])
+
+
 def llama_rope_row_order(rows, heads):
     """The row order llama.cpp expects for a Hugging Face q_proj / k_proj weight of `rows`
     rows: Hugging Face rotates the two halves of each head (rotate_half), llama.cpp rotates

@@ -70,25 +70,6 @@ def hf_tensors(cfg, rng):
     yield "model.norm.weight", norm()
 
 
-def gguf_name(hf):
-    """llama.cpp's name for a Hugging Face Llama tensor."""
-    fixed = {"model.embed_tokens.weight": "token_embd.weight",
-             "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
-    if hf in fixed:
-        return fixed[hf]
-    layer, rest = hf[len("model.layers."):].split(".", 1)
-    return "blk.%s.%s" % (layer, {
-        "input_layernorm.weight": "attn_norm.weight",
-        "self_attn.q_proj.weight": "attn_q.weight",
-        "self_attn.k_proj.weight": "attn_k.weight",
-        "self_attn.v_proj.weight": "attn_v.weight",
-        "self_attn.o_proj.weight": "attn_output.weight",
-        "post_attention_layernorm.weight": "ffn_norm.weight",
-        "mlp.gate_proj.weight": "ffn_gate.weight",
-        "mlp.up_proj.weight": "ffn_up.weight",
-        "mlp.down_proj.weight": "ffn_down.weight"}[rest])
-
-
 def gguf_tensor(cfg, name, bits):
     """The GGUF form of one Hugging Face tensor: renamed, q/k rows reordered for llama.cpp's
     rope, norms as F32 (as llama.cpp's converter stores them; bf16 values are exact in f32)."""
@@ -98,8 +79,10 @@ def gguf_tensor(cfg, name, bits):
         bits = bits[gguf.llama_rope_row_order(bits.shape[0], cfg["num_key_value_heads"])]
     if bits.ndim == 1:
         f32 = (bits.astype(np.uint32) << 16).view(np.float32)
-        return gguf.Tensor(gguf_name(name), bits.shape, gguf.GGML_F32, np.ascontiguousarray(f32))
-    return gguf.Tensor(gguf_name(name), bits.shape, gguf.GGML_BF16, np.ascontiguousarray(bits))
+        return gguf.Tensor(gguf.llama_tensor_name(name), bits.shape, gguf.GGML_F32,
+                           np.ascontiguousarray(f32))
+    return gguf.Tensor(gguf.llama_tensor_name(name), bits.shape, gguf.GGML_BF16,
+                       np.ascontiguousarray(bits))
 
 
 def tokenizer_files():

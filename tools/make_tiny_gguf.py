@@ -180,25 +180,6 @@ def llama3_rope_factors(cfg):
     return array.array("f", factors)
 
 
-def gguf_name(hf):
-    """llama.cpp's name for a Hugging Face Llama tensor."""
-    fixed = {"model.embed_tokens.weight": "token_embd.weight",
-             "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
-    if hf in fixed:
-        return fixed[hf]
-    layer, rest = hf[len("model.layers."):].split(".", 1)
-    return "blk.%s.%s" % (layer, {
-        "input_layernorm.weight": "attn_norm.weight",
-        "self_attn.q_proj.weight": "attn_q.weight",
-        "self_attn.k_proj.weight": "attn_k.weight",
-        "self_attn.v_proj.weight": "attn_v.weight",
-        "self_attn.o_proj.weight": "attn_output.weight",
-        "post_attention_layernorm.weight": "ffn_norm.weight",
-        "mlp.gate_proj.weight": "ffn_gate.weight",
-        "mlp.up_proj.weight": "ffn_up.weight",
-        "mlp.down_proj.weight": "ffn_down.weight"}[rest])
-
-
 def reorder_rows(shape, values, order):
     cols = len(values) // shape[0]
     out = array.array("f")
@@ -230,13 +211,14 @@ def convert(src, cfg, tensors, matrix_type, tokenizer_kv, out_path, name):
     for hf, (shape, values) in tensors.items():
         values = gguf_rows(cfg, hf, shape, values)
         if len(shape) == 1 or matrix_type == gguf.GGML_F32:
-            written.append(gguf.Tensor(gguf_name(hf), shape, gguf.GGML_F32, values))
+            written.append(gguf.Tensor(gguf.llama_tensor_name(hf), shape, gguf.GGML_F32, values))
         elif matrix_type == gguf.GGML_BF16:
-            written.append(gguf.Tensor(gguf_name(hf), shape, gguf.GGML_BF16, bf16_bits(values)))
+            written.append(gguf.Tensor(gguf.llama_tensor_name(hf), shape, gguf.GGML_BF16,
+                                       bf16_bits(values)))
         else:
             blocks = gguf.quantize_q8_0(values)
             quantized[hf] = blocks
-            written.append(gguf.Tensor(gguf_name(hf), shape, gguf.GGML_Q8_0, blocks))
+            written.append(gguf.Tensor(gguf.llama_tensor_name(hf), shape, gguf.GGML_Q8_0, blocks))
     if cfg.get("rope_scaling"):
         factors = llama3_rope_factors(cfg)
         written.append(gguf.Tensor("rope_freqs.weight", (len(factors),), gguf.GGML_F32, factors))

@@ -21,20 +21,6 @@ namespace {
 
 #define PRISM_TARGET_AMX __attribute__((target("amx-tile,amx-bf16")))
 
-// The tile configuration ldtilecfg reads: palette 1, then each tile's bytes a row and rows.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-
-  void set(int tile, int64_t rows_, int64_t bytes_a_row) {
-    rows[tile] = static_cast<uint8_t>(rows_);
-    colsb[tile] = static_cast<uint16_t>(bytes_a_row);
-  }
-};
-
 bool cpu_and_os_have_amx_bf16() {
   unsigned a, b, c, d;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
@@ -66,7 +52,7 @@ bool amx_available() {
 PRISM_TARGET_AMX void amx_rows_blocked(const uint16_t* x, int64_t ldx, int64_t rows,
                                        const uint16_t* w, int64_t k, int64_t blocks, float* out,
                                        int64_t ldo) {
-  TileConfig config;
+  AmxTileConfig config;
   for (int t = 0; t < 5; ++t) config.set(t, rows, 64);
   for (int t = 5; t < 8; ++t) config.set(t, 16, 64);
   _tile_loadconfig(&config);
@@ -110,7 +96,7 @@ void pack_rows_for_amx(const uint16_t* x, int64_t ldx, int64_t rows, int64_t k, 
 // 4 the packed x (16 pairs of k), 5-7 16 weight rows' 32 values of k, taken in turn.
 PRISM_TARGET_AMX void amx_rows_plain(const uint16_t* xp, int64_t rows, const uint16_t* w,
                                      int64_t ldw, int64_t k, int64_t n, float* out, int64_t ldo) {
-  TileConfig config;
+  AmxTileConfig config;
   const int64_t x_bytes = rows * 2 * sizeof(uint16_t);  // a pair of k for every row of x
   for (int t = 0; t < 4; ++t) config.set(t, 16, rows * sizeof(float));
   config.set(4, 16, x_bytes);

@@ -30,6 +30,20 @@ inline constexpr int64_t kAmxColumns = 16;  // unblocked weights: n a multiple o
 // and permitted for this process.
 bool amx_available();
 
+// What ldtilecfg reads: palette 1, then each tile's bytes a row and rows.
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+
+  void set(int tile, int64_t tile_rows, int64_t bytes_a_row) {
+    rows[tile] = static_cast<uint8_t>(tile_rows);
+    colsb[tile] = static_cast<uint16_t>(bytes_a_row);
+  }
+};
+
 // out[m * ldo + 64 b + j] = x[m] . (row j of block b) for m < rows (1..16) and the `blocks`
 // blocks of 64 weight rows at w, kept blocked; x in bf16 with rows `ldx` values apart.
 void amx_rows_blocked(const uint16_t* x, int64_t ldx, int64_t rows, const uint16_t* w, int64_t k,

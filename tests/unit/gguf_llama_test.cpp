@@ -242,9 +242,8 @@ TEST(GgufTokenizer, EncodesAndDecodesAsTokenizerJson) {
       "The capital of France is",
       "Hello, world! It's 2024: 3.14159 + 1234567 = ?",
       "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>",
-      "naïve café, Ünïcödé, 日本語のテキスト, Ελληνικά, русский, emoji 😀👍🏽 "
-      "and "
-      "🇫🇷",
+      "naïve café, Ünïcödé, 日本語のテキスト, "
+      "Ελληνικά, русский, emoji 😀👍🏽 and 🇫🇷",
       "  leading and trailing spaces  \n\n\ttabs\r\nand CRLF   ",
       "code: for (int i = 0; i < 10; ++i) { x += y[i]; }  // don't",
       "I'M SHOUTING, we'll see, they'd've",

@@ -208,8 +208,14 @@ void ReadProbe::pass() {
     for (int64_t i = 0; i < len; i += 16)
       for (int64_t j = 0; j < streams; ++j)
         acc[j] = _mm512_add_ps(acc[j], _mm512_loadu_ps(s0 + j * len + i));
+    // Summed through memory: GCC 12 warns, wrongly, that _mm512_reduce_add_ps reads an
+    // uninitialized value.
+    alignas(64) float lanes[16];
     float sum = 0;
-    for (auto a : acc) sum += _mm512_reduce_add_ps(a);
+    for (auto a : acc) {
+      _mm512_store_ps(lanes, a);
+      for (float v : lanes) sum += v;
+    }
 #else
     float sum = 0;
     for (int64_t i = 0; i < streams * len; ++i) sum += s0[i];

@@ -39,7 +39,8 @@ struct Backend {
   std::function<std::unique_ptr<Platform>()> make;  // null when not compiled in
 };
 
-Backend not_compiled_in(const std::string& name, const std::string& option) {
+// Unused when every backend is compiled in.
+[[maybe_unused]] Backend not_compiled_in(const std::string& name, const std::string& option) {
   return {name,
           [=] {
             return PlatformStatus{name, false, false,

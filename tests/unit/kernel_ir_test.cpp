@@ -180,7 +180,9 @@ TEST(KernelIr, EveryOpSaysHowItRuns) {
         EXPECT_EQ(ir::attrs_name(ir::op_attrs_index(op)), "CollectiveAttrs") << ir::op_name(op);
         break;
       case Lowering::kernel_ir:  // iota is the one leaf computed, not stored
-        if (kind == ir::OpKind::leaf) EXPECT_EQ(op, Op::iota) << ir::op_name(op);
+        if (kind == ir::OpKind::leaf) {
+          EXPECT_EQ(op, Op::iota) << ir::op_name(op);
+        }
         break;
     }
   }

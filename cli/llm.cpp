@@ -139,7 +139,7 @@ int run(const Options& o) {
   PRISM_CHECK(o.prompt.empty() || o.prompt_ids.empty(),
               "llm: give --prompt or --prompt-ids, not both");
   PRISM_CHECK(o.max_tokens >= 0, "llm: --max-tokens must be >= 0, got {}", o.max_tokens);
-  const prism::DType dtype = prism::llm::compute_dtype(o.dtype, o.model, "llm");
+  const std::optional<prism::DType> dtype = prism::llm::compute_dtype(o.dtype, "llm");
   std::vector<int32_t> prompt_ids;
   if (!o.prompt_ids.empty()) prompt_ids = parse_ids(o.prompt_ids);
   std::optional<prism::llm::Tokenizer> tokenizer;

@@ -1,6 +1,7 @@
 // `prism serve`: the OpenAI-compatible server (prism/serve/server.h, docs/serving.md).
 #include <csignal>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "cli/command.h"
@@ -30,7 +31,7 @@ int run(const Options& o) {
               o.parallel);
   PRISM_CHECK(o.devices >= 1, "serve: --devices must be at least 1, got {}", o.devices);
   PRISM_CHECK(o.devices == 1 || o.mesh.empty(), "serve: give --devices or --mesh, not both");
-  const prism::DType dtype = prism::llm::compute_dtype(o.dtype, o.model, "serve");
+  const std::optional<prism::DType> dtype = prism::llm::compute_dtype(o.dtype, "serve");
   if (!prism::io::exists(prism::io::join(o.model, "tokenizer.json"))) {
     prism::fail("serve: {} has no tokenizer.json", o.model);
   }

@@ -26,32 +26,30 @@ constexpr int64_t kWindows[] = {1, 16, 64, 256, 512, 1024};
 
 }  // namespace
 
-DType checkpoint_dtype(const std::string& model_uri) {
-  if (is_gguf_uri(model_uri)) {
-    std::shared_ptr<io::File> file = io::open(model_uri);
-    const io::GgufHeader header = io::GgufHeader::read(*file);
-    for (const io::GgufTensor& t : header.tensors) {
-      if (t.type != quant::GgmlType::F32) return DType::bf16;
-    }
-    return DType::f32;
-  }
-  const std::string config_uri = io::join(model_uri, "config.json");
-  const nlohmann::json config = read_json(config_uri);
-  for (const char* key : {"torch_dtype", "dtype"}) {
-    auto it = config.find(key);
-    if (it != config.end() && it->is_string() && *it == "bfloat16") return DType::bf16;
-  }
-  return DType::f32;
-}
-
-DType compute_dtype(std::string_view name, const std::string& model_uri, std::string_view command) {
-  if (name == "auto") return checkpoint_dtype(model_uri);
+std::optional<DType> compute_dtype(std::string_view name, std::string_view command) {
+  if (name == "auto") return std::nullopt;
   PRISM_CHECK(name == "f32" || name == "bf16", "{}: --dtype must be auto, f32 or bf16, got {}",
               command, name);
   return name == "f32" ? DType::f32 : DType::bf16;
 }
 
 namespace {
+
+// The checkpoint's own compute dtype (EngineOptions::dtype unset), from its config.json or,
+// for a GGUF file, its tensors' types.
+DType checkpoint_dtype(const nlohmann::json& config) {
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    auto it = config.find(key);
+    if (it != config.end() && it->is_string() && *it == "bfloat16") return DType::bf16;
+  }
+  return DType::f32;
+}
+DType checkpoint_dtype(const io::GgufHeader& header) {
+  for (const io::GgufTensor& t : header.tensors) {
+    if (t.type != quant::GgmlType::F32) return DType::bf16;
+  }
+  return DType::f32;
+}
 
 // The store's floating-point matrices quantized and dequantized back as they load
 // (io::StoredTensor::round_trip), each to the type `prism quantize` would give it.
@@ -71,7 +69,6 @@ io::Store round_trip(const io::Store& store, quant::GgmlType type) {
 }  // namespace
 
 Engine::Checkpoint Engine::open(const std::string& model_uri, const EngineOptions& options) {
-  const DType dtype = options.dtype;
   if (options.quantize) {
     PRISM_CHECK(quant::can_quantize(*options.quantize),
                 "llm: no quantization to {} (q8_0, q4_0 and q4_k are)",
@@ -82,15 +79,19 @@ Engine::Checkpoint Engine::open(const std::string& model_uri, const EngineOption
                 model_uri);
   }
   if (is_gguf_uri(model_uri)) {
-    GgufModel gguf = open_gguf_model(model_uri, dtype);
+    std::shared_ptr<io::File> file = io::open(model_uri);
+    io::GgufHeader header = io::GgufHeader::read(*file);
+    const DType dtype = options.dtype.value_or(checkpoint_dtype(header));
+    GgufModel gguf = open_gguf_model(std::move(file), std::move(header), dtype);
     models::ModelInfo info = gguf.model->info();
     return {std::move(gguf.model), std::move(info), std::move(gguf.store)};
   }
   io::Store store = io::Store::open(model_uri);
   if (options.quantize) store = round_trip(store, *options.quantize);
   std::string config_uri = io::join(model_uri, "config.json");
+  const nlohmann::json config = read_json(config_uri);
   std::unique_ptr<models::CausalLM> model =
-      models::make_causal_lm(read_json(config_uri), config_uri, dtype);
+      models::make_causal_lm(config, config_uri, options.dtype.value_or(checkpoint_dtype(config)));
   models::ModelInfo info = model->info();
   std::string generation_uri = io::join(model_uri, "generation_config.json");
   if (io::exists(generation_uri)) {  // its eos ids join config.json's

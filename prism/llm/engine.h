@@ -20,8 +20,13 @@
 namespace prism::llm {
 
 struct EngineOptions {
-  int64_t seqlen = 4096;     // the longest conversation (the KV caches' length)
-  DType dtype = DType::f32;  // compute dtype
+  int64_t seqlen =
+      4096;  // the longest conversation (the KV caches' length)
+             // The compute dtype; unset: the checkpoint's own, bf16 for a checkpoint stored in bf16
+  // (config.json's `torch_dtype` or `dtype`) or a GGUF file with any tensor that is not f32
+  // (quantized weights are dequantized into it), f32 otherwise (an f16 checkpoint too: prism
+  // computes in f32 or bf16, and f16's range does not fit bf16's precision).
+  std::optional<DType> dtype = DType::f32;
   // Weights are copied into the platform's memory rather than used in place from a mapped
   // local file: on the CPU the copy sits in 2 MiB pages, and decoding ran ~40 % faster from it
   // than from the page cache's 4 KiB pages (docs/llm.md, Performance). zero_copy = true maps.
@@ -40,14 +45,9 @@ struct EngineOptions {
   std::optional<quant::GgmlType> quantize;
 };
 
-// The dtype a model computes in unless told otherwise: its checkpoint's own. bf16 for a
-// checkpoint stored in bf16 (config.json's `torch_dtype` or `dtype`) or a GGUF file with any
-// tensor that is not f32 (quantized weights are dequantized into it); f32 otherwise (an f16
-// checkpoint too: prism computes in f32 or bf16, and f16's range does not fit bf16's precision).
-DType checkpoint_dtype(const std::string& model_uri);
-// A command's --dtype: "auto" (checkpoint_dtype), "f32" or "bf16"; anything else throws a
-// prism::Error that starts with `command`.
-DType compute_dtype(std::string_view name, const std::string& model_uri, std::string_view command);
+// A command's --dtype as EngineOptions::dtype: "auto" (unset: the checkpoint's own), "f32" or
+// "bf16"; anything else throws a prism::Error that starts with `command`.
+std::optional<DType> compute_dtype(std::string_view name, std::string_view command);
 
 // The model's step over a window of `window` tokens for conversations of up to `seqlen`
 // positions, compiled with the states donated. Inputs: tokens {s} (i32), start and last (i32

@@ -51,13 +51,13 @@ struct Ticks {
 
 class CpuSource final : public Source {
  public:
-  explicit CpuSource(fs::path root) : root_(std::move(root)) {}
+  explicit CpuSource(fs::path root) : root_(std::move(root)), model_(model()) {}
   std::string name() const override { return "cpu"; }
 
   std::vector<Device> sample() override {
     Device d;
     d.source = "cpu";
-    d.name = model();
+    d.name = model_;
     utilization(d);
     memory(d);
     clock(d);
@@ -245,6 +245,7 @@ class CpuSource final : public Source {
   }
 
   fs::path root_;
+  std::string model_;  // read once: it does not change
   std::map<std::string, Ticks> ticks_;
   std::map<std::string, double> energy_;  // microjoules, by domain
   Clock::time_point energy_time_;

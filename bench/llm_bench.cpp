@@ -11,8 +11,12 @@
 // right before every decode step.
 // Greedy tokens of all sides are compared: the same ids show that all run the same model.
 //
+// --format=q8_0|q4_0|q4_k_m runs prism and llama.cpp on a quantized GGUF of the same weights
+// instead (llama.cpp's llama-quantize makes it from the bf16 GGUF on first use; without it,
+// prism quantize, which writes no Q4_K_M), PyTorch staying out: it has no such weights.
+//
 //   prism-bench llm [--model=DIR] [--repeats=N] [--llamacpp=0] [--torch=bf16,f32|bf16|f32|0]
-//                   [--zero-copy=1]
+//                   [--zero-copy=1] [--format=bf16|q8_0|q4_0|q4_k_m]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -78,6 +82,36 @@ void ensure_checkpoint(const std::string& dir) {
   PRISM_CHECK(std::system(command.c_str()) == 0,
               "llm: could not write the checkpoint with tools/make_bench_llama.py (it needs numpy "
               "in .venv: scripts/setup.sh --bench)");
+}
+
+// The checkpoint's weights in a quantized GGUF, `dir`/model-FORMAT.gguf, made on first use:
+// by llama.cpp's llama-quantize from the bf16 GGUF where scripts/setup.sh --bench built it
+// (the files users download are made so), else by prism quantize from the safetensors.
+std::string quantized_checkpoint(const std::string& dir, const std::string& format) {
+  namespace fs = std::filesystem;
+  const fs::path out = fs::path(dir) / ("model-" + format + ".gguf");
+  if (fs::exists(out)) return out.string();
+  const fs::path partial = out.string() + ".partial";
+  const std::string quantizer = PRISM_LLAMACPP_DIR "/bin/llama-quantize";
+  std::string command;
+  if (fs::exists(quantizer)) {
+    std::string type = format;
+    std::transform(type.begin(), type.end(), type.begin(), ::toupper);
+    command = fmt::format("'{}' '{}/model.gguf' '{}' {} >'{}.log' 2>&1", quantizer, dir,
+                          partial.string(), type, partial.string());
+  } else {
+    PRISM_CHECK(format != "q4_k_m",
+                "llm: --format=q4_k_m needs llama.cpp's llama-quantize (scripts/setup.sh --bench); "
+                "prism quantize writes q8_0, q4_0 and q4_k");
+    command = fmt::format("'{}/bin/prism' quantize '{}' '{}' --type={}", PRISM_BINARY_DIR, dir,
+                          partial.string(), format);
+  }
+  std::printf("writing the %s checkpoint to %s\n", format.c_str(), out.c_str());
+  std::fflush(stdout);
+  PRISM_CHECK(std::system(command.c_str()) == 0, "llm: could not write {}: {}", out.string(),
+              command);
+  fs::rename(partial, out);
+  return out.string();
 }
 
 namespace {
@@ -195,8 +229,8 @@ struct Side {
 };
 
 // The peers that are there; a line each for those that are not.
-std::vector<Side> peers(const std::string& dir, int threads, const std::vector<int32_t>& prompt,
-                        std::vector<std::string>& missing) {
+std::vector<Side> peers(const std::string& dir, const std::string& gguf, bool bf16, int threads,
+                        const std::vector<int32_t>& prompt, std::vector<std::string>& missing) {
   std::vector<Side> sides;
   if (option("llamacpp", "1") != "0") {
     std::string peer = PRISM_LLAMACPP_DIR "/bin/llamacpp-peer";
@@ -204,8 +238,7 @@ std::vector<Side> peers(const std::string& dir, int threads, const std::vector<i
       sides.push_back({"llama.cpp", 1, true, [=](const Run& prism) {
                          return run_peer("llama.cpp",
                                          fmt::format("'{}' {}", peer,
-                                                     peer_arguments(dir + "/model.gguf", threads,
-                                                                    prompt, prism)));
+                                                     peer_arguments(gguf, threads, prompt, prism)));
                        }});
     } else {
       missing.push_back(
@@ -214,7 +247,9 @@ std::vector<Side> peers(const std::string& dir, int threads, const std::vector<i
     }
   }
   std::vector<std::string> dtypes;
-  if (std::string list = option("torch", "bf16,f32"); list != "0") {
+  if (!bf16) {
+    missing.push_back("PyTorch: not compared on quantized weights (it runs the bf16 ones)");
+  } else if (std::string list = option("torch", "bf16,f32"); list != "0") {
     std::stringstream in(list);
     for (std::string dtype; std::getline(in, dtype, ',');) {
       PRISM_CHECK(dtype == "bf16" || dtype == "f32",
@@ -257,13 +292,20 @@ void llm_bench() {
   ensure_checkpoint(dir);
   Platform& cpu = get_platform("cpu");
   int threads = static_cast<cpu::CpuPlatform&>(cpu).pool().size();
+  const std::string format = option("format", "bf16");
+  PRISM_CHECK(format == "bf16" || format == "q8_0" || format == "q4_0" || format == "q4_k_m",
+              "llm: --format takes bf16, q8_0, q4_0 or q4_k_m; not '{}'", format);
+  const bool bf16 = format == "bf16";
+  const std::string gguf = bf16 ? dir + "/model.gguf" : quantized_checkpoint(dir, format);
   llm::EngineOptions options{.seqlen = 1024, .dtype = DType::bf16};
   options.load.zero_copy = option("zero-copy", "0") != "0";
-  llm::Engine engine(dir, cpu, options);
+  llm::Engine engine(bf16 ? dir : gguf, cpu, options);
   // A decode step reads every stored weight once (the tied embedding for the logits; its one
-  // row for the input is not counted), all in bf16 as stored (twice that in f32).
+  // row for the input is not counted), in bf16 as stored (twice that in f32), or the
+  // quantized file's blocks.
   const io::Store store = io::Store::open(dir);
-  double bytes = static_cast<double>(store.total_bytes());
+  double bytes =
+      static_cast<double>(bf16 ? store.total_bytes() : io::Store::open(gguf).total_bytes());
   const double flops = prefill_flops(store, dir, kPromptTokens);
   // The bf16 peak: AMX's where the CPU has it (oneDNN's products use it then), else AVX-512's.
   const double vdp_peak = measure_bf16_peak_gflops(threads);
@@ -275,7 +317,9 @@ void llm_bench() {
 
   std::vector<std::string> missing;
   std::vector<Side> sides{{"prism", 1, true, nullptr}};
-  for (Side& peer : peers(dir, threads, prompt, missing)) sides.push_back(std::move(peer));
+  for (Side& peer : peers(dir, gguf, bf16, threads, prompt, missing)) {
+    sides.push_back(std::move(peer));
+  }
   const size_t n = sides.size();
 
   ReadProbe probe(threads);
@@ -307,12 +351,13 @@ void llm_bench() {
     return median(v);
   };
   std::printf(
-      "\nLlama 3.2 1B shape, random bf16 weights, %d threads, medians of %d runs\n"
+      "\nLlama 3.2 1B shape, random weights in %s, %d threads, medians of %d runs\n"
       "%.2f GB of weights read per token: roofline %.2f tok/s at triad bandwidth (%.1f GB/s), "
       "%.2f at read bandwidth (%.1f GB/s)\n"
       "%.2f TFLOP in a 512-token prefill; bf16 dot peak %.0f GFLOP/s (measured, %s)\n\n",
-      threads, repeats, bytes / 1e9, median(triad) * 1e9 / bytes, median(triad),
-      median(read) * 1e9 / bytes, median(read), flops / 1e12, bf16_peak, peak_source.c_str());
+      bf16 ? "bf16" : (format + " (" + gguf + ")").c_str(), threads, repeats, bytes / 1e9,
+      median(triad) * 1e9 / bytes, median(triad), median(read) * 1e9 / bytes, median(read),
+      flops / 1e12, bf16_peak, peak_source.c_str());
   // Columns: prism, then each peer with the ratio prism / peer beside it.
   std::printf("%-24s %10s", "", "prism");
   for (size_t s = 1; s < n; ++s) std::printf(" %10s %9s", sides[s].name.c_str(), "ratio");

@@ -268,9 +268,8 @@ const prism::cli::RegisterCommand kLlm{
       app.add_option("--platform", o->platform, "cpu, opencl, cuda, auto");
       app.add_option("--quantize", o->quantize,
                      "q8_0, q4_0 or q4_k: quantize a safetensors checkpoint's matrices as they "
-                     "load, then dequantize them into --dtype: the outputs a GGUF file of that "
-                     "type gives (the products still run on dequantized weights; "
-                     "docs/quantization.md)");
+                     "load, as a GGUF file of that type holds them (on the CPU they stay "
+                     "quantized in memory; docs/quantization.md)");
       app.add_option("--dtype", o->dtype,
                      "auto (the checkpoint's: bf16 for a bf16 checkpoint), f32 or bf16")
           ->capture_default_str();

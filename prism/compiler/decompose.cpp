@@ -8,6 +8,7 @@
 
 #include "prism/compiler/passes.h"
 #include "prism/core/error.h"
+#include "prism/quant/ggml_type.h"
 #include "prism/tensor/tracer.h"
 
 namespace prism::compiler {
@@ -210,6 +211,162 @@ Tensor short_conv(const Tensor& x, const Tensor& state, const Tensor& weight) {
   return positional(y).convert(x.dtype());
 }
 
+// ggml's blocks in graph ops, for platforms without a kernel of their own: every element's
+// integer fields are picked out of its block's bytes by gathers with constant index vectors
+// (a field of element e is (byte[at[e]] >> shift[e]) & (2^width[e] - 1), as integer division
+// and remainder), and the f16 scales are assembled from their bits with a gathered table of
+// powers of two, so no platform needs bit casts or shifts. Products and differences are
+// rounded as prism::quant::dequantize rounds them.
+class Blocks {
+ public:
+  // bytes: u8 {..., b}, whole blocks of `t` along the last axis.
+  Blocks(const Tensor& bytes, const quant::GgmlTypeInfo& t)
+      : elements_(t.block_elements), rows_(bytes.rank() - 1) {
+    std::vector<Dim> dims;
+    for (int i = 0; i < rows_; ++i) dims.push_back({pos(i), bytes.shape().size(i)});
+    const int64_t bytes_along = bytes.shape().size(rows_);
+    dims.push_back({"blk", bytes_along / t.block_bytes});
+    dims.push_back({"byte", t.block_bytes});
+    blocks_ = bytes.reshape(Shape(DType::u8, dims)).convert(DType::i32);
+  }
+  int64_t elements() const { return elements_; }
+
+  // Field of every element e: (byte[at(e)] >> shift(e)) & (2^width(e) - 1), i32 {..., blk, e}.
+  template <typename At, typename Shift, typename Width>
+  Tensor field(At at, Shift shift, Width width) const {
+    std::vector<int32_t> index(elements_), divisor(elements_), modulus(elements_);
+    for (int e = 0; e < elements_; ++e) {
+      index[e] = at(e);
+      divisor[e] = 1 << shift(e);
+      modulus[e] = 1 << width(e);
+    }
+    return rem(blocks_.gather("byte", vector(index)) / vector(divisor), vector(modulus));
+  }
+  Tensor field(int at_first, int width_bits) const {  // the same byte for every element
+    return field([&](int) { return at_first; }, [](int) { return 0; },
+                 [&](int) { return width_bits; });
+  }
+  // A signed byte: the field's value less 256 from 128 on.
+  Tensor signed_byte(const Tensor& u) const { return rem(u + 128, vector_of(256)) - 128; }
+  // The f16 stored little-endian at bytes `at`, `at` + 1 of the block, as f32.
+  Tensor f16(int at) const {
+    Tensor lo = field(at, 8), hi = field(at + 1, 8);
+    Tensor exponent = rem(hi / 4, vector_of(32));
+    Tensor mantissa = rem(hi, vector_of(4)) * 256 + lo;
+    std::vector<float> scale(32);  // the value of mantissa 1 at each exponent
+    scale[0] = std::ldexp(1.0f, -24);
+    for (int e = 1; e < 31; ++e) scale[e] = std::ldexp(1.0f, e - 25);
+    scale[31] = std::numeric_limits<float>::infinity();
+    Tensor zero = eq(exponent, vector_of(0));
+    Tensor significand = select(zero, mantissa, mantissa + 1024).convert(DType::f32);
+    Tensor magnitude = significand * table(scale).gather("t", exponent);
+    Tensor nan = logical_and(eq(exponent, vector_of(31)), ne(mantissa, vector_of(0)));
+    magnitude = select(nan, Tensor::full(magnitude.shape(), std::nan("")), magnitude);
+    return select(ge(hi, vector_of(128)), -magnitude, magnitude);
+  }
+  // Values {..., blk, e} f32 as the operand's layout {..., values} in `dtype`.
+  Tensor values(const Tensor& v, DType dtype) const {
+    return v.merge({"blk", "e"}, pos(rows_)).convert(dtype);
+  }
+
+ private:
+  Tensor vector(const std::vector<int32_t>& v) const {
+    return Tensor::constant(
+        HostBuffer::from(Shape(DType::i32, {{"e", elements_}}), std::span<const int32_t>(v)));
+  }
+  Tensor vector_of(int32_t value) const {
+    return Tensor::full(Shape(DType::i32, {{"e", elements_}}), value);
+  }
+  static Tensor table(const std::vector<float>& v) {
+    return Tensor::constant(
+        HostBuffer::from(Shape(DType::f32, {{"t", int64_t(v.size())}}), std::span<const float>(v)));
+  }
+
+  Tensor blocks_;  // i32 {rows..., blk, byte}
+  int64_t elements_;
+  int rows_;
+};
+
+Tensor f32(const Tensor& t) { return t.convert(DType::f32); }
+
+// The K-quants' 6-bit scale (or, with `min`, offset) of element e's sub-block of 32, from the
+// 12 bytes at `at` (quant/dequantize.cpp's k_scale_min): sub-blocks 0-3 take six bits of one
+// byte; 4-7 four bits of one byte and two of another.
+Tensor k_scale(const Blocks& b, int at, bool min) {
+  auto s = [](int e) { return e / 32; };
+  Tensor low = b.field([&](int e) { return s(e) < 4 ? at + s(e) + (min ? 4 : 0) : at + s(e) + 4; },
+                       [&](int e) { return s(e) < 4 ? 0 : (min ? 4 : 0); },
+                       [&](int e) { return s(e) < 4 ? 6 : 4; });
+  Tensor high = b.field([&](int e) { return s(e) < 4 ? at : at + s(e) - (min ? 0 : 4); },
+                        [](int) { return 6; }, [&](int e) { return s(e) < 4 ? 0 : 2; });
+  return low + high * 16;
+}
+
+Tensor dequantize(const Tensor& bytes, quant::GgmlType format, DType dtype) {
+  using quant::GgmlType;
+  const Blocks b(bytes, quant::info(format));
+  auto nibble = [&](int first) {  // Q4_0's layout: element j < 16 low nibble of byte j
+    return b.field([=](int e) { return first + e % 16; }, [](int e) { return e / 16 * 4; },
+                   [](int) { return 4; });
+  };
+  auto fifth_bit = [&](int first) {  // Q5_0's: bit e of the 32-bit word at `first`
+    return b.field([=](int e) { return first + e / 8; }, [](int e) { return e % 8; },
+                   [](int) { return 1; });
+  };
+  auto k_nibble = [&](int first) {  // Q4_K's: sub-block s in run s / 2, nibble s % 2
+    return b.field([=](int e) { return first + e / 64 * 32 + e % 32; },
+                   [](int e) { return e / 32 % 2 * 4; }, [](int) { return 4; });
+  };
+  Tensor v;
+  switch (format) {
+    case GgmlType::Q4_0:
+      v = b.f16(0) * f32(nibble(2) - 8);
+      break;
+    case GgmlType::Q4_1:
+      v = b.f16(0) * f32(nibble(4)) + b.f16(2);
+      break;
+    case GgmlType::Q5_0:
+      v = b.f16(0) * f32(nibble(6) + fifth_bit(2) * 16 - 16);
+      break;
+    case GgmlType::Q5_1:
+      v = b.f16(0) * f32(nibble(8) + fifth_bit(4) * 16) + b.f16(2);
+      break;
+    case GgmlType::Q8_0:
+      v = f32(b.signed_byte(
+              b.field([](int e) { return 2 + e; }, [](int) { return 0; }, [](int) { return 8; }))) *
+          b.f16(0);
+      break;
+    case GgmlType::Q4_K:
+      v = b.f16(0) * f32(k_scale(b, 4, false)) * f32(k_nibble(16)) -
+          b.f16(2) * f32(k_scale(b, 4, true));
+      break;
+    case GgmlType::Q5_K: {
+      Tensor high = b.field([](int e) { return 16 + e % 32; }, [](int e) { return e / 32; },
+                            [](int) { return 1; });
+      v = b.f16(0) * f32(k_scale(b, 4, false)) * f32(k_nibble(48) + high * 16) -
+          b.f16(2) * f32(k_scale(b, 4, true));
+      break;
+    }
+    case GgmlType::Q6_K: {
+      // Each half of 128 reads 64 nibble bytes and 32 bytes of 2-bit pairs; its run j of 32
+      // takes nibble byte (j % 2) * 32 + l (low for j < 2) and bits 2j, 2j + 1 of pair byte l.
+      auto half = [](int e) { return e / 128; };
+      auto run = [](int e) { return e % 128 / 32; };
+      Tensor low = b.field([&](int e) { return half(e) * 64 + run(e) % 2 * 32 + e % 32; },
+                           [&](int e) { return run(e) / 2 * 4; }, [](int) { return 4; });
+      Tensor high = b.field([&](int e) { return 128 + half(e) * 32 + e % 32; },
+                            [&](int e) { return 2 * run(e); }, [](int) { return 2; });
+      Tensor scale = b.signed_byte(b.field([](int e) { return 192 + e / 16; },
+                                           [](int) { return 0; }, [](int) { return 8; }));
+      v = b.f16(208) * f32(scale) * f32(low + high * 16 - 32);
+      break;
+    }
+    default:
+      fail("decompose: no decomposition of dequantize for {}", quant::name(format));
+  }
+  return b.values(v, dtype);
+}
+
 Tensor decompose_node(const ir::Node& n, const std::vector<Tensor>& in) {
   switch (n.op) {
     case Op::softmax:
@@ -227,6 +384,8 @@ Tensor decompose_node(const ir::Node& n, const std::vector<Tensor>& in) {
       return gated_delta_rule(in, n.attr<ir::GatedDeltaRuleAttrs>());
     case Op::short_conv:
       return short_conv(in[0], in[1], in[2]);
+    case Op::dequantize:
+      return dequantize(in[0], n.attr<ir::DequantizeAttrs>().format, n.shape.dtype());
     default:
       fail("decompose: {} is not a composite", ir::op_name(n.op));
   }

@@ -913,6 +913,7 @@ Lowering lowering_of(Op op) {
       return Lowering::backend;
     case Op::gated_delta_rule:
     case Op::short_conv:
+    case Op::dequantize:
       return Lowering::decomposed;
     case Op::all_reduce:
     case Op::all_gather:

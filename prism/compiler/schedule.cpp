@@ -9,7 +9,8 @@ namespace prism::compiler {
 using ir::Op;
 using ir::ValueId;
 
-Schedule::Schedule(const ir::Graph& graph, const FusionPlan& fusion)
+Schedule::Schedule(const ir::Graph& graph, const FusionPlan& fusion,
+                   const std::vector<bool>& folded)
     : step_of_(graph.size(), -1), slots_(graph.size()) {
   int parameters = 0;
   for (ValueId id = 0; id < graph.size(); ++id) {
@@ -30,6 +31,10 @@ Schedule::Schedule(const ir::Graph& graph, const FusionPlan& fusion)
         continue;
       default:
         break;
+    }
+    if (!folded.empty() && folded[id]) {
+      slot = {Storage::alias, 0, 0, n.inputs[0]};
+      continue;
     }
     if (fusion.virtual_broadcast[id]) continue;
     // An elementwise node is computed inside its group's loop, which its root's step runs.

@@ -73,11 +73,29 @@ class Rewriter {
       case Op::div:
         if (auto id = identity(n)) return *id;
         break;
+      case Op::gather:
+        if (auto id = gather_blocks(n)) return *id;
+        break;
       default:
         break;
     }
     if (auto folded = fold(n)) return add(std::move(*folded));
     return add(std::move(n));
+  }
+
+  // Rows picked from dequantized weights (an embedding lookup in a quantized table) are the
+  // picked rows' blocks, dequantized: only those rows are dequantized, not the whole table.
+  std::optional<ValueId> gather_blocks(const Node& n) {
+    const Node& src = get(n.inputs[0]);
+    if (src.op != Op::dequantize || n.attr<ir::AxisAttrs>().axis >= src.shape.rank() - 1) {
+      return std::nullopt;
+    }
+    const Shape& bytes = get(src.inputs[0]).shape;
+    std::vector<Dim> dims(n.shape.dims().begin(), n.shape.dims().end());
+    dims.back().size = bytes.size(bytes.rank() - 1);
+    const ValueId rows =
+        add(Node{Op::gather, Shape(DType::u8, dims), {src.inputs[0], n.inputs[1]}, n.attrs});
+    return add(Node{Op::dequantize, n.shape, {rows}, src.attrs});
   }
 
   // x*1, 1*x, x+0, 0+x, x-0, x/1 -> x (same shape: elementwise operands are broadcast).

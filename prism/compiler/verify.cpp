@@ -122,6 +122,20 @@ void verify(const ir::Graph& g) {
                   "verify: {} does not fit its operand {} on {} devices", where(), in.str(),
                   c.group);
     }
+    if (n.op == ir::Op::dequantize) {
+      const quant::GgmlTypeInfo& t = quant::info(n.attr<ir::DequantizeAttrs>().format);
+      const Shape& in = g.node(n.inputs[0]).shape;
+      bool fits = in.dtype() == DType::u8 && is_float(n.shape.dtype()) && in.rank() >= 1 &&
+                  in.rank() == n.shape.rank() && t.block_elements > 1;
+      for (int a = 0; fits && a < in.rank(); ++a) {
+        const bool last = a == in.rank() - 1;
+        fits = last ? in.size(a) % t.block_bytes == 0 &&
+                          n.shape.size(a) == in.size(a) / t.block_bytes * t.block_elements
+                    : in.size(a) == n.shape.size(a);
+      }
+      PRISM_CHECK(fits, "verify: {} does not hold the values of {} blocks of {}", where(), t.name,
+                  in.str());
+    }
     if (n.op == ir::Op::constant) {
       const auto& c = n.attr<ir::ConstantAttrs>();
       PRISM_CHECK(c.data && static_cast<int64_t>(c.data->size()) == n.shape.bytes(),

@@ -25,6 +25,23 @@ struct Chunk {
   uint64_t size;   // bytes, or rows
 };
 
+// The block format a parameter of bytes (u8) takes a decoded tensor in, a model keeping the
+// weights quantized (CausalLM::set_quantized_weights): round_trip's, quantized as it loads,
+// else the file's blocks, copied as they are. Nothing for other parameters.
+std::optional<quant::GgmlType> kept_blocks(const StoredTensor& t, DType want) {
+  if (want != DType::u8) return std::nullopt;
+  return t.round_trip ? t.round_trip : t.blocks;
+}
+
+// Bytes of one row of `t` loaded for a parameter of dtype `want`.
+uint64_t loaded_row_bytes(const StoredTensor& t, DType want) {
+  if (std::optional<quant::GgmlType> kept = kept_blocks(t, want)) {
+    const quant::GgmlTypeInfo& type = quant::info(*kept);
+    return t.row_elements() / type.block_elements * type.block_bytes;
+  }
+  return t.row_elements() * size_of(want);
+}
+
 // Rows [first, first + count) of a tensor decoded as it loads, as `want` elements into `out`
 // (count rows of row_elements() each). The stored rows they come from are read as one range:
 // a row order moves rows only within a head, so the range is barely larger than the rows.
@@ -43,14 +60,26 @@ uint64_t read_decoded_rows(const StoredTensor& t, int64_t first, int64_t count, 
   staging.resize((hi - lo + 1) * row_bytes);
   t.file->read_at(t.offset + lo * row_bytes, staging);
   const int64_t n = t.row_elements();
-  const size_t out_row = n * size_of(want);
+  const size_t out_row = loaded_row_bytes(t, want);
+  const std::optional<quant::GgmlType> kept = kept_blocks(t, want);
   PRISM_CHECK(out.size() == count * out_row, "load: {} bytes for {} rows of {}", out.size(), count,
               t.info.name);
   for (int64_t r = first; r < first + count; ++r) {
     const std::span<const std::byte> src(staging.data() + (t.stored_row(r) - lo) * row_bytes,
                                          row_bytes);
     std::byte* dst = out.data() + (r - first) * out_row;
-    if (t.round_trip) {  // to f32, through the type's blocks and back, then to `want`
+    if (kept && !t.round_trip) {  // the file's blocks, kept
+      std::memcpy(dst, src.data(), row_bytes);
+    } else if (kept) {  // quantized, kept
+      decoded.resize(n);
+      if (t.blocks) {
+        quant::dequantize(*t.blocks, src, decoded);
+      } else {
+        convert_elements(*to_core_dtype(t.info.dtype), src.data(), DType::f32,
+                         reinterpret_cast<std::byte*>(decoded.data()), n);
+      }
+      quant::quantize(*kept, decoded, std::span(dst, out_row));
+    } else if (t.round_trip) {  // to f32, through the type's blocks and back, then to `want`
       decoded.resize(n);
       if (t.blocks) {
         quant::dequantize(*t.blocks, src, decoded);
@@ -149,7 +178,14 @@ std::optional<DType> checked_dtype(const Store& store, const StoredTensor& st,
     fail("load: tensor \"{}\" in {} is {}, which prism cannot load{}", parameter, store.uri(),
          st.type_name(), st.blocks ? " (no dequantization for it yet)" : "");
   }
-  if (st.info.shape != shape.sizes()) {
+  std::vector<int64_t> sizes = st.info.shape;  // as the parameter holds it
+  if (std::optional<quant::GgmlType> kept = kept_blocks(st, shape.dtype())) {
+    const quant::GgmlTypeInfo& type = quant::info(*kept);
+    if (sizes.size() == 2 && sizes[1] % type.block_elements == 0) {
+      sizes[1] = sizes[1] / type.block_elements * type.block_bytes;
+    }
+  }
+  if (sizes != shape.sizes()) {
     fail("load: tensor \"{}\" in {} is {}{} but the model expects {}", parameter, store.uri(),
          st.type_name(), st.info.shape_str(), shape.str());
   }
@@ -303,7 +339,7 @@ Weights load_whole(const Store& store, std::span<const Executable::Parameter> pa
     size_t offset = 0;
     uint64_t read = 0;
     if (t.stored.decoded()) {
-      const size_t out_row = t.stored.row_elements() * size_of(want);
+      const size_t out_row = loaded_row_bytes(t.stored, want);
       converted.resize(c.size * out_row);
       read_decoded_rows(t.stored, c.first, c.size, want, converted);
       bytes = converted;

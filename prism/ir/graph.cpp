@@ -41,11 +41,11 @@ constexpr OpInfo kOps[] = {
 };
 
 constexpr std::string_view kAttrsNames[] = {
-    "NoAttrs",        "ParameterAttrs", "InputAttrs",     "ConstantAttrs",
-    "AxisAttrs",      "AxesAttrs",      "DotAttrs",       "SliceAttrs",
-    "PadAttrs",       "ScatterAttrs",   "ConvAttrs",      "ArgsortAttrs",
-    "NormAttrs",      "RopeAttrs",      "AttentionAttrs", "GatedDeltaRuleAttrs",
-    "CollectiveAttrs"};
+    "NoAttrs",         "ParameterAttrs", "InputAttrs",     "ConstantAttrs",
+    "AxisAttrs",       "AxesAttrs",      "DotAttrs",       "SliceAttrs",
+    "PadAttrs",        "ScatterAttrs",   "ConvAttrs",      "ArgsortAttrs",
+    "NormAttrs",       "RopeAttrs",      "AttentionAttrs", "GatedDeltaRuleAttrs",
+    "CollectiveAttrs", "DequantizeAttrs"};
 static_assert(std::size(kAttrsNames) == std::variant_size_v<Attrs>,
               "a name for every alternative of Attrs");
 
@@ -81,6 +81,8 @@ template <typename T>
 std::string field_str(const Field<T>& f) {
   if constexpr (std::is_same_v<T, bool>) {
     return f.value ? fmt::format(" {}", f.name) : "";
+  } else if constexpr (std::is_same_v<T, quant::GgmlType>) {
+    return fmt::format(" {}={}", f.name, quant::name(f.value));
   } else if constexpr (std::is_enum_v<T>) {
     return fmt::format(" {}={}", f.name, static_cast<int>(f.value));
   } else if constexpr (std::is_same_v<T, std::string>) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "prism/core/shape.h"
+#include "prism/quant/ggml_type.h"
 
 namespace prism::ir {
 
@@ -172,6 +173,14 @@ struct AttentionAttrs {  // q {B,Hq,Sq,D} k {B,Hkv,Sk,D} v {B,Hkv,Sk,Dv} [mask {
 // q {B,Hk,S,Dk} k {B,Hk,S,Dk} v {B,H,S,Dv} g {B,H,S} beta {B,H,S} state {B,H,Dk,Dv}, all of
 // the output's dtype. Output {B,H,S+Dk,Dv}: rows 0..S-1 of each head are the outputs, the Dk
 // rows after them the final state.
+// dequantize: an operand of bytes {..., b} holding, along its last axis, whole blocks of one of
+// ggml's formats (the blocks of a GGUF file's rows), to floats {..., b / block_bytes *
+// block_elements} of the node's dtype.
+struct DequantizeAttrs {
+  quant::GgmlType format = quant::GgmlType::F32;
+  bool operator==(const DequantizeAttrs&) const = default;
+  auto fields() const { return std::tuple{field("format", format)}; }
+};
 struct GatedDeltaRuleAttrs {
   int64_t chunk = 0;  // 0: token by token; else the chunked form over blocks of `chunk`
   bool operator==(const GatedDeltaRuleAttrs&) const = default;
@@ -195,7 +204,7 @@ struct CollectiveAttrs {
 using Attrs =
     std::variant<NoAttrs, ParameterAttrs, InputAttrs, ConstantAttrs, AxisAttrs, AxesAttrs, DotAttrs,
                  SliceAttrs, PadAttrs, ScatterAttrs, ConvAttrs, ArgsortAttrs, NormAttrs, RopeAttrs,
-                 AttentionAttrs, GatedDeltaRuleAttrs, CollectiveAttrs>;
+                 AttentionAttrs, GatedDeltaRuleAttrs, CollectiveAttrs, DequantizeAttrs>;
 
 // The index in Attrs of the attributes `op` carries.
 size_t op_attrs_index(Op op);

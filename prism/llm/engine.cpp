@@ -66,6 +66,29 @@ io::Store round_trip(const io::Store& store, quant::GgmlType type) {
   return io::Store::from_tensors(store.uri(), std::move(tensors));
 }
 
+// The store's matrices in a block format (a GGUF file's quantized tensors, --quantize's) that
+// the model keeps in it: all of them where the platform multiplies the blocks as they are, on
+// one device.
+std::map<std::string, quant::GgmlType, std::less<>> kept_quantized(const io::Store& store,
+                                                                   const Platform& platform,
+                                                                   const Mesh& mesh) {
+  std::map<std::string, quant::GgmlType, std::less<>> kept;
+  if (mesh.devices() > 1) return kept;
+  for (const std::string& name : store.names()) {
+    const io::StoredTensor& t = store.at(name);
+    const std::optional<quant::GgmlType> format = t.round_trip ? t.round_trip : t.blocks;
+    if (!format || t.info.shape.size() != 2) continue;
+    const quant::GgmlTypeInfo& type = quant::info(*format);
+    if (type.block_elements == 1 || t.info.shape[1] % type.block_elements != 0) continue;
+    const ir::Node probe{ir::Op::dequantize,
+                         Shape(DType::f32, {{"r", 1}, {"c", type.block_elements}}),
+                         {},
+                         ir::DequantizeAttrs{*format}};
+    if (platform.supports(probe)) kept.emplace(name, *format);
+  }
+  return kept;
+}
+
 }  // namespace
 
 Engine::Checkpoint Engine::open(const std::string& model_uri, const EngineOptions& options) {
@@ -114,6 +137,9 @@ Engine::Engine(Checkpoint checkpoint, Platform& platform, const EngineOptions& o
               "llm: --seqlen={} must be between 1 and the model's {} positions", options.seqlen,
               info_.max_positions);
   state_specs_ = model_->state_specs(options.seqlen);
+  if (options.keep_quantized) {
+    model_->set_quantized_weights(kept_quantized(store_, platform_, options_.mesh));
+  }
   // Every window's executable reads the same weights: load them for the first one.
   ShardedExecutable& first = executable(1);
   devices_ = first.devices();

@@ -38,11 +38,14 @@ struct EngineOptions {
   // The devices the model is split across (docs/sharding.md): `{"model", N}` runs it
   // tensor-parallel over N devices of the platform. Empty: one device.
   Mesh mesh;
-  // Quantize a safetensors checkpoint's matrices to this ggml type (Q8_0, Q4_0, Q4_K) and
-  // dequantize them back into `dtype` as they load: the weights a GGUF file of that type would
-  // hold (quant::type_for_tensor picks each tensor's type as `prism quantize` does), to show
-  // the format's effect on the outputs. The products still run on dequantized weights.
+  // Quantize a safetensors checkpoint's matrices to this ggml type (Q8_0, Q4_0, Q4_K) as they
+  // load: the weights a GGUF file of that type would hold (quant::type_for_tensor picks each
+  // tensor's type as `prism quantize` does).
   std::optional<quant::GgmlType> quantize;
+  // Matrices in a block format (a GGUF file's quantized tensors, or `quantize`'s) stay in it in
+  // memory where the platform multiplies the blocks as they are (the CPU), on one device; they
+  // are dequantized into `dtype` as they load elsewhere, or with this off.
+  bool keep_quantized = true;
 };
 
 // A command's --dtype as EngineOptions::dtype: "auto" (unset: the checkpoint's own), "f32" or

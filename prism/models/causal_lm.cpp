@@ -71,6 +71,20 @@ std::unique_ptr<CausalLM> make_causal_lm(const nlohmann::json& config, std::stri
        fmt::join(supported_model_types(), ", "));
 }
 
+Tensor CausalLM::parameter(const std::string& name, const Shape& shape,
+                           const Sharding& sharding) const {
+  auto it = quantized_.find(name);
+  if (it == quantized_.end()) return Tensor::parameter(name, shape, sharding);
+  const quant::GgmlTypeInfo& t = quant::info(it->second);
+  PRISM_CHECK(shape.rank() == 2 && shape.size(1) % t.block_elements == 0,
+              "{}: weight \"{}\" {} cannot be kept in {} blocks of {} values", info().model_type,
+              name, shape.str(), t.name, t.block_elements);
+  std::vector<Dim> dims(shape.dims().begin(), shape.dims().end());
+  dims[1].size = shape.size(1) / t.block_elements * t.block_bytes;
+  return Tensor::parameter(name, Shape(DType::u8, dims), sharding)
+      .dequantize(it->second, shape.dtype());
+}
+
 Conversations::Conversations(const Tensor& positions) {
   for (int64_t i = 0; i < positions.size("b"); ++i) {
     at_.push_back(positions.slice("b", i, 1).reshape(Shape::scalar(positions.dtype())));

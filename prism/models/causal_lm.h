@@ -4,6 +4,7 @@
 // Architectures register by config.json's `model_type`.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -70,6 +71,27 @@ class CausalLM {
                                            std::span<const std::vector<Tensor>> states) const {
     return {};
   }
+
+  // Weights kept in one of ggml's block formats (Q8_0, Q4_K, ...), by name: the engine sets
+  // them for a GGUF file's quantized matrices (and --quantize's) where the platform multiplies
+  // blocks as they are. The model then declares each such weight {rows, cols} as a parameter of
+  // its blocks, u8 {rows, cols / block_elements * block_bytes}, dequantized in the graph
+  // (Tensor::dequantize); the CPU's products read the blocks without dequantizing them to
+  // memory. Set before the model is traced.
+  void set_quantized_weights(std::map<std::string, quant::GgmlType, std::less<>> formats) {
+    quantized_ = std::move(formats);
+  }
+  const std::map<std::string, quant::GgmlType, std::less<>>& quantized_weights() const {
+    return quantized_;
+  }
+
+ protected:
+  // The weight `name` of `shape` as the model computes with it: a parameter of that shape, or
+  // the dequantized blocks of one kept quantized (a matrix whose rows are whole blocks).
+  Tensor parameter(const std::string& name, const Shape& shape, const Sharding& sharding) const;
+
+ private:
+  std::map<std::string, quant::GgmlType, std::less<>> quantized_;
 };
 
 // The conversations of a decoding batch, for decode_batch: each one's position as a scalar,

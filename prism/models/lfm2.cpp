@@ -177,7 +177,7 @@ std::vector<StateSpec> Lfm2::state_specs(int64_t seqlen) const {
 
 Tensor Lfm2::weight(const std::string& name, std::initializer_list<Dim> dims,
                     const Sharding& sharding) const {
-  return Tensor::parameter(name, Shape(dtype_, dims), sharding);
+  return parameter(name, Shape(dtype_, dims), sharding);
 }
 
 // x.dot(W) (+ b) for a Hugging Face Linear `name` stored [out, in]: contracts `in`, adds `out`.

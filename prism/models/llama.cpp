@@ -126,7 +126,7 @@ std::vector<StateSpec> Llama::state_specs(int64_t seqlen) const {
 
 Tensor Llama::weight(const std::string& name, std::initializer_list<Dim> dims,
                      const Sharding& sharding) const {
-  return Tensor::parameter(name, Shape(dtype_, dims), sharding);
+  return parameter(name, Shape(dtype_, dims), sharding);
 }
 
 // x.dot(W) for a Hugging Face Linear weight stored [out, in]: contracts `in`, adds `out`.

@@ -164,7 +164,7 @@ std::vector<StateSpec> Qwen3_5::state_specs(int64_t seqlen) const {
 
 Tensor Qwen3_5::weight(const std::string& name, std::initializer_list<Dim> dims,
                        std::optional<DType> dtype, const Sharding& sharding) const {
-  return Tensor::parameter(name, Shape(dtype.value_or(dtype_), dims), sharding);
+  return parameter(name, Shape(dtype.value_or(dtype_), dims), sharding);
 }
 
 // x.dot(W) for a Hugging Face Linear weight stored [out, in]: contracts `in`, adds `out`.

@@ -1,9 +1,11 @@
-// Tracing of the composite ops that are Tensor methods (softmax, log_softmax and the norms):
+// Tracing of the composite ops that are Tensor methods (softmax, log_softmax, the norms and
+// dequantize):
 // validation by tag, then one IR node each. The composites with more operands (rope,
 // attention, ...) are free functions of prism/nn.
 #include <algorithm>
 
 #include "prism/core/error.h"
+#include "prism/quant/dequantize.h"
 #include "prism/tensor/tracer.h"
 
 namespace prism {
@@ -45,6 +47,29 @@ Tensor Tensor::rms_norm(TagList tags, double eps) const {
 }
 Tensor Tensor::layer_norm(TagList tags, double eps) const {
   return norm(Op::layer_norm, *this, tags, eps);
+}
+
+Tensor Tensor::dequantize(quant::GgmlType format, DType to) const {
+  const quant::GgmlTypeInfo& t = quant::info(format);
+  PRISM_CHECK(t.block_elements > 1 && quant::can_dequantize(format),
+              "dequantize: {} is not a block format prism dequantizes (Q4_0, Q4_1, Q5_0, Q5_1, "
+              "Q8_0, Q4_K, Q5_K, Q6_K)",
+              t.name);
+  PRISM_CHECK(dtype() == DType::u8 && rank() >= 1,
+              "dequantize: needs bytes (u8) with the blocks along the last tag, got {}",
+              shape_.str());
+  PRISM_CHECK(is_float(to), "dequantize: to {}, not a floating-point dtype", name(to));
+  const int last = rank() - 1;
+  const int64_t bytes = shape_.size(last);
+  PRISM_CHECK(bytes % t.block_bytes == 0,
+              "dequantize: {} bytes along \"{}\" of {} are not whole {} blocks of {} bytes", bytes,
+              shape_.tag(last).str(), shape_.str(), t.name, t.block_bytes);
+  std::vector<Dim> dims(shape_.dims().begin(), shape_.dims().end());
+  dims[last].size = bytes / t.block_bytes * t.block_elements;
+  return make_node(Node{Op::dequantize,
+                        Shape(to, dims, "dequantize"),
+                        {Tracer::current("dequantize").use(*this, "dequantize")},
+                        ir::DequantizeAttrs{format}});
 }
 
 }  // namespace prism

@@ -137,6 +137,10 @@ class Tensor {
   Tensor softmax(Tag tag) const;
   Tensor log_softmax(Tag tag) const;
   Tensor rms_norm(TagList tags, double eps) const;
+  // Weights kept in one of ggml's quantized block formats: this tensor holds bytes (u8), whole
+  // blocks of `format` along its last tag (a GGUF tensor's rows); the result holds their values
+  // in `dtype`, the last tag's size now the values' count (Q8_0: 34 bytes -> 32 values).
+  Tensor dequantize(quant::GgmlType format, DType dtype) const;
   Tensor layer_norm(TagList tags, double eps) const;
 
  private:

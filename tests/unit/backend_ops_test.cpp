@@ -13,6 +13,7 @@
 
 #include "prism/nn/nn.h"
 #include "tests/unit/platforms.h"
+#include "tests/unit/quant_blocks.h"
 
 namespace prism {
 namespace {
@@ -363,6 +364,24 @@ std::vector<OpCase> cases() {
                    {values(S({{"s", 5}, {"d", 3}}), DType::f32, -1, 1, 91),
                     values(S({{"s", 2}, {"d", 3}}), DType::f32, -1, 1, 92),
                     values(S({{"d", 3}, {"tap", 3}}), DType::f32, -1, 1, 93)}});
+  }
+  // Every block format, alone and under a product (which the CPU computes from the blocks).
+  for (quant::GgmlType t : {quant::GgmlType::Q4_0, quant::GgmlType::Q4_1, quant::GgmlType::Q5_0,
+                            quant::GgmlType::Q5_1, quant::GgmlType::Q8_0, quant::GgmlType::Q4_K,
+                            quant::GgmlType::Q5_K, quant::GgmlType::Q6_K}) {
+    const std::string f(quant::name(t));
+    const int64_t blocks = quant::info(t).block_elements == 32 ? 2 : 1;
+    out.push_back({"dequantize_" + f,
+                   Op::dequantize,
+                   fn1([t](Tensor w) { return w.dequantize(t, DType::f32); }),
+                   {testing::random_blocks(t, 3, blocks, 101)}});
+    const int64_t k = blocks * quant::info(t).block_elements;
+    out.push_back({"dequantize_dot_" + f,
+                   Op::dequantize,
+                   fn2([t](Tensor x, Tensor w) { return x.dot(w.dequantize(t, DType::f32), "b"); }),
+                   {values(S({{"s", 2}, {"b", k}}), DType::f32, -1, 1, 102),
+                    testing::random_blocks(t, 3, blocks, 103)},
+                   1e-4});
   }
   return out;
 }

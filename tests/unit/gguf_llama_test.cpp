@@ -20,6 +20,7 @@
 #include "prism/llm/gguf_model.h"
 #include "prism/llm/tokenizer.h"
 #include "prism/models/llama.h"
+#include "prism/quant/dequantize.h"
 #include "tests/unit/llm_test_util.h"
 #include "tests/unit/test_servers.h"
 #include "tests/unit/test_util.h"
@@ -142,8 +143,10 @@ TEST(GgufLlama, RunsAsTheCheckpointItCameFrom) {
 TEST(GgufLlama, LoadsTheWeightsOfTheDequantizedCheckpoint) {
   Platform& cpu = get_platform("cpu");
   for (DType dtype : {DType::f32, DType::bf16}) {
+    llm::EngineOptions dequantized = options(dtype);
+    dequantized.keep_quantized = false;
     llm::Engine want(gguf("tiny-bf16-tied-q8_0-ref"), cpu, options(dtype));
-    llm::Engine got(gguf("tiny-bf16-tied-q8_0.gguf"), cpu, options(dtype));
+    llm::Engine got(gguf("tiny-bf16-tied-q8_0.gguf"), cpu, dequantized);
     const io::Weights& w = want.device_weights()[0];
     const io::Weights& g = got.device_weights()[0];
     ASSERT_EQ(w.size(), g.size());
@@ -155,6 +158,40 @@ TEST(GgufLlama, LoadsTheWeightsOfTheDequantizedCheckpoint) {
       EXPECT_EQ(std::memcmp(a.data(), b.data(), a.shape().bytes()), 0);
     }
   }
+}
+
+// On the CPU the Q8_0 file's matrices stay in their blocks (u8 {rows, 34 bytes per 32}), rows
+// in Hugging Face's order: dequantized, they are the weights loaded dequantized, bit for bit.
+// The norms (F32 in the file) load as floats.
+TEST(GgufLlama, KeepsTheBlocksOfQuantizedMatrices) {
+  Platform& cpu = get_platform("cpu");
+  llm::EngineOptions dequantized = options(DType::f32);
+  dequantized.keep_quantized = false;
+  llm::Engine want(gguf("tiny-bf16-tied-q8_0.gguf"), cpu, dequantized);
+  llm::Engine got(gguf("tiny-bf16-tied-q8_0.gguf"), cpu, options(DType::f32));
+  const io::Weights& w = want.device_weights()[0];
+  const io::Weights& g = got.device_weights()[0];
+  ASSERT_EQ(w.size(), g.size());
+  int blocks = 0;
+  for (const auto& [name, buffer] : w) {
+    SCOPED_TRACE(name);
+    HostBuffer a = buffer.to_host(), b = g.at(name).to_host();
+    if (a.shape().rank() < 2) {
+      EXPECT_EQ(a.shape(), b.shape());
+      continue;
+    }
+    ++blocks;
+    const int64_t rows = a.shape().size(0), k = a.shape().size(1);
+    ASSERT_EQ(b.shape(),
+              Shape(DType::u8, {{a.shape().tag(0), rows}, {a.shape().tag(1), k / 32 * 34}}));
+    std::vector<float> values(rows * k);
+    quant::dequantize(quant::GgmlType::Q8_0, b.bytes(), values);
+    EXPECT_EQ(std::memcmp(values.data(), a.data(), a.shape().bytes()), 0);
+  }
+  EXPECT_EQ(blocks, 15);  // the embedding and 7 matrices in each of 2 layers
+  std::vector<float> logits = got.feed(kPrompt), reference = want.feed(kPrompt);
+  EXPECT_LE(max_diff(logits, reference), 1e-4);
+  EXPECT_EQ(greedy(got, logits, 24), greedy(want, reference, 24));
 }
 
 // Split across two CPU devices, each loading only its rows of each split weight (decoded

@@ -42,13 +42,22 @@ struct Step {
   bool merged = false;  // run by a later step's group
 };
 
+// The dequantize nodes whose products read their blocks (kernels_quant.cpp).
+std::vector<bool> folded_dequantizes(const ir::Graph& graph) {
+  std::vector<bool> folded(graph.size(), false);
+  for (ValueId v = 0; v < static_cast<ValueId>(graph.size()); ++v) {
+    folded[v] = graph.node(v).op == Op::dequantize && folds_dequantize(graph, v);
+  }
+  return folded;
+}
+
 class CpuExecutable : public ExecutableImpl {
  public:
   CpuExecutable(CpuPlatform& platform, const ir::Graph& graph, const CompileSpec& spec)
       : platform_(platform),
         graph_(graph),
         plan_(compiler::fuse_elementwise(graph_)),
-        schedule_(graph_, plan_) {
+        schedule_(graph_, plan_, folded_dequantizes(graph_)) {
     schedule_.cluster_products(graph_);  // siblings next to each other: see group_products()
     std::vector<std::vector<ValueId>> reads;
     for (ValueId v : schedule_.steps()) {

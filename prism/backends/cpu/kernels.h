@@ -41,7 +41,12 @@ GroupKernel make_dot_group_kernel(const ir::Graph& graph, std::span<const ir::Va
 // (weight_layout.h): it then reads them in either layout, whichever they are in at the call.
 bool dot_reads_blockable_weights(const ir::Graph& graph, ir::ValueId id);  // kernels_dot.cpp
 Kernel make_conv_kernel(const ir::Graph& graph, ir::ValueId id);           // kernels_conv.cpp
-Kernel make_nn_kernel(const ir::Graph& graph, ir::ValueId id);             // kernels_nn.cpp
+// Weights in ggml's block formats (kernels_quant.cpp): dequantize, and the products that read
+// the blocks of a dequantize the executable folds into them (no memory of its own: an alias of
+// its operand's bytes), which folds_dequantize says for each dequantize node.
+Kernel make_quant_kernel(const ir::Graph& graph, ir::ValueId id);
+bool folds_dequantize(const ir::Graph& graph, ir::ValueId id);
+Kernel make_nn_kernel(const ir::Graph& graph, ir::ValueId id);  // kernels_nn.cpp
 // kernels_attention.cpp
 Kernel make_attention_kernel(const ir::Graph& graph, ir::ValueId id);
 

@@ -687,7 +687,8 @@ GroupKernel make_dot_group_kernel(const ir::Graph& g, std::span<const ir::ValueI
   std::vector<std::shared_ptr<DotKernel>> members;
   for (ir::ValueId id : ids) {
     const ir::Node& n = g.node(id);
-    if (n.op != ir::Op::dot) return nullptr;
+    // Products of quantized weights have kernels of their own (kernels_quant.cpp).
+    if (n.op != ir::Op::dot || g.node(n.inputs[1]).op == ir::Op::dequantize) return nullptr;
     members.push_back(std::make_shared<DotKernel>(g, n));
     if (!members.back()->same_lhs(*members.front())) return nullptr;
   }

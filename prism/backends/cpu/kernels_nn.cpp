@@ -117,8 +117,8 @@ Kernel make_nn_kernel(const ir::Graph& g, ir::ValueId id) {
 
 Kernel make_kernel(const ir::Graph& g, ir::ValueId id) {
   for (auto make :
-       {make_data_kernel, make_reduce_kernel, make_dot_kernel, make_conv_kernel, make_nn_kernel,
-        make_attention_kernel, make_short_conv_kernel, make_gated_delta_kernel}) {
+       {make_data_kernel, make_reduce_kernel, make_quant_kernel, make_dot_kernel, make_conv_kernel,
+        make_nn_kernel, make_attention_kernel, make_short_conv_kernel, make_gated_delta_kernel}) {
     if (Kernel k = make(g, id)) return k;
   }
   fail("cpu: no kernel for {}", ir::print(g, id));

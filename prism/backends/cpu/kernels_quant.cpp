@@ -1,0 +1,227 @@
+// Weights kept in ggml's quantized block formats (the dequantize op, ir/ops.def) on the CPU.
+//
+// A product of activations by dequantized weights, dot(x, dequantize(w)), reads the blocks
+// where they are: the executable does not materialize such a dequantize (it is an alias of
+// its bytes, reads_quantized_weights below), and the product's kernel dequantizes as it
+// multiplies. Up to kQuantRows rows of activations (decoding, batched decoding) go through
+// quant_rows.h, which dequantizes each block in registers and multiplies it with every row:
+// the weights are read once, at their quantized size. More rows (prefill) are computed a
+// panel of weight rows at a time: the panel is dequantized into the activations' dtype, then
+// multiplied as a float product (kernels_dot.cpp); a panel is small enough to stay in cache
+// while the product reads it, and the dequantization is a small part of the product's work.
+//
+// Any other dequantize is materialized by its own kernel, row by row.
+#include <algorithm>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "prism/backends/cpu/kernels.h"
+#include "prism/backends/cpu/quant_rows.h"
+#include "prism/backends/cpu/storage.h"
+#include "prism/core/error.h"
+#include "prism/quant/dequantize.h"
+
+namespace prism::cpu {
+namespace {
+
+using ir::Op;
+
+constexpr int64_t kQuantRows = 16;   // activation rows the row kernels take
+constexpr int64_t kPanelRows = 256;  // weight rows dequantized at a time for larger products
+
+// `count` values from f32 into `out` of dtype `t` (a float dtype).
+void store_floats(DType t, const float* from, std::byte* out, int64_t at, int64_t count) {
+  visit_storage(t, [&](auto tag) {
+    using St = decltype(tag);
+    if constexpr (std::is_same_v<St, float> || std::is_same_v<St, double> ||
+                  std::is_same_v<St, BF16> || std::is_same_v<St, F16>) {
+      St* to = reinterpret_cast<St*>(out) + at;
+      for (int64_t i = 0; i < count; ++i) to[i] = to_storage<St>(from[i]);
+    } else {
+      fail("cpu: dequantize to {}, not a floating-point dtype", name(t));
+    }
+  });
+}
+
+// `count` values of float dtype `t` at `from` (element `at` on) as f32.
+void load_floats(DType t, const std::byte* from, int64_t at, int64_t count, float* to) {
+  visit_storage(t, [&](auto tag) {
+    using St = decltype(tag);
+    if constexpr (std::is_same_v<St, float> || std::is_same_v<St, double> ||
+                  std::is_same_v<St, BF16> || std::is_same_v<St, F16>) {
+      const St* p = reinterpret_cast<const St*>(from) + at;
+      for (int64_t i = 0; i < count; ++i) to[i] = static_cast<float>(to_compute<double>(p[i]));
+    } else {
+      fail("cpu: a product of {} activations by quantized weights", name(t));
+    }
+  });
+}
+
+// Row r of the blocks at `w` (row_bytes each), dequantized into `to` (values floats).
+void dequantize_row(quant::GgmlType format, const std::byte* w, int64_t row_bytes, int64_t values,
+                    int64_t r, float* to) {
+  quant::dequantize(format, {w + r * row_bytes, static_cast<size_t>(row_bytes)},
+                    {to, static_cast<size_t>(values)});
+}
+
+Kernel dequantize_kernel(const ir::Graph& g, const ir::Node& n) {
+  const quant::GgmlType format = n.attr<ir::DequantizeAttrs>().format;
+  const Shape& in = g.node(n.inputs[0]).shape;
+  const int64_t row_bytes = in.size(in.rank() - 1);
+  const int64_t values = n.shape.size(n.shape.rank() - 1);
+  const int64_t rows = values == 0 ? 0 : n.shape.numel() / values;
+  const DType out_dtype = n.shape.dtype();
+  return [=](std::span<const std::byte* const> args, std::byte* out, ThreadPool& pool) {
+    pool.parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
+      std::vector<float> row(values);
+      for (int64_t r = r0; r < r1; ++r) {
+        dequantize_row(format, args[0], row_bytes, values, r, row.data());
+        store_floats(out_dtype, row.data(), out, r * values, values);
+      }
+    });
+  };
+}
+
+// x {..., k} . dequantize(w {n, bytes}) contracting k: out {..., n}.
+class QuantDotKernel {
+ public:
+  QuantDotKernel(const ir::Graph& g, const ir::Node& n) {
+    const ir::Node& dq = g.node(n.inputs[1]);
+    format_ = dq.attr<ir::DequantizeAttrs>().format;
+    const Shape& x = g.node(n.inputs[0]).shape;
+    x_dtype_ = x.dtype();
+    out_dtype_ = n.shape.dtype();
+    n_ = dq.shape.size(0);
+    k_ = dq.shape.size(1);
+    row_bytes_ = g.node(dq.inputs[0]).shape.size(1);
+    m_ = k_ == 0 ? 0 : x.numel() / k_;
+    if (m_ <= kQuantRows) return;
+    // Larger products: a float product of the activations by a panel of dequantized rows,
+    // for whole panels and for the last one.
+    panel_ = std::min(kPanelRows, n_);
+    full_panel_ = panel_product(panel_);
+    if (n_ % panel_) last_panel_ = panel_product(n_ % panel_);
+  }
+
+  void operator()(std::span<const std::byte* const> in, std::byte* out, ThreadPool& pool) const {
+    if (m_ == 0 || n_ == 0) return;
+    if (m_ <= kQuantRows) {
+      rows(in[0], in[1], out, pool);
+    } else {
+      panels(in[0], in[1], out, pool);
+    }
+  }
+
+ private:
+  struct Panel {
+    std::shared_ptr<ir::Graph> graph;  // x {m, k} . w {rows, k}: what `product` was made for
+    Kernel product;
+  };
+
+  Panel panel_product(int64_t rows) const {
+    auto g = std::make_shared<ir::Graph>();
+    const DType t = x_dtype_;
+    const ir::ValueId x =
+        g->add(ir::Node{Op::input, Shape(t, {{"m", m_}, {"k", k_}}), {}, ir::InputAttrs{0}});
+    const ir::ValueId w =
+        g->add(ir::Node{Op::input, Shape(t, {{"n", rows}, {"k", k_}}), {}, ir::InputAttrs{1}});
+    const ir::ValueId dot = g->add(ir::Node{Op::dot,
+                                            Shape(out_dtype_, {{"m", m_}, {"n", rows}}),
+                                            {x, w},
+                                            ir::DotAttrs{{}, {}, {1}, {1}}});
+    g->outputs().push_back(dot);
+    return {g, make_dot_kernel(*g, dot)};
+  }
+
+  // Up to kQuantRows rows: the row kernels, each thread on its own weight rows.
+  void rows(const std::byte* x, const std::byte* w, std::byte* out, ThreadPool& pool) const {
+    std::vector<float> xf(m_ * k_);
+    load_floats(x_dtype_, x, 0, m_ * k_, xf.data());
+    const bool f32_out = out_dtype_ == DType::f32;
+    std::vector<float> scratch(f32_out ? 0 : m_ * n_);
+    float* y = f32_out ? reinterpret_cast<float*>(out) : scratch.data();
+    pool.parallel_for(n_, 16, [&](int64_t n0, int64_t n1) {
+      quant_rows(format_, xf.data(), k_, m_, w + n0 * row_bytes_, row_bytes_, n1 - n0, k_, y + n0,
+                 n_);
+    });
+    if (!f32_out) store_floats(out_dtype_, y, out, 0, m_ * n_);
+  }
+
+  // More rows: panel by panel, dequantized (in parallel), multiplied, and copied into the
+  // panel's columns of the output.
+  void panels(const std::byte* x, const std::byte* w, std::byte* out, ThreadPool& pool) const {
+    const int64_t xe = static_cast<int64_t>(size_of(x_dtype_));
+    const int64_t oe = static_cast<int64_t>(size_of(out_dtype_));
+    std::vector<std::byte> weights(panel_ * k_ * xe), product(m_ * panel_ * oe);
+    for (int64_t p0 = 0; p0 < n_; p0 += panel_) {
+      const int64_t rows = std::min(panel_, n_ - p0);
+      pool.parallel_for(rows, 4, [&](int64_t r0, int64_t r1) {
+        std::vector<float> row(k_);
+        for (int64_t r = r0; r < r1; ++r) {
+          dequantize_row(format_, w, row_bytes_, k_, p0 + r, row.data());
+          store_floats(x_dtype_, row.data(), weights.data(), r * k_, k_);
+        }
+      });
+      const Panel& panel = rows == panel_ ? full_panel_ : last_panel_;
+      const std::byte* args[] = {x, weights.data()};
+      panel.product(args, product.data(), pool);
+      pool.parallel_for(m_, 16, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          std::copy_n(product.data() + i * rows * oe, rows * oe, out + (i * n_ + p0) * oe);
+        }
+      });
+    }
+  }
+
+  quant::GgmlType format_;
+  DType x_dtype_, out_dtype_;
+  int64_t m_ = 0, n_ = 0, k_ = 0, row_bytes_ = 0, panel_ = 0;
+  Panel full_panel_, last_panel_;
+};
+
+// Whether `dot` multiplies activations {..., k} by `operand`, a dequantize of weights
+// {n, bytes}, contracting k: a product QuantDotKernel computes from the blocks.
+bool reads_quantized_weights(const ir::Graph& g, ir::ValueId dot, ir::ValueId operand) {
+  const ir::Node& n = g.node(dot);
+  if (n.op != Op::dot || n.inputs[1] != operand || n.inputs[0] == operand) return false;
+  const Shape& x = g.node(n.inputs[0]).shape;
+  const auto& a = n.attr<ir::DotAttrs>();
+  const bool floats = (x.dtype() == DType::f32 || x.dtype() == DType::bf16) &&
+                      (n.shape.dtype() == DType::f32 || n.shape.dtype() == DType::bf16);
+  return floats && a.lhs_batch.empty() && a.rhs_batch.empty() && a.rhs_contract == std::vector{1} &&
+         a.lhs_contract == std::vector{x.rank() - 1};
+}
+
+}  // namespace
+
+bool folds_dequantize(const ir::Graph& g, ir::ValueId id) {
+  const ir::Node& dq = g.node(id);
+  if (dq.op != Op::dequantize || dq.shape.rank() != 2) return false;
+  for (ir::ValueId out : g.outputs()) {
+    if (out == id) return false;
+  }
+  bool used = false;
+  for (ir::ValueId v = id + 1; v < g.size(); ++v) {
+    const ir::Node& n = g.node(v);
+    if (std::find(n.inputs.begin(), n.inputs.end(), id) == n.inputs.end()) continue;
+    if (!reads_quantized_weights(g, v, id)) return false;
+    used = true;
+  }
+  return used;
+}
+
+Kernel make_quant_kernel(const ir::Graph& g, ir::ValueId id) {
+  const ir::Node& n = g.node(id);
+  if (n.op == Op::dequantize) return dequantize_kernel(g, n);
+  if (n.op != Op::dot || g.node(n.inputs[1]).op != Op::dequantize ||
+      !folds_dequantize(g, n.inputs[1])) {
+    return nullptr;
+  }
+  auto kernel = std::make_shared<QuantDotKernel>(g, n);
+  return [kernel](std::span<const std::byte* const> in, std::byte* out, ThreadPool& pool) {
+    (*kernel)(in, out, pool);
+  };
+}
+
+}  // namespace prism::cpu

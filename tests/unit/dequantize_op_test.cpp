@@ -1,0 +1,167 @@
+// The dequantize op (weights kept in ggml's block formats) on the CPU: its values equal
+// prism::quant::dequantize's (bit for bit the `gguf` package's, gguf_test.cpp) in the graph's
+// decomposition too, products read the blocks for every number of activation rows, the
+// executable keeps no dequantized copy of the weights, and an embedding lookup in a quantized
+// table dequantizes only the rows it picks. backend_ops_test.cpp compares the other platforms.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "prism/compiler/passes.h"
+#include "prism/quant/dequantize.h"
+#include "prism/quant/quantize.h"
+#include "tests/unit/platforms.h"
+#include "tests/unit/quant_blocks.h"
+
+namespace prism {
+namespace {
+
+using quant::GgmlType;
+using testing::error_of;
+using testing::S;
+
+const GgmlType kFormats[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                             GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+// The reference: every row of `blocks` through prism::quant::dequantize.
+std::vector<float> reference(GgmlType t, const HostBuffer& blocks) {
+  const quant::GgmlTypeInfo& info = quant::info(t);
+  const int64_t bytes = blocks.shape().numel();
+  std::vector<float> out(static_cast<size_t>(bytes / info.block_bytes * info.block_elements));
+  quant::dequantize(t, blocks.bytes(), out);
+  return out;
+}
+
+class DequantizeOp : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(DequantizeOp, EqualsTheReferenceBitForBit) {
+  const GgmlType t = GetParam();
+  const HostBuffer blocks = testing::random_blocks(t, 5, 2, 7);
+  const std::vector<float> want = reference(t, blocks);
+  for (const char* platform : {"cpu", "cpu-decomposed"}) {
+    SCOPED_TRACE(platform);
+    testing::DecomposingCpu decomposed;
+    Platform& p = std::string_view(platform) == "cpu" ? get_platform("cpu")
+                                                      : static_cast<Platform&>(decomposed);
+    auto fn = [t](std::span<const Tensor> in) {
+      return std::vector<Tensor>{in[0].dequantize(t, DType::f32)};
+    };
+    const HostBuffer got = run(TraceFn(fn), std::span(&blocks, 1), &p)[0];
+    ASSERT_EQ(got.shape().numel(), static_cast<int64_t>(want.size()));
+    const std::span<const float> values = got.as<float>();
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&values[i], &want[i], 4), 0)
+          << "value " << i << ": " << values[i] << " vs " << want[i];
+    }
+  }
+}
+
+// x {m, k} . dequantize(w {n, bytes}): the CPU's products on the blocks against the float
+// product of the reference's values, in double, for decoding (1 row), batched decoding (up to
+// 16) and prefill (more, in panels of weight rows, a partial one last).
+TEST_P(DequantizeOp, ProductsReadTheBlocks) {
+  const GgmlType t = GetParam();
+  const int64_t blocks = quant::info(t).block_elements == 32 ? 8 : 1;
+  const int64_t k = blocks * quant::info(t).block_elements, n = 300;
+  const HostBuffer w = testing::random_blocks(t, n, blocks, 11, "n", "k");
+  const std::vector<float> wf = reference(t, w);
+  for (int64_t m : {1, 3, 16, 17, 40}) {
+    for (DType dt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE("m=" + std::to_string(m) + " " + std::string(name(dt)));
+      std::vector<float> xv(static_cast<size_t>(m * k));
+      for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.37 * i) * 0.5f;
+      const HostBuffer x = testing::f32(S({{"m", m}, {"k", k}}), xv).convert(dt);
+      const HostBuffer x32 = x.convert(DType::f32);  // as rounded to dt
+      const std::span<const float> xs = x32.as<float>();
+      auto fn = [t, dt](std::span<const Tensor> in) {
+        return std::vector<Tensor>{in[0].dot(in[1].dequantize(t, dt), "k").convert(DType::f32)};
+      };
+      const HostBuffer out = run(TraceFn(fn), {x, w})[0];
+      const std::span<const float> got = out.as<float>();
+      ASSERT_EQ(got.size(), static_cast<size_t>(m * n));
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t r = 0; r < n; ++r) {
+          double want = 0, scale = 0;
+          for (int64_t j = 0; j < k; ++j) {
+            // bf16 products multiply weights rounded to bf16
+            float wv = wf[r * k + j];
+            if (dt == DType::bf16) wv = bf16_to_f32(f32_to_bf16(wv));
+            want += double(xs[i * k + j]) * wv;
+            scale += std::abs(double(xs[i * k + j]) * wv);
+          }
+          const double tol = (dt == DType::bf16 ? 1e-2 : 1e-5) * scale + 1e-5;
+          ASSERT_NEAR(got[i * n + r], want, tol) << "row " << i << ", column " << r;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, DequantizeOp, ::testing::ValuesIn(kFormats),
+                         [](const auto& info) { return std::string(quant::name(info.param)); });
+
+// The executable reads the blocks: a folded dequantize has no memory of its own (the arena
+// holds no copy of the weights), and a lookup in a quantized table dequantizes the rows it
+// picks (simplify moves the gather before the dequantize).
+TEST(DequantizeOp, KeepsNoDequantizedCopy) {
+  const GgmlType t = GgmlType::Q8_0;
+  const HostBuffer table = testing::random_blocks(t, 64, 8, 3, "voc", "d");  // 64 x 256
+  auto fn = [t](std::span<const Tensor> in) {
+    Tensor weights = in[0].dequantize(t, DType::f32);
+    Tensor x = weights.gather("voc", in[1]);                              // {s, d}
+    return std::vector<Tensor>{x.dot(weights, "d").convert(DType::f32)};  // {s, voc}
+  };
+  const HostBuffer ids = HostBuffer::from<int32_t>(S({{"s", 2}}).with_dtype(DType::i32), {5, 60});
+  const Shape shapes[] = {table.shape(), ids.shape()};
+  const ir::Graph g = compiler::simplify(trace(fn, shapes));
+  int dequantizes = 0;
+  for (const ir::Node& n : g.nodes()) {
+    if (n.op != ir::Op::dequantize) continue;
+    ++dequantizes;
+    // the lookup's dequantizes two rows of blocks; the product's reads the whole table
+    const int64_t rows = n.shape.size(0);
+    EXPECT_TRUE(rows == 2 || rows == 64) << n.shape.str();
+  }
+  EXPECT_EQ(dequantizes, 2);
+  const HostBuffer out = run(TraceFn(fn), {table, ids})[0];
+  const std::span<const float> got = out.as<float>();
+  const std::vector<float> wf = reference(t, table);
+  for (int s = 0; s < 2; ++s) {
+    const int row = s == 0 ? 5 : 60;
+    for (int v = 0; v < 64; ++v) {
+      double want = 0, scale = 0;
+      for (int j = 0; j < 256; ++j) {
+        want += double(wf[row * 256 + j]) * wf[v * 256 + j];
+        scale += std::abs(double(wf[row * 256 + j]) * wf[v * 256 + j]);
+      }
+      EXPECT_NEAR(got[s * 64 + v], want, 1e-5 * scale + 1e-5);
+    }
+  }
+}
+
+TEST(DequantizeOp, BadOperandsAreOneError) {
+  auto traced = [](GgmlType t, Shape s, DType to = DType::f32) {
+    const Shape shapes[] = {s};
+    return error_of([&] {
+      trace(
+          [&](std::span<const Tensor> in) { return std::vector<Tensor>{in[0].dequantize(t, to)}; },
+          shapes);
+    });
+  };
+  const Shape rows = S({{"r", 2}, {"b", 34}}, DType::u8);
+  EXPECT_EQ(traced(GgmlType::Q8_0, S({{"r", 2}, {"b", 35}}, DType::u8)),
+            "dequantize: 35 bytes along \"b\" of u8{r=2,b=35} are not whole Q8_0 blocks of 34 "
+            "bytes");
+  EXPECT_EQ(traced(GgmlType::Q8_0, S({{"r", 2}, {"b", 34}})),
+            "dequantize: needs bytes (u8) with the blocks along the last tag, got f32{r=2,b=34}");
+  EXPECT_NE(traced(GgmlType::F16, rows).find("F16 is not a block format"), std::string::npos);
+  EXPECT_NE(traced(GgmlType::IQ2_XXS, rows).find("IQ2_XXS is not a block format"),
+            std::string::npos);
+  EXPECT_EQ(traced(GgmlType::Q8_0, rows, DType::i32),
+            "dequantize: to i32, not a floating-point dtype");
+}
+
+}  // namespace
+}  // namespace prism

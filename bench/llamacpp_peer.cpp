@@ -13,6 +13,9 @@
 // builds into third_party/llama.cpp/bin/. Settings are llama.cpp's defaults (weights mapped from
 // the file, f16 KV cache, flash attention as llama.cpp picks it) but for the context (1024),
 // the batch (the whole prompt at once) and the threads (prism's, for prefill and decode alike).
+// On a CPU with AMX-INT8 the extra buffer types (AMX, and the weights' repacking) are off:
+// llama.cpp 0.3.36's AMX kernels for Q8_0 and Q4_0 die there (SIGILL at tilezero in an OpenMP
+// worker; SIGSEGV with the AMX permission asked of Linux beforehand).
 #include <llama.h>
 
 #include <algorithm>
@@ -24,6 +27,20 @@
 #include <vector>
 
 namespace {
+
+// Whether /proc/cpuinfo lists AMX-INT8.
+bool cpu_has_amx_int8() {
+  FILE* f = std::fopen("/proc/cpuinfo", "r");
+  if (!f) return false;
+  char line[8192];
+  bool found = false;
+  while (!found && std::fgets(line, sizeof line, f)) {
+    found = std::string(line).rfind("flags", 0) == 0 &&
+            std::string(line).find(" amx_int8") != std::string::npos;
+  }
+  std::fclose(f);
+  return found;
+}
 
 std::vector<llama_token> parse_ids(const char* text) {
   std::vector<llama_token> ids;
@@ -58,6 +75,7 @@ class Peer {
   Peer(const char* model_path, int threads, int n_batch) {
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    if (cpu_has_amx_int8()) mp.use_extra_bufts = false;
     model_ = llama_model_load_from_file(model_path, mp);
     if (!model_) fail("could not load the model");
     llama_context_params cp = llama_context_default_params();

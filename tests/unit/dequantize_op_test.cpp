@@ -58,16 +58,13 @@ TEST_P(DequantizeOp, EqualsTheReferenceBitForBit) {
   }
 }
 
-// x {m, k} . dequantize(w {n, bytes}): the CPU's products on the blocks against the float
-// product of the reference's values, in double, for decoding (1 row), batched decoding (up to
-// 16) and prefill (more, in panels of weight rows, a partial one last).
-TEST_P(DequantizeOp, ProductsReadTheBlocks) {
-  const GgmlType t = GetParam();
-  const int64_t blocks = quant::info(t).block_elements == 32 ? 8 : 1;
-  const int64_t k = blocks * quant::info(t).block_elements, n = 300;
+// x {m, k} . dequantize(w {n, bytes}) on the CPU against the float product of the reference's
+// values, in double.
+void check_products(GgmlType t, int64_t n, int64_t blocks, std::initializer_list<int64_t> rows) {
+  const int64_t k = blocks * quant::info(t).block_elements;
   const HostBuffer w = testing::random_blocks(t, n, blocks, 11, "n", "k");
   const std::vector<float> wf = reference(t, w);
-  for (int64_t m : {1, 3, 16, 17, 40}) {
+  for (int64_t m : rows) {
     for (DType dt : {DType::f32, DType::bf16}) {
       SCOPED_TRACE("m=" + std::to_string(m) + " " + std::string(name(dt)));
       std::vector<float> xv(static_cast<size_t>(m * k));
@@ -99,8 +96,20 @@ TEST_P(DequantizeOp, ProductsReadTheBlocks) {
   }
 }
 
+// Decoding (1 row), batched decoding (up to 16) and prefill (more: panels of weight rows).
+TEST_P(DequantizeOp, ProductsReadTheBlocks) {
+  const GgmlType t = GetParam();
+  check_products(t, 320, quant::info(t).block_elements == 32 ? 8 : 1, {1, 3, 16, 17, 40});
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, DequantizeOp, ::testing::ValuesIn(kFormats),
                          [](const auto& info) { return std::string(quant::name(info.param)); });
+
+// A prefill over more weight rows than a panel holds (1024): whole panels, then a last one.
+TEST(DequantizeOp, ProductsOverSeveralPanels) {
+  check_products(GgmlType::Q4_0, 2 * 1024 + 64, 8, {20});
+  check_products(GgmlType::Q8_0, 1024 + 37, 8, {20});
+}
 
 // The executable reads the blocks: a folded dequantize has no memory of its own (the arena
 // holds no copy of the weights), and a lookup in a quantized table dequantizes the rows it

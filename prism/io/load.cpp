@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -200,10 +201,10 @@ void check_row_blocks(const Store& store, const std::vector<std::string>& names)
   for (const std::string& name : names) {
     const size_t open = name.rfind('[');
     if (open == std::string::npos || name.back() != ']') continue;
-    const StoredTensor t = store.rows(name);
-    const StoredTensor whole = store.at(std::string_view(name).substr(0, open));
-    const int64_t row_bytes = static_cast<int64_t>(whole.bytes / whole.info.shape[0]);
-    const int64_t first = static_cast<int64_t>(t.offset - whole.offset) / row_bytes;
+    const StoredTensor t = store.rows(name);  // checks the name's range
+    // The first row, as the name says it: a decoded tensor's rows keep its offset.
+    int64_t first = 0;
+    std::from_chars(name.data() + open + 1, name.data() + name.size(), first);
     blocks[name.substr(0, open)].emplace_back(first, first + t.info.shape[0]);
   }
   for (auto& [name, b] : blocks) {

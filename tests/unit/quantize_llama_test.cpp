@@ -1,9 +1,11 @@
 // Quantization's effect on the tiny Llama checkpoints' first-step logits (EngineOptions::quantize,
 // prism llm --quantize): each type's largest |logit difference| from the checkpoint, printed for
 // docs/quantization.md and held under a bound a few times what was measured, so that a broken
-// quantizer fails while the formats' own error passes.
+// quantizer fails while the formats' own error passes. And every architecture quantized at
+// load runs the same whether its matrices stay in their blocks or are dequantized.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -54,6 +56,49 @@ TEST(QuantizeLlama, LogitsStayNearTheCheckpoints) {
                 std::string(quant::name(c.type)).c_str(), diff, scale);
     EXPECT_LT(diff, c.bound) << c.model << " " << quant::name(c.type);
     EXPECT_GT(diff, 0) << "quantizing changed nothing: " << c.model << " " << quant::name(c.type);
+  }
+}
+
+// Each architecture quantized at load runs the same with its matrices kept in their blocks
+// (the CPU's products on them, EngineOptions::keep_quantized) as with them dequantized at load:
+// f32 logits within 1e-4, the same greedy ids.
+TEST(QuantizeLlama, KeptBlocksRunAsDequantizedWeights) {
+  for (const char* model : {"llama/tiny-bf16-tied", "qwen3_5/tiny-bf16-tied", "lfm2/tiny-bf16-tied",
+                            "qwen3_5/tiny-bf16-untied"}) {
+    SCOPED_TRACE(model);
+    const std::string dir = std::string(PRISM_TEST_DATA) + "/" + model;
+    auto engine = [&](bool keep) {
+      EngineOptions o;
+      o.seqlen = 64;
+      o.dtype = DType::f32;
+      o.load.report = false;
+      o.quantize = quant::GgmlType::Q8_0;
+      o.keep_quantized = keep;
+      return std::make_unique<Engine>(dir, get_platform("cpu"), o);
+    };
+    std::unique_ptr<Engine> kept = engine(true), dequantized = engine(false);
+    int blocks = 0;
+    for (const auto& [name, buffer] : kept->device_weights()[0]) {
+      blocks += buffer.shape().dtype() == DType::u8;
+    }
+    EXPECT_GT(blocks, 0) << "no matrix kept in blocks";
+    const std::vector<int32_t> prompt{1, 791, 6864, 315, 9822, 374};  // in every vocabulary
+    std::vector<float> want = dequantized->feed(prompt), got = kept->feed(prompt);
+    ASSERT_EQ(got.size(), want.size());
+    std::vector<int32_t> want_ids, got_ids;
+    for (int step = 0; step < 12; ++step) {
+      double diff = 0;
+      for (size_t i = 0; i < want.size(); ++i)
+        diff = std::max(diff, std::fabs(double(got[i]) - want[i]));
+      EXPECT_LE(diff, 1e-4) << "step " << step;
+      want_ids.push_back(
+          static_cast<int32_t>(std::max_element(want.begin(), want.end()) - want.begin()));
+      got_ids.push_back(
+          static_cast<int32_t>(std::max_element(got.begin(), got.end()) - got.begin()));
+      want = dequantized->feed(std::span(&want_ids.back(), 1));
+      got = kept->feed(std::span(&got_ids.back(), 1));
+    }
+    EXPECT_EQ(got_ids, want_ids);
   }
 }
 

@@ -176,7 +176,7 @@ PRISM_TARGET_AVX512_BF16 void blocks_bf16_avx512(const uint16_t* x, const uint16
                                                  int64_t blocks, float* out) {
   constexpr int kVectors = 4;  // of 16 rows in a block of 64
   const int64_t block = 64 * k, q = blocks / kDotRows;
-  auto run = [&](const int64_t* ids, auto count) {
+  auto run = [&](const int64_t* ids, auto count) PRISM_TARGET_AVX512_BF16 {
     constexpr int n = decltype(count)::value;
     __m512 acc[n][kVectors];
 #pragma GCC unroll 16

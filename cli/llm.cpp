@@ -160,12 +160,7 @@ int run(const Options& o) {
   options.seqlen = o.seqlen;
   options.dtype = dtype;
   options.load.zero_copy = o.map_weights;
-  if (!o.quantize.empty()) {
-    if (o.quantize == "q8_0") options.quantize = prism::quant::GgmlType::Q8_0;
-    if (o.quantize == "q4_0") options.quantize = prism::quant::GgmlType::Q4_0;
-    if (o.quantize == "q4_k") options.quantize = prism::quant::GgmlType::Q4_K;
-    PRISM_CHECK(options.quantize, "llm: --quantize={} is not one of q8_0, q4_0, q4_k", o.quantize);
-  }
+  options.quantize = prism::llm::quantize_type(o.quantize, "llm");
   prism::llm::Engine engine(o.model, platform, options);
   prism::llm::Sampler sampler(o.sampling);
   Stats stats;

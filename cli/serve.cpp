@@ -9,13 +9,14 @@
 #include "prism/core/error.h"
 #include "prism/io/vfs.h"
 #include "prism/llm/engine.h"
+#include "prism/llm/gguf_model.h"
 #include "prism/llm/tokenizer.h"
 #include "prism/serve/server.h"
 
 namespace {
 
 struct Options {
-  std::string model, model_id, platform, dtype = "auto", mesh;
+  std::string model, model_id, platform, dtype = "auto", mesh, quantize;
   prism::serve::ServeOptions serve;
   int64_t seqlen = 4096, devices = 1, parallel = 1;
 };
@@ -32,13 +33,18 @@ int run(const Options& o) {
   PRISM_CHECK(o.devices >= 1, "serve: --devices must be at least 1, got {}", o.devices);
   PRISM_CHECK(o.devices == 1 || o.mesh.empty(), "serve: give --devices or --mesh, not both");
   const std::optional<prism::DType> dtype = prism::llm::compute_dtype(o.dtype, "serve");
-  if (!prism::io::exists(prism::io::join(o.model, "tokenizer.json"))) {
+  const std::optional<prism::quant::GgmlType> quantize =
+      prism::llm::quantize_type(o.quantize, "serve");
+  // A GGUF file carries its tokenizer; a checkpoint directory needs tokenizer.json.
+  if (!prism::llm::is_gguf_uri(o.model) &&
+      !prism::io::exists(prism::io::join(o.model, "tokenizer.json"))) {
     prism::fail("serve: {} has no tokenizer.json", o.model);
   }
   prism::llm::Tokenizer tokenizer = prism::llm::Tokenizer::load(o.model);
   prism::llm::EngineOptions engine_options;
   engine_options.seqlen = o.seqlen;
   engine_options.dtype = dtype;
+  engine_options.quantize = quantize;
   if (o.devices > 1) engine_options.mesh = prism::Mesh({{prism::models::kModelAxis, o.devices}});
   if (!o.mesh.empty()) engine_options.mesh = prism::Mesh::parse(o.mesh);
   prism::llm::Engine engine(o.model, prism::get_platform(o.platform), engine_options);
@@ -81,6 +87,9 @@ const prism::cli::RegisterCommand kServe{
       app.add_option("--dtype", o->dtype,
                      "auto (the checkpoint's: bf16 for a bf16 checkpoint), f32 or bf16")
           ->capture_default_str();
+      app.add_option("--quantize", o->quantize,
+                     "q8_0, q4_0 or q4_k: quantize a safetensors checkpoint's matrices as they "
+                     "load (on the CPU they stay quantized in memory; docs/quantization.md)");
       app.add_option("--devices", o->devices, "tensor-parallel over N devices");
       app.add_option("--mesh", o->mesh, "the devices as named axes, as in model:2");
       return [o] { return run(*o); };

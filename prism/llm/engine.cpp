@@ -33,6 +33,14 @@ std::optional<DType> compute_dtype(std::string_view name, std::string_view comma
   return name == "f32" ? DType::f32 : DType::bf16;
 }
 
+std::optional<quant::GgmlType> quantize_type(std::string_view name, std::string_view command) {
+  if (name.empty()) return std::nullopt;
+  if (name == "q8_0") return quant::GgmlType::Q8_0;
+  if (name == "q4_0") return quant::GgmlType::Q4_0;
+  if (name == "q4_k") return quant::GgmlType::Q4_K;
+  fail("{}: --quantize={} is not one of q8_0, q4_0, q4_k", command, name);
+}
+
 namespace {
 
 // The checkpoint's own compute dtype (EngineOptions::dtype unset), from its config.json or,

@@ -51,6 +51,9 @@ struct EngineOptions {
 // A command's --dtype as EngineOptions::dtype: "auto" (unset: the checkpoint's own), "f32" or
 // "bf16"; anything else throws a prism::Error that starts with `command`.
 std::optional<DType> compute_dtype(std::string_view name, std::string_view command);
+// A command's --quantize as EngineOptions::quantize: "" (none), "q8_0", "q4_0" or "q4_k";
+// anything else throws a prism::Error that starts with `command`.
+std::optional<quant::GgmlType> quantize_type(std::string_view name, std::string_view command);
 
 // The model's step over a window of `window` tokens for conversations of up to `seqlen`
 // positions, compiled with the states donated. Inputs: tokens {s} (i32), start and last (i32

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # prism serve through the official OpenAI client (tests/serve/openai_client_test.py), on the
 # tiny Llama checkpoint beside the Llama 3.1 tokenizer and its chat template; its chat page in
-# headless Chromium (tests/serve/chat_page_test.py); a tiny Qwen 3.5 checkpoint; bad options.
+# headless Chromium (tests/serve/chat_page_test.py); a tiny Qwen 3.5 checkpoint; a Q8_0 GGUF
+# file; bad options.
 set -u
 prism="$1"
 python="${PRISM_VENV_PYTHON:?}"
@@ -26,6 +27,11 @@ for f in tokenizer.json tokenizer_config.json; do
 done
 "$python" "$PRISM_SOURCE_DIR/tests/serve/architecture_test.py" "$prism" "$tmp/qwen3_5" || fail=1
 
+# A GGUF file (Q8_0, its tokenizer and chat template inside), its matrices kept in their
+# blocks: 4 conversations decode together through the quantized products.
+"$python" "$PRISM_SOURCE_DIR/tests/serve/architecture_test.py" "$prism" \
+  "${PRISM_GGUF_DIR:?}/tiny-bf16-tied-q8_0.gguf" || fail=1
+
 check() {  # name, expected, actual
   if [[ "$2" != "$3" ]]; then echo "FAIL $1: expected '$2', got '$3'"; fail=1; else echo "ok $1"; fi
 }
@@ -35,6 +41,8 @@ err=$("$prism" serve --model="$PRISM_SOURCE_DIR/tests/data/llama/tiny-f32" 2>&1)
 check "no tokenizer" "1 prism: error: serve: $PRISM_SOURCE_DIR/tests/data/llama/tiny-f32 has no tokenizer.json" "$rc $err"
 err=$("$prism" serve --model="$tmp" --parallel=0 2>&1); rc=$?
 check "bad --parallel" "1 prism: error: serve: --parallel must be 1..256, got 0" "$rc $err"
+err=$("$prism" serve --model="$tmp" --quantize=q5_k 2>&1); rc=$?
+check "bad --quantize" "1 prism: error: serve: --quantize=q5_k is not one of q8_0, q4_0, q4_k" "$rc $err"
 err=$("$prism" serve --model="$tmp" --devices=2 --mesh=model:2 2>&1); rc=$?
 check "--devices and --mesh" "1 prism: error: serve: give --devices or --mesh, not both" "$rc $err"
 exit $fail

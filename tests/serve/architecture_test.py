@@ -1,6 +1,7 @@
 """`prism serve` on another architecture than Llama's (a hybrid one keeps recurrent and
-convolution states per slot): the greedy answer equals `prism llm`'s, and 4 concurrent
-streaming clients each get what they get alone. Usage: architecture_test.py PRISM MODEL_DIR."""
+convolution states per slot), or a GGUF file: the greedy answer equals `prism llm`'s, and 4
+concurrent streaming clients each get what they get alone. Usage: architecture_test.py PRISM
+MODEL (a checkpoint directory or a .gguf file)."""
 import concurrent.futures
 import sys
 

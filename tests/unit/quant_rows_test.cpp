@@ -1,11 +1,13 @@
 // prism/backends/cpu/quant_rows.h: products of f32 rows with weights in ggml's block formats
 // match a double-precision product with the weights dequantized by prism/quant/dequantize.h,
 // for 1 to 16 activation rows, strided rows and outputs, an odd number of weight rows, under
-// every SIMD target this binary has and this CPU runs.
+// every SIMD target this binary has and this CPU runs; rows dequantized into f32 or bf16 are
+// dequantize's values bit for bit (rounded to bf16 as f32_to_bf16 does).
 #include "prism/backends/cpu/quant_rows.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -47,8 +49,11 @@ std::vector<int> scale_offsets(GgmlType type) {
   switch (type) {
     case GgmlType::Q4_1:
     case GgmlType::Q5_1:
+    case GgmlType::Q4_K:
     case GgmlType::Q5_K:
       return {0, 2};
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0:
     case GgmlType::Q5_0:
       return {0};
     case GgmlType::Q6_K:
@@ -128,6 +133,74 @@ void check_type(GgmlType type, int64_t k, int64_t pad) {
   });
 }
 
+// n rows of random bytes, rows `row_bytes` apart, whose f16 scales are any finite value:
+// normal ones of either sign from 2^-14 to 2^5, subnormal ones, zeros. (Plain types: any
+// bits, infinities and NaNs among them.)
+std::vector<std::byte> random_blocks(GgmlType type, int64_t n, int64_t k, int64_t row_bytes,
+                                     std::mt19937& rng) {
+  const quant::GgmlTypeInfo& t = quant::info(type);
+  std::vector<std::byte> w(static_cast<size_t>(n * row_bytes));
+  std::uniform_int_distribution<int> byte(0, 255), kind(0, 9), exponent(1, 20);
+  std::uniform_int_distribution<uint16_t> mantissa(0, 0x3ff), sign(0, 1);
+  for (std::byte& b : w) b = static_cast<std::byte>(byte(rng));
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t b = 0; b < k / t.block_elements; ++b) {
+      for (int offset : scale_offsets(type)) {
+        const int c = kind(rng);
+        uint16_t h = static_cast<uint16_t>(sign(rng) << 15);
+        if (c < 7) h |= static_cast<uint16_t>(exponent(rng) << 10) | mantissa(rng);  // normal
+        if (c >= 7 && c < 9) h |= std::max<uint16_t>(1, mantissa(rng));              // subnormal
+        std::memcpy(w.data() + r * row_bytes + b * t.block_bytes + offset, &h, 2);
+      }
+    }
+  }
+  return w;
+}
+
+uint32_t bits_of(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  return b;
+}
+
+// dequantize_rows of n = 37 rows of `w` into f32 and bf16 rows ldo = k + 5 apart, under every
+// target, against quant::dequantize bit for bit; the elements between rows stay unwritten.
+void check_dequantize_rows(GgmlType type, const std::vector<std::byte>& w, int64_t row_bytes,
+                           int64_t k) {
+  const quant::GgmlTypeInfo& t = quant::info(type);
+  constexpr int64_t n = 37;
+  const int64_t ldo = k + 5;
+  std::vector<float> want(static_cast<size_t>(n * k));
+  for (int64_t r = 0; r < n; ++r)
+    quant::dequantize(
+        type, {w.data() + r * row_bytes, static_cast<size_t>(k / t.block_elements * t.block_bytes)},
+        {want.data() + r * k, static_cast<size_t>(k)});
+  for_each_target([&](const simd::Target&) {
+    constexpr uint32_t kUnset32 = 0xdeadbeef;
+    constexpr uint16_t kUnset16 = 0xbeef;
+    std::vector<uint32_t> f32(static_cast<size_t>(n * ldo), kUnset32);
+    std::vector<uint16_t> bf16(static_cast<size_t>(n * ldo), kUnset16);
+    cpu::dequantize_rows(type, w.data(), row_bytes, n, k, DType::f32,
+                         reinterpret_cast<std::byte*>(f32.data()), ldo);
+    cpu::dequantize_rows(type, w.data(), row_bytes, n, k, DType::bf16,
+                         reinterpret_cast<std::byte*>(bf16.data()), ldo);
+    int failures = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t j = 0; j < ldo; ++j) {
+        const size_t at = static_cast<size_t>(r * ldo + j);
+        const uint32_t want32 = j < k ? bits_of(want[r * k + j]) : kUnset32;
+        const uint16_t want16 = j < k ? f32_to_bf16(want[r * k + j]) : kUnset16;
+        if (f32[at] != want32 && ++failures <= 5)
+          ADD_FAILURE() << "f32, row " << r << ", value " << j << ": bits " << std::hex << f32[at]
+                        << ", want " << want32;
+        if (bf16[at] != want16 && ++failures <= 5)
+          ADD_FAILURE() << "bf16, row " << r << ", value " << j << ": bits " << std::hex << bf16[at]
+                        << ", want " << want16;
+      }
+    }
+  });
+}
+
 const GgmlType kTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K,
                            GgmlType::Q5_K, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                            GgmlType::F16,  GgmlType::BF16, GgmlType::F32};
@@ -154,6 +227,47 @@ TEST(QuantRows, MainFormatsHaveKernelsWhereThereAreVectors) {
     for (GgmlType type : kTypes) EXPECT_TRUE(cpu::quant_rows_native(type)) << quant::name(type);
   });
   EXPECT_FALSE(cpu::quant_rows_native(GgmlType::IQ2_XXS));
+}
+
+TEST(QuantRows, DequantizesRowsBitForBit) {
+  for (GgmlType type : kTypes) {
+    for (int64_t k : {512, 256}) {
+      SCOPED_TRACE(std::string(quant::name(type)) + " k=" + std::to_string(k));
+      const quant::GgmlTypeInfo& t = quant::info(type);
+      const int64_t row_bytes = k / t.block_elements * t.block_bytes + 6;
+      std::mt19937 rng(static_cast<uint32_t>(t.type) * 1000 + static_cast<uint32_t>(k) + 7);
+      {
+        SCOPED_TRACE("quantized weights");
+        check_dequantize_rows(type, random_rows(type, 37, k, row_bytes, rng), row_bytes, k);
+      }
+      {
+        SCOPED_TRACE("random blocks");
+        check_dequantize_rows(type, random_blocks(type, 37, k, row_bytes, rng), row_bytes, k);
+      }
+    }
+  }
+}
+
+TEST(QuantRows, DequantizesPlainRowsOfAnyLength) {
+  for (GgmlType type : {GgmlType::F16, GgmlType::BF16, GgmlType::F32}) {
+    SCOPED_TRACE(quant::name(type));
+    const int64_t row_bytes = 45 * quant::info(type).block_bytes + 2;
+    std::mt19937 rng(45);
+    check_dequantize_rows(type, random_blocks(type, 37, 45, row_bytes, rng), row_bytes, 45);
+  }
+}
+
+TEST(QuantRows, DequantizeRefusesWhatItCannotRead) {
+  std::vector<std::byte> w(1024), out(4096);
+  EXPECT_THROW(
+      cpu::dequantize_rows(GgmlType::IQ2_XXS, w.data(), 66, 1, 256, DType::f32, out.data(), 256),
+      Error);
+  EXPECT_THROW(
+      cpu::dequantize_rows(GgmlType::Q8_0, w.data(), 34, 1, 32, DType::f16, out.data(), 32), Error);
+  // k not a whole number of blocks.
+  EXPECT_THROW(
+      cpu::dequantize_rows(GgmlType::Q4_K, w.data(), 144, 1, 128, DType::bf16, out.data(), 128),
+      Error);
 }
 
 TEST(QuantRows, RefusesWhatItCannotRead) {

@@ -1,9 +1,10 @@
 // quant_rows.h's kernels, compiled once per SIMD target (hwy_targets.h). A block format is a
 // struct whose Block() turns one block into f32 vectors and hands each, with its offset in the
 // block, to a callback; Tile<Format, R, G> runs the blocks of R weight rows through it against
-// G activation rows held in R x G vector accumulators. Targets without vectors in Highway's
-// sense (SCALAR, EMU128) have no kernels of their own: quant_rows dequantizes rows there, as
-// it does for the types without a block format here.
+// G activation rows held in R x G vector accumulators; DequantRows stores the vectors of
+// Block<true> (the reference's roundings) as f32 or bf16. Targets without vectors in Highway's
+// sense (SCALAR, EMU128) have no kernels of their own: quant_rows and dequantize_rows run
+// prism::quant::dequantize there, as they do for the types without a block format here.
 #include "prism/backends/cpu/quant_rows.h"
 
 #include "prism/backends/cpu/hwy_targets.h"
@@ -17,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "prism/backends/cpu/dot_rows.h"
@@ -37,6 +39,9 @@ namespace prism::cpu {
 // One product over all the weight rows, as each target's kernels take it.
 using QuantRowsFn = void (*)(const float* x, int64_t ldx, int64_t m, const uint8_t* w,
                              int64_t row_bytes, int64_t n, int64_t k, float* out, int64_t ldo);
+// dequantize_rows into f32 or bf16 values (out_dtype: the kernel's own).
+using DequantRowsFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
+                               uint8_t* out, int64_t ldo);
 }  // namespace prism::cpu
 #endif
 
@@ -46,6 +51,7 @@ namespace prism::cpu::HWY_NAMESPACE {
 #if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128 || HWY_HAVE_SCALABLE
 
 QuantRowsFn NativeKernel(quant::GgmlType) { return nullptr; }
+DequantRowsFn NativeDequant(quant::GgmlType, bool, bool) { return nullptr; }
 
 #else
 
@@ -84,9 +90,43 @@ HWY_INLINE VU LoadBytes(const uint8_t* p) {
   return hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint8_t, DF>(), p));
 }
 
-// Unsigned quants to f32, times `scale`, plus `offset`.
+// v as computed: the compiler may not fuse a product that goes through here with the sum it
+// feeds (GCC contracts a * b + c in vectors too, and Highway's Mul and Add are such
+// operators on x86).
+HWY_INLINE VF Rounded(VF v) {
+#if HWY_ARCH_X86
+  asm("" : "+v"(v.raw));
+#elif HWY_ARCH_ARM_A64
+  asm("" : "+w"(v.raw));
+#else
+  asm("" : "+m"(v));
+#endif
+  return v;
+}
+
+// x * scale + offset: one fused multiply-add, or with kExact a rounded product and a rounded
+// sum, as prism::quant::dequantize computes it.
+template <bool kExact>
+HWY_INLINE VF Affine(VF x, VF scale, VF offset) {
+  if constexpr (kExact) {
+    return hn::Add(Rounded(hn::Mul(x, scale)), offset);
+  } else {
+    return hn::MulAdd(x, scale, offset);
+  }
+}
+
+// Unsigned quants q to f32: q * scale + offset, or, for the formats centered on kCenter,
+// scale * (q - kCenter), where offset is -kCenter * scale (one multiply-add; with kExact
+// the difference is taken in integers and multiplied, as dequantize.cpp does).
+template <bool kExact, int kCenter = 0>
 HWY_INLINE VF Dequant(VU q, VF scale, VF offset) {
-  return hn::MulAdd(hn::ConvertTo(DF(), hn::BitCast(DI(), q)), scale, offset);
+  const DF df;
+  const DI di;
+  if constexpr (kExact && kCenter != 0) {
+    return hn::Mul(hn::ConvertTo(df, hn::Sub(hn::BitCast(di, q), hn::Set(di, kCenter))), scale);
+  } else {
+    return Affine<kExact>(hn::ConvertTo(df, hn::BitCast(di, q)), scale, offset);
+  }
 }
 
 // With AVX-512, 4-bit quants are dequantized by a table lookup instead: the 16 values
@@ -123,11 +163,15 @@ HWY_INLINE VU FifthBitAt4(VU h, int s) {
 // emit(e, v) with the values e..e + kLanes of the block at p, for every e that is a multiple
 // of kLanes (in any order). Layouts and formulas: prism/quant/dequantize.cpp. Where the
 // reference rounds twice (d * (q - c), or (d * sc) * q - (dmin * m)), one fused multiply-add
-// computes it here: the same value, or one rounding closer to exact.
+// computes it for the products. Block<true> computes the reference's operations instead (a
+// product, then a sum), for dequantize_rows, whose values are dequantize's bit for bit. (The
+// two agree anyway: with f16 scales every product here is exact in f32, an f16 times
+// integers of at most 8 + 6 bits, so that only the sum rounds. Block<true> does not rest on
+// that.)
 
 struct Q8_0 {
   static constexpr int64_t kElems = 32, kBytes = 34;
-  template <typename Emit>
+  template <bool kExact = false, typename Emit>
   static HWY_INLINE void Block(const uint8_t* p, Emit&& emit) {
     const DF df;
     const DI di;
@@ -146,7 +190,7 @@ struct Q8_0 {
 template <bool kMin>
 struct Q4 {
   static constexpr int64_t kElems = 32, kBytes = kMin ? 20 : 18;
-  template <typename Emit>
+  template <bool kExact = false, typename Emit>
   static HWY_INLINE void Block(const uint8_t* p, Emit&& emit) {
     const DF df;
     const float d = LoadF16(p);
@@ -154,7 +198,7 @@ struct Q4 {
     const uint8_t* qs = p + (kMin ? 4 : 2);
     if constexpr (kTables) {
       const VF table =
-          kMin ? hn::MulAdd(hn::Iota(df, 0), scale, offset) : hn::Mul(hn::Iota(df, -8), scale);
+          kMin ? Affine<kExact>(hn::Iota(df, 0), scale, offset) : hn::Mul(hn::Iota(df, -8), scale);
       const VU v = LoadBytes(qs);
       emit(0, Lookup(table, v));
       emit(16, Lookup(table, hn::ShiftRight<4>(v)));
@@ -163,8 +207,8 @@ struct Q4 {
 #pragma GCC unroll 4
       for (int e = 0; e < 16; e += kLanes) {
         const VU v = LoadBytes(qs + e);
-        emit(e, Dequant(hn::And(v, low), scale, offset));
-        emit(16 + e, Dequant(hn::ShiftRight<4>(v), scale, offset));
+        emit(e, Dequant < kExact, kMin ? 0 : 8 > (hn::And(v, low), scale, offset));
+        emit(16 + e, Dequant < kExact, kMin ? 0 : 8 > (hn::ShiftRight<4>(v), scale, offset));
       }
     }
   }
@@ -175,7 +219,7 @@ struct Q4 {
 template <bool kMin>
 struct Q5 {
   static constexpr int64_t kElems = 32, kBytes = kMin ? 24 : 22;
-  template <typename Emit>
+  template <bool kExact = false, typename Emit>
   static HWY_INLINE void Block(const uint8_t* p, Emit&& emit) {
     const DF df;
     const DU du;
@@ -193,8 +237,10 @@ struct Q5 {
 #pragma GCC unroll 4
     for (int e = 0; e < 16; e += kLanes) {
       const VU v = LoadBytes(words + 4 + e);
-      emit(e, Dequant(Merge(hn::And(v, low), fifth(e), 16), scale, offset));
-      emit(16 + e, Dequant(Merge(hn::ShiftRight<4>(v), fifth(16 + e), 16), scale, offset));
+      constexpr int kCenter = kMin ? 0 : 16;
+      emit(e, Dequant<kExact, kCenter>(Merge(hn::And(v, low), fifth(e), 16), scale, offset));
+      emit(16 + e,
+           Dequant<kExact, kCenter>(Merge(hn::ShiftRight<4>(v), fifth(16 + e), 16), scale, offset));
     }
   }
 };
@@ -254,7 +300,7 @@ HWY_INLINE void KScales(const uint8_t* p, float* HWY_RESTRICT sm) {
 template <bool kFive>
 struct QK {
   static constexpr int64_t kElems = 256, kBytes = kFive ? 176 : 144;
-  template <typename Emit>
+  template <bool kExact = false, typename Emit>
   static HWY_INLINE void Block(const uint8_t* p, Emit&& emit) {
     const DF df;
     HWY_ALIGN float sm[16];
@@ -269,7 +315,7 @@ struct QK {
       const VF s1 = hn::Set(df, sm[2 * g + 1]), m1 = hn::Set(df, sm[9 + 2 * g]);
       if constexpr (kTables && !kFive) {
         const VF iota = hn::Iota(df, 0);
-        const VF t0 = hn::MulAdd(iota, s0, m0), t1 = hn::MulAdd(iota, s1, m1);
+        const VF t0 = Affine<kExact>(iota, s0, m0), t1 = Affine<kExact>(iota, s1, m1);
 #pragma GCC unroll 2
         for (int e = 0; e < 32; e += 16) {
           const VU v = LoadBytes(qs + 32 * g + e);
@@ -286,8 +332,8 @@ struct QK {
             q0 = Merge(q0, FifthBitAt4(h, 2 * g), 16);
             q1 = Merge(q1, FifthBitAt4(h, 2 * g + 1), 16);
           }
-          emit(64 * g + e, Dequant(q0, s0, m0));
-          emit(64 * g + 32 + e, Dequant(q1, s1, m1));
+          emit(64 * g + e, Dequant<kExact>(q0, s0, m0));
+          emit(64 * g + 32 + e, Dequant<kExact>(q1, s1, m1));
         }
       }
     }
@@ -299,7 +345,7 @@ struct QK {
 // per 16 values. (d * scale) * (q - 32).
 struct Q6_K {
   static constexpr int64_t kElems = 256, kBytes = 210;
-  template <typename Emit>
+  template <bool kExact = false, typename Emit>
   static HWY_INLINE void Block(const uint8_t* p, Emit&& emit) {
     const DF df;
     const DI di;
@@ -311,13 +357,14 @@ struct Q6_K {
       const VF s = hn::Mul(
           hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(hn::Rebind<int8_t, DF>(), sc + i))), d);
       hn::Store(s, df, ds + i);
-      hn::Store(hn::Mul(s, hn::Set(df, -32.0f)), df, offset + i);
+      if constexpr (!kExact) hn::Store(hn::Mul(s, hn::Set(df, -32.0f)), df, offset + i);
     }
     ReadBack(ds);
-    ReadBack(offset);
+    if constexpr (!kExact) ReadBack(offset);
     const VU low = hn::Set(DU(), 15u);
     auto put = [&](int e, VU q) HWY_ATTR {
-      emit(e, Dequant(q, hn::Set(df, ds[e / 16]), hn::Set(df, offset[e / 16])));
+      const VF s = hn::Set(df, ds[e / 16]);
+      emit(e, Dequant<kExact, 32>(q, s, kExact ? s : hn::Set(df, offset[e / 16])));
     };
 #pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
@@ -340,7 +387,7 @@ struct Q6_K {
 // past the last whole vector.
 struct F32 {
   static constexpr int64_t kElems = kLanes, kBytes = 4 * kLanes;
-  template <typename Emit>
+  template <bool kExact = false, typename Emit>
   static HWY_INLINE void Block(const uint8_t* p, Emit&& emit) {
     emit(0, hn::LoadU(DF(), reinterpret_cast<const float*>(p)));
   }
@@ -353,17 +400,35 @@ struct F32 {
 
 struct F16 {
   static constexpr int64_t kElems = kLanes, kBytes = 2 * kLanes;
-  template <typename Emit>
+  template <bool kExact = false, typename Emit>
   static HWY_INLINE void Block(const uint8_t* p, Emit&& emit) {
+    const DF df;
     const hn::Rebind<hwy::float16_t, DF> dh;
-    emit(0, hn::PromoteTo(DF(), hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p))));
+    const hn::Rebind<uint16_t, DF> du16;
+    const auto h = hn::LoadU(du16, reinterpret_cast<const uint16_t*>(p));
+    VF v = hn::PromoteTo(df, hn::BitCast(dh, h));
+    if constexpr (kExact) {
+      // A NaN keeps its payload as it is, as in prism::f16_to_f32, where the conversion
+      // instruction quiets a signaling one.
+      const DU du;
+      const VU w = hn::PromoteTo(du, h);
+      const VU nan = hn::Or(
+          hn::ShiftLeft<16>(hn::And(w, hn::Set(du, 0x8000u))),
+          hn::Or(hn::ShiftLeft<13>(hn::And(w, hn::Set(du, 0x3ffu))), hn::Set(du, 0x7f800000u)));
+      v = hn::IfThenElse(hn::IsNaN(v), hn::BitCast(df, nan), v);
+    }
+    emit(0, v);
   }
-  static float Scalar(const uint8_t* row, int64_t j) { return LoadF16(row + 2 * j); }
+  static float Scalar(const uint8_t* row, int64_t j) {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * j, 2);
+    return f16_to_f32(h);
+  }
 };
 
 struct BF16 {
   static constexpr int64_t kElems = kLanes, kBytes = 2 * kLanes;
-  template <typename Emit>
+  template <bool kExact = false, typename Emit>
   static HWY_INLINE void Block(const uint8_t* p, Emit&& emit) {
     const hn::Rebind<uint16_t, DF> dh;
     const VU bits = hn::PromoteTo(DU(), hn::LoadU(dh, reinterpret_cast<const uint16_t*>(p)));
@@ -481,6 +546,116 @@ void Rows(const float* x, int64_t ldx, int64_t m, const uint8_t* w, int64_t row_
   for_row_groups(0, n, run);
 }
 
+// v rounded to bf16 (to nearest even; a NaN keeps its sign and the top of its payload, made
+// quiet, as prism::f32_to_bf16 does) and stored at p. (AVX-512's vcvtneps2bf16 would round
+// subnormals to zero.)
+HWY_INLINE void StoreBF16(VF v, uint16_t* p) {
+  const DU du;
+  const hn::Rebind<uint16_t, DF> d16;
+  const VU bits = hn::BitCast(du, v);
+  const VU rounded = hn::Add(
+      bits, hn::Add(hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u)), hn::Set(du, 0x7fffu)));
+  const VU r = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)),
+                              hn::Or(bits, hn::Set(du, 0x400000u)), rounded);
+  // The top halves, as 16-bit lanes (no value saturates).
+  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(DI(), hn::ShiftRight<16>(r))), d16, p);
+}
+
+// The weights kPrefetchAhead bytes past the block at p (past a row's end: the next row's).
+template <typename Format>
+HWY_INLINE void PrefetchBlock(const uint8_t* p) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p) + kPrefetchAhead;
+  for (int64_t j = 0; j < Format::kBytes; j += 64)
+    hwy::Prefetch(reinterpret_cast<const uint8_t*>(at + j));
+}
+
+// dequantize_rows: each block through Format::Block<true> (the reference's roundings), its
+// vectors stored as they come, in f32 or rounded to bf16.
+template <typename Format, bool kBF16>
+void DequantRows(const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out,
+                 int64_t ldo) {
+  using T = std::conditional_t<kBF16, uint16_t, float>;
+  const int64_t blocks = k / Format::kElems;
+  for (int64_t r = 0; r < n; ++r) {
+    const uint8_t* row = w + r * row_bytes;
+    T* o = reinterpret_cast<T*>(out) + r * ldo;
+    for (int64_t b = 0; b < blocks; ++b) {
+      T* ob = o + b * Format::kElems;
+      if constexpr (!kPlain<Format>) PrefetchBlock<Format>(row + b * Format::kBytes);
+      Format::template Block<true>(row + b * Format::kBytes, [&](int e, VF v) HWY_ATTR {
+        if constexpr (kBF16) {
+          StoreBF16(v, ob + e);
+        } else {
+          hn::StoreU(v, DF(), ob + e);
+        }
+      });
+    }
+    if constexpr (kPlain<Format>) {
+      for (int64_t j = blocks * Format::kElems; j < k; ++j) {
+        const float v = Format::Scalar(row, j);
+        if constexpr (kBF16) {
+          o[j] = f32_to_bf16(v);
+        } else {
+          o[j] = v;
+        }
+      }
+    }
+  }
+}
+
+// With AVX-512 BF16 (which Highway 1.0.3 cannot express: a function target attribute, as in
+// avx512_bf16.h), vcvtneps2bf16 rounds 16 values in one instruction where StoreBF16 takes
+// nine, to the same bits (to nearest even; a NaN's top half, made quiet) except that it reads
+// f32 subnormals as zeros. The block formats never produce one: their values are sums of
+// products of f16 scales with integers, integer multiples of 2^-24, zero or at least 2^-24
+// in magnitude (F16 rows likewise); F32 and BF16 rows may hold subnormals and take
+// StoreBF16.
+#undef PRISM_QUANT_ROWS_VCVTNE
+#undef PRISM_QUANT_ROWS_ATTR_BF16
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)
+#define PRISM_QUANT_ROWS_VCVTNE 1
+#define PRISM_QUANT_ROWS_ATTR_BF16 __attribute__((target(HWY_TARGET_STR ",avx512bf16")))
+
+template <typename Format>
+PRISM_QUANT_ROWS_ATTR_BF16 void DequantRowsVcvtne(const uint8_t* w, int64_t row_bytes, int64_t n,
+                                                  int64_t k, uint8_t* out, int64_t ldo) {
+  static_assert(!kPlain<Format> || std::is_same_v<Format, F16>);
+  const int64_t blocks = k / Format::kElems;
+  for (int64_t r = 0; r < n; ++r) {
+    const uint8_t* row = w + r * row_bytes;
+    uint16_t* o = reinterpret_cast<uint16_t*>(out) + r * ldo;
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint16_t* ob = o + b * Format::kElems;
+      if constexpr (!kPlain<Format>) PrefetchBlock<Format>(row + b * Format::kBytes);
+      Format::template Block<true>(
+          row + b * Format::kBytes, [&](int e, VF v) PRISM_QUANT_ROWS_ATTR_BF16 {
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(ob + e),
+                                reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v.raw)));
+          });
+    }
+    if constexpr (kPlain<Format>) {
+      for (int64_t j = blocks * Format::kElems; j < k; ++j)
+        o[j] = f32_to_bf16(Format::Scalar(row, j));
+    }
+  }
+}
+#else
+#define PRISM_QUANT_ROWS_VCVTNE 0
+#endif
+
+// dequantize_rows' kernel for Format into f32, or into bf16 (vcvtneps2bf16 where the CPU has
+// AVX-512 BF16 and the format allows it).
+template <typename Format>
+DequantRowsFn DequantTo(bool bf16, bool avx512_bf16) {
+  if (!bf16) return &DequantRows<Format, false>;
+#if PRISM_QUANT_ROWS_VCVTNE
+  if constexpr (!std::is_same_v<Format, F32> && !std::is_same_v<Format, BF16>) {
+    if (avx512_bf16) return &DequantRowsVcvtne<Format>;
+  }
+#endif
+  return &DequantRows<Format, true>;
+}
+
 }  // namespace
 
 QuantRowsFn NativeKernel(quant::GgmlType type) {
@@ -513,6 +688,36 @@ QuantRowsFn NativeKernel(quant::GgmlType type) {
   }
 }
 
+DequantRowsFn NativeDequant(quant::GgmlType type, bool bf16, bool avx512_bf16) {
+  using quant::GgmlType;
+  switch (type) {
+    case GgmlType::F32:
+      return DequantTo<F32>(bf16, avx512_bf16);
+    case GgmlType::F16:
+      return DequantTo<F16>(bf16, avx512_bf16);
+    case GgmlType::BF16:
+      return DequantTo<BF16>(bf16, avx512_bf16);
+    case GgmlType::Q8_0:
+      return DequantTo<Q8_0>(bf16, avx512_bf16);
+    case GgmlType::Q4_0:
+      return DequantTo<Q4_0>(bf16, avx512_bf16);
+    case GgmlType::Q4_1:
+      return DequantTo<Q4_1>(bf16, avx512_bf16);
+    case GgmlType::Q5_0:
+      return DequantTo<Q5_0>(bf16, avx512_bf16);
+    case GgmlType::Q5_1:
+      return DequantTo<Q5_1>(bf16, avx512_bf16);
+    case GgmlType::Q4_K:
+      return DequantTo<Q4_K>(bf16, avx512_bf16);
+    case GgmlType::Q5_K:
+      return DequantTo<Q5_K>(bf16, avx512_bf16);
+    case GgmlType::Q6_K:
+      return DequantTo<Q6_K>(bf16, avx512_bf16);
+    default:
+      return nullptr;
+  }
+}
+
 #endif
 
 }  // namespace prism::cpu::HWY_NAMESPACE
@@ -522,6 +727,7 @@ HWY_AFTER_NAMESPACE();
 namespace prism::cpu {
 
 HWY_EXPORT(NativeKernel);
+HWY_EXPORT(NativeDequant);
 
 namespace {
 
@@ -576,6 +782,42 @@ void quant_rows(quant::GgmlType type, const float* x, int64_t ldx, int64_t m, co
     return;
   }
   dequantized_rows(type, x, ldx, m, w, row_bytes, n, k, out, ldo);
+}
+
+void dequantize_rows(quant::GgmlType type, const std::byte* w, int64_t row_bytes, int64_t n,
+                     int64_t k, DType out_dtype, std::byte* out, int64_t ldo) {
+  const quant::GgmlTypeInfo& t = quant::info(type);
+  PRISM_CHECK(quant::can_dequantize(type), "dequantize_rows: no dequantization for ggml type {}",
+              t.name);
+  PRISM_CHECK(out_dtype == DType::f32 || out_dtype == DType::bf16,
+              "dequantize_rows: into {}, not f32 or bf16", prism::name(out_dtype));
+  PRISM_CHECK(k >= 0 && k % t.block_elements == 0,
+              "dequantize_rows: {} values are not whole {} blocks of {}", k, t.name,
+              t.block_elements);
+  const int64_t bytes = k / t.block_elements * t.block_bytes;
+  PRISM_CHECK(row_bytes >= bytes, "dequantize_rows: rows {} bytes apart cannot hold {} {} values",
+              row_bytes, k, t.name);
+  PRISM_CHECK(n >= 0 && (n <= 1 || ldo >= k), "dequantize_rows: bad sizes n={} k={} ldo={}", n, k,
+              ldo);
+  if (n == 0 || k == 0) return;
+  const bool bf16 = out_dtype == DType::bf16;
+  const simd::Target target = simd::current();  // also points Highway's tables at it
+  if (DequantRowsFn fn = HWY_DYNAMIC_DISPATCH(NativeDequant)(type, bf16, target.avx512_bf16)) {
+    fn(reinterpret_cast<const uint8_t*>(w), row_bytes, n, k, reinterpret_cast<uint8_t*>(out), ldo);
+    return;
+  }
+  // No kernel under this target: quant::dequantize, into a row of f32 for bf16.
+  thread_local std::vector<float> scratch;
+  if (bf16) scratch.resize(static_cast<size_t>(k));
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = bf16 ? scratch.data() : reinterpret_cast<float*>(out) + r * ldo;
+    quant::dequantize(type, {w + r * row_bytes, static_cast<size_t>(bytes)},
+                      {row, static_cast<size_t>(k)});
+    if (bf16) {
+      auto* o = reinterpret_cast<uint16_t*>(out) + r * ldo;
+      for (int64_t j = 0; j < k; ++j) o[j] = f32_to_bf16(row[j]);
+    }
+  }
 }
 
 }  // namespace prism::cpu

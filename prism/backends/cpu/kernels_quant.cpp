@@ -6,7 +6,8 @@
 // multiplies. Up to kQuantRows rows of activations (decoding, batched decoding) go through
 // quant_rows.h, which dequantizes each block in registers and multiplies it with every row:
 // the weights are read once, at their quantized size. More rows (prefill) are computed a
-// panel of weight rows at a time: the panel is dequantized into the activations' dtype, then
+// panel of weight rows at a time: the panel is dequantized into the activations' dtype
+// (quant_rows.h, in registers, 0.1 ns a weight), then
 // multiplied as a float product (kernels_dot.cpp); a panel is small enough to stay in cache
 // while the product reads it, and the dequantization is a small part of the product's work.
 //
@@ -20,7 +21,6 @@
 #include "prism/backends/cpu/quant_rows.h"
 #include "prism/backends/cpu/storage.h"
 #include "prism/core/error.h"
-#include "prism/quant/dequantize.h"
 
 namespace prism::cpu {
 namespace {
@@ -64,13 +64,6 @@ void load_floats(DType t, const std::byte* from, int64_t at, int64_t count, floa
   });
 }
 
-// Row r of the blocks at `w` (row_bytes each), dequantized into `to` (values floats).
-void dequantize_row(quant::GgmlType format, const std::byte* w, int64_t row_bytes, int64_t values,
-                    int64_t r, float* to) {
-  quant::dequantize(format, {w + r * row_bytes, static_cast<size_t>(row_bytes)},
-                    {to, static_cast<size_t>(values)});
-}
-
 Kernel dequantize_kernel(const ir::Graph& g, const ir::Node& n) {
   const quant::GgmlType format = n.attr<ir::DequantizeAttrs>().format;
   const Shape& in = g.node(n.inputs[0]).shape;
@@ -78,11 +71,20 @@ Kernel dequantize_kernel(const ir::Graph& g, const ir::Node& n) {
   const int64_t values = n.shape.size(n.shape.rank() - 1);
   const int64_t rows = values == 0 ? 0 : n.shape.numel() / values;
   const DType out_dtype = n.shape.dtype();
+  // f32 and bf16 in one pass (quant_rows.h); other floats through f32.
+  const bool direct = out_dtype == DType::f32 || out_dtype == DType::bf16;
+  const int64_t oe = static_cast<int64_t>(size_of(out_dtype));
   return [=](std::span<const std::byte* const> args, std::byte* out, ThreadPool& pool) {
     pool.parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
+      if (direct) {
+        dequantize_rows(format, args[0] + r0 * row_bytes, row_bytes, r1 - r0, values, out_dtype,
+                        out + r0 * values * oe, values);
+        return;
+      }
       std::vector<float> row(values);
       for (int64_t r = r0; r < r1; ++r) {
-        dequantize_row(format, args[0], row_bytes, values, r, row.data());
+        dequantize_rows(format, args[0] + r * row_bytes, row_bytes, 1, values, DType::f32,
+                        reinterpret_cast<std::byte*>(row.data()), values);
         store_floats(out_dtype, row.data(), out, r * values, values);
       }
     });
@@ -162,12 +164,9 @@ class QuantDotKernel {
     std::vector<std::byte> weights(panel_ * k_ * xe), product(m_ * panel_ * oe);
     for (int64_t p0 = 0; p0 < n_; p0 += panel_) {
       const int64_t rows = std::min(panel_, n_ - p0);
-      pool.parallel_for(rows, 4, [&](int64_t r0, int64_t r1) {
-        std::vector<float> row(k_);
-        for (int64_t r = r0; r < r1; ++r) {
-          dequantize_row(format_, w, row_bytes_, k_, p0 + r, row.data());
-          store_floats(x_dtype_, row.data(), weights.data(), r * k_, k_);
-        }
+      pool.parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+        dequantize_rows(format_, w + (p0 + r0) * row_bytes_, row_bytes_, r1 - r0, k_, x_dtype_,
+                        weights.data() + r0 * k_ * xe, k_);
       });
       const Panel& panel = rows == panel_ ? full_panel_ : last_panel_;
       const std::byte* args[] = {x, weights.data()};

@@ -194,6 +194,43 @@ TEST(WeightLayout, DownloadsDuringProductsOnAnotherThread) {
   for (size_t p = 0; p < c.widths.size(); ++p) EXPECT_TRUE(blocked(bound.at(Case::name(p))));
 }
 
+// A tied embedding: rows of "a" looked up (the input's tokens) and its products by x (the
+// logits). The lookup reads the blocked layout too, so the weights stay blocked and both read
+// them so.
+TEST(WeightLayout, LookupsOfRowsReadBlockedWeights) {
+  if (!cpu::simd::current().avx512_bf16) {
+    GTEST_SKIP() << "weights are kept blocked only with AVX-512 BF16";
+  }
+  Platform& cpu = get_platform("cpu");
+  const Case c;
+  const Tensor a = Tensor::parameter("a", c.shape(0));
+  Executable exe = prism::compile(cpu,
+                                  [&](Tensor ids) {
+                                    Tensor rows = a.gather("n", ids);  // {t, k}
+                                    return std::vector<Tensor>{rows, rows.dot(a, "k")};
+                                  },
+                                  {S({{"t", 3}}, DType::i32)});
+  const Params bound = exe.prepare({{"a", cpu.upload(c.host(0))}});
+  EXPECT_TRUE(blocked(bound.at("a")));
+  const std::vector<int32_t> ids{0, 191, 70};
+  std::vector<Buffer> in{cpu.upload(testing::i32(S({{"t", 3}}), ids))};
+  std::vector<Buffer> got = exe.call(bound, in);
+  std::vector<double> rows, products;
+  for (int32_t i : ids) {
+    for (int64_t k = 0; k < Case::K; ++k) rows.push_back(c.w[0][i * Case::K + k]);
+  }
+  for (int32_t i : ids) {
+    for (int64_t n = 0; n < 192; ++n) {
+      double sum = 0;
+      for (int64_t k = 0; k < Case::K; ++k)
+        sum += double(c.w[0][i * Case::K + k]) * c.w[0][n * Case::K + k];
+      products.push_back(sum);
+    }
+  }
+  expect_values(got[0].to_host().convert(DType::f32), rows, 0);
+  expect_values(got[1].to_host().convert(DType::f32), products, 1.0 / 256);
+}
+
 TEST(WeightLayout, WeightsInMemoryNotTheirOwnStayAsStored) {
   // A mapped checkpoint's weights (adopted memory) are never rewritten.
   Platform& cpu = get_platform("cpu");

@@ -175,8 +175,8 @@ class CpuExecutable : public ExecutableImpl {
  private:
   using Clock = std::chrono::steady_clock;
 
-  // The parameters that only products read, as weights {n, k} they can read blocked
-  // (weight_layout.h): prepare() makes blocked copies of them.
+  // The parameters that only products (and lookups of their rows) read, as weights {n, k}
+  // they can read blocked (weight_layout.h): prepare() makes blocked copies of them.
   void find_blockable_weights() {
     std::vector<bool> blockable(graph_.size(), false);
     for (ValueId v = 0; v < static_cast<ValueId>(graph_.size()); ++v) {
@@ -190,7 +190,9 @@ class CpuExecutable : public ExecutableImpl {
         if (!blockable[in]) continue;
         const bool product = n.op == Op::dot && i == 1 && n.inputs[0] != in &&
                              dot_reads_blockable_weights(graph_, v);
-        if (!product) blockable[in] = false;
+        // a lookup of rows (a tied embedding's) reads the blocked layout too
+        const bool lookup = i == 0 && gather_reads_blockable_weights(graph_, n);
+        if (!product && !lookup) blockable[in] = false;
       }
     }
     for (ValueId out : graph_.outputs()) blockable[out] = false;

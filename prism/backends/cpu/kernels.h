@@ -29,7 +29,10 @@ Kernel make_collective_kernel(const ir::Graph& graph, ir::ValueId id, HostCommun
                               int64_t device);
 
 // Families, one file each.
-Kernel make_data_kernel(const ir::Graph& graph, ir::ValueId id);    // kernels_data.cpp
+Kernel make_data_kernel(const ir::Graph& graph, ir::ValueId id);  // kernels_data.cpp
+// Whether gather `node` picks rows of weights {n, k} that may be kept blocked (weight_layout.h;
+// a tied embedding, whose products by it read it blocked): it reads either layout.
+bool gather_reads_blockable_weights(const ir::Graph& graph, const ir::Node& node);
 Kernel make_reduce_kernel(const ir::Graph& graph, ir::ValueId id);  // kernels_reduce.cpp
 Kernel make_dot_kernel(const ir::Graph& graph, ir::ValueId id);     // kernels_dot.cpp
 // Dot products of the same activations by different weights, as one step that reads the

@@ -4,6 +4,7 @@
 
 #include "prism/backends/cpu/kernels.h"
 #include "prism/backends/cpu/storage.h"
+#include "prism/backends/cpu/weight_layout.h"
 
 namespace prism::cpu {
 
@@ -212,8 +213,23 @@ Kernel gather(const ir::Graph& g, const ir::Node& n) {
   Shape x = g.node(n.inputs[0]).shape, idx = g.node(n.inputs[1]).shape;
   Split3 s = split3(x, axis, axis + 1);
   int elem = size_of(x.dtype());
+  const bool rows_of_weights = gather_reads_blockable_weights(g, n);
   return [=](auto in, std::byte* out, ThreadPool& pool) {
     int64_t count = idx.numel(), row = s.inner * elem;
+    if (rows_of_weights && blocked(in[0])) {  // rows of weights kept blocked: value by value
+      const auto* w = reinterpret_cast<const uint16_t*>(in[0]);
+      auto* o = reinterpret_cast<uint16_t*>(out);
+      const int64_t k = s.inner;
+      pool.parallel_for(count, 16, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+          int64_t i = load_index(idx.dtype(), in[1], t);
+          if (i < 0) i += s.middle;
+          i = std::clamp<int64_t>(i, 0, s.middle - 1);
+          for (int64_t c = 0; c < k; ++c) o[t * k + c] = w[blocked_index(i, c, k)];
+        }
+      });
+      return;
+    }
     pool.parallel_for(s.outer * count, 64, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) {
         int64_t o = t / count, j = t % count;
@@ -225,6 +241,15 @@ Kernel gather(const ir::Graph& g, const ir::Node& n) {
     });
   };
 }
+
+}  // namespace
+
+bool gather_reads_blockable_weights(const ir::Graph& g, const ir::Node& n) {
+  const Shape& x = g.node(n.inputs[0]).shape;
+  return n.op == Op::gather && n.attr<ir::AxisAttrs>().axis == 0 && blockable(x);
+}
+
+namespace {
 
 // For each element of `idx_shape`: (flat index in idx, flat index in x with axis replaced).
 template <typename F>

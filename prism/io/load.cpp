@@ -5,6 +5,7 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -43,6 +44,38 @@ uint64_t loaded_row_bytes(const StoredTensor& t, DType want) {
   return t.row_elements() * size_of(want);
 }
 
+// Row `src` of `t` as the model's values in f32, into `out` (row_elements() of them): its
+// blocks dequantized or its elements converted, its columns put in order and what the file
+// holds of each value undone (StoredTensor::column_order, stored_as).
+void decode_row(const StoredTensor& t, std::span<const std::byte> src, std::span<float> out) {
+  thread_local std::vector<float> stored;
+  const int64_t n = t.row_elements();
+  std::span<float> values = out;
+  if (!t.column_order.empty()) {
+    stored.resize(n);
+    values = stored;
+  }
+  if (t.blocks) {
+    quant::dequantize(*t.blocks, src, values);
+  } else {
+    convert_elements(*to_core_dtype(t.info.dtype), src.data(), DType::f32,
+                     reinterpret_cast<std::byte*>(values.data()), n);
+  }
+  if (!t.column_order.empty()) {
+    for (int64_t c = 0; c < n; ++c) out[c] = stored[t.column_order[c]];
+  }
+  switch (t.stored_as) {
+    case StoredTensor::Stored::as_is:
+      break;
+    case StoredTensor::Stored::plus_one:
+      for (float& v : out) v -= 1.0f;
+      break;
+    case StoredTensor::Stored::negated_exp:
+      for (float& v : out) v = static_cast<float>(std::log(-static_cast<double>(v)));
+      break;
+  }
+}
+
 // Rows [first, first + count) of a tensor decoded as it loads, as `want` elements into `out`
 // (count rows of row_elements() each). The stored rows they come from are read as one range:
 // a row order moves rows only within a head, so the range is barely larger than the rows.
@@ -69,38 +102,28 @@ uint64_t read_decoded_rows(const StoredTensor& t, int64_t first, int64_t count, 
     const std::span<const std::byte> src(staging.data() + (t.stored_row(r) - lo) * row_bytes,
                                          row_bytes);
     std::byte* dst = out.data() + (r - first) * out_row;
-    if (kept && !t.round_trip) {  // the file's blocks, kept
+    if (kept && !t.round_trip) {  // the file's blocks, kept (never rearranged: checked_dtype)
       std::memcpy(dst, src.data(), row_bytes);
     } else if (kept) {  // quantized, kept
       decoded.resize(n);
-      if (t.blocks) {
-        quant::dequantize(*t.blocks, src, decoded);
-      } else {
-        convert_elements(*to_core_dtype(t.info.dtype), src.data(), DType::f32,
-                         reinterpret_cast<std::byte*>(decoded.data()), n);
-      }
+      decode_row(t, src, decoded);
       quant::quantize(*kept, decoded, std::span(dst, out_row));
     } else if (t.round_trip) {  // to f32, through the type's blocks and back, then to `want`
       decoded.resize(n);
-      if (t.blocks) {
-        quant::dequantize(*t.blocks, src, decoded);
-      } else {
-        convert_elements(*to_core_dtype(t.info.dtype), src.data(), DType::f32,
-                         reinterpret_cast<std::byte*>(decoded.data()), n);
-      }
+      decode_row(t, src, decoded);
       const quant::GgmlTypeInfo& type = quant::info(*t.round_trip);
       round_trip_blocks.resize(n / type.block_elements * type.block_bytes);
       quant::quantize(*t.round_trip, decoded, round_trip_blocks);
       quant::dequantize(*t.round_trip, round_trip_blocks, decoded);
       convert_elements(DType::f32, reinterpret_cast<const std::byte*>(decoded.data()), want, dst,
                        n);
-    } else if (!t.blocks) {
+    } else if (!t.blocks && !t.rearranged()) {
       convert_elements(*to_core_dtype(t.info.dtype), src.data(), want, dst, n);
     } else if (want == DType::f32) {
-      quant::dequantize(*t.blocks, src, std::span(reinterpret_cast<float*>(dst), n));
+      decode_row(t, src, std::span(reinterpret_cast<float*>(dst), n));
     } else {
       decoded.resize(n);
-      quant::dequantize(*t.blocks, src, decoded);
+      decode_row(t, src, decoded);
       convert_elements(DType::f32, reinterpret_cast<const std::byte*>(decoded.data()), want, dst,
                        n);
     }
@@ -181,6 +204,12 @@ std::optional<DType> checked_dtype(const Store& store, const StoredTensor& st,
   }
   std::vector<int64_t> sizes = st.info.shape;  // as the parameter holds it
   if (std::optional<quant::GgmlType> kept = kept_blocks(st, shape.dtype())) {
+    if (!st.round_trip && st.rearranged()) {
+      fail(
+          "load: tensor \"{}\" in {} is {} blocks of other columns or values than the model's, "
+          "which cannot be kept as they are",
+          parameter, store.uri(), st.type_name());
+    }
     const quant::GgmlTypeInfo& type = quant::info(*kept);
     if (sizes.size() == 2 && sizes[1] % type.block_elements == 0) {
       sizes[1] = sizes[1] / type.block_elements * type.block_bytes;
@@ -447,9 +476,6 @@ std::vector<Weights> load_sharded(const Store& store,
   for (const ShardedExecutable::Parameter* p : split) {
     const StoredTensor st = store.rows(p->name);
     const std::optional<DType> file_dtype = checked_dtype(store, st, p->name, p->shape);
-    PRISM_CHECK(!st.decoded() || st.info.shape.size() >= 2,
-                "load: tensor \"{}\" in {} is {} of {} dims, which cannot be split across devices",
-                p->name, store.uri(), st.type_name(), st.info.shape.size());
     Target& t = targets.emplace_back(n);
     t.param = p;
     t.stored = st;
@@ -472,7 +498,11 @@ std::vector<Weights> load_sharded(const Store& store,
       stats.bytes += local.bytes();
     }
     ++stats.tensors;
-    const int64_t step = std::max<int64_t>(1, options.chunk_size / std::max<int64_t>(row_bytes, 1));
+    // A decoded vector is one row as stored (StoredTensor::rows): one chunk, decoded whole.
+    const int64_t step =
+        st.decoded() && st.info.shape.size() < 2
+            ? std::max<int64_t>(rows, 1)
+            : std::max<int64_t>(1, options.chunk_size / std::max<int64_t>(row_bytes, 1));
     for (int64_t r = 0; r < rows; r += step) {
       chunks.push_back({targets.size() - 1, r, std::min(step, rows - r)});
     }
@@ -493,7 +523,9 @@ std::vector<Weights> load_sharded(const Store& store,
     uint64_t read = 0;
     if (t.stored.decoded()) {
       converted.resize(c.count * row_elems * size_of(want));
-      read = read_decoded_rows(t.stored, c.first, c.count, want, converted);
+      const bool vector = t.stored.info.shape.size() < 2;  // its one stored row, whole
+      read =
+          read_decoded_rows(t.stored, vector ? 0 : c.first, vector ? 1 : c.count, want, converted);
       rows = converted.data();
     } else {
       staging.resize(c.count * row_elems * size_of(t.file_dtype));

@@ -222,6 +222,10 @@ Store Store::from_tensors(std::string uri,
     PRISM_CHECK(t.row_order.empty() || static_cast<int64_t>(t.row_order.size()) == t.rows(),
                 "{}: tensor '{}' has {} rows but a row order of {}", catalog->uri, name, t.rows(),
                 t.row_order.size());
+    PRISM_CHECK(
+        t.column_order.empty() || static_cast<int64_t>(t.column_order.size()) == t.row_elements(),
+        "{}: tensor '{}' has rows of {} but a column order of {}", catalog->uri, name,
+        t.row_elements(), t.column_order.size());
     if (files.insert(t.file.get()).second) catalog->files.push_back(t.file);
     std::string key = name;
     if (!catalog->tensors.emplace(std::move(key), std::move(t)).second) {

@@ -32,20 +32,34 @@ struct StoredTensor {
   uint64_t offset = 0;         // absolute byte offset in `file`
   uint64_t bytes = 0;          // as stored
 
-  // Two ways a tensor is decoded as it loads instead of copied (decoded(); GGUF files need
-  // them). Its bytes are ggml blocks of this type (Q8_0, Q4_K, ...), dequantized to f32, which
+  // Ways a tensor is decoded as it loads instead of copied (decoded(); GGUF files need them).
+  // Its bytes are ggml blocks of this type (Q8_0, Q4_K, ...), dequantized to f32, which
   // info.dtype then says:
   std::optional<quant::GgmlType> blocks;
   // Row r is stored row row_order[r] (llama.cpp's files keep the query and key rows of each
   // head in another order); empty when the rows are stored in order. Rows are along the first
   // dim; a tensor of fewer than two dims is one row.
   std::vector<int64_t> row_order;
+  // Element c of each row is stored element column_order[c] of its row (llama.cpp's Qwen 3.5
+  // files keep the value heads in another order, also along the columns of a matrix and the
+  // elements of a vector); empty when in order.
+  std::vector<int64_t> column_order;
+  // What the file holds of each value instead of the value itself, undone in f32 as it loads:
+  // llama.cpp's converter stores Qwen 3.5's norm weights w as w + 1 and its A_log as
+  // -exp(A_log).
+  enum class Stored : uint8_t { as_is, plus_one, negated_exp };
+  Stored stored_as = Stored::as_is;
   // Each row quantized to this ggml type and dequantized back as it loads (rows must be whole
   // blocks of it): the weights a file of that type would give, for measuring a format's effect
   // on a model before converting it (prism llm --quantize). Nothing is stored quantized.
   std::optional<quant::GgmlType> round_trip;
 
-  bool decoded() const { return blocks.has_value() || !row_order.empty() || round_trip; }
+  bool decoded() const {
+    return blocks.has_value() || !row_order.empty() || round_trip || rearranged();
+  }
+  // Whether its values, or their order within a row, differ from the model's: its blocks
+  // cannot then be kept as they are (CausalLM::set_quantized_weights).
+  bool rearranged() const { return !column_order.empty() || stored_as != Stored::as_is; }
   // "Q8_0" for blocks, else the dtype's name ("BF16").
   std::string type_name() const;
   int64_t rows() const;               // along the first dim, 1 for fewer than two dims

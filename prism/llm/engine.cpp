@@ -76,7 +76,8 @@ io::Store round_trip(const io::Store& store, quant::GgmlType type) {
 
 // The store's matrices in a block format (a GGUF file's quantized tensors, --quantize's) that
 // the model keeps in it: all of them where the platform multiplies the blocks as they are, on
-// one device.
+// one device, but those whose blocks hold other columns or values than the model's (Qwen 3.5's
+// ssm_out in llama.cpp's value-head order: io::StoredTensor::rearranged), dequantized.
 std::map<std::string, quant::GgmlType, std::less<>> kept_quantized(const io::Store& store,
                                                                    const Platform& platform,
                                                                    const Mesh& mesh) {
@@ -85,7 +86,7 @@ std::map<std::string, quant::GgmlType, std::less<>> kept_quantized(const io::Sto
   for (const std::string& name : store.names()) {
     const io::StoredTensor& t = store.at(name);
     const std::optional<quant::GgmlType> format = t.round_trip ? t.round_trip : t.blocks;
-    if (!format || t.info.shape.size() != 2) continue;
+    if (!format || t.info.shape.size() != 2 || (!t.round_trip && t.rearranged())) continue;
     const quant::GgmlTypeInfo& type = quant::info(*format);
     if (type.block_elements == 1 || t.info.shape[1] % type.block_elements != 0) continue;
     const ir::Node probe{ir::Op::dequantize,

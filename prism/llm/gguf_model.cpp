@@ -1,10 +1,13 @@
 #include "prism/llm/gguf_model.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "prism/core/error.h"
+#include "prism/models/lfm2.h"
 #include "prism/models/llama.h"
+#include "prism/models/qwen3_5.h"
 
 namespace prism::llm {
 namespace {
@@ -23,10 +26,51 @@ class Metadata {
   int64_t positive(std::string_view name, int64_t fallback) const {
     return has(name) ? positive(name) : fallback;
   }
+  int64_t non_negative(std::string_view name, int64_t fallback) const {
+    if (!has(name)) return fallback;
+    const int64_t v = h_.get_int(key(name));
+    PRISM_CHECK(v >= 0, "llm: {}: {} is {}, not a size", h_.uri, key(name), v);
+    return v;
+  }
   double number(std::string_view name, double fallback) const {
     return has(name) ? h_.get_float(key(name)) : fallback;
   }
   std::string_view string(std::string_view name) const { return h_.get_string(key(name)); }
+  // A size per layer, which llama.cpp states as an array of the layers' (lfm2's
+  // attention.head_count_kv, 0 for a convolution layer) or as one for every layer.
+  std::vector<int64_t> per_layer(std::string_view name, int64_t layers) const {
+    const io::GgufValue& v = h_.at(key(name));
+    if (!v.is_array()) return std::vector<int64_t>(layers, h_.get_int(key(name)));
+    PRISM_CHECK(static_cast<int64_t>(v.size()) == layers,
+                "llm: {}: {} lists {} layers, not the {} of block_count", h_.uri, key(name),
+                v.size(), layers);
+    std::vector<int64_t> sizes;
+    for (size_t i = 0; i < v.size(); ++i) {
+      sizes.push_back(v.int_at(i));
+      PRISM_CHECK(sizes.back() >= 0, "llm: {}: {}[{}] is {}, not a size", h_.uri, key(name), i,
+                  sizes.back());
+    }
+    return sizes;
+  }
+  // A flag per layer (qwen35's attention.recurrent_layers), for the first `layers`.
+  std::vector<bool> flags(std::string_view name, int64_t layers) const {
+    const io::GgufValue& v = h_.get_array(key(name));
+    PRISM_CHECK(
+        v.element_type() == io::GgufValueType::BOOL && static_cast<int64_t>(v.size()) >= layers,
+        "llm: {}: {} must list at least {} layers as BOOL, not {}", h_.uri, key(name), layers,
+        v.to_string(4));
+    std::vector<bool> out;
+    for (int64_t i = 0; i < layers; ++i) out.push_back(v.bool_at(i));
+    return out;
+  }
+  // The kinds of rope scaling llama.cpp states as metadata (linear, yarn, ...) have no
+  // counterpart in prism's models, which rotate as their checkpoints' default rope does.
+  void refuse_rope_scaling() const {
+    if (has("rope.scaling.type") && string("rope.scaling.type") != "none") {
+      fail("llm: {}: {} \"{}\" is not supported", h_.uri, key("rope.scaling.type"),
+           string("rope.scaling.type"));
+    }
+  }
 
  private:
   const io::GgufHeader& h_;
@@ -69,8 +113,11 @@ class TensorMap {
   TensorMap(const io::Store& file_store, const io::GgufHeader& header, std::string what)
       : file_(file_store), h_(header), what_(std::move(what)) {}
 
-  void add(const std::string& name, const std::string& gguf_name, std::vector<int64_t> shape,
-           std::vector<int64_t> row_order = {}) {
+  // The file's tensor `gguf_name`, of `shape` in the file, as the model's `name`; returned for
+  // the caller to say how else it differs from the model's (column order, values, the model's
+  // dims where the file leaves out one of size 1), before the next add.
+  io::StoredTensor& add(const std::string& name, const std::string& gguf_name,
+                        std::vector<int64_t> shape, std::vector<int64_t> row_order = {}) {
     if (!file_.contains(gguf_name)) {
       fail("llm: {}: no tensor '{}', which {} needs", h_.uri, gguf_name, what_);
     }
@@ -80,7 +127,7 @@ class TensorMap {
            t.info.shape_str(), what_, fmt::join(shape, ", "));
     }
     t.row_order = std::move(row_order);
-    tensors_.emplace_back(name, std::move(t));
+    return tensors_.emplace_back(name, std::move(t)).second;
   }
   io::Store store() && { return io::Store::from_tensors(h_.uri, std::move(tensors_)); }
 
@@ -90,6 +137,20 @@ class TensorMap {
   std::string what_;
   std::vector<std::pair<std::string, io::StoredTensor>> tensors_;
 };
+
+// The vocabulary: ARCH.vocab_size, else the tokenizer's tokens, else the embedding's rows.
+int64_t vocab_size(const Metadata& m, const io::GgufHeader& h, const io::Store& file_store) {
+  int64_t n = 0;
+  if (m.has("vocab_size")) {
+    n = m.positive("vocab_size");
+  } else if (const io::GgufValue* tokens = h.find("tokenizer.ggml.tokens")) {
+    n = static_cast<int64_t>(tokens->size());
+  } else if (file_store.contains("token_embd.weight")) {
+    n = file_store.at("token_embd.weight").info.shape.at(0);
+  }
+  PRISM_CHECK(n > 0, "llm: {}: no {}, tokenizer or token_embd.weight", h.uri, m.key("vocab_size"));
+  return n;
+}
 
 GgufModel open_llama(std::shared_ptr<io::File> file, io::GgufHeader header, DType dtype) {
   const io::GgufHeader& h = header;
@@ -105,15 +166,7 @@ GgufModel open_llama(std::shared_ptr<io::File> file, io::GgufHeader header, DTyp
   c.rope_theta = m.number("rope.freq_base", 10000);
   c.rms_norm_eps = m.number("attention.layer_norm_rms_epsilon", 1e-5);
   const io::Store file_store = io::Store::from_gguf(file, h);
-  if (m.has("vocab_size")) {
-    c.vocab_size = m.positive("vocab_size");
-  } else if (const io::GgufValue* tokens = h.find("tokenizer.ggml.tokens")) {
-    c.vocab_size = static_cast<int64_t>(tokens->size());
-  } else if (file_store.contains("token_embd.weight")) {
-    c.vocab_size = file_store.at("token_embd.weight").info.shape.at(0);
-  }
-  PRISM_CHECK(c.vocab_size > 0, "llm: {}: no llama.vocab_size, tokenizer or token_embd.weight",
-              h.uri);
+  c.vocab_size = vocab_size(m, h, file_store);
   PRISM_CHECK(c.num_heads % c.num_kv_heads == 0 && c.head_dim % 2 == 0,
               "llm: {}: {} attention heads of {} are not a multiple of {} key/value heads of an "
               "even size",
@@ -168,6 +221,243 @@ GgufModel open_llama(std::shared_ptr<io::File> file, io::GgufHeader header, DTyp
           std::move(header)};
 }
 
+// LFM 2 (llama.cpp's "lfm2"): convolution layers are those with no key/value heads in
+// lfm2.attention.head_count_kv. The converter renames the tensors, squeezes the convolution's
+// kernels from [d, 1, taps] to [d, taps] and keeps the rest as Hugging Face's (its rope rotates
+// halves, as Hugging Face's does, so q and k keep their rows).
+GgufModel open_lfm2(std::shared_ptr<io::File> file, io::GgufHeader header, DType dtype) {
+  const io::GgufHeader& h = header;
+  const Metadata m(h, "lfm2");
+  models::Lfm2Config c;
+  const int64_t layers = m.positive("block_count");
+  c.hidden_size = m.positive("embedding_length");
+  c.intermediate_size = m.positive("feed_forward_length");  // after block_auto_adjust_ff_dim
+  c.num_heads = m.positive("attention.head_count");
+  c.head_dim = m.positive("attention.key_length", c.hidden_size / c.num_heads);
+  c.max_positions = m.positive("context_length");
+  c.conv_kernel = m.positive("shortconv.l_cache");
+  c.rope_theta = m.number("rope.freq_base", c.rope_theta);
+  c.norm_eps = m.number("attention.layer_norm_rms_epsilon", c.norm_eps);
+  for (int64_t kv : m.per_layer("attention.head_count_kv", layers)) {
+    c.layers.push_back(kv == 0 ? models::Lfm2Config::Layer::conv
+                               : models::Lfm2Config::Layer::attention);
+    if (kv == 0) continue;
+    PRISM_CHECK(c.num_kv_heads == 0 || c.num_kv_heads == kv,
+                "llm: {}: lfm2.attention.head_count_kv gives attention layers {} and {} "
+                "key/value heads; one number for all is supported",
+                h.uri, c.num_kv_heads, kv);
+    c.num_kv_heads = kv;
+  }
+  if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;  // no attention layer
+  PRISM_CHECK(c.num_heads % c.num_kv_heads == 0 && c.head_dim % 2 == 0 && c.conv_kernel >= 2,
+              "llm: {}: {} attention heads of {} are not a multiple of {} key/value heads of an "
+              "even size, or the convolution's {} taps are fewer than 2",
+              h.uri, c.num_heads, c.head_dim, c.num_kv_heads, c.conv_kernel);
+  PRISM_CHECK(m.positive("attention.value_length", c.head_dim) == c.head_dim,
+              "llm: {}: lfm2.attention.value_length {} differs from key_length {}", h.uri,
+              m.positive("attention.value_length", c.head_dim), c.head_dim);
+  PRISM_CHECK(m.non_negative("attention.sliding_window", 0) == 0,
+              "llm: {}: lfm2.attention.sliding_window {} is not supported (prism's LFM 2 attends "
+              "to the whole context)",
+              h.uri, m.non_negative("attention.sliding_window", 0));
+  m.refuse_rope_scaling();
+  const io::Store file_store = io::Store::from_gguf(file, h);
+  c.vocab_size = vocab_size(m, h, file_store);
+  c.tie_word_embeddings = !file_store.contains("output.weight");
+  const auto first_conv =
+      std::find(c.layers.begin(), c.layers.end(), models::Lfm2Config::Layer::conv);
+  c.conv_bias = first_conv != c.layers.end() &&
+                file_store.contains(
+                    fmt::format("blk.{}.shortconv.in_proj.bias", first_conv - c.layers.begin()));
+  read_special_ids(h, c.eos_token_ids, c.bos_token_id);
+
+  const int64_t d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim;
+  TensorMap map(file_store, h,
+                fmt::format("an lfm2 of {} blocks ({} attention), width {}, {}/{} heads of {}, "
+                            "MLP {}, vocabulary {}",
+                            layers,
+                            std::count(c.layers.begin(), c.layers.end(),
+                                       models::Lfm2Config::Layer::attention),
+                            d, c.num_heads, c.num_kv_heads, hd, f, c.vocab_size));
+  map.add("model.embed_tokens.weight", "token_embd.weight", {c.vocab_size, d});
+  // The norm after the last block, which llama.cpp names after the embedding as Hugging Face
+  // does (embedding_norm).
+  map.add("model.embedding_norm.weight", "token_embd_norm.weight", {d});
+  if (!c.tie_word_embeddings) map.add("lm_head.weight", "output.weight", {c.vocab_size, d});
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l), b = fmt::format("blk.{}.", l);
+    map.add(p + "operator_norm.weight", b + "attn_norm.weight", {d});
+    map.add(p + "ffn_norm.weight", b + "ffn_norm.weight", {d});
+    map.add(p + "feed_forward.w1.weight", b + "ffn_gate.weight", {f, d});
+    map.add(p + "feed_forward.w3.weight", b + "ffn_up.weight", {f, d});
+    map.add(p + "feed_forward.w2.weight", b + "ffn_down.weight", {d, f});
+    if (c.layers[l] == models::Lfm2Config::Layer::conv) {
+      map.add(p + "conv.in_proj.weight", b + "shortconv.in_proj.weight", {3 * d, d});
+      map.add(p + "conv.out_proj.weight", b + "shortconv.out_proj.weight", {d, d});
+      map.add(p + "conv.conv.weight", b + "shortconv.conv.weight", {d, c.conv_kernel})
+          .info.shape = {d, 1, c.conv_kernel};
+      if (c.conv_bias) {
+        map.add(p + "conv.in_proj.bias", b + "shortconv.in_proj.bias", {3 * d});
+        map.add(p + "conv.out_proj.bias", b + "shortconv.out_proj.bias", {d});
+        map.add(p + "conv.conv.bias", b + "shortconv.conv.bias", {d});
+      }
+    } else {
+      map.add(p + "self_attn.q_proj.weight", b + "attn_q.weight", {c.num_heads * hd, d});
+      map.add(p + "self_attn.k_proj.weight", b + "attn_k.weight", {c.num_kv_heads * hd, d});
+      map.add(p + "self_attn.v_proj.weight", b + "attn_v.weight", {c.num_kv_heads * hd, d});
+      map.add(p + "self_attn.out_proj.weight", b + "attn_output.weight", {d, c.num_heads * hd});
+      map.add(p + "self_attn.q_layernorm.weight", b + "attn_q_norm.weight", {hd});
+      map.add(p + "self_attn.k_layernorm.weight", b + "attn_k_norm.weight", {hd});
+    }
+  }
+  io::Store store = std::move(map).store();
+  return {std::make_unique<models::Lfm2>(std::move(c), dtype), std::move(store), std::move(header)};
+}
+
+// Qwen 3.5's value heads in llama.cpp's order: its converter moves them from Hugging Face's,
+// where the value heads of each key head come together (value head g * per_key + j, key head
+// g), to ggml's broadcast order (j * key_heads + g), each `unit` rows or elements long. Returns,
+// for each of Hugging Face's positions after the first `skip` (kept in place), the stored one;
+// empty when the orders agree (as many value heads as key heads).
+std::vector<int64_t> value_heads_from_llama_cpp(int64_t key_heads, int64_t value_heads,
+                                                int64_t unit, int64_t skip = 0) {
+  if (key_heads == value_heads) return {};
+  const int64_t per_key = value_heads / key_heads;
+  std::vector<int64_t> stored(skip + value_heads * unit);
+  for (int64_t i = 0; i < skip; ++i) stored[i] = i;
+  for (int64_t g = 0; g < key_heads; ++g) {
+    for (int64_t j = 0; j < per_key; ++j) {
+      for (int64_t e = 0; e < unit; ++e) {
+        stored[skip + (g * per_key + j) * unit + e] = skip + (j * key_heads + g) * unit + e;
+      }
+    }
+  }
+  return stored;
+}
+
+// Qwen 3.5 (llama.cpp's "qwen35"), the dense text models. Its converter stores the norm
+// weights w as w + 1 but the gated norm's (ssm_norm, which Hugging Face applies as w), A_log
+// as -exp(A_log) (ssm_a), dt_bias as ssm_dt.bias, the convolution's kernels squeezed to
+// [channels, taps], and the value heads in its own order (value_heads_from_llama_cpp); all of
+// which is undone as the tensors load. Its block_count counts the multi-token prediction
+// layers (nextn_predict_layers) after the model's, which prism does not run.
+GgufModel open_qwen35(std::shared_ptr<io::File> file, io::GgufHeader header, DType dtype) {
+  const io::GgufHeader& h = header;
+  const Metadata m(h, "qwen35");
+  models::Qwen3_5Config c;
+  const int64_t blocks = m.positive("block_count");
+  const int64_t layers = blocks - m.non_negative("nextn_predict_layers", 0);
+  PRISM_CHECK(layers > 0, "llm: {}: qwen35.nextn_predict_layers {} leaves none of the {} blocks",
+              h.uri, blocks - layers, blocks);
+  c.prefix = "model.";
+  c.hidden_size = m.positive("embedding_length");
+  c.intermediate_size = m.positive("feed_forward_length");
+  c.num_heads = m.positive("attention.head_count");
+  c.num_kv_heads = m.positive("attention.head_count_kv", c.num_heads);
+  c.head_dim = m.positive("attention.key_length", c.hidden_size / c.num_heads);
+  c.rotary_dim = m.positive("rope.dimension_count");
+  c.rope_theta = m.number("rope.freq_base", c.rope_theta);
+  c.linear_key_heads = m.positive("ssm.group_count");
+  c.linear_value_heads = m.positive("ssm.time_step_rank");
+  c.linear_key_dim = m.positive("ssm.state_size");
+  c.conv_kernel = m.positive("ssm.conv_kernel");
+  c.rms_norm_eps = m.number("attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  c.max_positions = m.positive("context_length");
+  const int64_t inner = m.positive("ssm.inner_size");
+  PRISM_CHECK(inner % c.linear_value_heads == 0,
+              "llm: {}: qwen35.ssm.inner_size {} is not {} value heads (ssm.time_step_rank) of "
+              "one size",
+              h.uri, inner, c.linear_value_heads);
+  c.linear_value_dim = inner / c.linear_value_heads;
+  // The layer kinds: attention.recurrent_layers, else every full_attention_interval-th layer
+  // is full attention (as llama.cpp reads them).
+  if (m.has("attention.recurrent_layers")) {
+    for (bool recurrent : m.flags("attention.recurrent_layers", layers)) {
+      c.layers.push_back(recurrent ? models::Qwen3_5Config::Layer::linear_attention
+                                   : models::Qwen3_5Config::Layer::full_attention);
+    }
+  } else {
+    const int64_t interval = m.positive("full_attention_interval", 4);
+    for (int64_t i = 0; i < layers; ++i) {
+      c.layers.push_back((i + 1) % interval ? models::Qwen3_5Config::Layer::linear_attention
+                                            : models::Qwen3_5Config::Layer::full_attention);
+    }
+  }
+  PRISM_CHECK(c.num_heads % c.num_kv_heads == 0 && c.linear_value_heads % c.linear_key_heads == 0,
+              "llm: {}: {} attention heads are not a multiple of {} key/value heads, or {} "
+              "linear-attention value heads of {} key heads",
+              h.uri, c.num_heads, c.num_kv_heads, c.linear_value_heads, c.linear_key_heads);
+  PRISM_CHECK(c.rotary_dim % 2 == 0 && c.rotary_dim <= c.head_dim && c.conv_kernel >= 2,
+              "llm: {}: qwen35.rope.dimension_count {} must be even and at most the head size {}, "
+              "and ssm.conv_kernel {} at least 2",
+              h.uri, c.rotary_dim, c.head_dim, c.conv_kernel);
+  PRISM_CHECK(m.positive("attention.value_length", c.head_dim) == c.head_dim,
+              "llm: {}: qwen35.attention.value_length {} differs from key_length {}", h.uri,
+              m.positive("attention.value_length", c.head_dim), c.head_dim);
+  m.refuse_rope_scaling();
+  const io::Store file_store = io::Store::from_gguf(file, h);
+  c.vocab_size = vocab_size(m, h, file_store);
+  c.tie_word_embeddings = !file_store.contains("output.weight");
+  read_special_ids(h, c.eos_token_ids, c.bos_token_id);
+
+  using Stored = io::StoredTensor::Stored;
+  const int64_t d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim;
+  const int64_t nk = c.linear_key_heads, nv = c.linear_value_heads;
+  const int64_t keys = nk * c.linear_key_dim, values = nv * c.linear_value_dim;
+  TensorMap map(file_store, h,
+                fmt::format("a qwen35 of {} blocks, width {}, {}/{} heads of {}, {}/{} linear "
+                            "heads of {}/{}, MLP {}, vocabulary {}",
+                            layers, d, c.num_heads, c.num_kv_heads, hd, nk, nv, c.linear_key_dim,
+                            c.linear_value_dim, f, c.vocab_size));
+  map.add("model.embed_tokens.weight", "token_embd.weight", {c.vocab_size, d});
+  map.add("model.norm.weight", "output_norm.weight", {d}).stored_as = Stored::plus_one;
+  if (!c.tie_word_embeddings) map.add("lm_head.weight", "output.weight", {c.vocab_size, d});
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l), b = fmt::format("blk.{}.", l);
+    map.add(p + "input_layernorm.weight", b + "attn_norm.weight", {d}).stored_as = Stored::plus_one;
+    map.add(p + "post_attention_layernorm.weight", b + "post_attention_norm.weight", {d})
+        .stored_as = Stored::plus_one;
+    map.add(p + "mlp.gate_proj.weight", b + "ffn_gate.weight", {f, d});
+    map.add(p + "mlp.up_proj.weight", b + "ffn_up.weight", {f, d});
+    map.add(p + "mlp.down_proj.weight", b + "ffn_down.weight", {d, f});
+    if (c.layers[l] == models::Qwen3_5Config::Layer::full_attention) {
+      const std::string a = p + "self_attn.";
+      // Each head's query, then its output gate.
+      map.add(a + "q_proj.weight", b + "attn_q.weight", {c.num_heads * 2 * hd, d});
+      map.add(a + "k_proj.weight", b + "attn_k.weight", {c.num_kv_heads * hd, d});
+      map.add(a + "v_proj.weight", b + "attn_v.weight", {c.num_kv_heads * hd, d});
+      map.add(a + "o_proj.weight", b + "attn_output.weight", {d, c.num_heads * hd});
+      map.add(a + "q_norm.weight", b + "attn_q_norm.weight", {hd}).stored_as = Stored::plus_one;
+      map.add(a + "k_norm.weight", b + "attn_k_norm.weight", {hd}).stored_as = Stored::plus_one;
+      continue;
+    }
+    const std::string a = p + "linear_attn.";
+    const int64_t channels = 2 * keys + values, dv = c.linear_value_dim;
+    map.add(a + "in_proj_qkv.weight", b + "attn_qkv.weight", {channels, d},
+            value_heads_from_llama_cpp(nk, nv, dv, 2 * keys));
+    map.add(a + "conv1d.weight", b + "ssm_conv1d.weight", {channels, c.conv_kernel},
+            value_heads_from_llama_cpp(nk, nv, dv, 2 * keys))
+        .info.shape = {channels, 1, c.conv_kernel};
+    map.add(a + "in_proj_z.weight", b + "attn_gate.weight", {values, d},
+            value_heads_from_llama_cpp(nk, nv, dv));
+    map.add(a + "in_proj_a.weight", b + "ssm_alpha.weight", {nv, d},
+            value_heads_from_llama_cpp(nk, nv, 1));
+    map.add(a + "in_proj_b.weight", b + "ssm_beta.weight", {nv, d},
+            value_heads_from_llama_cpp(nk, nv, 1));
+    map.add(a + "dt_bias", b + "ssm_dt.bias", {nv}).column_order =
+        value_heads_from_llama_cpp(nk, nv, 1);
+    io::StoredTensor& decay = map.add(a + "A_log", b + "ssm_a", {nv});
+    decay.column_order = value_heads_from_llama_cpp(nk, nv, 1);
+    decay.stored_as = Stored::negated_exp;
+    map.add(a + "norm.weight", b + "ssm_norm.weight", {dv});
+    map.add(a + "out_proj.weight", b + "ssm_out.weight", {d, values}).column_order =
+        value_heads_from_llama_cpp(nk, nv, dv);
+  }
+  io::Store store = std::move(map).store();
+  return {std::make_unique<models::Qwen3_5>(std::move(c), dtype), std::move(store),
+          std::move(header)};
+}
+
 using Opener = GgufModel (*)(std::shared_ptr<io::File>, io::GgufHeader, DType);
 
 struct Architecture {
@@ -177,6 +467,8 @@ struct Architecture {
 
 constexpr Architecture kArchitectures[] = {
     {"llama", open_llama},
+    {"lfm2", open_lfm2},
+    {"qwen35", open_qwen35},
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "prism/core/error.h"
 #include "prism/io/gguf.h"
@@ -28,32 +29,54 @@ enum TokenType : int64_t {
   kByte = 6,
 };
 
-// The pre-tokenizer and BPE options a `tokenizer.ggml.pre` name stands for.
+// The normalizer, pre-tokenizer and BPE options a `tokenizer.ggml.pre` name stands for: those
+// of the tokenizer.json the name is given to by llama.cpp's converter.
 struct PreTokenizer {
   std::string_view name;
+  json normalizer;
   json pre_tokenizer;
   bool ignore_merges;
 };
 
-// Llama 3's split pattern, as its tokenizer.json states it ("llama-bpe" in llama.cpp's names).
+// Llama 3's split pattern, as its tokenizer.json states it ("llama-bpe" in llama.cpp's names;
+// LFM 2's "lfm2" is the same).
 constexpr std::string_view kLlama3Pattern =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Qwen 2's, 2.5's and 3's ("qwen2"): digits one by one.
+constexpr std::string_view kQwen2Pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Qwen 3.5's ("qwen35"): Qwen 2's, with combining marks (\p{M}) kept in words.
+constexpr std::string_view kQwen35Pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+// A regex split (isolated pieces), then byte-level symbols; trim_offsets as tokenizer.json
+// says it (it changes no ids).
+json split_then_byte_level(std::string_view pattern, bool trim_offsets) {
+  return {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"},
+             {"pattern", {{"Regex", pattern}}},
+             {"behavior", "Isolated"},
+             {"invert", false}},
+            {{"type", "ByteLevel"},
+             {"add_prefix_space", false},
+             {"trim_offsets", trim_offsets},
+             {"use_regex", false}}}}};
+}
 
 std::span<const PreTokenizer> known_pre_tokenizers() {
+  // llama.cpp ignores the merges for words in the vocabulary under llama-bpe and lfm2 (as
+  // Llama 3's tokenizer.json says), and applies no normalizer, where Qwen's tokenizer.json
+  // composes the text (NFC) first.
+  static const json kNfc = {{"type", "NFC"}};
   static const PreTokenizer kKnown[] = {
-      {"llama-bpe",
-       {{"type", "Sequence"},
-        {"pretokenizers",
-         {{{"type", "Split"},
-           {"pattern", {{"Regex", kLlama3Pattern}}},
-           {"behavior", "Isolated"},
-           {"invert", false}},
-          {{"type", "ByteLevel"},
-           {"add_prefix_space", false},
-           {"trim_offsets", true},
-           {"use_regex", false}}}}},
-       /*ignore_merges=*/true},
+      {"llama-bpe", nullptr, split_then_byte_level(kLlama3Pattern, true), /*ignore_merges=*/true},
+      {"lfm2", nullptr, split_then_byte_level(kLlama3Pattern, true), /*ignore_merges=*/true},
+      {"qwen2", kNfc, split_then_byte_level(kQwen2Pattern, false), /*ignore_merges=*/false},
+      {"qwen35", kNfc, split_then_byte_level(kQwen35Pattern, false), /*ignore_merges=*/false},
   };
   return kKnown;
 }
@@ -94,7 +117,10 @@ Tokenizer Tokenizer::from_gguf(const io::GgufHeader& h) {
       h.find("tokenizer.ggml.pre") ? h.get_string("tokenizer.ggml.pre") : "(none)";
   const PreTokenizer* pre = find_pre_tokenizer(pre_name);
   if (!pre) {
-    fail("{}: tokenizer.ggml.pre \"{}\" is not supported (llama-bpe is)", h.uri, pre_name);
+    std::vector<std::string_view> known;
+    for (const PreTokenizer& p : known_pre_tokenizers()) known.push_back(p.name);
+    fail("{}: tokenizer.ggml.pre \"{}\" is not supported ({} are)", h.uri, pre_name,
+         fmt::join(known, ", "));
   }
 
   const io::GgufValue& tokens = h.get_array("tokenizer.ggml.tokens");
@@ -156,7 +182,7 @@ Tokenizer Tokenizer::from_gguf(const io::GgufHeader& h) {
 
   const json document = {
       {"added_tokens", std::move(added)},
-      {"normalizer", nullptr},
+      {"normalizer", pre->normalizer},
       {"pre_tokenizer", pre->pre_tokenizer},
       {"post_processor", std::move(post_processor)},
       {"decoder",

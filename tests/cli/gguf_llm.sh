@@ -50,7 +50,7 @@ expect_error() {  # name, want (a part of the message), command...
 }
 small="a llama of 1 blocks, width 32, 2/1 heads of 16, MLP 64, vocabulary 64"
 expect_error "unknown architecture" \
-  "$gguf/bad-arch.gguf: general.architecture \"mamba\" is not supported in GGUF files (supported: llama)" \
+  "$gguf/bad-arch.gguf: general.architecture \"mamba\" is not supported in GGUF files (supported: llama, lfm2, qwen35)" \
   "$prism" llm --model="$gguf/bad-arch.gguf" --prompt-ids=1 --print-ids
 expect_error "missing tensor" "$gguf/bad-missing.gguf: no tensor 'blk.0.ffn_up.weight', which $small needs" \
   "$prism" llm --model="$gguf/bad-missing.gguf" --prompt-ids=1 --print-ids
@@ -61,7 +61,7 @@ expect_error "unknown tokenizer" \
   "$gguf/bad-tokenizer.gguf: tokenizer.ggml.model \"bert\" is not supported (gpt2, byte-level BPE, is)" \
   "$prism" llm --model="$gguf/bad-tokenizer.gguf" --prompt=hi
 expect_error "unknown pre-tokenizer" \
-  "$gguf/bad-pre.gguf: tokenizer.ggml.pre \"mystery-bpe\" is not supported (llama-bpe is)" \
+  "$gguf/bad-pre.gguf: tokenizer.ggml.pre \"mystery-bpe\" is not supported (llama-bpe, lfm2, qwen2, qwen35 are)" \
   "$prism" tokenize --tokenizer="$gguf/bad-pre.gguf" hi
 # Ids need no tokenizer: the file with the unknown one still runs on them.
 got=$("$prism" llm --model="$gguf/bad-tokenizer.gguf" --prompt-ids=1,2,3 --print-ids --max-tokens=3 --seqlen=64 2>/dev/null)

@@ -249,7 +249,7 @@ TEST(GgufLlama, BadFilesGiveOneClearError) {
   EXPECT_EQ(testing::error_of([] { llm::open_gguf_model(gguf("bad-arch.gguf"), DType::f32); }),
             "llm: " + gguf("bad-arch.gguf") +
                 ": general.architecture \"mamba\" is not supported in GGUF files (supported: "
-                "llama)");
+                "llama, lfm2, qwen35)");
   EXPECT_EQ(testing::error_of([] { llm::open_gguf_model(gguf("bad-missing.gguf"), DType::f32); }),
             "llm: " + gguf("bad-missing.gguf") + ": no tensor 'blk.0.ffn_up.weight', which " +
                 small_llama + " needs");
@@ -327,7 +327,8 @@ TEST(GgufTokenizer, RefusesUnknownModelsAndPreTokenizers) {
                 ": tokenizer.ggml.model \"bert\" is not supported (gpt2, byte-level BPE, is)");
   EXPECT_EQ(testing::error_of([] { llm::Tokenizer::load(gguf("bad-pre.gguf")); }),
             gguf("bad-pre.gguf") +
-                ": tokenizer.ggml.pre \"mystery-bpe\" is not supported (llama-bpe is)");
+                ": tokenizer.ggml.pre \"mystery-bpe\" is not supported (llama-bpe, lfm2, "
+                "qwen2, qwen35 are)");
   // The small llama's own tokenizer (64 tokens, no merges) loads.
   EXPECT_EQ(llm::Tokenizer::load(gguf("small.gguf")).vocab_size(), 64u);
 }

@@ -123,8 +123,10 @@ void write_tokenizer(io::GgufWriter& w, const std::string& dir, int64_t vocab_si
   const std::optional<std::string_view> pre = Tokenizer::gguf_pre_tokenizer(
       tok.value("pre_tokenizer", json()), model.value("ignore_merges", false));
   if (!pre) {
-    fail("quantize: {}: its pre-tokenizer is not one GGUF names (Llama 3's, llama-bpe, is)",
-         tokenizer_uri);
+    fail(
+        "quantize: {}: its pre-tokenizer is not one GGUF names (llama-bpe, lfm2, qwen2 and "
+        "qwen35 are)",
+        tokenizer_uri);
   }
 
   enum : int32_t { kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5 };

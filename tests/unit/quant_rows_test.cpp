@@ -2,12 +2,16 @@
 // match a double-precision product with the weights dequantized by prism/quant/dequantize.h,
 // for 1 to 16 activation rows, strided rows and outputs, an odd number of weight rows, under
 // every SIMD target this binary has and this CPU runs; rows dequantized into f32 or bf16 are
-// dequantize's values bit for bit (rounded to bf16 as f32_to_bf16 does).
+// dequantize's values bit for bit (rounded to bf16 as f32_to_bf16 does). Activations rounded
+// to 8 bits (quantize_activations) are ggml's reference rounding, value for value, and their
+// integer products (quant_rows_int8) match the double-precision product of the dequantized
+// weights with the rounded activations to a few f32 ulps of the sum of |products|.
 #include "prism/backends/cpu/quant_rows.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -280,6 +284,368 @@ TEST(QuantRows, RefusesWhatItCannotRead) {
   EXPECT_THROW(
       cpu::quant_rows(GgmlType::Q4_K, x.data(), 256, 1, w.data(), 144, 1, 128, out.data(), 4),
       Error);
+}
+
+// --- Activations rounded to 8 bits, integer products ---------------------------------------
+
+// Rounding to the nearest integer of an f32 value, computed in double (exact for the f32
+// values here): half away from zero (C's roundf, ggml's Q8_0 and Q8_1) or half to even (ggml's
+// nearest_int, Q8_K).
+double round_half_away(float v) {
+  const double a = std::floor(std::abs(double(v)) + 0.5);
+  return v < 0 ? -a : a;
+}
+double round_half_even(float v) {
+  double r = std::floor(double(v) + 0.5);
+  if (r - double(v) == 0.5 && std::fmod(r, 2.0) != 0) r -= 1;
+  return r;
+}
+
+// ggml's format of activations for weights of `type` (its vec_dot_type).
+GgmlType activation_format(GgmlType type) {
+  switch (type) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q5_0:
+    case GgmlType::Q8_0:
+      return GgmlType::Q8_0;
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1:
+      return GgmlType::Q8_1;
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+      return GgmlType::Q8_K;
+    default:
+      return type;
+  }
+}
+
+// One block of activations as the definitions of ggml's formats round it.
+struct RoundedBlock {
+  std::vector<int8_t> q;
+  float d = 0;
+  std::vector<int32_t> sums;  // of each 16 (Q8_K) or of the block (Q8_0, Q8_1)
+};
+
+// Q8_0 and Q8_1 (quantize_row_q8_0_ref, quantize_row_q8_1_ref): d = max|x| / 127 in f32, each
+// x times the f32 reciprocal of d, rounded half away from zero; d stored as f16.
+RoundedBlock reference_q8_0(const float* x) {
+  RoundedBlock b;
+  float amax = 0;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d == 0 ? 0.0f : 1.0f / d;
+  int32_t sum = 0;
+  for (int j = 0; j < 32; ++j) {
+    const float scaled = x[j] * id;
+    b.q.push_back(static_cast<int8_t>(round_half_away(scaled)));
+    sum += b.q.back();
+  }
+  b.d = f16_to_f32(f32_to_f16(d));
+  b.sums = {sum};
+  return b;
+}
+
+// Q8_K (quantize_row_q8_K_ref): the first value of largest magnitude, max; iscale = -127 /
+// max; each iscale * x rounded half to even, at most 127; d = 1 / iscale; sums of each 16.
+// A block of zeros: all zeros.
+RoundedBlock reference_q8_k(const float* x) {
+  RoundedBlock b;
+  float amax = 0, max = 0;
+  for (int j = 0; j < 256; ++j) {
+    if (std::abs(x[j]) > amax) {
+      amax = std::abs(x[j]);
+      max = x[j];
+    }
+  }
+  b.q.assign(256, 0);
+  b.sums.assign(16, 0);
+  if (amax == 0) return b;
+  const float iscale = -127.0f / max;
+  for (int j = 0; j < 256; ++j) {
+    const float scaled = iscale * x[j];
+    b.q[j] = static_cast<int8_t>(std::min(127.0, round_half_even(scaled)));
+    b.sums[j / 16] += b.q[j];
+  }
+  b.d = 1.0f / iscale;
+  return b;
+}
+
+// Rows of activations with what rounding has to get right: ties (values that scale to a
+// half exactly), zeros (values and whole blocks), large values, negative extremes, and
+// random values of mixed magnitudes.
+std::vector<float> awkward_rows(int64_t m, int64_t k, int64_t ldx, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> value(-1, 1);
+  std::uniform_int_distribution<int> kind(0, 5), half(-120, 120);
+  std::vector<float> x(static_cast<size_t>(m * ldx), std::numeric_limits<float>::quiet_NaN());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < k / 32; ++b) {
+      float* xb = x.data() + i * ldx + 32 * b;
+      switch (kind(rng)) {
+        case 0:  // ties: max |x| = 127 makes d = 1 (Q8_0) and iscale = -1 (Q8_K) if it leads
+          for (int j = 0; j < 32; ++j) xb[j] = static_cast<float>(half(rng)) + 0.5f;
+          xb[0] = b % 2 ? -127.0f : 127.0f;
+          break;
+        case 1:  // zeros
+          for (int j = 0; j < 32; ++j) xb[j] = 0;
+          break;
+        case 2:  // large values
+          for (int j = 0; j < 32; ++j) xb[j] = value(rng) * 3e5f;
+          break;
+        case 3:  // some zeros among small values
+          for (int j = 0; j < 32; ++j) xb[j] = j % 3 ? value(rng) * 1e-3f : 0.0f;
+          break;
+        default:
+          for (int j = 0; j < 32; ++j) xb[j] = value(rng) * static_cast<float>(1 + b % 3);
+      }
+    }
+  }
+  return x;
+}
+
+TEST(QuantRows, QuantizeActivationsIsGgmlsRounding) {
+  for (GgmlType type : kTypes) {
+    for (int64_t k : {256, 512}) {
+      SCOPED_TRACE(std::string(quant::name(type)) + " k=" + std::to_string(k));
+      constexpr int64_t m = 5;
+      const int64_t ldx = k + 3;
+      const std::vector<float> x = awkward_rows(m, k, ldx, static_cast<uint32_t>(k) + 1);
+      for_each_target([&](const simd::Target&) {
+        cpu::QuantizedRows rows;
+        cpu::quantize_activations(type, x.data(), ldx, m, k, rows);
+        const GgmlType format = activation_format(type);
+        ASSERT_EQ(rows.weights(), type);
+        ASSERT_EQ(rows.format(), format);
+        ASSERT_EQ(rows.rows(), m);
+        ASSERT_EQ(rows.cols(), k);
+        std::vector<float> dequantized(static_cast<size_t>(k));
+        int failures = 0;
+        for (int64_t i = 0; i < m; ++i) {
+          const float* xi = x.data() + i * ldx;
+          rows.dequantize(i, dequantized.data());
+          if (format == GgmlType::F32 || format == GgmlType::F16 || format == GgmlType::BF16) {
+            ASSERT_EQ(rows.block_elements(), 1);
+            for (int64_t j = 0; j < k; ++j) {
+              const float want = format == GgmlType::F16    ? f16_to_f32(f32_to_f16(xi[j]))
+                                 : format == GgmlType::BF16 ? bf16_to_f32(f32_to_bf16(xi[j]))
+                                                            : xi[j];
+              if (bits_of(dequantized[j]) != bits_of(want) && ++failures <= 5)
+                ADD_FAILURE() << "row " << i << ", value " << j << ": " << dequantized[j]
+                              << ", want " << want;
+            }
+            continue;
+          }
+          const int64_t block = format == GgmlType::Q8_K ? 256 : 32;
+          ASSERT_EQ(rows.block_elements(), block);
+          for (int64_t b = 0; b < k / block; ++b) {
+            const RoundedBlock want =
+                block == 256 ? reference_q8_k(xi + 256 * b) : reference_q8_0(xi + 32 * b);
+            const int8_t* q = rows.quants(i, b);
+            EXPECT_EQ(bits_of(rows.scale(i, b)), bits_of(want.d))
+                << "row " << i << ", block " << b << ": d " << rows.scale(i, b) << ", want "
+                << want.d;
+            for (int64_t j = 0; j < block; ++j) {
+              if (q[j] != want.q[j] && ++failures <= 5)
+                ADD_FAILURE() << "row " << i << ", block " << b << ", value " << j << " ("
+                              << xi[block * b + j] << "): " << int(q[j]) << ", want "
+                              << int(want.q[j]);
+              const float value = static_cast<float>(double(want.d) * want.q[j]);
+              if (bits_of(dequantized[block * b + j]) != bits_of(value) && ++failures <= 5)
+                ADD_FAILURE() << "dequantized row " << i << ", value " << block * b + j;
+            }
+            for (size_t j = 0; j < want.sums.size(); ++j)
+              EXPECT_EQ(rows.sum(i, b, static_cast<int64_t>(j)), want.sums[j])
+                  << "row " << i << ", block " << b << ", sum " << j;
+          }
+        }
+      });
+    }
+  }
+}
+
+TEST(QuantRows, QuantizeActivationsRoundsTiesAsGgml) {
+  // max |x| = 127: Q8_0's d is 1 and its ties go away from zero; Q8_K's iscale is -1 (the
+  // extreme is positive) and its ties go to even.
+  std::vector<float> x(256);
+  for (int j = 0; j < 256; ++j) x[j] = static_cast<float>(j % 8) - 3.5f;
+  x[0] = 127;
+  x[32] = 127;
+  for_each_target([&](const simd::Target&) {
+    cpu::QuantizedRows rows;
+    cpu::quantize_activations(GgmlType::Q8_0, x.data(), 256, 1, 256, rows);
+    EXPECT_EQ(rows.scale(0, 0), 1.0f);
+    EXPECT_EQ(rows.quants(0, 0)[1], -3);  // -2.5
+    EXPECT_EQ(rows.quants(0, 0)[2], -2);  // -1.5
+    EXPECT_EQ(rows.quants(0, 0)[3], -1);  // -0.5
+    EXPECT_EQ(rows.quants(0, 0)[4], 1);   // 0.5
+    EXPECT_EQ(rows.quants(0, 0)[5], 2);   // 1.5
+    EXPECT_EQ(rows.quants(0, 0)[6], 3);   // 2.5
+    cpu::quantize_activations(GgmlType::Q4_K, x.data(), 256, 1, 256, rows);
+    EXPECT_EQ(rows.scale(0, 0), -1.0f);
+    EXPECT_EQ(rows.quants(0, 0)[0], -127);
+    EXPECT_EQ(rows.quants(0, 0)[1], 2);   // 2.5
+    EXPECT_EQ(rows.quants(0, 0)[2], 2);   // 1.5
+    EXPECT_EQ(rows.quants(0, 0)[3], 0);   // 0.5
+    EXPECT_EQ(rows.quants(0, 0)[4], 0);   // -0.5
+    EXPECT_EQ(rows.quants(0, 0)[5], -2);  // -1.5
+    EXPECT_EQ(rows.quants(0, 0)[6], -2);  // -2.5
+    // A block of zeros: d = 0, no values, no sums.
+    std::vector<float> zeros(256, 0.0f);
+    cpu::quantize_activations(GgmlType::Q6_K, zeros.data(), 256, 1, 256, rows);
+    EXPECT_EQ(rows.scale(0, 0), 0.0f);
+    for (int j = 0; j < 16; ++j) EXPECT_EQ(rows.sum(0, 0, j), 0);
+  });
+}
+
+// quant_rows_int8 of w (n = 37 rows of `type`, k values, row_bytes apart) under every target,
+// against the double-precision product of the dequantized weights with the activations as
+// rounded, within `ulps` f32 ulps of the sum of |products|; and against quant_rows with the
+// f32 activations, within the effect of the rounding: sum |w| * |x - rounded x| (the exact
+// difference of the two products is sum w * (x - rounded x)), plus quant_rows' tolerance.
+void check_int8(GgmlType type, const std::vector<std::byte>& w, int64_t row_bytes, int64_t k,
+                uint32_t seed) {
+  const quant::GgmlTypeInfo& t = quant::info(type);
+  constexpr int64_t n = 37, kMaxM = 16;
+  const int64_t ldx = k + 7, ldo = n + 3;
+  std::mt19937 rng(seed);
+  std::vector<float> x(static_cast<size_t>(kMaxM * ldx));
+  std::uniform_real_distribution<float> value(-1, 1);
+  for (float& v : x) v = value(rng);
+  std::vector<double> dequantized(static_cast<size_t>(n * k));
+  {
+    std::vector<float> row(static_cast<size_t>(k));
+    for (int64_t r = 0; r < n; ++r) {
+      quant::dequantize(
+          type,
+          {w.data() + r * row_bytes, static_cast<size_t>(k / t.block_elements * t.block_bytes)},
+          row);
+      std::copy(row.begin(), row.end(), dequantized.begin() + r * k);
+    }
+  }
+  for_each_target([&](const simd::Target&) {
+    const bool native = cpu::quant_rows_int8_native(type);
+    SCOPED_TRACE(native ? "integer kernel" : "quant_rows on the rounded activations");
+    for (int64_t m : {1, 2, 3, 4, 5, 8, 16}) {
+      SCOPED_TRACE("m=" + std::to_string(m));
+      cpu::QuantizedRows rows;
+      cpu::quantize_activations(type, x.data(), ldx, m, k, rows);
+      // The activations as rounded, exactly (a double holds every f32 d times an int8).
+      std::vector<double> xr(static_cast<size_t>(m * k));
+      const int64_t block = rows.block_elements();
+      for (int64_t i = 0; i < m; ++i) {
+        if (block == 1) {
+          std::vector<float> v(static_cast<size_t>(k));
+          rows.dequantize(i, v.data());
+          std::copy(v.begin(), v.end(), xr.begin() + i * k);
+          continue;
+        }
+        for (int64_t j = 0; j < k; ++j)
+          xr[i * k + j] = double(rows.scale(i, j / block)) * rows.quants(i, j / block)[j % block];
+      }
+      const float unset = std::numeric_limits<float>::quiet_NaN();
+      std::vector<float> out(static_cast<size_t>(m * ldo), unset), f32(out);
+      cpu::quant_rows_int8(type, rows, w.data(), row_bytes, n, k, out.data(), ldo);
+      cpu::quant_rows(type, x.data(), ldx, m, w.data(), row_bytes, n, k, f32.data(), ldo);
+      // The integer kernels round each block's sum and its scales, and sum k / 64 (blocks of
+      // 32) or k / 256 (K-quants) terms in each lane, then 16 lanes; quant_rows rounds each
+      // product and sums k / 16 of them in a lane.
+      const double ulps = native ? 4 : static_cast<double>(k) / 16 + 8;
+      int failures = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t r = 0; r < n; ++r) {
+          double want = 0, magnitude = 0, rounding = 0, f32_magnitude = 0;
+          for (int64_t j = 0; j < k; ++j) {
+            const double wj = dequantized[r * k + j];
+            want += wj * xr[i * k + j];
+            magnitude += std::abs(wj * xr[i * k + j]);
+            rounding += std::abs(wj) * std::abs(double(x[i * ldx + j]) - xr[i * k + j]);
+            f32_magnitude += std::abs(wj * x[i * ldx + j]);
+          }
+          const float got = out[i * ldo + r];
+          const double tolerance = ulps * FLT_EPSILON * magnitude;
+          if (!(std::abs(got - want) <= tolerance) && ++failures <= 5)
+            ADD_FAILURE() << "row " << i << ", weight row " << r << ": " << got << ", want " << want
+                          << " (" << std::abs(got - want) / (FLT_EPSILON * magnitude)
+                          << " ulps of the sum of |products| " << magnitude << ")";
+          const double near = rounding + tolerance + 1e-4 * f32_magnitude;
+          if (!(std::abs(double(got) - f32[i * ldo + r]) <= near) && ++failures <= 5)
+            ADD_FAILURE() << "row " << i << ", weight row " << r << ": " << got << ", quant_rows "
+                          << f32[i * ldo + r] << ", the rounding's bound " << near;
+        }
+        for (int64_t r = n; r < ldo; ++r)
+          if (!std::isnan(out[i * ldo + r]) && ++failures <= 5)
+            ADD_FAILURE() << "row " << i << ": wrote past n, at " << r;
+      }
+    }
+  });
+}
+
+TEST(QuantRows, Int8MatchesRoundedProduct) {
+  for (GgmlType type : kTypes) {
+    for (int64_t k : {512, 256}) {
+      SCOPED_TRACE(std::string(quant::name(type)) + " k=" + std::to_string(k));
+      const quant::GgmlTypeInfo& t = quant::info(type);
+      const auto seed = static_cast<uint32_t>(t.type) * 1000 + static_cast<uint32_t>(k) + 11;
+      std::mt19937 rng(seed);
+      {
+        SCOPED_TRACE("quantized weights");
+        const int64_t row_bytes = k / t.block_elements * t.block_bytes;
+        check_int8(type, random_rows(type, 37, k, row_bytes, rng), row_bytes, k, seed);
+      }
+      if (quant::info(type).block_elements > 1) {
+        SCOPED_TRACE("random blocks, rows with bytes between them");
+        const int64_t row_bytes = k / t.block_elements * t.block_bytes + 6;
+        check_int8(type, random_blocks(type, 37, k, row_bytes, rng), row_bytes, k, seed + 1);
+      }
+    }
+  }
+}
+
+TEST(QuantRows, Int8OddNumbersOfBlocks) {
+  // Blocks of 32 go two at a time: one, three and five blocks leave one alone.
+  for (GgmlType type :
+       {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1}) {
+    for (int64_t k : {32, 96, 160}) {
+      SCOPED_TRACE(std::string(quant::name(type)) + " k=" + std::to_string(k));
+      const quant::GgmlTypeInfo& t = quant::info(type);
+      const int64_t row_bytes = k / 32 * t.block_bytes;
+      std::mt19937 rng(static_cast<uint32_t>(k));
+      check_int8(type, random_blocks(type, 37, k, row_bytes, rng), row_bytes, k, 5);
+    }
+  }
+}
+
+TEST(QuantRows, Int8KernelsWhereTheCpuHasVnni) {
+  for_each_target([](const simd::Target& t) {
+#if defined(__x86_64__) || defined(__i386__)
+    const bool vnni = t.name().starts_with("avx3") && __builtin_cpu_supports("avx512vnni");
+#else
+    const bool vnni = false;
+#endif
+    for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                          GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
+      EXPECT_EQ(cpu::quant_rows_int8_native(type), vnni) << quant::name(type);
+    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16})
+      EXPECT_FALSE(cpu::quant_rows_int8_native(type)) << quant::name(type);
+  });
+}
+
+TEST(QuantRows, Int8RefusesWhatItCannotRead) {
+  std::vector<float> x(512, 1.0f), out(4);
+  std::vector<std::byte> w(4096);
+  cpu::QuantizedRows rows;
+  EXPECT_THROW(cpu::quantize_activations(GgmlType::IQ2_XXS, x.data(), 256, 1, 256, rows), Error);
+  EXPECT_THROW(cpu::quantize_activations(GgmlType::Q4_K, x.data(), 128, 1, 128, rows), Error);
+  cpu::quantize_activations(GgmlType::Q4_K, x.data(), 512, 1, 512, rows);
+  // Rounded for another type, or another k.
+  EXPECT_THROW(cpu::quant_rows_int8(GgmlType::Q6_K, rows, w.data(), 420, 1, 512, out.data(), 4),
+               Error);
+  EXPECT_THROW(cpu::quant_rows_int8(GgmlType::Q4_K, rows, w.data(), 144, 1, 256, out.data(), 4),
+               Error);
+  // Plain rows hold no quantized values.
+  cpu::quantize_activations(GgmlType::F16, x.data(), 512, 1, 512, rows);
+  EXPECT_THROW(rows.quants(0, 0), Error);
 }
 
 }  // namespace

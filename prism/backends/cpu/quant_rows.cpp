@@ -26,6 +26,8 @@
 #include "prism/core/dtype.h"
 
 #if HWY_ONCE
+#include <cmath>
+#include <numeric>
 #include <span>
 #include <vector>
 
@@ -42,6 +44,40 @@ using QuantRowsFn = void (*)(const float* x, int64_t ldx, int64_t m, const uint8
 // dequantize_rows into f32 or bf16 values (out_dtype: the kernel's own).
 using DequantRowsFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
                                uint8_t* out, int64_t ldo);
+
+// The records QuantizedRows keeps a row of rounded activations in, one per step of the integer
+// kernels, 64-byte aligned, zeros where nothing is said:
+//   - Q8_0 and Q8_1: two blocks (64 values) a record. [0, 64): the values, int8 (the second
+//     block's from byte 32; past the last block, zeros). [64, 128): 16 f32, the first block's
+//     d in lanes 0-7 and the second's in 8-15. [128, 192): for Q8_0, 16 int32: -offset * the
+//     sum of each four values, where offset is what the kernels add to the weights' values
+//     (weight_offset below: 8 for Q4_0, 16 for Q5_0, 128 for Q8_0); for Q8_1, 16 f32: d * the
+//     block's sum in lanes 0 and 8.
+//   - Q8_K: a block (256 values) a record. [0, 256): the values. [256, 320): 16 f32, zeros in
+//     lanes 0-7, d * the sum of each 32 values in lanes 8-15. [320, 352): the sums of each 16
+//     values, int16. [384, 388): d, f32.
+//   - F32, F16, BF16: the row's k values as f32.
+struct PairRecord {
+  static constexpr int64_t kValues = 0, kScales = 64, kExtra = 128, kBytes = 192;
+};
+struct KRecord {
+  static constexpr int64_t kValues = 0, kMinSums = 256, kSums = 320, kScale = 384, kBytes = 448;
+};
+
+// Rows of rounded activations as the integer kernels read them: x.rows() records of `stride`
+// bytes at x.
+struct Int8Rows {
+  const uint8_t* x;
+  int64_t stride, m;
+};
+using QuantRowsInt8Fn = void (*)(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n,
+                                 int64_t k, float* out, int64_t ldo);
+// quantize_activations' rounding of one block: Q8_0's 32 values or Q8_K's 256 at x into q;
+// returns d (Q8_0: in f32, before it is stored as f16).
+struct RoundFns {
+  float (*q8_0)(const float* x, int8_t* q);
+  float (*q8_k)(const float* x, int8_t* q);
+};
 }  // namespace prism::cpu
 #endif
 
@@ -52,6 +88,8 @@ namespace prism::cpu::HWY_NAMESPACE {
 
 QuantRowsFn NativeKernel(quant::GgmlType) { return nullptr; }
 DequantRowsFn NativeDequant(quant::GgmlType, bool, bool) { return nullptr; }
+QuantRowsInt8Fn NativeInt8(quant::GgmlType) { return nullptr; }
+RoundFns NativeRound() { return {nullptr, nullptr}; }
 
 #else
 
@@ -245,19 +283,17 @@ struct Q5 {
   }
 };
 
-// The K-quants' eight sub-block scales and minimums (dequantize.cpp's k_scale_min) as
-// sm[s] = d * scale and sm[8 + s] = -(dmin * min). The 6-bit fields are unpacked with 32-bit
-// word operations, as llama.cpp does, on one 128-bit vector (scalar words written to memory
-// and read back as one vector would stall the load: stores of 4 bytes do not forward to a
-// load of 16), then converted and multiplied as one vector and stored, so that the blocks'
-// loops broadcast them with loads.
-template <typename D = DF>  // a template, so that the branch for other vector sizes is not compiled
-HWY_INLINE void KScales(const uint8_t* p, float* HWY_RESTRICT sm) {
-  const D df;
+// The K-quants' eight sub-block scales and minimums (dequantize.cpp's k_scale_min).
+// KScaleBytes unpacks the 6-bit fields into 16 bytes (scales 0-7, minimums 0-7) from the
+// block's first 16 bytes v (32-bit lanes: d and dmin (f16), then scale bytes 0-3 (u0), 4-7
+// (u1) and 8-11 (u2)), with word operations, as llama.cpp does, on one 128-bit vector (scalar
+// words written to memory and read back as one vector would stall the load: stores of 4 bytes
+// do not forward to a load of 16). KScales makes them sm[s] = d * scale and sm[8 + s] =
+// -(dmin * min), converted and multiplied as one vector and stored, so that the blocks' loops
+// broadcast them with loads.
+template <typename V>
+HWY_INLINE auto KScaleBytes(V v) {
   const hn::Full128<uint32_t> d4;
-  const hn::Full128<float> f4;
-  // Lanes: d and dmin (f16), then scale bytes 0-3 (u0), 4-7 (u1) and 8-11 (u2).
-  const auto v = hn::LoadU(d4, reinterpret_cast<const uint32_t*>(p));
   alignas(16) static constexpr int32_t kA[4] = {1, 3, 2, 3}, kB[4] = {1, 1, 2, 2};
   alignas(16) static constexpr uint32_t kShift[4] = {0, 0, 0, 4};
   alignas(16) static constexpr uint32_t kLow[4] = {0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f};
@@ -268,7 +304,16 @@ HWY_INLINE void KScales(const uint8_t* p, float* HWY_RESTRICT sm) {
   // 4-5; the minimums likewise from u1 and u2's high nibbles.
   const auto w = hn::OrAnd(hn::And(hn::Shr(a, hn::Load(d4, kShift)), hn::Load(d4, kLow)),
                            hn::ShiftRight<2>(b), hn::Load(d4, kHigh));
-  const auto bytes = hn::BitCast(hn::Full128<uint8_t>(), w);  // scales 0-7, minimums 0-7
+  return hn::BitCast(hn::Full128<uint8_t>(), w);
+}
+
+template <typename D = DF>  // a template, so that the branch for other vector sizes is not compiled
+HWY_INLINE void KScales(const uint8_t* p, float* HWY_RESTRICT sm) {
+  const D df;
+  const hn::Full128<uint32_t> d4;
+  const hn::Full128<float> f4;
+  const auto v = hn::LoadU(d4, reinterpret_cast<const uint32_t*>(p));
+  const auto bytes = KScaleBytes(v);  // scales 0-7, minimums 0-7
   alignas(16) static constexpr float kSign[4] = {1, -1, 0, 0};
   const auto dd =
       hn::Mul(hn::PromoteTo(f4, hn::LowerHalf(hn::BitCast(hn::Full128<hwy::float16_t>(), v))),
@@ -656,6 +701,464 @@ DequantRowsFn DequantTo(bool bf16, bool avx512_bf16) {
   return &DequantRows<Format, true>;
 }
 
+// quantize_activations' roundings (ggml's quantize_row_q8_0_ref and quantize_row_q8_K_ref, as
+// the scalar code in quant_rows' HWY_ONCE part computes them), a vector at a time: the same
+// values, bit for bit. The largest magnitude does not depend on the order it is found in.
+
+// Rounds v to the nearest integer, halves away from zero (C's roundf), for |v| < 2^23.
+HWY_INLINE VF RoundHalfAway(VF v) {
+  const DF df;
+  const VF t = hn::Trunc(v);
+  const VF half = hn::Abs(hn::Sub(v, t));  // exact
+  return hn::Add(
+      t, hn::IfThenElseZero(hn::Ge(half, hn::Set(df, 0.5f)), hn::CopySign(hn::Set(df, 1.0f), v)));
+}
+
+// kLanes integral values in [-128, 127] to int8 at q.
+HWY_INLINE void StoreInt8(VF v, int8_t* q) {
+  const hn::Rebind<int8_t, DF> d8;
+  hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(DI(), v)), d8, q);
+}
+
+HWY_INLINE float MaxAbs(const float* x, int n) {
+  const DF df;
+  VF m = hn::Zero(df);
+  for (int e = 0; e < n; e += kLanes) m = hn::Max(m, hn::Abs(hn::LoadU(df, x + e)));
+  return hn::GetLane(hn::MaxOfLanes(df, m));
+}
+
+float RoundQ8_0(const float* x, int8_t* q) {
+  const DF df;
+  const float d = MaxAbs(x, 32) / 127;
+  const VF id = hn::Set(df, d != 0 ? 1 / d : 0);
+#pragma GCC unroll 8
+  for (int e = 0; e < 32; e += kLanes)
+    StoreInt8(RoundHalfAway(Rounded(hn::Mul(hn::LoadU(df, x + e), id))), q + e);
+  return d;
+}
+
+float RoundQ8_K(const float* x, int8_t* q) {
+  const DF df;
+  const float amax = MaxAbs(x, 256);
+  if (amax == 0) {
+    std::memset(q, 0, 256);
+    return 0;
+  }
+  int j = 0;
+  while (std::fabs(x[j]) != amax) ++j;  // the first of largest magnitude
+  const float iscale = -127.0f / x[j];
+  const VF scale = hn::Set(df, iscale), top = hn::Set(df, 127.0f);
+  for (int e = 0; e < 256; e += kLanes)  // nearest_int: halves to even
+    StoreInt8(hn::Min(hn::Round(Rounded(hn::Mul(hn::LoadU(df, x + e), scale))), top), q + e);
+  return 1 / iscale;
+}
+
+// The integer kernels (quant_rows_int8), with AVX-512 VNNI, which Highway 1.0.3 cannot
+// express: compiled with a function target attribute under the AVX-512 targets (AVX3_DL's
+// CPUs all have it, and some of AVX3's: Cascade Lake), run where the CPU has it
+// (quant_rows_int8 checks). Layouts of the activations' records: PairRecord and KRecord
+// above; of the weights: prism/quant/dequantize.cpp.
+#undef PRISM_QUANT_ROWS_VNNI
+#undef PRISM_QUANT_ROWS_ATTR_VNNI
+#if HWY_ARCH_X86 && (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) && \
+    (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)
+#define PRISM_QUANT_ROWS_VNNI 1
+#define PRISM_QUANT_ROWS_ATTR_VNNI __attribute__((target(HWY_TARGET_STR ",avx512vnni")))
+
+namespace vnni {
+
+#define PRISM_VNNI_INLINE PRISM_QUANT_ROWS_ATTR_VNNI HWY_INLINE
+
+PRISM_VNNI_INLINE __m512i Bytes(int v) { return _mm512_set1_epi8(static_cast<char>(v)); }
+
+template <typename T>
+PRISM_VNNI_INLINE __m512i LoadV(const T* p) {
+  return _mm512_load_si512(p);
+}
+
+PRISM_VNNI_INLINE __m512 LoadF(const uint8_t* p) {
+  return _mm512_load_ps(reinterpret_cast<const float*>(p));
+}
+
+PRISM_VNNI_INLINE float LoadF32(const uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Two f16 values as f32 lanes: the one at a in lanes 0-7, the one at b in lanes 8-15 (zeros
+// with kOne).
+template <bool kOne>
+PRISM_VNNI_INLINE __m512 PairF16(const uint8_t* a, const uint8_t* b) {
+  uint16_t ha, hb;
+  std::memcpy(&ha, a, 2);
+  __m256i h = _mm256_set1_epi16(static_cast<int16_t>(ha));
+  if constexpr (kOne) {
+    h = _mm256_maskz_mov_epi16(0x00ff, h);
+  } else {
+    std::memcpy(&hb, b, 2);
+    h = _mm256_mask_set1_epi16(h, 0xff00, static_cast<int16_t>(hb));
+  }
+  return _mm512_cvtph_ps(h);
+}
+
+// 16 nibble bytes at a and at b as 64 unsigned bytes: a's low nibbles, a's high ones, b's low
+// ones, b's high ones (zeros for b with kOne): two blocks of Q4_0's and Q4_1's order.
+template <bool kOne>
+PRISM_VNNI_INLINE __m512i PairNibbles(const uint8_t* a, const uint8_t* b) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+  __m512i v;
+  if constexpr (kOne) {
+    v = _mm512_maskz_broadcast_i32x4(0x00ff, lo);
+  } else {
+    v = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(lo), 0xff00,
+                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+  }
+  v = _mm512_mask_srli_epi16(v, 0xff00ff00, v, 4);  // the high nibbles of the 2nd, 4th quarter
+  return _mm512_and_si512(v, Bytes(15));
+}
+
+// Blocks of 32, two a step: Quants<kOne>(p) gives the unsigned values of the blocks at p and
+// p + kBytes (of p alone with kOne, zeros after) in the order of a PairRecord, Scales<kOne>(p)
+// their d (lanes 0-7, 8-15), Mins<kOne>(p) their m where the format has one (kMin). A
+// block's signed value is its unsigned one minus kOffset, which the records take out.
+struct Q8_0 {
+  static constexpr int64_t kBytes = 34;
+  static constexpr bool kMin = false;
+  template <bool kOne>
+  static PRISM_VNNI_INLINE __m512i Quants(const uint8_t* p) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+    __m512i v = _mm512_castsi256_si512(a);
+    if constexpr (kOne) {
+      v = _mm512_zextsi256_si512(a);
+    } else {
+      v = _mm512_inserti64x4(
+          v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kBytes + 2)), 1);
+    }
+    return _mm512_xor_si512(v, Bytes(0x80));  // q + 128
+  }
+  template <bool kOne>
+  static PRISM_VNNI_INLINE __m512 Scales(const uint8_t* p) {
+    return PairF16<kOne>(p, p + kBytes);
+  }
+};
+
+// Q4_0 and Q4_1: d, (m,) 16 nibble bytes.
+template <bool kMinT>
+struct Q4 {
+  static constexpr int64_t kBytes = kMinT ? 20 : 18, kQuants = kMinT ? 4 : 2;
+  static constexpr bool kMin = kMinT;
+  template <bool kOne>
+  static PRISM_VNNI_INLINE __m512i Quants(const uint8_t* p) {
+    return PairNibbles<kOne>(p + kQuants, p + kBytes + kQuants);
+  }
+  template <bool kOne>
+  static PRISM_VNNI_INLINE __m512 Scales(const uint8_t* p) {
+    return PairF16<kOne>(p, p + kBytes);
+  }
+  template <bool kOne>
+  static PRISM_VNNI_INLINE __m512 Mins(const uint8_t* p) {
+    return PairF16<kOne>(p + 2, p + kBytes + 2);
+  }
+};
+
+// Q5_0 and Q5_1: d, (m,) 32 bits (element j's fifth bit: bit j), 16 nibble bytes.
+template <bool kMinT>
+struct Q5 {
+  static constexpr int64_t kBytes = kMinT ? 24 : 22, kHigh = kMinT ? 4 : 2;
+  static constexpr bool kMin = kMinT;
+  template <bool kOne>
+  static PRISM_VNNI_INLINE __m512i Quants(const uint8_t* p) {
+    const __m512i v = PairNibbles<kOne>(p + kHigh + 4, p + kBytes + kHigh + 4);
+    uint32_t a, b = 0;
+    std::memcpy(&a, p + kHigh, 4);
+    if constexpr (!kOne) std::memcpy(&b, p + kBytes + kHigh, 4);
+    const __mmask64 fifth = _cvtu64_mask64(uint64_t{a} | uint64_t{b} << 32);
+    return _mm512_mask_add_epi8(v, fifth, v, Bytes(16));
+  }
+  template <bool kOne>
+  static PRISM_VNNI_INLINE __m512 Scales(const uint8_t* p) {
+    return PairF16<kOne>(p, p + kBytes);
+  }
+  template <bool kOne>
+  static PRISM_VNNI_INLINE __m512 Mins(const uint8_t* p) {
+    return PairF16<kOne>(p + 2, p + kBytes + 2);
+  }
+};
+
+// One step of blocks of 32 (two blocks, or the last one alone with kOne) of four weight rows
+// at w[r] against G activation records x[g]: each 32-bit lane sums four products, started at
+// the record's -offset * (sum of its activations), or at zero where the format's minimum
+// takes the activations' sums instead; its sum is scaled by d_w * d_x in f32.
+template <typename F, int G, bool kOne>
+PRISM_VNNI_INLINE void PairStep(const uint8_t* const* x, const uint8_t* const* w,
+                                __m512 (&acc)[kRows][G]) {
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    const __m512i q = F::template Quants<kOne>(w[r]);
+    const __m512 d = F::template Scales<kOne>(w[r]);
+    __m512 mins = _mm512_setzero_ps();
+    if constexpr (F::kMin) mins = F::template Mins<kOne>(w[r]);
+#pragma GCC unroll 16
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* rec = x[g];
+      const __m512i start = F::kMin ? _mm512_setzero_si512() : LoadV(rec + PairRecord::kExtra);
+      const __m512i sum = _mm512_dpbusd_epi32(start, q, LoadV(rec + PairRecord::kValues));
+      const __m512 dd = _mm512_mul_ps(d, LoadF(rec + PairRecord::kScales));
+      acc[r][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), dd, acc[r][g]);
+      if constexpr (F::kMin)
+        acc[r][g] = _mm512_fmadd_ps(mins, LoadF(rec + PairRecord::kExtra), acc[r][g]);
+    }
+  }
+}
+
+// out[g * ldo + rows[r]] = x[g] . W[r]: blocks of 32, two a step.
+template <typename F, int G>
+PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void PairTile(const uint8_t* x, int64_t stride,
+                                                      const uint8_t* const* w, int64_t blocks,
+                                                      float* out, int64_t ldo, const int64_t* rows,
+                                                      bool prefetch) {
+  __m512 acc[kRows][G];
+#pragma GCC unroll 16
+  for (int i = 0; i < kRows * G; ++i) acc[i / G][i % G] = _mm512_setzero_ps();
+  const uint8_t* xs[G];
+  const uint8_t* ws[kRows];
+  auto at = [&](int64_t s) PRISM_QUANT_ROWS_ATTR_VNNI {
+#pragma GCC unroll 16
+    for (int g = 0; g < G; ++g) xs[g] = x + g * stride + s * PairRecord::kBytes;
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) ws[r] = w[r] + s * 2 * F::kBytes;
+  };
+  const int64_t pairs = blocks / 2;
+  for (int64_t s = 0; s < pairs; ++s) {
+    at(s);
+    if (prefetch) {
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r)
+        for (int64_t j = 0; j < 2 * F::kBytes; j += 64) hwy::Prefetch(ws[r] + kPrefetchAhead + j);
+    }
+    PairStep<F, G, false>(xs, ws, acc);
+  }
+  if (blocks % 2) {
+    at(pairs);
+    PairStep<F, G, true>(xs, ws, acc);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < kRows * G; ++i)
+    out[i % G * ldo + rows[i / G]] = _mm512_reduce_add_ps(acc[i / G][i % G]);
+}
+
+// The index vectors of vpermw that spread sub-block scales (16-bit words) over the 16-bit
+// lanes of two vectors of lane sums packed by vpackssdw (packs(a, b): in each 128-bit
+// quarter c, four lanes of a, then four of b). Q4_K, Q5_K: a and b each hold two sub-blocks
+// of 32 (quarters 0-1, 2-3); h = 0 packs sub-blocks 0-3, h = 1 sub-blocks 4-7. Q6_K: a and b
+// each hold four groups of 16 (a quarter each), a the first 64 values of half h, b the next
+// 64.
+struct KIndices {
+  alignas(64) uint16_t qk[2][32];
+  alignas(64) uint16_t q6[2][32];
+};
+constexpr KIndices MakeKIndices() {
+  KIndices t{};
+  for (int h = 0; h < 2; ++h) {
+    for (int word = 0; word < 32; ++word) {
+      const int quarter = word / 8, fromb = word % 8 >= 4;
+      t.qk[h][word] = static_cast<uint16_t>(4 * h + 2 * fromb + (quarter >= 2));
+      t.q6[h][word] = static_cast<uint16_t>(8 * h + 4 * fromb + quarter);
+    }
+  }
+  return t;
+}
+alignas(64) constexpr KIndices kKIndices = MakeKIndices();
+
+// Q4_K and Q5_K: Load(p) unpacks a block's values (64 unsigned bytes for each pair of
+// sub-blocks 2g, 2g + 1, in value order), its scales spread for Dot's packed sums, and
+// -dmin * min (lanes 8-15, zeros in 0-7); Dot(block, record, acc) adds the block's product
+// with the activations of a KRecord.
+template <bool kFive>
+struct QK {
+  static constexpr int64_t kBytes = kFive ? 176 : 144;
+  struct Block {
+    __m512i q[4], scales[2];
+    __m512 mins;
+    float d;
+  };
+  static PRISM_VNNI_INLINE Block Load(const uint8_t* p) {
+    Block b;
+    const hn::Full128<uint32_t> d4;
+    const auto head = hn::LoadU(d4, reinterpret_cast<const uint32_t*>(p));
+    const __m128i bytes = KScaleBytes(head).raw;  // scales 0-7, minimums 0-7
+    const __m128 dd = _mm_cvtph_ps(head.raw);     // d, dmin
+    b.d = _mm_cvtss_f32(dd);
+    const float dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+    b.mins = _mm512_maskz_mul_ps(0xff00, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes)),
+                                 _mm512_set1_ps(-dmin));
+    const __m512i words = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(bytes));
+    for (int h = 0; h < 2; ++h)
+      b.scales[h] = _mm512_permutexvar_epi16(LoadV(kKIndices.qk[h]), words);
+    const uint8_t* qs = p + (kFive ? 48 : 16);
+    __m512i high = _mm512_setzero_si512();
+    if constexpr (kFive)
+      high = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      __m512i v =
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * g)));
+      v = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xffff0000, v, 4), Bytes(15));
+      if constexpr (kFive) {
+        // Sub-block 2g's fifth bits are bit 2g of the 32 bytes, 2g + 1's bit 2g + 1.
+        const __m512i bit = _mm512_mask_blend_epi64(0xf0, Bytes(1 << (2 * g)), Bytes(2 << (2 * g)));
+        v = _mm512_mask_add_epi8(v, _mm512_test_epi8_mask(high, bit), v, Bytes(16));
+      }
+      b.q[g] = v;
+    }
+    return b;
+  }
+  static PRISM_VNNI_INLINE __m512 Dot(const Block& b, const uint8_t* rec, __m512 acc) {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i s[4];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) s[g] = _mm512_dpbusd_epi32(zero, b.q[g], LoadV(rec + 64 * g));
+    // Lane sums of at most 4 * 31 * 127: they fit in 16 bits.
+    __m512i sum = _mm512_madd_epi16(_mm512_packs_epi32(s[0], s[1]), b.scales[0]);
+    sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(s[2], s[3]), b.scales[1]);
+    const float dd = b.d * LoadF32(rec + KRecord::kScale);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(dd), acc);
+    return _mm512_fmadd_ps(b.mins, LoadF(rec + KRecord::kMinSums), acc);
+  }
+};
+
+// Q6_K: per half of 128 values, a = values 0-63 (low nibbles of the half's 64 bytes, bits 0-1
+// and 2-3 of its 32 high-bit bytes), b = values 64-127 (high nibbles, bits 4-5 and 6-7); the
+// offset -32 as -32 * scale times the activations' sums of 16.
+struct Q6_K {
+  static constexpr int64_t kBytes = 210;
+  struct Block {
+    __m512i q[4], scales[2], offset;
+    float d;
+  };
+  static PRISM_VNNI_INLINE Block Load(const uint8_t* p) {
+    Block b;
+    b.d = _cvtsh_ss(static_cast<uint16_t>(p[208] | p[209] << 8));
+    const __m256i sc =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)));
+    const __m512i wide = _mm512_zextsi256_si512(sc);
+    for (int h = 0; h < 2; ++h)
+      b.scales[h] = _mm512_permutexvar_epi16(LoadV(kKIndices.q6[h]), wide);
+    b.offset = _mm512_zextsi256_si512(_mm256_mullo_epi16(sc, _mm256_set1_epi16(-32)));
+    const __m512i low = Bytes(15), two = Bytes(0x30);
+    // (a & 15) | b, b's other bits zero: vpternlogd.
+    auto merge = [&](__m512i a, __m512i hb) PRISM_QUANT_ROWS_ATTR_VNNI {
+      return _mm512_ternarylogic_epi32(a, hb, low, 0xec);
+    };
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m512i ql = _mm512_loadu_si512(p + 64 * h);
+      const __m512i qh = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * h)));
+      // Bits 0-1 (values 0-31) and 2-3 (32-63) to bits 4-5; bits 4-5 (64-95), 6-7 (96-127).
+      const __m512i ha = _mm512_and_si512(
+          _mm512_sllv_epi16(
+              qh, _mm512_mask_blend_epi64(0xf0, _mm512_set1_epi16(4), _mm512_set1_epi16(2))),
+          two);
+      const __m512i hb = _mm512_and_si512(_mm512_mask_srli_epi16(qh, 0xffff0000, qh, 2), two);
+      b.q[2 * h] = merge(ql, ha);
+      b.q[2 * h + 1] = merge(_mm512_srli_epi16(ql, 4), hb);
+    }
+    return b;
+  }
+  static PRISM_VNNI_INLINE __m512 Dot(const Block& b, const uint8_t* rec, __m512 acc) {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i s[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) s[i] = _mm512_dpbusd_epi32(zero, b.q[i], LoadV(rec + 64 * i));
+    // Lane sums of at most 4 * 63 * 127: they fit in 16 bits.
+    __m512i sum = _mm512_madd_epi16(_mm512_packs_epi32(s[0], s[1]), b.scales[0]);
+    sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(s[2], s[3]), b.scales[1]);
+    sum = _mm512_dpwssd_epi32(sum, b.offset, LoadV(rec + KRecord::kSums));
+    const float dd = b.d * LoadF32(rec + KRecord::kScale);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(dd), acc);
+  }
+};
+
+// out[g * ldo + rows[r]] = x[g] . W[r]: K-quant blocks, one a step.
+template <typename F, int G>
+PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void KTile(const uint8_t* x, int64_t stride,
+                                                   const uint8_t* const* w, int64_t blocks,
+                                                   float* out, int64_t ldo, const int64_t* rows,
+                                                   bool prefetch) {
+  __m512 acc[kRows][G];
+#pragma GCC unroll 16
+  for (int i = 0; i < kRows * G; ++i) acc[i / G][i % G] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < blocks; ++s) {
+    if (prefetch) {
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+        const uint8_t* p = w[r] + s * F::kBytes;
+        for (int64_t j = 0; j < F::kBytes; j += 64) hwy::Prefetch(p + kPrefetchAhead + j);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const typename F::Block b = F::Load(w[r] + s * F::kBytes);
+#pragma GCC unroll 16
+      for (int g = 0; g < G; ++g)
+        acc[r][g] = F::Dot(b, x + g * stride + s * KRecord::kBytes, acc[r][g]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < kRows * G; ++i)
+    out[i % G * ldo + rows[i / G]] = _mm512_reduce_add_ps(acc[i / G][i % G]);
+}
+
+using Int8TileFn = void (*)(const uint8_t*, int64_t, const uint8_t* const*, int64_t, float*,
+                            int64_t, const int64_t*, bool);
+
+// All the weight rows, kRows at a time from kRows quarters of [0, n), each group against the
+// activation rows in chunks of up to kChunk (tiles[g - 1] takes g rows), as Rows does.
+void Int8Tiles(const Int8TileFn* tiles, const Int8Rows& x, const uint8_t* w, int64_t row_bytes,
+               int64_t n, int64_t blocks, float* out, int64_t ldo) {
+  const uint8_t* ptrs[kRows];
+  for_row_groups(0, n, [&](const int64_t* rows) {
+    for (int r = 0; r < kRows; ++r) ptrs[r] = w + rows[r] * row_bytes;
+    for (int64_t i = 0; i < x.m; i += kChunk) {
+      const int64_t g = std::min<int64_t>(kChunk, x.m - i);
+      tiles[g - 1](x.x + i * x.stride, x.stride, ptrs, blocks, out + i * ldo, ldo, rows, i == 0);
+    }
+  });
+}
+
+static_assert(kChunk == 4, "the tables below");
+
+template <typename F>
+void PairRows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
+              float* out, int64_t ldo) {
+  static constexpr Int8TileFn kTiles[] = {&PairTile<F, 1>, &PairTile<F, 2>, &PairTile<F, 3>,
+                                          &PairTile<F, 4>};
+  Int8Tiles(kTiles, x, w, row_bytes, n, k / 32, out, ldo);
+}
+
+template <typename F>
+void KRows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k, float* out,
+           int64_t ldo) {
+  static constexpr Int8TileFn kTiles[] = {&KTile<F, 1>, &KTile<F, 2>, &KTile<F, 3>, &KTile<F, 4>};
+  Int8Tiles(kTiles, x, w, row_bytes, n, k / 256, out, ldo);
+}
+
+using Q4_0 = Q4<false>;
+using Q4_1 = Q4<true>;
+using Q5_0 = Q5<false>;
+using Q5_1 = Q5<true>;
+using Q4_K = QK<false>;
+using Q5_K = QK<true>;
+
+#undef PRISM_VNNI_INLINE
+
+}  // namespace vnni
+#else
+#define PRISM_QUANT_ROWS_VNNI 0
+#endif
+
 }  // namespace
 
 QuantRowsFn NativeKernel(quant::GgmlType type) {
@@ -718,6 +1221,37 @@ DequantRowsFn NativeDequant(quant::GgmlType type, bool bf16, bool avx512_bf16) {
   }
 }
 
+RoundFns NativeRound() { return {&RoundQ8_0, &RoundQ8_K}; }
+
+QuantRowsInt8Fn NativeInt8(quant::GgmlType type) {
+#if PRISM_QUANT_ROWS_VNNI
+  using quant::GgmlType;
+  switch (type) {
+    case GgmlType::Q8_0:
+      return vnni::PairRows<vnni::Q8_0>;
+    case GgmlType::Q4_0:
+      return vnni::PairRows<vnni::Q4_0>;
+    case GgmlType::Q4_1:
+      return vnni::PairRows<vnni::Q4_1>;
+    case GgmlType::Q5_0:
+      return vnni::PairRows<vnni::Q5_0>;
+    case GgmlType::Q5_1:
+      return vnni::PairRows<vnni::Q5_1>;
+    case GgmlType::Q4_K:
+      return vnni::KRows<vnni::Q4_K>;
+    case GgmlType::Q5_K:
+      return vnni::KRows<vnni::Q5_K>;
+    case GgmlType::Q6_K:
+      return vnni::KRows<vnni::Q6_K>;
+    default:
+      return nullptr;
+  }
+#else
+  (void)type;
+  return nullptr;
+#endif
+}
+
 #endif
 
 }  // namespace prism::cpu::HWY_NAMESPACE
@@ -728,6 +1262,8 @@ namespace prism::cpu {
 
 HWY_EXPORT(NativeKernel);
 HWY_EXPORT(NativeDequant);
+HWY_EXPORT(NativeInt8);
+HWY_EXPORT(NativeRound);
 
 namespace {
 
@@ -760,6 +1296,107 @@ void dequantized_rows(quant::GgmlType type, const float* x, int64_t ldx, int64_t
       for (int r = 0; r < count; ++r) out[i * ldo + n0 + r] = sums[r];
     }
   }
+}
+
+bool cpu_has_avx512_vnni() {
+#if HWY_ARCH_X86 && (defined(__GNUC__) || defined(__clang__))
+  static const bool has = __builtin_cpu_supports("avx512vnni");
+  return has;
+#else
+  return false;
+#endif
+}
+
+QuantRowsInt8Fn native_int8(quant::GgmlType type) {
+  simd::current();  // also points Highway's tables at the target in use
+  if (!cpu_has_avx512_vnni()) return nullptr;
+  return HWY_DYNAMIC_DISPATCH(NativeInt8)(type);
+}
+
+// ggml's vec_dot_type: the format activations take for a product with weights of `type`.
+quant::GgmlType activation_format(quant::GgmlType type) {
+  using quant::GgmlType;
+  switch (type) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q5_0:
+    case GgmlType::Q8_0:
+      return GgmlType::Q8_0;
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1:
+      return GgmlType::Q8_1;
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+      return GgmlType::Q8_K;
+    default:
+      return type;  // F32, F16, BF16
+  }
+}
+
+// What the integer kernels read the weights' values as: value + kOffset, unsigned (Q8_0's
+// signed values with their top bit flipped); the activations' records take it out.
+int32_t weight_offset(quant::GgmlType type) {
+  using quant::GgmlType;
+  switch (type) {
+    case GgmlType::Q4_0:
+      return 8;
+    case GgmlType::Q5_0:
+      return 16;
+    case GgmlType::Q8_0:
+      return 128;
+    default:
+      return 0;
+  }
+}
+
+bool is_pair_format(quant::GgmlType f) {
+  return f == quant::GgmlType::Q8_0 || f == quant::GgmlType::Q8_1;
+}
+
+// The rounding of ggml's Q8_0 and Q8_1 (quantize_row_q8_0_ref): d = max|x| / 127, values
+// x * (1 / d) rounded half away from zero (the reciprocal of the f32 d); d is then kept as
+// f16. Returns the f32 d. (NativeRound's vector code computes the same, where there are
+// vectors.)
+float round_q8_0(const float* x, int8_t* q) {
+  float amax = 0;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127;
+  const float id = d != 0 ? 1 / d : 0;
+  for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(std::round(x[j] * id));
+  return d;
+}
+
+// The rounding of ggml's Q8_K (quantize_row_q8_K_ref): the value of largest magnitude (the
+// first, on ties) `max`, iscale = -127 / max, values iscale * x rounded half to even (ggml's
+// nearest_int: nearbyint in the default rounding mode), at most 127; d = 1 / iscale. All
+// zeros (d = 0) for a block of zeros. Returns d.
+float round_q8_k(const float* x, int8_t* q) {
+  float amax = 0, max = 0;
+  for (int j = 0; j < 256; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  if (amax == 0) {
+    std::fill(q, q + 256, int8_t{0});
+    return 0;
+  }
+  const float iscale = -127.0f / max;
+  for (int j = 0; j < 256; ++j)
+    q[j] = static_cast<int8_t>(std::min(127, static_cast<int>(std::nearbyint(iscale * x[j]))));
+  return 1 / iscale;
+}
+
+template <typename T>
+void put(std::byte* p, T v) {
+  std::memcpy(p, &v, sizeof v);
+}
+template <typename T>
+T get(const std::byte* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
 
 }  // namespace
@@ -818,6 +1455,163 @@ void dequantize_rows(quant::GgmlType type, const std::byte* w, int64_t row_bytes
       for (int64_t j = 0; j < k; ++j) o[j] = f32_to_bf16(row[j]);
     }
   }
+}
+
+int64_t QuantizedRows::block_elements() const {
+  return format_ == quant::GgmlType::Q8_K ? 256 : is_pair_format(format_) ? 32 : 1;
+}
+
+const int8_t* QuantizedRows::quants(int64_t i, int64_t b) const {
+  PRISM_CHECK(format_ == quant::GgmlType::Q8_K || is_pair_format(format_),
+              "QuantizedRows: {} rows hold no quantized values", quant::name(format_));
+  const std::byte* row = data() + i * stride_;
+  const std::byte* p = format_ == quant::GgmlType::Q8_K
+                           ? row + b * KRecord::kBytes
+                           : row + b / 2 * PairRecord::kBytes + 32 * (b % 2);
+  return reinterpret_cast<const int8_t*>(p);
+}
+
+float QuantizedRows::scale(int64_t i, int64_t b) const {
+  PRISM_CHECK(format_ == quant::GgmlType::Q8_K || is_pair_format(format_),
+              "QuantizedRows: {} rows hold no scales", quant::name(format_));
+  const std::byte* row = data() + i * stride_;
+  if (format_ == quant::GgmlType::Q8_K)
+    return get<float>(row + b * KRecord::kBytes + KRecord::kScale);
+  return get<float>(row + b / 2 * PairRecord::kBytes + PairRecord::kScales + 32 * (b % 2));
+}
+
+int32_t QuantizedRows::sum(int64_t i, int64_t b, int64_t j) const {
+  if (format_ == quant::GgmlType::Q8_K)
+    return get<int16_t>(data() + i * stride_ + b * KRecord::kBytes + KRecord::kSums + 2 * j);
+  const int8_t* q = quants(i, b);
+  return std::accumulate(q, q + 32, int32_t{0});
+}
+
+void QuantizedRows::dequantize(int64_t i, float* out) const {
+  const int64_t block = block_elements();
+  if (block == 1) {
+    std::memcpy(out, data() + i * stride_, static_cast<size_t>(k_) * sizeof(float));
+    return;
+  }
+  for (int64_t b = 0; b < k_ / block; ++b) {
+    const double d = scale(i, b);
+    const int8_t* q = quants(i, b);
+    for (int64_t j = 0; j < block; ++j) out[b * block + j] = static_cast<float>(d * q[j]);
+  }
+}
+
+void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, int64_t m,
+                          int64_t k, QuantizedRows& out) {
+  const quant::GgmlTypeInfo& t = quant::info(weights);
+  PRISM_CHECK(quant::can_dequantize(weights), "quantize_activations: no products with ggml type {}",
+              t.name);
+  PRISM_CHECK(k >= 0 && k % t.block_elements == 0,
+              "quantize_activations: {} values are not whole {} blocks of {}", k, t.name,
+              t.block_elements);
+  PRISM_CHECK(m >= 0 && (m <= 1 || ldx >= k), "quantize_activations: bad sizes m={} k={} ldx={}", m,
+              k, ldx);
+  using quant::GgmlType;
+  const GgmlType format = activation_format(weights);
+  int64_t stride;
+  if (format == GgmlType::Q8_K) {
+    stride = k / 256 * KRecord::kBytes;
+  } else if (is_pair_format(format)) {
+    stride = (k / 32 + 1) / 2 * PairRecord::kBytes;
+  } else {
+    stride = (k * 4 + 63) / 64 * 64;
+  }
+  out.weights_ = weights;
+  out.format_ = format;
+  out.m_ = m;
+  out.k_ = k;
+  out.stride_ = stride;
+  out.data_.resize(static_cast<size_t>(m * stride / 64));
+  std::byte* data = out.mutable_data();
+  std::memset(data, 0, static_cast<size_t>(m * stride));
+  const int32_t offset = weight_offset(weights);
+  simd::current();  // also points Highway's tables at the target in use
+  RoundFns round = HWY_DYNAMIC_DISPATCH(NativeRound)();
+  if (!round.q8_0) round = {&round_q8_0, &round_q8_k};
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xi = x + i * ldx;
+    std::byte* row = data + i * stride;
+    if (format == GgmlType::Q8_K) {
+      for (int64_t b = 0; b < k / 256; ++b) {
+        std::byte* rec = row + b * KRecord::kBytes;
+        auto* q = reinterpret_cast<int8_t*>(rec + KRecord::kValues);
+        const float d = round.q8_k(xi + 256 * b, q);
+        int32_t sums[16];
+        for (int j = 0; j < 16; ++j) {
+          sums[j] = std::accumulate(q + 16 * j, q + 16 * j + 16, int32_t{0});
+          put(rec + KRecord::kSums + 2 * j, static_cast<int16_t>(sums[j]));
+        }
+        for (int j = 0; j < 8; ++j)
+          put(rec + KRecord::kMinSums + 4 * (8 + j),
+              d * static_cast<float>(sums[2 * j] + sums[2 * j + 1]));
+        put(rec + KRecord::kScale, d);
+      }
+    } else if (is_pair_format(format)) {
+      for (int64_t b = 0; b < k / 32; ++b) {
+        std::byte* rec = row + b / 2 * PairRecord::kBytes;
+        const int64_t half = b % 2;
+        auto* q = reinterpret_cast<int8_t*>(rec + PairRecord::kValues + 32 * half);
+        const float d = f16_to_f32(f32_to_f16(round.q8_0(xi + 32 * b, q)));
+        for (int l = 0; l < 8; ++l) {
+          const int64_t lane = 8 * half + l;
+          put(rec + PairRecord::kScales + 4 * lane, d);
+          if (format == GgmlType::Q8_0)
+            put(rec + PairRecord::kExtra + 4 * lane,
+                -offset * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]));
+        }
+        if (format == GgmlType::Q8_1)
+          put(rec + PairRecord::kExtra + 4 * 8 * half,
+              d * static_cast<float>(std::accumulate(q, q + 32, int32_t{0})));
+      }
+    } else {
+      auto* v = reinterpret_cast<float*>(row);
+      for (int64_t j = 0; j < k; ++j) {
+        if (format == GgmlType::F16) {
+          v[j] = f16_to_f32(f32_to_f16(xi[j]));
+        } else if (format == GgmlType::BF16) {
+          v[j] = bf16_to_f32(f32_to_bf16(xi[j]));
+        } else {
+          v[j] = xi[j];
+        }
+      }
+    }
+  }
+}
+
+bool quant_rows_int8_native(quant::GgmlType type) { return native_int8(type) != nullptr; }
+
+void quant_rows_int8(quant::GgmlType type, const QuantizedRows& x, const std::byte* w,
+                     int64_t row_bytes, int64_t n, int64_t k, float* out, int64_t ldo) {
+  const quant::GgmlTypeInfo& t = quant::info(type);
+  PRISM_CHECK(x.weights() == type && x.cols() == k,
+              "quant_rows_int8: activations rounded for {} x {} values, not {} x {}",
+              quant::name(x.weights()), x.cols(), t.name, k);
+  PRISM_CHECK(row_bytes >= k / t.block_elements * t.block_bytes,
+              "quant_rows_int8: rows {} bytes apart cannot hold {} {} values", row_bytes, k,
+              t.name);
+  const int64_t m = x.rows();
+  PRISM_CHECK(n >= 0 && (m <= 1 || ldo >= n), "quant_rows_int8: bad sizes m={} n={} ldo={}", m, n,
+              ldo);
+  if (m == 0 || n == 0) return;
+  if (QuantRowsInt8Fn fn = native_int8(type)) {
+    const Int8Rows rows{reinterpret_cast<const uint8_t*>(x.data()), x.stride(), m};
+    fn(rows, reinterpret_cast<const uint8_t*>(w), row_bytes, n, k, out, ldo);
+    return;
+  }
+  // No integer kernel: quant_rows on the activations as rounded.
+  if (x.block_elements() == 1) {
+    quant_rows(type, reinterpret_cast<const float*>(x.data()), x.stride() / 4, m, w, row_bytes, n,
+               k, out, ldo);
+    return;
+  }
+  thread_local std::vector<float> values;
+  values.resize(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m; ++i) x.dequantize(i, values.data() + i * k);
+  quant_rows(type, values.data(), k, m, w, row_bytes, n, k, out, ldo);
 }
 
 }  // namespace prism::cpu

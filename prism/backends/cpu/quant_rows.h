@@ -5,10 +5,12 @@
 // rows, so that a weight byte is read from memory once per product whatever the number of
 // rows, and its f32 values never go to memory.
 //
-// The activations stay in f32 (llama.cpp quantizes them to int8 blocks and multiplies
-// integers): the result is the f32 product of the activations with the dequantized weights,
-// as accurate as the float reference, and decoding is bound by reading the weights, not by
-// the arithmetic, so int8 activations would not make one row faster here.
+// The activations stay in f32: the result is the f32 product of the activations with the
+// dequantized weights, as accurate as the float reference. Its cost is the arithmetic, not
+// the reading of the weights, for the 4-bit and 6-bit formats (figures below).
+// quant_rows_int8 (further down) is llama.cpp's arithmetic instead: the activations rounded
+// to 8-bit blocks once per product, and products in integers, which reads the weights at
+// the speed of memory.
 //
 // The kernels (quant_rows.cpp) take four weight rows at a time from four quarters of the range
 // (four streams, as in dot_rows.h), prefetched 1 KiB ahead, against up to 4 activation rows in
@@ -42,6 +44,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "prism/core/dtype.h"
 #include "prism/quant/ggml_type.h"
@@ -70,5 +73,130 @@ void quant_rows(quant::GgmlType type, const float* x, int64_t ldx, int64_t m, co
 // bit.
 void dequantize_rows(quant::GgmlType type, const std::byte* w, int64_t row_bytes, int64_t n,
                      int64_t k, DType out_dtype, std::byte* out, int64_t ldo);
+
+// --- llama.cpp's arithmetic: activations rounded to 8 bits, integer products -------------
+//
+// quantize_activations rounds the activation rows once per product into the 8-bit blocks that
+// ggml multiplies the weights' type with (its vec_dot_type), exactly as ggml's reference
+// rounding does (quantize_row_q8_0_ref, quantize_row_q8_1_ref, quantize_row_q8_K_ref):
+//   - Q8_0 for Q4_0, Q5_0 and Q8_0 weights, Q8_1 for Q4_1 and Q5_1: blocks of 32 values,
+//     d = max|x| / 127 in f32, q = x * (1 / d) rounded half away from zero (roundf), d kept
+//     as f16 (the product takes the f16 value: a value is f16(d) * q).
+//   - Q8_K for Q4_K, Q5_K and Q6_K: blocks of 256, the value of largest magnitude (the first,
+//     on ties) `max`, q = min(127, x * (-127 / max) rounded half to even), d = 1 / (-127 /
+//     max) in f32, and the sums of each 16 q.
+//   - F32, F16 and BF16 weights multiply activations of their own type: rounded to nearest
+//     even into f16 or bf16 (kept as f32 values), or left as they are.
+// quant_rows_int8 then multiplies blocks of weights by blocks of activations in integers and
+// scales each block's sum in f32, as llama.cpp does: the result is the product of the
+// dequantized weights with the *rounded* activations (up to f32 rounding of the block sums),
+// which differs from quant_rows' by the activations' rounding (about max|x| / 254 a value).
+// Two things differ from ggml's own kernels: Q8_1's s = f16(d * sum q) is not used (the
+// product takes d * sum q unrounded, so that it is the exact product with the rounded
+// activations), and the order of the f32 sums.
+//
+// The integer kernels (quant_rows.cpp) use AVX-512 VNNI (vpdpbusd, vpdpwssd), which Highway
+// 1.0.3 cannot express: they are compiled with a function target attribute under Highway's
+// AVX-512 targets (AVX3_DL, whose CPUs all have VNNI: Ice Lake and later, Zen 4 and later;
+// AVX3, for Cascade Lake) and run where the CPU has VNNI (a run-time check, as simd.h does for
+// AVX-512 BF16). Like quant_rows' kernels they take four weight rows from four quarters of
+// the range, prefetched 1 KiB ahead, against up to 4 activation rows in f32 accumulators (more
+// rows go in chunks of 4 over the same weight rows, read again from cache). Weights are
+// unpacked into unsigned bytes (nibbles with AND and a shift, Q5's and Q6_K's high bits merged
+// under a mask) and multiplied with the signed activations by vpdpbusd, four products a
+// 32-bit lane:
+//   - blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): two blocks a 512-bit vector; the
+//     weights' offset (-8, -16; Q8_0's signed values are made unsigned by adding 128) is
+//     taken out by starting each lane at -offset * (its four activations' sum), stored with
+//     the activations; each lane's sum is converted to f32 and multiplied by d_w * d_x,
+//     Q4_1's and Q5_1's minimums added as m * d_x * sum q.
+//   - K-quants: a block's 32-bit lane sums (each four products of one sub-block) are packed
+//     into 16 bits and multiplied by the sub-block scales with vpdpwssd; Q6_K's offset -32
+//     goes in as -32 * scale times the activations' sums of 16 (vpdpwssd again), Q4_K's and
+//     Q5_K's minimums as one f32 multiply-add of -dmin * m with d_x * (sums of 32).
+// Other targets (AVX2, and AVX-512 CPUs without VNNI) and types have no integer kernels:
+// quant_rows_int8 runs quant_rows on the activations as rounded (dequantized into f32),
+// which gives the same result up to the order of the f32 sums. quantize_activations rounds a
+// vector at a time (Highway), about 0.8 ns a value.
+//
+// Measured on an Intel Xeon with AVX-512 VNNI, BF16, FP16 and AMX ("Intel(R) Xeon(R)
+// Processor" in /proc/cpuinfo: a virtual machine of 2 cores; figures vary by 5-10 % between
+// runs), weights of 8192 x 2048 | 2048 x 8192 values, 1 GiB of them streamed from memory, in
+// GB/s of weights (of the bytes as stored); quant_rows (f32 activations) -> quant_rows_int8,
+// quantize_activations not included (one row: 2-7 us; 16 rows of 8192: 0.1 ms):
+//                     one core                         two cores (n split in halves)
+//   plain read   14.0 | 13.1 (one stream), 14.9 | 15.1   25.3 | 25.5, 28.5 | 28.4 (4 streams)
+//   one row:
+//     Q4_0        8.7 -> 14.3 |  9.2 -> 14.7            17.5 -> 26.3 | 17.6 -> 27.7
+//     Q4_K        9.7 -> 13.9 |  9.9 -> 14.7            18.8 -> 28.0 | 20.2 -> 28.8
+//     Q6_K        9.2 -> 14.2 | 10.0 -> 14.6            17.7 -> 27.3 | 17.4 -> 27.1
+//     Q8_0       13.3 -> 14.4 | 13.2 -> 14.7            26.1 -> 28.4 | 26.1 -> 28.4
+//   16 rows, in billions of multiply-adds a second:
+//     Q4_0         38 -> 67   |   39 -> 69                71 -> 128  |   66 -> 137
+//     Q4_K         31 -> 73   |   32 -> 78                59 -> 140  |   60 -> 148
+//     Q6_K         24 -> 66   |   31 -> 75                47 -> 123  |   48 -> 133
+//     Q8_0         35 -> 61   |   39 -> 60                65 -> 118  |   69 -> 116
+// One row reads the weights at 92-100 % of a plain read's speed (quant_rows: 60-70 % for the
+// 4- and 6-bit formats, 90 % for Q8_0). 16 rows are bound by the integer instructions and
+// the f32 scaling of each block's sums (one 512-bit port does most of them on this CPU).
+
+// Activation rows rounded for one weights' type (quantize_activations). Owns its memory, and
+// keeps it from one call to the next: a decode step reuses one object. The values are stored
+// in records laid out for the kernels; the accessors give ggml's fields.
+class QuantizedRows {
+ public:
+  // The weights' type the rows were rounded for, and ggml's format of the rounded rows:
+  // Q8_0, Q8_1, Q8_K, or for F32, F16 and BF16 weights their own type.
+  quant::GgmlType weights() const { return weights_; }
+  quant::GgmlType format() const { return format_; }
+  int64_t rows() const { return m_; }
+  int64_t cols() const { return k_; }
+  // Values a block of format() holds: 32, 256, or 1 for the plain formats.
+  int64_t block_elements() const;
+  // Row i's block b: its block_elements() rounded values, its scale d (Q8_0, Q8_1: the f16
+  // value as f32), and the sums of its values, of each 16 (Q8_K's bsums, j < 16) or of the
+  // whole block (Q8_0, Q8_1, j = 0; Q8_1's s is scale * that sum, rounded to f16). The
+  // quantized formats only.
+  const int8_t* quants(int64_t i, int64_t b) const;
+  float scale(int64_t i, int64_t b) const;
+  int32_t sum(int64_t i, int64_t b, int64_t j) const;
+  // Row i as the product takes it, k values into out: scale * q for each value in double
+  // precision rounded to f32 (exact for Q8_0 and Q8_1), or the plain formats' values.
+  void dequantize(int64_t i, float* out) const;
+
+  // Where a row's records lie (for quant_rows.cpp): `stride` bytes a row, 64-byte aligned.
+  const std::byte* data() const { return reinterpret_cast<const std::byte*>(data_.data()); }
+  int64_t stride() const { return stride_; }
+
+ private:
+  friend void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, int64_t m,
+                                   int64_t k, QuantizedRows& out);
+  struct alignas(64) Line {
+    std::byte bytes[64];
+  };
+  std::byte* mutable_data() { return reinterpret_cast<std::byte*>(data_.data()); }
+
+  quant::GgmlType weights_ = quant::GgmlType::F32, format_ = quant::GgmlType::F32;
+  int64_t m_ = 0, k_ = 0, stride_ = 0;
+  std::vector<Line> data_;
+};
+
+// Rounds rows [0, m) of x (rows ldx apart, k values each, finite) for a product with weights
+// of type `weights` into `out`, replacing what it held. Every type quant::can_dequantize
+// accepts; k a multiple of the weights' block_elements. Throws prism::Error otherwise.
+void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, int64_t m,
+                          int64_t k, QuantizedRows& out);
+
+// out[i * ldo + r] = x_i . W[r] for i < x.rows(), r < n, with x_i as rounded in x (whose
+// weights() must be `type` and cols() k): integer products per block, scaled and summed in
+// f32. W as for quant_rows (row r at w + r * row_bytes, k values of `type`). x.rows() 1..16
+// (more work too). Single-threaded: the caller splits n over threads, each reading the same x.
+void quant_rows_int8(quant::GgmlType type, const QuantizedRows& x, const std::byte* w,
+                     int64_t row_bytes, int64_t n, int64_t k, float* out, int64_t ldo);
+
+// Whether quant_rows_int8 has integer kernels for this type under the SIMD target in use and
+// on this CPU (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K with AVX-512 VNNI); the others
+// run quant_rows on the rounded activations.
+bool quant_rows_int8_native(quant::GgmlType type);
 
 }  // namespace prism::cpu

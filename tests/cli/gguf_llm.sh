@@ -3,6 +3,10 @@
 # greedy ids and text as the checkpoints they came from, the tokenizer commands on a .gguf, and
 # one clear error line for each broken file.
 set -u
+# Quantized products in f32, the float reference's arithmetic (by default the CPU rounds their
+# activations to 8 bits where it has integer kernels): the ids below are the dequantized
+# checkpoints'.
+export PRISM_CPU_QUANT_ACTIVATIONS=f32
 prism="$1"
 data="$PRISM_SOURCE_DIR/tests/data/llama"
 gguf="${PRISM_GGUF_DIR:?}"

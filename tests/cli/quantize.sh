@@ -5,6 +5,10 @@
 # dequantizes the same blocks), a checkpoint wide enough for Q4_K's 256-element blocks, and one
 # clear error line, with no file left behind, for each bad input.
 set -u
+# Quantized products in f32, the float reference's arithmetic (by default the CPU rounds their
+# activations to 8 bits where it has integer kernels): the ids below are the dequantized
+# checkpoints'.
+export PRISM_CPU_QUANT_ACTIVATIONS=f32
 prism="$1"
 data="$PRISM_SOURCE_DIR/tests/data/llama"
 gguf="${PRISM_GGUF_DIR:?}"

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "prism/backends/cpu/quant_rows.h"
 #include "prism/compiler/passes.h"
 #include "prism/quant/dequantize.h"
 #include "prism/quant/quantize.h"
@@ -59,23 +60,38 @@ TEST_P(DequantizeOp, EqualsTheReferenceBitForBit) {
 }
 
 // x {m, k} . dequantize(w {n, bytes}) on the CPU against the float product of the reference's
-// values, in double.
-void check_products(GgmlType t, int64_t n, int64_t blocks, std::initializer_list<int64_t> rows) {
+// values, in double, with the activations as the CPU's products take them: in f32, or, in
+// `mode` int8 for up to 16 rows where the CPU has the integer kernels, rounded to ggml's 8-bit
+// blocks (cpu::quantize_activations, which quant_rows_test.cpp checks against ggml's rounding).
+void check_products(GgmlType t, int64_t n, int64_t blocks, std::initializer_list<int64_t> rows,
+                    const char* mode) {
+  const testing::QuantActivations activations(mode);
   const int64_t k = blocks * quant::info(t).block_elements;
   const HostBuffer w = testing::random_blocks(t, n, blocks, 11, "n", "k");
   const std::vector<float> wf = reference(t, w);
+  Platform& cpu = get_platform("cpu");
   for (int64_t m : rows) {
     for (DType dt : {DType::f32, DType::bf16}) {
-      SCOPED_TRACE("m=" + std::to_string(m) + " " + std::string(name(dt)));
+      SCOPED_TRACE("m=" + std::to_string(m) + " " + std::string(name(dt)) + " " + mode);
       std::vector<float> xv(static_cast<size_t>(m * k));
       for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.37 * i) * 0.5f;
       const HostBuffer x = testing::f32(S({{"m", m}, {"k", k}}), xv).convert(dt);
       const HostBuffer x32 = x.convert(DType::f32);  // as rounded to dt
-      const std::span<const float> xs = x32.as<float>();
-      auto fn = [t, dt](std::span<const Tensor> in) {
-        return std::vector<Tensor>{in[0].dot(in[1].dequantize(t, dt), "k").convert(DType::f32)};
-      };
-      const HostBuffer out = run(TraceFn(fn), {x, w})[0];
+      std::vector<float> xs(x32.as<float>().begin(), x32.as<float>().end());
+      const bool int8 =
+          std::string_view(mode) == "int8" && m <= 16 && cpu::quant_rows_int8_native(t);
+      if (int8) {  // as the integer kernels see them
+        cpu::QuantizedRows rounded;
+        cpu::quantize_activations(t, xs.data(), k, m, k, rounded);
+        for (int64_t i = 0; i < m; ++i) rounded.dequantize(i, xs.data() + i * k);
+      }
+      // A fresh executable: the mode is read as products are compiled.
+      Executable exe = prism::compile(
+          cpu,
+          [&](Tensor a, Tensor b) { return a.dot(b.dequantize(t, dt), "k").convert(DType::f32); },
+          {x.shape(), w.shape()});
+      std::vector<Buffer> in{cpu.upload(x), cpu.upload(w)};
+      const HostBuffer out = exe.call(std::span<const Buffer>(), in)[0].to_host();
       const std::span<const float> got = out.as<float>();
       ASSERT_EQ(got.size(), static_cast<size_t>(m * n));
       for (int64_t i = 0; i < m; ++i) {
@@ -84,7 +100,7 @@ void check_products(GgmlType t, int64_t n, int64_t blocks, std::initializer_list
           for (int64_t j = 0; j < k; ++j) {
             // bf16 products multiply weights rounded to bf16
             float wv = wf[r * k + j];
-            if (dt == DType::bf16) wv = bf16_to_f32(f32_to_bf16(wv));
+            if (dt == DType::bf16 && !int8) wv = bf16_to_f32(f32_to_bf16(wv));
             want += double(xs[i * k + j]) * wv;
             scale += std::abs(double(xs[i * k + j]) * wv);
           }
@@ -99,7 +115,9 @@ void check_products(GgmlType t, int64_t n, int64_t blocks, std::initializer_list
 // Decoding (1 row), batched decoding (up to 16) and prefill (more: panels of weight rows).
 TEST_P(DequantizeOp, ProductsReadTheBlocks) {
   const GgmlType t = GetParam();
-  check_products(t, 320, quant::info(t).block_elements == 32 ? 8 : 1, {1, 3, 16, 17, 40});
+  const int64_t blocks = quant::info(t).block_elements == 32 ? 8 : 1;
+  check_products(t, 320, blocks, {1, 3, 16, 17, 40}, "f32");
+  check_products(t, 320, blocks, {1, 3, 16}, "int8");
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, DequantizeOp, ::testing::ValuesIn(kFormats),
@@ -107,14 +125,15 @@ INSTANTIATE_TEST_SUITE_P(Formats, DequantizeOp, ::testing::ValuesIn(kFormats),
 
 // A prefill over more weight rows than a panel holds (1024): whole panels, then a last one.
 TEST(DequantizeOp, ProductsOverSeveralPanels) {
-  check_products(GgmlType::Q4_0, 2 * 1024 + 64, 8, {20});
-  check_products(GgmlType::Q8_0, 1024 + 37, 8, {20});
+  check_products(GgmlType::Q4_0, 2 * 1024 + 64, 8, {20}, "f32");
+  check_products(GgmlType::Q8_0, 1024 + 37, 8, {20}, "int8");  // prefill: f32 all the same
 }
 
 // The executable reads the blocks: a folded dequantize has no memory of its own (the arena
 // holds no copy of the weights), and a lookup in a quantized table dequantizes the rows it
 // picks (simplify moves the gather before the dequantize).
 TEST(DequantizeOp, KeepsNoDequantizedCopy) {
+  const testing::QuantActivations f32_activations("f32");  // the float reference's arithmetic
   const GgmlType t = GgmlType::Q8_0;
   const HostBuffer table = testing::random_blocks(t, 64, 8, 3, "voc", "d");  // 64 x 256
   auto fn = [t](std::span<const Tensor> in) {

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "prism/backends/cpu/quant_rows.h"
 #include "prism/backends/registry.h"
 #include "prism/core/dtype.h"
 #include "prism/io/load.h"
@@ -122,6 +123,7 @@ struct Pair {
 // differently in the last bit); the Q8_0 one's are the gguf package's dequantization of its
 // blocks, which the -ref checkpoint holds in f32.
 TEST(GgufLlama, RunsAsTheCheckpointItCameFrom) {
+  const testing::QuantActivations f32_activations("f32");  // the float reference's arithmetic
   const Pair pairs[] = {
       {"tiny-f32.gguf", llama("tiny-f32"), 1e-5},
       {"tiny-bf16-tied.gguf", llama("tiny-bf16-tied"), 1e-5},
@@ -164,6 +166,7 @@ TEST(GgufLlama, LoadsTheWeightsOfTheDequantizedCheckpoint) {
 // in Hugging Face's order: dequantized, they are the weights loaded dequantized, bit for bit.
 // The norms (F32 in the file) load as floats.
 TEST(GgufLlama, KeepsTheBlocksOfQuantizedMatrices) {
+  const testing::QuantActivations f32_activations("f32");  // the float reference's arithmetic
   Platform& cpu = get_platform("cpu");
   llm::EngineOptions dequantized = options(DType::f32);
   dequantized.keep_quantized = false;
@@ -194,9 +197,31 @@ TEST(GgufLlama, KeepsTheBlocksOfQuantizedMatrices) {
   EXPECT_EQ(greedy(got, logits, 24), greedy(want, reference, 24));
 }
 
+// With the activations rounded to 8 bits (llama.cpp's arithmetic, the CPU's default where it
+// has the integer kernels), the Q8_0 file's first-step logits stay near the float products':
+// the tiny model's width of 32 leaves the rounding little to average out over (measured
+// 0.044 on logits of at most 1.4; a bound a few times that).
+TEST(GgufLlama, EightBitActivationsStayNearTheFloatProducts) {
+  if (!cpu::quant_rows_int8_native(quant::GgmlType::Q8_0)) {
+    GTEST_SKIP() << "no integer kernels on this CPU (AVX-512 VNNI)";
+  }
+  Platform& cpu = get_platform("cpu");
+  auto logits = [&](const char* mode) {
+    const testing::QuantActivations activations(mode);
+    llm::Engine engine(gguf("tiny-bf16-tied-q8_0.gguf"), cpu, options(DType::f32));
+    return engine.feed(kPrompt);
+  };
+  const std::vector<float> f32 = logits("f32"), int8 = logits("int8");
+  const double diff = max_diff(int8, f32);
+  std::printf("Q8_0 with 8-bit activations: max |logit diff| %.3g\n", diff);
+  EXPECT_GT(diff, 0) << "the activations were not rounded";
+  EXPECT_LT(diff, 0.15);
+}
+
 // Split across two CPU devices, each loading only its rows of each split weight (decoded
 // chunk by chunk), the Q8_0 file gives what one device gives.
 TEST(GgufLlama, SplitAcrossDevicesAsOnOne) {
+  const testing::QuantActivations f32_activations("f32");  // the float reference's arithmetic
   testing::CpuDevices devices(2);
   Platform& cpu = get_platform("cpu");
   llm::Engine one(gguf("tiny-bf16-tied-q8_0.gguf"), cpu, options(DType::f32));

@@ -183,6 +183,7 @@ TEST(GgufModels, SplitAcrossDevicesAsOnOne) {
 // their blocks, but for ssm_out, whose columns the file holds in llama.cpp's order of the value
 // heads: it loads dequantized, its columns put back.
 TEST(GgufModels, QuantizedQwen3_5KeepsTheBlocksOfMatricesInOrder) {
+  const testing::QuantActivations f32_activations("f32");  // the float reference's arithmetic
   Platform& cpu = get_platform("cpu");
   llm::Engine want(gguf("qwen35-small-q8_0-ref.gguf"), cpu, options(DType::f32));
   llm::Engine got(gguf("qwen35-small-q8_0.gguf"), cpu, options(DType::f32));

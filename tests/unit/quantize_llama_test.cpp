@@ -11,6 +11,7 @@
 
 #include "prism/backends/registry.h"
 #include "prism/llm/engine.h"
+#include "tests/unit/test_util.h"
 
 namespace prism::llm {
 namespace {
@@ -63,6 +64,8 @@ TEST(QuantizeLlama, LogitsStayNearTheCheckpoints) {
 // (the CPU's products on them, EngineOptions::keep_quantized) as with them dequantized at load:
 // f32 logits within 1e-4, the same greedy ids.
 TEST(QuantizeLlama, KeptBlocksRunAsDequantizedWeights) {
+  const prism::testing::QuantActivations f32_activations(
+      "f32");  // the float reference's arithmetic
   for (const char* model : {"llama/tiny-bf16-tied", "qwen3_5/tiny-bf16-tied", "lfm2/tiny-bf16-tied",
                             "qwen3_5/tiny-bf16-untied"}) {
     SCOPED_TRACE(model);

@@ -64,4 +64,14 @@ struct CpuDevices {
   CpuDevices& operator=(const CpuDevices&) = delete;
 };
 
+// While it lives, the CPU's products on quantized weights take their activations in `mode`
+// (PRISM_CPU_QUANT_ACTIVATIONS: f32, or int8 where the CPU has those kernels), for the
+// executables compiled meanwhile; the default is restored after.
+struct QuantActivations {
+  explicit QuantActivations(const char* mode) { setenv("PRISM_CPU_QUANT_ACTIVATIONS", mode, 1); }
+  ~QuantActivations() { unsetenv("PRISM_CPU_QUANT_ACTIVATIONS"); }
+  QuantActivations(const QuantActivations&) = delete;
+  QuantActivations& operator=(const QuantActivations&) = delete;
+};
+
 }  // namespace prism::testing

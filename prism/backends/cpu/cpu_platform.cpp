@@ -131,9 +131,12 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
   std::string device = comm_ ? fmt::format("device {} of {} on CPUs {}, ", device_,
                                            comm_->mesh().str(), fmt::join(cpus_, ","))
                              : "";
-  return {{fmt::format("{} ({}{} threads, simd {}{})", cpu_model(), device, pool_.size(),
+  // Quantized weights' products with 8-bit activations (kernels_quant.cpp).
+  const char* quantized =
+      int8_activations(quant::GgmlType::Q4_K) ? ", quantized products on 8-bit activations" : "";
+  return {{fmt::format("{} ({}{} threads, simd {}{}{})", cpu_model(), device, pool_.size(),
                        simd::current().describe(),
-                       simd::current().avx512_bf16 ? rows_description() : ""),
+                       simd::current().avx512_bf16 ? rows_description() : "", quantized),
            memory}};
 }
 

@@ -49,6 +49,11 @@ Kernel make_conv_kernel(const ir::Graph& graph, ir::ValueId id);           // ke
 // its operand's bytes), which folds_dequantize says for each dequantize node.
 Kernel make_quant_kernel(const ir::Graph& graph, ir::ValueId id);
 bool folds_dequantize(const ir::Graph& graph, ir::ValueId id);
+// Whether those products round their activations to 8 bits for weights of `type`:
+// PRISM_CPU_QUANT_ACTIVATIONS=int8 (the default) where quant_rows_int8 has kernels for it on
+// this CPU, f32 to keep them in f32; another value throws prism::Error. Read as each product is
+// compiled.
+bool int8_activations(quant::GgmlType type);
 Kernel make_nn_kernel(const ir::Graph& graph, ir::ValueId id);  // kernels_nn.cpp
 // kernels_attention.cpp
 Kernel make_attention_kernel(const ir::Graph& graph, ir::ValueId id);

@@ -11,9 +11,18 @@
 // multiplied as a float product (kernels_dot.cpp); a panel is small enough to stay in cache
 // while the product reads it, and the dequantization is a small part of the product's work.
 //
+// The row kernels take the activations in one of two ways (quant_activations() below):
+// rounded to ggml's 8-bit blocks once per product and multiplied in integers (llama.cpp's
+// arithmetic; AVX-512 VNNI), the default where the CPU has those kernels for the weights'
+// type, because the f32 kernels are bound by their arithmetic there (Q4_K read at 60-70 % of
+// memory's pace, against 92-100 % in integers); or kept in f32 (PRISM_CPU_QUANT_ACTIVATIONS=f32),
+// whose results are the float product of the dequantized weights, as the float reference's.
+//
 // Any other dequantize is materialized by its own kernel, row by row.
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -35,6 +44,18 @@ constexpr int64_t kQuantRows = 16;  // activation rows the row kernels take
 // thread), 2.0 s with 4096 (Intel Xeon, 2 cores). Copying the panels into the blocked layout
 // bf16 products read fastest (weight_layout.h) cost more than it saved (3.4 s with 2048).
 constexpr int64_t kPanelRows = 1024;
+
+}  // namespace
+
+bool int8_activations(quant::GgmlType type) {
+  const char* env = std::getenv("PRISM_CPU_QUANT_ACTIVATIONS");
+  const std::string_view mode = env ? env : "int8";
+  PRISM_CHECK(mode == "int8" || mode == "f32",
+              "cpu: PRISM_CPU_QUANT_ACTIVATIONS must be int8 or f32, not '{}'", mode);
+  return mode == "int8" && quant_rows_int8_native(type);
+}
+
+namespace {
 
 // `count` values from f32 into `out` of dtype `t` (a float dtype).
 void store_floats(DType t, const float* from, std::byte* out, int64_t at, int64_t count) {
@@ -104,6 +125,7 @@ class QuantDotKernel {
     k_ = dq.shape.size(1);
     row_bytes_ = g.node(dq.inputs[0]).shape.size(1);
     m_ = k_ == 0 ? 0 : x.numel() / k_;
+    int8_ = int8_activations(format_);
     if (m_ <= kQuantRows) return;
     // Larger products: a float product of the activations by a panel of dequantized rows,
     // for whole panels and for the last one.
@@ -149,10 +171,18 @@ class QuantDotKernel {
     const bool f32_out = out_dtype_ == DType::f32;
     std::vector<float> scratch(f32_out ? 0 : m_ * n_);
     float* y = f32_out ? reinterpret_cast<float*>(out) : scratch.data();
-    pool.parallel_for(n_, 16, [&](int64_t n0, int64_t n1) {
-      quant_rows(format_, xf.data(), k_, m_, w + n0 * row_bytes_, row_bytes_, n1 - n0, k_, y + n0,
-                 n_);
-    });
+    if (int8_) {  // rounded once, read by every thread
+      quantize_activations(format_, xf.data(), k_, m_, k_, rounded_);
+      pool.parallel_for(n_, 16, [&](int64_t n0, int64_t n1) {
+        quant_rows_int8(format_, rounded_, w + n0 * row_bytes_, row_bytes_, n1 - n0, k_, y + n0,
+                        n_);
+      });
+    } else {
+      pool.parallel_for(n_, 16, [&](int64_t n0, int64_t n1) {
+        quant_rows(format_, xf.data(), k_, m_, w + n0 * row_bytes_, row_bytes_, n1 - n0, k_, y + n0,
+                   n_);
+      });
+    }
     if (!f32_out) store_floats(out_dtype_, y, out, 0, m_ * n_);
   }
 
@@ -182,6 +212,10 @@ class QuantDotKernel {
   quant::GgmlType format_;
   DType x_dtype_, out_dtype_;
   int64_t m_ = 0, n_ = 0, k_ = 0, row_bytes_ = 0, panel_ = 0;
+  bool int8_ = false;
+  // The rounded activations: an executable's calls run one at a time (its mutex), so one
+  // buffer serves them all.
+  mutable QuantizedRows rounded_;
   Panel full_panel_, last_panel_;
 };
 

@@ -1161,64 +1161,49 @@ using Q5_K = QK<true>;
 
 }  // namespace
 
-QuantRowsFn NativeKernel(quant::GgmlType type) {
+// visit(std::type_identity<Format>{}) for the format struct of `type`, or a null function for
+// a type without one: the one table NativeKernel and NativeDequant read.
+template <typename Visit>
+auto WithFormat(quant::GgmlType type, Visit&& visit) -> decltype(visit(std::type_identity<F32>{})) {
   using quant::GgmlType;
   switch (type) {
     case GgmlType::F32:
-      return Rows<F32>;
+      return visit(std::type_identity<F32>{});
     case GgmlType::F16:
-      return Rows<F16>;
+      return visit(std::type_identity<F16>{});
     case GgmlType::BF16:
-      return Rows<BF16>;
+      return visit(std::type_identity<BF16>{});
     case GgmlType::Q8_0:
-      return Rows<Q8_0>;
+      return visit(std::type_identity<Q8_0>{});
     case GgmlType::Q4_0:
-      return Rows<Q4_0>;
+      return visit(std::type_identity<Q4_0>{});
     case GgmlType::Q4_1:
-      return Rows<Q4_1>;
+      return visit(std::type_identity<Q4_1>{});
     case GgmlType::Q5_0:
-      return Rows<Q5_0>;
+      return visit(std::type_identity<Q5_0>{});
     case GgmlType::Q5_1:
-      return Rows<Q5_1>;
+      return visit(std::type_identity<Q5_1>{});
     case GgmlType::Q4_K:
-      return Rows<Q4_K>;
+      return visit(std::type_identity<Q4_K>{});
     case GgmlType::Q5_K:
-      return Rows<Q5_K>;
+      return visit(std::type_identity<Q5_K>{});
     case GgmlType::Q6_K:
-      return Rows<Q6_K>;
+      return visit(std::type_identity<Q6_K>{});
     default:
       return nullptr;
   }
 }
 
+QuantRowsFn NativeKernel(quant::GgmlType type) {
+  return WithFormat(type, []<typename Format>(std::type_identity<Format>) -> QuantRowsFn {
+    return Rows<Format>;
+  });
+}
+
 DequantRowsFn NativeDequant(quant::GgmlType type, bool bf16, bool avx512_bf16) {
-  using quant::GgmlType;
-  switch (type) {
-    case GgmlType::F32:
-      return DequantTo<F32>(bf16, avx512_bf16);
-    case GgmlType::F16:
-      return DequantTo<F16>(bf16, avx512_bf16);
-    case GgmlType::BF16:
-      return DequantTo<BF16>(bf16, avx512_bf16);
-    case GgmlType::Q8_0:
-      return DequantTo<Q8_0>(bf16, avx512_bf16);
-    case GgmlType::Q4_0:
-      return DequantTo<Q4_0>(bf16, avx512_bf16);
-    case GgmlType::Q4_1:
-      return DequantTo<Q4_1>(bf16, avx512_bf16);
-    case GgmlType::Q5_0:
-      return DequantTo<Q5_0>(bf16, avx512_bf16);
-    case GgmlType::Q5_1:
-      return DequantTo<Q5_1>(bf16, avx512_bf16);
-    case GgmlType::Q4_K:
-      return DequantTo<Q4_K>(bf16, avx512_bf16);
-    case GgmlType::Q5_K:
-      return DequantTo<Q5_K>(bf16, avx512_bf16);
-    case GgmlType::Q6_K:
-      return DequantTo<Q6_K>(bf16, avx512_bf16);
-    default:
-      return nullptr;
-  }
+  return WithFormat(type, [&]<typename Format>(std::type_identity<Format>) {
+    return DequantTo<Format>(bf16, avx512_bf16);
+  });
 }
 
 RoundFns NativeRound() { return {&RoundQ8_0, &RoundQ8_K}; }

@@ -55,23 +55,31 @@ std::string error_of(F&& fn) {
   return "no error";
 }
 
+// Sets an environment variable while it lives, and unsets it after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
 // While it lives, the CPU offers meshes of `n` devices, whatever the machine's cores
 // (PRISM_CPU_DEVICES).
-struct CpuDevices {
-  explicit CpuDevices(int n) { setenv("PRISM_CPU_DEVICES", std::to_string(n).c_str(), 1); }
-  ~CpuDevices() { unsetenv("PRISM_CPU_DEVICES"); }
-  CpuDevices(const CpuDevices&) = delete;
-  CpuDevices& operator=(const CpuDevices&) = delete;
+struct CpuDevices : ScopedEnv {
+  explicit CpuDevices(int n) : ScopedEnv("PRISM_CPU_DEVICES", std::to_string(n)) {}
 };
 
 // While it lives, the CPU's products on quantized weights take their activations in `mode`
 // (PRISM_CPU_QUANT_ACTIVATIONS: f32, or int8 where the CPU has those kernels), for the
 // executables compiled meanwhile; the default is restored after.
-struct QuantActivations {
-  explicit QuantActivations(const char* mode) { setenv("PRISM_CPU_QUANT_ACTIVATIONS", mode, 1); }
-  ~QuantActivations() { unsetenv("PRISM_CPU_QUANT_ACTIVATIONS"); }
-  QuantActivations(const QuantActivations&) = delete;
-  QuantActivations& operator=(const QuantActivations&) = delete;
+struct QuantActivations : ScopedEnv {
+  explicit QuantActivations(const char* mode) : ScopedEnv("PRISM_CPU_QUANT_ACTIVATIONS", mode) {}
 };
 
 }  // namespace prism::testing

@@ -351,13 +351,13 @@ void llm_bench() {
     return median(v);
   };
   std::printf(
-      "\nLlama 3.2 1B shape, random weights in %s, %d threads, medians of %d runs\n"
+      "\nLlama 3.2 1B shape, random weights in %s, %d threads, medians of %d runs, on %s\n"
       "%.2f GB of weights read per token: roofline %.2f tok/s at triad bandwidth (%.1f GB/s), "
       "%.2f at read bandwidth (%.1f GB/s)\n"
       "%.2f TFLOP in a 512-token prefill; bf16 dot peak %.0f GFLOP/s (measured, %s)\n\n",
-      bf16 ? "bf16" : (format + " (" + gguf + ")").c_str(), threads, repeats, bytes / 1e9,
-      median(triad) * 1e9 / bytes, median(triad), median(read) * 1e9 / bytes, median(read),
-      flops / 1e12, bf16_peak, peak_source.c_str());
+      bf16 ? "bf16" : (format + " (" + gguf + ")").c_str(), threads, repeats,
+      cpu.devices().at(0).name.c_str(), bytes / 1e9, median(triad) * 1e9 / bytes, median(triad),
+      median(read) * 1e9 / bytes, median(read), flops / 1e12, bf16_peak, peak_source.c_str());
   // Columns: prism, then each peer with the ratio prism / peer beside it.
   std::printf("%-24s %10s", "", "prism");
   for (size_t s = 1; s < n; ++s) std::printf(" %10s %9s", sides[s].name.c_str(), "ratio");

@@ -67,6 +67,14 @@ expect_error "unknown tokenizer" \
 expect_error "unknown pre-tokenizer" \
   "$gguf/bad-pre.gguf: tokenizer.ggml.pre \"mystery-bpe\" is not supported (llama-bpe, lfm2, qwen2, qwen35 are)" \
   "$prism" tokenize --tokenizer="$gguf/bad-pre.gguf" hi
+expect_error "unknown activation mode" \
+  "cpu: PRISM_CPU_QUANT_ACTIVATIONS must be int8 or f32, not 'int4'" \
+  env PRISM_CPU_QUANT_ACTIVATIONS=int4 "$prism" llm --model="$gguf/tiny-bf16-tied-q8_0.gguf" \
+  --prompt-ids=1 --print-ids --seqlen=64
+# The default activations (8 bits where the CPU has the integer kernels) run the Q8_0 file.
+got=$(PRISM_CPU_QUANT_ACTIVATIONS=int8 greedy "$gguf/tiny-bf16-tied-q8_0.gguf")
+[[ "$got" =~ ^[0-9]+( [0-9]+){23}$ ]] && echo "ok q8_0 with 8-bit activations" ||
+  { echo "FAIL q8_0 with 8-bit activations: '$got'"; fail=1; }
 # Ids need no tokenizer: the file with the unknown one still runs on them.
 got=$("$prism" llm --model="$gguf/bad-tokenizer.gguf" --prompt-ids=1,2,3 --print-ids --max-tokens=3 --seqlen=64 2>/dev/null)
 [[ "$got" =~ ^[0-9]+\ [0-9]+\ [0-9]+$ ]] && echo "ok ids without a tokenizer" ||

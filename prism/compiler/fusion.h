@@ -21,6 +21,10 @@ struct FusionPlan {
   std::vector<int> group_of;  // per value: its group, or -1
   std::vector<FusionGroup> groups;
   std::vector<bool> virtual_broadcast;  // read through by fused loops, never materialized
+  // Values a backend computes inside the steps that read them, from their first operand's
+  // memory (the dequantize of weights its products read as blocks): aliases of that operand,
+  // with no step of their own. Empty: none. The backend fills it (fuse_elementwise does not).
+  std::vector<bool> folded;
 };
 
 // Groups elementwise nodes: a node joins its single user's group. Broadcasts whose users are

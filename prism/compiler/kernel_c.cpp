@@ -284,8 +284,10 @@ class Renderer {
           text_[id] = result_[e.loop];
           continue;
         case ExprKind::load: {
-          const DType t = e.operand < 0 ? k_.out : ins_.at(e.operand);
-          std::string ptr = e.operand < 0 ? "out" : fmt::format("in{}", e.operand);
+          const DType t = e.view ? e.dtype : e.operand < 0 ? k_.out : ins_.at(e.operand);
+          std::string ptr = e.view          ? d_.view(t, e.operand)
+                            : e.operand < 0 ? "out"
+                                            : fmt::format("in{}", e.operand);
           std::string v = d_.load(t, ptr, x[0]);
           rhs = x.size() > 1 ? fmt::format("({} ? {} : {})", x[1], v, literal(0, e.type, d_)) : v;
           break;

@@ -27,6 +27,8 @@ class CDialect {
   virtual std::string infinity(Scalar s) const = 0;
   virtual std::string nan(Scalar s) const = 0;
 
+  // Operand `operand`'s bytes as a pointer to elements of dtype t (its storage type).
+  virtual std::string view(DType t, int operand) const = 0;
   // Element `index` of `ptr` (storing dtype t) in t's compute class.
   virtual std::string load(DType t, const std::string& ptr, const std::string& index) const = 0;
   // A value of class `from` as an element of dtype t: floats to integers truncate and saturate

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "prism/core/error.h"
+#include "prism/quant/ggml_type.h"
 
 namespace prism::kernel {
 
@@ -60,10 +61,62 @@ std::vector<bool> Kernel::reads_result(int j) const {
   return reads;
 }
 
+namespace {
+
+// Whether `dot` multiplies activations {..., k} of at most kFoldedRows rows by `weights`, a
+// dequantize {n, k}, contracting k.
+bool multiplies_few_rows(const ir::Graph& g, ValueId dot, ValueId weights) {
+  const ir::Node& n = g.node(dot);
+  if (n.op != Op::dot || n.inputs[1] != weights || n.inputs[0] == weights) return false;
+  const Shape& x = g.node(n.inputs[0]).shape;
+  const auto& a = n.attr<ir::DotAttrs>();
+  return prism::is_float(x.dtype()) && prism::is_float(n.shape.dtype()) && a.lhs_batch.empty() &&
+         a.rhs_batch.empty() && a.rhs_contract == std::vector{1} &&
+         a.lhs_contract == std::vector{x.rank() - 1} &&
+         x.numel() / std::max<int64_t>(1, x.size(x.rank() - 1)) <= kFoldedRows;
+}
+
+}  // namespace
+
+std::vector<bool> folded_dequantizes(const ir::Graph& graph) {
+  std::vector<bool> folded(graph.size(), false);
+  std::vector<bool> output(graph.size(), false);
+  for (ValueId v : graph.outputs()) output[v] = true;
+  for (ValueId id = 0; id < graph.size(); ++id) {
+    const ir::Node& dq = graph.node(id);
+    if (dq.op != Op::dequantize || dq.shape.rank() != 2 || output[id]) continue;
+    bool used = false, all = true;
+    for (ValueId v = id + 1; v < graph.size() && all; ++v) {
+      const auto& in = graph.node(v).inputs;
+      if (std::find(in.begin(), in.end(), id) == in.end()) continue;
+      used = true;
+      all = multiplies_few_rows(graph, v, id);
+    }
+    folded[id] = used && all;
+  }
+  return folded;
+}
+
+compiler::FusionPlan plan_steps(const ir::Graph& graph) {
+  compiler::FusionPlan plan = compiler::fuse_elementwise(graph);
+  plan.folded = folded_dequantizes(graph);
+  return plan;
+}
+
+bool reads_folded(const compiler::FusionPlan& plan, const ir::Node& node) {
+  return node.op == Op::dot && !plan.folded.empty() && plan.folded[node.inputs[1]];
+}
+
 std::vector<ValueId> step_reads(const ir::Graph& graph, const compiler::FusionPlan& plan,
                                 ValueId id) {
   const ir::Node& n = graph.node(id);
-  if (!ir::is_elementwise(n.op)) return n.inputs;
+  if (!ir::is_elementwise(n.op)) {
+    std::vector<ValueId> reads = n.inputs;
+    for (ValueId& r : reads) {
+      if (!plan.folded.empty() && plan.folded[r]) r = graph.node(r).inputs[0];
+    }
+    return reads;
+  }
   std::vector<ValueId> reads;
   for (ValueId v : plan.groups[plan.group_of[id]].operands) {
     while (plan.virtual_broadcast[v]) v = graph.node(v).inputs[0];
@@ -129,6 +182,17 @@ class Builder {
     e.operand = operand;
     e.args = {index};
     if (mask != kNone) e.args.push_back(mask);
+    return push(std::move(e));
+  }
+  // Element `index` of operand `operand`'s bytes read as an array of `view`.
+  ExprId load_as(int operand, DType view, ExprId index) {
+    Expr e;
+    e.kind = ExprKind::load;
+    e.type = scalar_of(view);
+    e.dtype = view;
+    e.view = true;
+    e.operand = operand;
+    e.args = {index};
     return push(std::move(e));
   }
   // Operand `operand`'s element `index` as an index: floats truncate toward zero.
@@ -690,10 +754,123 @@ Kernel rope(const ir::Node& n, const std::vector<DType>& dtypes, const std::stri
   return k;
 }
 
+// Value `col` of row `row` of weights kept in ggml's blocks (operand `operand`: u8 {rows,
+// row_bytes}), in f32, as prism::quant::dequantize computes it (the same products and
+// differences, in the same order). Each integer field is picked out of its byte by integer
+// division and remainder; the f16 scales are read through an f16 view of the bytes (every
+// block format keeps them at even offsets, in blocks of an even size).
+ExprId dequantized(Builder& b, int operand, quant::GgmlType format, int64_t row_bytes, ExprId row,
+                   ExprId col) {
+  using quant::GgmlType;
+  const quant::GgmlTypeInfo& t = quant::info(format);
+  PRISM_CHECK(t.block_bytes % 2 == 0 && row_bytes % 2 == 0,
+              "kernel: {} blocks of {} bytes have no f16 view", t.name, t.block_bytes);
+  const ExprId block = b.div(col, t.block_elements), e = b.rem(col, t.block_elements);
+  const ExprId base = b.add(b.mul(row, row_bytes), b.mul(block, t.block_bytes));
+  auto c = [&](int64_t v) { return b.integer(v); };
+  auto byte = [&](ExprId at) { return b.load(operand, b.add(base, at)); };
+  auto f16 = [&](int64_t at) {  // the scale at byte `at` of the block
+    ExprId half = b.add(b.mul(row, row_bytes / 2), b.mul(block, t.block_bytes / 2));
+    return b.load_as(operand, DType::f16, b.add(half, c(at / 2)));
+  };
+  auto real = [&](ExprId i) { return b.round(DType::f32, i); };
+  auto mul = [&](ExprId x, ExprId y) { return b.arith(Op::mul, x, y); };
+  auto lt = [&](ExprId x, int64_t v) { return b.compare(Op::lt, x, c(v)); };
+  // (v >> shift) & (2^bits - 1), with shift an expression.
+  auto bits = [&](ExprId v, ExprId shift, int64_t modulus) {
+    ExprId divisor = b.op(Op::pow, Scalar::i64, {c(2), shift});
+    return b.rem(b.op(Op::div, Scalar::i64, {v, divisor}), modulus);
+  };
+  // The low nibble of v, or its high one where `high`.
+  auto nibble = [&](ExprId v, ExprId high) { return b.select(high, b.div(v, 16), b.rem(v, 16)); };
+  auto signed_byte = [&](ExprId v) {
+    return b.select(b.compare(Op::ge, v, c(128)), b.sub(v, c(256)), v);
+  };
+  // Q4_0's and Q5_0's: element j < 16 in the low nibble of byte j, j >= 16 in the high one.
+  auto low_nibbles = [&](int64_t first) {
+    return nibble(byte(b.add(c(first), b.rem(e, 16))), b.compare(Op::ge, e, c(16)));
+  };
+  // Q5_0's fifth bit: bit e of the 32-bit word at `first`.
+  auto fifth_bit = [&](int64_t first) {
+    return bits(byte(b.add(c(first), b.div(e, 8))), b.rem(e, 8), 2);
+  };
+  // The K-quants' sub-block s = e / 32: 6-bit scale (or, with `min`, offset) from the 12
+  // bytes at 4: sub-blocks 0-3 six bits of one byte, 4-7 four bits of one and two of another.
+  const ExprId s = b.div(e, 32);
+  auto k_scale = [&](bool min) {
+    ExprId first = b.rem(byte(b.add(s, c(min ? 8 : 4))), 64);
+    ExprId low = b.rem(b.div(byte(b.add(s, c(8))), min ? 16 : 1), 16);
+    ExprId high = b.rem(b.div(byte(b.sub(b.add(s, c(4)), c(min ? 0 : 4))), 64), 4);
+    return real(b.select(lt(s, 4), first, b.add(low, b.mul(high, 16))));
+  };
+  // Q4_K's and Q5_K's nibbles: sub-block s in run s / 2 of 32 bytes, low nibble for even s.
+  auto k_nibble = [&](int64_t first) {
+    ExprId at = b.add(c(first), b.add(b.mul(b.div(e, 64), 32), b.rem(e, 32)));
+    return nibble(byte(at), b.compare(Op::eq, b.rem(s, 2), c(1)));
+  };
+  switch (format) {
+    case GgmlType::Q8_0:
+      return mul(real(signed_byte(byte(b.add(c(2), e)))), f16(0));
+    case GgmlType::Q4_0:
+      return mul(f16(0), real(b.sub(low_nibbles(2), c(8))));
+    case GgmlType::Q4_1:
+      return b.arith(Op::add, mul(f16(0), real(low_nibbles(4))), f16(2));
+    case GgmlType::Q5_0:
+      return mul(f16(0), real(b.sub(b.add(low_nibbles(6), b.mul(fifth_bit(2), 16)), c(16))));
+    case GgmlType::Q5_1:
+      return b.arith(Op::add, mul(f16(0), real(b.add(low_nibbles(8), b.mul(fifth_bit(4), 16)))),
+                     f16(2));
+    case GgmlType::Q4_K:
+      return b.arith(Op::sub, mul(mul(f16(0), k_scale(false)), real(k_nibble(16))),
+                     mul(f16(2), k_scale(true)));
+    case GgmlType::Q5_K: {
+      ExprId high = bits(byte(b.add(c(16), b.rem(e, 32))), s, 2);
+      return b.arith(Op::sub,
+                     mul(mul(f16(0), k_scale(false)), real(b.add(k_nibble(48), b.mul(high, 16)))),
+                     mul(f16(2), k_scale(true)));
+    }
+    case GgmlType::Q6_K: {
+      // Each half of 128 reads 64 nibble bytes and 32 bytes of 2-bit pairs; its run j of 32
+      // takes nibble byte (j % 2) * 32 + l (low for j < 2) and bits 2j, 2j + 1 of pair byte l.
+      const ExprId half = b.div(e, 128), run = b.div(b.rem(e, 128), 32), l = b.rem(e, 32);
+      ExprId low = nibble(byte(b.add(b.mul(half, 64), b.add(b.mul(b.rem(run, 2), 32), l))),
+                          b.compare(Op::ge, run, c(2)));
+      ExprId high = bits(byte(b.add(c(128), b.add(b.mul(half, 32), l))), b.mul(run, 2), 4);
+      ExprId scale = signed_byte(byte(b.add(c(192), b.div(e, 16))));
+      return mul(mul(f16(208), real(scale)), real(b.sub(b.add(low, b.mul(high, 16)), c(32))));
+    }
+    default:
+      fail("kernel: no dequantization of {} blocks", t.name);
+  }
+}
+
+bool dequantizes(quant::GgmlType format) {
+  using quant::GgmlType;
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                     GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    if (t == format) return true;
+  }
+  return false;
+}
+
+// A dequantize materialized: one work item per value.
+Kernel dequantize(const ir::Graph& g, const ir::Node& n, const std::vector<DType>& dtypes,
+                  const std::string& name) {
+  require_float(n, n.shape.dtype());
+  const Shape& in = g.node(n.inputs[0]).shape;
+  const int64_t values = n.shape.size(n.shape.rank() - 1);
+  Kernel k = make(name, n.shape, {n.shape.numel()});
+  Builder b(k, dtypes);
+  k.value = dequantized(b, 0, n.attr<ir::DequantizeAttrs>().format, in.size(in.rank() - 1),
+                        b.div(b.flat(), values), b.rem(b.flat(), values));
+  return k;
+}
+
 // dot_general, one work item per output element over the contraction: a group of threads per
 // element when both operands are contiguous along a long contraction (x . W for a linear
 // layer's [out, in] weight, as in decoding), so that the weights stream at full width.
-Kernel dot(const ir::Graph& g, const ir::Node& n, const std::vector<DType>& dtypes,
+// A product by a folded dequantize (`folded`) reads the weights from their blocks.
+Kernel dot(const ir::Graph& g, const ir::Node& n, bool folded, const std::vector<DType>& dtypes,
            const std::string& name) {
   const auto& a = n.attr<ir::DotAttrs>();
   const Shape& ls = g.node(n.inputs[0]).shape;
@@ -745,7 +922,15 @@ Kernel dot(const ir::Graph& g, const ir::Node& n, const std::vector<DType>& dtyp
     l.push_back({b.loop(loop, static_cast<int>(j)), lst[a.lhs_contract[j]]});
     r.push_back({b.loop(loop, static_cast<int>(j)), rst[a.rhs_contract[j]]});
   }
-  ExprId lv = b.load(0, b.linear(l)), rv = b.load(1, b.linear(r));
+  ExprId lv = b.load(0, b.linear(l)), rv;
+  const ir::Node& w = g.node(n.inputs[1]);
+  if (folded) {  // weights {n, k} read from their blocks {n, row_bytes}
+    const Shape& blocks = g.node(w.inputs[0]).shape;
+    rv = dequantized(b, 1, w.attr<ir::DequantizeAttrs>().format, blocks.size(1),
+                     c[a.lhs_batch.size() + lfree.size()], b.loop(loop, 0));
+  } else {
+    rv = b.load(1, b.linear(r));
+  }
   k.loops[loop].operand = b.op(Op::mul, acc, {lv, rv});
   k.value = b.result(loop);
   return k;
@@ -884,7 +1069,9 @@ std::optional<Step> lower(const ir::Graph& g, const compiler::FusionPlan& plan, 
     case Op::argsort:
       return one(argsort(g, n, dtypes, name));
     case Op::dot:
-      return one(dot(g, n, dtypes, name));
+      return one(dot(g, n, reads_folded(plan, n), dtypes, name));
+    case Op::dequantize:
+      return one(dequantize(g, n, dtypes, name));
     case Op::convolution:
       return one(convolution(g, n, dtypes, name));
     case Op::softmax:
@@ -913,7 +1100,6 @@ Lowering lowering_of(Op op) {
       return Lowering::backend;
     case Op::gated_delta_rule:
     case Op::short_conv:
-    case Op::dequantize:
       return Lowering::decomposed;
     case Op::all_reduce:
     case Op::all_gather:
@@ -985,6 +1171,7 @@ Lowering lowering_of(Op op) {
     case Op::rms_norm:
     case Op::layer_norm:
     case Op::rope:
+    case Op::dequantize:
       return Lowering::kernel_ir;
   }
   fail("kernel: op {} is not in ops.def", static_cast<int>(op));
@@ -998,6 +1185,8 @@ bool lowers(const ir::Node& n) {
     case Op::log_softmax:
     case Op::rope:
       return true;
+    case Op::dequantize:
+      return dequantizes(n.attr<ir::DequantizeAttrs>().format);
     case Op::rms_norm:
     case Op::layer_norm: {
       const auto& axes = n.attr<ir::NormAttrs>().axes;
@@ -1045,8 +1234,10 @@ std::string print(const Kernel& k) {
         rhs = fmt::format("result {}", e.loop);
         break;
       case ExprKind::load:
-        rhs = e.operand < 0 ? fmt::format("load out[e{}]", e.args[0])
-                            : fmt::format("load in{}[e{}]", e.operand, e.args[0]);
+        rhs = e.operand < 0
+                  ? fmt::format("load out[e{}]", e.args[0])
+                  : fmt::format("load in{}{}[e{}]", e.operand,
+                                e.view ? fmt::format(" as {}", name(e.dtype)) : "", e.args[0]);
         if (e.args.size() > 1) rhs += fmt::format(" if e{}", e.args[1]);
         break;
       case ExprKind::op:

@@ -44,7 +44,9 @@ enum class ExprKind : uint8_t {
   loop,      // coordinate `axis` of loop `loop`'s nest (i64)
   result,    // the result of loop `loop` (in a scan: so far), in its accumulator's class
   load,      // element args[0] of operand `operand` (-1: the output), in scalar_of(its dtype);
-             // with args[1], a mask: where it is false nothing is read and the value is 0
+             // with args[1], a mask: where it is false nothing is read and the value is 0.
+             // A `view` load reads the operand's bytes as elements of `dtype` instead (the
+             // f16 scales inside a quantized weight's u8 blocks)
   op,        // elementwise `op` on args in the class of args[0] (select: of args[1]), giving
              // `type`: arithmetic, compares, select, is_nan, logical ops
   round,     // args[0] stored as `dtype` and read back: convert's semantics (saturating)
@@ -60,6 +62,7 @@ struct Expr {
   int loop = -1;
   double number = 0;  // a constant (integers up to 2^53 exactly; larger ones in `integer`)
   int64_t integer = 0;
+  bool view = false;
   std::vector<ExprId> args;
 };
 
@@ -134,8 +137,22 @@ Lowering lowering_of(ir::Op op);
 // their decompositions.
 bool lowers(const ir::Node& node);
 
+// The dequantize nodes that the products reading them read through (`FusionPlan::folded`): a
+// dequantize of a weight {n, bytes} whose every reader multiplies activations of at most
+// kFoldedRows rows by it, contracting its values. Such a product's kernel reads the blocks and
+// dequantizes each weight as it loads it, so decoding reads the weights at their quantized
+// size; larger products (prefill) read a dequantized copy, made by the dequantize's own kernel,
+// through the backend's matrix product.
+inline constexpr int64_t kFoldedRows = 16;
+std::vector<bool> folded_dequantizes(const ir::Graph& graph);
+// The plan a kernel IR backend runs by: fuse_elementwise's, with the folded dequantizes.
+compiler::FusionPlan plan_steps(const ir::Graph& graph);
+// Whether product `node` reads its weights through a folded dequantize: the kernel IR's own
+// product then computes it, not a library's.
+bool reads_folded(const compiler::FusionPlan& plan, const ir::Node& node);
+
 // The values a step reads: a fused group's operands (looking through virtual broadcasts), or a
-// node's inputs.
+// node's inputs (looking through folded dequantizes to their bytes).
 std::vector<ir::ValueId> step_reads(const ir::Graph& graph, const compiler::FusionPlan& plan,
                                     ir::ValueId id);
 

@@ -9,8 +9,7 @@ namespace prism::compiler {
 using ir::Op;
 using ir::ValueId;
 
-Schedule::Schedule(const ir::Graph& graph, const FusionPlan& fusion,
-                   const std::vector<bool>& folded)
+Schedule::Schedule(const ir::Graph& graph, const FusionPlan& fusion)
     : step_of_(graph.size(), -1), slots_(graph.size()) {
   int parameters = 0;
   for (ValueId id = 0; id < graph.size(); ++id) {
@@ -32,7 +31,7 @@ Schedule::Schedule(const ir::Graph& graph, const FusionPlan& fusion,
       default:
         break;
     }
-    if (!folded.empty() && folded[id]) {
+    if (!fusion.folded.empty() && fusion.folded[id]) {
       slot = {Storage::alias, 0, 0, n.inputs[0]};
       continue;
     }

@@ -28,11 +28,9 @@ class Schedule {
  public:
   // Orders the steps: each fusion group's root and each op that is not a leaf, a reshape (an
   // alias) or a broadcast that fused loops read through. Parameters are numbered in graph order
-  // (Graph::parameters()), constants in the order they appear. `folded` (by value, or empty)
-  // marks more values a backend computes inside the steps that read them, from their first
-  // operand's memory, as the CPU's products do with the dequantize of their weights: they are
-  // aliases of that operand, with no step of their own.
-  Schedule(const ir::Graph& graph, const FusionPlan& fusion, const std::vector<bool>& folded = {});
+  // (Graph::parameters()), constants in the order they appear. The plan's `folded` values are
+  // aliases of their first operand, with no step of their own.
+  Schedule(const ir::Graph& graph, const FusionPlan& fusion);
 
   // Moves every dot product whose weights (second operand) are a parameter or a constant to
   // right after the first step that multiplies the same activations by such weights (a

@@ -43,8 +43,8 @@ struct EngineOptions {
   // tensor's type as `prism quantize` does).
   std::optional<quant::GgmlType> quantize;
   // Matrices in a block format (a GGUF file's quantized tensors, or `quantize`'s) stay in it in
-  // memory where the platform multiplies the blocks as they are (the CPU), on one device; they
-  // are dequantized into `dtype` as they load elsewhere, or with this off.
+  // memory where the platform runs the dequantize op itself (the CPU, OpenCL, CUDA), on one
+  // device; they are dequantized into `dtype` as they load elsewhere, or with this off.
   bool keep_quantized = true;
 };
 

@@ -17,6 +17,7 @@
 #include "prism/backends/cuda/nvrtc_compiler.h"
 #include "prism/backends/registry.h"
 #include "prism/compiler/fusion.h"
+#include "prism/compiler/kernel_ir.h"
 #include "prism/core/error.h"
 #include "prism/llm/engine.h"
 #include "prism/models/llama.h"
@@ -54,12 +55,12 @@ struct Builder {
 
 // Every step's kernels, as the executable would generate them, named after `label`.
 std::vector<KernelCode> kernels_of(const ir::Graph& g, const std::string& label) {
-  compiler::FusionPlan plan = compiler::fuse_elementwise(g);
+  compiler::FusionPlan plan = kernel::plan_steps(g);
   std::vector<KernelCode> kernels;
   for (ValueId id = 0; id < g.size(); ++id) {
     const ir::Node& n = g.node(id);
     bool stored = n.op == Op::parameter || n.op == Op::input || n.op == Op::constant;
-    if (stored || plan.virtual_broadcast[id]) continue;
+    if (stored || plan.virtual_broadcast[id] || plan.folded[id]) continue;
     if (ir::is_elementwise(n.op) && plan.groups[plan.group_of[id]].root != id) continue;
     for (KernelCode& k : generate(g, plan, id, fmt::format("{}_{}", label, id))) {
       kernels.push_back(std::move(k));
@@ -167,6 +168,19 @@ ir::Graph all_ops(DType t) {
   ValueId ker = b.input(shape(t, {{"o", 2}, {"c", 1}, {"k", 3}}));
   b.out(Op::convolution, shape(t, {{"n", 1}, {"o", 2}, {"w", 3}}), {img, ker},
         ir::ConvAttrs{{2}, {1}, {0}, {2}, 2});
+  if (fl) {  // weights in ggml's blocks: dequantized, and read by a product from the blocks
+    using quant::GgmlType;
+    for (GgmlType f : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                       GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+      const quant::GgmlTypeInfo& info = quant::info(f);
+      ValueId w = b.input(shape(DType::u8, {{"o", 3}, {"blk", info.block_bytes}}));
+      const Shape values = shape(t, {{"o", 3}, {"k", info.block_elements}});
+      b.out(Op::dequantize, values, {w}, ir::DequantizeAttrs{f});
+      ValueId dq = b.add(Op::dequantize, values, {w}, ir::DequantizeAttrs{f});
+      ValueId xs = b.input(shape(t, {{"s", 2}, {"k", info.block_elements}}));
+      b.out(Op::dot, shape(t, {{"s", 2}, {"o", 3}}), {xs, dq}, ir::DotAttrs{{}, {}, {1}, {1}});
+    }
+  }
   if (fl) {  // the composites
     b.out(Op::softmax, xy, {x}, ir::AxisAttrs{1});
     b.out(Op::log_softmax, xy, {x}, ir::AxisAttrs{0});

@@ -25,6 +25,7 @@
 #include "prism/models/qwen3_5.h"
 #include "tests/unit/io_test_util.h"
 #include "tests/unit/llm_test_util.h"
+#include "tests/unit/platforms.h"
 #include "tests/unit/test_util.h"
 
 namespace prism {
@@ -195,6 +196,47 @@ TEST(GgufModels, QuantizedQwen3_5KeepsTheBlocksOfMatricesInOrder) {
   std::vector<float> logits = got.feed(prompt), reference = want.feed(prompt);
   EXPECT_LE(max_diff(logits, reference), 1e-4);
   EXPECT_EQ(greedy(got, logits, 24), greedy(want, reference, 24));
+}
+
+// Wherever the platform runs the dequantize op itself (the CPU's kernels; OpenCL and CUDA
+// through the kernel IR, products of a few rows reading the blocks), quantized matrices stay in
+// their blocks on the device, and the models answer as the same weights dequantized at load do:
+// GGUF files' Q8_0 and Q4_0 quantized at load, in prefill and decoding (backend_ops_test.cpp
+// checks every block format's op).
+TEST(GgufModels, QuantizedMatricesStayInTheirBlocksOnEachPlatform) {
+  const testing::QuantActivations f32_activations("f32");  // the float reference's arithmetic
+  testing::check_expected_platforms();
+  struct Model {
+    std::string uri;
+    std::optional<quant::GgmlType> quantize;
+  };
+  const Model models[] = {
+      {gguf("tiny-bf16-tied-q8_0.gguf"), std::nullopt},
+      {gguf("qwen35-small-q8_0.gguf"), std::nullopt},
+      {data("lfm2/tiny-bf16-tied"), quant::GgmlType::Q4_0},
+  };
+  Platform& cpu = get_platform("cpu");
+  for (const PlatformStatus& s : platform_statuses()) {
+    if (!s.available || testing::is_pjrt(s.name)) continue;
+    for (const Model& m : models) {
+      SCOPED_TRACE(s.name + " " + m.uri);
+      llm::EngineOptions o = options(DType::f32);
+      o.quantize = m.quantize;
+      llm::EngineOptions dequantized = o;
+      dequantized.keep_quantized = false;
+      llm::Engine want(m.uri, cpu, dequantized);
+      llm::Engine got(m.uri, get_platform(s.name), o);
+      int kept = 0;
+      for (const auto& [name, buffer] : got.device_weights()[0]) {
+        kept += buffer.shape().dtype() == DType::u8;
+      }
+      EXPECT_GE(kept, 4);
+      const std::vector<int32_t> prompt{1, 2, 3, 10, 20, 30, 40};
+      std::vector<float> logits = got.feed(prompt), reference = want.feed(prompt);
+      EXPECT_LE(max_diff(logits, reference), 1e-4);
+      EXPECT_EQ(greedy(got, logits, 12), greedy(want, reference, 12));
+    }
+  }
 }
 
 TEST(GgufModels, Lfm2ConfigFromTheMetadata) {

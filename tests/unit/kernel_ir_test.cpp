@@ -188,6 +188,50 @@ TEST(KernelIr, EveryOpSaysHowItRuns) {
   }
 }
 
+// A dequantize reads its block's bytes and its f16 scale through a view of the same operand.
+TEST(KernelIr, DequantizeReadsBytesAndAnF16ViewOfThem) {
+  Builder b;
+  ValueId w = b.input(Shape(DType::u8, {{"n", 3}, {"b", 68}}));
+  Step step = b.lower(b.add(Op::dequantize, f32({{"n", 3}, {"k", 64}}), {w},
+                            ir::DequantizeAttrs{quant::GgmlType::Q8_0}));
+  EXPECT_EQ(step.reads, std::vector<ValueId>{w});
+  const Kernel& k = step.kernels.at(0);
+  EXPECT_EQ(k.items(), 3 * 64);
+  std::vector<const Expr*> in = loads(k);
+  ASSERT_EQ(in.size(), 2u) << print(k);
+  int views = 0;
+  for (const Expr* l : in) views += l->view && l->dtype == DType::f16;
+  EXPECT_EQ(views, 1) << print(k);
+  EXPECT_NE(print(k).find("load in0 as f16"), std::string::npos) << print(k);
+}
+
+// Products of a few rows by a dequantize read the blocks themselves (the dequantize is folded:
+// no step, no memory); a product of more rows reads a dequantized copy, made by its own step.
+TEST(KernelIr, FewRowProductsReadTheirWeightsFromTheBlocks) {
+  for (int64_t rows : {1, 16, 17}) {
+    Builder b;
+    ValueId x = b.input(f32({{"s", rows}, {"k", 64}}));
+    ValueId w = b.input(Shape(DType::u8, {{"n", 3}, {"b", 36}}));
+    ValueId dq = b.add(Op::dequantize, f32({{"n", 3}, {"k", 64}}), {w},
+                       ir::DequantizeAttrs{quant::GgmlType::Q4_0});
+    ValueId y =
+        b.add(Op::dot, f32({{"s", rows}, {"n", 3}}), {x, dq}, ir::DotAttrs{{}, {}, {1}, {1}});
+    b.g.outputs() = {y};
+    compiler::FusionPlan plan = plan_steps(b.g);
+    const bool folded = rows <= kFoldedRows;
+    EXPECT_EQ(plan.folded[dq], folded) << rows;
+    EXPECT_EQ(reads_folded(plan, b.g.node(y)), folded);
+    std::optional<Step> step = kernel::lower(b.g, plan, y, "k");
+    ASSERT_TRUE(step);
+    EXPECT_EQ(step->reads, (std::vector<ValueId>{x, folded ? w : dq})) << rows;
+    const Kernel& k = step->kernels.at(0);
+    EXPECT_TRUE(k.cooperative);
+    int views = 0;
+    for (const Expr* l : loads(k)) views += l->view;
+    EXPECT_EQ(views, folded ? 1 : 0) << print(k);
+  }
+}
+
 TEST(KernelC, LiteralsReadBackExactly) {
   struct Plain final : CDialect {
     std::string type(Scalar s) const override { return s == Scalar::f64 ? "double" : "float"; }
@@ -195,6 +239,7 @@ TEST(KernelC, LiteralsReadBackExactly) {
     std::string integer(int64_t v) const override { return std::to_string(v); }
     std::string infinity(Scalar) const override { return "INF"; }
     std::string nan(Scalar) const override { return "NAN"; }
+    std::string view(DType, int) const override { return ""; }
     std::string load(DType, const std::string&, const std::string&) const override { return ""; }
     std::string store(DType, Scalar, const std::string&) const override { return ""; }
     std::string round(DType, Scalar, const std::string&) const override { return ""; }

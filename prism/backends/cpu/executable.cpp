@@ -42,22 +42,21 @@ struct Step {
   bool merged = false;  // run by a later step's group
 };
 
-// The dequantize nodes whose products read their blocks (kernels_quant.cpp).
-std::vector<bool> folded_dequantizes(const ir::Graph& graph) {
-  std::vector<bool> folded(graph.size(), false);
+// The elementwise fusion, and the dequantize nodes whose products read their blocks
+// (kernels_quant.cpp).
+compiler::FusionPlan plan_steps(const ir::Graph& graph) {
+  compiler::FusionPlan plan = compiler::fuse_elementwise(graph);
+  plan.folded.assign(graph.size(), false);
   for (ValueId v = 0; v < static_cast<ValueId>(graph.size()); ++v) {
-    folded[v] = graph.node(v).op == Op::dequantize && folds_dequantize(graph, v);
+    plan.folded[v] = graph.node(v).op == Op::dequantize && folds_dequantize(graph, v);
   }
-  return folded;
+  return plan;
 }
 
 class CpuExecutable : public ExecutableImpl {
  public:
   CpuExecutable(CpuPlatform& platform, const ir::Graph& graph, const CompileSpec& spec)
-      : platform_(platform),
-        graph_(graph),
-        plan_(compiler::fuse_elementwise(graph_)),
-        schedule_(graph_, plan_, folded_dequantizes(graph_)) {
+      : platform_(platform), graph_(graph), plan_(plan_steps(graph_)), schedule_(graph_, plan_) {
     schedule_.cluster_products(graph_);  // siblings next to each other: see group_products()
     std::vector<std::vector<ValueId>> reads;
     for (ValueId v : schedule_.steps()) {

@@ -215,6 +215,9 @@ class CudaDialect final : public kernel::CDialect {
   std::string nan(kernel::Scalar s) const override {
     return s == kernel::Scalar::f64 ? "PRISM_NAN_D" : "PRISM_NAN_F";
   }
+  std::string view(DType t, int operand) const override {
+    return fmt::format("((const {}*)in{}_)", storage_type(t), operand);
+  }
   std::string load(DType t, const std::string& ptr, const std::string& index) const override {
     return fmt::format("{}({}[{}])", detail::ld(t), ptr, index);
   }

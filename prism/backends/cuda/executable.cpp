@@ -16,6 +16,7 @@
 #include "prism/backends/cuda/matmul.h"
 #include "prism/backends/cuda/nvrtc_compiler.h"
 #include "prism/compiler/fusion.h"
+#include "prism/compiler/kernel_ir.h"
 #include "prism/compiler/schedule.h"
 #include "prism/core/error.h"
 #include "prism/runtime/outputs.h"
@@ -41,7 +42,7 @@ class CudaExecutable : public ExecutableImpl {
   CudaExecutable(CudaPlatform& platform, const ir::Graph& graph, const CompileSpec& spec)
       : platform_(platform),
         graph_(graph),
-        plan_(compiler::fuse_elementwise(graph_)),
+        plan_(kernel::plan_steps(graph_)),
         schedule_(graph_, plan_) {
     for (ValueId id = 0; id < graph_.size(); ++id) {
       const ir::Node& n = graph_.node(id);
@@ -54,7 +55,8 @@ class CudaExecutable : public ExecutableImpl {
       const ir::Node& n = graph_.node(id);
       Step& step = steps_.emplace_back(Step{id, step_reads(graph_, plan_, id), {}, {}, nullptr});
       std::optional<MatmulShape> mm;
-      if (n.op == Op::dot && platform_.cublaslt_handle()) mm = plan_matmul(graph_, n);
+      if (n.op == Op::dot && !kernel::reads_folded(plan_, n) && platform_.cublaslt_handle())
+        mm = plan_matmul(graph_, n);
       if (mm) {
         step.matmul = std::make_unique<Matmul>(*mm, platform_.cublaslt_handle(),
                                                CudaPlatform::kWorkspaceBytes);

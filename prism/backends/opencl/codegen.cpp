@@ -81,7 +81,7 @@ KernelSource step_kernel(const ir::Graph& g, const compiler::FusionPlan& plan, V
   KernelSource library;
   library.name = name;
   library.reads = node.inputs;
-  if (node.op == Op::dot) {  // products that fit the tiled kernels
+  if (node.op == Op::dot && !kernel::reads_folded(plan, node)) {  // tiled kernels
     if (auto fast = matmul_kernel(g, id, library)) return std::move(*fast);
   }
   if (node.op == Op::attention) return nn_kernel(g, id, std::move(library));

@@ -37,7 +37,7 @@ class OpenClExecutable : public ExecutableImpl {
       : platform_(platform),
         api_(platform.api()),
         graph_(graph),
-        plan_(compiler::fuse_elementwise(graph_)),
+        plan_(kernel::plan_steps(graph_)),
         schedule_(graph_, plan_) {
     std::vector<std::vector<ValueId>> reads;
     for (ValueId id = 0; id < graph_.size(); ++id) {

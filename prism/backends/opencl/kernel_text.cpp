@@ -138,6 +138,9 @@ class OpenClDialect final : public kernel::CDialect {
   std::string nan(kernel::Scalar s) const override {
     return s == kernel::Scalar::f64 ? "((double)NAN)" : "NAN";
   }
+  std::string view(DType t, int operand) const override {
+    return fmt::format("((__global const {}*)(a{}_ + o{}_))", storage(t), operand, operand);
+  }
   std::string load(DType t, const std::string& ptr, const std::string& index) const override {
     return opencl::load(t, ptr, index);
   }

@@ -41,6 +41,7 @@ struct Options {
   std::string platform;
   std::string dtype = "auto";
   std::string quantize;
+  std::string keep_quantized = "auto";
   int64_t devices = 1;
   std::string mesh;
 };
@@ -161,6 +162,7 @@ int run(const Options& o) {
   options.dtype = dtype;
   options.load.zero_copy = o.map_weights;
   options.quantize = prism::llm::quantize_type(o.quantize, "llm");
+  options.keep_quantized = prism::llm::keep_quantized(o.keep_quantized, "llm");
   prism::llm::Engine engine(o.model, platform, options);
   prism::llm::Sampler sampler(o.sampling);
   Stats stats;
@@ -263,8 +265,13 @@ const prism::cli::RegisterCommand kLlm{
       app.add_option("--platform", o->platform, "cpu, opencl, cuda, auto");
       app.add_option("--quantize", o->quantize,
                      "q8_0, q4_0 or q4_k: quantize a safetensors checkpoint's matrices as they "
-                     "load, as a GGUF file of that type holds them (on the CPU they stay "
-                     "quantized in memory; docs/quantization.md)");
+                     "load, as a GGUF file of that type holds them (on the CPU, OpenCL and CUDA "
+                     "they stay quantized in memory; docs/quantization.md)");
+      app.add_option("--keep-quantized", o->keep_quantized,
+                     "auto (where the platform multiplies the blocks itself), yes (on every "
+                     "platform: PJRT through the op's decomposition) or no: whether quantized "
+                     "matrices stay quantized in memory")
+          ->capture_default_str();
       app.add_option("--dtype", o->dtype,
                      "auto (the checkpoint's: bf16 for a bf16 checkpoint), f32 or bf16")
           ->capture_default_str();

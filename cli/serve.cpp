@@ -16,7 +16,7 @@
 namespace {
 
 struct Options {
-  std::string model, model_id, platform, dtype = "auto", mesh, quantize;
+  std::string model, model_id, platform, dtype = "auto", mesh, quantize, keep_quantized = "auto";
   prism::serve::ServeOptions serve;
   int64_t seqlen = 4096, devices = 1, parallel = 1;
 };
@@ -45,6 +45,7 @@ int run(const Options& o) {
   engine_options.seqlen = o.seqlen;
   engine_options.dtype = dtype;
   engine_options.quantize = quantize;
+  engine_options.keep_quantized = prism::llm::keep_quantized(o.keep_quantized, "serve");
   if (o.devices > 1) engine_options.mesh = prism::Mesh({{prism::models::kModelAxis, o.devices}});
   if (!o.mesh.empty()) engine_options.mesh = prism::Mesh::parse(o.mesh);
   prism::llm::Engine engine(o.model, prism::get_platform(o.platform), engine_options);
@@ -89,7 +90,12 @@ const prism::cli::RegisterCommand kServe{
           ->capture_default_str();
       app.add_option("--quantize", o->quantize,
                      "q8_0, q4_0 or q4_k: quantize a safetensors checkpoint's matrices as they "
-                     "load (on the CPU they stay quantized in memory; docs/quantization.md)");
+                     "load (on the CPU, OpenCL and CUDA they stay quantized in memory; "
+                     "docs/quantization.md)");
+      app.add_option("--keep-quantized", o->keep_quantized,
+                     "auto, yes (on every platform) or no: whether quantized matrices stay "
+                     "quantized in memory")
+          ->capture_default_str();
       app.add_option("--devices", o->devices, "tensor-parallel over N devices");
       app.add_option("--mesh", o->mesh, "the devices as named axes, as in model:2");
       return [o] { return run(*o); };

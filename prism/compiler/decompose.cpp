@@ -211,17 +211,18 @@ Tensor short_conv(const Tensor& x, const Tensor& state, const Tensor& weight) {
   return positional(y).convert(x.dtype());
 }
 
-// ggml's blocks in graph ops, for platforms without a kernel of their own: every element's
-// integer fields are picked out of its block's bytes by gathers with constant index vectors
-// (a field of element e is (byte[at[e]] >> shift[e]) & (2^width[e] - 1), as integer division
-// and remainder), and the f16 scales are assembled from their bits with a gathered table of
-// powers of two, so no platform needs bit casts or shifts. Products and differences are
-// rounded as prism::quant::dequantize rounds them.
+// ggml's blocks in graph ops, for platforms without a kernel of their own, written with
+// slices, splits and concatenations of the bytes and integer division and remainder, so that a
+// compiler such as XLA fuses the whole of it into one loop over the values: a field of
+// elements (x >> shift) & (2^width - 1) is rem(x / 2^shift, 2^width) of a slice of bytes, and
+// where one byte holds fields of several elements (nibbles, bits) the fields are concatenated
+// along the element axis in the block's order. The f16 scales are assembled from their bits
+// with a table of powers of two, one lookup per block, so no platform needs bit casts or
+// shifts. Products and differences are rounded as prism::quant::dequantize rounds them.
 class Blocks {
  public:
   // bytes: u8 {..., b}, whole blocks of `t` along the last axis.
-  Blocks(const Tensor& bytes, const quant::GgmlTypeInfo& t)
-      : elements_(t.block_elements), rows_(bytes.rank() - 1) {
+  Blocks(const Tensor& bytes, const quant::GgmlTypeInfo& t) : rows_(bytes.rank() - 1) {
     std::vector<Dim> dims;
     for (int i = 0; i < rows_; ++i) dims.push_back({pos(i), bytes.shape().size(i)});
     const int64_t bytes_along = bytes.shape().size(rows_);
@@ -229,136 +230,139 @@ class Blocks {
     dims.push_back({"byte", t.block_bytes});
     blocks_ = bytes.reshape(Shape(DType::u8, dims)).convert(DType::i32);
   }
-  int64_t elements() const { return elements_; }
 
-  // Field of every element e: (byte[at(e)] >> shift(e)) & (2^width(e) - 1), i32 {..., blk, e}.
-  template <typename At, typename Shift, typename Width>
-  Tensor field(At at, Shift shift, Width width) const {
-    std::vector<int32_t> index(elements_), divisor(elements_), modulus(elements_);
-    for (int e = 0; e < elements_; ++e) {
-      index[e] = at(e);
-      divisor[e] = 1 << shift(e);
-      modulus[e] = 1 << width(e);
+  // Bytes [first, first + count) of every block, i32 {..., blk, e}.
+  Tensor bytes(int64_t first, int64_t count) const {
+    return blocks_.slice("byte", first, count).rename({{"byte", "e"}});
+  }
+  // The nibbles of `count` bytes from `first`, low ones first: {..., blk, e = 2 count}.
+  Tensor nibbles(int64_t first, int64_t count) const {
+    Tensor x = bytes(first, count);
+    const Tensor halves[] = {low(x, 4), x / 16};
+    return concat(halves, "e");
+  }
+  // Fields of `width` bits of x at shifts 0, step, 2 step, ... (`count` of them), along a new
+  // axis `tag` inserted at `axis`.
+  static Tensor fields(const Tensor& x, int count, int step, int width, Tag tag, int axis) {
+    std::vector<Tensor> parts;
+    for (int k = 0; k < count; ++k) {
+      parts.push_back(low(x / static_cast<double>(1 << (k * step)), width).insert(tag, 1, axis));
     }
-    return rem(blocks_.gather("byte", vector(index)) / vector(divisor), vector(modulus));
+    return concat(parts, tag);
   }
-  Tensor field(int at_first, int width_bits) const {  // the same byte for every element
-    return field([&](int) { return at_first; }, [](int) { return 0; },
-                 [&](int) { return width_bits; });
-  }
-  // A signed byte: the field's value less 256 from 128 on.
-  Tensor signed_byte(const Tensor& u) const { return rem(u + 128, vector_of(256)) - 128; }
-  // The f16 stored little-endian at bytes `at`, `at` + 1 of the block, as f32.
+  // x & (2^bits - 1), for x >= 0.
+  static Tensor low(const Tensor& x, int bits) { return rem(x, scalar(1 << bits)); }
+  // A signed byte: its value less 256 from 128 on.
+  static Tensor signed_byte(const Tensor& u) { return rem(u + 128, scalar(256)) - 128; }
+  // The f16 stored little-endian at bytes `at`, `at` + 1 of each block, as f32 {..., blk}.
   Tensor f16(int at) const {
-    Tensor lo = field(at, 8), hi = field(at + 1, 8);
-    Tensor exponent = rem(hi / 4, vector_of(32));
-    Tensor mantissa = rem(hi, vector_of(4)) * 256 + lo;
+    Tensor lo = drop(bytes(at, 1), "e"), hi = drop(bytes(at + 1, 1), "e");
+    Tensor exponent = rem(hi / 4, scalar(32));
+    Tensor mantissa = rem(hi, scalar(4)) * 256 + lo;
     std::vector<float> scale(32);  // the value of mantissa 1 at each exponent
     scale[0] = std::ldexp(1.0f, -24);
     for (int e = 1; e < 31; ++e) scale[e] = std::ldexp(1.0f, e - 25);
     scale[31] = std::numeric_limits<float>::infinity();
-    Tensor zero = eq(exponent, vector_of(0));
+    Tensor zero = eq(exponent, scalar(0));
     Tensor significand = select(zero, mantissa, mantissa + 1024).convert(DType::f32);
     Tensor magnitude = significand * table(scale).gather("t", exponent);
-    Tensor nan = logical_and(eq(exponent, vector_of(31)), ne(mantissa, vector_of(0)));
+    Tensor nan = logical_and(eq(exponent, scalar(31)), ne(mantissa, scalar(0)));
     magnitude = select(nan, Tensor::full(magnitude.shape(), std::nan("")), magnitude);
-    return select(ge(hi, vector_of(128)), -magnitude, magnitude);
+    return select(ge(hi, scalar(128)), -magnitude, magnitude);
   }
+  // The axis after the block axis, where a block's element axes start.
+  int element_axis() const { return rows_ + 1; }
   // Values {..., blk, e} f32 as the operand's layout {..., values} in `dtype`.
   Tensor values(const Tensor& v, DType dtype) const {
     return v.merge({"blk", "e"}, pos(rows_)).convert(dtype);
   }
 
  private:
-  Tensor vector(const std::vector<int32_t>& v) const {
-    return Tensor::constant(
-        HostBuffer::from(Shape(DType::i32, {{"e", elements_}}), std::span<const int32_t>(v)));
-  }
-  Tensor vector_of(int32_t value) const {
-    return Tensor::full(Shape(DType::i32, {{"e", elements_}}), value);
-  }
+  static Tensor scalar(int32_t value) { return Tensor::full(Shape::scalar(DType::i32), value); }
   static Tensor table(const std::vector<float>& v) {
     return Tensor::constant(
         HostBuffer::from(Shape(DType::f32, {{"t", int64_t(v.size())}}), std::span<const float>(v)));
   }
 
   Tensor blocks_;  // i32 {rows..., blk, byte}
-  int64_t elements_;
   int rows_;
 };
 
 Tensor f32(const Tensor& t) { return t.convert(DType::f32); }
 
-// The K-quants' 6-bit scale (or, with `min`, offset) of element e's sub-block of 32, from the
-// 12 bytes at `at` (quant/dequantize.cpp's k_scale_min): sub-blocks 0-3 take six bits of one
-// byte; 4-7 four bits of one byte and two of another.
-Tensor k_scale(const Blocks& b, int at, bool min) {
-  auto s = [](int e) { return e / 32; };
-  Tensor low = b.field([&](int e) { return s(e) < 4 ? at + s(e) + (min ? 4 : 0) : at + s(e) + 4; },
-                       [&](int e) { return s(e) < 4 ? 0 : (min ? 4 : 0); },
-                       [&](int e) { return s(e) < 4 ? 6 : 4; });
-  Tensor high = b.field([&](int e) { return s(e) < 4 ? at : at + s(e) - (min ? 0 : 4); },
-                        [](int) { return 6; }, [&](int e) { return s(e) < 4 ? 0 : 2; });
-  return low + high * 16;
+// The K-quants' 6-bit scales and offsets of the eight sub-blocks of 32, {..., blk, sub}, from
+// the 12 bytes at 4 (quant/dequantize.cpp's k_scale_min): sub-blocks 0-3 take six bits of one
+// byte (bytes 4-7 scales, 8-11 offsets); 4-7 four bits of bytes 12-15 and the top two bits of
+// the byte of sub-block s - 4.
+std::pair<Tensor, Tensor> k_scales(const Blocks& b) {
+  Tensor scales = b.bytes(4, 4), offsets = b.bytes(8, 4), last = b.bytes(12, 4);
+  const Tensor sc[] = {Blocks::low(scales, 6), Blocks::low(last, 4) + (scales / 64) * 16};
+  const Tensor mn[] = {Blocks::low(offsets, 6), last / 16 + (offsets / 64) * 16};
+  return {f32(concat(sc, "e").rename({{"e", "sub"}})), f32(concat(mn, "e").rename({{"e", "sub"}}))};
+}
+
+// Q4_K's and Q5_K's nibbles {..., blk, sub, l}: run r of 32 bytes from `first` holds sub-block
+// 2r in its low nibbles and 2r + 1 in its high ones.
+Tensor k_nibbles(const Blocks& b, int64_t first) {
+  Tensor x = b.bytes(first, 128).split("e", {{"run", 4}, {"l", 32}});
+  const int at = b.element_axis() + 1;
+  const Tensor halves[] = {Blocks::low(x, 4).insert("nib", 1, at), (x / 16).insert("nib", 1, at)};
+  return concat(halves, "nib").merge({"run", "nib"}, "sub");
 }
 
 Tensor dequantize(const Tensor& bytes, quant::GgmlType format, DType dtype) {
   using quant::GgmlType;
   const Blocks b(bytes, quant::info(format));
-  auto nibble = [&](int first) {  // Q4_0's layout: element j < 16 low nibble of byte j
-    return b.field([=](int e) { return first + e % 16; }, [](int e) { return e / 16 * 4; },
-                   [](int) { return 4; });
+  // Q5_0's and Q5_1's fifth bits: bit e of the 32-bit word at `first`, {..., blk, e}.
+  auto fifth_bits = [&](int64_t first) {
+    Tensor x = b.bytes(first, 4).rename({{"e", "byte"}});
+    return Blocks::fields(x, 8, 1, 1, "bit", b.element_axis() + 1).merge({"byte", "bit"}, "e");
   };
-  auto fifth_bit = [&](int first) {  // Q5_0's: bit e of the 32-bit word at `first`
-    return b.field([=](int e) { return first + e / 8; }, [](int e) { return e % 8; },
-                   [](int) { return 1; });
-  };
-  auto k_nibble = [&](int first) {  // Q4_K's: sub-block s in run s / 2, nibble s % 2
-    return b.field([=](int e) { return first + e / 64 * 32 + e % 32; },
-                   [](int e) { return e / 32 % 2 * 4; }, [](int) { return 4; });
-  };
+  // {..., blk, sub, l} as {..., blk, e}.
+  auto elements = [](const Tensor& v) { return v.merge({"sub", "l"}, "e"); };
   Tensor v;
   switch (format) {
     case GgmlType::Q4_0:
-      v = b.f16(0) * f32(nibble(2) - 8);
+      v = b.f16(0) * f32(b.nibbles(2, 16) - 8);
       break;
     case GgmlType::Q4_1:
-      v = b.f16(0) * f32(nibble(4)) + b.f16(2);
+      v = b.f16(0) * f32(b.nibbles(4, 16)) + b.f16(2);
       break;
     case GgmlType::Q5_0:
-      v = b.f16(0) * f32(nibble(6) + fifth_bit(2) * 16 - 16);
+      v = b.f16(0) * f32(b.nibbles(6, 16) + fifth_bits(2) * 16 - 16);
       break;
     case GgmlType::Q5_1:
-      v = b.f16(0) * f32(nibble(8) + fifth_bit(4) * 16) + b.f16(2);
+      v = b.f16(0) * f32(b.nibbles(8, 16) + fifth_bits(4) * 16) + b.f16(2);
       break;
     case GgmlType::Q8_0:
-      v = f32(b.signed_byte(
-              b.field([](int e) { return 2 + e; }, [](int) { return 0; }, [](int) { return 8; }))) *
-          b.f16(0);
+      v = f32(Blocks::signed_byte(b.bytes(2, 32))) * b.f16(0);
       break;
-    case GgmlType::Q4_K:
-      v = b.f16(0) * f32(k_scale(b, 4, false)) * f32(k_nibble(16)) -
-          b.f16(2) * f32(k_scale(b, 4, true));
+    case GgmlType::Q4_K: {
+      auto [scale, offset] = k_scales(b);
+      v = elements(b.f16(0) * scale * f32(k_nibbles(b, 16)) - b.f16(2) * offset);
       break;
+    }
     case GgmlType::Q5_K: {
-      Tensor high = b.field([](int e) { return 16 + e % 32; }, [](int e) { return e / 32; },
-                            [](int) { return 1; });
-      v = b.f16(0) * f32(k_scale(b, 4, false)) * f32(k_nibble(48) + high * 16) -
-          b.f16(2) * f32(k_scale(b, 4, true));
+      auto [scale, offset] = k_scales(b);
+      // Bit s of byte l of the 32 at 16 is the fifth bit of element l of sub-block s.
+      Tensor high =
+          Blocks::fields(b.bytes(16, 32).rename({{"e", "l"}}), 8, 1, 1, "sub", b.element_axis());
+      v = elements(b.f16(0) * scale * f32(k_nibbles(b, 48) + high * 16) - b.f16(2) * offset);
       break;
     }
     case GgmlType::Q6_K: {
-      // Each half of 128 reads 64 nibble bytes and 32 bytes of 2-bit pairs; its run j of 32
-      // takes nibble byte (j % 2) * 32 + l (low for j < 2) and bits 2j, 2j + 1 of pair byte l.
-      auto half = [](int e) { return e / 128; };
-      auto run = [](int e) { return e % 128 / 32; };
-      Tensor low = b.field([&](int e) { return half(e) * 64 + run(e) % 2 * 32 + e % 32; },
-                           [&](int e) { return run(e) / 2 * 4; }, [](int) { return 4; });
-      Tensor high = b.field([&](int e) { return 128 + half(e) * 32 + e % 32; },
-                            [&](int e) { return 2 * run(e); }, [](int) { return 2; });
-      Tensor scale = b.signed_byte(b.field([](int e) { return 192 + e / 16; },
-                                           [](int) { return 0; }, [](int) { return 8; }));
-      v = b.f16(208) * f32(scale) * f32(low + high * 16 - 32);
+      // Each half of 128 elements reads 64 nibble bytes and 32 bytes of 2-bit pairs; its run j
+      // of 32 takes nibble byte (j % 2) * 32 + l (low for j < 2) and bits 2j, 2j + 1 of pair
+      // byte l. Each 16 elements have a signed 8-bit scale.
+      Tensor ql = b.bytes(0, 128).split("e", {{"half", 2}, {"run", 2}, {"l", 32}});
+      const Tensor runs[] = {Blocks::low(ql, 4), ql / 16};
+      Tensor low = concat(runs, "run");
+      Tensor qh = b.bytes(128, 64).split("e", {{"half", 2}, {"l", 32}});
+      Tensor high = Blocks::fields(qh, 4, 2, 2, "run", b.element_axis() + 1);
+      Tensor q = (low + high * 16 - 32).merge({"half", "run", "l"}, "e");
+      q = q.split("e", {{"g", 16}, {"i", 16}});
+      Tensor scale = f32(Blocks::signed_byte(b.bytes(192, 16))).rename({{"e", "g"}});
+      v = (b.f16(208) * scale * f32(q)).merge({"g", "i"}, "e");
       break;
     }
     default:

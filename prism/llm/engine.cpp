@@ -41,6 +41,13 @@ std::optional<quant::GgmlType> quantize_type(std::string_view name, std::string_
   fail("{}: --quantize={} is not one of q8_0, q4_0, q4_k", command, name);
 }
 
+std::optional<bool> keep_quantized(std::string_view name, std::string_view command) {
+  if (name == "auto") return std::nullopt;
+  if (name == "yes") return true;
+  if (name == "no") return false;
+  fail("{}: --keep-quantized={} is not one of auto, yes, no", command, name);
+}
+
 namespace {
 
 // The checkpoint's own compute dtype (EngineOptions::dtype unset), from its config.json or,
@@ -75,12 +82,14 @@ io::Store round_trip(const io::Store& store, quant::GgmlType type) {
 }
 
 // The store's matrices in a block format (a GGUF file's quantized tensors, --quantize's) that
-// the model keeps in it: all of them where the platform multiplies the blocks as they are, on
-// one device, but those whose blocks hold other columns or values than the model's (Qwen 3.5's
-// ssm_out in llama.cpp's value-head order: io::StoredTensor::rearranged), dequantized.
+// the model keeps in it: all of them where the platform runs the dequantize op itself (or
+// `everywhere`), on one device, but those whose blocks hold other columns or values than the
+// model's (Qwen 3.5's ssm_out in llama.cpp's value-head order: io::StoredTensor::rearranged),
+// dequantized.
 std::map<std::string, quant::GgmlType, std::less<>> kept_quantized(const io::Store& store,
                                                                    const Platform& platform,
-                                                                   const Mesh& mesh) {
+                                                                   const Mesh& mesh,
+                                                                   bool everywhere) {
   std::map<std::string, quant::GgmlType, std::less<>> kept;
   if (mesh.devices() > 1) return kept;
   for (const std::string& name : store.names()) {
@@ -93,7 +102,7 @@ std::map<std::string, quant::GgmlType, std::less<>> kept_quantized(const io::Sto
                          Shape(DType::f32, {{"r", 1}, {"c", type.block_elements}}),
                          {},
                          ir::DequantizeAttrs{*format}};
-    if (platform.supports(probe)) kept.emplace(name, *format);
+    if (everywhere || platform.supports(probe)) kept.emplace(name, *format);
   }
   return kept;
 }
@@ -146,8 +155,9 @@ Engine::Engine(Checkpoint checkpoint, Platform& platform, const EngineOptions& o
               "llm: --seqlen={} must be between 1 and the model's {} positions", options.seqlen,
               info_.max_positions);
   state_specs_ = model_->state_specs(options.seqlen);
-  if (options.keep_quantized) {
-    model_->set_quantized_weights(kept_quantized(store_, platform_, options_.mesh));
+  if (options.keep_quantized.value_or(true)) {
+    model_->set_quantized_weights(
+        kept_quantized(store_, platform_, options_.mesh, options.keep_quantized.has_value()));
   }
   // Every window's executable reads the same weights: load them for the first one.
   ShardedExecutable& first = executable(1);

@@ -42,10 +42,12 @@ struct EngineOptions {
   // load: the weights a GGUF file of that type would hold (quant::type_for_tensor picks each
   // tensor's type as `prism quantize` does).
   std::optional<quant::GgmlType> quantize;
-  // Matrices in a block format (a GGUF file's quantized tensors, or `quantize`'s) stay in it in
-  // memory where the platform runs the dequantize op itself (the CPU, OpenCL, CUDA), on one
-  // device; they are dequantized into `dtype` as they load elsewhere, or with this off.
-  bool keep_quantized = true;
+  // Whether matrices in a block format (a GGUF file's quantized tensors, or `quantize`'s) stay
+  // in it in memory, on one device. Unset: where the platform runs the dequantize op itself
+  // (the CPU, OpenCL, CUDA); they are dequantized into `dtype` as they load elsewhere. true:
+  // on every platform (PJRT through the op's decomposition into graph ops: the memory of the
+  // quantized model, at the speed its compiler makes of the decomposition). false: never.
+  std::optional<bool> keep_quantized;
 };
 
 // A command's --dtype as EngineOptions::dtype: "auto" (unset: the checkpoint's own), "f32" or
@@ -54,6 +56,9 @@ std::optional<DType> compute_dtype(std::string_view name, std::string_view comma
 // A command's --quantize as EngineOptions::quantize: "" (none), "q8_0", "q4_0" or "q4_k";
 // anything else throws a prism::Error that starts with `command`.
 std::optional<quant::GgmlType> quantize_type(std::string_view name, std::string_view command);
+// A command's --keep-quantized as EngineOptions::keep_quantized: "auto" (unset), "yes" or "no";
+// anything else throws a prism::Error that starts with `command`.
+std::optional<bool> keep_quantized(std::string_view name, std::string_view command);
 
 // The model's step over a window of `window` tokens for conversations of up to `seqlen`
 // positions, compiled with the states donated. Inputs: tokens {s} (i32), start and last (i32

@@ -91,5 +91,10 @@ expect_error "llm --quantize unknown" "llm: --quantize=q5_k is not one of q8_0, 
   "$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --print-ids --quantize=q5_k
 expect_error "llm --quantize on GGUF" "llm: --quantize takes a safetensors checkpoint" \
   "$prism" llm --model="$gguf/tiny-f32.gguf" --prompt-ids=1 --print-ids --quantize=q8_0
+expect_error "llm --keep-quantized unknown" "llm: --keep-quantized=always is not one of auto, yes, no" \
+  "$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --print-ids --quantize=q8_0 --keep-quantized=always
+# Kept or not, the same weights: the same greedy ids.
+check "--keep-quantized=no" "$(greedy "$data/tiny-f32" --quantize=q4_0)" \
+  "$(greedy "$data/tiny-f32" --quantize=q4_0 --keep-quantized=no)"
 
 exit $fail

@@ -202,7 +202,8 @@ TEST(GgufModels, QuantizedQwen3_5KeepsTheBlocksOfMatricesInOrder) {
 // through the kernel IR, products of a few rows reading the blocks), quantized matrices stay in
 // their blocks on the device, and the models answer as the same weights dequantized at load do:
 // GGUF files' Q8_0 and Q4_0 quantized at load, in prefill and decoding (backend_ops_test.cpp
-// checks every block format's op).
+// checks every block format's op). PJRT platforms dequantize at load unless told to keep the
+// blocks (--keep-quantized=yes), and then run the op's decomposition, with the same answers.
 TEST(GgufModels, QuantizedMatricesStayInTheirBlocksOnEachPlatform) {
   const testing::QuantActivations f32_activations("f32");  // the float reference's arithmetic
   testing::check_expected_platforms();
@@ -216,21 +217,28 @@ TEST(GgufModels, QuantizedMatricesStayInTheirBlocksOnEachPlatform) {
       {data("lfm2/tiny-bf16-tied"), quant::GgmlType::Q4_0},
   };
   Platform& cpu = get_platform("cpu");
+  auto kept = [](const llm::Engine& e) {
+    int n = 0;
+    for (const auto& [name, buffer] : e.device_weights()[0])
+      n += buffer.shape().dtype() == DType::u8;
+    return n;
+  };
   for (const PlatformStatus& s : platform_statuses()) {
-    if (!s.available || testing::is_pjrt(s.name)) continue;
+    if (!s.available) continue;
+    const bool pjrt = testing::is_pjrt(s.name);
     for (const Model& m : models) {
       SCOPED_TRACE(s.name + " " + m.uri);
       llm::EngineOptions o = options(DType::f32);
       o.quantize = m.quantize;
       llm::EngineOptions dequantized = o;
       dequantized.keep_quantized = false;
+      if (pjrt) {
+        EXPECT_EQ(kept(llm::Engine(m.uri, get_platform(s.name), o)), 0);
+        o.keep_quantized = true;
+      }
       llm::Engine want(m.uri, cpu, dequantized);
       llm::Engine got(m.uri, get_platform(s.name), o);
-      int kept = 0;
-      for (const auto& [name, buffer] : got.device_weights()[0]) {
-        kept += buffer.shape().dtype() == DType::u8;
-      }
-      EXPECT_GE(kept, 4);
+      EXPECT_GE(kept(got), 4);
       const std::vector<int32_t> prompt{1, 2, 3, 10, 20, 30, 40};
       std::vector<float> logits = got.feed(prompt), reference = want.feed(prompt);
       EXPECT_LE(max_diff(logits, reference), 1e-4);

@@ -8,7 +8,8 @@
 #      tiny-bf16-tied (head size 8) the llama.cpp built here crashes on every quantized file,
 #      tools/make_tiny_gguf.py's converter-made Q8_0 fixture included: noted, not failed;
 #   3. prism's Q4_K blocks equal llama-quantize's (--pure Q4_K_S, no importance matrix: ggml's
-#      reference quantization) bit for bit, on a checkpoint wide enough for 256-element blocks.
+#      reference quantization) bit for bit, on a checkpoint wide enough for 256-element blocks,
+#      and so do its Q5_0 blocks where rows of 32 and 64 make both fall back (tiny-bf16-tied).
 # Needs the gguf package for step 3 (.venv, scripts/setup.sh --tools).
 #
 #   tools/check_quantize_llamacpp.sh [build/bin/prism]
@@ -48,9 +49,14 @@ python3 "$root/tools/make_wide_llama.py" "$tmp/wide"
 "$prism" quantize "$tmp/wide" "$tmp/wide-q4_k.gguf" --type=q4_k 2>/dev/null
 "$llama/bin/llama-quantize" --pure "$tmp/wide-f32.gguf" "$tmp/wide-llama-q4_k.gguf" Q4_K_S 2 \
   >"$tmp/quantize.log" 2>&1 || { echo "FAIL llama-quantize: $(tail -3 "$tmp/quantize.log")"; fail=1; }
+"$llama/bin/llama-quantize" --pure "$tmp/tiny-bf16-tied-f32.gguf" "$tmp/tiny-llama-q4_k.gguf" \
+  Q4_K_S 2 >"$tmp/quantize-tiny.log" 2>&1 ||
+  { echo "FAIL llama-quantize tiny: $(tail -3 "$tmp/quantize-tiny.log")"; fail=1; }
 python=$root/.venv/bin/python
 if [[ -x $python ]] && "$python" -c 'import gguf' 2>/dev/null; then
-  "$python" - "$tmp/wide-q4_k.gguf" "$tmp/wide-llama-q4_k.gguf" <<'PY' || fail=1
+  for pair in "wide-q4_k.gguf wide-llama-q4_k.gguf" "tiny-bf16-tied-q4_k.gguf tiny-llama-q4_k.gguf"; do
+    set -- $pair
+    "$python" - "$tmp/$1" "$tmp/$2" <<'PY' || fail=1
 import sys
 import numpy as np
 import gguf
@@ -66,6 +72,7 @@ for t in ours.tensors:
     bad += not same
 sys.exit(1 if bad else 0)
 PY
+  done
 else
   echo "skip Q4_K bytes: the gguf package is not in .venv (scripts/setup.sh --tools)"
 fi

@@ -46,7 +46,7 @@ def main():
     rng = np.random.default_rng(20241201)
     w = gguf.GGUFWriter(OUT, "prism-test")
     w.add_string("general.name", "quantize reference")
-    for qtype in (T.F16, T.BF16, T.Q8_0, T.Q4_0):
+    for qtype in (T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q5_0):
         src = rows(rng)
         name = qtype.name.lower()
         w.add_tensor(name + ".src", src)

@@ -56,6 +56,34 @@ void q4_0(const float* x, uint8_t* b) {
   for (int j = 0; j < 16; ++j) b[2 + j] = static_cast<uint8_t>(q(x[j]) | (q(x[j + 16]) << 4));
 }
 
+// Q5_0: Q4_0 with a fifth bit. The value of largest magnitude maps to -16; q = trunc(x / d +
+// 16.5), at most 31. The low four bits are nibbles as Q4_0's (element j low, j + 16 high, in
+// the 16 bytes at 6); the fifth bits form the little-endian 32-bit word at 2, bit j for
+// element j.
+void q5_0(const float* x, uint8_t* b) {
+  float amax = 0, extreme = 0;
+  for (int j = 0; j < 32; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      extreme = x[j];
+    }
+  }
+  const float d = extreme / -16;
+  const float id = d != 0 ? 1 / d : 0;
+  store_f16(b, d);
+  uint32_t high = 0;
+  for (int j = 0; j < 32; ++j) {
+    const int q = std::min(31, static_cast<int>(x[j] * id + 16.5f));
+    high |= static_cast<uint32_t>(q >> 4) << j;
+    if (j < 16) {
+      b[6 + j] = static_cast<uint8_t>(q & 15);
+    } else {
+      b[6 + j - 16] = static_cast<uint8_t>(b[6 + j - 16] | ((q & 15) << 4));
+    }
+  }
+  std::memcpy(b + 2, &high, 4);
+}
+
 // Q4_K, after ggml's reference quantization (quantize_row_q4_K_ref). Each sub-block of 32 is
 // fitted as scale * q - offset (q in 0..15, offset >= 0) by a weighted least-squares search
 // over 21 candidate scales, each weight being the sub-block's RMS plus |x| (large values
@@ -211,6 +239,8 @@ BlockFn block_fn(GgmlType type) {
       return q8_0;
     case GgmlType::Q4_0:
       return q4_0;
+    case GgmlType::Q5_0:
+      return q5_0;
     case GgmlType::Q4_K:
       return q4_k;
     default:
@@ -243,7 +273,7 @@ GgmlType type_for_tensor(GgmlType wanted, std::span<const int64_t> shape) {
   const int64_t row = shape.back();
   auto fits = [&](GgmlType t) { return row % info(t).block_elements == 0; };
   if (fits(wanted)) return wanted;
-  if (wanted == GgmlType::Q4_K && fits(GgmlType::Q4_0)) return GgmlType::Q4_0;
+  if (wanted == GgmlType::Q4_K && fits(GgmlType::Q5_0)) return GgmlType::Q5_0;
   return GgmlType::F16;
 }
 

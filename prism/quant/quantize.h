@@ -2,7 +2,8 @@
 // showing a format's effect on a model's outputs. Plain scalar code, compiled with contraction
 // off like the dequantizers, so that every product and sum rounds where the references round.
 //
-//   - Q8_0 and Q4_0 are bit for bit the `gguf` Python package's gguf.quants.quantize (which is
+//   - Q8_0, Q4_0 and Q5_0 are bit for bit the `gguf` Python package's gguf.quants.quantize (which
+//   is
 //     ggml's reference quantization): tests/unit/quantize_test.cpp checks a fixture the package
 //     wrote.
 //   - Q4_K has no quantizer in the package: it follows ggml's reference (quantize_row_q4_K_ref,
@@ -19,7 +20,7 @@
 
 namespace prism::quant {
 
-// F32, F16, BF16, Q8_0, Q4_0 and Q4_K.
+// F32, F16, BF16, Q8_0, Q4_0, Q5_0 and Q4_K.
 bool can_quantize(GgmlType type);
 
 // Quantizes whole blocks: `src` holds n * block_elements values, `dst` receives n blocks of
@@ -29,9 +30,8 @@ void quantize(GgmlType type, std::span<const float> src, std::span<std::byte> ds
 
 // The type llama.cpp's tools give a tensor of `shape` (outermost first) when `wanted` is
 // asked for: tensors of fewer than two dims (norms, rope factors) stay F32; a quantized type
-// needs rows of whole blocks, and a tensor whose rows are not falls back: Q4_K to Q4_0 where
-// rows are whole blocks of 32 (the same 4.5 bits a weight), then to F16, as llama.cpp does
-// when no block type fits.
+// needs rows of whole blocks, and a tensor whose rows are not falls back as llama-quantize's
+// does: Q4_K to Q5_0 where rows are whole blocks of 32, then to F16 where no block type fits.
 GgmlType type_for_tensor(GgmlType wanted, std::span<const int64_t> shape);
 
 }  // namespace prism::quant

@@ -44,7 +44,10 @@ ask() { "$prism" llm --model="$1" --prompt="What is the capital of France?" --ma
 check "text prompt" "$(ask "$gguf/tiny-bf16-tied.gguf")" "$(ask "$tmp/tiny-bf16-tied-bf16.gguf")"
 # What falls back where blocks do not fit: tiny-f32's rows of 16 and 48 take no block type.
 quantize "$data/tiny-bf16-tied" "$tmp/x.gguf" --type=q4_k
-check "q4_k fallback" "wrote $tmp/x.gguf: 6 F32, 15 Q4_0 tensors (2.3 MB), no tokenizer" "$(cat "$tmp/quantize.err")"
+check "q4_k fallback" "wrote $tmp/x.gguf: 6 F32, 15 Q5_0 tensors (2.8 MB), no tokenizer" "$(cat "$tmp/quantize.err")"
+# The Q5_0 file runs as the checkpoint quantized to Q4_K at load (which falls back alike).
+check "q4_k fallback = quantized at load" "$(greedy "$data/tiny-bf16-tied" --quantize=q4_k)" \
+  "$(greedy "$tmp/x.gguf")"
 quantize "$data/tiny-f32" "$tmp/x.gguf" --type=q8_0
 check "q8_0 fallback" "wrote $tmp/x.gguf: 7 F32, 23 F16 tensors (8.2 MB), no tokenizer" "$(cat "$tmp/quantize.err")"
 

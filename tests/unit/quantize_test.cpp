@@ -1,7 +1,7 @@
 // prism/quant/quantize.h, io::GgufWriter and llm::export_llama_gguf.
 //
 // tests/data/gguf/quantize_ref.gguf comes from the `gguf` Python package
-// (tools/make_quantize_fixtures.py): F16, BF16, Q8_0 and Q4_0 must be its bytes exactly. Q4_K
+// (tools/make_quantize_fixtures.py): F16, BF16, Q8_0, Q4_0 and Q5_0 must be its bytes exactly. Q4_K
 // has no quantizer there; it is held to its error bound here and compared with llama.cpp's
 // llama-quantize by tools/check_quantize_llamacpp.sh where llama.cpp is built.
 #include "prism/quant/quantize.h"
@@ -41,7 +41,7 @@ std::vector<float> round_trip(GgmlType type, std::span<const float> x) {
 TEST(Quantize, EqualsTheGgufPackageBitForBit) {
   auto file = io::open(kReference);
   const io::GgufHeader h = io::GgufHeader::read(*file);
-  for (const char* name : {"f16", "bf16", "q8_0", "q4_0"}) {
+  for (const char* name : {"f16", "bf16", "q8_0", "q4_0", "q5_0"}) {
     SCOPED_TRACE(name);
     const io::GgufTensor& src = h.tensor(std::string(name) + ".src");
     const io::GgufTensor& ref = h.tensor(name);
@@ -143,7 +143,7 @@ TEST(Quantize, TypeForTensorFollowsLlamaCpp) {
   using V = std::vector<int64_t>;
   EXPECT_EQ(type_for_tensor(GgmlType::Q4_K, V{4096}), GgmlType::F32);  // norms stay f32
   EXPECT_EQ(type_for_tensor(GgmlType::Q4_K, V{64, 4096}), GgmlType::Q4_K);
-  EXPECT_EQ(type_for_tensor(GgmlType::Q4_K, V{64, 96}), GgmlType::Q4_0);  // rows of 32s
+  EXPECT_EQ(type_for_tensor(GgmlType::Q4_K, V{64, 96}), GgmlType::Q5_0);  // rows of 32s
   EXPECT_EQ(type_for_tensor(GgmlType::Q4_K, V{64, 48}), GgmlType::F16);
   EXPECT_EQ(type_for_tensor(GgmlType::Q8_0, V{64, 48}), GgmlType::F16);
   EXPECT_EQ(type_for_tensor(GgmlType::Q8_0, V{64, 64}), GgmlType::Q8_0);

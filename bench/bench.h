@@ -96,5 +96,12 @@ class ReadProbe {
 // The random-weight Llama 3.2 1B-shaped checkpoint (safetensors, GGUF and a tokenizer) that
 // `llm` and `serve` run, written by tools/make_bench_llama.py into `dir` on first use.
 void ensure_checkpoint(const std::string& dir);
+// --format: "bf16" (the checkpoint's own GGUF), or a quantized GGUF of the same weights,
+// `dir`/model-FORMAT.gguf for q8_0, q4_0 and q4_k_m, made on first use (by llama.cpp's
+// llama-quantize from the bf16 GGUF where scripts/setup.sh --bench built it, as the files
+// users download are made, else by prism quantize). The GGUF file's path; throws for another
+// format, naming `command`.
+std::string checkpoint_gguf(const std::string& dir, const std::string& format,
+                            const std::string& command);
 
 }  // namespace prism::bench

@@ -84,32 +84,34 @@ void ensure_checkpoint(const std::string& dir) {
               "in .venv: scripts/setup.sh --bench)");
 }
 
-// The checkpoint's weights in a quantized GGUF, `dir`/model-FORMAT.gguf, made on first use:
-// by llama.cpp's llama-quantize from the bf16 GGUF where scripts/setup.sh --bench built it
-// (the files users download are made so), else by prism quantize from the safetensors.
-std::string quantized_checkpoint(const std::string& dir, const std::string& format) {
+std::string checkpoint_gguf(const std::string& dir, const std::string& format,
+                            const std::string& command) {
   namespace fs = std::filesystem;
+  PRISM_CHECK(format == "bf16" || format == "q8_0" || format == "q4_0" || format == "q4_k_m",
+              "{}: --format takes bf16, q8_0, q4_0 or q4_k_m; not '{}'", command, format);
+  if (format == "bf16") return dir + "/model.gguf";
   const fs::path out = fs::path(dir) / ("model-" + format + ".gguf");
   if (fs::exists(out)) return out.string();
   const fs::path partial = out.string() + ".partial";
   const std::string quantizer = PRISM_LLAMACPP_DIR "/bin/llama-quantize";
-  std::string command;
+  std::string run;
   if (fs::exists(quantizer)) {
     std::string type = format;
     std::transform(type.begin(), type.end(), type.begin(), ::toupper);
-    command = fmt::format("'{}' '{}/model.gguf' '{}' {} >'{}.log' 2>&1", quantizer, dir,
-                          partial.string(), type, partial.string());
+    run = fmt::format("'{}' '{}/model.gguf' '{}' {} >'{}.log' 2>&1", quantizer, dir,
+                      partial.string(), type, partial.string());
   } else {
     PRISM_CHECK(format != "q4_k_m",
-                "llm: --format=q4_k_m needs llama.cpp's llama-quantize (scripts/setup.sh --bench); "
-                "prism quantize writes q8_0, q4_0 and q4_k");
-    command = fmt::format("'{}/bin/prism' quantize '{}' '{}' --type={}", PRISM_BINARY_DIR, dir,
-                          partial.string(), format);
+                "{}: --format=q4_k_m needs llama.cpp's llama-quantize (scripts/setup.sh --bench); "
+                "prism quantize writes q8_0, q4_0 and q4_k",
+                command);
+    run = fmt::format("'{}/bin/prism' quantize '{}' '{}' --type={}", PRISM_BINARY_DIR, dir,
+                      partial.string(), format);
   }
   std::printf("writing the %s checkpoint to %s\n", format.c_str(), out.c_str());
   std::fflush(stdout);
-  PRISM_CHECK(std::system(command.c_str()) == 0, "llm: could not write {}: {}", out.string(),
-              command);
+  PRISM_CHECK(std::system(run.c_str()) == 0, "{}: could not write {}: {}", command, out.string(),
+              run);
   fs::rename(partial, out);
   return out.string();
 }
@@ -293,10 +295,8 @@ void llm_bench() {
   Platform& cpu = get_platform("cpu");
   int threads = static_cast<cpu::CpuPlatform&>(cpu).pool().size();
   const std::string format = option("format", "bf16");
-  PRISM_CHECK(format == "bf16" || format == "q8_0" || format == "q4_0" || format == "q4_k_m",
-              "llm: --format takes bf16, q8_0, q4_0 or q4_k_m; not '{}'", format);
   const bool bf16 = format == "bf16";
-  const std::string gguf = bf16 ? dir + "/model.gguf" : quantized_checkpoint(dir, format);
+  const std::string gguf = checkpoint_gguf(dir, format, "llm");
   llm::EngineOptions options{.seqlen = 1024, .dtype = DType::bf16};
   options.load.zero_copy = option("zero-copy", "0") != "0";
   llm::Engine engine(bf16 ? dir : gguf, cpu, options);

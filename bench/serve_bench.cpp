@@ -2,9 +2,11 @@
 // Llama 3.2 1B-shaped checkpoint of `llm`, safetensors for prism and GGUF for llama-server),
 // both in bf16 with the same threads and 16 slots: 1, 4 and 16 clients at once, each streaming
 // one completion of kTokens tokens after the same short prompt. Total tokens/s over the run,
-// time to first token and time per token after it (p50, p99) per side.
+// time to first token and time per token after it (p50, p99) per side. --format=q8_0|q4_0|
+// q4_k_m serves a quantized GGUF of the same weights on both sides instead (as `llm` makes it).
 //
-//   prism-bench serve [--model=DIR] [--llamacpp=0]
+//   prism-bench serve [--model=DIR] [--llamacpp=0] [--format=bf16|q8_0|q4_0|q4_k_m]
+#include <cpuid.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <httplib.h>
@@ -173,9 +175,20 @@ Row load(int port, const std::string& model, int clients) {
           percentile(per, 0.99)};
 }
 
+// Whether the CPU has AMX-INT8 (CPUID leaf 7, EDX bit 25): llama.cpp's AMX kernels for
+// quantized weights crash on this class of CPU, so its weight repacking is turned off there,
+// as llamacpp-peer does for `llm --format`.
+bool cpu_has_amx_int8() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 25));
+}
+
 void serve_bench() {
   const std::string dir = option("model", PRISM_BINARY_DIR "/bench/llama-1b-random");
   ensure_checkpoint(dir);
+  const std::string format = option("format", "bf16");
+  const std::string gguf = checkpoint_gguf(dir, format, "serve");
+  const std::string prism_model = format == "bf16" ? dir : gguf;
   const int threads = static_cast<cpu::CpuPlatform&>(get_platform("cpu")).pool().size();
   struct Side {
     std::string name;
@@ -185,23 +198,33 @@ void serve_bench() {
   std::vector<Side> sides;
   const int prism_port = free_port();
   sides.push_back({"prism",
-                   {PRISM_BINARY_DIR "/bin/prism", "serve", "--model=" + dir,
+                   {PRISM_BINARY_DIR "/bin/prism", "serve", "--model=" + prism_model,
                     fmt::format("--port={}", prism_port), fmt::format("--parallel={}", kSlots),
                     "--seqlen=256", "--dtype=bf16", "--model-id=bench"},
                    prism_port});
   const std::string server = PRISM_LLAMACPP_DIR "/bin/llama-server";
   if (option("llamacpp", "1") != "0" && std::filesystem::exists(server)) {
     const int port = free_port();
-    sides.push_back({"llama-server",
-                     {server, "-m", dir + "/model.gguf", "--port", std::to_string(port), "-np",
-                      std::to_string(kSlots), "-c", std::to_string(256 * kSlots), "-t",
-                      std::to_string(threads), "-cb"},
-                     port});
+    std::vector<std::string> argv{server,
+                                  "-m",
+                                  gguf,
+                                  "--port",
+                                  std::to_string(port),
+                                  "-np",
+                                  std::to_string(kSlots),
+                                  "-c",
+                                  std::to_string(256 * kSlots),
+                                  "-t",
+                                  std::to_string(threads),
+                                  "-cb"};
+    if (format != "bf16" && cpu_has_amx_int8()) argv.push_back("--no-repack");
+    sides.push_back({"llama-server", std::move(argv), port});
   } else {
     std::printf("(llama-server not built: scripts/setup.sh --bench)\n");
   }
-  std::printf("Llama 3.2 1B shapes (random weights), bf16, %d slots, %d tokens a request, on %s\n",
-              kSlots, kTokens, get_platform("cpu").devices().at(0).name.c_str());
+  std::printf("Llama 3.2 1B shapes (random weights), %s, %d slots, %d tokens a request, on %s\n",
+              format == "bf16" ? "bf16" : (format + " weights, bf16 activations").c_str(), kSlots,
+              kTokens, get_platform("cpu").devices().at(0).name.c_str());
   std::printf("%-13s %8s %12s %20s %20s\n", "server", "clients", "total tok/s",
               "first token p50/p99", "per token p50/p99");
   std::map<int, double> prism_rate;

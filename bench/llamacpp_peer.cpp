@@ -6,6 +6,8 @@
 //   greedy_short   <SHORT_STEPS greedy ids after the SHORT prompt>
 //   forced_short   <the most likely next id at each of those steps when fed FORCED instead:
 //                   prism's greedy ids, so one flipped near-tie does not change all that follow>
+//   forced_top5    <the five most likely next ids and their logits at each of those steps,
+//                   id:logit joined by / within a step, steps by commas>
 // usage: llamacpp-peer MODEL.gguf THREADS PROMPT_IDS DECODE SHORT_IDS SHORT_STEPS PREFILL_RUNS
 //        FORCED_IDS            (id lists comma separated)
 //
@@ -117,19 +119,35 @@ class Peer {
     llama_batch_free(batch);
     pos_ += n;
     std::vector<llama_token> out;
+    top5_.clear();
     for (int i = first_out; i < n; ++i) {
       const float* logits = llama_get_logits_ith(ctx_, i);
       if (!logits) fail("no logits");
       out.push_back(static_cast<llama_token>(std::max_element(logits, logits + n_vocab_) - logits));
+      std::vector<int> ids(static_cast<size_t>(n_vocab_));
+      for (int v = 0; v < n_vocab_; ++v) ids[v] = v;
+      const int k = std::min(5, n_vocab_);
+      std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                        [&](int a, int b) { return logits[a] > logits[b]; });
+      std::string step;
+      for (int j = 0; j < k; ++j) {
+        char item[64];
+        std::snprintf(item, sizeof item, "%s%d:%.6g", j ? "/" : "", ids[j], logits[ids[j]]);
+        step += item;
+      }
+      top5_.push_back(step);
     }
     return out;
   }
+  // The five most likely ids with their logits at each position the last feed returned.
+  const std::vector<std::string>& top5() const { return top5_; }
 
  private:
   llama_model* model_ = nullptr;
   llama_context* ctx_ = nullptr;
   int n_vocab_ = 0;
   int pos_ = 0;
+  std::vector<std::string> top5_;
 };
 
 // Greedy ids after `prompt`, `steps` of them; the seconds of each step after the first.
@@ -200,6 +218,9 @@ int main(int argc, char** argv) {
     std::printf("greedy_long %s\n", join(long_ids).c_str());
     std::printf("greedy_short %s\n", join(short_ids).c_str());
     std::printf("forced_short %s\n", join(forced_next).c_str());
+    std::string top5;
+    for (const std::string& step : peer.top5()) top5 += (top5.empty() ? "" : ",") + step;
+    std::printf("forced_top5 %s\n", top5.c_str());
   }
   llama_backend_free();
   return 0;

@@ -24,8 +24,9 @@ _SCALAR_FORMATS = {UINT8: "<B", INT8: "<b", UINT16: "<H", INT16: "<h", UINT32: "
                    FLOAT64: "<d"}
 
 # ggml tensor types used here, and their blocks: (elements, bytes) per block.
-GGML_F32, GGML_F16, GGML_Q8_0, GGML_BF16 = 0, 1, 8, 30
-_BLOCKS = {GGML_F32: (1, 4), GGML_F16: (1, 2), GGML_Q8_0: (32, 34), GGML_BF16: (1, 2)}
+GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_BF16 = 0, 1, 2, 8, 30
+_BLOCKS = {GGML_F32: (1, 4), GGML_F16: (1, 2), GGML_Q4_0: (32, 18), GGML_Q8_0: (32, 34),
+           GGML_BF16: (1, 2)}
 
 # llama.cpp's token types (tokenizer.ggml.token_type).
 TOKEN_NORMAL, TOKEN_CONTROL = 1, 3
@@ -184,6 +185,29 @@ def quantize_q8_0(values):
         # a + 0.5 is exact in double for |a| < 2**29, so floor gives round-half-away.
         q = [int(math.floor(abs(x) + 0.5)) * (1 if x >= 0 else -1) for x in scaled]
         out += struct.pack("<e", d) + struct.pack("<32b", *q)
+    return bytes(out)
+
+
+def quantize_q4_0(values):
+    """Q4_0 blocks (bytes) of `values` (float32 values, a multiple of 32 of them), bit for bit
+    what the gguf package's gguf.quants.quantize writes: per block of 32, the value of largest
+    magnitude (the first of equals) m, d = m / -8, each q = trunc(x * (1/d) + 8.5) clipped to
+    0..15, element j in the low nibble of byte j and element j + 16 in its high one, all in
+    float32 as quantize_q8_0 computes it, then d stored as float16."""
+    if len(values) % 32:
+        raise ValueError("gguf: Q4_0 takes whole blocks of 32 values, not %d" % len(values))
+    f32 = lambda x: array.array("f", [x])[0]  # noqa: E731
+    out = bytearray()
+    for start in range(0, len(values), 32):
+        block = values[start:start + 32]
+        extreme = 0.0
+        for x in block:
+            if abs(x) > abs(extreme):
+                extreme = x
+        d = f32(extreme / -8)
+        inverse = f32(1 / d) if d else 0.0
+        q = [min(15, max(0, int(f32(f32(x * inverse) + 8.5)))) for x in block]
+        out += struct.pack("<e", d) + bytes(q[j] | q[j + 16] << 4 for j in range(16))
     return bytes(out)
 
 

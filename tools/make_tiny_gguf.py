@@ -27,12 +27,17 @@ LFM 2-like one of tests/data/lfm2/tokenizer/. Into --out:
   qwen35-small-q8_0.gguf      the tiny Qwen 3.5 cut so, its matrices of whole Q8_0 rows in Q8_0
                               (ssm_out, whose columns are in llama.cpp's order, among them)
   qwen35-small-q8_0-ref.gguf  the same, those matrices dequantized to F32
+  llamacpp-small-{f32,q8_0,q4_0}.gguf
+                              a random 2-block Llama with heads of 32 (which llama.cpp runs:
+                              it fails on the tiny checkpoints' heads of 8) and a vocabulary of
+                              256 made-up tokens, F32 and with every matrix in Q8_0 or Q4_0, for
+                              tests/data/gguf/llamacpp_reference.json
 
 The files are tens of MB (the vocabulary of 128256 rows), so nothing is committed: the build
-runs this with plain python3 (no packages: tools/gguf.py writes the files and quantizes Q8_0) into
-<build>/data/gguf/. `--check` compares tools/gguf.py's Q8_0 with the gguf package's
-(gguf.quants.quantize and dequantize) on every tensor quantized here, bit for bit; it needs the
-package (scripts/setup.sh --tools) and exits 77 without it.
+runs this with plain python3 (no packages: tools/gguf.py writes the files and quantizes Q8_0 and
+Q4_0) into <build>/data/gguf/. `--check` compares tools/gguf.py's Q8_0 and Q4_0 with the gguf
+package's (gguf.quants.quantize and dequantize) on every tensor quantized here, bit for bit; it
+needs the package (scripts/setup.sh --tools) and exits 77 without it.
 
   python3 tools/make_tiny_gguf.py --out DIR
   .venv/bin/python tools/make_tiny_gguf.py --check
@@ -699,6 +704,54 @@ def small_llama(seed=0):
     return metadata, tensors
 
 
+def llamacpp_small():
+    """(metadata, tensors) of llamacpp-small: F32, matrices included."""
+    rng = random.Random(7)
+    vocab, d, f, heads, kv, hd, blocks = 256, 128, 256, 4, 2, 32, 2
+    cfg = dict(vocab_size=vocab, hidden_size=d, intermediate_size=f, num_hidden_layers=blocks,
+               num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=256,
+               rope_theta=10000.0, rms_norm_eps=1e-5)
+
+    def t(name, *shape):
+        n = 1
+        for s in shape:
+            n *= s
+        values = (1 + rng.gauss(0, 0.1) if len(shape) == 1 else rng.gauss(0, 0.15)
+                  for _ in range(n))
+        return gguf.Tensor(name, shape, gguf.GGML_F32, array.array("f", values))
+    tensors = [t("token_embd.weight", vocab, d), t("output_norm.weight", d)]
+    for i in range(blocks):
+        b = "blk.%d." % i
+        tensors += [t(b + "attn_norm.weight", d), t(b + "attn_q.weight", heads * hd, d),
+                    t(b + "attn_k.weight", kv * hd, d), t(b + "attn_v.weight", kv * hd, d),
+                    t(b + "attn_output.weight", d, heads * hd), t(b + "ffn_norm.weight", d),
+                    t(b + "ffn_gate.weight", f, d), t(b + "ffn_up.weight", f, d),
+                    t(b + "ffn_down.weight", d, f)]
+    metadata = llama_metadata(cfg, "llamacpp small", 0)
+    metadata.update({
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "llama-bpe",
+        "tokenizer.ggml.tokens": gguf.Value(gguf.ARRAY, ["t%d" % i for i in range(vocab)],
+                                            gguf.STRING),
+        "tokenizer.ggml.merges": gguf.Value(gguf.ARRAY, [], gguf.STRING),
+        "tokenizer.ggml.eos_token_id": gguf.Value(gguf.UINT32, vocab - 1),
+    })
+    return metadata, tensors
+
+
+QUANTIZERS = {gguf.GGML_Q8_0: gguf.quantize_q8_0, gguf.GGML_Q4_0: gguf.quantize_q4_0}
+
+
+def write_llamacpp_small(out):
+    metadata, tensors = llamacpp_small()
+    gguf.write(os.path.join(out, "llamacpp-small-f32.gguf"), metadata, tensors)
+    for name, ggml_type, file_type in (("q8_0", gguf.GGML_Q8_0, 7), ("q4_0", gguf.GGML_Q4_0, 2)):
+        quantized = [gguf.Tensor(t.name, t.shape, ggml_type, QUANTIZERS[ggml_type](t.data))
+                     if len(t.shape) == 2 else t for t in tensors]
+        gguf.write(os.path.join(out, "llamacpp-small-%s.gguf" % name),
+                   dict(metadata, **{"general.file_type": u32(file_type)}), quantized)
+
+
 def write_bad_files(out):
     def variant(file, edit):
         metadata, tensors = small_llama()
@@ -773,6 +826,7 @@ def write_all(out):
 
     write_bad_files(out)
     write_lfm2_and_qwen35(out)
+    write_llamacpp_small(out)
     return quantized, tensors, cfg
 
 
@@ -807,6 +861,21 @@ def check():
             return 1
         compared += 1
     print("make_tiny_gguf --check: Q8_0 of %d tensors equals the gguf package's" % compared)
+    _, tensors = llamacpp_small()
+    compared = 0
+    for t in tensors:
+        if len(t.shape) == 1:
+            continue
+        data = np.frombuffer(t.data.tobytes(), dtype=np.float32).reshape(t.shape)
+        for ggml_type, kind in ((gguf.GGML_Q8_0, package_quants.GGMLQuantizationType.Q8_0),
+                                (gguf.GGML_Q4_0, package_quants.GGMLQuantizationType.Q4_0)):
+            if QUANTIZERS[ggml_type](t.data) != package_quants.quantize(data, kind).tobytes():
+                print("make_tiny_gguf --check: %s of llamacpp-small's %s differs from the gguf "
+                      "package's" % (kind.name, t.name))
+                return 1
+        compared += 1
+    print("make_tiny_gguf --check: Q8_0 and Q4_0 of llamacpp-small's %d matrices equal the gguf "
+          "package's" % compared)
     return 0
 
 

@@ -10,6 +10,9 @@
 //                   id:logit joined by / within a step, steps by commas>
 // usage: llamacpp-peer MODEL.gguf THREADS PROMPT_IDS DECODE SHORT_IDS SHORT_STEPS PREFILL_RUNS
 //        FORCED_IDS            (id lists comma separated)
+//        llamacpp-peer MODEL.gguf THREADS PROMPT_IDS first
+//          loads the model, feeds the prompt and prints `first_token ID` and `first_token_s
+//          <seconds since main started>`: a fresh process's time to its first answer.
 //
 // Not part of prism's build: scripts/build_llamacpp.sh compiles it against the llama.cpp it
 // builds into third_party/llama.cpp/bin/. Settings are llama.cpp's defaults (weights mapped from
@@ -171,6 +174,20 @@ void quiet_log(ggml_log_level level, const char* text, void*) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const double started = now();
+  if (argc == 5 && std::string(argv[4]) == "first") {
+    llama_log_set(quiet_log, nullptr);
+    llama_backend_init();
+    const std::vector<llama_token> prompt = parse_ids(argv[3]);
+    {
+      Peer peer(argv[1], std::atoi(argv[2]), static_cast<int>(prompt.size()));
+      const llama_token first = peer.feed(prompt)[0];
+      const double seconds = now() - started;
+      std::printf("first_token %d\nfirst_token_s %.3f\n", first, seconds);
+    }
+    llama_backend_free();
+    return 0;
+  }
   if (argc != 9) {
     std::fprintf(stderr,
                  "usage: llamacpp-peer MODEL.gguf THREADS PROMPT_IDS DECODE SHORT_IDS SHORT_STEPS "

@@ -278,6 +278,9 @@ Weights load_whole(const Store& store, std::span<const Executable::Parameter> pa
     const Executable::Parameter* param;
     StoredTensor stored;
     DType file_dtype;
+    // A local file's bytes of the tensor, mapped: chunks are copied from them, not read into a
+    // staging chunk first.
+    std::span<const std::byte> mapped;
     Buffer buffer;
     // Where the platform's buffers cannot be written in place: the tensor staged whole in host
     // memory, uploaded by the worker that copies its last chunk.
@@ -325,6 +328,7 @@ Weights load_whole(const Store& store, std::span<const Executable::Parameter> pa
     t.param = &p;
     t.stored = st;
     t.file_dtype = *file_dtype;
+    if (!st.decoded()) t.mapped = store.mapped_bytes(p.name);
     if (in_place) {
       t.buffer = platform.allocate_for_write(p.shape);
     } else {
@@ -359,7 +363,9 @@ Weights load_whole(const Store& store, std::span<const Executable::Parameter> pa
     to_read += bytes;
   }
   Progress progress(options.progress, to_read);
+  auto cancelled = [&] { return options.cancel && options.cancel->load(); };
   parallel_for(chunks.size(), options.parallelism, [&](size_t i) {
+    if (cancelled()) return;
     const Chunk& c = chunks[i];
     Target& t = targets[c.tensor];
     // One staging chunk (and one converted chunk) per worker, reused across chunks.
@@ -376,13 +382,17 @@ Weights load_whole(const Store& store, std::span<const Executable::Parameter> pa
       offset = c.first * out_row;
       read = c.size * t.stored.stored_row_bytes();
     } else {
-      staging.resize(c.size);
-      t.stored.file->read_at(t.stored.offset + c.first, staging);
-      bytes = staging;
+      if (t.mapped.size() >= c.first + c.size) {
+        bytes = t.mapped.subspan(c.first, c.size);
+      } else {
+        staging.resize(c.size);
+        t.stored.file->read_at(t.stored.offset + c.first, staging);
+        bytes = staging;
+      }
       if (t.file_dtype != want) {
         int64_t n = static_cast<int64_t>(c.size / size_of(t.file_dtype));
         converted.resize(n * size_of(want));
-        convert_elements(t.file_dtype, staging.data(), want, converted.data(), n);
+        convert_elements(t.file_dtype, bytes.data(), want, converted.data(), n);
         bytes = converted;
       }
       offset = c.first / size_of(t.file_dtype) * size_of(want);
@@ -399,6 +409,7 @@ Weights load_whole(const Store& store, std::span<const Executable::Parameter> pa
     }
     progress.add(read);
   });
+  PRISM_CHECK(!cancelled(), "load: cancelled");
   for (Target& t : targets) {
     if (t.staged) t.buffer = platform.upload(*t.staged);  // an empty tensor has no chunks
     weights.emplace(t.param->name, std::move(t.buffer));

@@ -12,6 +12,7 @@
 // says so, rather than the process being killed for want of memory halfway through a load.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <span>
@@ -34,6 +35,8 @@ struct LoadOptions {
   // host memory, beyond which they are used in place anyway. 0: 90 % of the memory available
   // when the load starts (MemAvailable).
   uint64_t copy_limit = 0;
+  // Set while a load runs: it stops reading at its next chunk and throws "load: cancelled".
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct LoadStats {

@@ -1,6 +1,7 @@
 #include "prism/llm/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "prism/core/error.h"
@@ -173,11 +174,50 @@ Engine::Engine(Checkpoint checkpoint, Platform& platform, const EngineOptions& o
   }
   slots_.push_back(new_slot());
   if (devices_.size() == 1) {
-    weights_.push_back(io::load(store_, first.device(0).parameters(), platform_, options.load));
+    io::LoadOptions load = options.load;
+    load.zero_copy = load.zero_copy || options.fast_start;
+    io::LoadStats stats;
+    weights_.push_back(io::load(store_, first.device(0).parameters(), platform_, load, &stats));
+    if (options.fast_start && !options.load.zero_copy && stats.zero_copy > 0) {
+      if (options.load.report) {
+        std::fprintf(stderr,
+                     "fast start: the first answer reads %zu of these tensors from the file; "
+                     "later ones read a copy, made after it\n",
+                     stats.zero_copy);
+      }
+      load.zero_copy = false;
+      load.progress = load.report = false;
+      load.cancel = &stop_copying_;
+      copy_ = [this, &first, load] {
+        std::vector<io::Weights> copies;
+        copies.push_back(io::load(store_, first.device(0).parameters(), platform_, load));
+        return first.prepare(std::move(copies));
+      };
+    }
   } else {
     weights_ = io::load_sharded(store_, first.parameters(), options_.mesh, devices_, options.load);
   }
   weights_ = first.prepare(std::move(weights_));  // every window's executable reads them alike
+}
+
+Engine::~Engine() {
+  stop_copying_ = true;
+  if (copies_.valid()) copies_.wait();
+}
+
+void Engine::take_copies() {
+  if (!copies_.valid()) return;
+  const auto start = std::chrono::steady_clock::now();
+  weights_ = copies_.get();
+  copy_wait_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void Engine::start_copying() {
+  if (!copy_) return;
+  // Not before: sharing the cores and memory with the copy made the first prefill of a 1B model
+  // 7-10 times slower, later than copying first.
+  copies_ = std::async(std::launch::async, std::move(copy_));
+  copy_ = nullptr;
 }
 
 Executable compile_step(Platform& platform, const models::CausalLM& model, int64_t window,
@@ -286,6 +326,7 @@ ShardedExecutable& Engine::executable(int64_t window) {
 std::vector<float> Engine::feed(int slot_index, std::span<const int32_t> tokens) {
   PRISM_CHECK(slot_index >= 0 && slot_index < slots(), "llm: no slot {} ({} slots)", slot_index,
               slots());
+  take_copies();
   Slot& slot = slots_[slot_index];
   int64_t& position = slot.position;
   PRISM_CHECK(!tokens.empty(), "llm: nothing to feed");
@@ -330,6 +371,7 @@ std::vector<float> Engine::feed(int slot_index, std::span<const int32_t> tokens)
     position += chunk;
     done += chunk;
   }
+  start_copying();
   return logits;
 }
 
@@ -362,6 +404,7 @@ std::vector<std::vector<float>> Engine::decode(std::span<const int> slot_ids,
                                                std::span<const int32_t> tokens) {
   PRISM_CHECK(slot_ids.size() == tokens.size() && !tokens.empty(), "llm: {} tokens for {} slots",
               tokens.size(), slot_ids.size());
+  take_copies();
   std::vector<std::vector<float>> logits;
   if (!model_->batches() || slot_ids.size() == 1) {
     for (size_t i = 0; i < slot_ids.size(); ++i) {

@@ -4,6 +4,9 @@
 // appends to the conversation: a chat turn prefills only the new tokens.
 #pragma once
 
+#include <atomic>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -31,6 +34,13 @@ struct EngineOptions {
   // local file: on the CPU the copy sits in 2 MiB pages, and decoding ran ~40 % faster from it
   // than from the page cache's 4 KiB pages (docs/llm.md, Performance). zero_copy = true maps.
   io::LoadOptions load{.zero_copy = false};
+  // A fast first answer from a local checkpoint on one device of a platform that uses mapped
+  // files in place (the CPU): the first feed() reads the weights the file's mapping holds as
+  // they are (no copy before it); then they are copied (into 2 MiB pages, in the layouts the
+  // products read fastest) on a thread of their own, and every later call waits for the copy
+  // and uses it. Which weights a call reads never depends on timing: the first feed's are the
+  // mapped ones, all others the copies.
+  bool fast_start = false;
   // Engines that run the same model with the same options can share their programs: each
   // compiles through this cache when one is given, and the programs live while a holder does.
   // Without one, an engine compiles its own and frees them when it goes.
@@ -83,6 +93,9 @@ class Engine {
   // `model_uri`: a directory (or https/hf/s3 prefix) with config.json and safetensors, or a
   // GGUF file (prism/llm/gguf_model.h).
   Engine(const std::string& model_uri, Platform& platform, const EngineOptions& options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   // The model's info, with generation_config.json's eos ids added to config.json's.
   const models::ModelInfo& info() const { return info_; }
@@ -92,6 +105,8 @@ class Engine {
   // Every device's decode states and weights (one device unless options.mesh splits it).
   const std::vector<std::vector<Buffer>>& device_states() const { return slots_[0].states; }
   const std::vector<io::Weights>& device_weights() const { return weights_; }
+  // fast_start: the seconds calls have waited for the copy of the weights so far.
+  double copy_wait_seconds() const { return copy_wait_; }
   const std::vector<Platform*>& devices() const { return devices_; }
   int64_t seqlen() const { return options_.seqlen; }
 
@@ -133,6 +148,14 @@ class Engine {
   models::ModelInfo info_;
   io::Store store_;
   std::vector<io::Weights> weights_;  // per device
+  // fast_start: the copy of the weights, made on a thread of its own once the first feed() is
+  // done (start_copying), taken by every call after it (take_copies).
+  std::function<std::vector<io::Weights>()> copy_;
+  std::future<std::vector<io::Weights>> copies_;
+  std::atomic<bool> stop_copying_ = false;
+  double copy_wait_ = 0;
+  void take_copies();
+  void start_copying();
   std::vector<models::StateSpec> state_specs_;
   struct Slot {
     std::vector<std::vector<Buffer>> states;  // per device

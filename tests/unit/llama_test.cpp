@@ -210,6 +210,42 @@ TEST(Llama, AnEngineFreesItsProgramsAndSharesThemOnlyThroughACache) {
   EXPECT_EQ(ExecutableImpl::live(), before);
 }
 
+// A fast start (EngineOptions::fast_start) answers as copying first: the first feed reads the
+// weights where the file's mapping holds them, every later call the copy made after it (other
+// memory), and what each call reads never depends on timing. The mapped bf16 weights are read
+// as stored, the copies in the blocked layout the products read fastest (the tied embedding of
+// 128256 rows here), so the first feed's bf16 logits may differ in their last bits. An engine
+// dropped right after its first feed stops its copy instead of waiting for it.
+TEST(Llama, FastStartAnswersAsCopyingFirst) {
+  Reference ref = reference("tiny-bf16-tied");
+  Platform& cpu = get_platform("cpu");
+  for (DType dtype : {DType::bf16, DType::f32}) {  // mapped as stored; converted, so copied
+    SCOPED_TRACE(name(dtype));
+    const double tol = dtype == DType::bf16 ? 2e-2 : 0;
+    llm::EngineOptions fast = options(dtype);
+    fast.fast_start = true;
+    llm::Engine first_copied(fixture("tiny-bf16-tied"), cpu, options(dtype));
+    llm::Engine started(fixture("tiny-bf16-tied"), cpu, fast);
+    const std::string name = "model.layers.0.mlp.down_proj.weight";
+    const void* mapped = started.device_weights()[0].at(name).memory();
+    std::vector<float> want = first_copied.feed(ref.prompt), got = started.feed(ref.prompt);
+    EXPECT_LE(testing::max_diff(got, want), tol);
+    EXPECT_EQ(started.device_weights()[0].at(name).memory(), mapped);  // the first feed's
+    EXPECT_EQ(llm::Engine(fixture("tiny-bf16-tied"), cpu, fast).feed(ref.prompt), got);
+    for (int i = 0; i < 6; ++i) {
+      const int32_t next = testing::argmax(want);
+      EXPECT_EQ(testing::argmax(got), next);
+      want = first_copied.feed(std::vector<int32_t>{next});
+      got = started.feed(std::vector<int32_t>{next});
+      EXPECT_LE(testing::max_diff(got, want), tol);
+    }
+    // bf16 weights were used where the file holds them, then copied; f32 ones were converted
+    // as they loaded, so there was nothing to copy.
+    EXPECT_EQ(started.device_weights()[0].at(name).memory() != mapped, dtype == DType::bf16);
+    EXPECT_GE(started.copy_wait_seconds(), 0.0);
+  }
+}
+
 TEST(Llama, CachedDecodingEqualsRecomputation) {
   Reference ref = reference("tiny-f32");
   Platform& cpu = get_platform("cpu");

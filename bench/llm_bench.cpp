@@ -280,6 +280,14 @@ std::vector<Side> peers(const std::string& dir, const std::string& gguf, bool bf
   return sides;
 }
 
+// The wall time of one run of `command` (its output discarded), in seconds: a fresh process's
+// time to its first answer, the load included.
+double wall_seconds(const std::string& command) {
+  const auto start = std::chrono::steady_clock::now();
+  PRISM_CHECK(std::system((command + " >/dev/null 2>&1").c_str()) == 0, "llm: {} failed", command);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // How many leading ids agree.
 size_t agreeing(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   size_t n = 0;
@@ -423,6 +431,39 @@ void llm_bench() {
     for (size_t s = 0; s < n; ++s) {
       std::printf("  %-11s %s\n", sides[s].name.c_str(), join(last[s].greedy_short).c_str());
     }
+  }
+  // A fresh process's first answer: `prism llm` with and without its fast start, and
+  // llama.cpp (llamacpp-peer's `first`: load, prompt, first id), each run `repeats` times,
+  // alternating, with the file in the page cache (every side has read it above).
+  const std::vector<int32_t> first_prompt(prompt.begin(), prompt.begin() + 8);
+  const std::string model = bf16 ? dir : gguf;
+  std::printf("\nfirst token of a fresh process (load, 8-token prompt, exit), median of %d:\n",
+              repeats);
+  std::vector<std::pair<std::string, std::string>> firsts;
+  for (const char* fast : {"true", "false"}) {
+    firsts.emplace_back(
+        fmt::format("prism{}", fast == std::string("true") ? "" : " --fast-start=false"),
+        fmt::format("'{}/bin/prism' llm --model='{}' --prompt-ids={} --max-tokens=1 --print-ids "
+                    "--dtype=bf16 --fast-start={}",
+                    PRISM_BINARY_DIR, model, join(first_prompt), fast));
+  }
+  const std::string peer = PRISM_LLAMACPP_DIR "/bin/llamacpp-peer";
+  if (option("llamacpp", "1") != "0" && std::filesystem::exists(peer)) {
+    firsts.emplace_back(
+        "llama.cpp", fmt::format("'{}' '{}' {} {} first", peer, gguf, threads, join(first_prompt)));
+  }
+  std::vector<std::vector<double>> runs(firsts.size());
+  for (int r = 0; r < repeats; ++r) {
+    for (size_t i = 0; i < firsts.size(); ++i) runs[i].push_back(wall_seconds(firsts[i].second));
+  }
+  std::vector<double> seconds;
+  for (const std::vector<double>& v : runs) seconds.push_back(median(v));
+  for (size_t i = 0; i < firsts.size(); ++i) {
+    std::printf("  %-26s %6.2f s", firsts[i].first.c_str(), seconds[i]);
+    if (firsts.back().first == "llama.cpp" && i + 1 < firsts.size()) {
+      std::printf("   %.2fx llama.cpp's time", seconds[i] / seconds.back());
+    }
+    std::printf("\n");
   }
   if (!missing.empty()) std::printf("\n");
   for (const std::string& line : missing) std::printf("%s\n", line.c_str());

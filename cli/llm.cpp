@@ -22,6 +22,7 @@
 #include "prism/llm/gguf_model.h"
 #include "prism/llm/sampler.h"
 #include "prism/llm/tokenizer.h"
+#include "prism/smi/activity.h"
 
 namespace {
 
@@ -73,6 +74,17 @@ struct Stats {
   size_t prefill_tokens = 0, decode_tokens = 0;
   double prefill_ms = 0, decode_ms = 0;
   double copy_wait_ms = 0;  // --fast-start: waiting for the weights' copy, in neither
+  size_t generated = 0;
+  // What this process does, for `prism smi` (prism/smi/activity.h): tokens generated and the
+  // decoding rate of the current answer, at most every half second (and at its end).
+  prism::smi::Publisher* publisher = nullptr;
+  std::chrono::steady_clock::time_point published;
+  void publish(const prism::llm::Engine& engine, double rate, bool force) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!publisher || (!force && now - published < std::chrono::milliseconds(500))) return;
+    publisher->update(generated, rate, engine.device_bytes());
+    published = now;
+  }
   void print() const {
     std::fprintf(stderr,
                  "prefill: %zu tok in %.1f ms (%.1f tok/s) · decode: %zu tok in %.1f ms "
@@ -114,6 +126,8 @@ std::vector<int32_t> generate(prism::llm::Engine& engine, prism::llm::Sampler& s
     if (std::find(eos.begin(), eos.end(), next) != eos.end()) break;
     generated.push_back(next);
     history.push_back(next);
+    ++stats.generated;
+    stats.publish(engine, i > 0 ? i / (ms_since(t0) / 1e3) : 0, false);
     if (detok) {
       std::string piece = detok->push(next);
       text += piece;
@@ -139,8 +153,11 @@ std::vector<int32_t> generate(prism::llm::Engine& engine, prism::llm::Sampler& s
     ++stats.decode_tokens;
   }
   const double w2 = engine.copy_wait_seconds();
-  stats.decode_ms += ms_since(t0) - (w2 - w1) * 1e3;
+  const double decode_ms = ms_since(t0) - (w2 - w1) * 1e3;
+  stats.decode_ms += decode_ms;
   stats.copy_wait_ms += (w2 - w0) * 1e3;
+  const double steps = generated.size() > 1 ? static_cast<double>(generated.size() - 1) : 0;
+  stats.publish(engine, decode_ms > 0 ? steps / (decode_ms / 1e3) : 0, true);
   if (detok) std::fputs(detok->finish().c_str(), stdout);
   return generated;
 }
@@ -176,6 +193,15 @@ int run(const Options& o) {
   prism::llm::Engine engine(o.model, platform, options);
   prism::llm::Sampler sampler(o.sampling);
   Stats stats;
+  std::vector<int> device_indices;
+  for (size_t d = 0; d < engine.devices().size(); ++d)
+    device_indices.push_back(static_cast<int>(d));
+  prism::smi::Publisher publisher({.command = "llm",
+                                   .model = o.model,
+                                   .platform = std::string(platform.name()),
+                                   .devices = device_indices,
+                                   .memory_bytes = engine.device_bytes()});
+  stats.publisher = &publisher;
   std::vector<int32_t> history;
 
   if (!o.prompt_ids.empty()) {  // ids as they are: no template, no BOS added

@@ -12,6 +12,7 @@
 #include "prism/llm/gguf_model.h"
 #include "prism/llm/tokenizer.h"
 #include "prism/serve/server.h"
+#include "prism/smi/activity.h"
 
 namespace {
 
@@ -48,7 +49,8 @@ int run(const Options& o) {
   engine_options.keep_quantized = prism::llm::keep_quantized(o.keep_quantized, "serve");
   if (o.devices > 1) engine_options.mesh = prism::Mesh({{prism::models::kModelAxis, o.devices}});
   if (!o.mesh.empty()) engine_options.mesh = prism::Mesh::parse(o.mesh);
-  prism::llm::Engine engine(o.model, prism::get_platform(o.platform), engine_options);
+  prism::Platform& engine_platform = prism::get_platform(o.platform);
+  prism::llm::Engine engine(o.model, engine_platform, engine_options);
   prism::serve::ServeOptions options = o.serve;
   options.parallel = static_cast<int>(o.parallel);
   options.model_id = o.model_id.empty() ? o.model : o.model_id;
@@ -58,8 +60,32 @@ int run(const Options& o) {
                options.host.c_str(), server.port());
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);
+  // What the server does, for `prism smi` (prism/smi/activity.h): tokens generated, and the
+  // rate over the last second.
+  std::vector<int> device_indices;
+  for (size_t d = 0; d < engine.devices().size(); ++d)
+    device_indices.push_back(static_cast<int>(d));
+  // The slots are allocated, and their memory does not change while the server runs (the
+  // engine is the scheduler thread's from now on: not to be read from here).
+  const uint64_t bytes = engine.device_bytes();
+  prism::smi::Publisher publisher({.command = "serve",
+                                   .model = options.model_id,
+                                   .platform = std::string(engine_platform.name()),
+                                   .devices = device_indices,
+                                   .memory_bytes = bytes});
   std::thread watcher([&] {
-    while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto last = std::chrono::steady_clock::now();
+    uint64_t last_tokens = 0;
+    while (!g_stop) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last < std::chrono::seconds(1)) continue;
+      const uint64_t tokens = server.generated_tokens();
+      const double seconds = std::chrono::duration<double>(now - last).count();
+      publisher.update(tokens, (tokens - last_tokens) / seconds, bytes);
+      last = now;
+      last_tokens = tokens;
+    }
     server.stop();
   });
   server.run();

@@ -24,6 +24,7 @@
 
 #include "cli/command.h"
 #include "prism/core/error.h"
+#include "prism/smi/activity.h"
 
 namespace {
 
@@ -52,11 +53,13 @@ Sources open_sources(std::vector<std::string>& absent) {
   return sources;
 }
 
+// Every source's devices, with what the prism processes running on them say they do.
 std::vector<prism::smi::Device> sample(Sources& sources) {
   std::vector<prism::smi::Device> devices;
   for (auto& s : sources) {
     for (prism::smi::Device& d : s->sample()) devices.push_back(std::move(d));
   }
+  prism::smi::attach(devices, prism::smi::read_activities());
   return devices;
 }
 

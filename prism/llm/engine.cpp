@@ -205,6 +205,19 @@ Engine::~Engine() {
   if (copies_.valid()) copies_.wait();
 }
 
+uint64_t Engine::device_bytes() const {
+  uint64_t bytes = 0;
+  for (const io::Weights& w : weights_) {
+    for (const auto& [name, buffer] : w) bytes += buffer.shape().bytes();
+  }
+  for (const Slot& slot : slots_) {
+    for (const std::vector<Buffer>& device : slot.states) {
+      for (const Buffer& b : device) bytes += b.shape().bytes();
+    }
+  }
+  return bytes;
+}
+
 void Engine::take_copies() {
   if (!copies_.valid()) return;
   const auto start = std::chrono::steady_clock::now();

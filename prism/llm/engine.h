@@ -105,6 +105,8 @@ class Engine {
   // Every device's decode states and weights (one device unless options.mesh splits it).
   const std::vector<std::vector<Buffer>>& device_states() const { return slots_[0].states; }
   const std::vector<io::Weights>& device_weights() const { return weights_; }
+  // The bytes the engine holds on its devices: weights, and every slot's caches and states.
+  uint64_t device_bytes() const;
   // fast_start: the seconds calls have waited for the copy of the weights so far.
   double copy_wait_seconds() const { return copy_wait_; }
   const std::vector<Platform*>& devices() const { return devices_; }

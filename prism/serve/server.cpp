@@ -209,6 +209,10 @@ class Server::Impl {
   }
   void stop() { server_.stop(); }
   int port() const { return port_; }
+  uint64_t generated_tokens() {
+    std::lock_guard lock(metrics_.mutex);
+    return metrics_.generated_tokens;
+  }
 
  private:
   // Runs `fn`, turning errors into OpenAI-style responses; checks the API key first.
@@ -609,5 +613,6 @@ void Server::bind() { impl_->bind(); }
 void Server::run() { impl_->run(); }
 void Server::stop() { impl_->stop(); }
 int Server::port() const { return impl_->port(); }
+uint64_t Server::generated_tokens() const { return impl_->generated_tokens(); }
 
 }  // namespace prism::serve

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -41,6 +42,8 @@ class Server {
   void run();
   void stop();
   int port() const;
+  // Tokens generated since the server started (prism_generated_tokens_total).
+  uint64_t generated_tokens() const;
 
  private:
   class Impl;

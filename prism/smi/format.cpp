@@ -62,6 +62,9 @@ std::string table(const std::vector<Device>& devices, int width,
     for (const Process& p : d.processes) {
       out += fmt::format("          pid {} {}{}\n", p.pid, p.name,
                          p.memory_bytes ? " " + gib(*p.memory_bytes) + " GiB" : "");
+      if (!p.doing.empty()) {
+        out += fit("            " + p.doing, static_cast<size_t>(std::max(width, 20))) + "\n";
+      }
     }
   }
   for (const std::string& a : absent) out += fit("absent: " + a, static_cast<size_t>(width)) + "\n";
@@ -76,8 +79,10 @@ std::string json(const std::vector<Device>& devices, double time,
   for (const Device& d : devices) {
     json processes = json::array();
     for (const Process& p : d.processes) {
-      processes.push_back(
-          {{"pid", p.pid}, {"name", p.name}, {"memory_bytes", optional(p.memory_bytes)}});
+      processes.push_back({{"pid", p.pid},
+                           {"name", p.name},
+                           {"memory_bytes", optional(p.memory_bytes)},
+                           {"doing", p.doing.empty() ? json(nullptr) : json(p.doing)}});
     }
     all.push_back({{"source", d.source},
                    {"index", d.index},

@@ -19,6 +19,7 @@ struct Process {
   int64_t pid = 0;
   std::string name;
   std::optional<uint64_t> memory_bytes;
+  std::string doing;  // what a prism process says it does there (activity.h); empty: unknown
 };
 
 struct Device {

@@ -115,6 +115,37 @@ got=$(PRISM_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 "$prism" smi --json --in
   "$python" -c 'import json, sys; print([a for a in json.load(sys.stdin)["absent"] if a.startswith("nvml")])')
 check "nvml absent" "[\"nvml: /nonexistent/libnvidia-ml.so.1 not found (NVIDIA's driver installs it)\"]" "$got"
 
+# A running prism serve says what it does (prism/smi/activity.h), and smi shows it under the CPU:
+# the model, the tokens generated so far; its file goes when the server stops.
+act=$(mktemp -d); export PRISM_ACTIVITY_DIR="$act/activity"
+"$prism" serve --model="${PRISM_GGUF_DIR:?}/tiny-bf16-tied-q8_0.gguf" --port=0 --seqlen=64 \
+  2>"$act/serve.log" &
+server=$!
+port=""
+for _ in $(seq 300); do
+  port=$(sed -n 's|^prism serve: .* on http://127.0.0.1:\([0-9]*\)/v1$|\1|p' "$act/serve.log")
+  [[ -n "$port" && -f "$PRISM_ACTIVITY_DIR/$server.json" ]] && break
+  sleep 0.1
+done
+"$python" - "$port" <<'PY'
+import json, sys, urllib.request
+body = json.dumps({"prompt": "hi", "max_tokens": 5, "temperature": 0}).encode()
+req = urllib.request.Request("http://127.0.0.1:%s/v1/completions" % sys.argv[1], body,
+                             {"Content-Type": "application/json"})
+urllib.request.urlopen(req).read()
+PY
+sleep 1.5  # the server publishes its counts once a second
+got=$("$prism" smi --json --interval=0.05 | "$python" -c '
+import json, sys
+cpu = [d for d in json.load(sys.stdin)["devices"] if d["source"] == "cpu"][0]
+mine = [p for p in cpu["processes"] if p["pid"] == int(sys.argv[1])]
+print(mine and mine[0]["name"], mine and "tiny-bf16-tied-q8_0.gguf on cpu: 5 tokens" in mine[0]["doing"])' "$server")
+check "serve in smi" "prism serve True" "$got"
+"$prism" smi --interval=0.05 | grep -q "pid $server prism serve" || { echo "FAIL serve not in the table"; fail=1; }
+kill -TERM "$server"; wait "$server"
+check "activity removed" "" "$(ls "$PRISM_ACTIVITY_DIR")"
+rm -rf "$act"; unset PRISM_ACTIVITY_DIR
+
 err=$("$prism" smi --interval=0 2>&1); rc=$?
 check "bad interval" "1 prism: error: smi: --interval must be in (0, 3600], got 0" "$rc $err"
 err=$("$prism" smi --count=-1 2>&1); rc=$?

@@ -3,6 +3,8 @@
 #include "prism/smi/smi.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+
+#include "prism/smi/activity.h"
 
 namespace prism::smi {
 namespace {
@@ -202,6 +206,106 @@ TEST(SmiNvml, ALibraryThatFailsToStartOrIsMissingIsAbsent) {
   EXPECT_EQ(absent, "nvml: /nonexistent/libnvidia-ml.so.1 not found (NVIDIA's driver installs it)");
 }
 #endif
+
+// A process's activity file: written (in a directory only its owner reads) while the publisher
+// lives, updated, read back, and gone with it; files of processes that ended and files that are
+// not activities are skipped.
+TEST(SmiActivity, PublishedReadAndRemoved) {
+  const fs::path dir = fs::temp_directory_path() / ("prism-activity-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  {
+    Publisher p({.command = "llm",
+                 .model = "hf://org/model",
+                 .platform = "opencl",
+                 .devices = {1},
+                 .memory_bytes = 1000},
+                (dir / "activity").string());
+    struct stat st {};
+    ASSERT_EQ(::stat((dir / "activity").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0700u);
+    p.update(12, 3.5, 2000);
+    std::vector<Activity> a = read_activities((dir / "activity").string());
+    ASSERT_EQ(a.size(), 1u);
+    EXPECT_EQ(a[0].pid, getpid());
+    EXPECT_EQ(a[0].command, "llm");
+    EXPECT_EQ(a[0].model, "hf://org/model");
+    EXPECT_EQ(a[0].platform, "opencl");
+    EXPECT_EQ(a[0].devices, std::vector<int>{1});
+    EXPECT_EQ(a[0].tokens, 12u);
+    EXPECT_EQ(a[0].tokens_per_second, 3.5);
+    EXPECT_EQ(a[0].memory_bytes, 2000u);
+    EXPECT_GT(a[0].updated, 1e9);
+
+    // A process that has ended (a child reaped), and files that are no activities.
+    const pid_t child = fork();
+    if (child == 0) _exit(0);
+    waitpid(child, nullptr, 0);
+    std::ofstream(dir / "activity" / (std::to_string(child) + ".json"))
+        << R"({"pid":)" << child
+        << R"(,"command":"serve","model":"m","platform":"cpu","devices":[0],"memory_bytes":1,)"
+        << R"("tokens":0,"tokens_per_second":0,"updated":1})";
+    std::ofstream(dir / "activity" / "junk.json") << "{not json";
+    std::ofstream(dir / "activity" / "other.json") << R"({"pid": 1})";
+    EXPECT_EQ(read_activities((dir / "activity").string()).size(), 1u);
+  }
+  EXPECT_FALSE(fs::exists(dir / "activity" / (std::to_string(getpid()) + ".json")));
+  EXPECT_TRUE(read_activities((dir / "nowhere").string()).empty());
+  // A directory that cannot be made is no error: nothing is published.
+  std::ofstream(dir / "file") << "x";
+  Publisher nowhere({.command = "llm"}, (dir / "file" / "activity").string());
+  nowhere.update(1, 1, 1);
+  fs::remove_all(dir);
+}
+
+// Activities join the devices they run on: the CPU platform's and the XLA CPU plugin's the one
+// CPU, OpenCL's their device, CUDA's NVML's device where NVML reports it.
+TEST(SmiActivity, AttachedToTheirDevices) {
+  auto device = [](std::string source, int index) {
+    Device d;
+    d.source = std::move(source);
+    d.index = index;
+    return d;
+  };
+  std::vector<Device> devices{device("cpu", 0), device("opencl", 0), device("opencl", 1),
+                              device("nvml", 0)};
+  devices[3].processes.push_back({77, "prism", 5ull << 30, {}});  // NVML knows its memory
+  std::vector<Activity> a(4);
+  a[0] = {.pid = 10,
+          .command = "llm",
+          .model = "m",
+          .platform = "cpu",
+          .devices = {0, 1},
+          .memory_bytes = 100,
+          .tokens = 7,
+          .tokens_per_second = 2.5};
+  a[1] = {.pid = 11, .command = "serve", .model = "m", .platform = "opencl", .devices = {1}};
+  a[2] = {.pid = 77,
+          .command = "llm",
+          .model = "m",
+          .platform = "cuda",
+          .devices = {0},
+          .memory_bytes = 9};
+  a[3] = {.pid = 12, .command = "llm", .model = "m", .platform = "xla-cpu", .devices = {0, 1}};
+  attach(devices, a);
+  ASSERT_EQ(devices[0].processes.size(), 2u);
+  EXPECT_EQ(devices[0].processes[0].pid, 10);
+  EXPECT_EQ(devices[0].processes[0].name, "prism llm");
+  EXPECT_EQ(devices[0].processes[0].memory_bytes, 100u);
+  EXPECT_EQ(devices[0].processes[0].doing, "m on cpu: 7 tokens, 2.5 tok/s");
+  EXPECT_EQ(devices[0].processes[1].pid, 12);
+  EXPECT_TRUE(devices[1].processes.empty());
+  ASSERT_EQ(devices[2].processes.size(), 1u);
+  EXPECT_EQ(devices[2].processes[0].name, "prism serve");
+  ASSERT_EQ(devices[3].processes.size(), 1u);  // NVML's own entry, with what prism says
+  EXPECT_EQ(devices[3].processes[0].memory_bytes, 5ull << 30);
+  EXPECT_EQ(devices[3].processes[0].doing, "m on cuda: 0 tokens, 0.0 tok/s");
+  const std::string t = table(devices, 80);
+  EXPECT_NE(t.find("pid 10 prism llm"), std::string::npos) << t;
+  EXPECT_NE(t.find("m on cpu: 7 tokens, 2.5 tok/s"), std::string::npos) << t;
+  const auto j = nlohmann::json::parse(json(devices, 1));
+  EXPECT_EQ(j["devices"][0]["processes"][0]["doing"], "m on cpu: 7 tokens, 2.5 tok/s");
+  EXPECT_TRUE(j["devices"][3]["processes"].size() == 1);
+}
 
 TEST(SmiFormat, TableAndJson) {
   Device d;

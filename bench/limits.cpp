@@ -28,6 +28,18 @@ void on_threads(int threads, const std::function<void(int)>& fn) {
   for (auto& t : pool) t.join();
 }
 
+#if defined(__x86_64__)
+// The sum of v's lanes, through memory: GCC 12 warns, wrongly, that _mm512_reduce_add_ps reads
+// an uninitialized value.
+__attribute__((target("avx512f"))) float lane_sum(__m512 v) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, v);
+  float sum = 0;
+  for (float x : lanes) sum += x;
+  return sum;
+}
+#endif
+
 // 12 independent accumulators hide the FMA latency on two pipes; returns flops done.
 double fma_loop(int64_t iterations) {
 #if defined(__AVX512F__)
@@ -36,7 +48,7 @@ double fma_loop(int64_t iterations) {
   auto set = [](float x) { return _mm512_set1_ps(x); };
   auto fma = [](V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); };
   auto add = [](V a, V b) { return _mm512_add_ps(a, b); };
-  auto sum = [](V a) { return _mm512_reduce_add_ps(a); };
+  auto sum = [](V a) { return lane_sum(a); };
 #elif defined(__AVX2__) && defined(__FMA__)
   using V = __m256;
   constexpr int lanes = 8;
@@ -89,7 +101,7 @@ __attribute__((target("avx512f,avx512bf16"))) void bf16_dot_loop(int64_t iterati
   }
   __m512 total = acc[0];
   for (int i = 1; i < kBf16Chains; ++i) total = _mm512_add_ps(total, acc[i]);
-  volatile float sink = _mm512_reduce_add_ps(total);
+  volatile float sink = lane_sum(total);
   (void)sink;
 }
 
@@ -208,14 +220,8 @@ void ReadProbe::pass() {
     for (int64_t i = 0; i < len; i += 16)
       for (int64_t j = 0; j < streams; ++j)
         acc[j] = _mm512_add_ps(acc[j], _mm512_loadu_ps(s0 + j * len + i));
-    // Summed through memory: GCC 12 warns, wrongly, that _mm512_reduce_add_ps reads an
-    // uninitialized value.
-    alignas(64) float lanes[16];
     float sum = 0;
-    for (auto a : acc) {
-      _mm512_store_ps(lanes, a);
-      for (float v : lanes) sum += v;
-    }
+    for (auto a : acc) sum += lane_sum(a);
 #else
     float sum = 0;
     for (int64_t i = 0; i < streams * len; ++i) sum += s0[i];

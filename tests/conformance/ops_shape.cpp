@@ -11,9 +11,11 @@ namespace prism::conformance {
 namespace {
 
 int64_t product(const std::vector<int64_t>& v, size_t from = 0, size_t to = SIZE_MAX) {
-  int64_t p = 1;
-  for (size_t i = from; i < std::min(to, v.size()); ++i) p *= v[i];
-  return p;
+  const size_t end = std::min(to, v.size());
+  if (from >= end) return 1;
+  return std::accumulate(v.begin() + static_cast<std::ptrdiff_t>(from),
+                         v.begin() + static_cast<std::ptrdiff_t>(end), int64_t{1},
+                         std::multiplies<>());
 }
 
 // x (positional) with its axes in the order `perm`, relabelled positionally.

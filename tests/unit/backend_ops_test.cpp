@@ -3,6 +3,7 @@
 // against every other platform available (OpenCL on PoCL and the XLA CPU PJRT plugin in CI). An op
 // added to the table without a case here fails EveryOpHasACase, naming it; a platform that computes
 // an op differently fails that op's case, naming the platform and the dtype.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -190,7 +191,7 @@ std::vector<OpCase> cases() {
 
   // Reductions and structural ops, in f32 and bf16 (and i32 where they move integers).
   for (DType t : {DType::f32, DType::bf16}) {
-    const std::string d = "_" + dtype_name(t);
+    const std::string d = fmt::format("_{}", name(t));
     const double tol = tol_for(t, 1e-5);
     HostBuffer a = values(x, t, -2, 2, 41);
     out.push_back(
@@ -261,7 +262,7 @@ std::vector<OpCase> cases() {
                    {values(x, t, -2, 2, 45)}});
   }
   for (DType t : {DType::f32, DType::bf16, DType::i32}) {
-    const std::string d = "_" + dtype_name(t);
+    const std::string d = fmt::format("_{}", name(t));
     HostBuffer a = values(x, t, -9, 9, 51);
     HostBuffer start = testing::i32(Shape::scalar(DType::i32), {2});
     out.push_back({"dynamic_slice" + d,
@@ -303,7 +304,7 @@ std::vector<OpCase> cases() {
 
   // Composites: the CPU runs them as one kernel and also decomposed.
   for (DType t : {DType::f32, DType::bf16}) {
-    const std::string d = "_" + dtype_name(t);
+    const std::string d = fmt::format("_{}", name(t));
     const double tol = tol_for(t, 2e-5);
     HostBuffer a = values(x, t, -2, 2, 71);
     out.push_back(

@@ -39,9 +39,8 @@ void q8_0(const float* x, uint8_t* b) {
     b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(round_away(x[j] * id)));
 }
 
-// Q4_0: the value of largest magnitude (the first, on ties) maps to -8, so its sign is kept
-// exactly and the other end of the range gets 7 steps; q = trunc(x / d + 8.5), at most 15.
-void q4_0(const float* x, uint8_t* b) {
+// The value of largest magnitude of a block of 32, the first of equals, sign kept.
+float extreme_of(const float* x) {
   float amax = 0, extreme = 0;
   for (int j = 0; j < 32; ++j) {
     if (std::fabs(x[j]) > amax) {
@@ -49,7 +48,13 @@ void q4_0(const float* x, uint8_t* b) {
       extreme = x[j];
     }
   }
-  const float d = extreme / -8;
+  return extreme;
+}
+
+// Q4_0: the value of largest magnitude (the first, on ties) maps to -8, so its sign is kept
+// exactly and the other end of the range gets 7 steps; q = trunc(x / d + 8.5), at most 15.
+void q4_0(const float* x, uint8_t* b) {
+  const float d = extreme_of(x) / -8;
   const float id = d != 0 ? 1 / d : 0;
   store_f16(b, d);
   auto q = [&](float v) { return std::min(15, static_cast<int>(v * id + 8.5f)); };
@@ -61,14 +66,7 @@ void q4_0(const float* x, uint8_t* b) {
 // the 16 bytes at 6); the fifth bits form the little-endian 32-bit word at 2, bit j for
 // element j.
 void q5_0(const float* x, uint8_t* b) {
-  float amax = 0, extreme = 0;
-  for (int j = 0; j < 32; ++j) {
-    if (std::fabs(x[j]) > amax) {
-      amax = std::fabs(x[j]);
-      extreme = x[j];
-    }
-  }
-  const float d = extreme / -16;
+  const float d = extreme_of(x) / -16;
   const float id = d != 0 ? 1 / d : 0;
   store_f16(b, d);
   uint32_t high = 0;

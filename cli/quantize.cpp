@@ -1,5 +1,5 @@
-// `prism quantize IN OUT.gguf`: a safetensors Llama checkpoint as a GGUF file llama.cpp loads
-// (prism/llm/gguf_export.h), its matrices in the type asked for.
+// `prism quantize IN OUT.gguf`: a safetensors Llama or LFM 2 checkpoint as a GGUF file llama.cpp
+// loads (prism/llm/gguf_export.h), its matrices in the type asked for.
 #include <cstdio>
 #include <string>
 
@@ -31,7 +31,7 @@ int run(const Options& o) {
   const prism::quant::GgmlType type = parse_type(o.type);
   PRISM_CHECK(o.out.ends_with(".gguf"), "quantize: the output {} must be a .gguf file", o.out);
   prism::llm::GgufExportOptions options{.type = type, .tokenizer = o.tokenizer, .name = o.name};
-  const prism::llm::GgufExportReport report = prism::llm::export_llama_gguf(o.in, o.out, options);
+  const prism::llm::GgufExportReport report = prism::llm::export_gguf(o.in, o.out, options);
   std::string types;
   for (const auto& [t, n] : report.tensors) {
     types += fmt::format("{}{} {}", types.empty() ? "" : ", ", n, prism::quant::name(t));
@@ -42,7 +42,8 @@ int run(const Options& o) {
 }
 
 const prism::cli::RegisterCommand kQuantize{
-    "quantize", "Write a safetensors Llama checkpoint as a GGUF file (f16, q8_0, q4_k, ...)",
+    "quantize",
+    "Write a safetensors Llama or LFM 2 checkpoint as a GGUF file (f16, q8_0, q4_k, ...)",
     [](CLI::App& app) -> prism::cli::Action {
       auto o = std::make_shared<Options>();
       app.add_option("IN", o->in, "checkpoint: a directory or URI with config.json")->required();

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numbers>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "prism/core/error.h"
@@ -13,6 +15,7 @@
 #include "prism/io/store.h"
 #include "prism/io/vfs.h"
 #include "prism/llm/tokenizer.h"
+#include "prism/models/lfm2.h"
 #include "prism/models/llama.h"
 #include "prism/quant/quantize.h"
 
@@ -43,10 +46,45 @@ std::string last_component(std::string_view uri) {
 // One tensor of the GGUF file: where it comes from in the checkpoint and how its rows move.
 struct Source {
   std::string gguf_name;
-  std::string hf_name;         // empty for a tensor computed here (rope_freqs)
-  std::vector<int64_t> shape;  // outermost first
-  int64_t rope_heads = 0;      // > 0: q or k, rows reordered per head for llama.cpp's rope
-  std::vector<float> values;   // a computed tensor's values
+  std::string hf_name;           // empty for a tensor computed here (rope_freqs)
+  std::vector<int64_t> shape;    // outermost first
+  int64_t rope_heads = 0;        // > 0: q or k, rows reordered per head for llama.cpp's rope
+  int64_t head_dim = 0;          // of those heads
+  std::vector<float> values;     // a computed tensor's values
+  std::optional<GgmlType> type;  // forced: F32 where the converter keeps a matrix so
+};
+
+// The tensors of a GGUF file being planned, each checked against the checkpoint as it is
+// added, before anything is written.
+class Plan {
+ public:
+  Plan(const io::Store& store, std::string checkpoint) : store_(store), checkpoint_(checkpoint) {}
+  // `what` names the model in errors: "a llama of 2 layers, ...".
+  void describe(std::string what) { what_ = std::move(what); }
+  // The checkpoint's `hf_name`, of `hf_shape` (default: `shape`), as `gguf_name` of `shape`.
+  Source& add(std::string gguf_name, std::string hf_name, std::vector<int64_t> shape,
+              std::vector<int64_t> hf_shape = {}) {
+    if (hf_shape.empty()) hf_shape = shape;
+    if (!store_.contains(hf_name)) {
+      fail("quantize: {}: no tensor '{}', which {} needs", checkpoint_, hf_name, what_);
+    }
+    const io::StoredTensor& t = store_.at(hf_name);
+    if (t.info.shape != hf_shape) {
+      fail("quantize: {}: tensor '{}' is {}{} but {} needs [{}]", checkpoint_, hf_name,
+           t.type_name(), t.info.shape_str(), what_, fmt::join(hf_shape, ", "));
+    }
+    if (!io::to_core_dtype(t.info.dtype) || !is_float(*io::to_core_dtype(t.info.dtype))) {
+      fail("quantize: {}: tensor '{}' is {}, not floating point", checkpoint_, hf_name,
+           t.type_name());
+    }
+    sources.push_back({std::move(gguf_name), std::move(hf_name), std::move(shape), 0, 0, {}, {}});
+    return sources.back();
+  }
+  std::vector<Source> sources;
+
+ private:
+  const io::Store& store_;
+  std::string checkpoint_, what_;
 };
 
 // llama.cpp's rope rotates adjacent pairs (x[2i], x[2i+1]) where Hugging Face's rotates the
@@ -217,25 +255,38 @@ uint32_t llama_file_type(GgmlType type) {
   }
 }
 
-GgufExportReport export_llama_gguf(const std::string& checkpoint, const std::string& out,
-                                   const GgufExportOptions& options) {
-  PRISM_CHECK(quant::can_quantize(options.type), "quantize: cannot write {} tensors",
-              quant::name(options.type));
-  const std::string config_uri = io::join(checkpoint, "config.json");
-  const json config = read_json(config_uri);
-  const std::string model_type = config.value("model_type", "(none)");
-  if (model_type != "llama") {
-    fail("quantize: {} has model_type \"{}\"; only llama is written as GGUF yet", config_uri,
-         model_type);
-  }
-  const models::LlamaConfig c = models::LlamaConfig::parse(config, config_uri);
-  const io::Store store = io::Store::open(checkpoint);
+namespace {
 
-  io::GgufWriter w;
-  w.set_string("general.architecture", "llama");
-  w.set_string("general.name", options.name.empty() ? last_component(checkpoint) : options.name);
-  w.set_u32("general.file_type", llama_file_type(options.type));
-  w.set_u32("general.quantization_version", 2);  // ggml's QK layout version, as llama.cpp writes
+// general.size_label as the converter writes it: the parameters counted, e.g. "2.2M" (two
+// significant digits for small numbers, none past the decimal point from 100 on).
+std::string size_label(const std::vector<Source>& sources) {
+  double count = 0;
+  for (const Source& s : sources) {
+    double n = 1;
+    for (int64_t d : s.shape) n *= static_cast<double>(d);
+    count += n;
+  }
+  double scale = 1e-3;
+  const char* suffix = "K";
+  for (auto [limit, s, x] :
+       {std::tuple{1e12, 1e-12, "T"}, std::tuple{1e9, 1e-9, "B"}, std::tuple{1e6, 1e-6, "M"}}) {
+    if (count > limit) {
+      scale = s;
+      suffix = x;
+      break;
+    }
+  }
+  const double scaled = count * scale;
+  const std::string whole = fmt::format("{}", static_cast<int64_t>(std::llround(scaled)));
+  const int digits = whole == "0" ? 0 : static_cast<int>(whole.size());
+  return fmt::format("{:.{}f}{}", scaled, std::max(2 - digits, 0), suffix);
+}
+
+// Llama: llama.cpp's names, q and k rows in its rope's order, Llama 3.1's scaling as
+// rope_freqs. Returns the vocabulary's size.
+int64_t plan_llama(const json& config, const std::string& config_uri, io::GgufWriter& w,
+                   Plan& plan) {
+  const models::LlamaConfig c = models::LlamaConfig::parse(config, config_uri);
   w.set_u32("llama.vocab_size", static_cast<uint32_t>(c.vocab_size));
   w.set_u32("llama.context_length", static_cast<uint32_t>(c.max_positions));
   w.set_u32("llama.embedding_length", static_cast<uint32_t>(c.hidden_size));
@@ -249,6 +300,130 @@ GgufExportReport export_llama_gguf(const std::string& checkpoint, const std::str
   w.set_u32("llama.attention.key_length", static_cast<uint32_t>(c.head_dim));
   w.set_u32("llama.attention.value_length", static_cast<uint32_t>(c.head_dim));
 
+  // The tensors, in the order llama.cpp's converter writes them.
+  const int64_t d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim;
+  plan.describe(
+      fmt::format("a llama of {} layers, width {}, {}/{} heads of {}, MLP {}, "
+                  "vocabulary {}",
+                  c.num_layers, d, c.num_heads, c.num_kv_heads, hd, f, c.vocab_size));
+  auto rope = [&](Source& s, int64_t heads) {
+    s.rope_heads = heads;
+    s.head_dim = hd;
+  };
+  plan.add("token_embd.weight", "model.embed_tokens.weight", {c.vocab_size, d});
+  if (c.rope_scaling) {
+    std::vector<float> factors = llama3_rope_factors(c);
+    const auto n = static_cast<int64_t>(factors.size());
+    plan.sources.push_back({"rope_freqs.weight", "", {n}, 0, 0, std::move(factors), {}});
+  }
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l), b = fmt::format("blk.{}.", l);
+    plan.add(b + "attn_norm.weight", p + "input_layernorm.weight", {d});
+    rope(plan.add(b + "attn_q.weight", p + "self_attn.q_proj.weight", {c.num_heads * hd, d}),
+         c.num_heads);
+    rope(plan.add(b + "attn_k.weight", p + "self_attn.k_proj.weight", {c.num_kv_heads * hd, d}),
+         c.num_kv_heads);
+    plan.add(b + "attn_v.weight", p + "self_attn.v_proj.weight", {c.num_kv_heads * hd, d});
+    plan.add(b + "attn_output.weight", p + "self_attn.o_proj.weight", {d, c.num_heads * hd});
+    plan.add(b + "ffn_norm.weight", p + "post_attention_layernorm.weight", {d});
+    plan.add(b + "ffn_gate.weight", p + "mlp.gate_proj.weight", {f, d});
+    plan.add(b + "ffn_up.weight", p + "mlp.up_proj.weight", {f, d});
+    plan.add(b + "ffn_down.weight", p + "mlp.down_proj.weight", {d, f});
+  }
+  plan.add("output_norm.weight", "model.norm.weight", {d});
+  if (!c.tie_word_embeddings) plan.add("output.weight", "lm_head.weight", {c.vocab_size, d});
+  return c.vocab_size;
+}
+
+// LFM 2: llama.cpp's "lfm2" (what gguf_model.cpp's open_lfm2 reads back): the tensors renamed,
+// the convolution's kernels [d, 1, taps] as [d, taps] in F32, as the converter keeps them; the
+// key/value heads of each layer, 0 for a convolution layer. Returns the vocabulary's size.
+int64_t plan_lfm2(const json& config, const std::string& config_uri, io::GgufWriter& w,
+                  Plan& plan) {
+  const models::Lfm2Config c = models::Lfm2Config::parse(config, config_uri);
+  const int64_t d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim;
+  std::vector<int32_t> kv_heads;
+  for (models::Lfm2Config::Layer layer : c.layers) {
+    kv_heads.push_back(
+        layer == models::Lfm2Config::Layer::conv ? 0 : static_cast<int32_t>(c.num_kv_heads));
+  }
+  w.set_u32("lfm2.block_count", static_cast<uint32_t>(c.num_layers()));
+  w.set_u32("lfm2.context_length", static_cast<uint32_t>(c.max_positions));
+  w.set_u32("lfm2.embedding_length", static_cast<uint32_t>(d));
+  w.set_u32("lfm2.feed_forward_length", static_cast<uint32_t>(f));
+  w.set_u32("lfm2.attention.head_count", static_cast<uint32_t>(c.num_heads));
+  w.set_i32s("lfm2.attention.head_count_kv", kv_heads);
+  w.set_f32("lfm2.rope.freq_base", static_cast<float>(c.rope_theta));
+  w.set_f32("lfm2.attention.layer_norm_rms_epsilon", static_cast<float>(c.norm_eps));
+  w.set_u32("lfm2.vocab_size", static_cast<uint32_t>(c.vocab_size));
+  w.set_u32("lfm2.shortconv.l_cache", static_cast<uint32_t>(c.conv_kernel));
+
+  plan.describe(
+      fmt::format("an lfm2 of {} blocks, width {}, {}/{} heads of {}, MLP {}, "
+                  "vocabulary {}",
+                  c.num_layers(), d, c.num_heads, c.num_kv_heads, hd, f, c.vocab_size));
+  plan.add("token_embd.weight", "model.embed_tokens.weight", {c.vocab_size, d});
+  plan.add("token_embd_norm.weight", "model.embedding_norm.weight", {d});
+  for (int64_t l = 0; l < c.num_layers(); ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l), b = fmt::format("blk.{}.", l);
+    plan.add(b + "attn_norm.weight", p + "operator_norm.weight", {d});
+    plan.add(b + "ffn_norm.weight", p + "ffn_norm.weight", {d});
+    plan.add(b + "ffn_gate.weight", p + "feed_forward.w1.weight", {f, d});
+    plan.add(b + "ffn_up.weight", p + "feed_forward.w3.weight", {f, d});
+    plan.add(b + "ffn_down.weight", p + "feed_forward.w2.weight", {d, f});
+    if (c.layers[l] == models::Lfm2Config::Layer::conv) {
+      plan.add(b + "shortconv.in_proj.weight", p + "conv.in_proj.weight", {3 * d, d});
+      plan.add(b + "shortconv.out_proj.weight", p + "conv.out_proj.weight", {d, d});
+      plan.add(b + "shortconv.conv.weight", p + "conv.conv.weight", {d, c.conv_kernel},
+               {d, 1, c.conv_kernel})
+          .type = GgmlType::F32;
+      if (c.conv_bias) {
+        plan.add(b + "shortconv.in_proj.bias", p + "conv.in_proj.bias", {3 * d});
+        plan.add(b + "shortconv.out_proj.bias", p + "conv.out_proj.bias", {d});
+        plan.add(b + "shortconv.conv.bias", p + "conv.conv.bias", {d});
+      }
+    } else {
+      plan.add(b + "attn_q.weight", p + "self_attn.q_proj.weight", {c.num_heads * hd, d});
+      plan.add(b + "attn_k.weight", p + "self_attn.k_proj.weight", {c.num_kv_heads * hd, d});
+      plan.add(b + "attn_v.weight", p + "self_attn.v_proj.weight", {c.num_kv_heads * hd, d});
+      plan.add(b + "attn_output.weight", p + "self_attn.out_proj.weight", {d, c.num_heads * hd});
+      plan.add(b + "attn_q_norm.weight", p + "self_attn.q_layernorm.weight", {hd});
+      plan.add(b + "attn_k_norm.weight", p + "self_attn.k_layernorm.weight", {hd});
+    }
+  }
+  if (!c.tie_word_embeddings) plan.add("output.weight", "lm_head.weight", {c.vocab_size, d});
+  return c.vocab_size;
+}
+
+}  // namespace
+
+GgufExportReport export_gguf(const std::string& checkpoint, const std::string& out,
+                             const GgufExportOptions& options) {
+  PRISM_CHECK(quant::can_quantize(options.type), "quantize: cannot write {} tensors",
+              quant::name(options.type));
+  const std::string config_uri = io::join(checkpoint, "config.json");
+  const json config = read_json(config_uri);
+  const std::string model_type = config.value("model_type", "(none)");
+  using Planner = int64_t (*)(const json&, const std::string&, io::GgufWriter&, Plan&);
+  const std::map<std::string, Planner> planners{{"llama", plan_llama}, {"lfm2", plan_lfm2}};
+  const auto planner = planners.find(model_type);
+  if (planner == planners.end()) {
+    fail("quantize: {} has model_type \"{}\"; llama and lfm2 are written as GGUF", config_uri,
+         model_type);
+  }
+  const io::Store store = io::Store::open(checkpoint);
+
+  io::GgufWriter w;
+  w.set_string("general.architecture", model_type);
+  w.set_string("general.name", options.name.empty() ? last_component(checkpoint) : options.name);
+  w.set_u32("general.file_type", llama_file_type(options.type));
+  w.set_u32("general.quantization_version", 2);  // ggml's QK layout version, as llama.cpp writes
+  Plan plan(store, checkpoint);
+  const int64_t vocab_size = planner->second(config, config_uri, w, plan);
+  const std::vector<Source>& sources = plan.sources;
+  w.set_string("general.type", "model");
+  w.set_string("general.size_label", size_label(sources));
+
   GgufExportReport report;
   std::string tokenizer_dir = options.tokenizer;
   if (tokenizer_dir.empty() && io::exists(io::join(checkpoint, "tokenizer.json"))) {
@@ -257,58 +432,13 @@ GgufExportReport export_llama_gguf(const std::string& checkpoint, const std::str
   if (!tokenizer_dir.empty()) {
     PRISM_CHECK(io::exists(io::join(tokenizer_dir, "tokenizer.json")),
                 "quantize: --tokenizer={} has no tokenizer.json", tokenizer_dir);
-    write_tokenizer(w, tokenizer_dir, c.vocab_size);
+    write_tokenizer(w, tokenizer_dir, vocab_size);
     report.tokenizer = true;
   }
 
-  // The tensors, in the order llama.cpp's converter writes them, each checked against the
-  // config before anything is written.
-  const int64_t d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim;
-  const std::string what =
-      fmt::format("a llama of {} layers, width {}, {}/{} heads of {}, MLP {}, vocabulary {}",
-                  c.num_layers, d, c.num_heads, c.num_kv_heads, hd, f, c.vocab_size);
-  std::vector<Source> sources;
-  auto add = [&](std::string gguf_name, std::string hf_name, std::vector<int64_t> shape,
-                 int64_t rope_heads = 0) {
-    if (!store.contains(hf_name)) {
-      fail("quantize: {}: no tensor '{}', which {} needs", checkpoint, hf_name, what);
-    }
-    const io::StoredTensor& t = store.at(hf_name);
-    if (t.info.shape != shape) {
-      fail("quantize: {}: tensor '{}' is {}{} but {} needs [{}]", checkpoint, hf_name,
-           t.type_name(), t.info.shape_str(), what, fmt::join(shape, ", "));
-    }
-    if (!io::to_core_dtype(t.info.dtype) || !is_float(*io::to_core_dtype(t.info.dtype))) {
-      fail("quantize: {}: tensor '{}' is {}, not floating point", checkpoint, hf_name,
-           t.type_name());
-    }
-    sources.push_back({std::move(gguf_name), std::move(hf_name), std::move(shape), rope_heads, {}});
-  };
-  add("token_embd.weight", "model.embed_tokens.weight", {c.vocab_size, d});
-  if (c.rope_scaling) {
-    std::vector<float> factors = llama3_rope_factors(c);
-    const auto n = static_cast<int64_t>(factors.size());
-    sources.push_back({"rope_freqs.weight", "", {n}, 0, std::move(factors)});
-  }
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l), b = fmt::format("blk.{}.", l);
-    add(b + "attn_norm.weight", p + "input_layernorm.weight", {d});
-    add(b + "attn_q.weight", p + "self_attn.q_proj.weight", {c.num_heads * hd, d}, c.num_heads);
-    add(b + "attn_k.weight", p + "self_attn.k_proj.weight", {c.num_kv_heads * hd, d},
-        c.num_kv_heads);
-    add(b + "attn_v.weight", p + "self_attn.v_proj.weight", {c.num_kv_heads * hd, d});
-    add(b + "attn_output.weight", p + "self_attn.o_proj.weight", {d, c.num_heads * hd});
-    add(b + "ffn_norm.weight", p + "post_attention_layernorm.weight", {d});
-    add(b + "ffn_gate.weight", p + "mlp.gate_proj.weight", {f, d});
-    add(b + "ffn_up.weight", p + "mlp.up_proj.weight", {f, d});
-    add(b + "ffn_down.weight", p + "mlp.down_proj.weight", {d, f});
-  }
-  add("output_norm.weight", "model.norm.weight", {d});
-  if (!c.tie_word_embeddings) add("output.weight", "lm_head.weight", {c.vocab_size, d});
-
   std::vector<GgmlType> types;
   for (const Source& s : sources) {
-    types.push_back(quant::type_for_tensor(options.type, s.shape));
+    types.push_back(s.type ? *s.type : quant::type_for_tensor(options.type, s.shape));
     w.add_tensor(s.gguf_name, s.shape, types.back());
     ++report.tensors[types.back()];
     report.bytes += w.tensor_bytes(w.tensor_count() - 1);
@@ -328,6 +458,7 @@ GgufExportReport export_llama_gguf(const std::string& checkpoint, const std::str
     const int64_t rows = t.rows(), cols = t.row_elements();
     const uint64_t row_bytes = cols * size_of(dtype);
     // Chunks of whole heads for q and k, whose rows move within a head.
+    const int64_t hd = s.head_dim;
     const int64_t unit = s.rope_heads > 0 ? hd : 1;
     const int64_t per_chunk = std::max<int64_t>(
         unit, static_cast<int64_t>(kChunkBytes / (cols * sizeof(float))) / unit * unit);

@@ -1,9 +1,10 @@
-// Writes a Hugging Face Llama checkpoint as a GGUF file that llama.cpp loads, as llama.cpp's
-// converter (convert_hf_to_gguf.py) and llama-quantize would together: llama.cpp's tensor
-// names, each head's query and key rows in its rope's order (the inverse of what gguf_model.cpp
-// undoes), `general.architecture` llama with the llama.* hyperparameters, `general.file_type`,
-// Llama 3.1's rope scaling as the rope_freqs tensor, and the tokenizer (tokenizer.ggml.*) and
-// chat template when tokenizer files are there.
+// Writes a Hugging Face Llama or LFM 2 checkpoint as a GGUF file that llama.cpp loads, as
+// llama.cpp's converter (convert_hf_to_gguf.py) and llama-quantize would together: llama.cpp's
+// tensor names and `general.architecture` (llama, lfm2) with its hyperparameters,
+// `general.file_type`, the tokenizer (tokenizer.ggml.*) and chat template when tokenizer files
+// are there; what the converter does to the tensors, the inverse of what gguf_model.cpp undoes:
+// for Llama each head's query and key rows in its rope's order and Llama 3.1's rope scaling as
+// the rope_freqs tensor, for LFM 2 the convolution's kernels squeezed to [d, taps] (kept F32).
 //
 // Weights stream tensor by tensor, each in chunks of rows: read, converted to f32, reordered,
 // quantized (prism/quant/quantize.h) and written, so that no more than a chunk of the model is
@@ -35,11 +36,11 @@ struct GgufExportReport {
 };
 
 // Writes `checkpoint` (a directory or any URI io::Store opens, with config.json) to the local
-// file `out`. Throws prism::Error, leaving no file, for a model_type other than llama, a
-// missing tensor or one of other sizes than config.json implies, a tokenizer that is not
+// file `out`. Throws prism::Error, leaving no file, for a model_type other than llama and lfm2,
+// a missing tensor or one of other sizes than config.json implies, a tokenizer that is not
 // byte-level BPE with a known pre-tokenizer, a type without a quantizer or an unwritable path.
-GgufExportReport export_llama_gguf(const std::string& checkpoint, const std::string& out,
-                                   const GgufExportOptions& options);
+GgufExportReport export_gguf(const std::string& checkpoint, const std::string& out,
+                             const GgufExportOptions& options);
 
 // llama.cpp's `general.file_type` (LLAMA_FTYPE_*) for files whose matrices are mostly `type`.
 uint32_t llama_file_type(quant::GgmlType type);

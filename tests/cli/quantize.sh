@@ -82,7 +82,7 @@ expect_error "missing tensor" "no tensor 'model.layers.0.mlp.up_proj.weight', wh
   "$prism" quantize "$tmp/missing" out.gguf
 mkdir -p "$tmp/qwen" && sed 's/"llama"/"qwen3_5"/' "$tmp/wide/config.json" >"$tmp/qwen/config.json"
 ln -s "$tmp/wide/model.safetensors" "$tmp/qwen/model.safetensors"
-expect_error "unsupported architecture" "has model_type \"qwen3_5\"; only llama is written as GGUF yet" \
+expect_error "unsupported architecture" "has model_type \"qwen3_5\"; llama and lfm2 are written as GGUF" \
   "$prism" quantize "$tmp/qwen" out.gguf
 expect_error "unwritable path" "cannot write $tmp/nowhere/out.gguf: No such file or directory" \
   "$prism" quantize "$data/tiny-f32" "$tmp/nowhere/out.gguf" --type=f32
@@ -94,6 +94,13 @@ expect_error "llm --quantize unknown" "llm: --quantize=q5_k is not one of q8_0, 
   "$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --print-ids --quantize=q5_k
 expect_error "llm --quantize on GGUF" "llm: --quantize takes a safetensors checkpoint" \
   "$prism" llm --model="$gguf/tiny-f32.gguf" --prompt-ids=1 --print-ids --quantize=q8_0
+# LFM 2: the Q8_0 file runs as the checkpoint quantized to Q8_0 at load.
+lfm2="$PRISM_SOURCE_DIR/tests/data/lfm2/tiny-bf16-tied"
+"$prism" quantize "$lfm2" "$tmp/lfm2-q8_0.gguf" --type=q8_0 2>/dev/null ||
+  { echo "FAIL lfm2 quantize"; fail=1; }
+lfm2_ids() { "$prism" llm --model="$1" --prompt-ids=1,2,3,10,20 --max-tokens=12 --print-ids --seqlen=64 --dtype=f32 "${@:2}" 2>/dev/null; }
+check "lfm2 q8_0 file = quantized at load" "$(lfm2_ids "$lfm2" --quantize=q8_0)" "$(lfm2_ids "$tmp/lfm2-q8_0.gguf")"
+
 expect_error "llm --keep-quantized unknown" "llm: --keep-quantized=always is not one of auto, yes, no" \
   "$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --print-ids --quantize=q8_0 --keep-quantized=always
 # Kept or not, the same weights: the same greedy ids.

@@ -1,4 +1,4 @@
-// prism/quant/quantize.h, io::GgufWriter and llm::export_llama_gguf.
+// prism/quant/quantize.h, io::GgufWriter and llm::export_gguf.
 //
 // tests/data/gguf/quantize_ref.gguf comes from the `gguf` Python package
 // (tools/make_quantize_fixtures.py): F16, BF16, Q8_0, Q4_0 and Q5_0 must be its bytes exactly. Q4_K
@@ -13,10 +13,12 @@
 #include <random>
 
 #include "io_test_util.h"
+#include "prism/backends/registry.h"
 #include "prism/core/error.h"
 #include "prism/io/gguf.h"
 #include "prism/io/gguf_writer.h"
 #include "prism/io/vfs.h"
+#include "prism/llm/engine.h"
 #include "prism/llm/gguf_export.h"
 #include "prism/quant/dequantize.h"
 
@@ -222,7 +224,7 @@ TEST(GgufWriter, LeavesNoFileOnAnError) {
 TEST(GgufExport, Q8_0EqualsTheConvertersFile) {
   test::TempDir dir;
   const std::string out = dir.str("tiny-q8_0.gguf");
-  const llm::GgufExportReport report = llm::export_llama_gguf(
+  const llm::GgufExportReport report = llm::export_gguf(
       std::string(PRISM_TEST_DATA) + "/llama/tiny-bf16-tied", out,
       {.type = GgmlType::Q8_0, .tokenizer = std::string(PRISM_TOKENIZERS_DIR) + "/llama3_1"});
   EXPECT_TRUE(report.tokenizer);
@@ -261,6 +263,58 @@ TEST(GgufExport, Q8_0EqualsTheConvertersFile) {
             theirs.get_array("tokenizer.ggml.token_type").ints());
   EXPECT_EQ(ours.get_array("tokenizer.ggml.merges").strings(),
             theirs.get_array("tokenizer.ggml.merges").strings());
+}
+
+// LFM 2: the BF16 file `prism quantize` writes holds the converter's tensors (the fixture
+// tools/make_tiny_gguf.py writes as llama.cpp's converter does: names, the convolution kernels
+// squeezed and kept F32) byte for byte and its lfm2.* hyperparameters, and runs as the
+// checkpoint; a Q8_0 one keeps the kernels and norms F32 and quantizes the other matrices.
+TEST(GgufExport, Lfm2EqualsTheConvertersFile) {
+  test::TempDir dir;
+  const std::string checkpoint = std::string(PRISM_TEST_DATA) + "/lfm2/tiny-bf16-tied";
+  const std::string out = dir.str("lfm2.gguf");
+  llm::export_gguf(checkpoint, out, {.type = GgmlType::BF16});
+  auto ours_file = io::open(out);
+  auto theirs_file = io::open(std::string(PRISM_GGUF_DIR) + "/lfm2-tiny-bf16-tied.gguf");
+  const io::GgufHeader ours = io::GgufHeader::read(*ours_file);
+  const io::GgufHeader theirs = io::GgufHeader::read(*theirs_file);
+  ASSERT_EQ(ours.tensors.size(), theirs.tensors.size());
+  for (const io::GgufTensor& t : theirs.tensors) {
+    SCOPED_TRACE(t.name);
+    const io::GgufTensor& o = ours.tensor(t.name);
+    ASSERT_EQ(o.type, t.type);
+    ASSERT_EQ(o.dims, t.dims);
+    std::vector<std::byte> a(o.bytes), b(t.bytes);
+    ours.read_tensor_bytes(*ours_file, o, a);
+    theirs.read_tensor_bytes(*theirs_file, t, b);
+    EXPECT_TRUE(a == b);
+  }
+  for (const char* key :
+       {"lfm2.block_count", "lfm2.context_length", "lfm2.embedding_length",
+        "lfm2.feed_forward_length", "lfm2.attention.head_count", "lfm2.vocab_size",
+        "lfm2.shortconv.l_cache", "general.file_type", "general.quantization_version"}) {
+    EXPECT_EQ(ours.get_int(key), theirs.get_int(key)) << key;
+  }
+  EXPECT_EQ(ours.get_array("lfm2.attention.head_count_kv").ints(),
+            theirs.get_array("lfm2.attention.head_count_kv").ints());
+  EXPECT_EQ(ours.get_string("general.size_label"), theirs.get_string("general.size_label"));
+
+  llm::EngineOptions o;
+  o.seqlen = 64;
+  o.dtype = DType::f32;
+  o.load.report = false;
+  Platform& cpu = get_platform("cpu");
+  llm::Engine want(checkpoint, cpu, o), got(out, cpu, o);
+  const std::vector<int32_t> prompt{1, 2, 3, 10, 20};
+  EXPECT_EQ(got.feed(prompt), want.feed(prompt));
+
+  const std::string q8 = dir.str("lfm2-q8_0.gguf");
+  const llm::GgufExportReport report = llm::export_gguf(checkpoint, q8, {.type = GgmlType::Q8_0});
+  EXPECT_GT(report.tensors.at(GgmlType::Q8_0), 0);
+  auto q8_file = io::open(q8);
+  const io::GgufHeader q8_header = io::GgufHeader::read(*q8_file);
+  EXPECT_EQ(q8_header.tensor("blk.0.shortconv.conv.weight").type, GgmlType::F32);
+  EXPECT_EQ(q8_header.tensor("blk.0.ffn_gate.weight").type, GgmlType::Q8_0);
 }
 
 }  // namespace

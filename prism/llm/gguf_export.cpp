@@ -14,6 +14,7 @@
 #include "prism/io/gguf_writer.h"
 #include "prism/io/store.h"
 #include "prism/io/vfs.h"
+#include "prism/llm/gguf_names.h"
 #include "prism/llm/tokenizer.h"
 #include "prism/models/lfm2.h"
 #include "prism/models/llama.h"
@@ -362,36 +363,10 @@ int64_t plan_lfm2(const json& config, const std::string& config_uri, io::GgufWri
       fmt::format("an lfm2 of {} blocks, width {}, {}/{} heads of {}, MLP {}, "
                   "vocabulary {}",
                   c.num_layers(), d, c.num_heads, c.num_kv_heads, hd, f, c.vocab_size));
-  plan.add("token_embd.weight", "model.embed_tokens.weight", {c.vocab_size, d});
-  plan.add("token_embd_norm.weight", "model.embedding_norm.weight", {d});
-  for (int64_t l = 0; l < c.num_layers(); ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l), b = fmt::format("blk.{}.", l);
-    plan.add(b + "attn_norm.weight", p + "operator_norm.weight", {d});
-    plan.add(b + "ffn_norm.weight", p + "ffn_norm.weight", {d});
-    plan.add(b + "ffn_gate.weight", p + "feed_forward.w1.weight", {f, d});
-    plan.add(b + "ffn_up.weight", p + "feed_forward.w3.weight", {f, d});
-    plan.add(b + "ffn_down.weight", p + "feed_forward.w2.weight", {d, f});
-    if (c.layers[l] == models::Lfm2Config::Layer::conv) {
-      plan.add(b + "shortconv.in_proj.weight", p + "conv.in_proj.weight", {3 * d, d});
-      plan.add(b + "shortconv.out_proj.weight", p + "conv.out_proj.weight", {d, d});
-      plan.add(b + "shortconv.conv.weight", p + "conv.conv.weight", {d, c.conv_kernel},
-               {d, 1, c.conv_kernel})
-          .type = GgmlType::F32;
-      if (c.conv_bias) {
-        plan.add(b + "shortconv.in_proj.bias", p + "conv.in_proj.bias", {3 * d});
-        plan.add(b + "shortconv.out_proj.bias", p + "conv.out_proj.bias", {d});
-        plan.add(b + "shortconv.conv.bias", p + "conv.conv.bias", {d});
-      }
-    } else {
-      plan.add(b + "attn_q.weight", p + "self_attn.q_proj.weight", {c.num_heads * hd, d});
-      plan.add(b + "attn_k.weight", p + "self_attn.k_proj.weight", {c.num_kv_heads * hd, d});
-      plan.add(b + "attn_v.weight", p + "self_attn.v_proj.weight", {c.num_kv_heads * hd, d});
-      plan.add(b + "attn_output.weight", p + "self_attn.out_proj.weight", {d, c.num_heads * hd});
-      plan.add(b + "attn_q_norm.weight", p + "self_attn.q_layernorm.weight", {hd});
-      plan.add(b + "attn_k_norm.weight", p + "self_attn.k_layernorm.weight", {hd});
-    }
+  for (const GgufTensorName& t : lfm2_gguf_names(c)) {
+    Source& s = plan.add(t.gguf, t.hf, t.shape, t.hf_shape);
+    if (t.f32) s.type = GgmlType::F32;
   }
-  if (!c.tie_word_embeddings) plan.add("output.weight", "lm_head.weight", {c.vocab_size, d});
   return c.vocab_size;
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "prism/core/error.h"
+#include "prism/llm/gguf_names.h"
 #include "prism/models/lfm2.h"
 #include "prism/models/llama.h"
 #include "prism/models/qwen3_5.h"
@@ -279,36 +280,9 @@ GgufModel open_lfm2(std::shared_ptr<io::File> file, io::GgufHeader header, DType
                             std::count(c.layers.begin(), c.layers.end(),
                                        models::Lfm2Config::Layer::attention),
                             d, c.num_heads, c.num_kv_heads, hd, f, c.vocab_size));
-  map.add("model.embed_tokens.weight", "token_embd.weight", {c.vocab_size, d});
-  // The norm after the last block, which llama.cpp names after the embedding as Hugging Face
-  // does (embedding_norm).
-  map.add("model.embedding_norm.weight", "token_embd_norm.weight", {d});
-  if (!c.tie_word_embeddings) map.add("lm_head.weight", "output.weight", {c.vocab_size, d});
-  for (int64_t l = 0; l < layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l), b = fmt::format("blk.{}.", l);
-    map.add(p + "operator_norm.weight", b + "attn_norm.weight", {d});
-    map.add(p + "ffn_norm.weight", b + "ffn_norm.weight", {d});
-    map.add(p + "feed_forward.w1.weight", b + "ffn_gate.weight", {f, d});
-    map.add(p + "feed_forward.w3.weight", b + "ffn_up.weight", {f, d});
-    map.add(p + "feed_forward.w2.weight", b + "ffn_down.weight", {d, f});
-    if (c.layers[l] == models::Lfm2Config::Layer::conv) {
-      map.add(p + "conv.in_proj.weight", b + "shortconv.in_proj.weight", {3 * d, d});
-      map.add(p + "conv.out_proj.weight", b + "shortconv.out_proj.weight", {d, d});
-      map.add(p + "conv.conv.weight", b + "shortconv.conv.weight", {d, c.conv_kernel})
-          .info.shape = {d, 1, c.conv_kernel};
-      if (c.conv_bias) {
-        map.add(p + "conv.in_proj.bias", b + "shortconv.in_proj.bias", {3 * d});
-        map.add(p + "conv.out_proj.bias", b + "shortconv.out_proj.bias", {d});
-        map.add(p + "conv.conv.bias", b + "shortconv.conv.bias", {d});
-      }
-    } else {
-      map.add(p + "self_attn.q_proj.weight", b + "attn_q.weight", {c.num_heads * hd, d});
-      map.add(p + "self_attn.k_proj.weight", b + "attn_k.weight", {c.num_kv_heads * hd, d});
-      map.add(p + "self_attn.v_proj.weight", b + "attn_v.weight", {c.num_kv_heads * hd, d});
-      map.add(p + "self_attn.out_proj.weight", b + "attn_output.weight", {d, c.num_heads * hd});
-      map.add(p + "self_attn.q_layernorm.weight", b + "attn_q_norm.weight", {hd});
-      map.add(p + "self_attn.k_layernorm.weight", b + "attn_k_norm.weight", {hd});
-    }
+  for (const GgufTensorName& t : lfm2_gguf_names(c)) {
+    io::StoredTensor& stored = map.add(t.hf, t.gguf, t.shape);
+    if (!t.hf_shape.empty()) stored.info.shape = t.hf_shape;
   }
   io::Store store = std::move(map).store();
   return {std::make_unique<models::Lfm2>(std::move(c), dtype), std::move(store), std::move(header)};

@@ -218,6 +218,29 @@ TEST(GgufWriter, LeavesNoFileOnAnError) {
   }
 }
 
+// Both files hold the same tensors: names, types, dims and bytes (rope_freqs: the same factors
+// within 1e-5, computed in another order).
+void expect_same_tensors(const io::GgufHeader& ours, io::File& ours_file,
+                         const io::GgufHeader& theirs, io::File& theirs_file) {
+  ASSERT_EQ(ours.tensors.size(), theirs.tensors.size());
+  for (const io::GgufTensor& t : theirs.tensors) {
+    SCOPED_TRACE(t.name);
+    const io::GgufTensor& o = ours.tensor(t.name);
+    ASSERT_EQ(o.type, t.type);
+    ASSERT_EQ(o.dims, t.dims);
+    if (t.name == "rope_freqs.weight") {
+      const std::vector<float> fa = ours.read_f32(ours_file, o);
+      const std::vector<float> fb = theirs.read_f32(theirs_file, t);
+      for (size_t i = 0; i < fa.size(); ++i) EXPECT_NEAR(fa[i], fb[i], 1e-5 * fb[i]);
+      continue;
+    }
+    std::vector<std::byte> a(o.bytes), b(t.bytes);
+    ours.read_tensor_bytes(ours_file, o, a);
+    theirs.read_tensor_bytes(theirs_file, t, b);
+    EXPECT_TRUE(a == b);
+  }
+}
+
 // The Q8_0 file `prism quantize` writes holds exactly the blocks of the fixture
 // tools/make_tiny_gguf.py writes (llama.cpp's names and Q/K row order, quantized as the gguf
 // package does), tensor for tensor.
@@ -232,23 +255,7 @@ TEST(GgufExport, Q8_0EqualsTheConvertersFile) {
   auto theirs_file = io::open(std::string(PRISM_GGUF_DIR) + "/tiny-bf16-tied-q8_0.gguf");
   const io::GgufHeader ours = io::GgufHeader::read(*ours_file);
   const io::GgufHeader theirs = io::GgufHeader::read(*theirs_file);
-  ASSERT_EQ(ours.tensors.size(), theirs.tensors.size());
-  for (const io::GgufTensor& t : theirs.tensors) {
-    SCOPED_TRACE(t.name);
-    const io::GgufTensor& o = ours.tensor(t.name);
-    ASSERT_EQ(o.type, t.type);
-    ASSERT_EQ(o.dims, t.dims);
-    std::vector<std::byte> a(o.bytes), b(t.bytes);
-    ours.read_tensor_bytes(*ours_file, o, a);
-    theirs.read_tensor_bytes(*theirs_file, t, b);
-    if (t.name == "rope_freqs.weight") {  // the same factors, computed in another order
-      const std::vector<float> fa = ours.read_f32(*ours_file, o);
-      const std::vector<float> fb = theirs.read_f32(*theirs_file, t);
-      for (size_t i = 0; i < fa.size(); ++i) EXPECT_NEAR(fa[i], fb[i], 1e-5 * fb[i]);
-    } else {
-      EXPECT_TRUE(a == b);
-    }
-  }
+  expect_same_tensors(ours, *ours_file, theirs, *theirs_file);
   for (const char* key :
        {"llama.block_count", "llama.embedding_length", "llama.attention.head_count",
         "llama.attention.head_count_kv", "llama.feed_forward_length", "llama.vocab_size",
@@ -278,17 +285,7 @@ TEST(GgufExport, Lfm2EqualsTheConvertersFile) {
   auto theirs_file = io::open(std::string(PRISM_GGUF_DIR) + "/lfm2-tiny-bf16-tied.gguf");
   const io::GgufHeader ours = io::GgufHeader::read(*ours_file);
   const io::GgufHeader theirs = io::GgufHeader::read(*theirs_file);
-  ASSERT_EQ(ours.tensors.size(), theirs.tensors.size());
-  for (const io::GgufTensor& t : theirs.tensors) {
-    SCOPED_TRACE(t.name);
-    const io::GgufTensor& o = ours.tensor(t.name);
-    ASSERT_EQ(o.type, t.type);
-    ASSERT_EQ(o.dims, t.dims);
-    std::vector<std::byte> a(o.bytes), b(t.bytes);
-    ours.read_tensor_bytes(*ours_file, o, a);
-    theirs.read_tensor_bytes(*theirs_file, t, b);
-    EXPECT_TRUE(a == b);
-  }
+  expect_same_tensors(ours, *ours_file, theirs, *theirs_file);
   for (const char* key :
        {"lfm2.block_count", "lfm2.context_length", "lfm2.embedding_length",
         "lfm2.feed_forward_length", "lfm2.attention.head_count", "lfm2.vocab_size",

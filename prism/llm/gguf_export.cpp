@@ -307,32 +307,16 @@ int64_t plan_llama(const json& config, const std::string& config_uri, io::GgufWr
       fmt::format("a llama of {} layers, width {}, {}/{} heads of {}, MLP {}, "
                   "vocabulary {}",
                   c.num_layers, d, c.num_heads, c.num_kv_heads, hd, f, c.vocab_size));
-  auto rope = [&](Source& s, int64_t heads) {
-    s.rope_heads = heads;
+  for (const GgufTensorName& t : llama_gguf_names(c)) {
+    Source& s = plan.add(t.gguf, t.hf, t.shape);
+    s.rope_heads = t.rope_heads;
     s.head_dim = hd;
-  };
-  plan.add("token_embd.weight", "model.embed_tokens.weight", {c.vocab_size, d});
-  if (c.rope_scaling) {
-    std::vector<float> factors = llama3_rope_factors(c);
-    const auto n = static_cast<int64_t>(factors.size());
-    plan.sources.push_back({"rope_freqs.weight", "", {n}, 0, 0, std::move(factors), {}});
+    if (t.gguf == "token_embd.weight" && c.rope_scaling) {  // rope_freqs follows, computed
+      std::vector<float> factors = llama3_rope_factors(c);
+      const auto n = static_cast<int64_t>(factors.size());
+      plan.sources.push_back({"rope_freqs.weight", "", {n}, 0, 0, std::move(factors), {}});
+    }
   }
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l), b = fmt::format("blk.{}.", l);
-    plan.add(b + "attn_norm.weight", p + "input_layernorm.weight", {d});
-    rope(plan.add(b + "attn_q.weight", p + "self_attn.q_proj.weight", {c.num_heads * hd, d}),
-         c.num_heads);
-    rope(plan.add(b + "attn_k.weight", p + "self_attn.k_proj.weight", {c.num_kv_heads * hd, d}),
-         c.num_kv_heads);
-    plan.add(b + "attn_v.weight", p + "self_attn.v_proj.weight", {c.num_kv_heads * hd, d});
-    plan.add(b + "attn_output.weight", p + "self_attn.o_proj.weight", {d, c.num_heads * hd});
-    plan.add(b + "ffn_norm.weight", p + "post_attention_layernorm.weight", {d});
-    plan.add(b + "ffn_gate.weight", p + "mlp.gate_proj.weight", {f, d});
-    plan.add(b + "ffn_up.weight", p + "mlp.up_proj.weight", {f, d});
-    plan.add(b + "ffn_down.weight", p + "mlp.down_proj.weight", {d, f});
-  }
-  plan.add("output_norm.weight", "model.norm.weight", {d});
-  if (!c.tie_word_embeddings) plan.add("output.weight", "lm_head.weight", {c.vocab_size, d});
   return c.vocab_size;
 }
 

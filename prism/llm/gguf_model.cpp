@@ -200,22 +200,10 @@ GgufModel open_llama(std::shared_ptr<io::File> file, io::GgufHeader header, DTyp
       file_store, h,
       fmt::format("a llama of {} blocks, width {}, {}/{} heads of {}, MLP {}, vocabulary {}",
                   c.num_layers, d, c.num_heads, c.num_kv_heads, hd, f, c.vocab_size));
-  map.add("model.embed_tokens.weight", "token_embd.weight", {c.vocab_size, d});
-  map.add("model.norm.weight", "output_norm.weight", {d});
-  if (!c.tie_word_embeddings) map.add("lm_head.weight", "output.weight", {c.vocab_size, d});
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l), b = fmt::format("blk.{}.", l);
-    map.add(p + "input_layernorm.weight", b + "attn_norm.weight", {d});
-    map.add(p + "self_attn.q_proj.weight", b + "attn_q.weight", {c.num_heads * hd, d},
-            rope_rows_from_llama_cpp(c.num_heads, hd));
-    map.add(p + "self_attn.k_proj.weight", b + "attn_k.weight", {c.num_kv_heads * hd, d},
-            rope_rows_from_llama_cpp(c.num_kv_heads, hd));
-    map.add(p + "self_attn.v_proj.weight", b + "attn_v.weight", {c.num_kv_heads * hd, d});
-    map.add(p + "self_attn.o_proj.weight", b + "attn_output.weight", {d, c.num_heads * hd});
-    map.add(p + "post_attention_layernorm.weight", b + "ffn_norm.weight", {d});
-    map.add(p + "mlp.gate_proj.weight", b + "ffn_gate.weight", {f, d});
-    map.add(p + "mlp.up_proj.weight", b + "ffn_up.weight", {f, d});
-    map.add(p + "mlp.down_proj.weight", b + "ffn_down.weight", {d, f});
+  for (const GgufTensorName& t : llama_gguf_names(c)) {
+    std::vector<int64_t> rows;
+    if (t.rope_heads > 0) rows = rope_rows_from_llama_cpp(t.rope_heads, hd);
+    map.add(t.hf, t.gguf, t.shape, std::move(rows));
   }
   io::Store store = std::move(map).store();
   return {std::make_unique<models::Llama>(std::move(c), dtype), std::move(store),

@@ -4,11 +4,37 @@
 
 namespace prism::llm {
 
+std::vector<GgufTensorName> llama_gguf_names(const models::LlamaConfig& c) {
+  const int64_t d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim;
+  std::vector<GgufTensorName> out;
+  auto add = [&](std::string hf, std::string gguf, std::vector<int64_t> shape,
+                 int64_t rope_heads = 0) {
+    out.push_back({std::move(hf), std::move(gguf), std::move(shape), {}, false, rope_heads});
+  };
+  add("model.embed_tokens.weight", "token_embd.weight", {c.vocab_size, d});
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l), b = fmt::format("blk.{}.", l);
+    add(p + "input_layernorm.weight", b + "attn_norm.weight", {d});
+    add(p + "self_attn.q_proj.weight", b + "attn_q.weight", {c.num_heads * hd, d}, c.num_heads);
+    add(p + "self_attn.k_proj.weight", b + "attn_k.weight", {c.num_kv_heads * hd, d},
+        c.num_kv_heads);
+    add(p + "self_attn.v_proj.weight", b + "attn_v.weight", {c.num_kv_heads * hd, d});
+    add(p + "self_attn.o_proj.weight", b + "attn_output.weight", {d, c.num_heads * hd});
+    add(p + "post_attention_layernorm.weight", b + "ffn_norm.weight", {d});
+    add(p + "mlp.gate_proj.weight", b + "ffn_gate.weight", {f, d});
+    add(p + "mlp.up_proj.weight", b + "ffn_up.weight", {f, d});
+    add(p + "mlp.down_proj.weight", b + "ffn_down.weight", {d, f});
+  }
+  add("model.norm.weight", "output_norm.weight", {d});
+  if (!c.tie_word_embeddings) add("lm_head.weight", "output.weight", {c.vocab_size, d});
+  return out;
+}
+
 std::vector<GgufTensorName> lfm2_gguf_names(const models::Lfm2Config& c) {
   const int64_t d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim;
   std::vector<GgufTensorName> out;
   auto add = [&](std::string hf, std::string gguf, std::vector<int64_t> shape) {
-    out.push_back({std::move(hf), std::move(gguf), std::move(shape), {}, false});
+    out.push_back({std::move(hf), std::move(gguf), std::move(shape), {}, false, 0});
   };
   add("model.embed_tokens.weight", "token_embd.weight", {c.vocab_size, d});
   // The norm after the last block, which llama.cpp names after the embedding as Hugging Face

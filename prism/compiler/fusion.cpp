@@ -4,6 +4,34 @@
 
 namespace prism::compiler {
 
+std::vector<bool> folded_dequantizes(const ir::Graph& graph,
+                                     const std::function<bool(const ir::Node& dot)>& takes) {
+  // Whether `dot` multiplies activations {..., k} by `weights` {n, k}, contracting k.
+  auto product_by = [&](const ir::Node& dot, ir::ValueId weights) {
+    if (dot.op != ir::Op::dot || dot.inputs[1] != weights || dot.inputs[0] == weights) return false;
+    const int x_rank = graph.node(dot.inputs[0]).shape.rank();
+    const auto& a = dot.attr<ir::DotAttrs>();
+    return a.lhs_batch.empty() && a.rhs_batch.empty() && a.rhs_contract == std::vector{1} &&
+           a.lhs_contract == std::vector{x_rank - 1} && takes(dot);
+  };
+  std::vector<bool> folded(graph.size(), false);
+  std::vector<bool> output(graph.size(), false);
+  for (ir::ValueId v : graph.outputs()) output[v] = true;
+  for (ir::ValueId id = 0; id < graph.size(); ++id) {
+    const ir::Node& dq = graph.node(id);
+    if (dq.op != ir::Op::dequantize || dq.shape.rank() != 2 || output[id]) continue;
+    bool used = false, all = true;
+    for (ir::ValueId v = id + 1; v < graph.size() && all; ++v) {
+      const ir::Node& n = graph.node(v);
+      if (std::find(n.inputs.begin(), n.inputs.end(), id) == n.inputs.end()) continue;
+      used = true;
+      all = product_by(n, id);
+    }
+    folded[id] = used && all;
+  }
+  return folded;
+}
+
 FusionPlan fuse_elementwise(const ir::Graph& g) {
   FusionPlan plan;
   int n = g.size();

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "prism/ir/graph.h"
@@ -30,6 +31,13 @@ struct FusionPlan {
 // Groups elementwise nodes: a node joins its single user's group. Broadcasts whose users are
 // all elementwise become strided reads instead of copies.
 FusionPlan fuse_elementwise(const ir::Graph& graph);
+
+// The dequantize nodes a backend folds into the products that read them (FusionPlan::folded):
+// a dequantize of weights {n, k}, not an output, read by at least one product and only by
+// products of activations {..., k} by it contracting k, each of which `takes` (the backend's
+// own condition: the dtypes it has kernels for, how many rows).
+std::vector<bool> folded_dequantizes(const ir::Graph& graph,
+                                     const std::function<bool(const ir::Node& dot)>& takes);
 
 // How a fused loop reads one operand of its group: the value in memory behind the operand's
 // chain of virtual broadcasts, that value's element stride along each output axis (0 where

@@ -61,40 +61,12 @@ std::vector<bool> Kernel::reads_result(int j) const {
   return reads;
 }
 
-namespace {
-
-// Whether `dot` multiplies activations {..., k} of at most kFoldedRows rows by `weights`, a
-// dequantize {n, k}, contracting k.
-bool multiplies_few_rows(const ir::Graph& g, ValueId dot, ValueId weights) {
-  const ir::Node& n = g.node(dot);
-  if (n.op != Op::dot || n.inputs[1] != weights || n.inputs[0] == weights) return false;
-  const Shape& x = g.node(n.inputs[0]).shape;
-  const auto& a = n.attr<ir::DotAttrs>();
-  return prism::is_float(x.dtype()) && prism::is_float(n.shape.dtype()) && a.lhs_batch.empty() &&
-         a.rhs_batch.empty() && a.rhs_contract == std::vector{1} &&
-         a.lhs_contract == std::vector{x.rank() - 1} &&
-         x.numel() / std::max<int64_t>(1, x.size(x.rank() - 1)) <= kFoldedRows;
-}
-
-}  // namespace
-
 std::vector<bool> folded_dequantizes(const ir::Graph& graph) {
-  std::vector<bool> folded(graph.size(), false);
-  std::vector<bool> output(graph.size(), false);
-  for (ValueId v : graph.outputs()) output[v] = true;
-  for (ValueId id = 0; id < graph.size(); ++id) {
-    const ir::Node& dq = graph.node(id);
-    if (dq.op != Op::dequantize || dq.shape.rank() != 2 || output[id]) continue;
-    bool used = false, all = true;
-    for (ValueId v = id + 1; v < graph.size() && all; ++v) {
-      const auto& in = graph.node(v).inputs;
-      if (std::find(in.begin(), in.end(), id) == in.end()) continue;
-      used = true;
-      all = multiplies_few_rows(graph, v, id);
-    }
-    folded[id] = used && all;
-  }
-  return folded;
+  return compiler::folded_dequantizes(graph, [&](const ir::Node& dot) {
+    const Shape& x = graph.node(dot.inputs[0]).shape;
+    return prism::is_float(x.dtype()) && prism::is_float(dot.shape.dtype()) &&
+           x.numel() / std::max<int64_t>(1, x.size(x.rank() - 1)) <= kFoldedRows;
+  });
 }
 
 compiler::FusionPlan plan_steps(const ir::Graph& graph) {

@@ -137,9 +137,9 @@ Lowering lowering_of(ir::Op op);
 // their decompositions.
 bool lowers(const ir::Node& node);
 
-// The dequantize nodes that the products reading them read through (`FusionPlan::folded`): a
-// dequantize of a weight {n, bytes} whose every reader multiplies activations of at most
-// kFoldedRows rows by it, contracting its values. Such a product's kernel reads the blocks and
+// The dequantize nodes that the products reading them read through (`FusionPlan::folded`,
+// compiler::folded_dequantizes): those whose every reader multiplies floating-point activations
+// of at most kFoldedRows rows by them. Such a product's kernel reads the blocks and
 // dequantizes each weight as it loads it, so decoding reads the weights at their quantized
 // size; larger products (prefill) read a dequantized copy, made by the dequantize's own kernel,
 // through the backend's matrix product.

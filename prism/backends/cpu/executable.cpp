@@ -46,10 +46,7 @@ struct Step {
 // (kernels_quant.cpp).
 compiler::FusionPlan plan_steps(const ir::Graph& graph) {
   compiler::FusionPlan plan = compiler::fuse_elementwise(graph);
-  plan.folded.assign(graph.size(), false);
-  for (ValueId v = 0; v < static_cast<ValueId>(graph.size()); ++v) {
-    plan.folded[v] = graph.node(v).op == Op::dequantize && folds_dequantize(graph, v);
-  }
+  plan.folded = folded_dequantizes(graph);
   return plan;
 }
 
@@ -67,6 +64,10 @@ class CpuExecutable : public ExecutableImpl {
       } else {
         step.kernel =
             make_collective_kernel(graph_, v, platform_.communicator(), platform_.mesh_device());
+        const ir::Node& n = graph_.node(v);
+        if (!step.kernel && n.op == Op::dot && plan_.folded[n.inputs[1]]) {
+          step.kernel = make_quant_dot_kernel(graph_, v);  // reads the weights' blocks
+        }
         if (!step.kernel) step.kernel = make_kernel(graph_, v);
         step.reads = graph_.node(v).inputs;
       }

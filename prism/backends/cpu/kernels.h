@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <functional>
 #include <span>
+#include <vector>
 
 #include "prism/backends/cpu/thread_pool.h"
 #include "prism/ir/graph.h"
@@ -46,9 +47,11 @@ bool dot_reads_blockable_weights(const ir::Graph& graph, ir::ValueId id);  // ke
 Kernel make_conv_kernel(const ir::Graph& graph, ir::ValueId id);           // kernels_conv.cpp
 // Weights in ggml's block formats (kernels_quant.cpp): dequantize, and the products that read
 // the blocks of a dequantize the executable folds into them (no memory of its own: an alias of
-// its operand's bytes), which folds_dequantize says for each dequantize node.
+// its operand's bytes). folded_dequantizes gives the executable's FusionPlan::folded: those
+// read only by products of f32 or bf16 activations; make_quant_dot_kernel is such a product.
 Kernel make_quant_kernel(const ir::Graph& graph, ir::ValueId id);
-bool folds_dequantize(const ir::Graph& graph, ir::ValueId id);
+std::vector<bool> folded_dequantizes(const ir::Graph& graph);
+Kernel make_quant_dot_kernel(const ir::Graph& graph, ir::ValueId id);
 // Whether those products round their activations to 8 bits for weights of `type`:
 // PRISM_CPU_QUANT_ACTIVATIONS=int8 (the default) where quant_rows_int8 has kernels for it on
 // this CPU, f32 to keep them in f32; another value throws prism::Error. Read as each product is

@@ -2,7 +2,7 @@
 //
 // A product of activations by dequantized weights, dot(x, dequantize(w)), reads the blocks
 // where they are: the executable does not materialize such a dequantize (it is an alias of
-// its bytes, reads_quantized_weights below), and the product's kernel dequantizes as it
+// its bytes: folded_dequantizes below), and the product's kernel dequantizes as it
 // multiplies. Up to kQuantRows rows of activations (decoding, batched decoding) go through
 // quant_rows.h, which dequantizes each block in registers and multiplies it with every row:
 // the weights are read once, at their quantized size. More rows (prefill) are computed a
@@ -29,6 +29,7 @@
 #include "prism/backends/cpu/kernels.h"
 #include "prism/backends/cpu/quant_rows.h"
 #include "prism/backends/cpu/storage.h"
+#include "prism/compiler/fusion.h"
 #include "prism/core/error.h"
 
 namespace prism::cpu {
@@ -219,45 +220,23 @@ class QuantDotKernel {
   Panel full_panel_, last_panel_;
 };
 
-// Whether `dot` multiplies activations {..., k} by `operand`, a dequantize of weights
-// {n, bytes}, contracting k: a product QuantDotKernel computes from the blocks.
-bool reads_quantized_weights(const ir::Graph& g, ir::ValueId dot, ir::ValueId operand) {
-  const ir::Node& n = g.node(dot);
-  if (n.op != Op::dot || n.inputs[1] != operand || n.inputs[0] == operand) return false;
-  const Shape& x = g.node(n.inputs[0]).shape;
-  const auto& a = n.attr<ir::DotAttrs>();
-  const bool floats = (x.dtype() == DType::f32 || x.dtype() == DType::bf16) &&
-                      (n.shape.dtype() == DType::f32 || n.shape.dtype() == DType::bf16);
-  return floats && a.lhs_batch.empty() && a.rhs_batch.empty() && a.rhs_contract == std::vector{1} &&
-         a.lhs_contract == std::vector{x.rank() - 1};
-}
-
 }  // namespace
 
-bool folds_dequantize(const ir::Graph& g, ir::ValueId id) {
-  const ir::Node& dq = g.node(id);
-  if (dq.op != Op::dequantize || dq.shape.rank() != 2) return false;
-  for (ir::ValueId out : g.outputs()) {
-    if (out == id) return false;
-  }
-  bool used = false;
-  for (ir::ValueId v = id + 1; v < g.size(); ++v) {
-    const ir::Node& n = g.node(v);
-    if (std::find(n.inputs.begin(), n.inputs.end(), id) == n.inputs.end()) continue;
-    if (!reads_quantized_weights(g, v, id)) return false;
-    used = true;
-  }
-  return used;
+std::vector<bool> folded_dequantizes(const ir::Graph& g) {
+  // Products QuantDotKernel computes from the blocks: f32 or bf16 activations and results.
+  return compiler::folded_dequantizes(g, [&](const ir::Node& dot) {
+    const DType x = g.node(dot.inputs[0]).shape.dtype(), y = dot.shape.dtype();
+    return (x == DType::f32 || x == DType::bf16) && (y == DType::f32 || y == DType::bf16);
+  });
 }
 
 Kernel make_quant_kernel(const ir::Graph& g, ir::ValueId id) {
   const ir::Node& n = g.node(id);
-  if (n.op == Op::dequantize) return dequantize_kernel(g, n);
-  if (n.op != Op::dot || g.node(n.inputs[1]).op != Op::dequantize ||
-      !folds_dequantize(g, n.inputs[1])) {
-    return nullptr;
-  }
-  auto kernel = std::make_shared<QuantDotKernel>(g, n);
+  return n.op == Op::dequantize ? dequantize_kernel(g, n) : nullptr;
+}
+
+Kernel make_quant_dot_kernel(const ir::Graph& g, ir::ValueId id) {
+  auto kernel = std::make_shared<QuantDotKernel>(g, g.node(id));
   return [kernel](std::span<const std::byte* const> in, std::byte* out, ThreadPool& pool) {
     (*kernel)(in, out, pool);
   };

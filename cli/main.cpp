@@ -33,7 +33,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version print their text; a bad option is one error line, as any other.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "prism: error: %s (--help lists the options)\n", e.what());
+    return e.get_exit_code();
   }
   try {
     for (auto& [sub, action] : actions) {

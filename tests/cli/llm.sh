@@ -28,6 +28,9 @@ for p in $("$prism" info | sed -n 's/^  \([a-z]*\) *available$/\1/p' | grep -v '
 done
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --print-ids --platform=abacus 2>&1 >/dev/null); rc=$?
 check "unknown platform" "1 prism: error: unknown platform 'abacus' (expected cpu, cuda, opencl, xla-cpu, xla-cuda, tpu, neuron, rocm, oneapi, pjrt or auto)" "$rc $err"
+err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --fast-start=maybe 2>&1); rc=$?
+check "bad option value" "prism: error: Could not convert: --fast-start = maybe (--help lists the options)" "$err"
+[[ $rc -ne 0 ]] || { echo "FAIL bad option value: exit 0"; fail=1; }
 
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1,x,3 2>&1 >/dev/null); rc=$?
 check "bad ids exit" 1 "$rc"

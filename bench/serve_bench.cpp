@@ -219,7 +219,7 @@ void serve_bench() {
                                   "-cb"};
     if (format != "bf16" && cpu_has_amx_int8()) argv.push_back("--no-repack");
     sides.push_back({"llama-server", std::move(argv), port});
-  } else {
+  } else if (option("llamacpp", "1") != "0") {
     std::printf("(llama-server not built: scripts/setup.sh --bench)\n");
   }
   std::printf("Llama 3.2 1B shapes (random weights), %s, %d slots, %d tokens a request, on %s\n",

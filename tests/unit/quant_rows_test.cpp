@@ -13,12 +13,16 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "prism/backends/cpu/amx_rows.h"
 #include "prism/backends/cpu/simd.h"
 #include "prism/core/dtype.h"
 #include "prism/core/error.h"
@@ -629,6 +633,95 @@ TEST(QuantRows, Int8KernelsWhereTheCpuHasVnni) {
     for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16})
       EXPECT_FALSE(cpu::quant_rows_int8_native(type)) << quant::name(type);
   });
+}
+
+// PRISM_CPU_QUANT_ROWS set to `kernel` while it lives (the integer kernels read it whenever
+// they round activations).
+class QuantRowsKernel {
+ public:
+  explicit QuantRowsKernel(const char* kernel) {
+    if (const char* before = std::getenv("PRISM_CPU_QUANT_ROWS")) before_ = before;
+    setenv("PRISM_CPU_QUANT_ROWS", kernel, 1);
+  }
+  ~QuantRowsKernel() {
+    if (before_) {
+      setenv("PRISM_CPU_QUANT_ROWS", before_->c_str(), 1);
+    } else {
+      unsetenv("PRISM_CPU_QUANT_ROWS");
+    }
+  }
+
+ private:
+  std::optional<std::string> before_;
+};
+
+TEST(QuantRows, Int8OnAmxTiles) {
+  if (!cpu::amx_int8_available()) GTEST_SKIP() << "no AMX-INT8 on this CPU or system";
+  const QuantRowsKernel amx("amx");
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    const quant::GgmlTypeInfo& t = quant::info(type);
+    for (int64_t k : {512, 96, 32}) {
+      SCOPED_TRACE(std::string(t.name) + " k=" + std::to_string(k));
+      std::mt19937 rng(static_cast<uint32_t>(k) + 3);
+      const int64_t row_bytes = k / 32 * t.block_bytes;
+      check_int8(type, random_rows(type, 37, k, row_bytes, rng), row_bytes, k, 9);
+      check_int8(type, random_blocks(type, 37, k, row_bytes + 6, rng), row_bytes + 6, k, 10);
+    }
+    // Laid out for the tiles where the target is AVX3_DL, for 1-16 rows only.
+    std::vector<float> x(17 * 64, 0.5f);
+    cpu::QuantizedRows rows;
+    for (int64_t m : {1, 16, 17}) {
+      cpu::quantize_activations(type, x.data(), 64, m, 64, rows);
+      const bool dl = simd::current().name().starts_with("avx3_dl");
+      EXPECT_EQ(rows.amx().tiles != nullptr, dl && m <= 16) << "m=" << m;
+    }
+  }
+}
+
+// What batched decoding promises: a row's result does not depend on the rows it is computed
+// with. Every count of rows, under each kernel this CPU runs, gives each row the bits it gets
+// alone.
+TEST(QuantRows, Int8RowsDoNotDependOnTheirBatch) {
+  std::vector<const char*> kernels = {"vnni"};
+  if (cpu::amx_int8_available()) kernels.push_back("amx");
+  for (const char* kernel : kernels) {
+    const QuantRowsKernel use(kernel);
+    for (GgmlType type : kTypes) {
+      SCOPED_TRACE(std::string(kernel) + " " + std::string(quant::name(type)));
+      const quant::GgmlTypeInfo& t = quant::info(type);
+      constexpr int64_t n = 37, k = 512, kMaxM = 16;
+      const int64_t row_bytes = k / t.block_elements * t.block_bytes;
+      std::mt19937 rng(static_cast<uint32_t>(t.type) + 17);
+      const std::vector<std::byte> w = random_rows(type, n, k, row_bytes, rng);
+      std::vector<float> x(static_cast<size_t>(kMaxM * k));
+      std::uniform_real_distribution<float> value(-1, 1);
+      for (float& v : x) v = value(rng);
+      auto product = [&](int64_t first, int64_t m) {
+        cpu::QuantizedRows rows;
+        cpu::quantize_activations(type, x.data() + first * k, k, m, k, rows);
+        std::vector<float> out(static_cast<size_t>(m * n));
+        cpu::quant_rows_int8(type, rows, w.data(), row_bytes, n, k, out.data(), n);
+        return out;
+      };
+      std::vector<std::vector<float>> alone;
+      for (int64_t i = 0; i < kMaxM; ++i) alone.push_back(product(i, 1));
+      for (int64_t m : {2, 3, 4, 5, 8, 9, 16}) {
+        const std::vector<float> batch = product(kMaxM - m, m);
+        for (int64_t i = 0; i < m; ++i) {
+          EXPECT_EQ(
+              0, std::memcmp(batch.data() + i * n, alone[kMaxM - m + i].data(), n * sizeof(float)))
+              << "row " << i << " of " << m;
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantRows, Int8RefusesAnUnknownKernel) {
+  const QuantRowsKernel bogus("fast");
+  std::vector<float> x(64, 1.0f);
+  cpu::QuantizedRows rows;
+  EXPECT_THROW(cpu::quantize_activations(GgmlType::Q8_0, x.data(), 64, 1, 64, rows), Error);
 }
 
 TEST(QuantRows, Int8RefusesWhatItCannotRead) {

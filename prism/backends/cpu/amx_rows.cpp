@@ -1,5 +1,6 @@
 #include "prism/backends/cpu/amx_rows.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -15,6 +16,12 @@
 #endif
 
 namespace prism::cpu {
+
+int64_t amx_int8_padded(int64_t m) {
+  int64_t padded = 1;
+  while (padded < m) padded *= 2;
+  return padded;
+}
 
 #if PRISM_HAVE_AMX
 namespace {
@@ -34,6 +41,20 @@ bool cpu_and_os_have_amx_bf16() {
   return (xcr0 & kTileState) == kTileState;
 }
 
+bool cpu_and_os_have_amx_int8() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool tile = d & (1u << 24), int8 = d & (1u << 25);
+  const bool avx512 = (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 30)) && (b & (1u << 31));
+  if (!tile || !int8 || !avx512) return false;  // AMX-TILE, AMX-INT8; AVX-512 F, DQ, BW, VL
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27)) || !(c & (1u << 29))) return false;
+  unsigned lo, hi;  // OSXSAVE and F16C above; the OS saves the tiles and the AVX-512 state
+  asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  const uint64_t xcr0 = (uint64_t{hi} << 32) | lo;
+  constexpr uint64_t kState = (uint64_t{1} << 17) | (uint64_t{1} << 18) | 0xe6;
+  return (xcr0 & kState) == kState;
+}
+
 // Linux hands out the tile data state only to processes that ask (arch_prctl, since 5.16).
 bool linux_permits_amx() {
   constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
@@ -44,6 +65,11 @@ bool linux_permits_amx() {
 
 bool amx_available() {
   static const bool available = cpu_and_os_have_amx_bf16() && linux_permits_amx();
+  return available;
+}
+
+bool amx_int8_available() {
+  static const bool available = cpu_and_os_have_amx_int8() && linux_permits_amx();
   return available;
 }
 
@@ -148,14 +174,239 @@ PRISM_TARGET_AMX void amx_rows_plain(const uint16_t* xp, int64_t rows, const uin
   _tile_release();
 }
 
-#else  // no AMX here: amx_available() is false and the kernels are never called
+#define PRISM_TARGET_AMX_INT8 \
+  __attribute__((target("amx-tile,amx-int8,avx512f,avx512dq,avx512bw,avx512vl,f16c,fma")))
 
-bool amx_available() { return false; }
+// GCC 12 warns about the self-initialized "undefined" source operands of its own AVX-512
+// intrinsics (_mm512_cvtepi32_ps and others) once they are inlined into these kernels.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace {
+
+// The tiles: 0 and 1 a block of 16 weight rows (16 x 32 values), 2 and 3 the activations'
+// block ([8][padded][4]), 4 and 5 the integer sums (16 x padded): two blocks in flight.
+//
+// A unit is one block of one group of 16 weight rows; the kernel runs the units group by
+// group, block by block. Tile loads are slow to start where their bytes were just stored by
+// vector instructions (about 25 ns a block, waiting for the stores to reach the cache) or
+// must come from memory (they keep few reads in flight), so each unit's values are first
+// staged by vector instructions into a ring of kRing slots, kAhead units before the tiles
+// load them: Q8_0's bytes copied, Q4_0's nibbles unpacked to value - 8.
+template <int kPadded, bool kQ4>
+struct AmxQ8Kernel {
+  static constexpr int64_t kBlockBytes = kQ4 ? 18 : 34;
+  static constexpr int kBytesARow = 4 * kPadded;   // a row of the sums, and of the activations
+  static constexpr int64_t kRing = 8, kAhead = 6;  // kAhead + 2 <= kRing: two units a step
+
+  const AmxQ8Rows& x;
+  const uint8_t* w;
+  int64_t row_bytes, blocks, n;
+  alignas(64) int8_t ring[kRing][16 * 32];
+  alignas(64) int32_t sums[2][16 * kPadded];
+  alignas(64) float dw[16];
+
+  PRISM_TARGET_AMX_INT8 static void configure(int rows) {
+    AmxTileConfig config;
+    for (int t = 0; t < 2; ++t) config.set(t, rows, 32);
+    for (int t = 2; t < 4; ++t) config.set(t, 8, kBytesARow);
+    for (int t = 4; t < 6; ++t) config.set(t, rows, kBytesARow);
+    _tile_loadconfig(&config);
+  }
+
+  int rows_of(int64_t group) const {
+    return static_cast<int>(std::min<int64_t>(16, n - 16 * group));
+  }
+
+  // Q4_0: block b of `group`'s 16 (or fewer) weight rows' values, minus 8, into ring slot
+  // `slot`, a row's 32 values 32 bytes apart (a row's 16 bytes hold values 0-15 in their low
+  // nibbles, 16-31 in their high ones).
+  PRISM_TARGET_AMX_INT8 void stage(int64_t group, int64_t b, int64_t slot) {
+    const int rows = rows_of(group);
+    const uint8_t* p = w + 16 * group * row_bytes + b * kBlockBytes + 2;
+    int8_t* to = ring[slot];
+    const __m512i low = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
+    const __m512i first = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+    const __m512i second = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+    for (int r = 0; r < 16; r += 4) {
+      __m512i v = _mm512_setzero_si512();
+      for (int q = 0; q < 4 && r + q < rows; ++q) {
+        const __m128i nibbles =
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + (r + q) * row_bytes));
+        v = _mm512_mask_broadcast_i32x4(v, static_cast<__mmask16>(0xf << (4 * q)), nibbles);
+      }
+      const __m512i lo = _mm512_sub_epi8(_mm512_and_si512(v, low), eight);
+      const __m512i hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), low), eight);
+      _mm512_store_si512(to + 32 * r, _mm512_permutex2var_epi64(lo, first, hi));
+      _mm512_store_si512(to + 32 * r + 64, _mm512_permutex2var_epi64(lo, second, hi));
+    }
+  }
+
+  // Where tile A reads block b of `group` (staged in ring slot `slot` for Q4_0), and the bytes
+  // between its rows.
+  const void* weights(int64_t group, int64_t b, int64_t slot) const {
+    if constexpr (kQ4) return ring[slot];
+    return w + 16 * group * row_bytes + b * kBlockBytes + 2;
+  }
+  int64_t weight_stride() const { return kQ4 ? 32 : row_bytes; }
+
+  // Block b of `group`'s 16 (or fewer) weight rows' d, as f32.
+  PRISM_TARGET_AMX_INT8 __m512 scales(int64_t group, int64_t b) const {
+    const uint8_t* g = w + 16 * group * row_bytes;
+    const __m512i offsets =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32(static_cast<int32_t>(row_bytes)));
+    const auto rows = static_cast<__mmask16>((1u << rows_of(group)) - 1);
+    const __m256i d16 = _mm512_cvtepi32_epi16(
+        _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), rows, offsets, g + b * kBlockBytes, 1));
+    return _mm512_cvtph_ps(d16);
+  }
+
+// The integer sums of block b, staged in ring slot `slot`, into sums[C - 4], on tiles A, B and
+// C (GCC's tile intrinsics take the tiles' numbers as literals).
+#define PRISM_AMX_Q8_MULTIPLY(A, B, C, group, slot, b)        \
+  do {                                                        \
+    _tile_loadd(A, weights(group, b, slot), weight_stride()); \
+    _tile_loadd(B, x.tiles + (b)*32 * kPadded, kBytesARow);   \
+    _tile_zero(C);                                            \
+    _tile_dpbssd(C, A, B);                                    \
+    _tile_stored(C, sums[(C)-4], kBytesARow);                 \
+  } while (false)
+
+  // acc += the sums of block b of `group` (in sums[s]) times d_w * d_x.
+  PRISM_TARGET_AMX_INT8 void scale(int64_t group, int64_t b, int s, __m512* acc) {
+    const __m512 d = scales(group, b);
+    const __m512 dx = _mm512_load_ps(x.scales + 16 * b);
+    if constexpr (kPadded == 16) _mm512_store_ps(dw, d);
+    for (int r = 0; r < kPadded; ++r) {
+      __m512 dr;  // lane p: d of weight row (16 r + p) / kPadded
+      if constexpr (kPadded == 16) {
+        dr = _mm512_set1_ps(dw[r]);
+      } else {
+        const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+        const __m512i index = _mm512_add_epi32(_mm512_set1_epi32(16 * r / kPadded),
+                                               _mm512_srli_epi32(lane, __builtin_ctz(kPadded)));
+        dr = _mm512_permutexvar_ps(index, d);
+      }
+      const __m512 sum = _mm512_cvtepi32_ps(_mm512_load_si512(sums[s] + 16 * r));
+      acc[r] = _mm512_fmadd_ps(sum, _mm512_mul_ps(dr, dx), acc[r]);
+    }
+  }
+
+  // The results of `group` (in acc, lane p of acc[r]: weight row (16 r + p) / kPadded,
+  // activation row (16 r + p) % kPadded) into out.
+  PRISM_TARGET_AMX_INT8 void store(int64_t group, __m512* acc, float* out, int64_t ldo) const {
+    alignas(64) float flat[16 * kPadded];
+    for (int r = 0; r < kPadded; ++r) _mm512_store_ps(flat + 16 * r, acc[r]);
+    const int rows = rows_of(group);
+    for (int64_t i = 0; i < x.m; ++i)
+      for (int j = 0; j < rows; ++j) out[i * ldo + 16 * group + j] = flat[j * kPadded + i];
+  }
+
+  PRISM_TARGET_AMX_INT8 void run(float* out, int64_t ldo) {
+    const int64_t groups = (n + 15) / 16;
+    // The unit staged next: block sb of group sg, into slot ss.
+    int64_t sg = 0, sb = 0, ss = 0;
+    auto stage_next = [&]() PRISM_TARGET_AMX_INT8 {
+      if (!kQ4 || sg == groups) return;
+      stage(sg, sb, ss);
+      ss = ss + 1 == kRing ? 0 : ss + 1;
+      if (++sb == blocks) sb = 0, ++sg;
+    };
+    for (int64_t u = 0; u < kAhead; ++u) stage_next();
+    __m512 acc[kPadded];
+    int64_t slot = 0;
+    for (int64_t group = 0; group < groups; ++group) {
+      const int rows = rows_of(group);
+      if (group == 0 || rows != 16) configure(rows);
+      for (int r = 0; r < kPadded; ++r) acc[r] = _mm512_setzero_ps();
+      int64_t b = 0;
+      // The next group's bytes, read into L2 meanwhile: the hardware's prefetchers lose the
+      // sixteen streams of a group's rows.
+      const uint8_t* ahead = w + 16 * (group + 1) * row_bytes;
+      for (; b + 2 <= blocks; b += 2) {
+        for (int64_t o = 0; o < 32 * kBlockBytes; o += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + 16 * kBlockBytes * b + o),
+                       _MM_HINT_T1);
+        stage_next();
+        stage_next();
+        const int64_t next = slot + 1 == kRing ? 0 : slot + 1;
+        PRISM_AMX_Q8_MULTIPLY(0, 2, 4, group, slot, b);
+        PRISM_AMX_Q8_MULTIPLY(1, 3, 5, group, next, b + 1);
+        scale(group, b, 0, acc);
+        scale(group, b + 1, 1, acc);
+        slot = next + 1 == kRing ? 0 : next + 1;
+      }
+      if (b < blocks) {
+        stage_next();
+        PRISM_AMX_Q8_MULTIPLY(0, 2, 4, group, slot, b);
+        scale(group, b, 0, acc);
+        slot = slot + 1 == kRing ? 0 : slot + 1;
+      }
+      store(group, acc, out, ldo);
+    }
+  }
+};
+
+#undef PRISM_AMX_Q8_MULTIPLY
+
+template <int kPadded, bool kQ4>
+PRISM_TARGET_AMX_INT8 void amx_q8_run(const AmxQ8Rows& x, const uint8_t* w, int64_t row_bytes,
+                                      int64_t n, int64_t blocks, float* out, int64_t ldo) {
+  AmxQ8Kernel<kPadded, kQ4>{x, w, row_bytes, blocks, n, {}, {}, {}}.run(out, ldo);
+  _tile_release();
+}
+
+template <int kPadded>
+void amx_q8_rows_padded(bool q4, const AmxQ8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n,
+                        int64_t blocks, float* out, int64_t ldo) {
+  (q4 ? amx_q8_run<kPadded, true> : amx_q8_run<kPadded, false>)(x, w, row_bytes, n, blocks, out,
+                                                                ldo);
+}
+
+}  // namespace
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+void amx_q8_rows(bool q4, const AmxQ8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n,
+                 int64_t k, float* out, int64_t ldo) {
+  PRISM_CHECK(x.m >= 1 && x.m <= 16 && x.padded == amx_int8_padded(x.m) && k % 32 == 0 &&
+                  row_bytes >= k / 32 * (q4 ? 18 : 34) && row_bytes < (int64_t{1} << 27),
+              "amx_q8_rows: bad sizes m={} padded={} n={} k={} row_bytes={}", x.m, x.padded, n, k,
+              row_bytes);
+  const int64_t blocks = k / 32;
+  switch (x.padded) {
+    case 1:
+      return amx_q8_rows_padded<1>(q4, x, w, row_bytes, n, blocks, out, ldo);
+    case 2:
+      return amx_q8_rows_padded<2>(q4, x, w, row_bytes, n, blocks, out, ldo);
+    case 4:
+      return amx_q8_rows_padded<4>(q4, x, w, row_bytes, n, blocks, out, ldo);
+    case 8:
+      return amx_q8_rows_padded<8>(q4, x, w, row_bytes, n, blocks, out, ldo);
+    default:
+      return amx_q8_rows_padded<16>(q4, x, w, row_bytes, n, blocks, out, ldo);
+  }
+}
+
+#else  // no AMX here
+: amx_available() is false and the kernels are never called
+
+bool amx_available() {
+  return false;
+}
 void amx_rows_blocked(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, float*,
                       int64_t) {}
 void pack_rows_for_amx(const uint16_t*, int64_t, int64_t, int64_t, uint16_t*) {}
 void amx_rows_plain(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, float*,
                     int64_t) {}
+bool amx_int8_available() { return false; }
+void amx_q8_rows(bool, const AmxQ8Rows&, const uint8_t*, int64_t, int64_t, int64_t, float*,
+                 int64_t) {}
 
 #endif
 

@@ -58,4 +58,69 @@ void pack_rows_for_amx(const uint16_t* x, int64_t ldx, int64_t rows, int64_t k, 
 void amx_rows_plain(const uint16_t* xp, int64_t rows, const uint16_t* w, int64_t ldw, int64_t k,
                     int64_t n, float* out, int64_t ldo);
 
+// --- AMX-INT8: products of 1-16 rows with Q8_0 and Q4_0 weights, llama.cpp's arithmetic ------
+//
+// The integer form of the products quant_rows_int8 (quant_rows.h) computes: activations
+// rounded to ggml's Q8_0 blocks, each 32-value block of a weight row multiplied by each
+// activation row's block in integers. A tile product (tdpbssd) takes 16 weight rows' block as
+// its first operand (Q8_0's values straight from the file's layout, Q4_0's nibbles unpacked
+// to value - 8 first) and the activation rows' block as the second, and gives the 16 x m
+// integer sums of the block at once; each is then scaled by d_w * d_x and added in f32.
+//
+// Every (activation row, weight row) pair is computed the same way whatever the number of
+// rows, the split among threads, or the position of the row in its group: for each block in
+// order, sum = fma(float(integer sum), d_w * d_x, sum). So a row's result does not depend on
+// the rows it is batched with, which batched decoding promises (a conversation answers the same
+// alone or among others).
+//
+// The 16 x m sums come out as 16 m int32, weight row by weight row; they are scaled and
+// added in that flat order into m vector accumulators (m padded up to 1, 2, 4, 8 or 16:
+// `padded` below), whose lane p holds weight row p / padded, activation row p % padded.
+//
+// Measured (prism-bench quant: 8192 x 2048 weights streamed from 1 GiB, 2 cores of an Intel
+// Xeon with AMX, one 512-bit FMA port; GB/s of weights as stored, a plain read 29.8):
+//                 1 row         4 rows        16 rows
+//   Q8_0 VNNI     26.8 (90 %)   24.2          8.2 (124 G multiply-adds/s)
+//   Q8_0 AMX      20.9 (70 %)   20.5         14.3 (215)
+//   Q4_0 VNNI     26.9 (90 %)   17.7          4.8 (137)
+//   Q4_0 AMX      15.0 (50 %)   14.4         10.5 (297)
+// Where the time goes, for whoever takes this further:
+// - A tile product costs the same (16 cycles) whatever its rows, columns and depth: a block
+//   of 32 values of 16 weight rows is a quarter of what one could take.
+// - A tile load waits about 25 ns for bytes that vector stores just wrote (Q4_0's unpacked
+//   nibbles): they are unpacked kAhead blocks before they are loaded.
+// - Tile loads keep few reads from memory in flight, and a group's 16 rows are 16 streams the
+//   hardware prefetchers lose: the next group is prefetched into L2 meanwhile. A copy of the
+//   weights laid out group by group (each block's 16 d, then the 16 rows' values: one
+//   stream, no gather of the scales) read 10-40 % faster in a trial, short of memory's pace
+//   still; in cache the kernel is about 2x faster than from memory, so the loads and the
+//   arithmetic do not overlap.
+// - The per-block scaling (convert, multiply, fused multiply-add for 16 sums) is most of the
+//   arithmetic, on the one 512-bit FMA port of this CPU.
+
+// Whether amx_q8_rows can run: AMX-INT8 and AVX-512 on this CPU, enabled by the operating
+// system and permitted for this process.
+bool amx_int8_available();
+
+// The padded row count for m rows (1..16): the least of 1, 2, 4, 8, 16 not below m.
+int64_t amx_int8_padded(int64_t m);
+
+// Activations rounded to Q8_0 blocks as amx_q8_rows reads them (m rows, `padded` of them in
+// the layout), for k / 32 blocks:
+// - tiles: per block b, 32 * padded bytes at tiles + 32 * padded * b: [8][padded][4], value
+//   4 g + t of row i at [g][i][t] (zeros for the rows past m);
+// - scales: per block b, 16 floats at scales + 16 b: lane p holds row (p % padded)'s d (f32 of
+//   the f16 value), zero for the rows past m.
+struct AmxQ8Rows {
+  const int8_t* tiles;
+  const float* scales;
+  int64_t m, padded;
+};
+
+// out[i * ldo + j] = x_i . W[j] for i < x.m, j < n: W[j] at w + j * row_bytes, k values of
+// Q8_0 or Q4_0 (`q4`) in ggml's layout, k a multiple of 32. Single-threaded: the caller splits
+// n over threads. row_bytes below 2^27.
+void amx_q8_rows(bool q4, const AmxQ8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n,
+                 int64_t k, float* out, int64_t ldo);
+
 }  // namespace prism::cpu

@@ -13,6 +13,7 @@
 
 #include "prism/backends/cpu/dot_rows.h"
 #include "prism/backends/cpu/kernels.h"
+#include "prism/backends/cpu/quant_rows.h"
 #include "prism/backends/cpu/simd.h"
 #include "prism/backends/cpu/topology.h"
 #include "prism/backends/cpu/weight_layout.h"
@@ -131,9 +132,14 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
   std::string device = comm_ ? fmt::format("device {} of {} on CPUs {}, ", device_,
                                            comm_->mesh().str(), fmt::join(cpus_, ","))
                              : "";
-  // Quantized weights' products with 8-bit activations (kernels_quant.cpp).
-  const char* quantized =
-      int8_activations(quant::GgmlType::Q4_K) ? ", quantized products on 8-bit activations" : "";
+  // Quantized weights' products with 8-bit activations (kernels_quant.cpp), and Q8_0's and
+  // Q4_0's on AMX tiles where PRISM_CPU_QUANT_ROWS asks for them (quant_rows.h).
+  const char* quantized = "";
+  if (int8_activations(quant::GgmlType::Q4_K)) {
+    quantized = quant_rows_on_amx(quant::GgmlType::Q8_0, 1)
+                    ? ", quantized products on 8-bit activations (Q8_0, Q4_0 on AMX-INT8)"
+                    : ", quantized products on 8-bit activations";
+  }
   return {{fmt::format("{} ({}{} threads, simd {}{}{})", cpu_model(), device, pool_.size(),
                        simd::current().describe(),
                        simd::current().avx512_bf16 ? rows_description() : "", quantized),

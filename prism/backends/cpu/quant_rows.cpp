@@ -27,8 +27,10 @@
 
 #if HWY_ONCE
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "prism/core/error.h"
@@ -1334,6 +1336,20 @@ int32_t weight_offset(quant::GgmlType type) {
   }
 }
 
+// quant_rows_on_amx (quant_rows.h): PRISM_CPU_QUANT_ROWS=vnni (the default) or amx; a lower
+// forced SIMD target turns the tiles off with the rest.
+bool amx_int8_rows(quant::GgmlType weights, int64_t m) {
+  const char* env = std::getenv("PRISM_CPU_QUANT_ROWS");
+  const std::string_view want = env && *env ? env : "vnni";
+  PRISM_CHECK(want == "amx" || want == "vnni",
+              "cpu: PRISM_CPU_QUANT_ROWS must be vnni or amx, not '{}'", want);
+  if (want == "vnni") return false;
+  PRISM_CHECK(amx_int8_available() && cpu_has_avx512_vnni(),
+              "cpu: PRISM_CPU_QUANT_ROWS=amx: this CPU or system has no AMX-INT8");
+  return simd::current().hwy == HWY_AVX3_DL && m >= 1 && m <= kAmxMaxRows &&
+         (weights == quant::GgmlType::Q8_0 || weights == quant::GgmlType::Q4_0);
+}
+
 bool is_pair_format(quant::GgmlType f) {
   return f == quant::GgmlType::Q8_0 || f == quant::GgmlType::Q8_1;
 }
@@ -1565,9 +1581,35 @@ void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, 
       }
     }
   }
+  out.amx_padded_ = 0;
+  if (!amx_int8_rows(weights, m)) return;
+  // The same values and scales as the tiles take them (AmxQ8Rows).
+  const int64_t padded = amx_int8_padded(m), blocks = k / 32;
+  out.amx_padded_ = padded;
+  out.amx_tiles_.assign(static_cast<size_t>((blocks * 32 * padded + 63) / 64), {});
+  out.amx_scales_.assign(static_cast<size_t>(blocks), {});
+  auto* tiles = reinterpret_cast<int8_t*>(out.amx_tiles_.data());
+  auto* scales = reinterpret_cast<float*>(out.amx_scales_.data());
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t i = 0; i < m; ++i) {
+      const int8_t* q = out.quants(i, b);
+      for (int64_t g = 0; g < 8; ++g)
+        std::memcpy(tiles + b * 32 * padded + (g * padded + i) * 4, q + 4 * g, 4);
+      const float d = out.scale(i, b);
+      for (int64_t p = i; p < 16; p += padded) scales[16 * b + p] = d;
+    }
+  }
+}
+
+AmxQ8Rows QuantizedRows::amx() const {
+  if (amx_padded_ == 0) return {nullptr, nullptr, m_, 0};
+  return {reinterpret_cast<const int8_t*>(amx_tiles_.data()),
+          reinterpret_cast<const float*>(amx_scales_.data()), m_, amx_padded_};
 }
 
 bool quant_rows_int8_native(quant::GgmlType type) { return native_int8(type) != nullptr; }
+
+bool quant_rows_on_amx(quant::GgmlType type, int64_t m) { return amx_int8_rows(type, m); }
 
 void quant_rows_int8(quant::GgmlType type, const QuantizedRows& x, const std::byte* w,
                      int64_t row_bytes, int64_t n, int64_t k, float* out, int64_t ldo) {
@@ -1582,6 +1624,11 @@ void quant_rows_int8(quant::GgmlType type, const QuantizedRows& x, const std::by
   PRISM_CHECK(n >= 0 && (m <= 1 || ldo >= n), "quant_rows_int8: bad sizes m={} n={} ldo={}", m, n,
               ldo);
   if (m == 0 || n == 0) return;
+  if (const AmxQ8Rows tiles = x.amx(); tiles.tiles) {
+    amx_q8_rows(type == quant::GgmlType::Q4_0, tiles, reinterpret_cast<const uint8_t*>(w),
+                row_bytes, n, k, out, ldo);
+    return;
+  }
   if (QuantRowsInt8Fn fn = native_int8(type)) {
     const Int8Rows rows{reinterpret_cast<const uint8_t*>(x.data()), x.stride(), m};
     fn(rows, reinterpret_cast<const uint8_t*>(w), row_bytes, n, k, out, ldo);

@@ -1,5 +1,5 @@
 // The CPU's products with weights in ggml's block formats (quant_rows.h, amx_rows.h): decode's
-// matrix-vector products and batched decoding's products of 4 and 16 rows, for each kernel
+// matrix-vector products and batched decoding's products of 4 to 16 rows, for each kernel
 // this CPU runs: activations kept in f32 (quant_rows), rounded to 8 bits and multiplied with
 // AVX-512 VNNI (quant_rows_int8), and on AMX-INT8 tiles. Each product is an 8192 x 2048
 // matrix, as Llama 3.2 1B's MLP has, copied to fill 1 GiB so that every pass streams the
@@ -71,7 +71,7 @@ void quant_bench() {
     quant::quantize(type, floats, std::span(weights).first(static_cast<size_t>(bytes)));
     for (int64_t c = 1; c < copies; ++c)
       std::memcpy(weights.data() + c * bytes, weights.data(), static_cast<size_t>(bytes));
-    for (int64_t m : {1, 4, 16}) {
+    for (int64_t m : {1, 4, 6, 8, 16}) {
       std::vector<float> x(floats.begin(), floats.begin() + m * kK), out(m * kN);
       for (const Kernel& kernel : kernels) {
         if (kernel.int8 && !cpu::quant_rows_int8_native(type)) continue;

@@ -667,22 +667,26 @@ TEST(QuantRows, Int8OnAmxTiles) {
       check_int8(type, random_rows(type, 37, k, row_bytes, rng), row_bytes, k, 9);
       check_int8(type, random_blocks(type, 37, k, row_bytes + 6, rng), row_bytes + 6, k, 10);
     }
-    // Laid out for the tiles where the target is AVX3_DL, for 1-16 rows only.
+    // Laid out for the tiles where the target is AVX3_DL, for 1-16 rows only; by default for
+    // 5-16.
     std::vector<float> x(17 * 64, 0.5f);
     cpu::QuantizedRows rows;
-    for (int64_t m : {1, 16, 17}) {
+    const bool dl = simd::current().name().starts_with("avx3_dl");
+    for (int64_t m : {1, 4, 5, 16, 17}) {
       cpu::quantize_activations(type, x.data(), 64, m, 64, rows);
-      const bool dl = simd::current().name().starts_with("avx3_dl");
       EXPECT_EQ(rows.amx().tiles != nullptr, dl && m <= 16) << "m=" << m;
+      const QuantRowsKernel automatic("auto");
+      cpu::quantize_activations(type, x.data(), 64, m, 64, rows);
+      EXPECT_EQ(rows.amx().tiles != nullptr, dl && m >= 5 && m <= 16) << "auto, m=" << m;
     }
   }
 }
 
 // What batched decoding promises: a row's result does not depend on the rows it is computed
-// with. Every count of rows, under each kernel this CPU runs, gives each row the bits it gets
-// alone.
+// with. Every count of rows, under each choice of kernels this CPU runs (auto: VNNI for up to
+// 4 rows, the tiles for more), gives each row the bits it gets alone.
 TEST(QuantRows, Int8RowsDoNotDependOnTheirBatch) {
-  std::vector<const char*> kernels = {"vnni"};
+  std::vector<const char*> kernels = {"auto", "vnni"};
   if (cpu::amx_int8_available()) kernels.push_back("amx");
   for (const char* kernel : kernels) {
     const QuantRowsKernel use(kernel);
@@ -712,6 +716,37 @@ TEST(QuantRows, Int8RowsDoNotDependOnTheirBatch) {
               0, std::memcmp(batch.data() + i * n, alone[kMaxM - m + i].data(), n * sizeof(float)))
               << "row " << i << " of " << m;
         }
+      }
+    }
+  }
+}
+
+// VNNI's kernels for the formats without a minimum sum each block exactly and scale it as the
+// tiles do, so the two give the same bits: a product may take either by its number of rows.
+TEST(QuantRows, Int8VnniAndAmxAgreeBitForBit) {
+  if (!cpu::amx_int8_available()) GTEST_SKIP() << "no AMX-INT8 on this CPU or system";
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    const quant::GgmlTypeInfo& t = quant::info(type);
+    for (int64_t k : {512, 96, 32}) {
+      SCOPED_TRACE(std::string(t.name) + " k=" + std::to_string(k));
+      constexpr int64_t n = 37;
+      const int64_t row_bytes = k / 32 * t.block_bytes;
+      std::mt19937 rng(static_cast<uint32_t>(k) + 29);
+      const std::vector<std::byte> w = random_rows(type, n, k, row_bytes, rng);
+      std::vector<float> x(static_cast<size_t>(16 * k));
+      std::uniform_real_distribution<float> value(-1, 1);
+      for (float& v : x) v = value(rng);
+      for (int64_t m : {1, 2, 3, 4, 7, 16}) {
+        std::vector<float> out[2];
+        for (int kernel = 0; kernel < 2; ++kernel) {
+          const QuantRowsKernel use(kernel == 0 ? "vnni" : "amx");
+          cpu::QuantizedRows rows;
+          cpu::quantize_activations(type, x.data(), k, m, k, rows);
+          out[kernel].assign(static_cast<size_t>(m * n), 0.0f);
+          cpu::quant_rows_int8(type, rows, w.data(), row_bytes, n, k, out[kernel].data(), n);
+        }
+        EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)))
+            << "m=" << m;
       }
     }
   }

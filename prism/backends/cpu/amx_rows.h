@@ -71,19 +71,21 @@ void amx_rows_plain(const uint16_t* xp, int64_t rows, const uint16_t* w, int64_t
 // rows, the split among threads, or the position of the row in its group: for each block in
 // order, sum = fma(float(integer sum), d_w * d_x, sum). So a row's result does not depend on
 // the rows it is batched with, which batched decoding promises (a conversation answers the same
-// alone or among others).
+// alone or among others). The VNNI kernels compute Q8_0 and Q4_0 products the same way
+// (quant_rows.h), so quant_rows_int8 takes the tiles for the batches where they are faster
+// (5-16 rows) and VNNI for fewer, with the same bits.
 //
 // The 16 x m sums come out as 16 m int32, weight row by weight row; they are scaled and
 // added in that flat order into m vector accumulators (m padded up to 1, 2, 4, 8 or 16:
 // `padded` below), whose lane p holds weight row p / padded, activation row p % padded.
 //
 // Measured (prism-bench quant: 8192 x 2048 weights streamed from 1 GiB, 2 cores of an Intel
-// Xeon with AMX, one 512-bit FMA port; GB/s of weights as stored, a plain read 29.8):
-//                 1 row         4 rows        16 rows
-//   Q8_0 VNNI     26.8 (90 %)   24.2          8.2 (124 G multiply-adds/s)
-//   Q8_0 AMX      20.9 (70 %)   20.5         14.3 (215)
-//   Q4_0 VNNI     26.9 (90 %)   17.7          4.8 (137)
-//   Q4_0 AMX      15.0 (50 %)   14.4         10.5 (297)
+// Xeon with AMX, one 512-bit FMA port; GB/s of weights as stored, a plain read 30.9):
+//                 1 row         4 rows    8 rows    16 rows
+//   Q8_0 VNNI     28.1 (91 %)   25.5      15.2       8.6 (129 G multiply-adds/s)
+//   Q8_0 AMX      21.3 (69 %)   21.3      18.9      14.7 (221)
+//   Q4_0 VNNI     26.6 (86 %)   17.2       9.3       4.5 (127)
+//   Q4_0 AMX      15.1 (49 %)   14.6      12.9      10.7 (304)
 // Where the time goes, for whoever takes this further:
 // - A tile product costs the same (16 cycles) whatever its rows, columns and depth: a block
 //   of 32 values of 16 weight rows is a quarter of what one could take.

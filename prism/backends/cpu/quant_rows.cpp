@@ -914,13 +914,96 @@ PRISM_VNNI_INLINE void PairStep(const uint8_t* const* x, const uint8_t* const* w
   }
 }
 
+// The formats without a minimum (Q8_0, Q4_0, Q5_0) sum each block exactly instead: the 4 G
+// lane sums vectors of a step (lanes 0-7 the first block's, 8-15 the second's) are reduced,
+// a transposition at a time, to one integer sum per block and pair of rows, in two vectors
+// whose lane p holds the pair r = p / G, g = p % G (the first block's, then the second's);
+// each sum is scaled by d_w * d_x and added into one accumulator of the pairs, block after
+// block: for every pair, acc = fma(float(block sum), d_w * d_x, acc) in the blocks' order.
+// That is amx_q8_rows' arithmetic (amx_rows.h), bit for bit, so the two kernels give the same
+// results and a product may take either by its number of rows.
+template <int N>
+PRISM_VNNI_INLINE void BlockSums(const __m512i (&s)[N], __m512i& first, __m512i& second) {
+  static_assert(N % 4 == 0 && N <= 16);
+  __m512i half[N / 2], quarter[4];  // quarter[i] lane 4 c + t: s[4 i + t]'s sum in quarter c
+#pragma GCC unroll 8
+  for (int i = 0; i < N / 2; ++i)
+    half[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2 * i], s[2 * i + 1]),
+                               _mm512_unpackhi_epi32(s[2 * i], s[2 * i + 1]));
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    quarter[i] = i < N / 4 ? _mm512_add_epi32(_mm512_unpacklo_epi64(half[2 * i], half[2 * i + 1]),
+                                              _mm512_unpackhi_epi64(half[2 * i], half[2 * i + 1]))
+                           : _mm512_setzero_si512();
+  }
+  // Quarters 0 and 1 are the first block's, 2 and 3 the second's.
+  __m512i both[2];  // [quarter[2 j] first, second; quarter[2 j + 1] first, second]
+#pragma GCC unroll 2
+  for (int j = 0; j < 2; ++j) {
+    const __m512i x = quarter[2 * j], y = quarter[2 * j + 1];
+    both[j] = _mm512_add_epi32(_mm512_shuffle_i32x4(x, y, _MM_SHUFFLE(2, 0, 2, 0)),
+                               _mm512_shuffle_i32x4(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  first = _mm512_shuffle_i32x4(both[0], both[1], _MM_SHUFFLE(2, 0, 2, 0));
+  second = _mm512_shuffle_i32x4(both[0], both[1], _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+// The lanes of the pairs' vectors (lane p: weight row p / G, activation row p % G) that hold
+// weight row r, and those that hold activation row g.
+template <int G>
+constexpr __mmask16 RowLanes(int r) {
+  return static_cast<__mmask16>(((1u << G) - 1) << (G * r));
+}
+template <int G>
+constexpr __mmask16 ColLanes(int g) {
+  unsigned mask = 0;
+  for (int r = 0; r < kRows; ++r) mask |= 1u << (G * r + g);
+  return static_cast<__mmask16>(mask);
+}
+
+template <typename F, int G, bool kOne>
+PRISM_VNNI_INLINE void ExactStep(const uint8_t* const* x, const uint8_t* const* w, __m512& acc) {
+  __m512i sums[kRows * G];
+  __m256i dw[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};  // f16, lane p: row p / G
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    const __m512i q = F::template Quants<kOne>(w[r]);
+#pragma GCC unroll 2
+    for (int h = 0; h < (kOne ? 1 : 2); ++h) {
+      uint16_t d;
+      std::memcpy(&d, w[r] + h * F::kBytes, 2);
+      dw[h] = _mm256_mask_set1_epi16(dw[h], RowLanes<G>(r), static_cast<int16_t>(d));
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* rec = x[g];
+      sums[r * G + g] =
+          _mm512_dpbusd_epi32(LoadV(rec + PairRecord::kExtra), q, LoadV(rec + PairRecord::kValues));
+    }
+  }
+  __m512i first, second;
+  BlockSums(sums, first, second);
+  auto add = [&](__m512i block, int h) PRISM_QUANT_ROWS_ATTR_VNNI {
+    __m512 dx = _mm512_setzero_ps();  // lane p: activation row p % G's d
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g)
+      dx = _mm512_mask_mov_ps(dx, ColLanes<G>(g),
+                              _mm512_set1_ps(LoadF32(x[g] + PairRecord::kScales + 32 * h)));
+    const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(dw[h]), dx);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(block), d, acc);
+  };
+  add(first, 0);
+  if constexpr (!kOne) add(second, 1);
+}
+
 // out[g * ldo + rows[r]] = x[g] . W[r]: blocks of 32, two a step.
 template <typename F, int G>
 PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void PairTile(const uint8_t* x, int64_t stride,
                                                       const uint8_t* const* w, int64_t blocks,
                                                       float* out, int64_t ldo, const int64_t* rows,
                                                       bool prefetch) {
-  __m512 acc[kRows][G];
+  constexpr bool kExact = !F::kMin;
+  __m512 acc[kRows][G];  // with kExact, acc[0][0] only: lane r * G + g
 #pragma GCC unroll 16
   for (int i = 0; i < kRows * G; ++i) acc[i / G][i % G] = _mm512_setzero_ps();
   const uint8_t* xs[G];
@@ -939,15 +1022,30 @@ PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void PairTile(const uint8_t* x, int64_t 
       for (int r = 0; r < kRows; ++r)
         for (int64_t j = 0; j < 2 * F::kBytes; j += 64) hwy::Prefetch(ws[r] + kPrefetchAhead + j);
     }
-    PairStep<F, G, false>(xs, ws, acc);
+    if constexpr (kExact) {
+      ExactStep<F, G, false>(xs, ws, acc[0][0]);
+    } else {
+      PairStep<F, G, false>(xs, ws, acc);
+    }
   }
   if (blocks % 2) {
     at(pairs);
-    PairStep<F, G, true>(xs, ws, acc);
+    if constexpr (kExact) {
+      ExactStep<F, G, true>(xs, ws, acc[0][0]);
+    } else {
+      PairStep<F, G, true>(xs, ws, acc);
+    }
   }
+  if constexpr (kExact) {
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, acc[0][0]);
 #pragma GCC unroll 16
-  for (int i = 0; i < kRows * G; ++i)
-    out[i % G * ldo + rows[i / G]] = _mm512_reduce_add_ps(acc[i / G][i % G]);
+    for (int i = 0; i < kRows * G; ++i) out[i % G * ldo + rows[i / G]] = lanes[i];
+  } else {
+#pragma GCC unroll 16
+    for (int i = 0; i < kRows * G; ++i)
+      out[i % G * ldo + rows[i / G]] = _mm512_reduce_add_ps(acc[i / G][i % G]);
+  }
 }
 
 // The index vectors of vpermw that spread sub-block scales (16-bit words) over the 16-bit
@@ -1336,17 +1434,21 @@ int32_t weight_offset(quant::GgmlType type) {
   }
 }
 
-// quant_rows_on_amx (quant_rows.h): PRISM_CPU_QUANT_ROWS=vnni (the default) or amx; a lower
-// forced SIMD target turns the tiles off with the rest.
+// quant_rows_on_amx (quant_rows.h): PRISM_CPU_QUANT_ROWS=auto (the default), vnni or amx; a
+// lower forced SIMD target turns the tiles off with the rest.
 bool amx_int8_rows(quant::GgmlType weights, int64_t m) {
   const char* env = std::getenv("PRISM_CPU_QUANT_ROWS");
-  const std::string_view want = env && *env ? env : "vnni";
-  PRISM_CHECK(want == "amx" || want == "vnni",
-              "cpu: PRISM_CPU_QUANT_ROWS must be vnni or amx, not '{}'", want);
+  const std::string_view want = env && *env ? env : "auto";
+  PRISM_CHECK(want == "auto" || want == "amx" || want == "vnni",
+              "cpu: PRISM_CPU_QUANT_ROWS must be auto, vnni or amx, not '{}'", want);
   if (want == "vnni") return false;
-  PRISM_CHECK(amx_int8_available() && cpu_has_avx512_vnni(),
+  const bool available = amx_int8_available() && cpu_has_avx512_vnni();
+  PRISM_CHECK(want != "amx" || available,
               "cpu: PRISM_CPU_QUANT_ROWS=amx: this CPU or system has no AMX-INT8");
-  return simd::current().hwy == HWY_AVX3_DL && m >= 1 && m <= kAmxMaxRows &&
+  // auto: the VNNI kernels take 4 activation rows at a time and read the weights again for
+  // more; from 5 rows on the tiles are faster.
+  const int64_t fewest = want == "amx" ? 1 : 5;
+  return available && simd::current().hwy == HWY_AVX3_DL && m >= fewest && m <= kAmxMaxRows &&
          (weights == quant::GgmlType::Q8_0 || weights == quant::GgmlType::Q4_0);
 }
 

@@ -109,8 +109,11 @@ void dequantize_rows(quant::GgmlType type, const std::byte* w, int64_t row_bytes
 //   - blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): two blocks a 512-bit vector; the
 //     weights' offset (-8, -16; Q8_0's signed values are made unsigned by adding 128) is
 //     taken out by starting each lane at -offset * (its four activations' sum), stored with
-//     the activations; each lane's sum is converted to f32 and multiplied by d_w * d_x,
-//     Q4_1's and Q5_1's minimums added as m * d_x * sum q.
+//     the activations. Without a minimum (Q4_0, Q5_0, Q8_0) the 8 lanes of a block are summed
+//     exactly (a transposition of the lane sums of 4 weight rows by up to 4 activation rows)
+//     and each block's sum scaled by d_w * d_x into one f32 sum, block after block, as the
+//     AMX tiles do (quant_rows_on_amx): the same bits. Q4_1's and Q5_1's lane sums are
+//     converted and scaled each, their minimums added as m * d_x * sum q.
 //   - K-quants: a block's 32-bit lane sums (each four products of one sub-block) are packed
 //     into 16 bits and multiplied by the sub-block scales with vpdpwssd; Q6_K's offset -32
 //     goes in as -32 * scale times the activations' sums of 16 (vpdpwssd again), Q4_K's and
@@ -199,12 +202,13 @@ void quant_rows_int8(quant::GgmlType type, const QuantizedRows& x, const std::by
                      int64_t row_bytes, int64_t n, int64_t k, float* out, int64_t ldo);
 
 // Whether quant_rows_int8 runs products of m rows with weights of this type on AMX tiles
-// (amx_rows.h): where PRISM_CPU_QUANT_ROWS=amx asks for them, for Q8_0 and Q4_0 and 1-16 rows
-// under the AVX3_DL target. Not the default, though a batch of 16 rows runs 1.7-2.2x faster
-// there: one row reads the weights at 70 % (Q8_0) and 50 % (Q4_0) of memory's pace, against
-// VNNI's 90 %, and a row's result must not depend on the rows batched with it (batched
-// decoding answers each conversation as it would be answered alone), so one kernel takes
-// every count of rows. Throws where asked for on a CPU without AMX-INT8, or for another value.
+// (amx_rows.h) rather than with VNNI: Q8_0 and Q4_0 under the AVX3_DL target on a CPU with
+// AMX-INT8, for 5-16 rows by default (PRISM_CPU_QUANT_ROWS=auto), where the tiles are faster
+// (16 rows: 1.7x for Q8_0, 2.4x for Q4_0), or for 1-16 rows with PRISM_CPU_QUANT_ROWS=amx;
+// never with =vnni. Both kernels give the same bits (their sums of blocks of 32 without a
+// minimum are exact and scaled alike), so the choice changes only the speed, and a row's
+// result never depends on the rows batched with it. Throws for =amx on a CPU without
+// AMX-INT8, or for another value.
 bool quant_rows_on_amx(quant::GgmlType type, int64_t m);
 
 // Whether quant_rows_int8 has integer kernels for this type under the SIMD target in use and

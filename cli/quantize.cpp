@@ -1,4 +1,4 @@
-// `prism quantize IN OUT.gguf`: a safetensors Llama or LFM 2 checkpoint as a GGUF file llama.cpp
+// `prism quantize IN OUT.gguf`: a safetensors Llama, LFM 2 or Qwen 3.5 as a GGUF file llama.cpp
 // loads (prism/llm/gguf_export.h), its matrices in the type asked for.
 #include <cstdio>
 #include <string>
@@ -43,7 +43,7 @@ int run(const Options& o) {
 
 const prism::cli::RegisterCommand kQuantize{
     "quantize",
-    "Write a safetensors Llama or LFM 2 checkpoint as a GGUF file (f16, q8_0, q4_k, ...)",
+    "Write a safetensors Llama, LFM 2 or Qwen 3.5 checkpoint as a GGUF file (f16, q8_0, ...)",
     [](CLI::App& app) -> prism::cli::Action {
       auto o = std::make_shared<Options>();
       app.add_option("IN", o->in, "checkpoint: a directory or URI with config.json")->required();

@@ -128,6 +128,14 @@ void GgufWriter::set_i32s(std::string key, std::span<const int32_t> v) {
   add_key(std::move(key), GgufValueType::ARRAY, std::move(e));
 }
 
+void GgufWriter::set_bools(std::string key, const std::vector<bool>& v) {
+  std::string e;
+  put<uint32_t>(e, static_cast<uint32_t>(GgufValueType::BOOL));
+  put<uint64_t>(e, v.size());
+  for (bool b : v) put<uint8_t>(e, b ? 1 : 0);
+  add_key(std::move(key), GgufValueType::ARRAY, std::move(e));
+}
+
 void GgufWriter::add_tensor(std::string name, std::vector<int64_t> shape, quant::GgmlType type) {
   for (const Tensor& t : tensors_) {
     PRISM_CHECK(t.name != name, "gguf: tensor '{}' added twice", name);

@@ -37,6 +37,7 @@ class GgufWriter {
   void set_string(std::string key, std::string_view v);
   void set_strings(std::string key, const std::vector<std::string>& v);
   void set_i32s(std::string key, std::span<const int32_t> v);
+  void set_bools(std::string key, const std::vector<bool>& v);
 
   // A tensor of `shape` (outermost first, as safetensors and numpy state it) and `type`; rows
   // must be whole blocks of the type. Its data section offset follows the ones before it.

@@ -18,6 +18,7 @@
 #include "prism/llm/tokenizer.h"
 #include "prism/models/lfm2.h"
 #include "prism/models/llama.h"
+#include "prism/models/qwen3_5.h"
 #include "prism/quant/quantize.h"
 
 namespace prism::llm {
@@ -53,7 +54,19 @@ struct Source {
   int64_t head_dim = 0;          // of those heads
   std::vector<float> values;     // a computed tensor's values
   std::optional<GgmlType> type;  // forced: F32 where the converter keeps a matrix so
+  // The file's row r (element c of a row) is the checkpoint's row rows[r] (element
+  // columns[c]); empty where they agree. And the values as the file stores them.
+  std::vector<int64_t> rows, columns;
+  io::StoredTensor::Stored stored_as = io::StoredTensor::Stored::as_is;
 };
+
+// The inverse of a permutation given as "position i goes to order[i]" (GgufTensorName's row
+// and column orders): for each position of the result, where it comes from.
+std::vector<int64_t> sources_of(const std::vector<int64_t>& order) {
+  std::vector<int64_t> from(order.size());
+  for (size_t i = 0; i < order.size(); ++i) from[order[i]] = static_cast<int64_t>(i);
+  return from;
+}
 
 // The tensors of a GGUF file being planned, each checked against the checkpoint as it is
 // added, before anything is written.
@@ -82,6 +95,7 @@ class Plan {
     return sources.back();
   }
   std::vector<Source> sources;
+  const io::Store& store() const { return store_; }
 
  private:
   const io::Store& store_;
@@ -354,6 +368,69 @@ int64_t plan_lfm2(const json& config, const std::string& config_uri, io::GgufWri
   return c.vocab_size;
 }
 
+// Qwen 3.5: llama.cpp's "qwen35" (what gguf_model.cpp's open_qwen35 reads back), the model's
+// tensors as qwen35_gguf_names says, then the multi-token prediction layers' that the
+// checkpoint holds (block_count counts them, nextn_predict_layers says how many), and the
+// metadata the converter writes. Returns the vocabulary's size.
+int64_t plan_qwen35(const json& config, const std::string& config_uri, io::GgufWriter& w,
+                    Plan& plan) {
+  const models::Qwen3_5Config c = models::Qwen3_5Config::parse(config, config_uri);
+  const json& text = config.contains("text_config") ? config["text_config"] : config;
+  const int64_t layers = static_cast<int64_t>(c.layers.size());
+  const int64_t mtp = text.value("mtp_num_hidden_layers", int64_t{0});
+  const json rope = text.value("rope_parameters", json::object());
+  std::vector<int32_t> sections(4, 0);
+  if (rope.contains("mrope_section") && rope["mrope_section"].is_array()) {
+    const json& given = rope["mrope_section"];
+    for (size_t i = 0; i < given.size() && i < sections.size(); ++i) {
+      sections[i] = given[i].get<int32_t>();
+    }
+  }
+  std::vector<bool> recurrent;
+  for (models::Qwen3_5Config::Layer layer : c.layers) {
+    recurrent.push_back(layer == models::Qwen3_5Config::Layer::linear_attention);
+  }
+  recurrent.resize(layers + mtp, false);
+  auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
+  w.set_u32("qwen35.block_count", u32(layers + mtp));
+  w.set_u32("qwen35.context_length", u32(c.max_positions));
+  w.set_u32("qwen35.embedding_length", u32(c.hidden_size));
+  w.set_u32("qwen35.feed_forward_length", u32(c.intermediate_size));
+  w.set_u32("qwen35.attention.head_count", u32(c.num_heads));
+  w.set_u32("qwen35.attention.head_count_kv", u32(c.num_kv_heads));
+  w.set_i32s("qwen35.rope.dimension_sections", sections);
+  w.set_f32("qwen35.rope.freq_base", static_cast<float>(c.rope_theta));
+  w.set_f32("qwen35.attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
+  w.set_u32("qwen35.attention.key_length", u32(c.head_dim));
+  w.set_u32("qwen35.attention.value_length", u32(c.head_dim));
+  if (mtp > 0) w.set_u32("qwen35.nextn_predict_layers", u32(mtp));
+  w.set_u32("qwen35.ssm.conv_kernel", u32(c.conv_kernel));
+  w.set_u32("qwen35.ssm.state_size", u32(c.linear_key_dim));
+  w.set_u32("qwen35.ssm.group_count", u32(c.linear_key_heads));
+  w.set_u32("qwen35.ssm.time_step_rank", u32(c.linear_value_heads));
+  w.set_u32("qwen35.ssm.inner_size", u32(c.linear_value_heads * c.linear_value_dim));
+  w.set_bools("qwen35.attention.recurrent_layers", recurrent);
+  w.set_u32("qwen35.full_attention_interval", u32(text.value("full_attention_interval", 4)));
+  w.set_u32("qwen35.rope.dimension_count", u32(c.rotary_dim));
+
+  plan.describe(fmt::format(
+      "a qwen35 of {} layers, width {}, {}/{} heads of {}, {}/{} linear heads of {}/{}, MLP {}, "
+      "vocabulary {}",
+      layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.linear_key_heads,
+      c.linear_value_heads, c.linear_key_dim, c.linear_value_dim, c.intermediate_size,
+      c.vocab_size));
+  std::vector<GgufTensorName> names = qwen35_gguf_names(c);
+  for (GgufTensorName& t : qwen35_mtp_gguf_names(c, plan.store())) names.push_back(std::move(t));
+  for (const GgufTensorName& t : names) {
+    Source& s = plan.add(t.gguf, t.hf, t.shape, t.hf_shape);
+    if (t.f32) s.type = GgmlType::F32;
+    if (!t.row_order.empty()) s.rows = sources_of(t.row_order);
+    if (!t.column_order.empty()) s.columns = sources_of(t.column_order);
+    s.stored_as = t.stored_as;
+  }
+  return c.vocab_size;
+}
+
 }  // namespace
 
 GgufExportReport export_gguf(const std::string& checkpoint, const std::string& out,
@@ -364,21 +441,25 @@ GgufExportReport export_gguf(const std::string& checkpoint, const std::string& o
   const json config = read_json(config_uri);
   const std::string model_type = config.value("model_type", "(none)");
   using Planner = int64_t (*)(const json&, const std::string&, io::GgufWriter&, Plan&);
-  const std::map<std::string, Planner> planners{{"llama", plan_llama}, {"lfm2", plan_lfm2}};
+  const std::map<std::string, std::pair<Planner, std::string>> planners{
+      {"llama", {plan_llama, "llama"}},
+      {"lfm2", {plan_lfm2, "lfm2"}},
+      {"qwen3_5", {plan_qwen35, "qwen35"}},
+      {"qwen3_5_text", {plan_qwen35, "qwen35"}}};
   const auto planner = planners.find(model_type);
   if (planner == planners.end()) {
-    fail("quantize: {} has model_type \"{}\"; llama and lfm2 are written as GGUF", config_uri,
-         model_type);
+    fail("quantize: {} has model_type \"{}\"; llama, lfm2 and qwen3_5 are written as GGUF",
+         config_uri, model_type);
   }
   const io::Store store = io::Store::open(checkpoint);
 
   io::GgufWriter w;
-  w.set_string("general.architecture", model_type);
+  w.set_string("general.architecture", planner->second.second);
   w.set_string("general.name", options.name.empty() ? last_component(checkpoint) : options.name);
   w.set_u32("general.file_type", llama_file_type(options.type));
   w.set_u32("general.quantization_version", 2);  // ggml's QK layout version, as llama.cpp writes
   Plan plan(store, checkpoint);
-  const int64_t vocab_size = planner->second(config, config_uri, w, plan);
+  const int64_t vocab_size = planner->second.first(config, config_uri, w, plan);
   const std::vector<Source>& sources = plan.sources;
   w.set_string("general.type", "model");
   w.set_string("general.size_label", size_label(sources));
@@ -416,11 +497,16 @@ GgufExportReport export_gguf(const std::string& checkpoint, const std::string& o
     const DType dtype = *io::to_core_dtype(t.info.dtype);
     const int64_t rows = t.rows(), cols = t.row_elements();
     const uint64_t row_bytes = cols * size_of(dtype);
-    // Chunks of whole heads for q and k, whose rows move within a head.
+    // Chunks of whole heads for q and k, whose rows move within a head; all rows at once where
+    // rows move across the tensor.
     const int64_t hd = s.head_dim;
     const int64_t unit = s.rope_heads > 0 ? hd : 1;
-    const int64_t per_chunk = std::max<int64_t>(
-        unit, static_cast<int64_t>(kChunkBytes / (cols * sizeof(float))) / unit * unit);
+    const int64_t per_chunk =
+        !s.rows.empty()
+            ? rows
+            : std::max<int64_t>(
+                  unit, static_cast<int64_t>(kChunkBytes / (cols * sizeof(float))) / unit * unit);
+    std::vector<float> row(s.columns.empty() ? 0 : cols);
     const quant::GgmlTypeInfo& ti = quant::info(type);
     std::vector<std::byte> raw;
     std::vector<float> values;
@@ -432,9 +518,27 @@ GgufExportReport export_gguf(const std::string& checkpoint, const std::string& o
       values.resize(n * cols);
       for (int64_t r = 0; r < n; ++r) {
         // GGUF row first + r holds the checkpoint's row hf_row_of(...), in this chunk.
-        const int64_t src = s.rope_heads > 0 ? hf_row_of(first + r, hd) - first : r;
+        const int64_t src = s.rope_heads > 0 ? hf_row_of(first + r, hd) - first
+                            : s.rows.empty() ? r
+                                             : s.rows[first + r] - first;
+        float* to = values.data() + r * cols;
         convert_elements(dtype, raw.data() + src * row_bytes, DType::f32,
-                         reinterpret_cast<std::byte*>(values.data() + r * cols), cols);
+                         reinterpret_cast<std::byte*>(s.columns.empty() ? to : row.data()), cols);
+        if (!s.columns.empty()) {
+          for (int64_t c = 0; c < cols; ++c) to[c] = row[s.columns[c]];
+        }
+        for (int64_t c = 0; c < cols; ++c) {
+          switch (s.stored_as) {
+            case io::StoredTensor::Stored::as_is:
+              break;
+            case io::StoredTensor::Stored::plus_one:
+              to[c] += 1.0f;
+              break;
+            case io::StoredTensor::Stored::negated_exp:  // in double, as the converter
+              to[c] = static_cast<float>(-std::exp(static_cast<double>(to[c])));
+              break;
+          }
+        }
       }
       blocks.resize(n * cols / ti.block_elements * ti.block_bytes);
       quant::quantize(type, values, blocks);

@@ -1,14 +1,18 @@
-// Writes a Hugging Face Llama or LFM 2 checkpoint as a GGUF file that llama.cpp loads, as
-// llama.cpp's converter (convert_hf_to_gguf.py) and llama-quantize would together: llama.cpp's
-// tensor names and `general.architecture` (llama, lfm2) with its hyperparameters,
-// `general.file_type`, the tokenizer (tokenizer.ggml.*) and chat template when tokenizer files
-// are there; what the converter does to the tensors, the inverse of what gguf_model.cpp undoes:
-// for Llama each head's query and key rows in its rope's order and Llama 3.1's rope scaling as
-// the rope_freqs tensor, for LFM 2 the convolution's kernels squeezed to [d, taps] (kept F32).
+// Writes a Hugging Face Llama, LFM 2 or Qwen 3.5 checkpoint as a GGUF file that llama.cpp
+// loads, as llama.cpp's converter (convert_hf_to_gguf.py) and llama-quantize would together:
+// llama.cpp's tensor names and `general.architecture` (llama, lfm2, qwen35) with its
+// hyperparameters, `general.file_type`, the tokenizer (tokenizer.ggml.*) and chat template when
+// tokenizer files are there; what the converter does to the tensors, the inverse of what
+// gguf_model.cpp undoes (both from gguf_names.h): for Llama each head's query and key rows in
+// its rope's order and Llama 3.1's rope scaling as the rope_freqs tensor, for LFM 2 the
+// convolution's kernels squeezed to [d, taps] (kept F32), for Qwen 3.5 its norms as w + 1,
+// A_log as -exp(A_log) and the linear attention's value heads in llama.cpp's order, with the
+// multi-token prediction layer after the model's blocks.
 //
-// Weights stream tensor by tensor, each in chunks of rows: read, converted to f32, reordered,
-// quantized (prism/quant/quantize.h) and written, so that no more than a chunk of the model is
-// held at once. The file appears only when complete (io::GgufWriter).
+// Weights stream tensor by tensor, each in chunks of rows (whole where its rows move across it:
+// Qwen 3.5's value heads): read, converted to f32, reordered, quantized (prism/quant/quantize.h)
+// and written, so that no more than a chunk of the model is held at once. The file appears only
+// when complete (io::GgufWriter).
 #pragma once
 
 #include <cstdint>
@@ -36,8 +40,8 @@ struct GgufExportReport {
 };
 
 // Writes `checkpoint` (a directory or any URI io::Store opens, with config.json) to the local
-// file `out`. Throws prism::Error, leaving no file, for a model_type other than llama and lfm2,
-// a missing tensor or one of other sizes than config.json implies, a tokenizer that is not
+// file `out`. Throws prism::Error, leaving no file, for a model_type other than llama, lfm2 and
+// qwen3_5, a missing tensor or one of other sizes than config.json implies, a tokenizer that is not
 // byte-level BPE with a known pre-tokenizer, a type without a quantizer or an unwritable path.
 GgufExportReport export_gguf(const std::string& checkpoint, const std::string& out,
                              const GgufExportOptions& options);

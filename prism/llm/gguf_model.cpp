@@ -276,33 +276,11 @@ GgufModel open_lfm2(std::shared_ptr<io::File> file, io::GgufHeader header, DType
   return {std::make_unique<models::Lfm2>(std::move(c), dtype), std::move(store), std::move(header)};
 }
 
-// Qwen 3.5's value heads in llama.cpp's order: its converter moves them from Hugging Face's,
-// where the value heads of each key head come together (value head g * per_key + j, key head
-// g), to ggml's broadcast order (j * key_heads + g), each `unit` rows or elements long. Returns,
-// for each of Hugging Face's positions after the first `skip` (kept in place), the stored one;
-// empty when the orders agree (as many value heads as key heads).
-std::vector<int64_t> value_heads_from_llama_cpp(int64_t key_heads, int64_t value_heads,
-                                                int64_t unit, int64_t skip = 0) {
-  if (key_heads == value_heads) return {};
-  const int64_t per_key = value_heads / key_heads;
-  std::vector<int64_t> stored(skip + value_heads * unit);
-  for (int64_t i = 0; i < skip; ++i) stored[i] = i;
-  for (int64_t g = 0; g < key_heads; ++g) {
-    for (int64_t j = 0; j < per_key; ++j) {
-      for (int64_t e = 0; e < unit; ++e) {
-        stored[skip + (g * per_key + j) * unit + e] = skip + (j * key_heads + g) * unit + e;
-      }
-    }
-  }
-  return stored;
-}
-
-// Qwen 3.5 (llama.cpp's "qwen35"), the dense text models. Its converter stores the norm
-// weights w as w + 1 but the gated norm's (ssm_norm, which Hugging Face applies as w), A_log
-// as -exp(A_log) (ssm_a), dt_bias as ssm_dt.bias, the convolution's kernels squeezed to
-// [channels, taps], and the value heads in its own order (value_heads_from_llama_cpp); all of
-// which is undone as the tensors load. Its block_count counts the multi-token prediction
-// layers (nextn_predict_layers) after the model's, which prism does not run.
+// Qwen 3.5 (llama.cpp's "qwen35"), the dense text models: the tensors as qwen35_gguf_names
+// says the converter stores them (norms as w + 1, A_log as -exp(A_log), the value heads in
+// llama.cpp's order...), all of which is undone as the tensors load. Its block_count counts
+// the multi-token prediction layers (nextn_predict_layers) after the model's, which prism does
+// not run.
 GgufModel open_qwen35(std::shared_ptr<io::File> file, io::GgufHeader header, DType dtype) {
   const io::GgufHeader& h = header;
   const Metadata m(h, "qwen35");
@@ -362,58 +340,18 @@ GgufModel open_qwen35(std::shared_ptr<io::File> file, io::GgufHeader header, DTy
   c.tie_word_embeddings = !file_store.contains("output.weight");
   read_special_ids(h, c.eos_token_ids, c.bos_token_id);
 
-  using Stored = io::StoredTensor::Stored;
   const int64_t d = c.hidden_size, f = c.intermediate_size, hd = c.head_dim;
   const int64_t nk = c.linear_key_heads, nv = c.linear_value_heads;
-  const int64_t keys = nk * c.linear_key_dim, values = nv * c.linear_value_dim;
   TensorMap map(file_store, h,
                 fmt::format("a qwen35 of {} blocks, width {}, {}/{} heads of {}, {}/{} linear "
                             "heads of {}/{}, MLP {}, vocabulary {}",
                             layers, d, c.num_heads, c.num_kv_heads, hd, nk, nv, c.linear_key_dim,
                             c.linear_value_dim, f, c.vocab_size));
-  map.add("model.embed_tokens.weight", "token_embd.weight", {c.vocab_size, d});
-  map.add("model.norm.weight", "output_norm.weight", {d}).stored_as = Stored::plus_one;
-  if (!c.tie_word_embeddings) map.add("lm_head.weight", "output.weight", {c.vocab_size, d});
-  for (int64_t l = 0; l < layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l), b = fmt::format("blk.{}.", l);
-    map.add(p + "input_layernorm.weight", b + "attn_norm.weight", {d}).stored_as = Stored::plus_one;
-    map.add(p + "post_attention_layernorm.weight", b + "post_attention_norm.weight", {d})
-        .stored_as = Stored::plus_one;
-    map.add(p + "mlp.gate_proj.weight", b + "ffn_gate.weight", {f, d});
-    map.add(p + "mlp.up_proj.weight", b + "ffn_up.weight", {f, d});
-    map.add(p + "mlp.down_proj.weight", b + "ffn_down.weight", {d, f});
-    if (c.layers[l] == models::Qwen3_5Config::Layer::full_attention) {
-      const std::string a = p + "self_attn.";
-      // Each head's query, then its output gate.
-      map.add(a + "q_proj.weight", b + "attn_q.weight", {c.num_heads * 2 * hd, d});
-      map.add(a + "k_proj.weight", b + "attn_k.weight", {c.num_kv_heads * hd, d});
-      map.add(a + "v_proj.weight", b + "attn_v.weight", {c.num_kv_heads * hd, d});
-      map.add(a + "o_proj.weight", b + "attn_output.weight", {d, c.num_heads * hd});
-      map.add(a + "q_norm.weight", b + "attn_q_norm.weight", {hd}).stored_as = Stored::plus_one;
-      map.add(a + "k_norm.weight", b + "attn_k_norm.weight", {hd}).stored_as = Stored::plus_one;
-      continue;
-    }
-    const std::string a = p + "linear_attn.";
-    const int64_t channels = 2 * keys + values, dv = c.linear_value_dim;
-    map.add(a + "in_proj_qkv.weight", b + "attn_qkv.weight", {channels, d},
-            value_heads_from_llama_cpp(nk, nv, dv, 2 * keys));
-    map.add(a + "conv1d.weight", b + "ssm_conv1d.weight", {channels, c.conv_kernel},
-            value_heads_from_llama_cpp(nk, nv, dv, 2 * keys))
-        .info.shape = {channels, 1, c.conv_kernel};
-    map.add(a + "in_proj_z.weight", b + "attn_gate.weight", {values, d},
-            value_heads_from_llama_cpp(nk, nv, dv));
-    map.add(a + "in_proj_a.weight", b + "ssm_alpha.weight", {nv, d},
-            value_heads_from_llama_cpp(nk, nv, 1));
-    map.add(a + "in_proj_b.weight", b + "ssm_beta.weight", {nv, d},
-            value_heads_from_llama_cpp(nk, nv, 1));
-    map.add(a + "dt_bias", b + "ssm_dt.bias", {nv}).column_order =
-        value_heads_from_llama_cpp(nk, nv, 1);
-    io::StoredTensor& decay = map.add(a + "A_log", b + "ssm_a", {nv});
-    decay.column_order = value_heads_from_llama_cpp(nk, nv, 1);
-    decay.stored_as = Stored::negated_exp;
-    map.add(a + "norm.weight", b + "ssm_norm.weight", {dv});
-    map.add(a + "out_proj.weight", b + "ssm_out.weight", {d, values}).column_order =
-        value_heads_from_llama_cpp(nk, nv, dv);
+  for (const GgufTensorName& t : qwen35_gguf_names(c)) {
+    io::StoredTensor& stored = map.add(t.hf, t.gguf, t.shape, t.row_order);
+    stored.column_order = t.column_order;
+    stored.stored_as = t.stored_as;
+    if (!t.hf_shape.empty()) stored.info.shape = t.hf_shape;
   }
   io::Store store = std::move(map).store();
   return {std::make_unique<models::Qwen3_5>(std::move(c), dtype), std::move(store),

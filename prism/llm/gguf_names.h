@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "prism/io/store.h"
 #include "prism/models/lfm2.h"
 #include "prism/models/llama.h"
+#include "prism/models/qwen3_5.h"
 
 namespace prism::llm {
 
@@ -19,6 +21,10 @@ struct GgufTensorName {
   std::vector<int64_t> hf_shape;  // in the checkpoint, where it differs (a dim of 1 squeezed)
   bool f32 = false;               // the converter keeps it F32, whatever the file's type
   int64_t rope_heads = 0;  // > 0: query or key heads, whose rows llama.cpp's rope orders its way
+  // As io::StoredTensor's: the checkpoint's row r (element c of a row) is the file's row
+  // row_order[r] (element column_order[c]); empty where they agree. And the values as stored.
+  std::vector<int64_t> row_order, column_order;
+  io::StoredTensor::Stored stored_as = io::StoredTensor::Stored::as_is;
 };
 
 // Llama ("llama"): the tensors renamed, the query's and key's heads to be reordered for
@@ -29,5 +35,28 @@ std::vector<GgufTensorName> llama_gguf_names(const models::LlamaConfig& c);
 // LFM 2 ("lfm2"): the tensors renamed; the convolution's kernels [d, 1, taps] stored [d, taps],
 // in F32; the output layer only when not tied.
 std::vector<GgufTensorName> lfm2_gguf_names(const models::Lfm2Config& c);
+
+// Qwen 3.5 ("qwen35"), the model's tensors (under c.prefix): the norm weights w stored as w + 1
+// (but the gated norm's, ssm_norm, which Hugging Face applies as w), A_log as -exp(A_log)
+// (ssm_a), dt_bias as ssm_dt.bias, the convolution's kernels [channels, 1, taps] as [channels,
+// taps] in F32, and the value heads in llama.cpp's order (qwen35_value_heads); the output
+// layer only when not tied.
+std::vector<GgufTensorName> qwen35_gguf_names(const models::Qwen3_5Config& c);
+
+// The multi-token prediction layers' tensors of a Qwen 3.5 checkpoint (mtp.*, which prism does
+// not run) as the converter writes them after the model's blocks: mtp.layers.i.* as block
+// layers + i's (a full-attention layer), mtp.fc as blk.N.nextn.eh_proj, mtp.pre_fc_norm_embedding
+// and mtp.pre_fc_norm_hidden as nextn.enorm and nextn.hnorm, mtp.norm as
+// nextn.shared_head_norm, the norms stored as w + 1. Those `store` holds, in its order.
+std::vector<GgufTensorName> qwen35_mtp_gguf_names(const models::Qwen3_5Config& c,
+                                                  const io::Store& store);
+
+// Qwen 3.5's value heads in llama.cpp's order: its converter moves them from Hugging Face's,
+// where the value heads of each key head come together (value head g * per_key + j, key head
+// g), to ggml's broadcast order (j * key_heads + g), each `unit` rows or elements long. Returns,
+// for each of Hugging Face's positions after the first `skip` (kept in place), the stored one;
+// empty when the orders agree (as many value heads as key heads).
+std::vector<int64_t> qwen35_value_heads(int64_t key_heads, int64_t value_heads, int64_t unit,
+                                        int64_t skip = 0);
 
 }  // namespace prism::llm

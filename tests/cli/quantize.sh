@@ -80,10 +80,11 @@ expect_error "no checkpoint" "$tmp/none/config.json" "$prism" quantize "$tmp/non
 make_wide "$tmp/missing" model.layers.0.mlp.up_proj.weight
 expect_error "missing tensor" "no tensor 'model.layers.0.mlp.up_proj.weight', which a llama of 1 layers" \
   "$prism" quantize "$tmp/missing" out.gguf
-mkdir -p "$tmp/qwen" && sed 's/"llama"/"qwen3_5"/' "$tmp/wide/config.json" >"$tmp/qwen/config.json"
-ln -s "$tmp/wide/model.safetensors" "$tmp/qwen/model.safetensors"
-expect_error "unsupported architecture" "has model_type \"qwen3_5\"; llama and lfm2 are written as GGUF" \
-  "$prism" quantize "$tmp/qwen" out.gguf
+mkdir -p "$tmp/gemma" && sed 's/"llama"/"gemma3"/' "$tmp/wide/config.json" >"$tmp/gemma/config.json"
+ln -s "$tmp/wide/model.safetensors" "$tmp/gemma/model.safetensors"
+expect_error "unsupported architecture" \
+  "has model_type \"gemma3\"; llama, lfm2 and qwen3_5 are written as GGUF" \
+  "$prism" quantize "$tmp/gemma" out.gguf
 expect_error "unwritable path" "cannot write $tmp/nowhere/out.gguf: No such file or directory" \
   "$prism" quantize "$data/tiny-f32" "$tmp/nowhere/out.gguf" --type=f32
 expect_error "no tokenizer.json" "quantize: --tokenizer=$tmp has no tokenizer.json" \
@@ -98,8 +99,13 @@ expect_error "llm --quantize on GGUF" "llm: --quantize takes a safetensors check
 lfm2="$PRISM_SOURCE_DIR/tests/data/lfm2/tiny-bf16-tied"
 "$prism" quantize "$lfm2" "$tmp/lfm2-q8_0.gguf" --type=q8_0 2>/dev/null ||
   { echo "FAIL lfm2 quantize"; fail=1; }
-lfm2_ids() { "$prism" llm --model="$1" --prompt-ids=1,2,3,10,20 --max-tokens=12 --print-ids --seqlen=64 --dtype=f32 "${@:2}" 2>/dev/null; }
-check "lfm2 q8_0 file = quantized at load" "$(lfm2_ids "$lfm2" --quantize=q8_0)" "$(lfm2_ids "$tmp/lfm2-q8_0.gguf")"
+run_ids() { "$prism" llm --model="$1" --prompt-ids=1,2,3,10,20 --max-tokens=12 --print-ids --seqlen=64 --dtype=f32 "${@:2}" 2>/dev/null; }
+check "lfm2 q8_0 file = quantized at load" "$(run_ids "$lfm2" --quantize=q8_0)" "$(run_ids "$tmp/lfm2-q8_0.gguf")"
+# Qwen 3.5 too (its value heads reordered, norms and A_log stored as llama.cpp's converter does).
+qwen="$PRISM_SOURCE_DIR/tests/data/qwen3_5/tiny-bf16-tied"
+"$prism" quantize "$qwen" "$tmp/qwen-q8_0.gguf" --type=q8_0 2>/dev/null ||
+  { echo "FAIL qwen3_5 quantize"; fail=1; }
+check "qwen3_5 q8_0 file = quantized at load" "$(run_ids "$qwen" --quantize=q8_0)" "$(run_ids "$tmp/qwen-q8_0.gguf")"
 
 expect_error "llm --keep-quantized unknown" "llm: --keep-quantized=always is not one of auto, yes, no" \
   "$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --print-ids --quantize=q8_0 --keep-quantized=always

@@ -314,5 +314,66 @@ TEST(GgufExport, Lfm2EqualsTheConvertersFile) {
   EXPECT_EQ(q8_header.tensor("blk.0.ffn_gate.weight").type, GgmlType::Q8_0);
 }
 
+// Qwen 3.5 as the converter writes it (tools/make_tiny_gguf.py's file): every tensor bit for
+// bit (norms as w + 1, A_log as -exp(A_log), the value heads in llama.cpp's order, the
+// multi-token prediction layer's norm after the model's blocks) and the metadata; the file
+// answers as the checkpoint does, and a Q8_0 one keeps its matrices in Q8_0.
+TEST(GgufExport, Qwen3_5EqualsTheConvertersFile) {
+  test::TempDir dir;
+  const std::string checkpoint = std::string(PRISM_TEST_DATA) + "/qwen3_5/tiny-bf16-tied";
+  const std::string out = dir.str("qwen3_5.gguf");
+  llm::export_gguf(
+      checkpoint, out,
+      {.type = GgmlType::BF16, .tokenizer = std::string(PRISM_TOKENIZERS_DIR) + "/qwen3"});
+  auto ours_file = io::open(out);
+  auto theirs_file = io::open(std::string(PRISM_GGUF_DIR) + "/qwen3_5-tiny-bf16-tied.gguf");
+  const io::GgufHeader ours = io::GgufHeader::read(*ours_file);
+  const io::GgufHeader theirs = io::GgufHeader::read(*theirs_file);
+  expect_same_tensors(ours, *ours_file, theirs, *theirs_file);
+  for (const char* key :
+       {"qwen35.block_count", "qwen35.context_length", "qwen35.embedding_length",
+        "qwen35.feed_forward_length", "qwen35.attention.head_count",
+        "qwen35.attention.head_count_kv", "qwen35.attention.key_length",
+        "qwen35.attention.value_length", "qwen35.nextn_predict_layers", "qwen35.ssm.conv_kernel",
+        "qwen35.ssm.state_size", "qwen35.ssm.group_count", "qwen35.ssm.time_step_rank",
+        "qwen35.ssm.inner_size", "qwen35.full_attention_interval", "qwen35.rope.dimension_count",
+        "general.file_type", "general.quantization_version"}) {
+    EXPECT_EQ(ours.get_int(key), theirs.get_int(key)) << key;
+  }
+  for (const char* key : {"qwen35.rope.freq_base", "qwen35.attention.layer_norm_rms_epsilon"}) {
+    EXPECT_EQ(ours.get_float(key), theirs.get_float(key)) << key;
+  }
+  for (const char* key : {"qwen35.rope.dimension_sections", "qwen35.attention.recurrent_layers"}) {
+    EXPECT_EQ(ours.get_array(key).to_string(64), theirs.get_array(key).to_string(64)) << key;
+  }
+  EXPECT_EQ(ours.get_string("general.architecture"), "qwen35");
+  EXPECT_EQ(ours.get_string("general.size_label"), theirs.get_string("general.size_label"));
+  EXPECT_EQ(ours.get_string("tokenizer.ggml.pre"), theirs.get_string("tokenizer.ggml.pre"));
+
+  llm::EngineOptions o;
+  o.seqlen = 64;
+  o.dtype = DType::f32;
+  o.load.report = false;
+  Platform& cpu = get_platform("cpu");
+  llm::Engine want(checkpoint, cpu, o), got(out, cpu, o);
+  const std::vector<int32_t> prompt{1, 2, 3, 10, 20};
+  const std::vector<float> a = got.feed(prompt), b = want.feed(prompt);
+  ASSERT_EQ(a.size(), b.size());
+  // A_log comes back as log(-(-exp(A_log))): equal up to the last bits.
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5) << i;
+
+  const std::string q8 = dir.str("qwen3_5-q8_0.gguf");
+  const llm::GgufExportReport report = llm::export_gguf(checkpoint, q8, {.type = GgmlType::Q8_0});
+  EXPECT_GT(report.tensors.at(GgmlType::Q8_0), 0);
+  auto q8_file = io::open(q8);
+  const io::GgufHeader q8_header = io::GgufHeader::read(*q8_file);
+  EXPECT_EQ(q8_header.tensor("blk.0.ssm_conv1d.weight").type, GgmlType::F32);
+  EXPECT_EQ(q8_header.tensor("blk.0.ssm_a").type, GgmlType::F32);
+  EXPECT_EQ(q8_header.tensor("blk.0.ffn_down.weight").type, GgmlType::Q8_0);  // rows of 32
+  EXPECT_EQ(q8_header.tensor("blk.0.ssm_out.weight").type, GgmlType::Q8_0);
+  llm::Engine quantized(q8, cpu, o);
+  EXPECT_EQ(quantized.feed(prompt).size(), b.size());
+}
+
 }  // namespace
 }  // namespace prism::quant

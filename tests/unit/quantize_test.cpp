@@ -11,6 +11,9 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "io_test_util.h"
 #include "prism/backends/registry.h"
@@ -276,6 +279,20 @@ TEST(GgufExport, Q8_0EqualsTheConvertersFile) {
 // tools/make_tiny_gguf.py writes as llama.cpp's converter does: names, the convolution kernels
 // squeezed and kept F32) byte for byte and its lfm2.* hyperparameters, and runs as the
 // checkpoint; a Q8_0 one keeps the kernels and norms F32 and quantizes the other matrices.
+// The logits after the same five tokens from model file `a` and checkpoint `b`, in f32 on the
+// CPU.
+std::pair<std::vector<float>, std::vector<float>> first_logits(const std::string& a,
+                                                               const std::string& b) {
+  llm::EngineOptions o;
+  o.seqlen = 64;
+  o.dtype = DType::f32;
+  o.load.report = false;
+  Platform& cpu = get_platform("cpu");
+  llm::Engine first(a, cpu, o), second(b, cpu, o);
+  const std::vector<int32_t> prompt{1, 2, 3, 10, 20};
+  return {first.feed(prompt), second.feed(prompt)};
+}
+
 TEST(GgufExport, Lfm2EqualsTheConvertersFile) {
   test::TempDir dir;
   const std::string checkpoint = std::string(PRISM_TEST_DATA) + "/lfm2/tiny-bf16-tied";
@@ -296,14 +313,8 @@ TEST(GgufExport, Lfm2EqualsTheConvertersFile) {
             theirs.get_array("lfm2.attention.head_count_kv").ints());
   EXPECT_EQ(ours.get_string("general.size_label"), theirs.get_string("general.size_label"));
 
-  llm::EngineOptions o;
-  o.seqlen = 64;
-  o.dtype = DType::f32;
-  o.load.report = false;
-  Platform& cpu = get_platform("cpu");
-  llm::Engine want(checkpoint, cpu, o), got(out, cpu, o);
-  const std::vector<int32_t> prompt{1, 2, 3, 10, 20};
-  EXPECT_EQ(got.feed(prompt), want.feed(prompt));
+  const auto [got, want] = first_logits(out, checkpoint);
+  EXPECT_EQ(got, want);
 
   const std::string q8 = dir.str("lfm2-q8_0.gguf");
   const llm::GgufExportReport report = llm::export_gguf(checkpoint, q8, {.type = GgmlType::Q8_0});
@@ -350,14 +361,7 @@ TEST(GgufExport, Qwen3_5EqualsTheConvertersFile) {
   EXPECT_EQ(ours.get_string("general.size_label"), theirs.get_string("general.size_label"));
   EXPECT_EQ(ours.get_string("tokenizer.ggml.pre"), theirs.get_string("tokenizer.ggml.pre"));
 
-  llm::EngineOptions o;
-  o.seqlen = 64;
-  o.dtype = DType::f32;
-  o.load.report = false;
-  Platform& cpu = get_platform("cpu");
-  llm::Engine want(checkpoint, cpu, o), got(out, cpu, o);
-  const std::vector<int32_t> prompt{1, 2, 3, 10, 20};
-  const std::vector<float> a = got.feed(prompt), b = want.feed(prompt);
+  const auto [a, b] = first_logits(out, checkpoint);
   ASSERT_EQ(a.size(), b.size());
   // A_log comes back as log(-(-exp(A_log))): equal up to the last bits.
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5) << i;
@@ -371,8 +375,7 @@ TEST(GgufExport, Qwen3_5EqualsTheConvertersFile) {
   EXPECT_EQ(q8_header.tensor("blk.0.ssm_a").type, GgmlType::F32);
   EXPECT_EQ(q8_header.tensor("blk.0.ffn_down.weight").type, GgmlType::Q8_0);  // rows of 32
   EXPECT_EQ(q8_header.tensor("blk.0.ssm_out.weight").type, GgmlType::Q8_0);
-  llm::Engine quantized(q8, cpu, o);
-  EXPECT_EQ(quantized.feed(prompt).size(), b.size());
+  EXPECT_EQ(first_logits(q8, checkpoint).first.size(), b.size());
 }
 
 }  // namespace

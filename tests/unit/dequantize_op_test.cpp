@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "prism/backends/cpu/quant_rows.h"
@@ -165,6 +167,54 @@ TEST(DequantizeOp, KeepsNoDequantizedCopy) {
         scale += std::abs(double(wf[row * 256 + j]) * wf[v * 256 + j]);
       }
       EXPECT_NEAR(got[s * 64 + v], want, 1e-5 * scale + 1e-5);
+    }
+  }
+}
+
+// Products of one x by several quantized parameter weights (a layer's q, k and v) run as one
+// step, the activations rounded once per weights' format: each product's values are those of
+// the product alone, bit for bit, for decoding, batches (VNNI and AMX tiles where present) and
+// prefill.
+TEST(DequantizeOp, ProductsOfTheSameActivationsAsOneStep) {
+  const GgmlType types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K};
+  const int64_t widths[] = {48, 21, 35}, k = 256;
+  Platform& cpu = get_platform("cpu");
+  std::vector<Tensor> params;
+  std::map<std::string, Buffer, std::less<>> bound;
+  for (size_t p = 0; p < 3; ++p) {
+    const int64_t blocks = k / quant::info(types[p]).block_elements;
+    const HostBuffer w = testing::random_blocks(types[p], widths[p], blocks, 13 + p, "n", "k");
+    const std::string name = fmt::format("w{}", p);
+    params.push_back(Tensor::parameter(name, w.shape()));
+    bound.emplace(name, cpu.upload(w));
+  }
+  for (const char* mode : {"int8", "f32"}) {
+    const testing::QuantActivations activations(mode);
+    for (int64_t m : {1, 5, 16, 20}) {
+      SCOPED_TRACE(fmt::format("{} m={}", mode, m));
+      std::vector<float> xv(static_cast<size_t>(m * k));
+      for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.29 * i) * 0.7f;
+      const HostBuffer x = testing::f32(S({{"m", m}, {"k", k}}), xv);
+      std::vector<Buffer> in{cpu.upload(x)};
+      auto product = [&](Tensor a, size_t p) {
+        return a.dot(params[p].dequantize(types[p], DType::f32), "k");
+      };
+      Executable together =
+          prism::compile(cpu,
+                         [&](Tensor a) {
+                           return std::vector<Tensor>{product(a, 0), product(a, 1), product(a, 2)};
+                         },
+                         {x.shape()});
+      const std::vector<Buffer> got = together.call(bound, in);
+      for (size_t p = 0; p < 3; ++p) {
+        Executable alone = prism::compile(
+            cpu, [&](Tensor a) { return std::vector<Tensor>{product(a, p)}; }, {x.shape()});
+        const HostBuffer want = alone.call(bound, in)[0].to_host();
+        const HostBuffer have = got[p].to_host();
+        ASSERT_EQ(have.bytes().size(), want.bytes().size());
+        EXPECT_EQ(0, std::memcmp(have.bytes().data(), want.bytes().data(), want.bytes().size()))
+            << "product " << p;
+      }
     }
   }
 }

@@ -238,7 +238,11 @@ class CpuExecutable : public ExecutableImpl {
       if (j - i >= 2) {
         std::vector<ValueId> ids;
         for (size_t k = i; k < j; ++k) ids.push_back(steps_[k].value);
-        if (GroupKernel group = make_dot_group_kernel(graph_, ids)) {
+        GroupKernel group = make_dot_group_kernel(graph_, ids);
+        bool folded = true;  // products that read their weights' blocks (kernels_quant.cpp)
+        for (ValueId id : ids) folded = folded && plan_.folded[graph_.node(id).inputs[1]];
+        if (!group && folded) group = make_quant_dot_group_kernel(graph_, ids);
+        if (group) {
           Step& last = steps_[j - 1];
           last.group = std::move(group);
           last.kernel = nullptr;

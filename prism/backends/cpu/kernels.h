@@ -52,6 +52,9 @@ Kernel make_conv_kernel(const ir::Graph& graph, ir::ValueId id);           // ke
 Kernel make_quant_kernel(const ir::Graph& graph, ir::ValueId id);
 std::vector<bool> folded_dequantizes(const ir::Graph& graph);
 Kernel make_quant_dot_kernel(const ir::Graph& graph, ir::ValueId id);
+// Such products of the same activations by several weights as one step (as
+// make_dot_group_kernel's); null when they cannot share one.
+GroupKernel make_quant_dot_group_kernel(const ir::Graph& graph, std::span<const ir::ValueId> ids);
 // Whether those products round their activations to 8 bits for weights of `type`:
 // PRISM_CPU_QUANT_ACTIVATIONS=int8 (the default) where quant_rows_int8 has kernels for it on
 // this CPU, f32 to keep them in f32; another value throws prism::Error. Read as each product is

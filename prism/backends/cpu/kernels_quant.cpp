@@ -21,6 +21,7 @@
 // Any other dequantize is materialized by its own kernel, row by row.
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string_view>
 #include <type_traits>
@@ -169,24 +170,37 @@ class QuantDotKernel {
   void rows(const std::byte* x, const std::byte* w, std::byte* out, ThreadPool& pool) const {
     std::vector<float> xf(m_ * k_);
     load_floats(x_dtype_, x, 0, m_ * k_, xf.data());
+    if (int8_) quantize_activations(format_, xf.data(), k_, m_, k_, rounded_);
     const bool f32_out = out_dtype_ == DType::f32;
     std::vector<float> scratch(f32_out ? 0 : m_ * n_);
     float* y = f32_out ? reinterpret_cast<float*>(out) : scratch.data();
-    if (int8_) {  // rounded once, read by every thread
-      quantize_activations(format_, xf.data(), k_, m_, k_, rounded_);
-      pool.parallel_for(n_, 16, [&](int64_t n0, int64_t n1) {
-        quant_rows_int8(format_, rounded_, w + n0 * row_bytes_, row_bytes_, n1 - n0, k_, y + n0,
-                        n_);
-      });
-    } else {
-      pool.parallel_for(n_, 16, [&](int64_t n0, int64_t n1) {
-        quant_rows(format_, xf.data(), k_, m_, w + n0 * row_bytes_, row_bytes_, n1 - n0, k_, y + n0,
-                   n_);
-      });
-    }
+    pool.parallel_for(n_, 16,
+                      [&](int64_t n0, int64_t n1) { range(xf.data(), rounded_, w, n0, n1, y); });
     if (!f32_out) store_floats(out_dtype_, y, out, 0, m_ * n_);
   }
 
+ public:
+  // What a group of products of the same activations (QuantDotGroup) asks of each.
+  bool few_rows() const { return m_ <= kQuantRows; }
+  int64_t m() const { return m_; }
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  DType x_dtype() const { return x_dtype_; }
+  DType out_dtype() const { return out_dtype_; }
+  quant::GgmlType format() const { return format_; }
+  bool int8() const { return int8_; }
+  // Weight rows [n0, n1) of w times x (xf: f32 rows, k_ apart; rounded: them rounded for
+  // format_, where int8_) into y (rows n_ apart).
+  void range(const float* xf, const QuantizedRows& rounded, const std::byte* w, int64_t n0,
+             int64_t n1, float* y) const {
+    if (int8_) {
+      quant_rows_int8(format_, rounded, w + n0 * row_bytes_, row_bytes_, n1 - n0, k_, y + n0, n_);
+    } else {
+      quant_rows(format_, xf, k_, m_, w + n0 * row_bytes_, row_bytes_, n1 - n0, k_, y + n0, n_);
+    }
+  }
+
+ private:
   // More rows: panel by panel, dequantized (in parallel), multiplied, and copied into the
   // panel's columns of the output.
   void panels(const std::byte* x, const std::byte* w, std::byte* out, ThreadPool& pool) const {
@@ -220,6 +234,73 @@ class QuantDotKernel {
   Panel full_panel_, last_panel_;
 };
 
+// Products of the same activations by several quantized weights (a layer's q, k and v; its gate
+// and up) as one step: for up to kQuantRows rows the activations are widened and rounded once
+// for all (once per weights' format), and one parallel loop runs over all the products' rows,
+// so the threads start and meet once instead of once a product. Each product's rows are
+// computed as its own kernel computes them: the same bits. More rows run each product in turn.
+class QuantDotGroup {
+ public:
+  explicit QuantDotGroup(std::vector<std::shared_ptr<QuantDotKernel>> members)
+      : members_(std::move(members)) {
+    first_.push_back(0);
+    for (const auto& m : members_) {
+      first_.push_back(first_.back() + m->n());
+      if (m->int8()) rounded_[m->format()];  // the formats the activations are rounded for
+    }
+  }
+
+  // in: the activations, then each product's weights; outs: each product's output.
+  void operator()(std::span<const std::byte* const> in, std::span<std::byte* const> outs,
+                  ThreadPool& pool) const {
+    const QuantDotKernel& lead = *members_.front();
+    if (!lead.few_rows()) {
+      for (size_t i = 0; i < members_.size(); ++i) {
+        const std::byte* args[] = {in[0], in[1 + i]};
+        (*members_[i])(args, outs[i], pool);
+      }
+      return;
+    }
+    const int64_t m = lead.m(), k = lead.k();
+    std::vector<float> xf(m * k);
+    load_floats(lead.x_dtype(), in[0], 0, m * k, xf.data());
+    for (auto& [format, rounded] : rounded_)
+      quantize_activations(format, xf.data(), k, m, k, rounded);
+    std::vector<std::vector<float>> scratch(members_.size());
+    std::vector<float*> y(members_.size());
+    for (size_t i = 0; i < members_.size(); ++i) {
+      const QuantDotKernel& member = *members_[i];
+      if (member.out_dtype() == DType::f32) {
+        y[i] = reinterpret_cast<float*>(outs[i]);
+      } else {
+        scratch[i].resize(m * member.n());
+        y[i] = scratch[i].data();
+      }
+    }
+    static const QuantizedRows kNone;
+    pool.parallel_for(first_.back(), 16, [&](int64_t a0, int64_t a1) {
+      for (size_t i = 0; i < members_.size(); ++i) {
+        const int64_t lo = std::max(a0, first_[i]), hi = std::min(a1, first_[i + 1]);
+        if (lo >= hi) continue;
+        const QuantDotKernel& member = *members_[i];
+        const QuantizedRows& rounded = member.int8() ? rounded_.at(member.format()) : kNone;
+        member.range(xf.data(), rounded, in[1 + i], lo - first_[i], hi - first_[i], y[i]);
+      }
+    });
+    for (size_t i = 0; i < members_.size(); ++i) {
+      if (!scratch[i].empty()) {
+        store_floats(members_[i]->out_dtype(), y[i], outs[i], 0, m * members_[i]->n());
+      }
+    }
+  }
+
+ private:
+  std::vector<std::shared_ptr<QuantDotKernel>> members_;
+  std::vector<int64_t> first_;  // member i's rows start at first_[i] of the whole
+  // The activations rounded per weights' format: an executable's calls run one at a time.
+  mutable std::map<quant::GgmlType, QuantizedRows> rounded_;
+};
+
 }  // namespace
 
 std::vector<bool> folded_dequantizes(const ir::Graph& g) {
@@ -233,6 +314,24 @@ std::vector<bool> folded_dequantizes(const ir::Graph& g) {
 Kernel make_quant_kernel(const ir::Graph& g, ir::ValueId id) {
   const ir::Node& n = g.node(id);
   return n.op == Op::dequantize ? dequantize_kernel(g, n) : nullptr;
+}
+
+GroupKernel make_quant_dot_group_kernel(const ir::Graph& g, std::span<const ir::ValueId> ids) {
+  std::vector<std::shared_ptr<QuantDotKernel>> members;
+  for (ir::ValueId id : ids) {
+    const ir::Node& n = g.node(id);
+    if (n.op != Op::dot || g.node(n.inputs[1]).op != Op::dequantize) return nullptr;
+    if (n.inputs[0] != g.node(ids[0]).inputs[0]) return nullptr;
+    members.push_back(std::make_shared<QuantDotKernel>(g, n));
+    const QuantDotKernel &first = *members.front(), &last = *members.back();
+    if (last.m() != first.m() || last.k() != first.k() || last.x_dtype() != first.x_dtype()) {
+      return nullptr;
+    }
+  }
+  if (members.size() < 2) return nullptr;
+  auto group = std::make_shared<QuantDotGroup>(std::move(members));
+  return [group](std::span<const std::byte* const> in, std::span<std::byte* const> outs,
+                 ThreadPool& pool) { (*group)(in, outs, pool); };
 }
 
 Kernel make_quant_dot_kernel(const ir::Graph& g, ir::ValueId id) {

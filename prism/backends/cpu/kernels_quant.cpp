@@ -18,6 +18,9 @@
 // memory's pace, against 92-100 % in integers); or kept in f32 (PRISM_CPU_QUANT_ACTIVATIONS=f32),
 // whose results are the float product of the dequantized weights, as the float reference's.
 //
+// Products of the same activations by several such weights (a layer's q, k and v) run as one
+// step (QuantDotGroup): one rounding of the activations, one parallel loop over all their rows.
+//
 // Any other dequantize is materialized by its own kernel, row by row.
 #include <algorithm>
 #include <cstdlib>

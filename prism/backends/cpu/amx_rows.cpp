@@ -28,31 +28,36 @@ namespace {
 
 #define PRISM_TARGET_AMX __attribute__((target("amx-tile,amx-bf16")))
 
-bool cpu_and_os_have_amx_bf16() {
+// Whether the operating system saves every state in `mask` of XCR0 (XSAVE state components):
+// the CPU says it is enabled (OSXSAVE) and XCR0 has the bits.
+bool os_saves(uint64_t mask) {
   unsigned a, b, c, d;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  const bool tile = d & (1u << 24), bf16 = d & (1u << 22);
-  if (!tile || !bf16) return false;
   if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false;  // OSXSAVE
   unsigned lo, hi;
   asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
   const uint64_t xcr0 = (uint64_t{hi} << 32) | lo;
-  constexpr uint64_t kTileState = (uint64_t{1} << 17) | (uint64_t{1} << 18);  // cfg and data
-  return (xcr0 & kTileState) == kTileState;
+  return (xcr0 & mask) == mask;
+}
+
+constexpr uint64_t kTileState = (uint64_t{1} << 17) | (uint64_t{1} << 18);  // cfg and data
+constexpr uint64_t kAvx512State = 0xe6;  // SSE, AVX, the opmasks and the upper zmm halves
+
+bool cpu_and_os_have_amx_bf16() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool tile = d & (1u << 24), bf16 = d & (1u << 22);
+  return tile && bf16 && os_saves(kTileState);
 }
 
 bool cpu_and_os_have_amx_int8() {
   unsigned a, b, c, d;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  const bool tile = d & (1u << 24), int8 = d & (1u << 25);
+  const bool tile = d & (1u << 24), int8 = d & (1u << 25);  // AMX-TILE, AMX-INT8
+  // AVX-512 F, DQ, BW and VL, and F16C: the kernels' scaling of the tiles' sums
   const bool avx512 = (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 30)) && (b & (1u << 31));
-  if (!tile || !int8 || !avx512) return false;  // AMX-TILE, AMX-INT8; AVX-512 F, DQ, BW, VL
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27)) || !(c & (1u << 29))) return false;
-  unsigned lo, hi;  // OSXSAVE and F16C above; the OS saves the tiles and the AVX-512 state
-  asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  const uint64_t xcr0 = (uint64_t{hi} << 32) | lo;
-  constexpr uint64_t kState = (uint64_t{1} << 17) | (uint64_t{1} << 18) | 0xe6;
-  return (xcr0 & kState) == kState;
+  if (!tile || !int8 || !avx512) return false;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 29))) return false;  // F16C
+  return os_saves(kTileState | kAvx512State);
 }
 
 // Linux hands out the tile data state only to processes that ask (arch_prctl, since 5.16).
@@ -190,11 +195,10 @@ namespace {
 // block ([8][padded][4]), 4 and 5 the integer sums (16 x padded): two blocks in flight.
 //
 // A unit is one block of one group of 16 weight rows; the kernel runs the units group by
-// group, block by block. Tile loads are slow to start where their bytes were just stored by
-// vector instructions (about 25 ns a block, waiting for the stores to reach the cache) or
-// must come from memory (they keep few reads in flight), so each unit's values are first
-// staged by vector instructions into a ring of kRing slots, kAhead units before the tiles
-// load them: Q8_0's bytes copied, Q4_0's nibbles unpacked to value - 8.
+// group, block by block. Tile A reads Q8_0's values where the file's layout has them (row_bytes
+// apart). Q4_0's nibbles are unpacked to value - 8 by vector instructions into a ring of kRing
+// slots, kAhead units before the tiles load them: a tile load waits about 25 ns a block for
+// bytes vector stores have just written (until the stores reach the cache).
 template <int kPadded, bool kQ4>
 struct AmxQ8Kernel {
   static constexpr int64_t kBlockBytes = kQ4 ? 18 : 34;
@@ -204,6 +208,7 @@ struct AmxQ8Kernel {
   const AmxQ8Rows& x;
   const uint8_t* w;
   int64_t row_bytes, blocks, n;
+  __m512i row_offsets;  // lane j: j * row_bytes, where the gather of the d finds weight row j
   alignas(64) int8_t ring[kRing][16 * 32];
   alignas(64) int32_t sums[2][16 * kPadded];
   alignas(64) float dw[16];
@@ -255,12 +260,9 @@ struct AmxQ8Kernel {
   // Block b of `group`'s 16 (or fewer) weight rows' d, as f32.
   PRISM_TARGET_AMX_INT8 __m512 scales(int64_t group, int64_t b) const {
     const uint8_t* g = w + 16 * group * row_bytes;
-    const __m512i offsets =
-        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                           _mm512_set1_epi32(static_cast<int32_t>(row_bytes)));
     const auto rows = static_cast<__mmask16>((1u << rows_of(group)) - 1);
-    const __m256i d16 = _mm512_cvtepi32_epi16(
-        _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), rows, offsets, g + b * kBlockBytes, 1));
+    const __m256i d16 = _mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32(
+        _mm512_setzero_si512(), rows, row_offsets, g + b * kBlockBytes, 1));
     return _mm512_cvtph_ps(d16);
   }
 
@@ -355,7 +357,10 @@ struct AmxQ8Kernel {
 template <int kPadded, bool kQ4>
 PRISM_TARGET_AMX_INT8 void amx_q8_run(const AmxQ8Rows& x, const uint8_t* w, int64_t row_bytes,
                                       int64_t n, int64_t blocks, float* out, int64_t ldo) {
-  AmxQ8Kernel<kPadded, kQ4>{x, w, row_bytes, blocks, n, {}, {}, {}}.run(out, ldo);
+  const __m512i row_offsets =
+      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                         _mm512_set1_epi32(static_cast<int32_t>(row_bytes)));
+  AmxQ8Kernel<kPadded, kQ4>{x, w, row_bytes, blocks, n, row_offsets, {}, {}, {}}.run(out, ldo);
   _tile_release();
 }
 
@@ -393,12 +398,9 @@ void amx_q8_rows(bool q4, const AmxQ8Rows& x, const uint8_t* w, int64_t row_byte
   }
 }
 
-#else  // no AMX here
-: amx_available() is false and the kernels are never called
+#else  // no AMX here: amx_available() is false and the kernels are never called
 
-bool amx_available() {
-  return false;
-}
+bool amx_available() { return false; }
 void amx_rows_blocked(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, float*,
                       int64_t) {}
 void pack_rows_for_amx(const uint16_t*, int64_t, int64_t, int64_t, uint16_t*) {}

@@ -1434,24 +1434,6 @@ int32_t weight_offset(quant::GgmlType type) {
   }
 }
 
-// quant_rows_on_amx (quant_rows.h): PRISM_CPU_QUANT_ROWS=auto (the default), vnni or amx; a
-// lower forced SIMD target turns the tiles off with the rest.
-bool amx_int8_rows(quant::GgmlType weights, int64_t m) {
-  const char* env = std::getenv("PRISM_CPU_QUANT_ROWS");
-  const std::string_view want = env && *env ? env : "auto";
-  PRISM_CHECK(want == "auto" || want == "amx" || want == "vnni",
-              "cpu: PRISM_CPU_QUANT_ROWS must be auto, vnni or amx, not '{}'", want);
-  if (want == "vnni") return false;
-  const bool available = amx_int8_available() && cpu_has_avx512_vnni();
-  PRISM_CHECK(want != "amx" || available,
-              "cpu: PRISM_CPU_QUANT_ROWS=amx: this CPU or system has no AMX-INT8");
-  // auto: the VNNI kernels take 4 activation rows at a time and read the weights again for
-  // more; from 5 rows on the tiles are faster.
-  const int64_t fewest = want == "amx" ? 1 : 5;
-  return available && simd::current().hwy == HWY_AVX3_DL && m >= fewest && m <= kAmxMaxRows &&
-         (weights == quant::GgmlType::Q8_0 || weights == quant::GgmlType::Q4_0);
-}
-
 bool is_pair_format(quant::GgmlType f) {
   return f == quant::GgmlType::Q8_0 || f == quant::GgmlType::Q8_1;
 }
@@ -1684,7 +1666,7 @@ void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, 
     }
   }
   out.amx_padded_ = 0;
-  if (!amx_int8_rows(weights, m)) return;
+  if (!quant_rows_on_amx(weights, m)) return;
   // The same values and scales as the tiles take them (AmxQ8Rows).
   const int64_t padded = amx_int8_padded(m), blocks = k / 32;
   out.amx_padded_ = padded;
@@ -1711,7 +1693,23 @@ AmxQ8Rows QuantizedRows::amx() const {
 
 bool quant_rows_int8_native(quant::GgmlType type) { return native_int8(type) != nullptr; }
 
-bool quant_rows_on_amx(quant::GgmlType type, int64_t m) { return amx_int8_rows(type, m); }
+// PRISM_CPU_QUANT_ROWS=auto (the default), vnni or amx; a lower forced SIMD target turns the
+// tiles off with the rest.
+bool quant_rows_on_amx(quant::GgmlType weights, int64_t m) {
+  const char* env = std::getenv("PRISM_CPU_QUANT_ROWS");
+  const std::string_view want = env && *env ? env : "auto";
+  PRISM_CHECK(want == "auto" || want == "amx" || want == "vnni",
+              "cpu: PRISM_CPU_QUANT_ROWS must be auto, vnni or amx, not '{}'", want);
+  if (want == "vnni") return false;
+  const bool available = amx_int8_available() && cpu_has_avx512_vnni();
+  PRISM_CHECK(want != "amx" || available,
+              "cpu: PRISM_CPU_QUANT_ROWS=amx: this CPU or system has no AMX-INT8");
+  // auto: the VNNI kernels take 4 activation rows at a time and read the weights again for
+  // more; from 5 rows on the tiles are faster.
+  const int64_t fewest = want == "amx" ? 1 : 5;
+  return available && simd::current().hwy == HWY_AVX3_DL && m >= fewest && m <= kAmxMaxRows &&
+         (weights == quant::GgmlType::Q8_0 || weights == quant::GgmlType::Q4_0);
+}
 
 void quant_rows_int8(quant::GgmlType type, const QuantizedRows& x, const std::byte* w,
                      int64_t row_bytes, int64_t n, int64_t k, float* out, int64_t ldo) {

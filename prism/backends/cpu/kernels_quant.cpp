@@ -19,7 +19,7 @@
 // whose results are the float product of the dequantized weights, as the float reference's.
 //
 // Products of the same activations by several such weights (a layer's q, k and v) run as one
-// step (QuantDotGroup): one rounding of the activations, one parallel loop over all their rows.
+// step (QuantDotProducts): one rounding of the activations, one parallel loop over all their rows.
 //
 // Any other dequantize is materialized by its own kernel, row by row.
 #include <algorithm>
@@ -117,10 +117,11 @@ Kernel dequantize_kernel(const ir::Graph& g, const ir::Node& n) {
   };
 }
 
-// x {..., k} . dequantize(w {n, bytes}) contracting k: out {..., n}.
-class QuantDotKernel {
+// x {..., k} . dequantize(w {n, bytes}) contracting k: out {..., n}. What each product of a
+// QuantDotProducts step knows of itself: its sizes, and how it multiplies rows of its weights.
+class QuantDot {
  public:
-  QuantDotKernel(const ir::Graph& g, const ir::Node& n) {
+  QuantDot(const ir::Graph& g, const ir::Node& n) {
     const ir::Node& dq = g.node(n.inputs[1]);
     format_ = dq.attr<ir::DequantizeAttrs>().format;
     const Shape& x = g.node(n.inputs[0]).shape;
@@ -131,7 +132,7 @@ class QuantDotKernel {
     row_bytes_ = g.node(dq.inputs[0]).shape.size(1);
     m_ = k_ == 0 ? 0 : x.numel() / k_;
     int8_ = int8_activations(format_);
-    if (m_ <= kQuantRows) return;
+    if (few_rows()) return;
     // Larger products: a float product of the activations by a panel of dequantized rows,
     // for whole panels and for the last one.
     panel_ = std::min(kPanelRows, n_);
@@ -139,12 +140,47 @@ class QuantDotKernel {
     if (n_ % panel_) last_panel_ = panel_product(n_ % panel_);
   }
 
-  void operator()(std::span<const std::byte* const> in, std::byte* out, ThreadPool& pool) const {
-    if (m_ == 0 || n_ == 0) return;
-    if (m_ <= kQuantRows) {
-      rows(in[0], in[1], out, pool);
+  bool few_rows() const { return m_ <= kQuantRows; }
+  int64_t m() const { return m_; }
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  DType x_dtype() const { return x_dtype_; }
+  DType out_dtype() const { return out_dtype_; }
+  quant::GgmlType format() const { return format_; }
+  bool int8() const { return int8_; }
+
+  // Up to kQuantRows rows: weight rows [n0, n1) of w times x (xf: f32 rows, k_ apart;
+  // rounded: them rounded for format_, where int8_) into y (rows n_ apart), by the row
+  // kernels.
+  void range(const float* xf, const QuantizedRows& rounded, const std::byte* w, int64_t n0,
+             int64_t n1, float* y) const {
+    if (int8_) {
+      quant_rows_int8(format_, rounded, w + n0 * row_bytes_, row_bytes_, n1 - n0, k_, y + n0, n_);
     } else {
-      panels(in[0], in[1], out, pool);
+      quant_rows(format_, xf, k_, m_, w + n0 * row_bytes_, row_bytes_, n1 - n0, k_, y + n0, n_);
+    }
+  }
+
+  // More rows: panel by panel, dequantized (in parallel), multiplied, and copied into the
+  // panel's columns of the output.
+  void panels(const std::byte* x, const std::byte* w, std::byte* out, ThreadPool& pool) const {
+    const int64_t xe = static_cast<int64_t>(size_of(x_dtype_));
+    const int64_t oe = static_cast<int64_t>(size_of(out_dtype_));
+    std::vector<std::byte> weights(panel_ * k_ * xe), product(m_ * panel_ * oe);
+    for (int64_t p0 = 0; p0 < n_; p0 += panel_) {
+      const int64_t rows = std::min(panel_, n_ - p0);
+      pool.parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+        dequantize_rows(format_, w + (p0 + r0) * row_bytes_, row_bytes_, r1 - r0, k_, x_dtype_,
+                        weights.data() + r0 * k_ * xe, k_);
+      });
+      const Panel& panel = rows == panel_ ? full_panel_ : last_panel_;
+      const std::byte* args[] = {x, weights.data()};
+      panel.product(args, product.data(), pool);
+      pool.parallel_for(m_, 16, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          std::copy_n(product.data() + i * rows * oe, rows * oe, out + (i * n_ + p0) * oe);
+        }
+      });
     }
   }
 
@@ -169,99 +205,37 @@ class QuantDotKernel {
     return {g, make_dot_kernel(*g, dot)};
   }
 
-  // Up to kQuantRows rows: the row kernels, each thread on its own weight rows.
-  void rows(const std::byte* x, const std::byte* w, std::byte* out, ThreadPool& pool) const {
-    std::vector<float> xf(m_ * k_);
-    load_floats(x_dtype_, x, 0, m_ * k_, xf.data());
-    if (int8_) quantize_activations(format_, xf.data(), k_, m_, k_, rounded_);
-    const bool f32_out = out_dtype_ == DType::f32;
-    std::vector<float> scratch(f32_out ? 0 : m_ * n_);
-    float* y = f32_out ? reinterpret_cast<float*>(out) : scratch.data();
-    pool.parallel_for(n_, 16,
-                      [&](int64_t n0, int64_t n1) { range(xf.data(), rounded_, w, n0, n1, y); });
-    if (!f32_out) store_floats(out_dtype_, y, out, 0, m_ * n_);
-  }
-
- public:
-  // What a group of products of the same activations (QuantDotGroup) asks of each.
-  bool few_rows() const { return m_ <= kQuantRows; }
-  int64_t m() const { return m_; }
-  int64_t n() const { return n_; }
-  int64_t k() const { return k_; }
-  DType x_dtype() const { return x_dtype_; }
-  DType out_dtype() const { return out_dtype_; }
-  quant::GgmlType format() const { return format_; }
-  bool int8() const { return int8_; }
-  // Weight rows [n0, n1) of w times x (xf: f32 rows, k_ apart; rounded: them rounded for
-  // format_, where int8_) into y (rows n_ apart).
-  void range(const float* xf, const QuantizedRows& rounded, const std::byte* w, int64_t n0,
-             int64_t n1, float* y) const {
-    if (int8_) {
-      quant_rows_int8(format_, rounded, w + n0 * row_bytes_, row_bytes_, n1 - n0, k_, y + n0, n_);
-    } else {
-      quant_rows(format_, xf, k_, m_, w + n0 * row_bytes_, row_bytes_, n1 - n0, k_, y + n0, n_);
-    }
-  }
-
- private:
-  // More rows: panel by panel, dequantized (in parallel), multiplied, and copied into the
-  // panel's columns of the output.
-  void panels(const std::byte* x, const std::byte* w, std::byte* out, ThreadPool& pool) const {
-    const int64_t xe = static_cast<int64_t>(size_of(x_dtype_));
-    const int64_t oe = static_cast<int64_t>(size_of(out_dtype_));
-    std::vector<std::byte> weights(panel_ * k_ * xe), product(m_ * panel_ * oe);
-    for (int64_t p0 = 0; p0 < n_; p0 += panel_) {
-      const int64_t rows = std::min(panel_, n_ - p0);
-      pool.parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
-        dequantize_rows(format_, w + (p0 + r0) * row_bytes_, row_bytes_, r1 - r0, k_, x_dtype_,
-                        weights.data() + r0 * k_ * xe, k_);
-      });
-      const Panel& panel = rows == panel_ ? full_panel_ : last_panel_;
-      const std::byte* args[] = {x, weights.data()};
-      panel.product(args, product.data(), pool);
-      pool.parallel_for(m_, 16, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-          std::copy_n(product.data() + i * rows * oe, rows * oe, out + (i * n_ + p0) * oe);
-        }
-      });
-    }
-  }
-
   quant::GgmlType format_;
   DType x_dtype_, out_dtype_;
   int64_t m_ = 0, n_ = 0, k_ = 0, row_bytes_ = 0, panel_ = 0;
   bool int8_ = false;
-  // The rounded activations: an executable's calls run one at a time (its mutex), so one
-  // buffer serves them all.
-  mutable QuantizedRows rounded_;
   Panel full_panel_, last_panel_;
 };
 
-// Products of the same activations by several quantized weights (a layer's q, k and v; its gate
-// and up) as one step: for up to kQuantRows rows the activations are widened and rounded once
-// for all (once per weights' format), and one parallel loop runs over all the products' rows,
-// so the threads start and meet once instead of once a product. Each product's rows are
-// computed as its own kernel computes them: the same bits. More rows run each product in turn.
-class QuantDotGroup {
+// Products of the same activations by one or several quantized weights (a layer's q, k and v;
+// its gate and up) as one step: for up to kQuantRows rows the activations are widened and
+// rounded once for all (once per weights' format), and one parallel loop runs over all the
+// products' rows, each thread on its own weight rows, so the threads start and meet once
+// instead of once a product. A product's rows are computed the same way alone or in a group:
+// the same bits. More rows run each product in turn (QuantDot::panels).
+class QuantDotProducts {
  public:
-  explicit QuantDotGroup(std::vector<std::shared_ptr<QuantDotKernel>> members)
-      : members_(std::move(members)) {
+  explicit QuantDotProducts(std::vector<QuantDot> members) : members_(std::move(members)) {
     first_.push_back(0);
-    for (const auto& m : members_) {
-      first_.push_back(first_.back() + m->n());
-      if (m->int8()) rounded_[m->format()];  // the formats the activations are rounded for
+    for (const QuantDot& m : members_) {
+      first_.push_back(first_.back() + m.n());
+      if (m.int8()) rounded_[m.format()];  // the formats the activations are rounded for
     }
   }
 
   // in: the activations, then each product's weights; outs: each product's output.
   void operator()(std::span<const std::byte* const> in, std::span<std::byte* const> outs,
                   ThreadPool& pool) const {
-    const QuantDotKernel& lead = *members_.front();
+    const QuantDot& lead = members_.front();
+    if (lead.m() == 0 || first_.back() == 0) return;
     if (!lead.few_rows()) {
-      for (size_t i = 0; i < members_.size(); ++i) {
-        const std::byte* args[] = {in[0], in[1 + i]};
-        (*members_[i])(args, outs[i], pool);
-      }
+      for (size_t i = 0; i < members_.size(); ++i)
+        members_[i].panels(in[0], in[1 + i], outs[i], pool);
       return;
     }
     const int64_t m = lead.m(), k = lead.k();
@@ -272,7 +246,7 @@ class QuantDotGroup {
     std::vector<std::vector<float>> scratch(members_.size());
     std::vector<float*> y(members_.size());
     for (size_t i = 0; i < members_.size(); ++i) {
-      const QuantDotKernel& member = *members_[i];
+      const QuantDot& member = members_[i];
       if (member.out_dtype() == DType::f32) {
         y[i] = reinterpret_cast<float*>(outs[i]);
       } else {
@@ -285,29 +259,30 @@ class QuantDotGroup {
       for (size_t i = 0; i < members_.size(); ++i) {
         const int64_t lo = std::max(a0, first_[i]), hi = std::min(a1, first_[i + 1]);
         if (lo >= hi) continue;
-        const QuantDotKernel& member = *members_[i];
+        const QuantDot& member = members_[i];
         const QuantizedRows& rounded = member.int8() ? rounded_.at(member.format()) : kNone;
         member.range(xf.data(), rounded, in[1 + i], lo - first_[i], hi - first_[i], y[i]);
       }
     });
     for (size_t i = 0; i < members_.size(); ++i) {
       if (!scratch[i].empty()) {
-        store_floats(members_[i]->out_dtype(), y[i], outs[i], 0, m * members_[i]->n());
+        store_floats(members_[i].out_dtype(), y[i], outs[i], 0, m * members_[i].n());
       }
     }
   }
 
  private:
-  std::vector<std::shared_ptr<QuantDotKernel>> members_;
+  std::vector<QuantDot> members_;
   std::vector<int64_t> first_;  // member i's rows start at first_[i] of the whole
-  // The activations rounded per weights' format: an executable's calls run one at a time.
+  // The activations rounded per weights' format: an executable's calls run one at a time (its
+  // mutex), so one buffer each serves them all.
   mutable std::map<quant::GgmlType, QuantizedRows> rounded_;
 };
 
 }  // namespace
 
 std::vector<bool> folded_dequantizes(const ir::Graph& g) {
-  // Products QuantDotKernel computes from the blocks: f32 or bf16 activations and results.
+  // Products QuantDotProducts computes from the blocks: f32 or bf16 activations and results.
   return compiler::folded_dequantizes(g, [&](const ir::Node& dot) {
     const DType x = g.node(dot.inputs[0]).shape.dtype(), y = dot.shape.dtype();
     return (x == DType::f32 || x == DType::bf16) && (y == DType::f32 || y == DType::bf16);
@@ -320,27 +295,30 @@ Kernel make_quant_kernel(const ir::Graph& g, ir::ValueId id) {
 }
 
 GroupKernel make_quant_dot_group_kernel(const ir::Graph& g, std::span<const ir::ValueId> ids) {
-  std::vector<std::shared_ptr<QuantDotKernel>> members;
+  std::vector<QuantDot> members;
   for (ir::ValueId id : ids) {
     const ir::Node& n = g.node(id);
     if (n.op != Op::dot || g.node(n.inputs[1]).op != Op::dequantize) return nullptr;
     if (n.inputs[0] != g.node(ids[0]).inputs[0]) return nullptr;
-    members.push_back(std::make_shared<QuantDotKernel>(g, n));
-    const QuantDotKernel &first = *members.front(), &last = *members.back();
-    if (last.m() != first.m() || last.k() != first.k() || last.x_dtype() != first.x_dtype()) {
+    const QuantDot& member = members.emplace_back(g, n);
+    const QuantDot& first = members.front();
+    if (member.m() != first.m() || member.k() != first.k() || member.x_dtype() != first.x_dtype()) {
       return nullptr;
     }
   }
   if (members.size() < 2) return nullptr;
-  auto group = std::make_shared<QuantDotGroup>(std::move(members));
+  auto group = std::make_shared<QuantDotProducts>(std::move(members));
   return [group](std::span<const std::byte* const> in, std::span<std::byte* const> outs,
                  ThreadPool& pool) { (*group)(in, outs, pool); };
 }
 
 Kernel make_quant_dot_kernel(const ir::Graph& g, ir::ValueId id) {
-  auto kernel = std::make_shared<QuantDotKernel>(g, g.node(id));
+  std::vector<QuantDot> one;
+  one.emplace_back(g, g.node(id));
+  auto kernel = std::make_shared<QuantDotProducts>(std::move(one));
   return [kernel](std::span<const std::byte* const> in, std::byte* out, ThreadPool& pool) {
-    (*kernel)(in, out, pool);
+    std::byte* const outs[] = {out};
+    (*kernel)(in, outs, pool);
   };
 }
 

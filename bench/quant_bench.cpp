@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -19,8 +18,8 @@
 #include "bench/bench.h"
 #include "prism/backends/cpu/amx_rows.h"
 #include "prism/backends/cpu/quant_rows.h"
-#include "prism/backends/cpu/simd.h"
 #include "prism/backends/cpu/thread_pool.h"
+#include "prism/backends/registry.h"
 #include "prism/quant/ggml_type.h"
 #include "prism/quant/quantize.h"
 
@@ -30,13 +29,6 @@ namespace {
 using quant::GgmlType;
 
 constexpr int64_t kK = 2048;
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.starts_with("model name")) return line.substr(line.find(':') + 2);
-  return "unknown CPU";
-}
 
 struct Kernel {
   const char* name;
@@ -50,29 +42,29 @@ void quant_bench() {
   cpu::ThreadPool pool(threads);
   // --n=ROWS and --bytes=TOTAL: smaller products, or ones that stay in cache (the kernels'
   // arithmetic alone).
-  const int64_t kN = std::stoll(option("n", "8192"));
+  const int64_t rows = std::stoll(option("n", "8192"));
   const int64_t total = std::stoll(option("bytes", std::to_string(int64_t{1} << 30)));
   const double read = ReadProbe(threads).best_gbps();
-  std::printf("%s, %d threads, SIMD target %s; plain read %.1f GB/s\n", cpu_model().c_str(),
-              threads, cpu::simd::current().describe().c_str(), read);
+  std::printf("%s; %d threads here; plain read %.1f GB/s\n",
+              get_platform("cpu").devices().at(0).name.c_str(), threads, read);
   std::vector<Kernel> kernels = {{"f32", "", false}, {"vnni", "vnni", true}};
   if (cpu::amx_int8_available()) kernels.push_back({"amx", "amx", true});
   std::printf("%-6s %4s %-6s %9s %8s %9s\n", "type", "rows", "kernel", "GB/s", "of read",
               "Gmadd/s");
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> value(-1, 1);
-  std::vector<float> floats(static_cast<size_t>(kN * kK));
+  std::vector<float> floats(static_cast<size_t>(rows * kK));
   for (float& v : floats) v = value(rng);
   for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K}) {
     const quant::GgmlTypeInfo& t = quant::info(type);
-    const int64_t row_bytes = kK / t.block_elements * t.block_bytes, bytes = kN * row_bytes;
+    const int64_t row_bytes = kK / t.block_elements * t.block_bytes, bytes = rows * row_bytes;
     const int64_t copies = std::max<int64_t>(1, total / bytes);
     std::vector<std::byte> weights(static_cast<size_t>(copies * bytes));
     quant::quantize(type, floats, std::span(weights).first(static_cast<size_t>(bytes)));
     for (int64_t c = 1; c < copies; ++c)
       std::memcpy(weights.data() + c * bytes, weights.data(), static_cast<size_t>(bytes));
     for (int64_t m : {1, 4, 6, 8, 16}) {
-      std::vector<float> x(floats.begin(), floats.begin() + m * kK), out(m * kN);
+      std::vector<float> x(floats.begin(), floats.begin() + m * kK), out(m * rows);
       for (const Kernel& kernel : kernels) {
         if (kernel.int8 && !cpu::quant_rows_int8_native(type)) continue;
         if (std::string_view(kernel.rows) == "amx" && type != GgmlType::Q8_0 &&
@@ -84,20 +76,19 @@ void quant_bench() {
           for (int64_t c = 0; c < copies; ++c) {
             const std::byte* w = weights.data() + c * bytes;
             if (kernel.int8) cpu::quantize_activations(type, x.data(), kK, m, kK, rounded);
-            pool.parallel_for(kN / 16, 1, [&](int64_t g0, int64_t g1) {
-              const int64_t n0 = 16 * g0, n1 = 16 * g1;
+            pool.parallel_for(rows, 16, [&](int64_t n0, int64_t n1) {  // as the executable
               if (kernel.int8) {
                 cpu::quant_rows_int8(type, rounded, w + n0 * row_bytes, row_bytes, n1 - n0, kK,
-                                     out.data() + n0, kN);
+                                     out.data() + n0, rows);
               } else {
                 cpu::quant_rows(type, x.data(), kK, m, w + n0 * row_bytes, row_bytes, n1 - n0, kK,
-                                out.data() + n0, kN);
+                                out.data() + n0, rows);
               }
             });
           }
         });
         const double gbps = static_cast<double>(copies * bytes) / seconds / 1e9;
-        const double madds = static_cast<double>(copies * m * kN * kK) / seconds / 1e9;
+        const double madds = static_cast<double>(copies * m * rows * kK) / seconds / 1e9;
         std::printf("%-6s %4lld %-6s %9.1f %7.0f%% %9.1f\n", std::string(t.name).c_str(),
                     static_cast<long long>(m), kernel.name, gbps, 100 * gbps / read, madds);
         std::fflush(stdout);

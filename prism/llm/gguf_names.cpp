@@ -71,10 +71,6 @@ std::vector<GgufTensorName> lfm2_gguf_names(const models::Lfm2Config& c) {
   return out;
 }
 
-}  // namespace prism::llm
-
-namespace prism::llm {
-
 std::vector<int64_t> qwen35_value_heads(int64_t key_heads, int64_t value_heads, int64_t unit,
                                         int64_t skip) {
   if (key_heads == value_heads) return {};

@@ -244,41 +244,6 @@ void expect_same_tensors(const io::GgufHeader& ours, io::File& ours_file,
   }
 }
 
-// The Q8_0 file `prism quantize` writes holds exactly the blocks of the fixture
-// tools/make_tiny_gguf.py writes (llama.cpp's names and Q/K row order, quantized as the gguf
-// package does), tensor for tensor.
-TEST(GgufExport, Q8_0EqualsTheConvertersFile) {
-  test::TempDir dir;
-  const std::string out = dir.str("tiny-q8_0.gguf");
-  const llm::GgufExportReport report = llm::export_gguf(
-      std::string(PRISM_TEST_DATA) + "/llama/tiny-bf16-tied", out,
-      {.type = GgmlType::Q8_0, .tokenizer = std::string(PRISM_TOKENIZERS_DIR) + "/llama3_1"});
-  EXPECT_TRUE(report.tokenizer);
-  auto ours_file = io::open(out);
-  auto theirs_file = io::open(std::string(PRISM_GGUF_DIR) + "/tiny-bf16-tied-q8_0.gguf");
-  const io::GgufHeader ours = io::GgufHeader::read(*ours_file);
-  const io::GgufHeader theirs = io::GgufHeader::read(*theirs_file);
-  expect_same_tensors(ours, *ours_file, theirs, *theirs_file);
-  for (const char* key :
-       {"llama.block_count", "llama.embedding_length", "llama.attention.head_count",
-        "llama.attention.head_count_kv", "llama.feed_forward_length", "llama.vocab_size",
-        "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "general.file_type"}) {
-    EXPECT_EQ(ours.get_int(key), theirs.get_int(key)) << key;
-  }
-  EXPECT_EQ(ours.get_string("tokenizer.chat_template"),
-            theirs.get_string("tokenizer.chat_template"));
-  EXPECT_EQ(ours.get_array("tokenizer.ggml.tokens").strings(),
-            theirs.get_array("tokenizer.ggml.tokens").strings());
-  EXPECT_EQ(ours.get_array("tokenizer.ggml.token_type").ints(),
-            theirs.get_array("tokenizer.ggml.token_type").ints());
-  EXPECT_EQ(ours.get_array("tokenizer.ggml.merges").strings(),
-            theirs.get_array("tokenizer.ggml.merges").strings());
-}
-
-// LFM 2: the BF16 file `prism quantize` writes holds the converter's tensors (the fixture
-// tools/make_tiny_gguf.py writes as llama.cpp's converter does: names, the convolution kernels
-// squeezed and kept F32) byte for byte and its lfm2.* hyperparameters, and runs as the
-// checkpoint; a Q8_0 one keeps the kernels and norms F32 and quantizes the other matrices.
 // The logits after the same five tokens from model file `a` and checkpoint `b`, in f32 on the
 // CPU.
 std::pair<std::vector<float>, std::vector<float>> first_logits(const std::string& a,
@@ -293,22 +258,66 @@ std::pair<std::vector<float>, std::vector<float>> first_logits(const std::string
   return {first.feed(prompt), second.feed(prompt)};
 }
 
+// The GGUF file `ours` against the fixture `fixture` (in PRISM_GGUF_DIR): the same tensors
+// byte for byte, and the same values at the integer keys `ints`. Returns both headers, ours
+// first, for the caller's other checks.
+std::pair<io::GgufHeader, io::GgufHeader> expect_like_fixture(
+    const std::string& ours, const std::string& fixture, std::initializer_list<const char*> ints) {
+  auto ours_file = io::open(ours);
+  auto theirs_file = io::open(std::string(PRISM_GGUF_DIR) + "/" + fixture);
+  io::GgufHeader a = io::GgufHeader::read(*ours_file), b = io::GgufHeader::read(*theirs_file);
+  expect_same_tensors(a, *ours_file, b, *theirs_file);
+  for (const char* key : ints) EXPECT_EQ(a.get_int(key), b.get_int(key)) << key;
+  return {std::move(a), std::move(b)};
+}
+
+// `checkpoint` written as a Q8_0 file `out`, some matrices in Q8_0: its header.
+io::GgufHeader export_q8_0(const std::string& checkpoint, const std::string& out) {
+  const llm::GgufExportReport report = llm::export_gguf(checkpoint, out, {.type = GgmlType::Q8_0});
+  EXPECT_GT(report.tensors.at(GgmlType::Q8_0), 0);
+  auto file = io::open(out);
+  return io::GgufHeader::read(*file);
+}
+
+// The Q8_0 file `prism quantize` writes holds exactly the blocks of the fixture
+// tools/make_tiny_gguf.py writes (llama.cpp's names and Q/K row order, quantized as the gguf
+// package does), tensor for tensor.
+TEST(GgufExport, Q8_0EqualsTheConvertersFile) {
+  test::TempDir dir;
+  const std::string out = dir.str("tiny-q8_0.gguf");
+  const llm::GgufExportReport report = llm::export_gguf(
+      std::string(PRISM_TEST_DATA) + "/llama/tiny-bf16-tied", out,
+      {.type = GgmlType::Q8_0, .tokenizer = std::string(PRISM_TOKENIZERS_DIR) + "/llama3_1"});
+  EXPECT_TRUE(report.tokenizer);
+  const auto [ours, theirs] = expect_like_fixture(
+      out, "tiny-bf16-tied-q8_0.gguf",
+      {"llama.block_count", "llama.embedding_length", "llama.attention.head_count",
+       "llama.attention.head_count_kv", "llama.feed_forward_length", "llama.vocab_size",
+       "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "general.file_type"});
+  EXPECT_EQ(ours.get_string("tokenizer.chat_template"),
+            theirs.get_string("tokenizer.chat_template"));
+  EXPECT_EQ(ours.get_array("tokenizer.ggml.tokens").strings(),
+            theirs.get_array("tokenizer.ggml.tokens").strings());
+  EXPECT_EQ(ours.get_array("tokenizer.ggml.token_type").ints(),
+            theirs.get_array("tokenizer.ggml.token_type").ints());
+  EXPECT_EQ(ours.get_array("tokenizer.ggml.merges").strings(),
+            theirs.get_array("tokenizer.ggml.merges").strings());
+}
+
+// LFM 2: the BF16 file `prism quantize` writes holds the converter's tensors (the fixture
+// tools/make_tiny_gguf.py writes as llama.cpp's converter does: names, the convolution kernels
+// squeezed and kept F32) byte for byte and its lfm2.* hyperparameters, and runs as the
+// checkpoint; a Q8_0 one keeps the kernels and norms F32 and quantizes the other matrices.
 TEST(GgufExport, Lfm2EqualsTheConvertersFile) {
   test::TempDir dir;
   const std::string checkpoint = std::string(PRISM_TEST_DATA) + "/lfm2/tiny-bf16-tied";
   const std::string out = dir.str("lfm2.gguf");
   llm::export_gguf(checkpoint, out, {.type = GgmlType::BF16});
-  auto ours_file = io::open(out);
-  auto theirs_file = io::open(std::string(PRISM_GGUF_DIR) + "/lfm2-tiny-bf16-tied.gguf");
-  const io::GgufHeader ours = io::GgufHeader::read(*ours_file);
-  const io::GgufHeader theirs = io::GgufHeader::read(*theirs_file);
-  expect_same_tensors(ours, *ours_file, theirs, *theirs_file);
-  for (const char* key :
-       {"lfm2.block_count", "lfm2.context_length", "lfm2.embedding_length",
-        "lfm2.feed_forward_length", "lfm2.attention.head_count", "lfm2.vocab_size",
-        "lfm2.shortconv.l_cache", "general.file_type", "general.quantization_version"}) {
-    EXPECT_EQ(ours.get_int(key), theirs.get_int(key)) << key;
-  }
+  const auto [ours, theirs] = expect_like_fixture(
+      out, "lfm2-tiny-bf16-tied.gguf",
+      {"lfm2.block_count", "lfm2.context_length", "lfm2.embedding_length",
+       "lfm2.feed_forward_length", "lfm2.attention.head_count", "lfm2.vocab_size",
+       "lfm2.shortconv.l_cache", "general.file_type", "general.quantization_version"});
   EXPECT_EQ(ours.get_array("lfm2.attention.head_count_kv").ints(),
             theirs.get_array("lfm2.attention.head_count_kv").ints());
   EXPECT_EQ(ours.get_string("general.size_label"), theirs.get_string("general.size_label"));
@@ -317,10 +326,7 @@ TEST(GgufExport, Lfm2EqualsTheConvertersFile) {
   EXPECT_EQ(got, want);
 
   const std::string q8 = dir.str("lfm2-q8_0.gguf");
-  const llm::GgufExportReport report = llm::export_gguf(checkpoint, q8, {.type = GgmlType::Q8_0});
-  EXPECT_GT(report.tensors.at(GgmlType::Q8_0), 0);
-  auto q8_file = io::open(q8);
-  const io::GgufHeader q8_header = io::GgufHeader::read(*q8_file);
+  const io::GgufHeader q8_header = export_q8_0(checkpoint, q8);
   EXPECT_EQ(q8_header.tensor("blk.0.shortconv.conv.weight").type, GgmlType::F32);
   EXPECT_EQ(q8_header.tensor("blk.0.ffn_gate.weight").type, GgmlType::Q8_0);
 }
@@ -336,21 +342,15 @@ TEST(GgufExport, Qwen3_5EqualsTheConvertersFile) {
   llm::export_gguf(
       checkpoint, out,
       {.type = GgmlType::BF16, .tokenizer = std::string(PRISM_TOKENIZERS_DIR) + "/qwen3"});
-  auto ours_file = io::open(out);
-  auto theirs_file = io::open(std::string(PRISM_GGUF_DIR) + "/qwen3_5-tiny-bf16-tied.gguf");
-  const io::GgufHeader ours = io::GgufHeader::read(*ours_file);
-  const io::GgufHeader theirs = io::GgufHeader::read(*theirs_file);
-  expect_same_tensors(ours, *ours_file, theirs, *theirs_file);
-  for (const char* key :
-       {"qwen35.block_count", "qwen35.context_length", "qwen35.embedding_length",
-        "qwen35.feed_forward_length", "qwen35.attention.head_count",
-        "qwen35.attention.head_count_kv", "qwen35.attention.key_length",
-        "qwen35.attention.value_length", "qwen35.nextn_predict_layers", "qwen35.ssm.conv_kernel",
-        "qwen35.ssm.state_size", "qwen35.ssm.group_count", "qwen35.ssm.time_step_rank",
-        "qwen35.ssm.inner_size", "qwen35.full_attention_interval", "qwen35.rope.dimension_count",
-        "general.file_type", "general.quantization_version"}) {
-    EXPECT_EQ(ours.get_int(key), theirs.get_int(key)) << key;
-  }
+  const auto [ours, theirs] = expect_like_fixture(
+      out, "qwen3_5-tiny-bf16-tied.gguf",
+      {"qwen35.block_count", "qwen35.context_length", "qwen35.embedding_length",
+       "qwen35.feed_forward_length", "qwen35.attention.head_count",
+       "qwen35.attention.head_count_kv", "qwen35.attention.key_length",
+       "qwen35.attention.value_length", "qwen35.nextn_predict_layers", "qwen35.ssm.conv_kernel",
+       "qwen35.ssm.state_size", "qwen35.ssm.group_count", "qwen35.ssm.time_step_rank",
+       "qwen35.ssm.inner_size", "qwen35.full_attention_interval", "qwen35.rope.dimension_count",
+       "general.file_type", "general.quantization_version"});
   for (const char* key : {"qwen35.rope.freq_base", "qwen35.attention.layer_norm_rms_epsilon"}) {
     EXPECT_EQ(ours.get_float(key), theirs.get_float(key)) << key;
   }
@@ -367,10 +367,7 @@ TEST(GgufExport, Qwen3_5EqualsTheConvertersFile) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5) << i;
 
   const std::string q8 = dir.str("qwen3_5-q8_0.gguf");
-  const llm::GgufExportReport report = llm::export_gguf(checkpoint, q8, {.type = GgmlType::Q8_0});
-  EXPECT_GT(report.tensors.at(GgmlType::Q8_0), 0);
-  auto q8_file = io::open(q8);
-  const io::GgufHeader q8_header = io::GgufHeader::read(*q8_file);
+  const io::GgufHeader q8_header = export_q8_0(checkpoint, q8);
   EXPECT_EQ(q8_header.tensor("blk.0.ssm_conv1d.weight").type, GgmlType::F32);
   EXPECT_EQ(q8_header.tensor("blk.0.ssm_a").type, GgmlType::F32);
   EXPECT_EQ(q8_header.tensor("blk.0.ffn_down.weight").type, GgmlType::Q8_0);  // rows of 32

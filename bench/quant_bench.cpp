@@ -55,22 +55,29 @@ void quant_bench() {
   std::uniform_real_distribution<float> value(-1, 1);
   std::vector<float> floats(static_cast<size_t>(rows * kK));
   for (float& v : floats) v = value(rng);
-  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K}) {
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
     const quant::GgmlTypeInfo& t = quant::info(type);
     const int64_t row_bytes = kK / t.block_elements * t.block_bytes, bytes = rows * row_bytes;
     const int64_t copies = std::max<int64_t>(1, total / bytes);
     std::vector<std::byte> weights(static_cast<size_t>(copies * bytes));
-    quant::quantize(type, floats, std::span(weights).first(static_cast<size_t>(bytes)));
+    if (quant::can_quantize(type)) {
+      quant::quantize(type, floats, std::span(weights).first(static_cast<size_t>(bytes)));
+    } else {  // Q6_K: random quants and scales, d = 2^-9 (the speed does not depend on them)
+      std::uniform_int_distribution<int> byte(0, 255);
+      for (int64_t i = 0; i < bytes; ++i) weights[i] = static_cast<std::byte>(byte(rng));
+      for (int64_t b = 0; b < bytes / t.block_bytes; ++b) {
+        weights[b * t.block_bytes + t.block_bytes - 2] = std::byte{0x00};
+        weights[b * t.block_bytes + t.block_bytes - 1] = std::byte{0x18};
+      }
+    }
     for (int64_t c = 1; c < copies; ++c)
       std::memcpy(weights.data() + c * bytes, weights.data(), static_cast<size_t>(bytes));
     for (int64_t m : {1, 4, 6, 8, 16}) {
       std::vector<float> x(floats.begin(), floats.begin() + m * kK), out(m * rows);
       for (const Kernel& kernel : kernels) {
         if (kernel.int8 && !cpu::quant_rows_int8_native(type)) continue;
-        if (std::string_view(kernel.rows) == "amx" && type != GgmlType::Q8_0 &&
-            type != GgmlType::Q4_0)
-          continue;
         setenv("PRISM_CPU_QUANT_ROWS", kernel.rows, 1);
+        if (std::string_view(kernel.rows) == "amx" && !cpu::quant_rows_on_amx(type, m)) continue;
         cpu::QuantizedRows rounded;
         const double seconds = median_seconds([&] {
           for (int64_t c = 0; c < copies; ++c) {

@@ -8,6 +8,7 @@
 // weights with the rounded activations to a few f32 ulps of the sum of |products|.
 #include "prism/backends/cpu/quant_rows.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -655,29 +656,41 @@ class QuantRowsKernel {
   std::optional<std::string> before_;
 };
 
+// The formats the tiles take, and lengths of rows to try them on.
+// and the fewest rows they take by default.
+struct AmxCase {
+  GgmlType type;
+  std::vector<int64_t> ks;
+  int64_t fewest;
+};
+const AmxCase kAmxCases[] = {{GgmlType::Q8_0, {512, 96, 32}, 5},
+                             {GgmlType::Q4_0, {512, 96, 32}, 5},
+                             {GgmlType::Q4_K, {512, 256, 1024}, 9}};
+
 TEST(QuantRows, Int8OnAmxTiles) {
   if (!cpu::amx_int8_available()) GTEST_SKIP() << "no AMX-INT8 on this CPU or system";
   const QuantRowsKernel amx("amx");
-  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
-    const quant::GgmlTypeInfo& t = quant::info(type);
-    for (int64_t k : {512, 96, 32}) {
-      SCOPED_TRACE(std::string(t.name) + " k=" + std::to_string(k));
+  for (const AmxCase& c : kAmxCases) {
+    const quant::GgmlTypeInfo& t = quant::info(c.type);
+    for (int64_t k : c.ks) {
+      SCOPED_TRACE(fmt::format("{} k={}", t.name, k));
       std::mt19937 rng(static_cast<uint32_t>(k) + 3);
-      const int64_t row_bytes = k / 32 * t.block_bytes;
-      check_int8(type, random_rows(type, 37, k, row_bytes, rng), row_bytes, k, 9);
-      check_int8(type, random_blocks(type, 37, k, row_bytes + 6, rng), row_bytes + 6, k, 10);
+      const int64_t row_bytes = k / t.block_elements * t.block_bytes;
+      check_int8(c.type, random_rows(c.type, 37, k, row_bytes, rng), row_bytes, k, 9);
+      check_int8(c.type, random_blocks(c.type, 37, k, row_bytes + 6, rng), row_bytes + 6, k, 10);
     }
     // Laid out for the tiles where the target is AVX3_DL, for 1-16 rows only; by default for
-    // 5-16.
-    std::vector<float> x(17 * 64, 0.5f);
+    // `fewest`-16.
+    const int64_t k = t.block_elements == 256 ? 256 : 64;
+    std::vector<float> x(static_cast<size_t>(17 * k), 0.5f);
     cpu::QuantizedRows rows;
     const bool dl = simd::current().name().starts_with("avx3_dl");
-    for (int64_t m : {1, 4, 5, 16, 17}) {
-      cpu::quantize_activations(type, x.data(), 64, m, 64, rows);
+    for (int64_t m : {int64_t{1}, c.fewest - 1, c.fewest, int64_t{16}, int64_t{17}}) {
+      cpu::quantize_activations(c.type, x.data(), k, m, k, rows);
       EXPECT_EQ(rows.amx().tiles != nullptr, dl && m <= 16) << "m=" << m;
       const QuantRowsKernel automatic("auto");
-      cpu::quantize_activations(type, x.data(), 64, m, 64, rows);
-      EXPECT_EQ(rows.amx().tiles != nullptr, dl && m >= 5 && m <= 16) << "auto, m=" << m;
+      cpu::quantize_activations(c.type, x.data(), k, m, k, rows);
+      EXPECT_EQ(rows.amx().tiles != nullptr, dl && m >= c.fewest && m <= 16) << "auto, m=" << m;
     }
   }
 }
@@ -725,28 +738,31 @@ TEST(QuantRows, Int8RowsDoNotDependOnTheirBatch) {
 // tiles do, so the two give the same bits: a product may take either by its number of rows.
 TEST(QuantRows, Int8VnniAndAmxAgreeBitForBit) {
   if (!cpu::amx_int8_available()) GTEST_SKIP() << "no AMX-INT8 on this CPU or system";
-  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
-    const quant::GgmlTypeInfo& t = quant::info(type);
-    for (int64_t k : {512, 96, 32}) {
-      SCOPED_TRACE(std::string(t.name) + " k=" + std::to_string(k));
-      constexpr int64_t n = 37;
-      const int64_t row_bytes = k / 32 * t.block_bytes;
-      std::mt19937 rng(static_cast<uint32_t>(k) + 29);
-      const std::vector<std::byte> w = random_rows(type, n, k, row_bytes, rng);
-      std::vector<float> x(static_cast<size_t>(16 * k));
-      std::uniform_real_distribution<float> value(-1, 1);
-      for (float& v : x) v = value(rng);
-      for (int64_t m : {1, 2, 3, 4, 7, 16}) {
-        std::vector<float> out[2];
-        for (int kernel = 0; kernel < 2; ++kernel) {
-          const QuantRowsKernel use(kernel == 0 ? "vnni" : "amx");
-          cpu::QuantizedRows rows;
-          cpu::quantize_activations(type, x.data(), k, m, k, rows);
-          out[kernel].assign(static_cast<size_t>(m * n), 0.0f);
-          cpu::quant_rows_int8(type, rows, w.data(), row_bytes, n, k, out[kernel].data(), n);
+  for (const AmxCase& c : kAmxCases) {
+    const quant::GgmlTypeInfo& t = quant::info(c.type);
+    for (int64_t k : c.ks) {
+      for (bool extreme : {false, true}) {
+        SCOPED_TRACE(fmt::format("{} k={}{}", t.name, k, extreme ? " random bytes" : ""));
+        constexpr int64_t n = 37;
+        const int64_t row_bytes = k / t.block_elements * t.block_bytes;
+        std::mt19937 rng(static_cast<uint32_t>(k) + 29);
+        const std::vector<std::byte> w = extreme ? random_blocks(c.type, n, k, row_bytes, rng)
+                                                 : random_rows(c.type, n, k, row_bytes, rng);
+        std::vector<float> x(static_cast<size_t>(16 * k));
+        std::uniform_real_distribution<float> value(-1, 1);
+        for (float& v : x) v = value(rng);
+        for (int64_t m : {1, 2, 3, 4, 7, 16}) {
+          std::vector<float> out[2];
+          for (int kernel = 0; kernel < 2; ++kernel) {
+            const QuantRowsKernel use(kernel == 0 ? "vnni" : "amx");
+            cpu::QuantizedRows rows;
+            cpu::quantize_activations(c.type, x.data(), k, m, k, rows);
+            out[kernel].assign(static_cast<size_t>(m * n), 0.0f);
+            cpu::quant_rows_int8(c.type, rows, w.data(), row_bytes, n, k, out[kernel].data(), n);
+          }
+          EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)))
+              << "m=" << m;
         }
-        EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)))
-            << "m=" << m;
       }
     }
   }

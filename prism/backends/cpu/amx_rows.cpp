@@ -191,6 +191,18 @@ PRISM_TARGET_AMX void amx_rows_plain(const uint16_t* xp, int64_t rows, const uin
 
 namespace {
 
+// The results of a group of 16 (or `rows`) weight rows, in acc (lane p of acc[r]: weight row
+// (16 r + p) / kPadded, activation row (16 r + p) % kPadded), into out (the group's first
+// column).
+template <int kPadded>
+PRISM_TARGET_AMX_INT8 void store_group(int64_t m, int rows, const __m512* acc, float* out,
+                                       int64_t ldo) {
+  alignas(64) float flat[16 * kPadded];
+  for (int r = 0; r < kPadded; ++r) _mm512_store_ps(flat + 16 * r, acc[r]);
+  for (int64_t i = 0; i < m; ++i)
+    for (int j = 0; j < rows; ++j) out[i * ldo + j] = flat[j * kPadded + i];
+}
+
 // The tiles: 0 and 1 a block of 16 weight rows (16 x 32 values), 2 and 3 the activations'
 // block ([8][padded][4]), 4 and 5 the integer sums (16 x padded): two blocks in flight.
 //
@@ -297,16 +309,6 @@ struct AmxQ8Kernel {
     }
   }
 
-  // The results of `group` (in acc, lane p of acc[r]: weight row (16 r + p) / kPadded,
-  // activation row (16 r + p) % kPadded) into out.
-  PRISM_TARGET_AMX_INT8 void store(int64_t group, __m512* acc, float* out, int64_t ldo) const {
-    alignas(64) float flat[16 * kPadded];
-    for (int r = 0; r < kPadded; ++r) _mm512_store_ps(flat + 16 * r, acc[r]);
-    const int rows = rows_of(group);
-    for (int64_t i = 0; i < x.m; ++i)
-      for (int j = 0; j < rows; ++j) out[i * ldo + 16 * group + j] = flat[j * kPadded + i];
-  }
-
   PRISM_TARGET_AMX_INT8 void run(float* out, int64_t ldo) {
     const int64_t groups = (n + 15) / 16;
     // The unit staged next: block sb of group sg, into slot ss.
@@ -347,12 +349,191 @@ struct AmxQ8Kernel {
         scale(group, b, 0, acc);
         slot = slot + 1 == kRing ? 0 : slot + 1;
       }
-      store(group, acc, out, ldo);
+      store_group<kPadded>(x.m, rows, acc, out + 16 * group, ldo);
     }
   }
 };
 
 #undef PRISM_AMX_Q8_MULTIPLY
+
+#define PRISM_TARGET_AMX_K                                                           \
+  __attribute__((                                                                    \
+      target("amx-tile,amx-int8,avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,f16c," \
+             "fma")))
+
+// Q4_K (amx_k_rows). The tiles: 0 and 1 a sub-block of 16 weight rows (16 x 32 values), 2 and
+// 3 the activations' sub-block ([8][padded][4]), 4 and 5 its integer sums (16 x padded), two
+// sub-blocks in flight. A unit is one 256-value block of one group of 16 weight rows; its
+// nibbles are unpacked into one of two ring slots while the tiles read the other.
+template <int kPadded>
+struct AmxQ4KKernel {
+  static constexpr int64_t kBlockBytes = 144;
+  static constexpr int kBytesARow = 4 * kPadded;
+
+  const AmxQ8Rows& x;
+  const uint8_t* w;
+  int64_t row_bytes, blocks, n;
+  __m512i row_offsets;  // lane j: j * row_bytes, where the gathers find weight row j
+  // A slot: the low nibbles of the block's first 64 bytes (sub-blocks 0 and 2, a row's 64
+  // bytes apart), their high nibbles (1, 3), then the same of the next 64 bytes (4, 6; 5, 7).
+  alignas(64) int8_t ring[2][4][16 * 64];
+  alignas(64) int32_t sums[2][8][16 * kPadded];  // two units' integer sums, one per sub-block
+
+  PRISM_TARGET_AMX_K static void configure(int rows) {
+    AmxTileConfig config;
+    for (int t = 0; t < 2; ++t) config.set(t, rows, 32);
+    for (int t = 2; t < 4; ++t) config.set(t, 8, kBytesARow);
+    for (int t = 4; t < 6; ++t) config.set(t, rows, kBytesARow);
+    _tile_loadconfig(&config);
+  }
+
+  int rows_of(int64_t group) const {
+    return static_cast<int>(std::min<int64_t>(16, n - 16 * group));
+  }
+
+  // Block s of `group`'s weight rows, their nibbles as bytes, into ring slot `slot`.
+  PRISM_TARGET_AMX_K void stage(int64_t group, int64_t s, int slot) {
+    const int rows = rows_of(group);
+    const uint8_t* p = w + 16 * group * row_bytes + s * kBlockBytes + 16;
+    const __m512i low = _mm512_set1_epi8(15);
+    for (int r = 0; r < rows; ++r) {
+      for (int h = 0; h < 2; ++h) {
+        const __m512i v = _mm512_loadu_si512(p + r * row_bytes + 64 * h);
+        _mm512_store_si512(ring[slot][2 * h] + 64 * r, _mm512_and_si512(v, low));
+        _mm512_store_si512(ring[slot][2 * h + 1] + 64 * r,
+                           _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+      }
+    }
+  }
+
+  const int8_t* sub_block(int slot, int j) const {
+    return ring[slot][j / 4 * 2 + j % 2] + 32 * (j / 2 % 2);
+  }
+
+// Sub-block j of block s (staged in ring slot `slot`) into sums[slot][j], on tiles A, B, C.
+#define PRISM_AMX_K_MULTIPLY(A, B, C, slot, s, j)                         \
+  do {                                                                    \
+    _tile_loadd(A, sub_block(slot, j), 64);                               \
+    _tile_loadd(B, x.tiles + (8 * (s) + (j)) * 32 * kPadded, kBytesARow); \
+    _tile_zero(C);                                                        \
+    _tile_dpbssd(C, A, B);                                                \
+    _tile_stored(C, sums[slot][j], kBytesARow);                           \
+  } while (false)
+
+  // The integer sums of block s's sub-blocks (staged in slot `slot`) into sums[slot].
+  PRISM_TARGET_AMX_K void multiply(int64_t s, int slot) {
+    PRISM_AMX_K_MULTIPLY(0, 2, 4, slot, s, 0);
+    PRISM_AMX_K_MULTIPLY(1, 3, 5, slot, s, 1);
+    PRISM_AMX_K_MULTIPLY(0, 2, 4, slot, s, 2);
+    PRISM_AMX_K_MULTIPLY(1, 3, 5, slot, s, 3);
+    PRISM_AMX_K_MULTIPLY(0, 2, 4, slot, s, 4);
+    PRISM_AMX_K_MULTIPLY(1, 3, 5, slot, s, 5);
+    PRISM_AMX_K_MULTIPLY(0, 2, 4, slot, s, 6);
+    PRISM_AMX_K_MULTIPLY(1, 3, 5, slot, s, 7);
+  }
+
+  // acc += block s of `group`, its integer sums in sums[slot], by the arithmetic in
+  // amx_rows.h.
+  PRISM_TARGET_AMX_K void scale(int64_t group, int64_t s, int slot, __m512* acc) {
+    // The 16 rows' block heads, lane j: weight row j's d and dmin, then the 12 bytes of 6-bit
+    // scales and minimums q[0..11] (ggml's get_scale_min_k4: for j < 4, scale q[j] & 63 and
+    // minimum q[j + 4] & 63; for j = 4 + t, scale (q[8 + t] & 15) | (q[t] >> 6) << 4 and
+    // minimum (q[8 + t] >> 4) | (q[4 + t] >> 6) << 4).
+    const uint8_t* base = w + 16 * group * row_bytes + s * kBlockBytes;
+    const auto rows = static_cast<__mmask16>((1u << rows_of(group)) - 1);
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i head[4];
+    for (int c = 0; c < 4; ++c)
+      head[c] = _mm512_mask_i32gather_epi32(zero, rows, row_offsets, base + 4 * c, 1);
+    const __m512i six = _mm512_set1_epi32(63), four = _mm512_set1_epi32(15),
+                  top = _mm512_set1_epi32(0x30);
+    __m512i scale[8], mins[8];
+    for (int t = 0; t < 4; ++t) {
+      scale[t] = _mm512_and_si512(_mm512_srli_epi32(head[1], 8 * t), six);
+      mins[t] = _mm512_and_si512(_mm512_srli_epi32(head[2], 8 * t), six);
+      scale[4 + t] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(head[3], 8 * t), four),
+                                     _mm512_and_si512(_mm512_srli_epi32(head[1], 8 * t + 2), top));
+      mins[4 + t] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(head[3], 8 * t + 4), four),
+                                    _mm512_and_si512(_mm512_srli_epi32(head[2], 8 * t + 2), top));
+    }
+    __m512i pairs[4];  // lane j: row j's minimums 2i (low word) and 2i + 1 (high word)
+    for (int i = 0; i < 4; ++i)
+      pairs[i] = _mm512_or_si512(mins[2 * i], _mm512_slli_epi32(mins[2 * i + 1], 16));
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head[0]));
+    const __m512 dmin = _mm512_xor_ps(  // -dmin
+        _mm512_set1_ps(-0.0f),
+        _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head[0], 16))));
+    const __m512 dx = _mm512_load_ps(x.scales + 16 * s);
+    const int32_t* xs = x.sums + 64 * s;
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    for (int r = 0; r < kPadded; ++r) {
+      // lane p of the pairs' vector r: weight row (16 r + p) / kPadded
+      const __m512i index = _mm512_add_epi32(_mm512_set1_epi32(16 * r / kPadded),
+                                             _mm512_srli_epi32(lane, __builtin_ctz(kPadded)));
+      __m512i total = _mm512_setzero_si512();
+      for (int j = 0; j < 8; ++j)
+        total =
+            _mm512_add_epi32(total, _mm512_mullo_epi32(_mm512_permutexvar_epi32(index, scale[j]),
+                                                       _mm512_load_si512(sums[slot][j] + 16 * r)));
+      __m512i m = _mm512_setzero_si512();
+      for (int i = 0; i < 4; ++i)
+        m = _mm512_dpwssd_epi32(m, _mm512_permutexvar_epi32(index, pairs[i]),
+                                _mm512_load_si512(xs + 16 * i));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total),
+                               _mm512_mul_ps(_mm512_permutexvar_ps(index, d), dx), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m),
+                               _mm512_mul_ps(_mm512_permutexvar_ps(index, dmin), dx), acc[r]);
+    }
+  }
+
+  // The units (block s of a group), group by group, in a pipeline: while the vector
+  // instructions scale unit u's sums, the tiles multiply unit u + 1, and unit u + 2's nibbles
+  // are unpacked. A tile load waits for bytes vector stores have just written, and vector
+  // loads wait for a tile store, each for tens of nanoseconds: the pipeline keeps each unit's
+  // work a unit away from what it waits for.
+  PRISM_TARGET_AMX_K void run(float* out, int64_t ldo) {
+    const int64_t groups = (n + 15) / 16, units = groups * blocks;
+    auto group_of = [&](int64_t u) { return u / blocks; };
+    auto block_of = [&](int64_t u) { return u % blocks; };
+    configure(rows_of(0));
+    stage(0, 0, 0);
+    multiply(0, 0);
+    if (units > 1) stage(group_of(1), block_of(1), 1);
+    __m512 acc[kPadded];
+    for (int r = 0; r < kPadded; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t u = 0; u < units; ++u) {
+      const int64_t group = group_of(u), s = block_of(u);
+      const int slot = static_cast<int>(u % 2);
+      if (u + 1 < units) {
+        const int64_t next = group_of(u + 1);
+        if (next != group && rows_of(next) != rows_of(group)) configure(rows_of(next));
+        multiply(block_of(u + 1), 1 - slot);
+      }
+      if (u + 2 < units) stage(group_of(u + 2), block_of(u + 2), slot);
+      // The next group's bytes, read into L2 meanwhile.
+      const uint8_t* ahead = w + 16 * (group + 1) * row_bytes;
+      for (int64_t o = 0; o < 16 * kBlockBytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + 16 * kBlockBytes * s + o), _MM_HINT_T1);
+      scale(group, s, slot, acc);
+      if (s + 1 == blocks) {
+        store_group<kPadded>(x.m, rows_of(group), acc, out + 16 * group, ldo);
+        for (int r = 0; r < kPadded; ++r) acc[r] = _mm512_setzero_ps();
+      }
+    }
+  }
+};
+
+#undef PRISM_AMX_K_MULTIPLY
+
+template <int kPadded>
+PRISM_TARGET_AMX_K void amx_k_run(const AmxQ8Rows& x, const uint8_t* w, int64_t row_bytes,
+                                  int64_t n, int64_t blocks, float* out, int64_t ldo) {
+  const __m512i row_offsets =
+      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                         _mm512_set1_epi32(static_cast<int32_t>(row_bytes)));
+  AmxQ4KKernel<kPadded>{x, w, row_bytes, blocks, n, row_offsets, {}, {}}.run(out, ldo);
+  _tile_release();
+}
 
 template <int kPadded, bool kQ4>
 PRISM_TARGET_AMX_INT8 void amx_q8_run(const AmxQ8Rows& x, const uint8_t* w, int64_t row_bytes,
@@ -398,6 +579,27 @@ void amx_q8_rows(bool q4, const AmxQ8Rows& x, const uint8_t* w, int64_t row_byte
   }
 }
 
+void amx_k_rows(const AmxQ8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
+                float* out, int64_t ldo) {
+  PRISM_CHECK(x.m >= 1 && x.m <= 16 && x.padded == amx_int8_padded(x.m) && x.sums && k % 256 == 0 &&
+                  row_bytes >= k / 256 * 144 && row_bytes < (int64_t{1} << 27),
+              "amx_k_rows: bad sizes m={} padded={} n={} k={} row_bytes={}", x.m, x.padded, n, k,
+              row_bytes);
+  const int64_t blocks = k / 256;
+  switch (x.padded) {
+    case 1:
+      return amx_k_run<1>(x, w, row_bytes, n, blocks, out, ldo);
+    case 2:
+      return amx_k_run<2>(x, w, row_bytes, n, blocks, out, ldo);
+    case 4:
+      return amx_k_run<4>(x, w, row_bytes, n, blocks, out, ldo);
+    case 8:
+      return amx_k_run<8>(x, w, row_bytes, n, blocks, out, ldo);
+    default:
+      return amx_k_run<16>(x, w, row_bytes, n, blocks, out, ldo);
+  }
+}
+
 #else  // no AMX here: amx_available() is false and the kernels are never called
 
 bool amx_available() { return false; }
@@ -409,6 +611,7 @@ void amx_rows_plain(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t,
 bool amx_int8_available() { return false; }
 void amx_q8_rows(bool, const AmxQ8Rows&, const uint8_t*, int64_t, int64_t, int64_t, float*,
                  int64_t) {}
+void amx_k_rows(const AmxQ8Rows&, const uint8_t*, int64_t, int64_t, int64_t, float*, int64_t) {}
 
 #endif
 

@@ -107,15 +107,20 @@ bool amx_int8_available();
 // The padded row count for m rows (1..16): the least of 1, 2, 4, 8, 16 not below m.
 int64_t amx_int8_padded(int64_t m);
 
-// Activations rounded to Q8_0 blocks as amx_q8_rows reads them (m rows, `padded` of them in
-// the layout), for k / 32 blocks:
+// Activations rounded to 8 bits as amx_q8_rows and amx_k_rows read them (m rows, `padded` of
+// them in the layout), for k / 32 blocks of 32 values (Q8_0's blocks, or Q8_K's values 32 at a
+// time):
 // - tiles: per block b, 32 * padded bytes at tiles + 32 * padded * b: [8][padded][4], value
 //   4 g + t of row i at [g][i][t] (zeros for the rows past m);
-// - scales: per block b, 16 floats at scales + 16 b: lane p holds row (p % padded)'s d (f32 of
-//   the f16 value), zero for the rows past m.
+// - scales: per block (Q8_0: 32 values; Q8_K: 256), 16 floats at scales + 16 b: lane p holds
+//   row (p % padded)'s d (Q8_0: f32 of the f16 value), zero for the rows past m;
+// - sums (Q8_K only, else null): per block of 256 values s, 4 vectors of 16 int32 at sums +
+//   64 s + 16 i: lane p holds row (p % padded)'s sums of 32 values 2i (low 16 bits) and 2i + 1
+//   (high 16 bits), the words a Q4_K block's minimums are multiplied with.
 struct AmxQ8Rows {
   const int8_t* tiles;
   const float* scales;
+  const int32_t* sums;
   int64_t m, padded;
 };
 
@@ -124,5 +129,28 @@ struct AmxQ8Rows {
 // n over threads. row_bytes below 2^27.
 void amx_q8_rows(bool q4, const AmxQ8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n,
                  int64_t k, float* out, int64_t ldo);
+
+// --- AMX-INT8: products of 1-16 rows with Q4_K weights ----------------------------------------
+//
+// The activations are rounded to ggml's Q8_K blocks (256 values, one f32 d), as for the VNNI
+// kernels. For each 256-value block of a weight row and an activation row, two exact integers:
+//   T = sum_j scale_j * (the integer product of sub-block j's 32 values), and
+//   M = sum_j min_j * (the activations' sum over sub-block j),
+// and then, in f32 and block after block: sum = fma(float(T), d_w * d_x, sum);
+// sum = fma(float(M), -dmin_w * d_x, sum). The VNNI kernel for Q4_K computes the same integers
+// and the same f32 steps (quant_rows.cpp, KExactStep), so the two give the same bits and a
+// product takes either by its number of rows.
+//
+// A tile product gives sub-block j's integer products of 16 weight rows (their nibbles
+// unpacked by vector instructions, one block ahead of the tiles) by up to 16 activation rows;
+// vector instructions multiply them by the rows' 6-bit scales (vpmulld) into T. The scales and
+// minimums of 16 rows come by four gathers a block, unpacked 16 rows at a time. M is four
+// vpdpwssd of the minimums' word pairs with the activations' sums (AmxQ8Rows::sums).
+//
+// x as quantize_activations lays it out for Q4_K (tiles, scales per 256 values, sums); w, n,
+// k (a multiple of 256), out, ldo as for amx_q8_rows. The CPU must also have AVX-512 VNNI (as
+// quant_rows_on_amx checks).
+void amx_k_rows(const AmxQ8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
+                float* out, int64_t ldo);
 
 }  // namespace prism::cpu

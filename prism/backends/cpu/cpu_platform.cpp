@@ -133,14 +133,15 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
                                            comm_->mesh().str(), fmt::join(cpus_, ","))
                              : "";
   // Quantized weights' products with 8-bit activations (kernels_quant.cpp), and Q8_0's and
-  // Q4_0's on AMX tiles for batches or for every row count (quant_rows.h).
+  // Q4_0's and Q4_K's on AMX tiles for batches or for every row count (quant_rows.h).
   const char* quantized = "";
   if (int8_activations(quant::GgmlType::Q4_K)) {
     quantized = ", quantized products on 8-bit activations";
     if (quant_rows_on_amx(quant::GgmlType::Q8_0, 1)) {
-      quantized = ", quantized products on 8-bit activations (Q8_0, Q4_0 on AMX-INT8)";
+      quantized = ", quantized products on 8-bit activations (Q8_0, Q4_0, Q4_K on AMX-INT8)";
     } else if (quant_rows_on_amx(quant::GgmlType::Q8_0, kAmxMaxRows)) {
-      quantized = ", quantized products on 8-bit activations (Q8_0, Q4_0 batches on AMX-INT8)";
+      quantized =
+          ", quantized products on 8-bit activations (Q8_0, Q4_0, Q4_K batches on AMX-INT8)";
     }
   }
   return {{fmt::format("{} ({}{} threads, simd {}{}{})", cpu_model(), device, pool_.size(),

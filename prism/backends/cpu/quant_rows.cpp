@@ -55,15 +55,14 @@ using DequantRowsFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t n, i
 //     sum of each four values, where offset is what the kernels add to the weights' values
 //     (weight_offset below: 8 for Q4_0, 16 for Q5_0, 128 for Q8_0); for Q8_1, 16 f32: d * the
 //     block's sum in lanes 0 and 8.
-//   - Q8_K: a block (256 values) a record. [0, 256): the values. [256, 320): 16 f32, zeros in
-//     lanes 0-7, d * the sum of each 32 values in lanes 8-15. [320, 352): the sums of each 16
-//     values, int16. [384, 388): d, f32.
+//   - Q8_K: a block (256 values) a record. [0, 256): the values. [256, 272): the sums of each
+//     32 values, int16. [320, 352): the sums of each 16 values, int16. [384, 388): d, f32.
 //   - F32, F16, BF16: the row's k values as f32.
 struct PairRecord {
   static constexpr int64_t kValues = 0, kScales = 64, kExtra = 128, kBytes = 192;
 };
 struct KRecord {
-  static constexpr int64_t kValues = 0, kMinSums = 256, kSums = 320, kScale = 384, kBytes = 448;
+  static constexpr int64_t kValues = 0, kSums32 = 256, kSums = 320, kScale = 384, kBytes = 448;
 };
 
 // Rows of rounded activations as the integer kernels read them: x.rows() records of `stride`
@@ -1072,16 +1071,17 @@ constexpr KIndices MakeKIndices() {
 alignas(64) constexpr KIndices kKIndices = MakeKIndices();
 
 // Q4_K and Q5_K: Load(p) unpacks a block's values (64 unsigned bytes for each pair of
-// sub-blocks 2g, 2g + 1, in value order), its scales spread for Dot's packed sums, and
-// -dmin * min (lanes 8-15, zeros in 0-7); Dot(block, record, acc) adds the block's product
-// with the activations of a KRecord.
+// sub-blocks 2g, 2g + 1, in value order), its scales spread for Sums' packed sums, its
+// minimums as 8 words, d and dmin; Sums(block, record) gives 16 lanes whose total is
+// sum_j scale_j * (the sub-block's integer product with the record's values).
 template <bool kFive>
 struct QK {
   static constexpr int64_t kBytes = kFive ? 176 : 144;
+  static constexpr bool kMin = true;
   struct Block {
     __m512i q[4], scales[2];
-    __m512 mins;
-    float d;
+    __m128i mins;  // the minimums, 8 words
+    float d, dmin;
   };
   static PRISM_VNNI_INLINE Block Load(const uint8_t* p) {
     Block b;
@@ -1090,9 +1090,8 @@ struct QK {
     const __m128i bytes = KScaleBytes(head).raw;  // scales 0-7, minimums 0-7
     const __m128 dd = _mm_cvtph_ps(head.raw);     // d, dmin
     b.d = _mm_cvtss_f32(dd);
-    const float dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
-    b.mins = _mm512_maskz_mul_ps(0xff00, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes)),
-                                 _mm512_set1_ps(-dmin));
+    b.dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+    b.mins = _mm_cvtepu8_epi16(_mm_srli_si128(bytes, 8));
     const __m512i words = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(bytes));
     for (int h = 0; h < 2; ++h)
       b.scales[h] = _mm512_permutexvar_epi16(LoadV(kKIndices.qk[h]), words);
@@ -1114,17 +1113,14 @@ struct QK {
     }
     return b;
   }
-  static PRISM_VNNI_INLINE __m512 Dot(const Block& b, const uint8_t* rec, __m512 acc) {
+  static PRISM_VNNI_INLINE __m512i Sums(const Block& b, const uint8_t* rec) {
     const __m512i zero = _mm512_setzero_si512();
     __m512i s[4];
 #pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) s[g] = _mm512_dpbusd_epi32(zero, b.q[g], LoadV(rec + 64 * g));
     // Lane sums of at most 4 * 31 * 127: they fit in 16 bits.
-    __m512i sum = _mm512_madd_epi16(_mm512_packs_epi32(s[0], s[1]), b.scales[0]);
-    sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(s[2], s[3]), b.scales[1]);
-    const float dd = b.d * LoadF32(rec + KRecord::kScale);
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(dd), acc);
-    return _mm512_fmadd_ps(b.mins, LoadF(rec + KRecord::kMinSums), acc);
+    const __m512i sum = _mm512_madd_epi16(_mm512_packs_epi32(s[0], s[1]), b.scales[0]);
+    return _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(s[2], s[3]), b.scales[1]);
   }
 };
 
@@ -1133,13 +1129,17 @@ struct QK {
 // offset -32 as -32 * scale times the activations' sums of 16.
 struct Q6_K {
   static constexpr int64_t kBytes = 210;
+  static constexpr bool kMin = false;
   struct Block {
     __m512i q[4], scales[2], offset;
-    float d;
+    __m128i mins;  // unused
+    float d, dmin;
   };
   static PRISM_VNNI_INLINE Block Load(const uint8_t* p) {
     Block b;
     b.d = _cvtsh_ss(static_cast<uint16_t>(p[208] | p[209] << 8));
+    b.dmin = 0;
+    b.mins = _mm_setzero_si128();
     const __m256i sc =
         _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)));
     const __m512i wide = _mm512_zextsi256_si512(sc);
@@ -1167,7 +1167,7 @@ struct Q6_K {
     }
     return b;
   }
-  static PRISM_VNNI_INLINE __m512 Dot(const Block& b, const uint8_t* rec, __m512 acc) {
+  static PRISM_VNNI_INLINE __m512i Sums(const Block& b, const uint8_t* rec) {
     const __m512i zero = _mm512_setzero_si512();
     __m512i s[4];
 #pragma GCC unroll 4
@@ -1175,40 +1175,123 @@ struct Q6_K {
     // Lane sums of at most 4 * 63 * 127: they fit in 16 bits.
     __m512i sum = _mm512_madd_epi16(_mm512_packs_epi32(s[0], s[1]), b.scales[0]);
     sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(s[2], s[3]), b.scales[1]);
-    sum = _mm512_dpwssd_epi32(sum, b.offset, LoadV(rec + KRecord::kSums));
-    const float dd = b.d * LoadF32(rec + KRecord::kScale);
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(dd), acc);
+    return _mm512_dpwssd_epi32(sum, b.offset, LoadV(rec + KRecord::kSums));
   }
 };
 
-// out[g * ldo + rows[r]] = x[g] . W[r]: K-quant blocks, one a step.
-template <typename F, int G>
-PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void KTile(const uint8_t* x, int64_t stride,
-                                                   const uint8_t* const* w, int64_t blocks,
-                                                   float* out, int64_t ldo, const int64_t* rows,
-                                                   bool prefetch) {
-  __m512 acc[kRows][G];
-#pragma GCC unroll 16
-  for (int i = 0; i < kRows * G; ++i) acc[i / G][i % G] = _mm512_setzero_ps();
-  for (int64_t s = 0; s < blocks; ++s) {
-    if (prefetch) {
-#pragma GCC unroll 4
-      for (int r = 0; r < kRows; ++r) {
-        const uint8_t* p = w[r] + s * F::kBytes;
-        for (int64_t j = 0; j < F::kBytes; j += 64) hwy::Prefetch(p + kPrefetchAhead + j);
+// The index vectors of vpermd that spread words pairs of 4 rows' minimums (Wm: quarter r holds
+// row r's 8 minimums) and of G activation rows' sums of 32 (quarter g: row g's 8 sums) over
+// the pairs' lanes (lane p: weight row p / G, activation row p % G): pair i of the minimums
+// of lane p's weight row, and of the sums of its activation row.
+struct MinIndices {
+  alignas(64) int32_t w[4][4][16], x[4][4][16];  // [G - 1][i][lane]
+};
+constexpr MinIndices MakeMinIndices() {
+  MinIndices t{};
+  for (int g = 1; g <= 4; ++g) {
+    for (int i = 0; i < 4; ++i) {
+      for (int p = 0; p < 16; ++p) {
+        t.w[g - 1][i][p] = (p / g % 4) * 4 + i;
+        t.x[g - 1][i][p] = (p % g) * 4 + i;
       }
     }
+  }
+  return t;
+}
+alignas(64) constexpr MinIndices kMinIndices = MakeMinIndices();
+
+// One superblock of 4 weight rows (unpacked in b) by G activation rows, summed exactly: for
+// each pair, the integer sum T = sum_j scale_j * (sub-block j's integer product) (Q6_K: its
+// values less 32), and for Q4_K and Q5_K M = sum_j min_j * (the activations' sum over
+// sub-block j), then acc = fma(float(T), d_w * d_x, acc) and acc = fma(float(M), -dmin_w *
+// d_x, acc), lane p the pair of weight row p / G and activation row p % G. That is
+// amx_k_rows' arithmetic (amx_rows.h), bit for bit: a product may take either kernel by its
+// number of rows.
+template <typename F, int G>
+PRISM_VNNI_INLINE void KExactStep(const typename F::Block* b, const uint8_t* const* x,
+                                  __m512& acc) {
+  __m512i sums[kRows * G];
+  __m512 dw = _mm512_setzero_ps(), dminw = _mm512_setzero_ps();
+  __m512i wm = _mm512_setzero_si512();  // quarter r: weight row r's minimums
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    dw = _mm512_mask_mov_ps(dw, RowLanes<G>(r), _mm512_set1_ps(b[r].d));
+    if constexpr (F::kMin) {
+      dminw = _mm512_mask_mov_ps(dminw, RowLanes<G>(r), _mm512_set1_ps(-b[r].dmin));
+      wm = _mm512_mask_broadcast_i32x4(wm, static_cast<__mmask16>(0xf << (4 * r)), b[r].mins);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) sums[r * G + g] = F::Sums(b[r], x[g]);
+  }
+  __m512i first, second;
+  BlockSums(sums, first, second);
+  __m512 dx = _mm512_setzero_ps();  // lane p: activation row p % G's d
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g)
+    dx = _mm512_mask_mov_ps(dx, ColLanes<G>(g), _mm512_set1_ps(LoadF32(x[g] + KRecord::kScale)));
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(first, second)), _mm512_mul_ps(dw, dx),
+                        acc);
+  if constexpr (F::kMin) {
+    __m512i xm = _mm512_setzero_si512();  // quarter g: activation row g's sums of 32
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      const __m128i s = _mm_load_si128(reinterpret_cast<const __m128i*>(x[g] + KRecord::kSums32));
+      xm = _mm512_mask_broadcast_i32x4(xm, static_cast<__mmask16>(0xf << (4 * g)), s);
+    }
+    __m512i m = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      m = _mm512_dpwssd_epi32(m, _mm512_permutexvar_epi32(LoadV(kMinIndices.w[G - 1][i]), wm),
+                              _mm512_permutexvar_epi32(LoadV(kMinIndices.x[G - 1][i]), xm));
+    }
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dminw, dx), acc);
+  }
+}
+
+// The results of a chunk of G activation rows (lane r * G + g of acc) into out.
+template <int G>
+PRISM_VNNI_INLINE void KStore(__m512 acc, float* out, int64_t ldo, const int64_t* rows) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc);
+#pragma GCC unroll 16
+  for (int i = 0; i < kRows * G; ++i) out[i % G * ldo + rows[i / G]] = lanes[i];
+}
+
+// out[i * ldo + rows[r]] = x[i] . W[r] for all the m activation rows: K-quant blocks, one a
+// step, each unpacked once for every chunk of 4 activation rows (`full` of them, then one of
+// G < 4 rows if G > 0).
+template <typename F, int G>
+PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void KTile(const Int8Rows& x, const uint8_t* const* w,
+                                                   int64_t blocks, float* out, int64_t ldo,
+                                                   const int64_t* rows) {
+  constexpr int kMaxFull = 16 / kChunk;
+  const int64_t full = x.m / kChunk;
+  __m512 acc[kMaxFull], tail = _mm512_setzero_ps();  // lane r * 4 + g; lane r * G + g
+  for (int c = 0; c < kMaxFull; ++c) acc[c] = _mm512_setzero_ps();
+  const uint8_t* xs[kChunk];
+  for (int64_t s = 0; s < blocks; ++s) {
+    typename F::Block b[kRows];
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
-      const typename F::Block b = F::Load(w[r] + s * F::kBytes);
-#pragma GCC unroll 16
+      const uint8_t* p = w[r] + s * F::kBytes;
+      for (int64_t j = 0; j < F::kBytes; j += 64) hwy::Prefetch(p + kPrefetchAhead + j);
+      b[r] = F::Load(p);
+    }
+    for (int64_t c = 0; c < full; ++c) {
+#pragma GCC unroll 4
+      for (int g = 0; g < kChunk; ++g)
+        xs[g] = x.x + (kChunk * c + g) * x.stride + s * KRecord::kBytes;
+      KExactStep<F, kChunk>(b, xs, acc[c]);
+    }
+    if constexpr (G > 0) {
+#pragma GCC unroll 4
       for (int g = 0; g < G; ++g)
-        acc[r][g] = F::Dot(b, x + g * stride + s * KRecord::kBytes, acc[r][g]);
+        xs[g] = x.x + (kChunk * full + g) * x.stride + s * KRecord::kBytes;
+      KExactStep<F, G>(b, xs, tail);
     }
   }
-#pragma GCC unroll 16
-  for (int i = 0; i < kRows * G; ++i)
-    out[i % G * ldo + rows[i / G]] = _mm512_reduce_add_ps(acc[i / G][i % G]);
+  for (int64_t c = 0; c < full; ++c) KStore<kChunk>(acc[c], out + kChunk * c * ldo, ldo, rows);
+  if constexpr (G > 0) KStore<G>(tail, out + kChunk * full * ldo, ldo, rows);
 }
 
 using Int8TileFn = void (*)(const uint8_t*, int64_t, const uint8_t* const*, int64_t, float*,
@@ -1238,11 +1321,21 @@ void PairRows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n,
   Int8Tiles(kTiles, x, w, row_bytes, n, k / 32, out, ldo);
 }
 
+// Up to 16 activation rows at once (more in turns of 16), as KTile takes them.
 template <typename F>
 void KRows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k, float* out,
            int64_t ldo) {
-  static constexpr Int8TileFn kTiles[] = {&KTile<F, 1>, &KTile<F, 2>, &KTile<F, 3>, &KTile<F, 4>};
-  Int8Tiles(kTiles, x, w, row_bytes, n, k / 256, out, ldo);
+  using KTileFn =
+      void (*)(const Int8Rows&, const uint8_t* const*, int64_t, float*, int64_t, const int64_t*);
+  static constexpr KTileFn kTiles[] = {&KTile<F, 0>, &KTile<F, 1>, &KTile<F, 2>, &KTile<F, 3>};
+  const uint8_t* ptrs[kRows];
+  for (int64_t i = 0; i < x.m; i += 16) {
+    const Int8Rows part{x.x + i * x.stride, x.stride, std::min<int64_t>(16, x.m - i)};
+    for_row_groups(0, n, [&](const int64_t* rows) {
+      for (int r = 0; r < kRows; ++r) ptrs[r] = w + rows[r] * row_bytes;
+      kTiles[part.m % kChunk](part, ptrs, k / 256, out + i * ldo, ldo, rows);
+    });
+  }
 }
 
 using Q4_0 = Q4<false>;
@@ -1631,8 +1724,7 @@ void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, 
           put(rec + KRecord::kSums + 2 * j, static_cast<int16_t>(sums[j]));
         }
         for (int j = 0; j < 8; ++j)
-          put(rec + KRecord::kMinSums + 4 * (8 + j),
-              d * static_cast<float>(sums[2 * j] + sums[2 * j + 1]));
+          put(rec + KRecord::kSums32 + 2 * j, static_cast<int16_t>(sums[2 * j] + sums[2 * j + 1]));
         put(rec + KRecord::kScale, d);
       }
     } else if (is_pair_format(format)) {
@@ -1667,28 +1759,44 @@ void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, 
   }
   out.amx_padded_ = 0;
   if (!quant_rows_on_amx(weights, m)) return;
-  // The same values and scales as the tiles take them (AmxQ8Rows).
-  const int64_t padded = amx_int8_padded(m), blocks = k / 32;
+  // The same values, scales and sums as the tiles take them (AmxQ8Rows).
+  const bool k_blocks = format == GgmlType::Q8_K;
+  const int64_t padded = amx_int8_padded(m), blocks = k / 32, scaled = k_blocks ? k / 256 : blocks;
   out.amx_padded_ = padded;
   out.amx_tiles_.assign(static_cast<size_t>((blocks * 32 * padded + 63) / 64), {});
-  out.amx_scales_.assign(static_cast<size_t>(blocks), {});
+  out.amx_scales_.assign(static_cast<size_t>(scaled), {});
+  out.amx_sums_.assign(k_blocks ? static_cast<size_t>(4 * scaled) : 0, {});
   auto* tiles = reinterpret_cast<int8_t*>(out.amx_tiles_.data());
   auto* scales = reinterpret_cast<float*>(out.amx_scales_.data());
-  for (int64_t b = 0; b < blocks; ++b) {
-    for (int64_t i = 0; i < m; ++i) {
-      const int8_t* q = out.quants(i, b);
+  auto* sums = reinterpret_cast<int32_t*>(out.amx_sums_.data());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int8_t* q = k_blocks ? out.quants(i, b / 8) + 32 * (b % 8) : out.quants(i, b);
       for (int64_t g = 0; g < 8; ++g)
         std::memcpy(tiles + b * 32 * padded + (g * padded + i) * 4, q + 4 * g, 4);
+    }
+    for (int64_t b = 0; b < scaled; ++b) {
       const float d = out.scale(i, b);
       for (int64_t p = i; p < 16; p += padded) scales[16 * b + p] = d;
+      if (!k_blocks) continue;
+      for (int64_t pair = 0; pair < 4; ++pair) {
+        auto sum32 = [&](int64_t j) {
+          return static_cast<uint16_t>(out.sum(i, b, 2 * j) + out.sum(i, b, 2 * j + 1));
+        };
+        const auto word =
+            static_cast<int32_t>(sum32(2 * pair) | uint32_t{sum32(2 * pair + 1)} << 16);
+        for (int64_t p = i; p < 16; p += padded) sums[64 * b + 16 * pair + p] = word;
+      }
     }
   }
 }
 
 AmxQ8Rows QuantizedRows::amx() const {
-  if (amx_padded_ == 0) return {nullptr, nullptr, m_, 0};
+  if (amx_padded_ == 0) return {nullptr, nullptr, nullptr, m_, 0};
   return {reinterpret_cast<const int8_t*>(amx_tiles_.data()),
-          reinterpret_cast<const float*>(amx_scales_.data()), m_, amx_padded_};
+          reinterpret_cast<const float*>(amx_scales_.data()),
+          amx_sums_.empty() ? nullptr : reinterpret_cast<const int32_t*>(amx_sums_.data()), m_,
+          amx_padded_};
 }
 
 bool quant_rows_int8_native(quant::GgmlType type) { return native_int8(type) != nullptr; }
@@ -1705,10 +1813,23 @@ bool quant_rows_on_amx(quant::GgmlType weights, int64_t m) {
   PRISM_CHECK(want != "amx" || available,
               "cpu: PRISM_CPU_QUANT_ROWS=amx: this CPU or system has no AMX-INT8");
   // auto: the VNNI kernels take 4 activation rows at a time and read the weights again for
-  // more; from 5 rows on the tiles are faster.
-  const int64_t fewest = want == "amx" ? 1 : 5;
-  return available && simd::current().hwy == HWY_AVX3_DL && m >= fewest && m <= kAmxMaxRows &&
-         (weights == quant::GgmlType::Q8_0 || weights == quant::GgmlType::Q4_0);
+  // more; from 5 rows on the tiles are faster for Q8_0 and Q4_0, from 9 for Q4_K (whose
+  // sub-blocks' scales cost the tiles a vector multiply each; prism-bench quant).
+  using quant::GgmlType;
+  int64_t fewest;
+  switch (weights) {
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0:
+      fewest = 5;
+      break;
+    case GgmlType::Q4_K:
+      fewest = 9;
+      break;
+    default:
+      return false;
+  }
+  if (want == "amx") fewest = 1;
+  return available && simd::current().hwy == HWY_AVX3_DL && m >= fewest && m <= kAmxMaxRows;
 }
 
 void quant_rows_int8(quant::GgmlType type, const QuantizedRows& x, const std::byte* w,
@@ -1725,8 +1846,12 @@ void quant_rows_int8(quant::GgmlType type, const QuantizedRows& x, const std::by
               ldo);
   if (m == 0 || n == 0) return;
   if (const AmxQ8Rows tiles = x.amx(); tiles.tiles) {
-    amx_q8_rows(type == quant::GgmlType::Q4_0, tiles, reinterpret_cast<const uint8_t*>(w),
-                row_bytes, n, k, out, ldo);
+    const auto* blocks = reinterpret_cast<const uint8_t*>(w);
+    if (type == quant::GgmlType::Q4_K) {
+      amx_k_rows(tiles, blocks, row_bytes, n, k, out, ldo);
+    } else {
+      amx_q8_rows(type == quant::GgmlType::Q4_0, tiles, blocks, row_bytes, n, k, out, ldo);
+    }
     return;
   }
   if (QuantRowsInt8Fn fn = native_int8(type)) {

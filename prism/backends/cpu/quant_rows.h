@@ -185,7 +185,7 @@ class QuantizedRows {
 
   quant::GgmlType weights_ = quant::GgmlType::F32, format_ = quant::GgmlType::F32;
   int64_t m_ = 0, k_ = 0, stride_ = 0, amx_padded_ = 0;
-  std::vector<Line> data_, amx_tiles_, amx_scales_;
+  std::vector<Line> data_, amx_tiles_, amx_scales_, amx_sums_;
 };
 
 // Rounds rows [0, m) of x (rows ldx apart, k values each, finite) for a product with weights

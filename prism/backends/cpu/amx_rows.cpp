@@ -383,7 +383,7 @@ struct AmxQ4KKernel {
     AmxTileConfig config;
     for (int t = 0; t < 2; ++t) config.set(t, rows, 32);
     for (int t = 2; t < 4; ++t) config.set(t, 8, kBytesARow);
-    for (int t = 4; t < 6; ++t) config.set(t, rows, kBytesARow);
+    for (int t = 4; t < 8; ++t) config.set(t, rows, kBytesARow);
     _tile_loadconfig(&config);
   }
 
@@ -424,12 +424,12 @@ struct AmxQ4KKernel {
   PRISM_TARGET_AMX_K void multiply(int64_t s, int slot) {
     PRISM_AMX_K_MULTIPLY(0, 2, 4, slot, s, 0);
     PRISM_AMX_K_MULTIPLY(1, 3, 5, slot, s, 1);
-    PRISM_AMX_K_MULTIPLY(0, 2, 4, slot, s, 2);
-    PRISM_AMX_K_MULTIPLY(1, 3, 5, slot, s, 3);
+    PRISM_AMX_K_MULTIPLY(0, 2, 6, slot, s, 2);
+    PRISM_AMX_K_MULTIPLY(1, 3, 7, slot, s, 3);
     PRISM_AMX_K_MULTIPLY(0, 2, 4, slot, s, 4);
     PRISM_AMX_K_MULTIPLY(1, 3, 5, slot, s, 5);
-    PRISM_AMX_K_MULTIPLY(0, 2, 4, slot, s, 6);
-    PRISM_AMX_K_MULTIPLY(1, 3, 5, slot, s, 7);
+    PRISM_AMX_K_MULTIPLY(0, 2, 6, slot, s, 6);
+    PRISM_AMX_K_MULTIPLY(1, 3, 7, slot, s, 7);
   }
 
   // acc += block s of `group`, its integer sums in sums[slot], by the arithmetic in

@@ -4,6 +4,13 @@
 // came from, which Tokenizer::from_documents builds as it builds any other. What llama.cpp
 // leaves implicit in a name (the pre-tokenizer's split pattern, whether merges are ignored for
 // whole words in the vocabulary) is written out per name, and a name not listed is refused.
+//
+// A SentencePiece model (tokenizer.ggml.model "llama": Llama 2, Mistral, TinyLlama, ...) has
+// no merges, only a score per token: it becomes the BPE model Hugging Face converts such a
+// tokenizer to (transformers' SentencePieceExtractor), whose merges are every pair of tokens
+// that concatenate into a token, most likely (highest score) first. That is the order
+// SentencePiece's and llama.cpp's BPE merge pairs in.
+#include <algorithm>
 #include <optional>
 #include <span>
 #include <string>
@@ -106,13 +113,11 @@ std::optional<std::string_view> Tokenizer::gguf_pre_tokenizer(const json& pre_to
   return std::nullopt;
 }
 
-Tokenizer Tokenizer::from_gguf(const io::GgufHeader& h) {
-  if (!h.find("tokenizer.ggml.model")) fail("{}: no tokenizer (tokenizer.ggml.model)", h.uri);
-  const std::string_view model = h.get_string("tokenizer.ggml.model");
-  if (model != "gpt2") {
-    fail("{}: tokenizer.ggml.model \"{}\" is not supported (gpt2, byte-level BPE, is)", h.uri,
-         model);
-  }
+namespace {
+
+// What the tokenizer.json of a byte-level BPE model (tokenizer.ggml.model "gpt2") holds besides
+// its tokens: the normalizer, pre-tokenizer, decoder and model of the `tokenizer.ggml.pre` name.
+json byte_level_bpe(const io::GgufHeader& h, json vocab) {
   const std::string_view pre_name =
       h.find("tokenizer.ggml.pre") ? h.get_string("tokenizer.ggml.pre") : "(none)";
   const PreTokenizer* pre = find_pre_tokenizer(pre_name);
@@ -122,39 +127,144 @@ Tokenizer Tokenizer::from_gguf(const io::GgufHeader& h) {
     fail("{}: tokenizer.ggml.pre \"{}\" is not supported ({} are)", h.uri, pre_name,
          fmt::join(known, ", "));
   }
+  const io::GgufValue& merges = h.get_array("tokenizer.ggml.merges");
+  PRISM_CHECK(merges.element_type() == io::GgufValueType::STRING,
+              "{}: tokenizer.ggml.merges must be an array of strings", h.uri);
+  json merge_list = json::array();
+  for (size_t i = 0; i < merges.size(); ++i) merge_list.push_back(merges.string_at(i));
+  return {{"normalizer", pre->normalizer},
+          {"pre_tokenizer", pre->pre_tokenizer},
+          {"decoder",
+           {{"type", "ByteLevel"},
+            {"add_prefix_space", true},
+            {"trim_offsets", true},
+            {"use_regex", true}}},
+          {"model",
+           {{"type", "BPE"},
+            {"ignore_merges", pre->ignore_merges},
+            {"vocab", std::move(vocab)},
+            {"merges", std::move(merge_list)}}}};
+}
+
+// The same for a SentencePiece BPE model (tokenizer.ggml.model "llama"), as Hugging Face's
+// converter writes Llama 2's: spaces become U+2581 ("▁"), one is put before the text (and
+// after each special token, as llama.cpp does) unless tokenizer.ggml.add_space_prefix is
+// false, unknown characters fall back to <0xAB> byte tokens, and decoding undoes it all.
+json sentencepiece_bpe(const io::GgufHeader& h, const io::GgufValue& tokens,
+                       const std::vector<int64_t>& types, json vocab) {
+  const io::GgufValue& scores = h.get_array("tokenizer.ggml.scores");
+  PRISM_CHECK(scores.element_type() == io::GgufValueType::FLOAT32 && scores.size() == tokens.size(),
+              "{}: tokenizer.ggml.scores must list an f32 score for each of the {} tokens", h.uri,
+              tokens.size());
+  // Every pair of tokens whose concatenation is a normal token, split at each character
+  // boundary: by the merged token's score, highest first; for one token, by the ids of its
+  // halves (transformers' SentencePieceExtractor, a stable sort).
+  struct Merge {
+    float score;
+    int64_t left, right;
+    std::string_view a, b;
+  };
+  std::vector<Merge> merges;
+  bool bytes = false;
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    bytes = bytes || types[id] == kByte;
+    if (types[id] != kNormal) continue;
+    const std::string_view t = tokens.string_at(id);
+    const size_t first = merges.size();
+    for (size_t cut = 1; cut < t.size(); ++cut) {
+      if ((static_cast<unsigned char>(t[cut]) & 0xc0) == 0x80) continue;  // inside a character
+      const std::string_view a = t.substr(0, cut), b = t.substr(cut);
+      const auto l = vocab.find(std::string(a)), r = vocab.find(std::string(b));
+      if (l == vocab.end() || r == vocab.end()) continue;
+      merges.push_back(
+          {static_cast<float>(scores.float_at(id)), l->get<int64_t>(), r->get<int64_t>(), a, b});
+    }
+    std::sort(merges.begin() + static_cast<std::ptrdiff_t>(first), merges.end(),
+              [](const Merge& x, const Merge& y) {
+                return std::pair(x.left, x.right) < std::pair(y.left, y.right);
+              });
+  }
+  std::stable_sort(merges.begin(), merges.end(),
+                   [](const Merge& x, const Merge& y) { return x.score > y.score; });
+  json merge_list = json::array();
+  for (const Merge& m : merges) merge_list.push_back({m.a, m.b});
+
+  std::optional<int64_t> unk = optional_id(h, "tokenizer.ggml.unknown_token_id", tokens.size());
+  for (size_t id = 0; !unk && id < tokens.size(); ++id) {
+    if (types[id] == kUnknown) unk = static_cast<int64_t>(id);
+  }
+  const bool prefix = h.find("tokenizer.ggml.add_space_prefix")
+                          ? h.get_bool("tokenizer.ggml.add_space_prefix")
+                          : true;
+  const std::string_view kSpace = "\u2581";
+  json normalizers = json::array();
+  if (prefix) normalizers.push_back({{"type", "Prepend"}, {"prepend", kSpace}});
+  normalizers.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kSpace}});
+  return {{"normalizer", {{"type", "Sequence"}, {"normalizers", std::move(normalizers)}}},
+          {"pre_tokenizer", nullptr},
+          {"decoder",
+           {{"type", "Sequence"},
+            {"decoders",
+             {{{"type", "Replace"}, {"pattern", {{"String", kSpace}}}, {"content", " "}},
+              {{"type", "ByteFallback"}},
+              {{"type", "Fuse"}},
+              {{"type", "Strip"}, {"content", " "}, {"start", prefix ? 1u : 0u}, {"stop", 0u}}}}}},
+          {"model",
+           {{"type", "BPE"},
+            {"vocab", std::move(vocab)},
+            {"merges", std::move(merge_list)},
+            {"byte_fallback", bytes},
+            {"fuse_unk", true},
+            {"unk_token", unk ? json(std::string(tokens.string_at(*unk))) : json(nullptr)}}}};
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_gguf(const io::GgufHeader& h) {
+  if (!h.find("tokenizer.ggml.model")) fail("{}: no tokenizer (tokenizer.ggml.model)", h.uri);
+  const std::string_view model = h.get_string("tokenizer.ggml.model");
+  const bool spm = model == "llama";
+  if (model != "gpt2" && !spm) {
+    fail(
+        "{}: tokenizer.ggml.model \"{}\" is not supported (gpt2, byte-level BPE, and llama, "
+        "SentencePiece BPE, are)",
+        h.uri, model);
+  }
 
   const io::GgufValue& tokens = h.get_array("tokenizer.ggml.tokens");
-  const io::GgufValue& merges = h.get_array("tokenizer.ggml.merges");
-  PRISM_CHECK(tokens.element_type() == io::GgufValueType::STRING &&
-                  merges.element_type() == io::GgufValueType::STRING,
-              "{}: tokenizer.ggml.tokens and tokenizer.ggml.merges must be arrays of strings",
-              h.uri);
-  const io::GgufValue* types = h.find("tokenizer.ggml.token_type");
-  PRISM_CHECK(!types || (types->is_array() && types->size() == tokens.size()),
+  PRISM_CHECK(tokens.element_type() == io::GgufValueType::STRING,
+              "{}: tokenizer.ggml.tokens must be an array of strings", h.uri);
+  const io::GgufValue* type_array = h.find("tokenizer.ggml.token_type");
+  PRISM_CHECK(!type_array || (type_array->is_array() && type_array->size() == tokens.size()),
               "{}: tokenizer.ggml.token_type must list a type for each of the {} tokens", h.uri,
               tokens.size());
+  std::vector<int64_t> types(tokens.size(), kNormal);
+  if (type_array) {
+    for (size_t id = 0; id < tokens.size(); ++id) types[id] = type_array->int_at(id);
+  }
 
-  // Control and user-defined tokens are tokenizer.json's added tokens, matched in the text
-  // before it is split; the others are the BPE vocabulary.
+  // Control and user-defined tokens (and a SentencePiece model's unknown token, which llama.cpp
+  // matches in the text too) are tokenizer.json's added tokens, matched in the text before it
+  // is split. A byte-level BPE vocabulary holds the others; a SentencePiece one every token, as
+  // Hugging Face's converter writes it.
   json vocab = json::object();
   json added = json::array();
   for (size_t id = 0; id < tokens.size(); ++id) {
     const std::string text(tokens.string_at(id));
-    const int64_t type = types ? types->int_at(id) : kNormal;
-    if (type == kControl || type == kUserDefined) {
+    const int64_t type = types[id];
+    const bool special = type == kControl || (spm && type == kUnknown);
+    if (special || type == kUserDefined) {
       added.push_back({{"id", id},
                        {"content", text},
                        {"single_word", false},
                        {"lstrip", false},
                        {"rstrip", false},
                        {"normalized", false},
-                       {"special", type == kControl}});
-    } else {
-      vocab[text] = id;
+                       {"special", special}});
+      if (!spm) continue;
     }
+    vocab[text] = id;
   }
-  json merge_list = json::array();
-  for (size_t i = 0; i < merges.size(); ++i) merge_list.push_back(merges.string_at(i));
 
   const std::optional<int64_t> bos = optional_id(h, "tokenizer.ggml.bos_token_id", tokens.size());
   const std::optional<int64_t> eos = optional_id(h, "tokenizer.ggml.eos_token_id", tokens.size());
@@ -180,22 +290,10 @@ Tokenizer Tokenizer::from_gguf(const io::GgufHeader& h) {
         {"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", special}};
   }
 
-  const json document = {
-      {"added_tokens", std::move(added)},
-      {"normalizer", pre->normalizer},
-      {"pre_tokenizer", pre->pre_tokenizer},
-      {"post_processor", std::move(post_processor)},
-      {"decoder",
-       {{"type", "ByteLevel"},
-        {"add_prefix_space", true},
-        {"trim_offsets", true},
-        {"use_regex", true}}},
-      {"model",
-       {{"type", "BPE"},
-        {"ignore_merges", pre->ignore_merges},
-        {"vocab", std::move(vocab)},
-        {"merges", std::move(merge_list)}}},
-  };
+  json document = spm ? sentencepiece_bpe(h, tokens, types, std::move(vocab))
+                      : byte_level_bpe(h, std::move(vocab));
+  document["added_tokens"] = std::move(added);
+  document["post_processor"] = std::move(post_processor);
   // The names of special tokens a chat template reads, and the template itself.
   json config = json::object();
   if (h.find("tokenizer.chat_template")) {

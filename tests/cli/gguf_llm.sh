@@ -41,6 +41,14 @@ printf '[{"role":"user","content":"Hi"}]' >"$tmp/messages.json"
 check "chat-template" \
   "$("$prism" chat-template --tokenizer="$tmp" --messages="$tmp/messages.json" --add-generation-prompt)" \
   "$("$prism" chat-template --tokenizer="$gguf/tiny-f32.gguf" --messages="$tmp/messages.json" --add-generation-prompt)"
+# A SentencePiece tokenizer ("llama", as Llama 2's and Mistral's files have it): the ids
+# sentencepiece gives (tests/data/gguf/spm_tokenizer_ref.json), and back (the text after a
+# special token got its own dummy prefix, so it decodes with one space more).
+spm="$PRISM_SOURCE_DIR/tests/data/gguf/spm_tokenizer.gguf"
+check "sentencepiece tokenize" "1 548 437 2 635 504 355" \
+  "$("$prism" tokenize --tokenizer="$spm" --special "Hello there</s> and more")"
+check "sentencepiece detokenize" "<s> Hello there</s>  and more" \
+  "$("$prism" detokenize --tokenizer="$spm" 1 548 437 2 635 504 355)"
 
 # Broken files: exit code 1 and one line naming the file and what is wrong.
 expect_error() {  # name, want (a part of the message), command...
@@ -62,7 +70,7 @@ expect_error "wrong shape" \
   "$gguf/bad-shape.gguf: tensor 'blk.0.attn_k.weight' is F32[32, 32] but $small needs [16, 32]" \
   "$prism" llm --model="$gguf/bad-shape.gguf" --prompt-ids=1 --print-ids
 expect_error "unknown tokenizer" \
-  "$gguf/bad-tokenizer.gguf: tokenizer.ggml.model \"bert\" is not supported (gpt2, byte-level BPE, is)" \
+  "$gguf/bad-tokenizer.gguf: tokenizer.ggml.model \"bert\" is not supported (gpt2, byte-level BPE, and llama, SentencePiece BPE, are)" \
   "$prism" llm --model="$gguf/bad-tokenizer.gguf" --prompt=hi
 expect_error "unknown pre-tokenizer" \
   "$gguf/bad-pre.gguf: tokenizer.ggml.pre \"mystery-bpe\" is not supported (llama-bpe, lfm2, qwen2, qwen35 are)" \

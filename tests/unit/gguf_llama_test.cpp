@@ -349,7 +349,8 @@ TEST(GgufTokenizer, RendersTheChatPromptAsTokenizerConfig) {
 TEST(GgufTokenizer, RefusesUnknownModelsAndPreTokenizers) {
   EXPECT_EQ(testing::error_of([] { llm::Tokenizer::load(gguf("bad-tokenizer.gguf")); }),
             gguf("bad-tokenizer.gguf") +
-                ": tokenizer.ggml.model \"bert\" is not supported (gpt2, byte-level BPE, is)");
+                ": tokenizer.ggml.model \"bert\" is not supported (gpt2, byte-level BPE, and "
+                "llama, SentencePiece BPE, are)");
   EXPECT_EQ(testing::error_of([] { llm::Tokenizer::load(gguf("bad-pre.gguf")); }),
             gguf("bad-pre.gguf") +
                 ": tokenizer.ggml.pre \"mystery-bpe\" is not supported (llama-bpe, lfm2, "

@@ -36,7 +36,7 @@ packages=(
   # op conformance data (ONNX node tests)
   libonnx-testdata
   # tests of tools/ scripts, and the project's virtual environment
-  python3 python3-venv xz-utils
+  python3 python3-venv python3-dev xz-utils
 )
 purposes=(tests)
 for arg in "$@"; do

@@ -1,0 +1,139 @@
+"""The Python package (python/prism) against the `prism` command: the same tokenizer ids, chat
+prompts and greedy ids for the tiny checkpoints, streaming equal to the whole text, and bad input
+raising prism.Error with prism's one-line message. Run by ctest (`python`) with PYTHONPATH at
+the build tree's package and PRISM_CLI, PRISM_SOURCE_DIR, PRISM_TOKENIZERS_DIR and
+PRISM_GGUF_DIR set."""
+import json
+import os
+import subprocess
+
+import pytest
+
+import prism
+
+CLI = os.environ["PRISM_CLI"]
+SOURCE = os.environ["PRISM_SOURCE_DIR"]
+TOKENIZERS = os.environ["PRISM_TOKENIZERS_DIR"]
+GGUF = os.environ["PRISM_GGUF_DIR"]
+TINY = os.path.join(SOURCE, "tests", "data", "llama", "tiny-f32")
+PROMPT_IDS = [128000, 791, 6864, 315, 9822, 374]
+
+
+def cli(*args):
+    return subprocess.run([CLI, *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def tiny_with_tokenizer(tmp_path_factory):
+    """The tiny Llama checkpoint beside the Llama 3.1 tokenizer files (as tests/cli/ do)."""
+    d = tmp_path_factory.mktemp("tiny")
+    for f in os.listdir(TINY):
+        os.symlink(os.path.join(TINY, f), d / f)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        os.symlink(os.path.join(TOKENIZERS, "llama3_1", f), d / f)
+    return str(d)
+
+
+def test_platforms():
+    names = {p["name"]: p for p in prism.platforms()}
+    assert names["cpu"]["available"]
+    assert names["cpu"]["devices"][0]["memory_bytes"] > 0
+    assert all(p["available"] for p in prism.platforms(available_only=True))
+    assert prism.info().startswith(f"prism {prism.__version__}\n")
+    assert "  cpu      available" in prism.info()
+
+
+@pytest.mark.parametrize("name", ["llama3_1", "qwen3"])
+def test_tokenizer_as_the_cli(name):
+    path = os.path.join(TOKENIZERS, name)
+    tok = prism.Tokenizer.load(path)
+    text = "Hello, world! naïve café 日本語 <|im_start|>x"
+    ids = tok.encode(text, add_special_tokens=True)
+    assert ids == [int(i) for i in cli("tokenize", f"--tokenizer={path}", "--special", text).split()]
+    assert tok.decode(ids) == cli("detokenize", f"--tokenizer={path}", *map(str, ids))
+    assert tok.decode(ids, skip_special_tokens=True) == cli(
+        "detokenize", f"--tokenizer={path}", "--skip-special", *map(str, ids))
+    assert tok.vocab_size > 100000
+
+
+def test_chat_template_as_the_cli(tmp_path):
+    path = os.path.join(TOKENIZERS, "qwen3")
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    (tmp_path / "m.json").write_text(json.dumps(messages))
+    want = cli("chat-template", f"--tokenizer={path}", f"--messages={tmp_path / 'm.json'}",
+               "--add-generation-prompt", '--kwargs={"enable_thinking": false}')
+    tok = prism.Tokenizer.load(path)
+    assert tok.has_chat_template
+    assert tok.apply_chat_template(messages, add_generation_prompt=True,
+                                   enable_thinking=False) == want
+
+
+@pytest.mark.parametrize("model", [TINY, os.path.join(GGUF, "tiny-f32.gguf")])
+def test_greedy_ids_as_the_cli(model):
+    want = cli("llm", f"--model={model}", "--prompt-ids=" + ",".join(map(str, PROMPT_IDS)),
+               "--max-tokens=24", "--print-ids", "--seqlen=64", "--dtype=f32")
+    m = prism.llm.Model.load(model, platform="cpu", dtype="f32", seqlen=64)
+    got = m.generate_ids(ids=PROMPT_IDS, max_tokens=24)
+    assert got == [int(i) for i in want.split()]
+    assert len(got) == 24
+    # Each generation starts afresh: the same again.
+    assert m.generate_ids(ids=PROMPT_IDS, max_tokens=24) == got
+
+
+def test_chat_as_the_cli(tiny_with_tokenizer):
+    want = cli("llm", f"--model={tiny_with_tokenizer}", "--prompt=What is the capital of France?",
+               "--max-tokens=16", "--seqlen=128", "--dtype=f32")
+    m = prism.llm.Model.load(tiny_with_tokenizer, dtype="f32", seqlen=128)
+    reply = m.chat([{"role": "user", "content": "What is the capital of France?"}],
+                   max_tokens=16)
+    assert reply + "\n" == want
+    # Streamed: the same text, in pieces.
+    pieces = list(m.chat([{"role": "user", "content": "What is the capital of France?"}],
+                         max_tokens=16, stream=True))
+    assert "".join(pieces) == reply
+    assert len(pieces) > 1
+
+
+def test_stop_strings(tiny_with_tokenizer):
+    m = prism.llm.Model.load(tiny_with_tokenizer, dtype="f32", seqlen=128)
+    whole = m.generate("The capital of France is", max_tokens=20)
+    assert len(whole) > 8
+    stop = whole[5:8]
+    want = whole[:whole.find(stop)]
+    assert m.generate("The capital of France is", max_tokens=20, stop=stop) == want
+    assert "".join(m.generate("The capital of France is", max_tokens=20, stop=[stop, "\x00"],
+                              stream=True)) == want
+
+
+def test_sampling_is_seeded(tiny_with_tokenizer):
+    m = prism.llm.Model.load(tiny_with_tokenizer, dtype="f32", seqlen=128)
+    a = m.generate_ids(ids=PROMPT_IDS, max_tokens=12, temperature=1.0, top_p=0.9, seed=7)
+    b = m.generate_ids(ids=PROMPT_IDS, max_tokens=12, temperature=1.0, top_p=0.9, seed=7)
+    assert a == b
+    assert len(a) == 12
+
+
+def test_bad_input(tmp_path):
+    missing = str(tmp_path / "nothing")
+    with pytest.raises(prism.Error) as e:
+        prism.llm.Model.load(missing)
+    assert missing in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(prism.Error, match="dtype"):
+        prism.llm.Model.load(TINY, dtype="f16")
+    with pytest.raises(prism.Error, match="no-such-platform"):
+        prism.llm.Model.load(TINY, platform="no-such-platform")
+    m = prism.llm.Model.load(TINY, dtype="f32", seqlen=16)
+    with pytest.raises(prism.Error, match="outside the vocabulary"):
+        m.generate_ids(ids=[1, 10**9])
+    with pytest.raises(prism.Error, match="max_tokens"):
+        m.generate_ids(ids=[1], max_tokens=-1)
+    with pytest.raises(prism.Error, match="seqlen"):
+        m.generate_ids(ids=[1] * 17)
+    with pytest.raises(prism.Error, match="no tokenizer"):
+        m.generate("Hello")
+    with pytest.raises(ValueError):
+        m.generate_ids(prompt="a", ids=[1])
+    with pytest.raises(prism.Error):
+        prism.Tokenizer.load(missing)
+    # The model still works after the errors, and a full cache ends the generation.
+    assert len(m.generate_ids(ids=[1, 2, 3], max_tokens=100)) == 16 - 3 + 1

@@ -107,7 +107,9 @@ class Tensor {
   // Shape by name.
   Tensor transpose(TagList order) const;
   Tensor rename(std::initializer_list<std::pair<Tag, Tag>> renames) const;
+  Tensor rename(std::span<const std::pair<Tag, Tag>> renames) const;
   Tensor split(Tag tag, std::initializer_list<Dim> parts) const;  // one part may be -1
+  Tensor split(Tag tag, std::span<const Dim> parts) const;
   Tensor merge(TagList tags, Tag into) const;  // the tags must be adjacent, in this order
   Tensor reshape(const Shape& shape) const;    // row-major reinterpretation, same numel
   // Adds the tags of `shape` this tensor lacks, in `shape`'s order.

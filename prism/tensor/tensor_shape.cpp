@@ -98,16 +98,24 @@ Tensor Tensor::transpose(TagList order) const {
 }
 
 Tensor Tensor::rename(std::initializer_list<std::pair<Tag, Tag>> renames) const {
+  return rename(std::span<const std::pair<Tag, Tag>>(renames.begin(), renames.size()));
+}
+
+Tensor Tensor::rename(std::span<const std::pair<Tag, Tag>> renames) const {
   std::vector<Dim> dims(shape_.dims().begin(), shape_.dims().end());
   for (auto& [from, to] : renames) dims[shape_.axis(from, "rename")].tag = to;
   return reshape_node(*this, Shape(dtype(), dims, "rename"));
 }
 
 Tensor Tensor::split(Tag tag, std::initializer_list<Dim> parts) const {
+  return split(tag, std::span<const Dim>(parts.begin(), parts.size()));
+}
+
+Tensor Tensor::split(Tag tag, std::span<const Dim> parts) const {
   int axis = shape_.axis(tag, "split");
   int64_t total = shape_.size(axis), known = 1;
   int inferred = -1;
-  std::vector<Dim> pieces(parts);
+  std::vector<Dim> pieces(parts.begin(), parts.end());
   for (int i = 0; i < static_cast<int>(pieces.size()); ++i) {
     if (pieces[i].size == -1) {
       PRISM_CHECK(inferred < 0, "split: more than one size -1 splitting \"{}\"", tag.str());

@@ -6,6 +6,9 @@
 // - The GIL is released while prism computes (loading, feeding tokens, sampling), so other
 //   Python threads run meanwhile.
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -22,11 +25,15 @@
 
 #include "prism/backends/registry.h"
 #include "prism/core/error.h"
+#include "prism/io/load.h"
+#include "prism/io/store.h"
 #include "prism/llm/chat_template.h"
 #include "prism/llm/engine.h"
 #include "prism/llm/gguf_model.h"
 #include "prism/llm/sampler.h"
 #include "prism/llm/tokenizer.h"
+#include "prism/runtime/compile.h"
+#include "prism/tensor/tensor.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -59,6 +66,138 @@ nb::list platform_info() {
   }
   return out;
 }
+
+// --- Tensors and their data ------------------------------------------------------------------
+
+// A shape from Python: a dtype name and [(tag, size), ...] (or a dict, in order).
+Shape make_shape(const std::string& dtype,
+                 const std::vector<std::pair<std::string, int64_t>>& dims) {
+  std::vector<Dim> d;
+  for (const auto& [tag, size] : dims) d.push_back({Tag(tag), size});
+  return Shape(dtype_from_name(dtype), d);
+}
+
+std::vector<std::pair<std::string, int64_t>> shape_dims(const Shape& s) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const Dim& d : s.dims()) out.emplace_back(d.tag.str(), d.size);
+  return out;
+}
+
+// Dims from Python: a dict {tag: size} (in its order) or a list of (tag, size) pairs.
+std::vector<std::pair<std::string, int64_t>> dims_of(nb::handle h) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  if (nb::isinstance<nb::dict>(h)) {
+    for (auto [k, v] : nb::borrow<nb::dict>(h))
+      out.emplace_back(nb::cast<std::string>(k), nb::cast<int64_t>(v));
+    return out;
+  }
+  return nb::cast<std::vector<std::pair<std::string, int64_t>>>(h);
+}
+
+// Tags from Python: one name, or a sequence of names.
+TagList tags_of(nb::handle h) {
+  if (nb::isinstance<nb::str>(h)) return TagList(Tag(nb::cast<std::string>(h)));
+  std::vector<Tag> out;
+  for (const std::string& t : nb::cast<std::vector<std::string>>(h)) out.emplace_back(t);
+  return TagList(std::move(out));
+}
+
+// NumPy's view of a dtype: its type code, bits and lanes (DLPack's terms).
+nb::dlpack::dtype numpy_dtype(DType t) {
+  switch (t) {
+    case DType::f64:
+      return nb::dtype<double>();
+    case DType::f32:
+      return nb::dtype<float>();
+    case DType::f16:
+      return {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
+    case DType::i64:
+      return nb::dtype<int64_t>();
+    case DType::i32:
+      return nb::dtype<int32_t>();
+    case DType::i16:
+      return nb::dtype<int16_t>();
+    case DType::i8:
+      return nb::dtype<int8_t>();
+    case DType::u8:
+      return nb::dtype<uint8_t>();
+    case DType::u32:
+      return nb::dtype<uint32_t>();
+    case DType::boolean:
+      return nb::dtype<bool>();
+    default:
+      fail("prism: {} has no NumPy dtype: convert it in the program (x.convert(\"f32\"))", name(t));
+  }
+}
+
+using Array = nb::ndarray<nb::numpy>;
+
+// A host buffer as a NumPy array over its own memory (no copy): the array owns the buffer.
+Array to_numpy(HostBuffer buffer) {
+  if (buffer.shape().dtype() == DType::bf16) {  // NumPy has no bf16: widened to f32
+    std::vector<double> values = buffer.to_f64();
+    std::vector<float> f(values.begin(), values.end());
+    buffer = HostBuffer::from<float>(buffer.shape().with_dtype(DType::f32), f);
+  }
+  const Shape shape = buffer.shape();
+  std::vector<size_t> dims;
+  for (const Dim& d : shape.dims()) dims.push_back(static_cast<size_t>(d.size));
+  auto* owned = new HostBuffer(std::move(buffer));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<HostBuffer*>(p); });
+  return Array(owned->bytes().data(), dims.size(), dims.data(), owner, nullptr,
+               numpy_dtype(shape.dtype()), nb::device::cpu::value);
+}
+
+// Any array with DLPack or the buffer protocol (NumPy, PyTorch on the CPU, JAX, ...) as a host
+// buffer of `shape`: the same dtype and number of elements, C-contiguous; copied.
+HostBuffer from_array(const nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>& a,
+                      const Shape& shape, std::string_view what) {
+  const nb::dlpack::dtype want = numpy_dtype(shape.dtype());
+  PRISM_CHECK(a.dtype() == want, "{}: expected {} values for {}, got an array of another dtype",
+              what, name(shape.dtype()), shape.str());
+  PRISM_CHECK(static_cast<int64_t>(a.size()) == shape.numel(),
+              "{}: expected {} values for {}, got {}", what, shape.numel(), shape.str(), a.size());
+  return HostBuffer(shape, std::span(static_cast<const std::byte*>(a.data()), a.nbytes()));
+}
+
+// --- Programs ---------------------------------------------------------------------------------
+
+// Weights loaded onto a platform for a program (io::load).
+struct Weights {
+  io::Weights buffers;
+};
+
+// A compiled program and the platform it runs on, called with arrays.
+struct Program {
+  Executable exe;
+  Platform* platform;
+
+  std::vector<Array> call(
+      const std::vector<nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>>& args,
+      const Weights* weights) const {
+    const auto& shapes = exe.input_shapes();
+    PRISM_CHECK(args.size() == shapes.size(), "prism.Program: takes {} inputs, got {}",
+                shapes.size(), args.size());
+    PRISM_CHECK(exe.parameters().empty() || weights,
+                "prism.Program: the program has {} parameters: give weights=prism.io.load(...)",
+                exe.parameters().size());
+    std::vector<HostBuffer> host;
+    for (size_t i = 0; i < args.size(); ++i)
+      host.push_back(from_array(args[i], shapes[i], fmt::format("prism.Program input {}", i)));
+    std::vector<HostBuffer> results;
+    {
+      nb::gil_scoped_release release;
+      std::vector<Buffer> inputs;
+      for (const HostBuffer& h : host) inputs.push_back(platform->upload(h));
+      std::vector<Buffer> out = weights ? exe.call(weights->buffers, inputs)
+                                        : exe.call(std::span<const Buffer>{}, inputs);
+      for (const Buffer& b : out) results.push_back(b.to_host());
+    }
+    std::vector<Array> arrays;
+    for (HostBuffer& h : results) arrays.push_back(to_numpy(std::move(h)));
+    return arrays;
+  }
+};
 
 // A language model: an engine (weights, states), its tokenizer and chat template when it has
 // them, and one conversation that each generation starts afresh.
@@ -194,6 +333,190 @@ NB_MODULE(_prism, m) {
 
   m.def("platforms", &python::platform_info,
         "The platforms this build knows: name, available (and reason), devices.");
+
+  // Tensors: the tagged API, traced when prism.compile calls a Python function.
+  nb::class_<Shape>(m, "Shape")
+      .def(nb::init<>())
+      .def(
+          "__init__",
+          [](Shape* self, const std::string& dtype, nb::handle dims) {
+            new (self) Shape(python::make_shape(dtype, python::dims_of(dims)));
+          },
+          "dtype"_a, "dims"_a)
+      .def_prop_ro("dtype", [](const Shape& s) { return std::string(name(s.dtype())); })
+      .def_prop_ro("dims", &python::shape_dims)
+      .def_prop_ro("numel", &Shape::numel)
+      .def("__repr__", [](const Shape& s) { return "Shape(" + s.str() + ")"; })
+      .def("__eq__", [](const Shape& a, const Shape& b) { return a == b; });
+
+  // Tags: one name, or a list of them.
+  using Tags = nb::handle;
+  auto tags = [](nb::handle t) { return python::tags_of(t); };
+  nb::class_<Tensor>(m, "Tensor")
+      .def_static("parameter", [](const std::string& name,
+                                  const Shape& shape) { return Tensor::parameter(name, shape); })
+      .def_static("scalar",
+                  [](double v, const std::string& dtype) {
+                    return Tensor::scalar(v, dtype_from_name(dtype));
+                  })
+      .def_static("full", &Tensor::full)
+      .def_static(
+          "constant",
+          [](const nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>& a, const Shape& shape) {
+            return Tensor::constant(python::from_array(a, shape, "prism.Tensor.constant"));
+          })
+      .def_prop_ro("shape", &Tensor::shape)
+      .def_prop_ro("dtype", [](const Tensor& t) { return std::string(name(t.dtype())); })
+      .def("size", [](const Tensor& t, const std::string& tag) { return t.size(Tag(tag)); })
+      .def("__repr__", [](const Tensor& t) { return "Tensor(" + t.shape().str() + ")"; })
+      .def("neg", &Tensor::neg)
+      .def("abs", &Tensor::abs)
+      .def("exp", &Tensor::exp)
+      .def("log", &Tensor::log)
+      .def("sqrt", &Tensor::sqrt)
+      .def("rsqrt", &Tensor::rsqrt)
+      .def("tanh", &Tensor::tanh)
+      .def("sigmoid", &Tensor::logistic)
+      .def("sin", &Tensor::sin)
+      .def("cos", &Tensor::cos)
+      .def("relu", &Tensor::relu)
+      .def("silu", &Tensor::silu)
+      .def("gelu", &Tensor::gelu, "tanh_approximation"_a = false)
+      .def("convert", [](const Tensor& t,
+                         const std::string& dtype) { return t.convert(dtype_from_name(dtype)); })
+      .def("sum", [tags](const Tensor& t, const Tags& over) { return t.sum(tags(over)); })
+      .def("mean", [tags](const Tensor& t, const Tags& over) { return t.mean(tags(over)); })
+      .def("max", [tags](const Tensor& t, const Tags& over) { return t.max(tags(over)); })
+      .def("min", [tags](const Tensor& t, const Tags& over) { return t.min(tags(over)); })
+      .def("argmax", [](const Tensor& t, const std::string& tag) { return t.argmax(Tag(tag)); })
+      .def("dot", [tags](const Tensor& t, const Tensor& other,
+                         const Tags& contract) { return t.dot(other, tags(contract)); })
+      .def("transpose",
+           [tags](const Tensor& t, const Tags& order) { return t.transpose(tags(order)); })
+      .def("rename",
+           [](const Tensor& t, const std::vector<std::pair<std::string, std::string>>& pairs) {
+             std::vector<std::pair<Tag, Tag>> r;
+             for (const auto& [a, b] : pairs) r.emplace_back(Tag(a), Tag(b));
+             return t.rename(std::span<const std::pair<Tag, Tag>>(r));
+           })
+      .def("split",
+           [](const Tensor& t, const std::string& tag,
+              const std::vector<std::pair<std::string, int64_t>>& parts) {
+             std::vector<Dim> d;
+             for (const auto& [p, n] : parts) d.push_back({Tag(p), n});
+             return t.split(Tag(tag), std::span<const Dim>(d));
+           })
+      .def("merge", [tags](const Tensor& t, const Tags& which,
+                           const std::string& into) { return t.merge(tags(which), Tag(into)); })
+      .def("reshape", &Tensor::reshape)
+      .def("broadcast_to", &Tensor::broadcast_to)
+      .def(
+          "slice",
+          [](const Tensor& t, const std::string& tag, int64_t start, int64_t length,
+             int64_t stride) { return t.slice(Tag(tag), start, length, stride); },
+          "tag"_a, "start"_a, "length"_a, "stride"_a = 1)
+      .def("gather", [](const Tensor& t, const std::string& tag,
+                        const Tensor& indices) { return t.gather(Tag(tag), indices); })
+      .def("softmax", [](const Tensor& t, const std::string& tag) { return t.softmax(Tag(tag)); })
+      .def("log_softmax",
+           [](const Tensor& t, const std::string& tag) { return t.log_softmax(Tag(tag)); })
+      .def("rms_norm", [tags](const Tensor& t, const Tags& over,
+                              double eps) { return t.rms_norm(tags(over), eps); })
+      .def("layer_norm", [tags](const Tensor& t, const Tags& over,
+                                double eps) { return t.layer_norm(tags(over), eps); })
+      .def("__neg__", [](const Tensor& a) { return -a; })
+      .def("__add__", [](const Tensor& a, const Tensor& b) { return a + b; })
+      .def("__add__", [](const Tensor& a, double b) { return a + b; })
+      .def("__radd__", [](const Tensor& a, double b) { return b + a; })
+      .def("__sub__", [](const Tensor& a, const Tensor& b) { return a - b; })
+      .def("__sub__", [](const Tensor& a, double b) { return a - b; })
+      .def("__rsub__", [](const Tensor& a, double b) { return b - a; })
+      .def("__mul__", [](const Tensor& a, const Tensor& b) { return a * b; })
+      .def("__mul__", [](const Tensor& a, double b) { return a * b; })
+      .def("__rmul__", [](const Tensor& a, double b) { return b * a; })
+      .def("__truediv__", [](const Tensor& a, const Tensor& b) { return a / b; })
+      .def("__truediv__", [](const Tensor& a, double b) { return a / b; })
+      .def("__rtruediv__", [](const Tensor& a, double b) { return b / a; });
+  m.def("maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); });
+  m.def("minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); });
+  m.def("where", [](const Tensor& c, const Tensor& a, const Tensor& b) { return select(c, a, b); });
+  m.def("concat", [](const std::vector<Tensor>& ts, const std::string& tag) {
+    return concat(std::span<const Tensor>(ts), Tag(tag));
+  });
+
+  nb::class_<python::Program>(m, "Program")
+      .def_prop_ro("parameters",
+                   [](const python::Program& p) {
+                     std::vector<std::pair<std::string, Shape>> out;
+                     for (const auto& param : p.exe.parameters())
+                       out.emplace_back(param.name, param.shape);
+                     return out;
+                   })
+      .def_prop_ro("input_shapes", [](const python::Program& p) { return p.exe.input_shapes(); })
+      .def_prop_ro("output_shapes", [](const python::Program& p) { return p.exe.output_shapes(); })
+      .def_prop_ro("platform",
+                   [](const python::Program& p) { return std::string(p.platform->name()); })
+      .def("_call", &python::Program::call, "inputs"_a, "weights"_a.none());
+
+  // fn is called once, while prism traces it, with a Tensor per input shape; it returns a Tensor
+  // or a list of them.
+  m.def(
+      "compile",
+      [](nb::callable fn, const std::vector<Shape>& inputs, const std::string& platform) {
+        Platform& p = get_platform(platform);
+        TraceFn trace = [&fn](std::span<const Tensor> args) {
+          nb::list py_args;
+          for (const Tensor& t : args) py_args.append(nb::cast(t));
+          nb::object out = fn(*py_args);
+          if (nb::isinstance<Tensor>(out)) return std::vector<Tensor>{nb::cast<Tensor>(out)};
+          return nb::cast<std::vector<Tensor>>(out);
+        };
+        return python::Program{compile(p, trace, inputs), &p};
+      },
+      "fn"_a, "inputs"_a, "platform"_a = "");
+
+  // Stores of tensors (safetensors, GGUF), and weights loaded onto a platform.
+  nb::class_<io::Store>(m, "Store")
+      .def_static(
+          "open",
+          [](const std::string& uri) {
+            nb::gil_scoped_release release;
+            return io::Store::open(uri);
+          },
+          "uri"_a)
+      .def_prop_ro("uri", &io::Store::uri)
+      .def("names", &io::Store::names)
+      .def("shape", [](const io::Store& s, const std::string& n) { return s.shape(n); })
+      .def("__contains__", [](const io::Store& s, const std::string& n) { return s.contains(n); })
+      .def("__len__", &io::Store::size)
+      .def_prop_ro("metadata", &io::Store::metadata)
+      .def("read", [](const io::Store& s, const std::string& n) {
+        const io::StoredTensor& t = s.at(n);
+        PRISM_CHECK(!t.rearranged() && !t.decoded(),
+                    "prism.io: {} is stored as {} blocks: load it onto a platform instead "
+                    "(prism.io.load)",
+                    n, t.type_name());
+        HostBuffer h(s.shape(n));
+        {
+          nb::gil_scoped_release release;
+          s.read_tensor_bytes(n, h.bytes());
+        }
+        return python::to_numpy(std::move(h));
+      });
+  nb::class_<python::Weights>(m, "Weights")
+      .def("__len__", [](const python::Weights& w) { return w.buffers.size(); })
+      .def("names", [](const python::Weights& w) {
+        std::vector<std::string> out;
+        for (const auto& [n, b] : w.buffers) out.push_back(n);
+        return out;
+      });
+  m.def(
+      "load",
+      [](const io::Store& store, const python::Program& program) {
+        nb::gil_scoped_release release;
+        return python::Weights{io::load(store, program.exe.parameters(), *program.platform)};
+      },
+      "store"_a, "program"_a);
 
   nb::class_<llm::Tokenizer>(m, "Tokenizer")
       .def_static(

@@ -1,19 +1,23 @@
 """What Python costs a decoding step: prism.llm.Model.generate_ids against `prism llm` on the
-same model, same options, in one run (rounds alternate; medians). Both copy the weights into
-memory before the first answer (--fast-start=false), decode greedily from the same prompt ids
-and time only the decode steps: the command's own statistics line, and in Python the time of
-generate_ids(max_tokens=N) less that of max_tokens=1 (prefill and the first token), over N-1.
+same model, same options, in one run (rounds alternate, each side first in every other one;
+medians). Each side runs as a fresh process every round, loads the model, copies the weights
+into memory before the first answer (--fast-start=false), decodes greedily from the same prompt
+ids and times only the decode steps: the command's own statistics line, and in Python the time
+of generate_ids(max_tokens=N) less that of max_tokens=1 (prefill and the first token), over
+N-1.
 
 Run: PYTHONPATH=build/python .venv/bin/python bench/python_overhead.py
          [--model=build/bench/llama-1b-random] [--tokens=64] [--rounds=5] [--dtype=bf16]
 (`build/bin/prism-bench llm` writes the Llama 3.2 1B-shaped random checkpoint it defaults to.)
 """
 import argparse
+import json
 import os
 import platform
 import re
 import statistics
 import subprocess
+import sys
 import time
 
 import prism
@@ -54,6 +58,17 @@ def python_decode(model, tokens):
     return (len(ids) - 1) / ((t2 - t1) - (t1 - t0)), ids
 
 
+def python_side(model, tokens, dtype, seqlen):
+    """python_decode in a fresh process, as the command runs in one."""
+    code = (f"import json, sys; sys.path.insert(0, {HERE!r}); import python_overhead as b; "
+            f"import prism; m = prism.llm.Model.load({model!r}, platform='cpu', "
+            f"dtype={dtype!r}, seqlen={seqlen}); print(json.dumps(b.python_decode(m, {tokens})))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True)
+    rate, ids = json.loads(out.stdout.strip().splitlines()[-1])
+    return rate, ids
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default=os.path.join(ROOT, "build", "bench", "llama-1b-random"))
@@ -63,14 +78,19 @@ def main():
     p.add_argument("--dtype", default="bf16")
     a = p.parse_args()
     seqlen = len(PROMPT) + a.tokens + 8
-    model = prism.llm.Model.load(a.model, platform="cpu", dtype=a.dtype, seqlen=seqlen)
     cli_rates, py_rates = [], []
-    for _ in range(a.rounds):
-        rate, cli_ids = cli_decode(a.cli, a.model, a.tokens, a.dtype, seqlen)
-        cli_rates.append(rate)
-        rate, py_ids = python_decode(model, a.tokens)
-        py_rates.append(rate)
-        if py_ids != cli_ids:
+    for r in range(a.rounds):
+        # Each side goes first in every other round.
+        sides = ["cli", "python"] if r % 2 == 0 else ["python", "cli"]
+        ids = {}
+        for side in sides:
+            if side == "cli":
+                rate, ids[side] = cli_decode(a.cli, a.model, a.tokens, a.dtype, seqlen)
+                cli_rates.append(rate)
+            else:
+                rate, ids[side] = python_side(a.model, a.tokens, a.dtype, seqlen)
+                py_rates.append(rate)
+        if ids["python"] != ids["cli"]:
             raise SystemExit("Python and the command generated different ids")
     c, q = statistics.median(cli_rates), statistics.median(py_rates)
     print(f"{cpu_name()}, {os.cpu_count()} CPUs; {a.model}, {a.dtype}, {a.tokens} tokens, "

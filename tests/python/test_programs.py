@@ -64,12 +64,36 @@ def test_bf16_results_come_back_as_float32():
     np.testing.assert_array_equal(out, [2.0, 3.0, -6.0])
 
 
-def test_torch_tensors_go_in_through_dlpack():
+class DlpackOnly:
+    """An array that offers DLPack and nothing else (no buffer protocol, no __array__)."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+def test_arrays_go_in_and_out_through_dlpack():
+    program = prism.compile(lambda t: t - 1.0, [prism.Shape("f32", {"n": 3})])
+    out = program(DlpackOnly(np.array([1.0, 2.0, 3.0], dtype=np.float32)))
+    np.testing.assert_array_equal(out, [0.0, 1.0, 2.0])
+    back = np.from_dlpack(out)  # the result's memory, not a copy
+    assert back.ctypes.data == out.ctypes.data
+
+
+def test_torch_tensors_go_in_and_out_through_dlpack():
     torch = pytest.importorskip("torch")
     program = prism.compile(lambda t: t * 3.0, [prism.Shape("f32", {"n": 4})])
     out = program(torch.arange(4, dtype=torch.float32))
     np.testing.assert_array_equal(out, [0, 3, 6, 9])
-    assert torch.equal(torch.from_numpy(out), torch.tensor([0.0, 3.0, 6.0, 9.0]))
+    # and out: the result carries DLPack (NumPy's), which PyTorch takes without a copy.
+    back = torch.from_dlpack(out)
+    assert back.dtype == torch.float32 and torch.equal(back, torch.tensor([0.0, 3.0, 6.0, 9.0]))
+    assert back.data_ptr() == out.ctypes.data
 
 
 def read_idx(name):

@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: run test build setup configure bench format format-check clean
+.PHONY: run test build setup configure bench format format-check clean fuzz-smoke
 
 run: build
 	$(BUILD)/bin/prism mnist
@@ -24,6 +24,18 @@ build: configure
 bench: build
 	$(BUILD)/bin/prism-bench
 
+# The libFuzzer targets (fuzz/), built with clang and the sanitizers in their own tree, each run
+# for FUZZ_SECONDS from its corpus. CI runs it after `make test`.
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 20
+fuzz-smoke: setup
+	@if [ ! -f $(FUZZ_BUILD)/build.ninja ]; then \
+	  CC=clang-15 CXX=clang++-15 cmake -S . -B $(FUZZ_BUILD) -G Ninja \
+	    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRISM_FUZZ=ON -DPRISM_BUILD_TESTS=OFF \
+	    -DPRISM_BUILD_BENCH=OFF -DPRISM_PYTHON=OFF; fi
+	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target fuzz_targets
+	bash fuzz/smoke.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
 format:
 	git ls-files '*.cpp' '*.h' | xargs clang-format -i
 
@@ -33,4 +45,4 @@ format-check:
 	  echo "format-check: run 'make format'"; exit 1; fi
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD)

@@ -17,6 +17,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 packages=(
   # toolchain
   g++ cmake ninja-build pkg-config clang-format make
+  # the fuzz targets (make fuzz-smoke): clang with libFuzzer and the sanitizers' runtimes
+  clang-15
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # CPU backend

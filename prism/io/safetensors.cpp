@@ -157,7 +157,7 @@ SafetensorsHeader SafetensorsHeader::parse(std::string_view json, uint64_t file_
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(json);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse errors, numbers out of range
     fail("{}: header is not valid JSON: {}", file, e.what());
   }
   if (!root.is_object()) fail("{}: header is not a JSON object", file);

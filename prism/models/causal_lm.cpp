@@ -65,7 +65,12 @@ std::unique_ptr<CausalLM> make_causal_lm(const nlohmann::json& config, std::stri
                          ? config["model_type"].get<std::string>()
                          : "(none)";
   for (const Architecture& a : kArchitectures) {
-    if (type == a.model_type) return a.make(config, source, dtype);
+    if (type != a.model_type) continue;
+    try {
+      return a.make(config, source, dtype);
+    } catch (const nlohmann::json::exception& e) {  // a value of the wrong type
+      fail("llm: {}: {}", source, e.what());
+    }
   }
   fail("llm: {} has model_type \"{}\"; supported: {}", source, type,
        fmt::join(supported_model_types(), ", "));

@@ -12,8 +12,8 @@ namespace prism::models {
 namespace {
 
 int64_t required(const nlohmann::json& c, const char* key, std::string_view source) {
-  if (!c.contains(key) || !c[key].is_number_integer()) {
-    fail("llama: {} has no integer \"{}\"", source, key);
+  if (!c.contains(key) || !c[key].is_number_integer() || c[key].get<int64_t>() <= 0) {
+    fail("llama: {} has no positive integer \"{}\"", source, key);
   }
   return c[key].get<int64_t>();
 }

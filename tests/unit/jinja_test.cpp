@@ -161,6 +161,39 @@ TEST(Jinja, Builtins) {
 // As with Jinja2's Undefined (what transformers renders with): filters that read their input
 // as text or iterate it see "" for a missing value; arithmetic and other filters on it are
 // errors that name it.
+// Found by fuzz/fuzz_jinja: integers past 64 bits ended the process (std::stoll's
+// out_of_range); a literal is a syntax error, a string or float given to `int` its default.
+TEST(Jinja, IntegersOutOfRange) {
+  EXPECT_EQ(error_of("{{ 11111111111111111111111111 }}"),
+            "test.jinja:1:4: template syntax error: integer literal 11111111111111111111111111 "
+            "is out of range");
+  EXPECT_EQ(error_of("{{ x.99999999999999999999 }}", R"({"x": [1]})"),
+            "test.jinja:1:6: template syntax error: integer literal 99999999999999999999 is out "
+            "of range");
+  EXPECT_EQ(render("{{ '99999999999999999999' | int }} {{ '1e300' | int(7) }} {{ 1e300 | int }}"),
+            "0 7 0");
+  EXPECT_EQ(render("{{ '12' | int }} {{ 2.9 | int }} {{ '-3.5' | int }}"), "12 2 -3");
+  // Floats past double's range are inf, as Python reads them.
+  EXPECT_EQ(render("{{ 1e999 > 1e308 }}"), "True");
+}
+
+// Found by fuzz/fuzz_jinja: an escape with a non-hex digit ended the process (std::stoul).
+TEST(Jinja, BadEscapesAreSyntaxErrors) {
+  EXPECT_EQ(render(R"({{ "\u00e9\x41" }})"), "\u00e9A");
+  EXPECT_EQ(error_of(R"({{ "\uote" }})"),
+            "test.jinja:1:7: template syntax error: bad escape in string");
+  EXPECT_EQ(error_of(R"({{ "\x4" }})"),
+            "test.jinja:1:7: template syntax error: bad escape in string");
+}
+
+// Found by fuzz/fuzz_jinja: a filter or test given a value of the wrong type ended the process
+// (std::bad_variant_access); it is a TypeError, as in Python.
+TEST(Jinja, WrongTypesAreErrors) {
+  EXPECT_EQ(error_of(R"({{ 6 is divisibleby(",") }})"),
+            "template error: expected an int, got str ','");
+  EXPECT_EQ(render("{{ 6 is divisibleby(3) }}"), "True");
+}
+
 TEST(Jinja, TextFiltersReadAMissingValueAsEmpty) {
   EXPECT_EQ(render("[{{ m['content'] | trim }}]{{ m.content | length }}{{ m.x | list }}",
                    R"({"m": {"role": "assistant"}})"),

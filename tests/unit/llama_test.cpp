@@ -8,6 +8,7 @@
 #include "prism/backends/registry.h"
 #include "prism/io/s3.h"
 #include "prism/llm/engine.h"
+#include "prism/models/causal_lm.h"
 #include "tests/unit/io_test_util.h"
 #include "tests/unit/llm_test_util.h"
 #include "tests/unit/platforms.h"
@@ -141,6 +142,23 @@ TEST(Llama, BadInputGivesClearErrors) {
   o.seqlen = 1 << 20;
   EXPECT_EQ(testing::error_of([&] { llm::Engine(fixture("tiny-f32"), cpu, o); }),
             "llm: --seqlen=1048576 must be between 1 and the model's 2048 positions");
+}
+
+// Found by fuzz/fuzz_config: a config.json with no attention heads divided by zero, and a value
+// of the wrong type ended the process with an uncaught JSON exception.
+TEST(Llama, BadConfigsGiveOneErrorLine) {
+  nlohmann::json config = nlohmann::json::parse(R"({"model_type": "llama", "vocab_size": 64,
+      "hidden_size": 16, "intermediate_size": 48, "num_hidden_layers": 1,
+      "num_attention_heads": 2, "num_key_value_heads": 1})");
+  EXPECT_NO_THROW(models::make_causal_lm(config, "config.json", DType::f32));
+  config["num_attention_heads"] = 0;
+  EXPECT_EQ(testing::error_of([&] { models::make_causal_lm(config, "config.json", DType::f32); }),
+            "llama: config.json has no positive integer \"num_attention_heads\"");
+  config["num_attention_heads"] = 2;
+  config["rope_theta"] = "fast";
+  const std::string error =
+      testing::error_of([&] { models::make_causal_lm(config, "config.json", DType::f32); });
+  EXPECT_EQ(error.rfind("llm: config.json: [json.exception.type_error", 0), 0u) << error;
 }
 
 }  // namespace

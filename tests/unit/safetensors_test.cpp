@@ -96,6 +96,15 @@ TEST(Safetensors, RejectsTruncatedFile) {
             std::string::npos);
 }
 
+// Found by fuzz/fuzz_safetensors: a number too large for the JSON reader ended the process
+// with an uncaught nlohmann exception instead of one error line.
+TEST(Safetensors, RejectsNumbersOutOfRange) {
+  TempDir dir;
+  std::string error = header_error(
+      dir, with_header(R"({"w":{"dtype":"F32","shape":[8e814080],"data_offsets":[0,4]}})", 4));
+  EXPECT_NE(error.find("bad.safetensors: header is not valid JSON"), std::string::npos) << error;
+}
+
 TEST(Safetensors, RejectsHeaderLengthLargerThanFile) {
   TempDir dir;
   std::string bytes = with_header("{}", 0);

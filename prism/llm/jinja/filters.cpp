@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <optional>
 #include <vector>
 
 #include "prism/llm/jinja/builtins.h"
@@ -37,9 +39,11 @@ Value attribute_of(const Value& item, const std::string& path) {
     if (current.is_dict()) {
       const Value* found = current.as_dict().find(key);
       current = found ? *found : Value::undefined(fmt::format("no attribute '{}'", key));
-    } else if (current.is_list() && !key.empty() &&
-               std::all_of(key.begin(), key.end(), ::isdigit)) {
-      current = subscript(current, Value(static_cast<int64_t>(std::stoll(key))));
+    } else if (int64_t index = 0;
+               current.is_list() && !key.empty() &&
+               std::all_of(key.begin(), key.end(), ::isdigit) &&
+               std::from_chars(key.data(), key.data() + key.size(), index).ec == std::errc()) {
+      current = subscript(current, Value(index));
     } else {
       return Value::undefined(fmt::format("no attribute '{}'", key));
     }
@@ -258,17 +262,24 @@ Value apply_filter(std::string_view name, const Value& value, const Arguments& a
     const Value* fallback = argument(args, "default", 0);
     if (value.is_int()) return value;
     if (value.is_bool()) return Value(static_cast<int64_t>(value.as_bool()));
-    if (value.is_float()) return Value(static_cast<int64_t>(value.as_number()));
+    // A float in int64's range, truncated (inf, NaN and larger magnitudes have no int64).
+    auto truncated = [](double d) -> std::optional<int64_t> {
+      if (!(d > -9.2233720368547758e18 && d < 9.2233720368547758e18)) return std::nullopt;
+      return static_cast<int64_t>(d);
+    };
+    std::optional<int64_t> result;
+    if (value.is_float()) result = truncated(value.as_number());
     if (value.is_string()) {
       try {
         size_t used = 0;
         std::string s = value.as_string();
         int64_t parsed = std::stoll(s, &used, 10);
         if (used == s.size()) return Value(parsed);
-        return Value(static_cast<int64_t>(std::stod(s)));
-      } catch (const std::exception&) {
+        result = truncated(std::stod(s));
+      } catch (const std::exception&) {  // not a number, or out of range
       }
     }
+    if (result) return Value(*result);
     return fallback ? *fallback : Value(int64_t{0});
   }
   if (name == "float") {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 
 #include "prism/core/error.h"
 #include "prism/llm/unicode.h"
@@ -296,10 +297,13 @@ class Lexer {
           case 'u':
           case 'x': {
             size_t digits = e == 'u' ? 4 : 2;
-            if (p + digits > src_.size()) error(p, "bad escape in string");
-            char32_t cp =
-                static_cast<char32_t>(std::stoul(std::string(src_.substr(p, digits)), nullptr, 16));
-            unicode::append_utf8(value, cp);
+            uint32_t cp = 0;
+            const char* first = src_.data() + p;
+            if (p + digits > src_.size() ||
+                std::from_chars(first, first + digits, cp, 16).ptr != first + digits) {
+              error(p, "bad escape in string");  // found by fuzz/fuzz_jinja: std::stoul threw
+            }
+            unicode::append_utf8(value, static_cast<char32_t>(cp));
             p += digits;
             break;
           }

@@ -3,6 +3,8 @@
 // filters, tests, attributes, subscripts and calls binding tightest.
 #include <fmt/format.h>
 
+#include <charconv>
+#include <cstdlib>
 #include <initializer_list>
 
 #include "prism/core/error.h"
@@ -54,6 +56,17 @@ class Parser {
     next();
     return true;
   }
+  // An integer literal's value; one that does not fit 64 bits is an error (Python's would be
+  // a big integer, which nothing in a chat template needs).
+  int64_t integer(const Token& t) const {
+    int64_t value = 0;
+    const auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), value);
+    if (ec != std::errc() || end != t.text.data() + t.text.size()) {
+      error(t, fmt::format("integer literal {} is out of range", t.text));
+    }
+    return value;
+  }
+
   [[noreturn]] void error(const Token& at, const std::string& message) const {
     fail("{}:{}:{}: template syntax error: {}", name_, at.at.line, at.at.column, message);
   }
@@ -440,7 +453,7 @@ class Parser {
           // `x.0` is Jinja for x[0].
           node->kind = Expr::Kind::Subscript;
           node->operand = make(Expr::Kind::Literal, peek().at);
-          node->operand->literal = Value(static_cast<int64_t>(std::stoll(next().text)));
+          node->operand->literal = Value(integer(next()));
         } else {
           node->name = expect_name();
         }
@@ -508,12 +521,13 @@ class Parser {
       }
       case Token::Kind::Integer: {
         auto node = make(Expr::Kind::Literal, at);
-        node->literal = Value(static_cast<int64_t>(std::stoll(next().text)));
+        node->literal = Value(integer(next()));
         return node;
       }
       case Token::Kind::Float: {
         auto node = make(Expr::Kind::Literal, at);
-        node->literal = Value(std::stod(next().text));
+        // strtod: a literal past double's range is inf, as in Python (std::stod throws).
+        node->literal = Value(std::strtod(next().text.c_str(), nullptr));
         return node;
       }
       case Token::Kind::Operator:

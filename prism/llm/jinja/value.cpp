@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "prism/core/error.h"
+
 namespace prism::llm::jinja {
 
 const Value* Dict::find(std::string_view key) const {
@@ -257,6 +259,12 @@ std::string Value::repr() const {
     return out + "}";
   }
   return "<function>";
+}
+
+void Value::wrong_type(const char* want) const {
+  std::string shown = repr();
+  if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
+  fail("template error: expected {}, got {} {}", want, type_name(), shown);
 }
 
 std::string Value::type_name() const {

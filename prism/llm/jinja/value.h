@@ -80,15 +80,17 @@ class Value {
   bool is_dict() const { return std::holds_alternative<std::shared_ptr<Dict>>(storage_); }
   bool is_function() const { return std::holds_alternative<std::shared_ptr<Function>>(storage_); }
 
-  bool as_bool() const { return std::get<bool>(storage_); }
-  int64_t as_int() const { return std::get<int64_t>(storage_); }
+  // The value as that type; another type is a prism::Error naming both (Python's TypeError),
+  // never a crash, whatever a template hands a filter or test.
+  bool as_bool() const { return get<bool>("a bool"); }
+  int64_t as_int() const { return get<int64_t>("an int"); }
   double as_number() const {
-    return is_int() ? static_cast<double>(as_int()) : std::get<double>(storage_);
+    return is_int() ? static_cast<double>(as_int()) : get<double>("a number");
   }
-  const std::string& as_string() const { return std::get<std::string>(storage_); }
-  List& as_list() const { return *std::get<std::shared_ptr<List>>(storage_); }
-  Dict& as_dict() const { return *std::get<std::shared_ptr<Dict>>(storage_); }
-  const Function& as_function() const { return *std::get<std::shared_ptr<Function>>(storage_); }
+  const std::string& as_string() const { return get<std::string>("a str"); }
+  List& as_list() const { return *get<std::shared_ptr<List>>("a list"); }
+  Dict& as_dict() const { return *get<std::shared_ptr<Dict>>("a dict"); }
+  const Function& as_function() const { return *get<std::shared_ptr<Function>>("callable"); }
   const UndefinedOrigin* undefined_origin() const;
 
   // Python's bool(), str(), repr(); type name as Python spells it ("str", "dict").
@@ -102,6 +104,13 @@ class Value {
   friend bool operator==(const Value& a, const Value& b);
 
  private:
+  template <typename T>
+  const T& get(const char* want) const {
+    if (const T* v = std::get_if<T>(&storage_)) return *v;
+    wrong_type(want);
+  }
+  [[noreturn]] void wrong_type(const char* want) const;
+
   Storage storage_;
 };
 

@@ -116,8 +116,13 @@ void dequantize_rows(quant::GgmlType type, const std::byte* w, int64_t row_bytes
 //     converted and scaled each, their minimums added as m * d_x * sum q.
 //   - K-quants: a block's 32-bit lane sums (each four products of one sub-block) are packed
 //     into 16 bits and multiplied by the sub-block scales with vpdpwssd; Q6_K's offset -32
-//     goes in as -32 * scale times the activations' sums of 16 (vpdpwssd again), Q4_K's and
-//     Q5_K's minimums as one f32 multiply-add of -dmin * m with d_x * (sums of 32).
+//     goes in as -32 * scale times the activations' sums of 16 (vpdpwssd again). The lanes
+//     are then reduced exactly (the transposition above) to one integer T per block and pair
+//     of rows, and Q4_K's and Q5_K's minimums to another, M = sum of min_j * (the
+//     activations' sum over sub-block j) (four vpdpwssd of word pairs); each block adds
+//     fma(float(T), d_w * d_x) and fma(float(M), -dmin_w * d_x) in f32, block after block:
+//     amx_k_rows' arithmetic, so Q4_K takes either by its number of rows. Each block is
+//     unpacked once for up to 16 activation rows (in chunks of 4 from cache).
 // Other targets (AVX2, and AVX-512 CPUs without VNNI) and types have no integer kernels:
 // quant_rows_int8 runs quant_rows on the activations as rounded (dequantized into f32),
 // which gives the same result up to the order of the f32 sums. quantize_activations rounds a
@@ -202,13 +207,13 @@ void quant_rows_int8(quant::GgmlType type, const QuantizedRows& x, const std::by
                      int64_t row_bytes, int64_t n, int64_t k, float* out, int64_t ldo);
 
 // Whether quant_rows_int8 runs products of m rows with weights of this type on AMX tiles
-// (amx_rows.h) rather than with VNNI: Q8_0 and Q4_0 under the AVX3_DL target on a CPU with
-// AMX-INT8, for 5-16 rows by default (PRISM_CPU_QUANT_ROWS=auto), where the tiles are faster
-// (16 rows: 1.7x for Q8_0, 2.4x for Q4_0), or for 1-16 rows with PRISM_CPU_QUANT_ROWS=amx;
-// never with =vnni. Both kernels give the same bits (their sums of blocks of 32 without a
-// minimum are exact and scaled alike), so the choice changes only the speed, and a row's
-// result never depends on the rows batched with it. Throws for =amx on a CPU without
-// AMX-INT8, or for another value.
+// (amx_rows.h) rather than with VNNI: Q8_0, Q4_0 and Q4_K under the AVX3_DL target on a CPU
+// with AMX-INT8, by default (PRISM_CPU_QUANT_ROWS=auto) for 5-16 rows of Q8_0 and Q4_0 and
+// 9-16 of Q4_K, where the tiles are faster (16 rows: 1.7x VNNI for Q8_0, 2.4x for Q4_0, 1.5x
+// for Q4_K), or for 1-16 rows with PRISM_CPU_QUANT_ROWS=amx; never with =vnni. Both kernels
+// give the same bits (each block's sums are exact integers, scaled alike), so the choice
+// changes only the speed, and a row's result never depends on the rows batched with it.
+// Throws for =amx on a CPU without AMX-INT8, or for another value.
 bool quant_rows_on_amx(quant::GgmlType type, int64_t m);
 
 // Whether quant_rows_int8 has integer kernels for this type under the SIMD target in use and

@@ -15,7 +15,7 @@ mkdir -p "$artifacts"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 failed=0
-for target in safetensors gguf tokenizer jinja config; do
+for target in safetensors gguf tokenizer jinja config s3_listing; do
   mkdir -p "$work/$target"
   cp "$here/corpus/$target/"* "$work/$target/"
   log="$work/$target.log"

@@ -7,8 +7,11 @@
 // ListObjectsV2 page, default 1000).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace prism::io::s3 {
 
@@ -18,6 +21,17 @@ struct ObjectUri {
 
   static ObjectUri parse(std::string_view uri);
 };
+
+// One page of a ListObjectsV2 answer: the objects (key, size), the common prefixes ("dir/",
+// with a delimiter), and the continuation token when the listing is truncated ("" otherwise).
+struct ListPage {
+  std::vector<std::pair<std::string, uint64_t>> objects;
+  std::vector<std::string> prefixes;
+  std::string next_token;
+};
+// The page in an S3 server's XML answer. A server is a stranger: an object whose Size is not a
+// number is a prism::Error naming `what`, never a crash (fuzz/fuzz_s3_listing).
+ListPage parse_list_page(std::string_view xml, std::string_view what);
 
 // Uploads a (small) object in one signed PUT: fixtures, tools, `prism io cp` to S3 later.
 void put_object(std::string_view uri, std::string_view bytes);

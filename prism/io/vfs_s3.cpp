@@ -1,5 +1,6 @@
 // s3:// files: HEAD for the size, signed range GETs for the bytes (through the https
 // implementation, so retries and resumed transfers come with it), ListObjectsV2 for prefixes.
+#include <charconv>
 #include <cstdlib>
 #include <map>
 
@@ -174,6 +175,30 @@ std::string xml_text(std::string_view xml, std::string_view tag) {
   return elements.empty() ? "" : xml_unescape(elements.front());
 }
 
+}  // namespace
+
+ListPage parse_list_page(std::string_view xml, std::string_view what) {
+  ListPage page;
+  for (auto contents : xml_elements(xml, "Contents")) {
+    const std::string size = xml_text(contents, "Size");
+    uint64_t bytes = 0;
+    const char* end = size.data() + size.size();
+    if (!size.empty() && std::from_chars(size.data(), end, bytes).ptr != end) {
+      fail("{}: the S3 listing gives object '{}' the size '{}', not a number", what,
+           xml_text(contents, "Key"), size);
+    }
+    page.objects.emplace_back(xml_text(contents, "Key"), bytes);
+  }
+  for (auto common : xml_elements(xml, "CommonPrefixes")) {
+    page.prefixes.push_back(xml_text(common, "Prefix"));
+  }
+  page.next_token =
+      xml_text(xml, "IsTruncated") == "true" ? xml_text(xml, "NextContinuationToken") : "";
+  return page;
+}
+
+namespace {
+
 struct Listing {
   std::vector<std::pair<std::string, uint64_t>> objects;  // key, size
   std::vector<std::string> prefixes;                      // "dir/" (with a delimiter)
@@ -192,16 +217,10 @@ Listing list_objects(const S3Settings& s, const std::string& bucket, const std::
     HttpRequest request{.url = t.url, .sign = signer(s, t)};
     HttpResponse response = http_request(request);
     if (response.status != 200) throw_s3_error(std::string(what), response, s);
-    for (auto contents : xml_elements(response.body, "Contents")) {
-      std::string size = xml_text(contents, "Size");
-      listing.objects.emplace_back(xml_text(contents, "Key"), size.empty() ? 0 : std::stoull(size));
-    }
-    for (auto common : xml_elements(response.body, "CommonPrefixes")) {
-      listing.prefixes.push_back(xml_text(common, "Prefix"));
-    }
-    token = xml_text(response.body, "IsTruncated") == "true"
-                ? xml_text(response.body, "NextContinuationToken")
-                : "";
+    ListPage page = parse_list_page(response.body, what);
+    for (auto& object : page.objects) listing.objects.push_back(std::move(object));
+    for (auto& prefix : page.prefixes) listing.prefixes.push_back(std::move(prefix));
+    token = std::move(page.next_token);
   } while (!token.empty() && !first_page_only);
   return listing;
 }

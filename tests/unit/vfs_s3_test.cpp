@@ -131,5 +131,26 @@ TEST_F(S3, RefusesRequestsSignedWithAWrongSecretKey) {
       std::string::npos);
 }
 
+// A ListObjectsV2 page as servers write it, and one whose Size is not a number, which a
+// server could send: std::stoull used to end the process on it.
+TEST(S3Listing, ParsesAPageAndRefusesABadSize) {
+  const s3::ListPage page = s3::parse_list_page(
+      "<ListBucketResult><IsTruncated>true</IsTruncated><NextContinuationToken>t&amp;1"
+      "</NextContinuationToken><Contents><Key>a/b.json</Key><Size>812</Size></Contents>"
+      "<Contents><Key>a/c &amp; d</Key><Size>2471645608</Size></Contents>"
+      "<CommonPrefixes><Prefix>a/sub/</Prefix></CommonPrefixes></ListBucketResult>",
+      "s3://bucket/a/");
+  ASSERT_EQ(page.objects.size(), 2u);
+  EXPECT_EQ(page.objects[0], (std::pair<std::string, uint64_t>{"a/b.json", 812}));
+  EXPECT_EQ(page.objects[1], (std::pair<std::string, uint64_t>{"a/c & d", 2471645608}));
+  EXPECT_EQ(page.prefixes, std::vector<std::string>{"a/sub/"});
+  EXPECT_EQ(page.next_token, "t&1");
+  EXPECT_EQ(testing::error_of([] {
+              s3::parse_list_page("<Contents><Key>k</Key><Size>12x</Size></Contents>", "s3://b/");
+            }),
+            "s3://b/: the S3 listing gives object 'k' the size '12x', not a number");
+  EXPECT_EQ(s3::parse_list_page("<IsTruncated>false</IsTruncated>", "s3://b/").next_token, "");
+}
+
 }  // namespace
 }  // namespace prism::io

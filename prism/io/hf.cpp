@@ -95,6 +95,17 @@ RepoPath RepoPath::parse(std::string_view uri) {
   std::string_view repo = rest.substr(0, repo_end);
   if (repo_end != std::string_view::npos) r.path = std::string(rest.substr(repo_end + 1));
   while (r.path.ends_with('/')) r.path.pop_back();
+  // The path names a file of the cache's snapshot (snapshots/<commit>/<path>): it must stay
+  // inside it, whatever a URI or a repository's listing says.
+  for (size_t begin = 0; begin <= r.path.size();) {
+    const size_t end = std::min(r.path.find('/', begin), r.path.size());
+    const std::string_view part = std::string_view(r.path).substr(begin, end - begin);
+    if ((part == ".." || part == "." || (part.empty() && !r.path.empty())) ||
+        part.find('\\') != std::string_view::npos) {
+      fail("{}: the path '{}' leaves the repository", uri, r.path);
+    }
+    begin = end + 1;
+  }
   if (size_t at = repo.find('@'); at != std::string_view::npos) {
     r.revision = percent_decode(repo.substr(at + 1));
     r.revision_given = true;

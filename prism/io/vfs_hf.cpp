@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -160,7 +161,14 @@ RemoteFile head_remote(const HubSettings& settings, const RepoPath& repo, const 
     if (remote.etag.find('/') != std::string::npos || remote.etag.starts_with(".")) {
       fail("{}: unusable etag '{}'", repo.uri(), remote.etag);
     }
-    remote.size = std::stoull(size);
+    // The commit names a folder of the cache (snapshots/<commit>): only a commit hash may.
+    if (!is_hex(remote.commit, 40)) {
+      fail("{}: the Hub's X-Repo-Commit '{}' is not a commit hash", repo.uri(), remote.commit);
+    }
+    const char* end = size.data() + size.size();
+    if (std::from_chars(size.data(), end, remote.size).ptr != end) {
+      fail("{}: the Hub gives the file's size as '{}', not a number", repo.uri(), size);
+    }
     return remote;
   }
   fail("{}: too many redirects", repo.uri());

@@ -240,6 +240,21 @@ TEST_F(Hf, RejectsRevisionsThatLeaveTheCache) {
             std::string::npos);
 }
 
+// A path in a URI or a repository's listing names a file of the cache's snapshot: one that
+// would leave it (.., ., empty parts, backslashes) is refused before anything is asked or
+// written.
+TEST(HfPaths, RefusesPathsThatLeaveTheRepository) {
+  for (const char* bad :
+       {"hf://org/tiny/../../../etc/passwd", "hf://org/tiny/a/../b", "hf://org/tiny/./config.json",
+        "hf://org/tiny//config.json", "hf://org/tiny/a\\..\\b"}) {
+    const std::string error = testing::error_of([&] { hf::RepoPath::parse(bad); });
+    EXPECT_NE(error.find("leaves the repository"), std::string::npos) << bad << ": " << error;
+  }
+  EXPECT_EQ(hf::RepoPath::parse("hf://org/tiny/sub/model.safetensors").path,
+            "sub/model.safetensors");
+  EXPECT_EQ(hf::RepoPath::parse("hf://org/tiny/").path, "");
+}
+
 TEST_F(Hf, ReusesACacheWrittenByOtherToolsWithoutARequest) {
   // The layout huggingface_hub writes, made by hand; the server is gone.
   std::string repo = repo_cache("models--other--model");

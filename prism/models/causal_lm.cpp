@@ -1,6 +1,8 @@
 #include "prism/models/causal_lm.h"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "prism/core/error.h"
@@ -61,6 +63,17 @@ std::vector<std::string> supported_model_types() {
 std::unique_ptr<CausalLM> make_causal_lm(const nlohmann::json& config, std::string_view source,
                                          DType dtype) {
   PRISM_CHECK(config.is_object(), "llm: {} is not a JSON object", source);
+  // A number past int64's range cannot be read as an integer (converting it would be undefined
+  // behaviour; found by fuzz/fuzz_config): none belongs in a config.
+  std::function<void(const nlohmann::json&)> check_numbers = [&](const nlohmann::json& j) {
+    if (j.is_number_float() && !(std::fabs(j.get<double>()) < 9.2233720368547758e18)) {
+      fail("llm: {}: the number {} is out of range", source, j.dump());
+    }
+    if (j.is_structured()) {
+      for (const auto& item : j) check_numbers(item);
+    }
+  };
+  check_numbers(config);
   std::string type = config.contains("model_type") && config["model_type"].is_string()
                          ? config["model_type"].get<std::string>()
                          : "(none)";

@@ -155,6 +155,10 @@ TEST(Llama, BadConfigsGiveOneErrorLine) {
   EXPECT_EQ(testing::error_of([&] { models::make_causal_lm(config, "config.json", DType::f32); }),
             "llama: config.json has no positive integer \"num_attention_heads\"");
   config["num_attention_heads"] = 2;
+  config["max_position_embeddings"] = 1.3e44;  // read as an integer: undefined behaviour
+  EXPECT_EQ(testing::error_of([&] { models::make_causal_lm(config, "config.json", DType::f32); }),
+            "llm: config.json: the number 1.3e+44 is out of range");
+  config.erase("max_position_embeddings");
   config["rope_theta"] = "fast";
   const std::string error =
       testing::error_of([&] { models::make_causal_lm(config, "config.json", DType::f32); });

@@ -25,9 +25,10 @@ bench: build
 	$(BUILD)/bin/prism-bench
 
 # The libFuzzer targets (fuzz/), built with clang and the sanitizers in their own tree, each run
-# for FUZZ_SECONDS from its corpus. CI runs it after `make test`.
+# from its corpus for a fixed number of inputs (fuzz/smoke.sh; FUZZ_SECONDS caps a slow
+# machine). CI runs it after `make test`.
 FUZZ_BUILD ?= build-fuzz
-FUZZ_SECONDS ?= 20
+FUZZ_SECONDS ?= 60
 fuzz-smoke: setup
 	@if [ ! -f $(FUZZ_BUILD)/build.ninja ]; then \
 	  CC=clang-15 CXX=clang++-15 cmake -S . -B $(FUZZ_BUILD) -G Ninja \

@@ -26,7 +26,7 @@ bench: build
 
 # The libFuzzer targets (fuzz/), built with clang and the sanitizers in their own tree, each run
 # from its corpus for a fixed number of inputs (fuzz/smoke.sh; FUZZ_SECONDS caps a slow
-# machine). CI runs it after `make test`.
+# machine).
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 fuzz-smoke: setup

@@ -37,14 +37,17 @@ echo "$info" | grep -q '^    - .*simd [A-Z0-9_]' || { echo "FAIL info: no simd t
 err=$(PRISM_CPU_TARGET=bogus "$prism" info 2>&1 >/dev/null); rc=$?
 prefix="prism: error: PRISM_CPU_TARGET=bogus: not a SIMD target of this binary on this CPU"
 check "unknown SIMD target" "1 $prefix" "$rc ${err%% (expected*}"
-lowest=$(echo "$err" | sed -n 's/.*expected one of: .*[ :]\([a-z0-9_+]*\))$/\1/p')
+lowest=$(echo "$err" | sed -n 's/.*expected one of:.*[ :]\([a-z0-9_+]*\))$/\1/p')
 got=$(PRISM_CPU_TARGET="$lowest" "$prism" info | sed -n 's/^    - .*simd \([A-Z0-9_]*\).*/\1/p' | head -1)
 check "PRISM_CPU_TARGET=$lowest" "${lowest^^}" "$got"
 # The kernels of batched decoding's products: PRISM_CPU_ROWS chooses, one line for a bad name.
 err=$(PRISM_CPU_ROWS=bogus "$prism" info 2>&1 >/dev/null); rc=$?
 check "bad PRISM_CPU_ROWS" "1 prism: error: PRISM_CPU_ROWS=bogus: expected amx, fma or onednn" "$rc $err"
-if echo "$info" | grep -q 'batched rows'; then  # a CPU with AVX-512 BF16
-  got=$(PRISM_CPU_ROWS=onednn "$prism" info | grep -c 'batched rows in oneDNN')
-  check "PRISM_CPU_ROWS=onednn" 1 "$got"
+got=$(PRISM_CPU_ROWS=onednn "$prism" info | grep -c 'batched rows in oneDNN')
+check "PRISM_CPU_ROWS=onednn" 1 "$got"
+if echo "$info" | grep -q 'simd \(AVX2\|SSE4\|SSSE3\|SSE2\)[,)]'; then  # no AVX-512 at all
+  err=$(PRISM_CPU_ROWS=fma "$prism" info 2>&1 >/dev/null); rc=$?
+  check "PRISM_CPU_ROWS=fma without AVX-512 BF16" \
+    "1 prism: error: PRISM_CPU_ROWS=fma: needs AVX-512 BF16" "$rc $err"
 fi
 exit $fail

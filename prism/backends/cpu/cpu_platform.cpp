@@ -145,8 +145,7 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
     }
   }
   return {{fmt::format("{} ({}{} threads, simd {}{}{})", cpu_model(), device, pool_.size(),
-                       simd::current().describe(),
-                       simd::current().avx512_bf16 ? rows_description() : "", quantized),
+                       simd::current().describe(), rows_description(), quantized),
            memory}};
 }
 

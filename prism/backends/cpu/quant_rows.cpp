@@ -504,6 +504,21 @@ constexpr bool kPlain = Format::kElems == kLanes;
 // streams.
 constexpr int64_t kPrefetchAhead = 1024;
 
+// Accumulators a row of a tile holds: two for block formats, taking a block's vectors in turn
+// (a K-quant block is 16 multiply-adds into each, whose latency one chain would wait out), one
+// for plain f16. The same for every count of activation rows, so that a row's sums are added
+// in the same order whatever rows it comes with: batched decoding gives each row the bits it
+// gets alone. Where G activation rows against kRows weight rows would need more accumulators
+// than there are registers, the weight rows go in smaller tiles (kTileRows) instead.
+template <typename Format>
+constexpr int kSplit = kPlain<Format> ? 1 : 2;
+template <typename Format, int G>
+constexpr int kTileRows = [] {
+  int r = kRows;
+  while (r > 1 && r * G * kSplit < Format >> kAccumulators) r /= 2;
+  return r;
+}();
+
 // out[g * ldo + rows[r]] = x[g] . W[r] for R weight rows w[r] and G activation rows ldx
 // apart, k values each; `prefetch` when the weights come from memory (the first chunk of
 // activation rows), not from cache.
@@ -511,9 +526,7 @@ template <typename Format, int R, int G>
 HWY_NOINLINE void Tile(const float* HWY_RESTRICT x, int64_t ldx, const uint8_t* const* w, int64_t k,
                        float* out, int64_t ldo, const int64_t* rows, bool prefetch) {
   const DF df;
-  // Two accumulators a row where registers allow, taking the block's vectors in turn: a
-  // K-quant block is 16 multiply-adds into each, whose latency one chain would wait out.
-  constexpr int S = R * G <= kAccumulators / 2 && !kPlain<Format> ? 2 : 1;
+  constexpr int S = kSplit<Format>;
   VF acc[R][G][S];
 #pragma GCC unroll 32
   for (int i = 0; i < R * G * S; ++i) acc[i / (G * S)][i / S % G][i % S] = hn::Zero(df);
@@ -566,10 +579,19 @@ HWY_NOINLINE void Tile(const float* HWY_RESTRICT x, int64_t ldx, const uint8_t* 
 using TileFn = void (*)(const float*, int64_t, const uint8_t* const*, int64_t, float*, int64_t,
                         const int64_t*, bool);
 
-// Tile<Format, kRows, G> for G = 1..kChunk, at index G - 1.
+// kRows weight rows against G activation rows, in tiles of kTileRows<Format, G> weight rows.
+template <typename Format, int G>
+void RowsTile(const float* x, int64_t ldx, const uint8_t* const* w, int64_t k, float* out,
+              int64_t ldo, const int64_t* rows, bool prefetch) {
+  constexpr int R = kTileRows<Format, G>;
+  for (int r = 0; r < kRows; r += R)
+    Tile<Format, R, G>(x, ldx, w + r, k, out, ldo, rows + r, prefetch);
+}
+
+// RowsTile<Format, G> for G = 1..kChunk, at index G - 1.
 template <typename Format, int... G>
 constexpr auto TileTable(std::integer_sequence<int, G...>) {
-  return std::array<TileFn, sizeof...(G)>{&Tile<Format, kRows, G + 1>...};
+  return std::array<TileFn, sizeof...(G)>{&RowsTile<Format, G + 1>...};
 }
 
 // All the weight rows, kRows at a time from kRows quarters of [0, n) (dot_rows.h's

@@ -1,5 +1,6 @@
 // The Jinja interpreter on the constructs chat templates use, and its errors. Expected outputs
 // are what Jinja2 (with trim_blocks and lstrip_blocks, as transformers configures it) renders.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -226,6 +227,126 @@ TEST(Jinja, ErrorsNameFileLineAndColumn) {
             "test.jinja:1:8: unknown filter 'nofilter'");
   EXPECT_EQ(error_of("{{ 'a' + 1 }}"),
             "test.jinja:1:8: unsupported operand types for +: 'str' and 'int'");
+}
+
+// Python's integers have no bound; prism's have 64 bits, and a result past them is an error,
+// never a wrapped value. Found by fuzz/fuzz_jinja: `2 ** 510` overflowed (undefined behavior)
+// and `1 ** 10 ** 18` looped 10^18 times.
+TEST(Jinja, IntegerOverflowIsAnError) {
+  EXPECT_EQ(render("{{ 2 ** 62 }} {{ 1 ** 1000000000000000000 }} {{ (-1) ** 999999999999999999 }} "
+                   "{{ 0 ** 7 }} {{ 7 ** 0 }} {{ 2 ** -1 }}"),
+            "4611686018427387904 1 -1 0 1 0.5");
+  auto overflow = [](const char* op) {
+    return fmt::format("integer overflow: the result of '{}' does not fit in 64 bits", op);
+  };
+  EXPECT_EQ(error_of("{{ 2 ** 63 }}"), "test.jinja:1:6: " + overflow("**"));
+  EXPECT_EQ(error_of("{{ 2 ** 510 }}"), "test.jinja:1:6: " + overflow("**"));
+  EXPECT_EQ(error_of("{{ 9223372036854775807 + 1 }}"), "test.jinja:1:24: " + overflow("+"));
+  EXPECT_EQ(error_of("{{ -9223372036854775807 - 2 }}"), "test.jinja:1:25: " + overflow("-"));
+  EXPECT_EQ(error_of("{{ 4294967296 * 4294967296 }}"), "test.jinja:1:15: " + overflow("*"));
+  const char* min = "(-9223372036854775807 - 1)";
+  EXPECT_EQ(render(fmt::format("{{{{ {} % -1 }}}} {{{{ {} // 1 }}}}", min, min)),
+            "0 -9223372036854775808");
+  EXPECT_NE(error_of(fmt::format("{{{{ {} // -1 }}}}", min)).find(overflow("//")),
+            std::string::npos);
+  EXPECT_NE(error_of(fmt::format("{{{{ -{} }}}}", min)).find(overflow("-")), std::string::npos);
+  EXPECT_NE(error_of(fmt::format("{{{{ {} | abs }}}}", min)).find(overflow("abs")),
+            std::string::npos);
+}
+
+// range() at int64's ends and past the sandbox's 100000 items (jinja2's MAX_RANGE); slices with
+// steps near 2^63.
+TEST(Jinja, RangesAndSlicesAtTheEdges) {
+  EXPECT_EQ(render("{{ range(10, 0, -3) | list }} {{ range(100000) | length }}"),
+            "[10, 7, 4, 1] 100000");
+  EXPECT_EQ(render("{{ range(9223372036854775800, 9223372036854775807, 5) | list }}"),
+            "[9223372036854775800, 9223372036854775805]");
+  EXPECT_EQ(error_of("{{ range(100001) }}"),
+            "test.jinja:1:4: range() of 100001 items is past the sandbox's limit of 100000");
+  EXPECT_EQ(error_of("{{ range(-9223372036854775807, 9223372036854775807) }}"),
+            "test.jinja:1:4: range() of 9223372036854775807 items is past the sandbox's limit of "
+            "100000");
+  EXPECT_EQ(render("{{ 'abc'[1::9223372036854775807] }} {{ [1, 2, 3][::-9223372036854775807] }}"),
+            "b [3]");
+}
+
+// Chat templates come from model repositories; what would take all memory, all time or the
+// whole stack ends with one error (the limits in prism/llm/jinja/builtins.h).
+TEST(Jinja, SandboxBoundsMemory) {
+  EXPECT_EQ(render("{{ 'ab' * 3 }}{{ [0] * 2 }}"), "ababab[0, 0]");
+  EXPECT_EQ(error_of("{{ 'a' * 70000000 }}"),
+            "test.jinja:1:8: repetition with '*' would build 67108865 bytes, past the sandbox's "
+            "limit of 67108864");
+  EXPECT_NE(error_of("{{ [1, 2] * 4611686018427387904 }}").find("past the sandbox's limit"),
+            std::string::npos);
+  EXPECT_NE(error_of("{% set s = 'a' * 10000 %}{{ s | replace('a', s) }}").find("replace()"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ 'a\\nb' | indent(100000000) }}").find("indent"), std::string::npos);
+  EXPECT_EQ(error_of("{{ [1] | tojson(indent=100000) }}"),
+            "test.jinja:1:10: tojson(indent=100000) is past the sandbox's limit of 1024");
+  // Doubling a string: each result is under the one-value limit until it is not.
+  std::string doubled = error_of(
+      "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
+      "{% endfor %}");
+  EXPECT_NE(doubled.find("'+' would build 134217728 bytes"), std::string::npos) << doubled;
+  // Many values each under the limit: the render's total is bounded.
+  EXPECT_EQ(error_of("{% set s = 'x' * 60000000 %}{% for i in range(30) %}{{ s }}{% endfor %}"),
+            "test.jinja:1:53: the template built more than the sandbox's limit of 268435456 "
+            "bytes");
+}
+
+TEST(Jinja, SandboxBoundsTimeAndDepth) {
+  EXPECT_EQ(error_of("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+                     "{% endfor %}"),
+            "test.jinja:1:29: the template ran past the sandbox's limit of 2000000 steps");
+  // Parse nesting: brackets, operator chains and blocks.
+  std::string deep = std::string(200, '(') + "1" + std::string(200, ')');
+  EXPECT_NE(error_of("{{ " + deep + " }}")
+                .find("template syntax error: the template nests "
+                      "deeper than the sandbox's limit of 128"),
+            std::string::npos);
+  std::string chain = "1";
+  for (int i = 0; i < 1000; ++i) chain += " + 1";
+  EXPECT_NE(error_of("{{ " + chain + " }}").find("deeper than the sandbox's limit"),
+            std::string::npos);
+  std::string nots;
+  for (int i = 0; i < 1000; ++i) nots += "not ";
+  EXPECT_NE(error_of("{{ " + nots + "1 }}").find("deeper than"), std::string::npos);
+  std::string blocks;
+  for (int i = 0; i < 200; ++i) blocks += "{% if 1 %}";
+  EXPECT_NE(error_of(blocks).find("deeper than"), std::string::npos);
+  std::string shallow = "1";
+  for (int i = 0; i < 100; ++i) shallow += " + 1";
+  EXPECT_EQ(render("{{ " + shallow + " }}"), "101");
+  // Run-time nesting: a macro that calls itself without end.
+  EXPECT_NE(error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}")
+                .find("nests calls and expressions past the sandbox's limit of 500 levels"),
+            std::string::npos);
+  EXPECT_EQ(render("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ n }}{% endif %}{% endmacro %}"
+                   "{{ f(5) }}"),
+            "12345");
+}
+
+// As in jinja2's ImmutableSandboxedEnvironment: lists do not change; namespace() holds state,
+// and may not come to hold itself or nest values without end.
+TEST(Jinja, SandboxKeepsValuesFinite) {
+  EXPECT_EQ(error_of("{% set l = [1] %}{{ l.append(2) }}"),
+            "test.jinja:1:22: access to attribute 'append' of 'list' object is unsafe");
+  EXPECT_EQ(error_of("{{ [1].pop() }}"),
+            "test.jinja:1:7: access to attribute 'pop' of 'list' object is unsafe");
+  EXPECT_EQ(error_of("{% set ns = namespace() %}{% set ns.me = ns %}"),
+            "test.jinja:1:27: a namespace cannot hold itself, directly or through the values it "
+            "holds");
+  EXPECT_EQ(error_of("{% set a = namespace() %}{% set b = namespace(x=[a]) %}{% set a.y = b %}"),
+            "test.jinja:1:56: a namespace cannot hold itself, directly or through the values it "
+            "holds");
+  EXPECT_EQ(
+      error_of("{% set ns = namespace(x=0) %}{% for i in range(300) %}"
+               "{% set ns.x = [ns.x] %}{% endfor %}"),
+      "test.jinja:1:55: a value nests lists and dicts past the sandbox's limit of 256 levels");
+  EXPECT_EQ(render("{% set ns = namespace(x=0) %}{% for i in range(3) %}{% set ns.x = [ns.x] %}"
+                   "{% endfor %}{{ ns.x }}"),
+            "[[[0]]]");
 }
 
 }  // namespace

@@ -18,7 +18,47 @@ const Value& require_defined(const Value& value) {
   return value;
 }
 
+void check_value_size(size_t bytes, std::string_view what) {
+  if (bytes > limits::kValueBytes) {
+    throw BuiltinError(fmt::format("{} would build {} bytes, past the sandbox's limit of {}", what,
+                                   bytes, limits::kValueBytes));
+  }
+}
+
 namespace {
+
+// Python's integers have no bound; prism's are 64 bits and say so instead of wrapping.
+[[noreturn]] void integer_overflow(std::string_view op) {
+  throw BuiltinError(
+      fmt::format("integer overflow: the result of '{}' does not fit in 64 bits", op));
+}
+
+int64_t checked_add(int64_t a, int64_t b, std::string_view op) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) integer_overflow(op);
+  return r;
+}
+int64_t checked_sub(int64_t a, int64_t b, std::string_view op) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) integer_overflow(op);
+  return r;
+}
+int64_t checked_mul(int64_t a, int64_t b, std::string_view op) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) integer_overflow(op);
+  return r;
+}
+
+// base ** exponent for exponent >= 0: 0, 1 and -1 directly; any other base overflows within 63
+// multiplications, so the loop is short whatever the exponent.
+int64_t integer_power(int64_t base, int64_t exponent) {
+  if (exponent == 0 || base == 1) return 1;
+  if (base == 0) return 0;
+  if (base == -1) return exponent % 2 == 0 ? 1 : -1;
+  int64_t result = 1;
+  for (int64_t k = 0; k < exponent; ++k) result = checked_mul(result, base, "**");
+  return result;
+}
 
 std::vector<std::string> characters(const std::string& s) {
   std::vector<std::string> chars;
@@ -92,6 +132,7 @@ std::string replace_all(const std::string& s, const std::string& from, const std
     for (size_t i = 0; i < chars.size(); ++i) {
       if (count < 0 || static_cast<int64_t>(i) < count) out += to;
       out += chars[i];
+      check_value_size(out.size(), "replace()");
     }
     if (count < 0 || static_cast<int64_t>(chars.size()) < count) out += to;
     return out;
@@ -101,6 +142,7 @@ std::string replace_all(const std::string& s, const std::string& from, const std
   while ((count < 0 || done < count) && (pos = s.find(from, last)) != std::string::npos) {
     out.append(s, last, pos - last);
     out += to;
+    check_value_size(out.size(), "replace()");
     last = pos + from.size();
     ++done;
   }
@@ -222,10 +264,18 @@ Value binary_operation(std::string_view op, const Value& a, const Value& b) {
   if (op == ">=") return Value(compare(a, b, op) >= 0);
   if (op == "in") return Value(contains(b, a));
   if (op == "not in") return Value(!contains(b, a));
-  if (op == "~") return Value(a.str() + b.str());
+  if (op == "~") {
+    std::string left = a.str(), right = b.str();
+    check_value_size(left.size() + right.size(), "'~'");
+    return Value(left + right);
+  }
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+    if (a.is_string() && b.is_string()) {
+      check_value_size(a.as_string().size() + b.as_string().size(), "'+'");
+      return Value(a.as_string() + b.as_string());
+    }
     if (a.is_list() && b.is_list()) {
+      check_value_size(a.as_list().size() + b.as_list().size(), "'+'");
       List joined = a.as_list();
       joined.insert(joined.end(), b.as_list().begin(), b.as_list().end());
       return Value(std::move(joined));
@@ -238,6 +288,11 @@ Value binary_operation(std::string_view op, const Value& a, const Value& b) {
     const Value& times = sequence == &a ? b : a;
     if (sequence && is_integral(times)) {
       int64_t n = std::max<int64_t>(0, as_integer(times));
+      size_t unit =
+          sequence->is_string() ? sequence->as_string().size() : sequence->as_list().size();
+      if (unit > 0 && static_cast<uint64_t>(n) > limits::kValueBytes / unit) {
+        check_value_size(limits::kValueBytes + 1, "repetition with '*'");
+      }
       if (sequence->is_string()) {
         std::string out;
         for (int64_t i = 0; i < n; ++i) out += sequence->as_string();
@@ -259,11 +314,12 @@ Value binary_operation(std::string_view op, const Value& a, const Value& b) {
   }
   if (integral) {
     int64_t i = as_integer(a), j = as_integer(b);
-    if (op == "+") return Value(i + j);
-    if (op == "-") return Value(i - j);
-    if (op == "*") return Value(i * j);
+    if (op == "+") return Value(checked_add(i, j, op));
+    if (op == "-") return Value(checked_sub(i, j, op));
+    if (op == "*") return Value(checked_mul(i, j, op));
     if (op == "//" || op == "%") {
       if (j == 0) throw BuiltinError("integer division or modulo by zero");
+      if (j == -1) return Value(op == "//" ? checked_sub(0, i, op) : int64_t{0});
       int64_t q = i / j, r = i % j;
       if (r != 0 && ((r < 0) != (j < 0))) {
         --q;
@@ -271,14 +327,7 @@ Value binary_operation(std::string_view op, const Value& a, const Value& b) {
       }
       return Value(op == "//" ? q : r);
     }
-    if (op == "**") {
-      if (j >= 0) {
-        int64_t result = 1;
-        for (int64_t k = 0; k < j; ++k) result *= i;
-        return Value(result);
-      }
-      return Value(std::pow(x, y));
-    }
+    if (op == "**") return j >= 0 ? Value(integer_power(i, j)) : Value(std::pow(x, y));
   }
   if (op == "+") return Value(x + y);
   if (op == "-") return Value(x - y);
@@ -388,12 +437,15 @@ Value slice(const Value& object, const Value* start, const Value* stop, const Va
   int64_t begin = clamp(bound(start), s > 0 ? 0 : n - 1);
   int64_t end = clamp(bound(stop), s > 0 ? n : -1);
   std::string text;
-  for (int64_t i = begin; s > 0 ? i < end : i > end; i += s) {
+  // Stop before the step would pass the end: `i += s` may not overflow (s can be near 2^63).
+  for (int64_t i = begin; s > 0 ? i < end : i > end;) {
     if (object.is_list()) {
       items.push_back(object.as_list()[static_cast<size_t>(i)]);
     } else {
       text += chars[static_cast<size_t>(i)];
     }
+    if (s > 0 ? end - i <= s : end - i >= s) break;
+    i += s;
   }
   return object.is_list() ? Value(std::move(items)) : Value(std::move(text));
 }
@@ -494,19 +546,12 @@ bool call_method(const Value& object, std::string_view name, const Arguments& ar
     return true;
   }
   if (object.is_list()) {
-    List& list = object.as_list();
-    if (name == "append") {
-      if (args.positional.size() != 1) throw BuiltinError("append() takes one argument");
-      list.push_back(args.positional[0]);
-      result = Value(None{});
-    } else if (name == "pop") {
-      if (list.empty()) throw BuiltinError("pop from empty list");
-      int64_t i = int_argument(args, "index", 0, -1);
-      int64_t n = static_cast<int64_t>(list.size());
-      if (i < 0) i += n;
-      if (i < 0 || i >= n) throw BuiltinError("pop index out of range");
-      result = list[static_cast<size_t>(i)];
-      list.erase(list.begin() + i);
+    const List& list = object.as_list();
+    if (name == "append" || name == "extend" || name == "insert" || name == "pop" ||
+        name == "remove" || name == "clear" || name == "sort" || name == "reverse") {
+      // transformers renders chat templates in jinja2's ImmutableSandboxedEnvironment, which
+      // refuses methods that change a list; so does prism (namespace() holds changing state).
+      throw BuiltinError(fmt::format("access to attribute '{}' of 'list' object is unsafe", name));
     } else if (name == "index") {
       const Value* item = args.get("value", 0);
       for (size_t i = 0; item && i < list.size(); ++i) {

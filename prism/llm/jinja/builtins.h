@@ -2,6 +2,8 @@
 // functions. Internal to prism/llm/jinja.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -15,6 +17,30 @@ class BuiltinError : public std::runtime_error {
  public:
   explicit BuiltinError(const std::string& message) : std::runtime_error(message) {}
 };
+
+// The sandbox's limits. Chat templates come from model repositories: past one of these a render
+// ends with one error, where it would otherwise crash, hang or take all memory. Each is far past
+// what a real chat template needs (docs/tokenizers.md).
+namespace limits {
+// Items range() makes, as in jinja2's sandbox (MAX_RANGE).
+inline constexpr int64_t kRange = 100'000;
+// Bytes of one string (or items of one list) that an operation builds: `*` repetition, replace,
+// indent, tojson's indent, joins and concatenations.
+inline constexpr size_t kValueBytes = size_t{64} << 20;
+// Bytes of all strings, lists and output that one render builds.
+inline constexpr size_t kRenderBytes = size_t{256} << 20;
+// Nodes rendered plus expressions evaluated in one render (a loop's body counts each time).
+inline constexpr int64_t kSteps = 2'000'000;
+// Parse nesting: brackets, operators chained on one value, blocks inside blocks.
+inline constexpr int kNesting = 128;
+// Evaluation nesting at run time: expressions inside expressions and macro calls inside macros.
+inline constexpr int kCallDepth = 500;
+// Nesting of lists, dicts and namespaces inside each other in a value a template stores.
+inline constexpr int kValueDepth = 256;
+}  // namespace limits
+
+// Throws BuiltinError when an operation would build a value of `bytes` (past limits::kValueBytes).
+void check_value_size(size_t bytes, std::string_view what);
 
 // Throws BuiltinError describing where the undefined value came from, when it is undefined.
 const Value& require_defined(const Value& value);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -79,9 +80,11 @@ List select_items(const Value& value, const Arguments& args, bool by_attribute, 
 }
 
 std::string indent(const std::string& text, const Value* width, bool first, bool blank) {
-  std::string pad = width && width->is_string()
-                        ? width->as_string()
-                        : std::string(width ? static_cast<size_t>(width->as_int()) : 4, ' ');
+  int64_t spaces = width && !width->is_string() ? width->as_int() : 4;
+  if (spaces < 0) spaces = 0;  // Python's " " * -1 is ""
+  check_value_size(static_cast<size_t>(std::min<int64_t>(spaces, INT64_MAX / 2)), "indent");
+  std::string pad = width && width->is_string() ? width->as_string()
+                                                : std::string(static_cast<size_t>(spaces), ' ');
   std::string out;
   size_t line_start = 0;
   bool first_line = true;
@@ -92,6 +95,7 @@ std::string indent(const std::string& text, const Value* width, bool first, bool
     bool is_blank = line.find_first_not_of(" \t\r") == std::string::npos;
     if ((first_line ? first : true) && (blank || !is_blank)) out += pad;
     out += line;
+    check_value_size(out.size(), "indent");
     if (newline == std::string::npos) break;
     out += '\n';
     line_start = newline + 1;
@@ -178,8 +182,16 @@ Value apply_filter(std::string_view name, const Value& value, const Arguments& a
   }
   if (name == "tojson") {
     const Value* indent_width = argument(args, "indent", 0);
-    return Value(value.to_json(
-        indent_width && !indent_width->is_none() ? static_cast<int>(indent_width->as_int()) : -1));
+    int64_t width = indent_width && !indent_width->is_none() ? indent_width->as_int() : -1;
+    // Each line repeats the indent once per level: a width this large is no layout, only memory.
+    constexpr int64_t kMaxIndent = 1024;
+    if (width > kMaxIndent) {
+      throw BuiltinError(
+          fmt::format("tojson(indent={}) is past the sandbox's limit of {}", width, kMaxIndent));
+    }
+    std::string json = value.to_json(static_cast<int>(std::max<int64_t>(width, -1)));
+    check_value_size(json.size(), "tojson");
+    return Value(std::move(json));
   }
   if (name == "length" || name == "count") {
     if (value.is_string()) {
@@ -294,7 +306,12 @@ Value apply_filter(std::string_view name, const Value& value, const Arguments& a
     return fallback ? *fallback : Value(0.0);
   }
   if (name == "abs") {
-    if (value.is_int()) return Value(value.as_int() < 0 ? -value.as_int() : value.as_int());
+    if (value.is_int()) {
+      if (value.as_int() == INT64_MIN) {
+        throw BuiltinError("integer overflow: the result of 'abs' does not fit in 64 bits");
+      }
+      return Value(value.as_int() < 0 ? -value.as_int() : value.as_int());
+    }
     return Value(std::fabs(value.as_number()));
   }
   if (name == "round") return round_value(value, args);
@@ -412,28 +429,42 @@ bool apply_test(std::string_view name, const Value& value, const Arguments& args
 }
 
 void add_global_functions(Dict& globals) {
-  globals.set("range", Value(Function([](const Arguments& args) -> Value {
-                std::vector<int64_t> bounds;
-                for (const Value& v : args.positional) {
-                  if (!v.is_int()) throw BuiltinError("range() takes integers");
-                  bounds.push_back(v.as_int());
-                }
-                int64_t start = 0, stop = 0, step = 1;
-                if (bounds.size() == 1) {
-                  stop = bounds[0];
-                } else if (bounds.size() == 2 || bounds.size() == 3) {
-                  start = bounds[0];
-                  stop = bounds[1];
-                  if (bounds.size() == 3) step = bounds[2];
-                } else {
-                  throw BuiltinError("range() takes 1 to 3 arguments");
-                }
-                if (step == 0) throw BuiltinError("range() step must not be zero");
-                List out;
-                for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
-                  out.push_back(Value(i));
-                return Value(std::move(out));
-              })));
+  globals.set(
+      "range", Value(Function([](const Arguments& args) -> Value {
+        std::vector<int64_t> bounds;
+        for (const Value& v : args.positional) {
+          if (!v.is_int()) throw BuiltinError("range() takes integers");
+          bounds.push_back(v.as_int());
+        }
+        int64_t start = 0, stop = 0, step = 1;
+        if (bounds.size() == 1) {
+          stop = bounds[0];
+        } else if (bounds.size() == 2 || bounds.size() == 3) {
+          start = bounds[0];
+          stop = bounds[1];
+          if (bounds.size() == 3) step = bounds[2];
+        } else {
+          throw BuiltinError("range() takes 1 to 3 arguments");
+        }
+        if (step == 0) throw BuiltinError("range() step must not be zero");
+        // The length in 128 bits: start, stop and step may be anywhere in int64.
+        __int128 span = static_cast<__int128>(stop) - start;
+        __int128 length = 0;
+        if (step > 0 && span > 0) length = (span + step - 1) / step;
+        if (step < 0 && span < 0)
+          length = (-span + (-static_cast<__int128>(step)) - 1) / (-static_cast<__int128>(step));
+        if (length > limits::kRange) {
+          throw BuiltinError(fmt::format(
+              "range() of {} items is past the sandbox's limit of {}",
+              static_cast<long long>(std::min<__int128>(length, INT64_MAX)), limits::kRange));
+        }
+        List out;
+        out.reserve(static_cast<size_t>(length));
+        for (__int128 k = 0; k < length; ++k) {
+          out.push_back(Value(static_cast<int64_t>(start + k * step)));
+        }
+        return Value(std::move(out));
+      })));
   globals.set("namespace", Value(Function([](const Arguments& args) -> Value {
                 Dict ns;
                 ns.is_namespace = true;

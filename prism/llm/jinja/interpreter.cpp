@@ -30,6 +30,82 @@ class Interpreter {
  private:
   enum class Flow { Normal, Break, Continue };
 
+  // The sandbox's budgets (limits:: in builtins.h): steps, nesting and bytes built.
+  void step(Location at) {
+    if (++steps_ > limits::kSteps) {
+      error(at,
+            fmt::format("the template ran past the sandbox's limit of {} steps", limits::kSteps));
+    }
+  }
+  void charge(size_t bytes, Location at) {
+    built_bytes_ += bytes;
+    if (built_bytes_ > limits::kRenderBytes) {
+      error(at, fmt::format("the template built more than the sandbox's limit of {} bytes",
+                            limits::kRenderBytes));
+    }
+  }
+  void append(std::string& out, std::string_view text, Location at) {
+    charge(text.size(), at);
+    out += text;
+  }
+  // Bytes a new value holds of its own (a list's items share nested lists, not strings).
+  static size_t footprint(const Value& value) {
+    if (value.is_string()) return value.as_string().size();
+    size_t bytes = 0;
+    auto item = [](const Value& v) {
+      return sizeof(Value) + (v.is_string() ? v.as_string().size() : 0);
+    };
+    if (value.is_list()) {
+      for (const Value& v : value.as_list()) bytes += item(v);
+    } else if (value.is_dict()) {
+      for (const auto& [key, v] : value.as_dict().entries) bytes += key.size() + item(v);
+    }
+    return bytes;
+  }
+  class Nested {
+   public:
+    Nested(Interpreter& interpreter, Location at) : interpreter_(interpreter) {
+      if (++interpreter_.depth_ > limits::kCallDepth) {
+        interpreter_.error(at, fmt::format("the template nests calls and expressions past the "
+                                           "sandbox's limit of {} levels",
+                                           limits::kCallDepth));
+      }
+    }
+    ~Nested() { --interpreter_.depth_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+
+   private:
+    Interpreter& interpreter_;
+  };
+
+  // A value about to be stored in a variable, a namespace or a macro's argument: its lists,
+  // dicts and namespaces nest at most limits::kValueDepth deep, and a namespace may not come to
+  // hold itself (`{% set ns.x = ns %}`), which would make printing it endless. Each container
+  // visited is a step.
+  void check_storable(const Value& value, const Dict* into, Location at) {
+    std::vector<std::pair<const Value*, int>> pending{{&value, 1}};
+    while (!pending.empty()) {
+      auto [v, depth] = pending.back();
+      pending.pop_back();
+      if (!v->is_list() && !v->is_dict()) continue;
+      step(at);
+      if (depth > limits::kValueDepth) {
+        error(at, fmt::format("a value nests lists and dicts past the sandbox's limit of {} levels",
+                              limits::kValueDepth));
+      }
+      if (v->is_list()) {
+        for (const Value& item : v->as_list()) pending.emplace_back(&item, depth + 1);
+      } else {
+        if (&v->as_dict() == into) {
+          error(at, "a namespace cannot hold itself, directly or through the values it holds");
+        }
+        for (const auto& entry : v->as_dict().entries)
+          pending.emplace_back(&entry.second, depth + 1);
+      }
+    }
+  }
+
   [[noreturn]] void error(Location at, const std::string& message) const {
     fail("{}:{}:{}: {}", source_name_, at.line, at.column, message);
   }
@@ -53,7 +129,10 @@ class Interpreter {
     return Value::undefined(fmt::format("undefined variable '{}'", name), at.line, at.column);
   }
 
-  void assign(const std::string& name, Value value) { frames_.back()[name] = std::move(value); }
+  void assign(const std::string& name, Value value, Location at) {
+    check_storable(value, nullptr, at);
+    frames_.back()[name] = std::move(value);
+  }
 
   Flow render_body(const Body& body, std::string& out) {
     for (const NodePtr& node : body) {
@@ -64,15 +143,17 @@ class Interpreter {
   }
 
   Flow render_node(const Node& node, std::string& out) {
+    step(node.at);
+    Nested nested(*this, node.at);
     switch (node.kind) {
       case Node::Kind::Text:
-        out += node.text;
+        append(out, node.text, node.at);
         return Flow::Normal;
       case Node::Kind::Output: {
         Value value = eval(*node.expr);
         const UndefinedOrigin* origin = value.undefined_origin();
         if (origin && origin->prints_empty) return Flow::Normal;
-        out += defined(value, node.expr->at).str();
+        append(out, defined(value, node.expr->at).str(), node.at);
         return Flow::Normal;
       }
       case Node::Kind::If:
@@ -91,9 +172,10 @@ class Interpreter {
                                        "objects take attribute assignments",
                                        node.attribute, target.type_name(), node.targets[0]));
           }
+          check_storable(value, &target.as_dict(), node.at);
           target.as_dict().set(node.attribute, std::move(value));
         } else if (node.targets.size() == 1) {
-          assign(node.targets[0], std::move(value));
+          assign(node.targets[0], std::move(value), node.at);
         } else {
           unpack(node.targets, value, node.at);
         }
@@ -102,11 +184,11 @@ class Interpreter {
       case Node::Kind::SetBlock: {
         std::string captured;
         render_body(node.body, captured);
-        assign(node.targets[0], Value(std::move(captured)));
+        assign(node.targets[0], Value(std::move(captured)), node.at);
         return Flow::Normal;
       }
       case Node::Kind::Macro:
-        assign(node.name, make_macro(node));
+        assign(node.name, make_macro(node), node.at);
         return Flow::Normal;
       case Node::Kind::Break:
         return Flow::Break;
@@ -123,7 +205,7 @@ class Interpreter {
     if (items.size() != targets.size()) {
       error(at, fmt::format("cannot unpack {} values into {} names", items.size(), targets.size()));
     }
-    for (size_t i = 0; i < targets.size(); ++i) assign(targets[i], items[i]);
+    for (size_t i = 0; i < targets.size(); ++i) assign(targets[i], items[i], at);
   }
 
   Flow render_for(const Node& node, std::string& out) {
@@ -147,6 +229,7 @@ class Interpreter {
     for (size_t i = 0; i < n; ++i) {
       // As in Jinja2, each iteration starts with a scope of its own: a name the body sets is
       // gone at the next iteration, not only after the loop (namespace() carries state over).
+      step(node.at);
       frames_.back().clear();
       bind_targets(node, items[i]);
       Dict loop;
@@ -167,7 +250,7 @@ class Interpreter {
                  if (args.positional.empty()) throw BuiltinError("loop.cycle() needs arguments");
                  return args.positional[i % args.positional.size()];
                })));
-      assign("loop", Value(std::move(loop)));
+      frames_.back()["loop"] = Value(std::move(loop));
       if (render_body(node.body, out) == Flow::Break) break;
     }
     frames_.pop_back();
@@ -177,7 +260,7 @@ class Interpreter {
 
   void bind_targets(const Node& node, const Value& item) {
     if (node.targets.size() == 1) {
-      assign(node.targets[0], item);
+      frames_.back()[node.targets[0]] = item;  // an item of a stored value: already checked
     } else {
       unpack(node.targets, item, node.at);
     }
@@ -193,6 +276,7 @@ class Interpreter {
       for (size_t i = 0; i < node.params.size(); ++i) {
         const auto& [param, fallback] = node.params[i];
         if (const Value* given = args.get(param, i)) {
+          check_storable(*given, nullptr, node.at);
           frame[param] = *given;
         } else if (fallback) {
           frame[param] = eval(*fallback);
@@ -217,8 +301,20 @@ class Interpreter {
   }
 
   Value eval(const Expr& expr) {
+    step(expr.at);
+    Nested nested(*this, expr.at);
     try {
-      return eval_unchecked(expr);
+      Value value = eval_unchecked(expr);
+      switch (expr.kind) {
+        case Expr::Kind::Literal:
+        case Expr::Kind::Name:
+        case Expr::Kind::Attribute:
+        case Expr::Kind::Subscript:
+          break;  // a value that exists already
+        default:
+          charge(footprint(value), expr.at);
+      }
+      return value;
     } catch (const BuiltinError& e) {
       error(expr.at, e.what());
     }
@@ -307,8 +403,7 @@ class Interpreter {
         }
         if (expr.name == "+") return operand;
         if (operand.is_float()) return Value(-operand.as_number());
-        return Value(
-            -(operand.is_bool() ? static_cast<int64_t>(operand.as_bool()) : operand.as_int()));
+        return binary_operation("-", Value(int64_t{0}), operand);
       }
       case Expr::Kind::Binary: {
         if (expr.name == "and") {
@@ -359,6 +454,9 @@ class Interpreter {
   }
 
   const std::string& source_name_;
+  int64_t steps_ = 0;
+  int depth_ = 0;
+  size_t built_bytes_ = 0;
   Dict globals_;
   std::vector<std::unordered_map<std::string, Value>> frames_;
 };

@@ -9,6 +9,7 @@
 
 #include "prism/core/error.h"
 #include "prism/llm/jinja/ast.h"
+#include "prism/llm/jinja/builtins.h"
 #include "prism/llm/jinja/lexer.h"
 
 namespace prism::llm::jinja {
@@ -92,6 +93,29 @@ class Parser {
     }
     return next().text;
   }
+  // Nesting (limits::kNesting). Rendering and freeing walk the tree recursively, so whatever
+  // deepens it counts: brackets, blocks, `not`/sign prefixes, and each link of an operator,
+  // filter, attribute or call chain (`a + b + c ...` is as deep as it is long).
+  class Level {
+   public:
+    explicit Level(Parser& parser) : parser_(parser) {}
+    Level(Parser& parser, const Token& at) : parser_(parser) { deeper(at); }
+    ~Level() { parser_.depth_ -= taken_; }
+    Level(const Level&) = delete;
+    Level& operator=(const Level&) = delete;
+    void deeper(const Token& at) {
+      ++taken_;
+      if (++parser_.depth_ > limits::kNesting) {
+        parser_.error(at, fmt::format("the template nests deeper than the sandbox's limit of {}",
+                                      limits::kNesting));
+      }
+    }
+
+   private:
+    Parser& parser_;
+    int taken_ = 0;
+  };
+
   std::string peek_statement_name() const {
     return peek(1).kind == Token::Kind::Name ? peek(1).text : peek().text;
   }
@@ -139,6 +163,7 @@ class Parser {
   }
 
   NodePtr parse_statement() {
+    Level level(*this, peek());
     const Token& open = next();  // {%
     const Token& keyword = next();
     Location at = open.at;
@@ -273,6 +298,7 @@ class Parser {
   ExprPtr make(Expr::Kind kind, Location at) { return std::make_unique<Expr>(kind, at); }
 
   ExprPtr parse_expression() {
+    Level level(*this, peek());
     ExprPtr value = parse_or();
     if (at_name("if")) {
       Location at = next().at;
@@ -295,7 +321,9 @@ class Parser {
 
   ExprPtr parse_or() {
     ExprPtr left = parse_and();
+    Level chain(*this);
     while (at_name("or")) {
+      chain.deeper(peek());
       Location at = next().at;
       left = binary("or", std::move(left), parse_and(), at);
     }
@@ -304,7 +332,9 @@ class Parser {
 
   ExprPtr parse_and() {
     ExprPtr left = parse_not();
+    Level chain(*this);
     while (at_name("and")) {
+      chain.deeper(peek());
       Location at = next().at;
       left = binary("and", std::move(left), parse_not(), at);
     }
@@ -313,6 +343,7 @@ class Parser {
 
   ExprPtr parse_not() {
     if (at_name("not")) {
+      Level level(*this, peek());
       Location at = next().at;
       auto node = make(Expr::Kind::Unary, at);
       node->name = "not";
@@ -324,6 +355,7 @@ class Parser {
 
   ExprPtr parse_compare() {
     ExprPtr left = parse_add();
+    Level chain(*this);
     while (true) {
       Location at = peek().at;
       std::string op;
@@ -341,13 +373,16 @@ class Parser {
       } else {
         return left;
       }
+      chain.deeper(peek());
       left = binary(op, std::move(left), parse_add(), at);
     }
   }
 
   ExprPtr parse_add() {
     ExprPtr left = parse_concat();
+    Level chain(*this);
     while (at_operator("+") || at_operator("-")) {
+      chain.deeper(peek());
       const Token& op = next();
       left = binary(op.text, std::move(left), parse_concat(), op.at);
     }
@@ -356,7 +391,9 @@ class Parser {
 
   ExprPtr parse_concat() {
     ExprPtr left = parse_multiply();
+    Level chain(*this);
     while (at_operator("~")) {
+      chain.deeper(peek());
       Location at = next().at;
       left = binary("~", std::move(left), parse_multiply(), at);
     }
@@ -365,7 +402,9 @@ class Parser {
 
   ExprPtr parse_multiply() {
     ExprPtr left = parse_power();
+    Level chain(*this);
     while (at_operator("*") || at_operator("/") || at_operator("//") || at_operator("%")) {
+      chain.deeper(peek());
       const Token& op = next();
       left = binary(op.text, std::move(left), parse_power(), op.at);
     }
@@ -374,7 +413,9 @@ class Parser {
 
   ExprPtr parse_power() {
     ExprPtr left = parse_unary();
+    Level chain(*this);
     while (at_operator("**")) {
+      chain.deeper(peek());
       Location at = next().at;
       left = binary("**", std::move(left), parse_unary(), at);
     }
@@ -385,6 +426,7 @@ class Parser {
   ExprPtr parse_unary(bool with_filters = true) {
     ExprPtr value;
     if (at_operator("-") || at_operator("+")) {
+      Level level(*this, peek());
       const Token& op = next();
       auto node = make(Expr::Kind::Unary, op.at);
       node->name = op.text;
@@ -411,9 +453,10 @@ class Parser {
   }
 
   ExprPtr parse_filters(ExprPtr value) {
+    Level chain(*this);
     while (true) {
       if (at_operator("|")) {
-        next();
+        chain.deeper(next());
         Location at = peek().at;
         auto node = make(Expr::Kind::Filter, at);
         node->name = expect_name();
@@ -422,6 +465,7 @@ class Parser {
         if (accept_operator("(")) parse_call_arguments(*node);
         value = std::move(node);
       } else if (at_name("is")) {
+        chain.deeper(peek());
         Location at = next().at;
         auto node = make(Expr::Kind::Test, at);
         node->negated = accept_name("not");
@@ -445,7 +489,9 @@ class Parser {
   }
 
   ExprPtr parse_postfix(ExprPtr value) {
+    Level chain(*this);
     while (true) {
+      if (at_operator(".") || at_operator("[") || at_operator("(")) chain.deeper(peek());
       if (at_operator(".")) {
         Location at = next().at;
         auto node = make(Expr::Kind::Attribute, at);
@@ -578,6 +624,7 @@ class Parser {
   std::vector<Token> tokens_;
   std::string_view name_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -166,9 +166,9 @@ int run_cp(const IoOptions& o) {
   // A directory, repo or prefix: everything under it, into `dest` (created if needed).
   uint64_t files = 0, bytes = 0;
   for (const auto& e : io::list(o.uri, true)) {
-    std::filesystem::path target = std::filesystem::path(dest) / e.path;
-    std::filesystem::create_directories(target.parent_path());
-    io::copy_to_local(e.uri, target.string(), o.read());
+    // Names come from the listing (S3 keys, a repository's files): none may leave `dest`.
+    std::filesystem::create_directories(dest);
+    io::copy_to_local(e.uri, io::local_path_under(dest, e.path, e.uri), o.read());
     files += 1;
     bytes += e.size;
   }

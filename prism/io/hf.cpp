@@ -16,6 +16,7 @@
 #include "prism/core/error.h"
 #include "prism/io/hf_hub.h"
 #include "prism/io/http.h"
+#include "prism/io/vfs.h"
 
 namespace prism::io::hf {
 namespace {
@@ -97,14 +98,8 @@ RepoPath RepoPath::parse(std::string_view uri) {
   while (r.path.ends_with('/')) r.path.pop_back();
   // The path names a file of the cache's snapshot (snapshots/<commit>/<path>): it must stay
   // inside it, whatever a URI or a repository's listing says.
-  for (size_t begin = 0; begin <= r.path.size();) {
-    const size_t end = std::min(r.path.find('/', begin), r.path.size());
-    const std::string_view part = std::string_view(r.path).substr(begin, end - begin);
-    if ((part == ".." || part == "." || (part.empty() && !r.path.empty())) ||
-        part.find('\\') != std::string_view::npos) {
-      fail("{}: the path '{}' leaves the repository", uri, r.path);
-    }
-    begin = end + 1;
+  if (!r.path.empty() && !stays_inside(r.path)) {
+    fail("{}: the path '{}' leaves the repository", uri, r.path);
   }
   if (size_t at = repo.find('@'); at != std::string_view::npos) {
     r.revision = percent_decode(repo.substr(at + 1));
@@ -187,7 +182,7 @@ std::vector<std::string> auth_headers(const std::string& token) {
 void throw_hub_error(const std::string& what, const HttpResponse& response, bool had_token) {
   std::string hub_says;
   if (auto message = response.header("x-error-message"); !message.empty()) {
-    hub_says = ": " + message;
+    hub_says = ": " + without_secrets(message, response);
   }
   long status = response.status;
   if (status == 401 || status == 403) {

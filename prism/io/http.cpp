@@ -4,6 +4,7 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <exception>
@@ -156,6 +157,27 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
   return len;
 }
 
+// Keeps a credential header's value (and a bearer token alone) for throw_http_error to redact.
+void remember_secret(std::string_view header, HttpResponse& response) {
+  size_t colon = header.find(':');
+  if (colon == std::string_view::npos) return;
+  std::string name(header.substr(0, colon));
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (name != "authorization" && name != "proxy-authorization" && name != "x-amz-security-token" &&
+      name != "cookie") {
+    return;
+  }
+  std::string_view value = header.substr(colon + 1);
+  while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+  if (value.empty()) return;
+  response.sent_secrets.emplace_back(value);
+  if (size_t space = value.find(' '); space != std::string_view::npos) {
+    std::string_view credential = value.substr(space + 1);  // "Bearer <token>"
+    if (!credential.empty()) response.sent_secrets.emplace_back(credential);
+  }
+}
+
 bool retryable(CURLcode code) {
   switch (code) {
     case CURLE_COULDNT_CONNECT:
@@ -194,6 +216,7 @@ CURLcode perform(const HttpRequest& request, const Settings& s,
   if (request.sign) {
     for (const auto& header : request.sign(request.method, request.url)) add_header(header);
   }
+  for (const curl_slist* h = headers.get(); h; h = h->next) remember_secret(h->data, t.response);
   if (range) add_header(fmt::format("Range: bytes={}-{}", range->first, range->second));
   // A body goes through CURLOPT_POSTFIELDS (below), which curl labels as a form
   // (application/x-www-form-urlencoded): servers may parse it away, and S3 would store that as
@@ -262,12 +285,23 @@ std::string HttpResponse::header(const std::string& name) const {
   return it == headers.end() ? "" : it->second;
 }
 
+std::string without_secrets(std::string text, const HttpResponse& response) {
+  for (const std::string& secret : response.sent_secrets) {
+    for (size_t at = text.find(secret); !secret.empty() && at != std::string::npos;
+         at = text.find(secret, at)) {
+      text.replace(at, secret.size(), "<redacted>");
+    }
+  }
+  return text;
+}
+
 void throw_http_error(const std::string& what, const HttpResponse& response) {
   long status = response.status;
   std::string detail;
   // Servers explain themselves in the body (S3's <Code>, the hub's {"error": ...}): keep a
-  // short, one-line excerpt.
-  for (char c : response.body.substr(0, 300)) detail += (c == '\n' || c == '\r') ? ' ' : c;
+  // short, one-line excerpt, without the credentials the request sent.
+  std::string body = without_secrets(response.body, response);
+  for (char c : body.substr(0, 300)) detail += (c == '\n' || c == '\r') ? ' ' : c;
   if (!detail.empty()) detail = ": " + detail;
   switch (status) {
     case 404:

@@ -54,6 +54,10 @@ struct HttpResponse {
   std::map<std::string, std::string> headers;  // of the final response; names in lower case
   std::string body;
   std::string effective_url;  // after redirects
+  // The credentials the request carried (Authorization, X-Amz-Security-Token, Cookie values,
+  // and a bearer token alone): throw_http_error keeps them out of its message, even when a
+  // server echoes them back in its answer.
+  std::vector<std::string> sent_secrets;
 
   // A header's value, or "" when absent. `name` in lower case.
   std::string header(const std::string& name) const;
@@ -67,6 +71,9 @@ HttpResponse http_request(const HttpRequest& request);
 // where a broken transfer stopped. Throws HttpError for error statuses, NotFoundError for 404.
 void http_read_range(const HttpRequest& request, uint64_t offset, uint64_t length,
                      const ByteSink& sink);
+
+// `text` (a server's words) with every credential the request sent replaced by "<redacted>".
+std::string without_secrets(std::string text, const HttpResponse& response);
 
 // Throws the HttpError a failed response deserves; `what` names the resource.
 [[noreturn]] void throw_http_error(const std::string& what, const HttpResponse& response);

@@ -103,6 +103,15 @@ std::string read_text(std::string_view uri);
 
 // "dir" + "a/b" -> "dir/a/b", for every scheme.
 std::string join(std::string_view base, std::string_view relative);
+
+// Whether `relative` (a file name a listing gave: an S3 key's tail, a repository's file) names
+// something under its directory: not absolute, no "", "." or ".." parts, no backslash or NUL.
+bool stays_inside(std::string_view relative);
+// The local path `base`/`relative` for a name from a listing, its parent directories created:
+// refuses (naming `what`) a `relative` that does not stay inside, and one whose directories
+// lead out of `base` through a symbolic link. Nothing is written outside `base`.
+std::string local_path_under(const std::string& base, std::string_view relative,
+                             std::string_view what);
 // The last path component: "hf://org/repo/model.safetensors" -> "model.safetensors".
 std::string_view base_name(std::string_view uri);
 // Everything before the last path component.
@@ -129,9 +138,13 @@ void read_ranges(std::span<const ReadRange> ranges, const ReadOptions& options =
 void copy_to_local(std::string_view uri, const std::string& dest, const ReadOptions& options = {});
 // The same from an opened file, with the temporary name's suffix and a check of the complete
 // temporary file (size, digest) that runs before the rename and throws to reject it.
+// `resumable` is for sources that cannot change under the same name (a blob named by its
+// digest): the partial file and "<partial>.progress" survive a failure or a killed process,
+// and the next copy fetches only the bytes they lack. A partial that fails `verify` is removed.
 void copy_to_local(const File& file, const std::string& dest, const ReadOptions& options,
                    const std::string& partial_suffix,
-                   const std::function<void(const std::string& partial_path)>& verify = {});
+                   const std::function<void(const std::string& partial_path)>& verify = {},
+                   bool resumable = false);
 
 // Runs fn(0), ..., fn(n-1) on up to `parallelism` threads (the caller's among them), indices
 // taken in order. The first exception stops the remaining work and is rethrown here.

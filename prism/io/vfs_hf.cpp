@@ -220,7 +220,8 @@ void download_blob(const RemoteFile& remote, const fs::path& blob, const std::st
       }
     }
   };
-  copy_to_local(*file, blob.string(), options, ".incomplete", verify);
+  // The blob is named by its ETag (the SHA-256 of a large file): a partial one resumes.
+  copy_to_local(*file, blob.string(), options, ".incomplete", verify, /*resumable=*/true);
 }
 
 }  // namespace
@@ -241,9 +242,11 @@ std::string cached_file(const RepoPath& repo, const HubSettings& settings,
   }
   fs::path dir = repo_dir(settings, repo);
   fs::path blob = dir / "blobs" / remote.etag;
-  fs::path snapshot = dir / "snapshots" / remote.commit / repo.path;
   fs::create_directories(blob.parent_path());
-  fs::create_directories(snapshot.parent_path());
+  // The link goes where the path says, and nowhere else: not through a linked directory.
+  fs::path snapshots = dir / "snapshots" / remote.commit;
+  fs::create_directories(snapshots);
+  fs::path snapshot = local_path_under(snapshots.string(), repo.path, repo.uri());
   {
     FileLock lock(fs::path(settings.cache_dir) / ".locks" / repo.cache_folder() /
                   (remote.etag + ".lock"));
@@ -263,9 +266,9 @@ std::string cached_file(const RepoPath& repo, const HubSettings& settings,
     }
   }
   if (repo.revision != remote.commit) {
-    fs::path ref = dir / "refs" / repo.revision;
-    fs::create_directories(ref.parent_path());
-    write_file_atomic(ref.string(), remote.commit);
+    fs::create_directories(dir / "refs");
+    write_file_atomic(local_path_under((dir / "refs").string(), repo.revision, repo.uri()),
+                      remote.commit);
   }
   return snapshot.string();
 }

@@ -102,7 +102,8 @@ HeaderProvider signer(const S3Settings& s, const S3Target& t, std::string payloa
   if (response.status == 401 || response.status == 403) {
     std::string code;
     if (size_t at = response.body.find("<Code>"); at != std::string::npos) {
-      code = response.body.substr(at + 6, response.body.find("</Code>", at) - at - 6);
+      code = without_secrets(
+          response.body.substr(at + 6, response.body.find("</Code>", at) - at - 6), response);
     }
     fail(
         "{}: access denied (HTTP {}{}); check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY{} and "

@@ -1,7 +1,12 @@
 // hf:// against a fake Hub: nginx serving the Hub's API and resolve paths (with the Hub's
 // headers and redirects) for HF_ENDPOINT, and the standard cache layout on disk.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -102,6 +107,11 @@ class Hf : public ::testing::Test {
                               false,
                               bearer});
     config += "location /gated-org/ { add_header X-Error-Code GatedRepo always; return 403; }\n";
+    // A server that repeats the credentials it was sent, in its words and its headers.
+    config +=
+        "location /echo-org/ { add_header X-Error-Message \"you sent $http_authorization\" "
+        "always; return 403; }\n"
+        "location /api/models/echo-org/ { return 500 \"you sent $http_authorization\"; }\n";
     config += "location = /api/whoami-v2 { " + bearer + " default_type application/json; }\n";
     config += "location /api/ { default_type application/json; }\n";
     test::write_bytes(www_.str("api/whoami-v2"), R"({"name":"prism-tester","type":"user"})");
@@ -243,6 +253,20 @@ TEST_F(Hf, RejectsRevisionsThatLeaveTheCache) {
 // A path in a URI or a repository's listing names a file of the cache's snapshot: one that
 // would leave it (.., ., empty parts, backslashes) is refused before anything is asked or
 // written.
+// A directory of the snapshot that links outside the cache (planted there): the download
+// refuses to write through it.
+TEST_F(Hf, NeverWritesThroughALinkOutOfTheCache) {
+  TempDir outside;
+  std::string snapshot = repo_cache("models--org--tiny") + "/snapshots/" + kCommit;
+  fs::create_directories(snapshot);
+  fs::create_directory_symlink(outside.str(), snapshot + "/sub");
+  std::string error = error_of([] { read_text("hf://org/tiny/sub/notes.txt"); });
+  EXPECT_NE(error.find("hf://org/tiny/sub/notes.txt: 'sub/notes.txt' would be written outside"),
+            std::string::npos)
+      << error;
+  EXPECT_TRUE(fs::is_empty(outside.str()));
+}
+
 TEST(HfPaths, RefusesPathsThatLeaveTheRepository) {
   for (const char* bad :
        {"hf://org/tiny/../../../etc/passwd", "hf://org/tiny/a/../b", "hf://org/tiny/./config.json",
@@ -306,6 +330,32 @@ TEST_F(Hf, TokenFileAndWhoami) {
   EXPECT_FALSE(hf::delete_token(settings));
 }
 
+// Runs the prism command with the test's environment; returns (exit code, stdout + stderr).
+std::pair<int, std::string> run_prism(const std::string& args) {
+  TempDir out;
+  std::string cmd =
+      std::string(PRISM_BIN_DIR) + "/prism " + args + " > " + out.str("out") + " 2>&1";
+  int status = std::system(cmd.c_str());
+  return {WEXITSTATUS(status), test::read_bytes(out.str("out"))};
+}
+
+// Tokens never reach errors or logs, even from a server that repeats them.
+TEST_F(Hf, KeepsTokensOutOfErrors) {
+  ScopedEnv token("HF_TOKEN", NginxServer::kBearerToken);
+  // A listing's error quotes the body (HTTP 500); a file's, the Hub's X-Error-Message (403).
+  for (std::string uri : {"hf://echo-org/repo", "hf://echo-org/repo/config.json"}) {
+    bool is_repo = uri.ends_with("repo");
+    std::string error = error_of([&] { is_repo ? (void)list(uri) : (void)read_text(uri); });
+    EXPECT_NE(error.find("you sent <redacted>"), std::string::npos) << error;
+    EXPECT_EQ(error.find(NginxServer::kBearerToken), std::string::npos) << error;
+    if (!fs::exists(std::string(PRISM_BIN_DIR) + "/prism")) continue;
+    auto [rc, out] = run_prism((is_repo ? "io ls " : "io cat ") + uri);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(out.find("<redacted>"), std::string::npos) << out;
+    EXPECT_EQ(out.find(NginxServer::kBearerToken), std::string::npos) << out;
+  }
+}
+
 // Starts a download of org/big's big.bin and returns once part of it is in the cache.
 std::jthread start_big_download(const std::string& blobs, std::string& error) {
   std::jthread download([&error] { error = error_of([] { read_text("hf://org/big/big.bin"); }); });
@@ -338,26 +388,77 @@ TEST_F(Hf, ResumesADownloadWhenTheServerIsKilled) {
   }
 }
 
-TEST_F(Hf, LeavesNoPartialFileInTheCacheWhenADownloadFails) {
+// The files of blobs/ by name.
+std::set<std::string> names_in(const std::string& dir) {
+  std::set<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) names.insert(e.path().filename());
+  return names;
+}
+
+// A failed download leaves nothing that looks complete: only the partial blob and its progress
+// record, from which the next download resumes.
+TEST_F(Hf, LeavesNothingThatLooksCompleteWhenADownloadFails) {
   std::string repo = repo_cache("models--org--big");
+  std::string blob = hex(sha256(big_));
   std::string error;
   {
     auto download = start_big_download(repo + "/blobs", error);
     server_->kill();
   }
   EXPECT_NE(error.find("hf://org/big/big.bin"), std::string::npos) << error;
-  EXPECT_TRUE(fs::is_empty(repo + "/blobs"));  // neither a blob nor an .incomplete file
+  EXPECT_EQ(names_in(repo + "/blobs"),
+            (std::set<std::string>{blob + ".incomplete", blob + ".incomplete.progress"}));
   EXPECT_FALSE(fs::exists(repo + "/snapshots/" + std::string(kCommit) + "/big.bin"));
   EXPECT_FALSE(fs::exists(repo + "/refs/main"));
+  server_->start();
+  EXPECT_TRUE(read_text("hf://org/big/big.bin") == big_);
+  EXPECT_TRUE(std::regex_search(server_->wait_for_log(R"(206 range=bytes=[1-9]\d*-393215)"),
+                                std::regex(R"(GET /slow/\w+ 206 range=bytes=[1-9]\d*-393215)")));
+  EXPECT_EQ(names_in(repo + "/blobs"), std::set<std::string>{blob});
 }
 
-// Runs the prism command with the test's environment; returns (exit code, stdout + stderr).
-std::pair<int, std::string> run_prism(const std::string& args) {
-  TempDir out;
-  std::string cmd =
-      std::string(PRISM_BIN_DIR) + "/prism " + args + " > " + out.str("out") + " 2>&1";
-  int status = std::system(cmd.c_str());
-  return {WEXITSTATUS(status), test::read_bytes(out.str("out"))};
+// `prism` killed with SIGKILL mid-download: the cache holds nothing that looks complete, and the
+// next download asks only for the bytes the killed one had not written.
+TEST_F(Hf, ResumesADownloadWhoseProcessWasKilled) {
+  if (!fs::exists(std::string(PRISM_BIN_DIR) + "/prism")) GTEST_SKIP() << "prism is not built";
+  std::string repo = repo_cache("models--org--big");
+  std::string blob = hex(sha256(big_));
+  std::string prism = std::string(PRISM_BIN_DIR) + "/prism";
+  const char* argv[] = {prism.c_str(), "io", "cat", "hf://org/big/big.bin", nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, prism.c_str(), &actions, nullptr, const_cast<char**>(argv), environ),
+            0);
+  posix_spawn_file_actions_destroy(&actions);
+  // Past the first 256 KiB the server sends 128 KiB/s: kill it in the slow part.
+  std::string partial = repo + "/blobs/" + blob + ".incomplete";
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  std::error_code ec;
+  auto written_so_far = [&] {
+    uintmax_t size = fs::file_size(partial, ec);
+    return ec ? 0 : size;
+  };
+  while (std::chrono::steady_clock::now() < deadline && written_so_far() <= (256u << 10))
+    std::this_thread::sleep_for(2ms);
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "prism finished before it was killed";
+  EXPECT_FALSE(fs::exists(repo + "/blobs/" + blob));
+  EXPECT_FALSE(fs::exists(repo + "/snapshots/" + std::string(kCommit) + "/big.bin"));
+  uint64_t written = fs::file_size(partial);
+  EXPECT_TRUE(read_text("hf://org/big/big.bin") == big_);
+  // The resumed request starts where the killed process's progress record stopped: at the
+  // partial file's end, or one write before it when the kill fell between the two writes.
+  std::smatch m;
+  std::string log = server_->wait_for_log(R"(GET /slow/\w+ 206 range=bytes=[1-9]\d*-393215)");
+  std::regex resumed(R"(GET /slow/\w+ 206 range=bytes=([1-9]\d*)-393215)");
+  ASSERT_TRUE(std::regex_search(log, m, resumed)) << log;
+  EXPECT_LE(std::stoull(m[1]), written);
+  EXPECT_EQ(names_in(repo + "/blobs"), std::set<std::string>{blob});
 }
 
 TEST_F(Hf, IoCommandsWorkOnRepos) {

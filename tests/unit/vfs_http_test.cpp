@@ -30,6 +30,28 @@ std::string random_bytes(size_t n, unsigned seed) {
 
 using testing::error_of;
 
+// Names from listings (S3 keys, repository files) become local paths only under their base.
+TEST(LocalPaths, NamesFromListingsStayUnderTheirBase) {
+  EXPECT_TRUE(stays_inside("a"));
+  EXPECT_TRUE(stays_inside("a/b.c/..d"));
+  for (std::string_view bad :
+       std::initializer_list<std::string_view>{"", "/abs", "a//b", "a/", "./a", "a/./b", "..",
+                                               "a/../../b", "a\\b", std::string_view("a\0b", 3)}) {
+    EXPECT_FALSE(stays_inside(bad)) << bad;
+  }
+  TempDir base, outside;
+  EXPECT_EQ(local_path_under(base.str(), "d/e/f.bin", "test"), base.str("d/e/f.bin"));
+  EXPECT_TRUE(std::filesystem::is_directory(base.str("d/e")));
+  EXPECT_EQ(error_of([&] { local_path_under(base.str(), "../x", "s3://b/k"); }),
+            "s3://b/k: the name '../x' leaves " + base.str());
+  // A directory inside that links outside: nothing goes through it.
+  std::filesystem::create_directory_symlink(outside.str(), base.str("link"));
+  EXPECT_EQ(
+      error_of([&] { local_path_under(base.str(), "link/x", "s3://b/k"); }),
+      "s3://b/k: 'link/x' would be written outside " + base.str() + " (through a symbolic link)");
+  EXPECT_TRUE(std::filesystem::is_empty(outside.str()));
+}
+
 class Https : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -3,6 +3,7 @@
 // does; sigv4_test.cpp also checks the signatures against AWS's examples and botocore.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <random>
 
 #include "io_test_util.h"
@@ -94,6 +95,25 @@ TEST_F(S3, ListsPrefixesAcrossPages) {
   EXPECT_TRUE(stat("s3://models/listing/sub").is_dir);
   EXPECT_EQ(stat("s3://models/listing/sub/d.txt").size, 9u);
   EXPECT_TRUE(stat("s3://models").is_dir);
+}
+
+// `prism io cp` of a prefix whose keys would leave the destination ("prefix//name" is the
+// absolute "/name" under it) copies nothing there, and says which key.
+TEST_F(S3, CopyRefusesKeysThatLeaveTheDestination) {
+  if (!std::filesystem::exists(std::string(PRISM_BIN_DIR) + "/prism")) {
+    GTEST_SKIP() << "prism is not built";
+  }
+  s3::put_object("s3://models/escape//etc-passwd", "x");
+  test::TempDir out;
+  std::string cmd = std::string(PRISM_BIN_DIR) + "/prism io cp s3://models/escape " +
+                    out.str("copy") + " > " + out.str("log") + " 2>&1";
+  int status = std::system(cmd.c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  std::string log = test::read_bytes(out.str("log"));
+  EXPECT_NE(log.find("etc-passwd: the name '/etc-passwd' leaves " + out.str("copy")),
+            std::string::npos)
+      << log;
+  EXPECT_FALSE(std::filesystem::exists("/etc-passwd"));
 }
 
 TEST_F(S3, ReportsMissingObjectsAndRefusedCredentials) {

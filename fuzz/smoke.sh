@@ -18,8 +18,9 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 failed=0
 declare -A runs_of=([safetensors]=150000 [gguf]=40000 [tokenizer]=30000 [jinja]=70000
-                    [config]=300000 [s3_listing]=450000)
-for target in safetensors gguf tokenizer jinja config s3_listing; do
+                    [config]=300000 [s3_listing]=450000 [hf_listing]=300000
+                    [serve_request]=300000)
+for target in safetensors gguf tokenizer jinja config s3_listing hf_listing serve_request; do
   mkdir -p "$work/$target"
   cp "$here/corpus/$target/"* "$work/$target/"
   log="$work/$target.log"

@@ -300,17 +300,38 @@ std::vector<std::pair<std::string, uint64_t>> repo_files(const HubSettings& sett
   RepoPath root = repo;
   root.path.clear();
   if (response.status != 200) throw_hub_error(root.uri(), response, !token.empty());
+  return parse_repo_listing(response.body, root.uri());
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, uint64_t>> parse_repo_listing(std::string_view body,
+                                                                 const std::string& what) {
+  std::vector<std::pair<std::string, uint64_t>> files;
   try {
-    auto json = nlohmann::json::parse(response.body);
+    const auto json = nlohmann::json::parse(body);
     for (const auto& sibling : json.at("siblings")) {
-      uint64_t size = sibling.contains("size") ? sibling["size"].get<uint64_t>() : 0;
-      files.emplace_back(sibling.at("rfilename").get<std::string>(), size);
+      uint64_t size = 0;
+      if (sibling.contains("size")) {
+        const auto& value = sibling.at("size");
+        if (!value.is_number_unsigned()) {
+          fail("{}: the Hub lists a size '{}', not a byte count", what, value.dump());
+        }
+        size = value.get<uint64_t>();
+      }
+      std::string name = sibling.at("rfilename").get<std::string>();
+      // Each name becomes a path in the cache's snapshot, and in io cp's destination.
+      if (!stays_inside(name))
+        fail("{}: the Hub lists a file '{}' outside the repository", what, name);
+      files.emplace_back(std::move(name), size);
     }
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: unexpected answer from {}: {}", root.uri(), request.url, e.what());
+    fail("{}: unexpected answer from the Hub: {}", what, e.what());
   }
   return files;
 }
+
+namespace {
 
 class HfFileSystem final : public FileSystem {
  public:

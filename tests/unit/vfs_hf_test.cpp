@@ -20,6 +20,7 @@
 #include "prism/io/digest.h"
 #include "prism/io/gguf.h"
 #include "prism/io/hf.h"
+#include "prism/io/hf_hub.h"
 #include "prism/io/store.h"
 #include "prism/io/vfs.h"
 #include "test_servers.h"
@@ -265,6 +266,32 @@ TEST_F(Hf, NeverWritesThroughALinkOutOfTheCache) {
             std::string::npos)
       << error;
   EXPECT_TRUE(fs::is_empty(outside.str()));
+}
+
+// The Hub's listing: names that would leave the repository and sizes that are not byte counts
+// are one error each (fuzz/fuzz_hf_listing reads the same function).
+TEST(HfListing, RefusesNamesAndSizesThatAreWrong) {
+  using hf::parse_repo_listing;
+  auto files = parse_repo_listing(
+      R"({"siblings": [{"rfilename": "a.json", "size": 3}, {"rfilename": "sub/b"}]})", "hf://o/r");
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(files[0], (std::pair<std::string, uint64_t>{"a.json", 3}));
+  EXPECT_EQ(files[1], (std::pair<std::string, uint64_t>{"sub/b", 0}));
+  EXPECT_EQ(
+      error_of([] { parse_repo_listing(R"({"siblings": [{"rfilename": "../x"}]})", "hf://o/r"); }),
+      "hf://o/r: the Hub lists a file '../x' outside the repository");
+  EXPECT_EQ(error_of([] {
+              parse_repo_listing(R"({"siblings": [{"rfilename": "/etc/x"}]})", "hf://o/r");
+            }),
+            "hf://o/r: the Hub lists a file '/etc/x' outside the repository");
+  EXPECT_EQ(error_of([] {
+              parse_repo_listing(R"({"siblings": [{"rfilename": "x", "size": -1}]})", "hf://o/r");
+            }),
+            "hf://o/r: the Hub lists a size '-1', not a byte count");
+  EXPECT_NE(error_of([] {
+              parse_repo_listing(R"({"siblings": "x"})", "hf://o/r");
+            }).find("hf://o/r: unexpected answer from the Hub"),
+            std::string::npos);
 }
 
 TEST(HfPaths, RefusesPathsThatLeaveTheRepository) {

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
 namespace prism::io {
 namespace {
@@ -111,18 +112,26 @@ struct Transfer {
   std::exception_ptr sink_error;
 };
 
+// "Name: value" as (name in lower case, value without leading spaces); nullopt without a colon.
+std::optional<std::pair<std::string, std::string_view>> split_header(std::string_view line) {
+  size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  std::string name(line.substr(0, colon));
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::string_view value = line.substr(colon + 1);
+  while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+  return std::pair{std::move(name), value};
+}
+
 size_t on_header(char* data, size_t size, size_t count, void* user) {
   auto* t = static_cast<Transfer*>(user);
   std::string_view line(data, size * count);
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
   if (line.starts_with("HTTP/")) {
     t->response.headers.clear();  // a new response (after a redirect or 100-continue)
-  } else if (size_t colon = line.find(':'); colon != std::string_view::npos) {
-    std::string name(line.substr(0, colon));
-    std::transform(name.begin(), name.end(), name.begin(), ::tolower);
-    std::string_view value = line.substr(colon + 1);
-    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
-    t->response.headers[name] = std::string(value);
+  } else if (auto header = split_header(line)) {
+    t->response.headers[header->first] = std::string(header->second);
   }
   return size * count;
 }
@@ -158,18 +167,14 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
 }
 
 // Keeps a credential header's value (and a bearer token alone) for throw_http_error to redact.
-void remember_secret(std::string_view header, HttpResponse& response) {
-  size_t colon = header.find(':');
-  if (colon == std::string_view::npos) return;
-  std::string name(header.substr(0, colon));
-  std::transform(name.begin(), name.end(), name.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+void remember_secret(std::string_view line, HttpResponse& response) {
+  auto header = split_header(line);
+  if (!header) return;
+  const auto& [name, value] = *header;
   if (name != "authorization" && name != "proxy-authorization" && name != "x-amz-security-token" &&
       name != "cookie") {
     return;
   }
-  std::string_view value = header.substr(colon + 1);
-  while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
   if (value.empty()) return;
   response.sent_secrets.emplace_back(value);
   if (size_t space = value.find(' '); space != std::string_view::npos) {

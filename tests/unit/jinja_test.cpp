@@ -275,7 +275,7 @@ TEST(Jinja, RangesAndSlicesAtTheEdges) {
 TEST(Jinja, SandboxBoundsMemory) {
   EXPECT_EQ(render("{{ 'ab' * 3 }}{{ [0] * 2 }}"), "ababab[0, 0]");
   EXPECT_EQ(error_of("{{ 'a' * 70000000 }}"),
-            "test.jinja:1:8: repetition with '*' would build 67108865 bytes, past the sandbox's "
+            "test.jinja:1:8: repetition with '*' would build 70000000 bytes, past the sandbox's "
             "limit of 67108864");
   EXPECT_NE(error_of("{{ [1, 2] * 4611686018427387904 }}").find("past the sandbox's limit"),
             std::string::npos);

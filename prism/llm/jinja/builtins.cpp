@@ -25,13 +25,12 @@ void check_value_size(size_t bytes, std::string_view what) {
   }
 }
 
-namespace {
-
-// Python's integers have no bound; prism's are 64 bits and say so instead of wrapping.
-[[noreturn]] void integer_overflow(std::string_view op) {
+void integer_overflow(std::string_view op) {
   throw BuiltinError(
       fmt::format("integer overflow: the result of '{}' does not fit in 64 bits", op));
 }
+
+namespace {
 
 int64_t checked_add(int64_t a, int64_t b, std::string_view op) {
   int64_t r;
@@ -290,9 +289,9 @@ Value binary_operation(std::string_view op, const Value& a, const Value& b) {
       int64_t n = std::max<int64_t>(0, as_integer(times));
       size_t unit =
           sequence->is_string() ? sequence->as_string().size() : sequence->as_list().size();
-      if (unit > 0 && static_cast<uint64_t>(n) > limits::kValueBytes / unit) {
-        check_value_size(limits::kValueBytes + 1, "repetition with '*'");
-      }
+      size_t bytes = 0;
+      if (__builtin_mul_overflow(static_cast<size_t>(n), unit, &bytes)) bytes = SIZE_MAX;
+      check_value_size(bytes, "repetition with '*'");
       if (sequence->is_string()) {
         std::string out;
         for (int64_t i = 0; i < n; ++i) out += sequence->as_string();

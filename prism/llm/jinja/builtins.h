@@ -37,7 +37,13 @@ inline constexpr int kNesting = 128;
 inline constexpr int kCallDepth = 500;
 // Nesting of lists, dicts and namespaces inside each other in a value a template stores.
 inline constexpr int kValueDepth = 256;
+// tojson(indent=): each line repeats the indent once per level, so a huge one is only memory.
+inline constexpr int64_t kJsonIndent = 1024;
 }  // namespace limits
+
+// Throws BuiltinError for an integer result of `op` past 64 bits (Python's would be a big
+// integer, which prism does not have).
+[[noreturn]] void integer_overflow(std::string_view op);
 
 // Throws BuiltinError when an operation would build a value of `bytes` (past limits::kValueBytes).
 void check_value_size(size_t bytes, std::string_view what);

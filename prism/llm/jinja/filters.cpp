@@ -183,11 +183,9 @@ Value apply_filter(std::string_view name, const Value& value, const Arguments& a
   if (name == "tojson") {
     const Value* indent_width = argument(args, "indent", 0);
     int64_t width = indent_width && !indent_width->is_none() ? indent_width->as_int() : -1;
-    // Each line repeats the indent once per level: a width this large is no layout, only memory.
-    constexpr int64_t kMaxIndent = 1024;
-    if (width > kMaxIndent) {
-      throw BuiltinError(
-          fmt::format("tojson(indent={}) is past the sandbox's limit of {}", width, kMaxIndent));
+    if (width > limits::kJsonIndent) {
+      throw BuiltinError(fmt::format("tojson(indent={}) is past the sandbox's limit of {}", width,
+                                     limits::kJsonIndent));
     }
     std::string json = value.to_json(static_cast<int>(std::max<int64_t>(width, -1)));
     check_value_size(json.size(), "tojson");
@@ -307,9 +305,7 @@ Value apply_filter(std::string_view name, const Value& value, const Arguments& a
   }
   if (name == "abs") {
     if (value.is_int()) {
-      if (value.as_int() == INT64_MIN) {
-        throw BuiltinError("integer overflow: the result of 'abs' does not fit in 64 bits");
-      }
+      if (value.as_int() == INT64_MIN) integer_overflow("abs");
       return Value(value.as_int() < 0 ? -value.as_int() : value.as_int());
     }
     return Value(std::fabs(value.as_number()));

@@ -1,10 +1,10 @@
 // The CPU's products with weights in ggml's block formats (quant_rows.h, amx_rows.h): decode's
 // matrix-vector products and batched decoding's products of 4 to 16 rows, for each kernel
-// this CPU runs: activations kept in f32 (quant_rows), rounded to 8 bits and multiplied with
-// AVX-512 VNNI (quant_rows_int8), and on AMX-INT8 tiles. Each product is an 8192 x 2048
-// matrix, as Llama 3.2 1B's MLP has, copied to fill 1 GiB so that every pass streams the
-// weights from memory; the activations are rounded once per product, as the executable does.
-// Printed: GB/s of weights as stored, that speed as a fraction of a plain read of memory
+// this CPU runs: activations kept in f32 (quant_rows), rounded to 8 bits and multiplied in
+// integers with AVX-512 VNNI or AVX2 (quant_rows_int8, "int8"), and on AMX-INT8 tiles. Each product
+// is an 8192 x 2048 matrix, as Llama 3.2 1B's MLP has, copied to fill 1 GiB so that every pass
+// streams the weights from memory; the activations are rounded once per product, as the executable
+// does. Printed: GB/s of weights as stored, that speed as a fraction of a plain read of memory
 // measured in the same run (the ceiling of a product that reads each weight once), and
 // billions of multiply-adds a second. Options: --threads=N (default: every core).
 #include <cstdio>
@@ -47,7 +47,7 @@ void quant_bench() {
   const double read = ReadProbe(threads).best_gbps();
   std::printf("%s; %d threads here; plain read %.1f GB/s\n",
               get_platform("cpu").devices().at(0).name.c_str(), threads, read);
-  std::vector<Kernel> kernels = {{"f32", "", false}, {"vnni", "vnni", true}};
+  std::vector<Kernel> kernels = {{"f32", "", false}, {"int8", "vnni", true}};
   if (cpu::amx_int8_available()) kernels.push_back({"amx", "amx", true});
   std::printf("%-6s %4s %-6s %9s %8s %9s\n", "type", "rows", "kernel", "GB/s", "of read",
               "Gmadd/s");
@@ -105,7 +105,7 @@ void quant_bench() {
   unsetenv("PRISM_CPU_QUANT_ROWS");
 }
 
-const Register kQuant{"quant", "products with quantized weights: f32, VNNI and AMX-INT8 kernels",
+const Register kQuant{"quant", "products with quantized weights: f32, int8 and AMX-INT8 kernels",
                       quant_bench};
 
 }  // namespace

@@ -621,16 +621,17 @@ TEST(QuantRows, Int8OddNumbersOfBlocks) {
   }
 }
 
-TEST(QuantRows, Int8KernelsWhereTheCpuHasVnni) {
+TEST(QuantRows, Int8KernelsOnEveryX86TargetWithAvx2) {
   for_each_target([](const simd::Target& t) {
-#if defined(__x86_64__) || defined(__i386__)
-    const bool vnni = t.name().starts_with("avx3") && __builtin_cpu_supports("avx512vnni");
+#if defined(__x86_64__)
+    // AVX-512 VNNI's kernels under the AVX-512 targets where the CPU has it, AVX2's otherwise.
+    const bool native = t.name().starts_with("avx2") || t.name().starts_with("avx3");
 #else
-    const bool vnni = false;
+    const bool native = false;
 #endif
     for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
                           GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
-      EXPECT_EQ(cpu::quant_rows_int8_native(type), vnni) << quant::name(type);
+      EXPECT_EQ(cpu::quant_rows_int8_native(type), native) << quant::name(type);
     for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16})
       EXPECT_FALSE(cpu::quant_rows_int8_native(type)) << quant::name(type);
   });
@@ -729,6 +730,141 @@ TEST(QuantRows, Int8RowsDoNotDependOnTheirBatch) {
               0, std::memcmp(batch.data() + i * n, alone[kMaxM - m + i].data(), n * sizeof(float)))
               << "row " << i << " of " << m;
         }
+      }
+    }
+  }
+}
+
+// The integer kernels' arithmetic for the formats whose block sums are exact (quant_rows.h),
+// written out from ggml's block layouts: per block an integer T = the product of the weights'
+// integer values (Q6_K's less 32, each 16 times its scale; the K-quants' each 32 times theirs)
+// with the rounded activations, and for Q4_K and Q5_K M = sum_j min_j * (the activations' sum
+// over sub-block j); then acc = fma(float(T), d_w * d_x, acc) and acc = fma(float(M), -dmin_w *
+// d_x, acc), block after block. Row i of x against the weight row at w.
+float exact_int8_product(GgmlType type, const std::byte* w, const cpu::QuantizedRows& x,
+                         int64_t i) {
+  const quant::GgmlTypeInfo& t = quant::info(type);
+  const auto* u = reinterpret_cast<const uint8_t*>(w);
+  auto f16 = [](const uint8_t* p) {
+    return prism::f16_to_f32(static_cast<uint16_t>(p[0] | p[1] << 8));
+  };
+  float acc = 0;
+  for (int64_t b = 0; b < x.cols() / t.block_elements; ++b) {
+    const uint8_t* p = u + b * t.block_bytes;
+    const int8_t* q = x.quants(i, b);
+    const float dx = x.scale(i, b);
+    int64_t sum = 0, mins = 0;
+    float d = 0, dmin = 0;
+    switch (type) {
+      case GgmlType::Q8_0:
+        d = f16(p);
+        for (int j = 0; j < 32; ++j) sum += int64_t{static_cast<int8_t>(p[2 + j])} * q[j];
+        break;
+      case GgmlType::Q4_0:
+        d = f16(p);
+        for (int j = 0; j < 32; ++j)
+          sum += ((j < 16 ? p[2 + j] & 15 : p[2 + j - 16] >> 4) - 8) * q[j];
+        break;
+      case GgmlType::Q5_0: {
+        d = f16(p);
+        const uint32_t high = p[2] | p[3] << 8 | p[4] << 16 | uint32_t{p[5]} << 24;
+        for (int j = 0; j < 32; ++j) {
+          const int nibble = j < 16 ? p[6 + j] & 15 : p[6 + j - 16] >> 4;
+          sum += ((nibble | static_cast<int>((high >> j) & 1) << 4) - 16) * q[j];
+        }
+        break;
+      }
+      case GgmlType::Q4_K:
+      case GgmlType::Q5_K: {
+        const bool five = type == GgmlType::Q5_K;
+        d = f16(p);
+        dmin = f16(p + 2);
+        const uint8_t* sc = p + 4;
+        const uint8_t* qs = p + (five ? 48 : 16);
+        for (int j = 0; j < 8; ++j) {
+          // ggml's get_scale_min_k4
+          const int scale = j < 4 ? sc[j] & 63 : (sc[j + 4] & 15) | (sc[j - 4] >> 6) << 4;
+          const int min = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | (sc[j] >> 6) << 4;
+          int64_t block = 0, xs = 0;
+          for (int l = 0; l < 32; ++l) {
+            int v = j % 2 ? qs[32 * (j / 2) + l] >> 4 : qs[32 * (j / 2) + l] & 15;
+            if (five) v |= ((p[16 + l] >> j) & 1) << 4;
+            block += v * q[32 * j + l];
+            xs += q[32 * j + l];
+          }
+          sum += scale * block;
+          mins += min * xs;
+        }
+        break;
+      }
+      case GgmlType::Q6_K:
+        d = f16(p + 208);
+        for (int h = 0; h < 2; ++h) {
+          for (int s = 0; s < 4; ++s) {
+            for (int l = 0; l < 32; ++l) {
+              const uint8_t low = p[64 * h + l + 32 * (s % 2)];
+              const int v =
+                  ((s < 2 ? low & 15 : low >> 4) | ((p[128 + 32 * h + l] >> (2 * s)) & 3) << 4) -
+                  32;
+              sum += int64_t{static_cast<int8_t>(p[192 + 8 * h + 2 * s + l / 16])} * v *
+                     q[128 * h + 32 * s + l];
+            }
+          }
+        }
+        break;
+      default:
+        ADD_FAILURE() << "no exact sums for " << t.name;
+    }
+    acc = std::fma(static_cast<float>(sum), d * dx, acc);
+    if (type == GgmlType::Q4_K || type == GgmlType::Q5_K)
+      acc = std::fma(static_cast<float>(mins), -dmin * dx, acc);
+  }
+  return acc;
+}
+
+// Every integer kernel (AVX2's, VNNI's and, where it takes them, the tiles') gives those bits,
+// so that a product may take any of them and a CPU's answer does not depend on which it has.
+TEST(QuantRows, Int8ExactFormatsSumEachBlockExactly) {
+  std::vector<const char*> kernels = {"auto"};
+  if (cpu::amx_int8_available()) kernels.push_back("amx");
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q4_K,
+                        GgmlType::Q5_K, GgmlType::Q6_K}) {
+    const quant::GgmlTypeInfo& t = quant::info(type);
+    const int64_t e = t.block_elements;
+    for (int64_t k : {e, 3 * e, int64_t{1024}}) {
+      for (bool extreme : {false, true}) {
+        SCOPED_TRACE(fmt::format("{} k={}{}", t.name, k, extreme ? " random bytes" : ""));
+        constexpr int64_t n = 37;
+        const int64_t row_bytes = k / t.block_elements * t.block_bytes;
+        std::mt19937 rng(static_cast<uint32_t>(k) + 41);
+        const std::vector<std::byte> w = extreme ? random_blocks(type, n, k, row_bytes, rng)
+                                                 : random_rows(type, n, k, row_bytes, rng);
+        std::vector<float> x(static_cast<size_t>(16 * k));
+        std::uniform_real_distribution<float> value(-1, 1);
+        for (float& v : x) v = value(rng);
+        for_each_target([&](const simd::Target& target) {
+          if (!cpu::quant_rows_int8_native(type)) return;
+          for (const char* kernel : kernels) {
+            const QuantRowsKernel use(kernel);
+            for (int64_t m : {1, 3, 8, 11, 16}) {
+              SCOPED_TRACE(fmt::format("{} {} m={}", target.name(), kernel, m));
+              cpu::QuantizedRows rows;
+              cpu::quantize_activations(type, x.data(), k, m, k, rows);
+              std::vector<float> out(static_cast<size_t>(m * n));
+              cpu::quant_rows_int8(type, rows, w.data(), row_bytes, n, k, out.data(), n);
+              int failures = 0;
+              for (int64_t i = 0; i < m; ++i) {
+                for (int64_t r = 0; r < n; ++r) {
+                  const float want = exact_int8_product(type, w.data() + r * row_bytes, rows, i);
+                  const float got = out[i * n + r];
+                  if (bits_of(got) != bits_of(want) && ++failures <= 5)
+                    ADD_FAILURE() << "row " << i << ", weight row " << r << ": " << got << ", want "
+                                  << want;
+                }
+              }
+            }
+          }
+        });
       }
     }
   }

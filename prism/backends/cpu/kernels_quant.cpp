@@ -13,9 +13,10 @@
 //
 // The row kernels take the activations in one of two ways (quant_activations() below):
 // rounded to ggml's 8-bit blocks once per product and multiplied in integers (llama.cpp's
-// arithmetic; AVX-512 VNNI), the default where the CPU has those kernels for the weights'
-// type, because the f32 kernels are bound by their arithmetic there (Q4_K read at 60-70 % of
-// memory's pace, against 92-100 % in integers); or kept in f32 (PRISM_CPU_QUANT_ACTIVATIONS=f32),
+// arithmetic; AVX-512 VNNI or AVX2), the default where the CPU has those kernels for the
+// weights' type, because the f32 kernels are bound by their arithmetic there (Q4_K read at
+// 60-70 % of memory's pace with VNNI's, 40 % with AVX2's, against 92-100 % and 77 % in
+// integers); or kept in f32 (PRISM_CPU_QUANT_ACTIVATIONS=f32),
 // whose results are the float product of the dequantized weights, as the float reference's.
 //
 // Products of the same activations by several such weights (a layer's q, k and v) run as one

@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "prism/backends/cpu/dot_rows.h"
+#include "prism/backends/cpu/int8_rows.h"
 #include "prism/backends/cpu/simd.h"
 #include "prism/core/dtype.h"
 
@@ -47,32 +48,6 @@ using QuantRowsFn = void (*)(const float* x, int64_t ldx, int64_t m, const uint8
 using DequantRowsFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
                                uint8_t* out, int64_t ldo);
 
-// The records QuantizedRows keeps a row of rounded activations in, one per step of the integer
-// kernels, 64-byte aligned, zeros where nothing is said:
-//   - Q8_0 and Q8_1: two blocks (64 values) a record. [0, 64): the values, int8 (the second
-//     block's from byte 32; past the last block, zeros). [64, 128): 16 f32, the first block's
-//     d in lanes 0-7 and the second's in 8-15. [128, 192): for Q8_0, 16 int32: -offset * the
-//     sum of each four values, where offset is what the kernels add to the weights' values
-//     (weight_offset below: 8 for Q4_0, 16 for Q5_0, 128 for Q8_0); for Q8_1, 16 f32: d * the
-//     block's sum in lanes 0 and 8.
-//   - Q8_K: a block (256 values) a record. [0, 256): the values. [256, 272): the sums of each
-//     32 values, int16. [320, 352): the sums of each 16 values, int16. [384, 388): d, f32.
-//   - F32, F16, BF16: the row's k values as f32.
-struct PairRecord {
-  static constexpr int64_t kValues = 0, kScales = 64, kExtra = 128, kBytes = 192;
-};
-struct KRecord {
-  static constexpr int64_t kValues = 0, kSums32 = 256, kSums = 320, kScale = 384, kBytes = 448;
-};
-
-// Rows of rounded activations as the integer kernels read them: x.rows() records of `stride`
-// bytes at x.
-struct Int8Rows {
-  const uint8_t* x;
-  int64_t stride, m;
-};
-using QuantRowsInt8Fn = void (*)(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n,
-                                 int64_t k, float* out, int64_t ldo);
 // quantize_activations' rounding of one block: Q8_0's 32 values or Q8_K's 256 at x into q;
 // returns d (Q8_0: in f32, before it is stored as f16).
 struct RoundFns {
@@ -89,7 +64,7 @@ namespace prism::cpu::HWY_NAMESPACE {
 
 QuantRowsFn NativeKernel(quant::GgmlType) { return nullptr; }
 DequantRowsFn NativeDequant(quant::GgmlType, bool, bool) { return nullptr; }
-QuantRowsInt8Fn NativeInt8(quant::GgmlType) { return nullptr; }
+QuantRowsInt8Fn NativeInt8(quant::GgmlType, bool) { return nullptr; }
 RoundFns NativeRound() { return {nullptr, nullptr}; }
 
 #else
@@ -1423,29 +1398,38 @@ DequantRowsFn NativeDequant(quant::GgmlType type, bool bf16, bool avx512_bf16) {
 
 RoundFns NativeRound() { return {&RoundQ8_0, &RoundQ8_K}; }
 
-QuantRowsInt8Fn NativeInt8(quant::GgmlType type) {
+// The integer kernel for `type`: with AVX-512 VNNI (`vnni`: the CPU has it) under the AVX-512
+// targets, else with AVX2 (int8_rows_avx2.cpp) under any x86 target that has it.
+QuantRowsInt8Fn NativeInt8(quant::GgmlType type, bool vnni) {
 #if PRISM_QUANT_ROWS_VNNI
   using quant::GgmlType;
-  switch (type) {
-    case GgmlType::Q8_0:
-      return vnni::PairRows<vnni::Q8_0>;
-    case GgmlType::Q4_0:
-      return vnni::PairRows<vnni::Q4_0>;
-    case GgmlType::Q4_1:
-      return vnni::PairRows<vnni::Q4_1>;
-    case GgmlType::Q5_0:
-      return vnni::PairRows<vnni::Q5_0>;
-    case GgmlType::Q5_1:
-      return vnni::PairRows<vnni::Q5_1>;
-    case GgmlType::Q4_K:
-      return vnni::KRows<vnni::Q4_K>;
-    case GgmlType::Q5_K:
-      return vnni::KRows<vnni::Q5_K>;
-    case GgmlType::Q6_K:
-      return vnni::KRows<vnni::Q6_K>;
-    default:
-      return nullptr;
+  if (vnni) {
+    switch (type) {
+      case GgmlType::Q8_0:
+        return vnni::PairRows<vnni::Q8_0>;
+      case GgmlType::Q4_0:
+        return vnni::PairRows<vnni::Q4_0>;
+      case GgmlType::Q4_1:
+        return vnni::PairRows<vnni::Q4_1>;
+      case GgmlType::Q5_0:
+        return vnni::PairRows<vnni::Q5_0>;
+      case GgmlType::Q5_1:
+        return vnni::PairRows<vnni::Q5_1>;
+      case GgmlType::Q4_K:
+        return vnni::KRows<vnni::Q4_K>;
+      case GgmlType::Q5_K:
+        return vnni::KRows<vnni::Q5_K>;
+      case GgmlType::Q6_K:
+        return vnni::KRows<vnni::Q6_K>;
+      default:
+        return nullptr;
+    }
   }
+#else
+  (void)vnni;
+#endif
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  return int8_rows_avx2(type);
 #else
   (void)type;
   return nullptr;
@@ -1509,8 +1493,7 @@ bool cpu_has_avx512_vnni() {
 
 QuantRowsInt8Fn native_int8(quant::GgmlType type) {
   simd::current();  // also points Highway's tables at the target in use
-  if (!cpu_has_avx512_vnni()) return nullptr;
-  return HWY_DYNAMIC_DISPATCH(NativeInt8)(type);
+  return HWY_DYNAMIC_DISPATCH(NativeInt8)(type, cpu_has_avx512_vnni());
 }
 
 // ggml's vec_dot_type: the format activations take for a product with weights of `type`.

@@ -123,10 +123,15 @@ void dequantize_rows(quant::GgmlType type, const std::byte* w, int64_t row_bytes
 //     fma(float(T), d_w * d_x) and fma(float(M), -dmin_w * d_x) in f32, block after block:
 //     amx_k_rows' arithmetic, so Q4_K takes either by its number of rows. Each block is
 //     unpacked once for up to 16 activation rows (in chunks of 4 from cache).
-// Other targets (AVX2, and AVX-512 CPUs without VNNI) and types have no integer kernels:
-// quant_rows_int8 runs quant_rows on the activations as rounded (dequantized into f32),
-// which gives the same result up to the order of the f32 sums. quantize_activations rounds a
-// vector at a time (Highway), about 0.8 ns a value.
+// x86 CPUs without VNNI (AVX2; AVX-512 without VNNI) run AVX2 kernels
+// (int8_rows_avx2.cpp): vpmaddubsw and vpmaddwd make the same 32-bit lane sums vpdpbusd does,
+// and every block's sum is reduced to an exact integer and scaled as above, up to 8
+// activation rows a tile, so Q8_0, Q4_0, Q5_0 and the K-quants give the VNNI and AMX
+// kernels' bits (Q4_1 and Q5_1 add m * d_x * sum x per block, not per lane). Other targets
+// (SCALAR, EMU128, other architectures) and types have no integer kernels: quant_rows_int8
+// runs quant_rows on the activations as rounded (dequantized into f32), which gives the same
+// result up to the order of the f32 sums. quantize_activations rounds a vector at a time
+// (Highway), about 0.8 ns a value.
 //
 // Measured on an Intel Xeon with AVX-512 VNNI, BF16, FP16 and AMX ("Intel(R) Xeon(R)
 // Processor" in /proc/cpuinfo: a virtual machine of 2 cores; figures vary by 5-10 % between
@@ -217,8 +222,9 @@ void quant_rows_int8(quant::GgmlType type, const QuantizedRows& x, const std::by
 bool quant_rows_on_amx(quant::GgmlType type, int64_t m);
 
 // Whether quant_rows_int8 has integer kernels for this type under the SIMD target in use and
-// on this CPU (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K with AVX-512 VNNI); the others
-// run quant_rows on the rounded activations.
+// on this CPU (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K under x86 targets from AVX2 on:
+// AVX-512 VNNI's where the CPU has it, else AVX2's); the others run quant_rows on the rounded
+// activations.
 bool quant_rows_int8_native(quant::GgmlType type);
 
 }  // namespace prism::cpu

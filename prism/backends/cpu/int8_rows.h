@@ -1,0 +1,48 @@
+// What quant_rows_int8's kernels share (quant_rows.h has the interface): the records
+// QuantizedRows keeps rounded activations in, and the kernels' signature. The AVX-512 VNNI
+// kernels live in quant_rows.cpp (compiled per Highway target); the AVX2 ones, which every
+// x86 CPU of the last ten years runs, in int8_rows_avx2.cpp.
+#pragma once
+
+#include <cstdint>
+
+#include "prism/quant/ggml_type.h"
+
+namespace prism::cpu {
+
+// The records QuantizedRows keeps a row of rounded activations in, one per step of the integer
+// kernels, 64-byte aligned, zeros where nothing is said:
+//   - Q8_0 and Q8_1: two blocks (64 values) a record. [0, 64): the values, int8 (the second
+//     block's from byte 32; past the last block, zeros). [64, 128): 16 f32, the first block's
+//     d in lanes 0-7 and the second's in 8-15. [128, 192): for Q8_0, 16 int32: -offset * the
+//     sum of each four values, where offset is what the kernels add to the weights' values
+//     (weight_offset in quant_rows.cpp: 8 for Q4_0, 16 for Q5_0, 128 for Q8_0); for Q8_1, 16
+//     f32: d * the block's sum in lanes 0 and 8.
+//   - Q8_K: a block (256 values) a record. [0, 256): the values. [256, 272): the sums of each
+//     32 values, int16. [320, 352): the sums of each 16 values, int16. [384, 388): d, f32.
+//   - F32, F16, BF16: the row's k values as f32.
+struct PairRecord {
+  static constexpr int64_t kValues = 0, kScales = 64, kExtra = 128, kBytes = 192;
+};
+struct KRecord {
+  static constexpr int64_t kValues = 0, kSums32 = 256, kSums = 320, kScale = 384, kBytes = 448;
+};
+
+// Rows of rounded activations as the integer kernels read them: x.rows() records of `stride`
+// bytes at x.
+struct Int8Rows {
+  const uint8_t* x;
+  int64_t stride, m;
+};
+
+// out[i * ldo + r] = x_i . W[r] for i < x.m, r < n (quant_rows_int8's contract, its checks
+// done). Single-threaded.
+using QuantRowsInt8Fn = void (*)(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n,
+                                 int64_t k, float* out, int64_t ldo);
+
+// The AVX2 kernel for weights of `type` (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), or
+// null for another type or where this binary has none (not x86). The caller makes sure the
+// CPU has AVX2, FMA and F16C (the Highway target in use is AVX2 or better).
+QuantRowsInt8Fn int8_rows_avx2(quant::GgmlType type);
+
+}  // namespace prism::cpu

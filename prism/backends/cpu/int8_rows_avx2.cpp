@@ -1,0 +1,555 @@
+// quant_rows_int8's kernels for CPUs with AVX2 but not AVX-512 VNNI (AMD's Zen 1-3, Intel's
+// Haswell to Comet Lake, and AVX-512 CPUs without VNNI): llama.cpp's arithmetic on 256-bit
+// vectors, with the records and exact block sums of the VNNI kernels (quant_rows.h).
+//
+// AVX2 has no vpdpbusd; vpmaddubsw multiplies unsigned weight bytes by signed activation bytes
+// and adds neighbours into 16 bits (saturating), and vpmaddwd by ones adds those pairs into 32
+// bits: each 32-bit lane then sums four products, as a vpdpbusd lane does. Saturation cannot
+// happen: the weights' unsigned values are at most 63 (Q6_K) and the activations within
+// +-127, so a pair stays under 16002. Q8_0's weights are signed; they go in as |w| against the
+// activations given w's sign (vpsignb), at most 128 * 127 * 2.
+//
+// The K-quants take vpmaddwd by each sub-block's scale (16-bit words) instead of ones, so a
+// 32-bit lane holds scale * its pair sums. Every block's sum over the lanes is then an exact
+// integer, and each (weight row, activation row) pair adds it into one f32 lane, block after
+// block, as the VNNI and AMX kernels do:
+//   - Q8_0, Q4_0, Q5_0: acc = fma(float(T), d_w * d_x, acc), T the block's integer product of
+//     the weights' values (less their offset, which the records take out) and the activations.
+//   - Q4_1, Q5_1: the same, then acc = fma(m_w, d_x * sum x, acc) (the record's f32 sum).
+//   - Q4_K, Q5_K: acc = fma(float(T), d_w * d_x, acc), T = sum_j scale_j * (sub-block j's
+//     integer product), then acc = fma(float(M), -dmin_w * d_x, acc), M = sum_j min_j * (the
+//     activations' sum over sub-block j).
+//   - Q6_K: T less 32 * sum_j scale_j * (the activations' sum over the 16 values of j).
+// So these kernels give the VNNI and AMX kernels' bits for every format without a minimum and
+// for the K-quants, and a row's result never depends on the rows batched with it.
+//
+// A tile takes four weight rows (from four quarters of the range, prefetched 1 KiB ahead, as
+// the other kernels) against up to 8 activation rows; more rows go in chunks of 8 over the
+// same weight rows, which later chunks read from cache. The pairs of a tile, p = r * G + g
+// for weight row r and activation row g, go in groups of 8: each pair's 8 lanes are summed
+// (vphaddd) into one lane of the group's vector, which is scaled and added into the group's
+// accumulator.
+//
+// Measured with prism-bench quant on an AMD EPYC (Zen 3, AVX2 only; a virtual machine of 2
+// cores, plain read 21.3 GB/s; figures vary by 10-15 % between runs), 8192 x 2048 weights
+// streamed from 1 GiB, two threads; quant_rows (f32 activations) -> these kernels:
+//   one row, GB/s of weights:  Q8_0 16.6 -> 19.0, Q4_0 10.5 -> 14.4, Q4_K 8.3 -> 16.1,
+//                              Q6_K 8.6 -> 17.8
+//   16 rows, billions of multiply-adds a second:  Q8_0 26.5 -> 42.7, Q4_0 21.3 -> 38.9,
+//                              Q4_K 20.2 -> 46.2, Q6_K 16.4 -> 51.5
+// Batches are bound by the instructions around the products (the lane sums' reduction and
+// each block's scaling take about as many as the products), one row of the 4-bit formats by
+// unpacking the nibbles: Q4_K reads at 77 % of a plain read, Q8_0 at 90 %.
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "prism/backends/cpu/dot_rows.h"
+#include "prism/backends/cpu/int8_rows.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define PRISM_HAVE_INT8_AVX2 1
+#include <immintrin.h>
+#endif
+
+namespace prism::cpu {
+
+#if PRISM_HAVE_INT8_AVX2
+namespace {
+
+#define PRISM_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define PRISM_AVX2_INLINE PRISM_AVX2 inline __attribute__((always_inline))
+
+constexpr int kRows = kDotRows;  // weight rows a tile takes
+constexpr int kMaxG = 8;         // activation rows a tile takes
+// How far ahead of the block in use the weights are prefetched (quant_rows.cpp measured it).
+constexpr int64_t kPrefetchAhead = 1024;
+
+PRISM_AVX2_INLINE __m256i Load(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+PRISM_AVX2_INLINE __m128i Load128(const uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+template <typename T>
+PRISM_AVX2_INLINE T Scalar(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+PRISM_AVX2_INLINE __m256i Bytes(int v) { return _mm256_set1_epi8(static_cast<char>(v)); }
+
+// The f16 values at p[r] + at of the four weight rows as f32 in lanes 0-3, and with kTwo those
+// at p[r] + at2 in lanes 4-7.
+template <bool kTwo>
+PRISM_AVX2_INLINE __m256 Halves(const uint8_t* const* p, int64_t at, int64_t at2) {
+  __m128i h = _mm_cvtsi32_si128(Scalar<uint16_t>(p[0] + at));
+  h = _mm_insert_epi16(h, Scalar<uint16_t>(p[1] + at), 1);
+  h = _mm_insert_epi16(h, Scalar<uint16_t>(p[2] + at), 2);
+  h = _mm_insert_epi16(h, Scalar<uint16_t>(p[3] + at), 3);
+  if constexpr (kTwo) {
+    h = _mm_insert_epi16(h, Scalar<uint16_t>(p[0] + at2), 4);
+    h = _mm_insert_epi16(h, Scalar<uint16_t>(p[1] + at2), 5);
+    h = _mm_insert_epi16(h, Scalar<uint16_t>(p[2] + at2), 6);
+    h = _mm_insert_epi16(h, Scalar<uint16_t>(p[3] + at2), 7);
+  }
+  return _mm256_cvtph_ps(h);
+}
+
+// The f32 at x + g * stride + at of activation rows g < G in lanes g (zeros after).
+template <int G>
+PRISM_AVX2_INLINE __m256 ActFloats(const uint8_t* x, int64_t stride, int64_t at) {
+  float v[8] = {};
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) v[g] = Scalar<float>(x + g * stride + at);
+  return _mm256_setr_ps(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+}
+
+// The permutations (vpermps) that spread the weight rows' lanes (0-3) and the activation rows'
+// (0-7) over the pairs of group v: lane i holds pair p = 8 v + i, weight row p / G, activation
+// row p % G (lanes past the tile's 4 G pairs: zeros).
+struct PairLanes {
+  alignas(32) int32_t w[kMaxG][4][8], x[kMaxG][4][8];
+};
+constexpr PairLanes MakePairLanes() {
+  PairLanes t{};
+  for (int g = 1; g <= kMaxG; ++g) {
+    for (int v = 0; v < 4; ++v) {
+      for (int i = 0; i < 8; ++i) {
+        const int p = 8 * v + i;
+        t.w[g - 1][v][i] = p < kRows * g ? p / g : 0;
+        t.x[g - 1][v][i] = p < kRows * g ? p % g : 0;
+      }
+    }
+  }
+  return t;
+}
+alignas(32) constexpr PairLanes kPairLanes = MakePairLanes();
+
+PRISM_AVX2_INLINE __m256i LoadLanes(const int32_t* p) {
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Lane i < N of the result: the sum of s[i]'s eight lanes (N is 4 or 8; lanes 4-7 zero for 4).
+template <int N>
+PRISM_AVX2_INLINE __m256i LaneSums(const __m256i* s) {
+  static_assert(N == 4 || N == 8);
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+  if constexpr (N == 4) {
+    return _mm256_zextsi128_si256(
+        _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1)));
+  } else {
+    const __m256i b =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+  }
+}
+
+// The same for vectors of four lanes.
+template <int N>
+PRISM_AVX2_INLINE __m256i LaneSums(const __m128i* s) {
+  static_assert(N == 4 || N == 8);
+  const __m128i a = _mm_hadd_epi32(_mm_hadd_epi32(s[0], s[1]), _mm_hadd_epi32(s[2], s[3]));
+  if constexpr (N == 4) {
+    return _mm256_zextsi128_si256(a);
+  } else {
+    const __m128i b = _mm_hadd_epi32(_mm_hadd_epi32(s[4], s[5]), _mm_hadd_epi32(s[6], s[7]));
+    return _mm256_set_m128i(b, a);
+  }
+}
+
+// The weight rows' values (lanes w_offset to w_offset + 3 of w) spread over the pairs of group
+// V, and the activation rows' (lanes 0 to G - 1 of x).
+template <int G, int V>
+PRISM_AVX2_INLINE __m256 SpreadW(__m256 w, int w_offset) {
+  return _mm256_permutevar8x32_ps(
+      w, _mm256_add_epi32(LoadLanes(kPairLanes.w[G - 1][V]), _mm256_set1_epi32(w_offset)));
+}
+template <int G, int V>
+PRISM_AVX2_INLINE __m256 SpreadX(__m256 x) {
+  return _mm256_permutevar8x32_ps(x, LoadLanes(kPairLanes.x[G - 1][V]));
+}
+
+// acc = fma(float(sums), w * x, acc), w and x spread over the pairs of group V.
+template <int G, int V>
+PRISM_AVX2_INLINE __m256 Scale(__m256 acc, __m256i sums, __m256 w, int w_offset, __m256 x) {
+  const __m256 d = _mm256_mul_ps(SpreadW<G, V>(w, w_offset), SpreadX<G, V>(x));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), d, acc);
+}
+
+// The pairs' results (lane i of acc[v]: pair 8 v + i) into out.
+template <int G, int V>
+PRISM_AVX2_INLINE void Store(const __m256 (&acc)[V], float* out, int64_t ldo, const int64_t* rows) {
+  alignas(32) float lanes[8 * V];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) _mm256_store_ps(lanes + 8 * v, acc[v]);
+#pragma GCC unroll 32
+  for (int p = 0; p < kRows * G; ++p) out[p % G * ldo + rows[p / G]] = lanes[p];
+}
+
+// --- Blocks of 32 values: Quants(p) gives a block's 32 values as bytes: unsigned (kOffset:
+// less an offset the records take out; kMin: times d, plus m), or for kSigned as they are.
+
+struct Q8_0 {
+  static constexpr int64_t kBytes = 34;
+  static constexpr bool kSigned = true, kMin = false;
+  static PRISM_AVX2_INLINE __m256i Quants(const uint8_t* p) { return Load(p + 2); }
+};
+
+// 16 bytes of nibbles as Q4_0's 32 values: the low nibbles, then the high ones.
+PRISM_AVX2_INLINE __m256i Nibbles(const uint8_t* p) {
+  const __m128i b = Load128(p);
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), Bytes(15));
+}
+
+template <bool kMinT>  // Q4_0, Q4_1: d, (m,) 16 nibble bytes
+struct Q4 {
+  static constexpr int64_t kBytes = kMinT ? 20 : 18;
+  static constexpr bool kSigned = false, kMin = kMinT;
+  static PRISM_AVX2_INLINE __m256i Quants(const uint8_t* p) { return Nibbles(p + (kMin ? 4 : 2)); }
+};
+
+template <bool kMinT>  // Q5_0, Q5_1: d, (m,) 32 bits (value j's fifth bit: bit j), 16 nibble bytes
+struct Q5 {
+  static constexpr int64_t kBytes = kMinT ? 24 : 22, kHigh = kMinT ? 4 : 2;
+  static constexpr bool kSigned = false, kMin = kMinT;
+  static PRISM_AVX2_INLINE __m256i Quants(const uint8_t* p) {
+    // Byte j of the 32 bits' spread: byte j / 8 of them, tested against bit j % 8.
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+    __m256i high = _mm256_shuffle_epi8(_mm256_set1_epi32(Scalar<int32_t>(p + kHigh)), spread);
+    high = _mm256_cmpeq_epi8(_mm256_and_si256(high, bit), bit);
+    return _mm256_or_si256(Nibbles(p + kHigh + 4), _mm256_and_si256(high, Bytes(16)));
+  }
+};
+
+// Group V of a tile of blocks of 32: the pairs' block sums, scaled into acc.
+template <typename F, int G, int V>
+PRISM_AVX2_INLINE void PairGroup(const __m256i* u, const __m256i* q, const uint8_t* x,
+                                 int64_t stride, int64_t at, __m256 dw, __m256 dx, __m256 sx,
+                                 __m256& acc) {
+  constexpr int N = std::min(8, kRows * G - 8 * V);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i s[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) {
+    const int p = 8 * V + i, r = p / G;
+    const uint8_t* rec = x + p % G * stride + at;
+    __m256i xv = Load(rec + PairRecord::kValues);
+    if constexpr (F::kSigned) xv = _mm256_sign_epi8(xv, q[r]);
+    s[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], xv), ones);
+    if constexpr (!F::kSigned && !F::kMin)
+      s[i] = _mm256_add_epi32(s[i], Load(rec + PairRecord::kExtra));
+  }
+  acc = Scale<G, V>(acc, LaneSums<N>(s), dw, 0, dx);
+  if constexpr (F::kMin) acc = _mm256_fmadd_ps(SpreadW<G, V>(dw, 4), SpreadX<G, V>(sx), acc);
+}
+
+template <typename F, int G, int... V>
+PRISM_AVX2_INLINE void PairGroups(std::integer_sequence<int, V...>, const __m256i* u,
+                                  const __m256i* q, const uint8_t* x, int64_t stride, int64_t at,
+                                  __m256 dw, __m256 dx, __m256 sx, __m256* acc) {
+  (PairGroup<F, G, V>(u, q, x, stride, at, dw, dx, sx, acc[V]), ...);
+}
+
+// out[g * ldo + rows[r]] = x_g . W[r] for G activation rows (records `stride` bytes apart at
+// x) and the four weight rows w[r], blocks of 32 values each; `prefetch` when the weights come
+// from memory (the first chunk of activation rows), not from cache.
+template <typename F, int G>
+PRISM_AVX2 __attribute__((noinline)) void PairTile(const uint8_t* x, int64_t stride,
+                                                   const uint8_t* const* w, int64_t blocks,
+                                                   float* out, int64_t ldo, const int64_t* rows,
+                                                   bool prefetch) {
+  constexpr int V = (kRows * G + 7) / 8;
+  __m256 acc[V];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t at = b / 2 * PairRecord::kBytes + 32 * (b % 2);  // the block in its record
+    const uint8_t* ws[kRows];
+    __m256i q[kRows], u[kRows];
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      ws[r] = w[r] + b * F::kBytes;
+      if (prefetch)
+        _mm_prefetch(reinterpret_cast<const char*>(ws[r] + kPrefetchAhead), _MM_HINT_T0);
+      q[r] = F::Quants(ws[r]);
+      u[r] = F::kSigned ? _mm256_abs_epi8(q[r]) : q[r];
+    }
+    const __m256 dw = Halves<F::kMin>(ws, 0, 2);  // d in lanes 0-3, (m in 4-7)
+    const __m256 dx = ActFloats<G>(x, stride, at + PairRecord::kScales);
+    __m256 sx = _mm256_setzero_ps();  // d * the block's sum
+    if constexpr (F::kMin) sx = ActFloats<G>(x, stride, at + PairRecord::kExtra);
+    PairGroups<F, G>(std::make_integer_sequence<int, V>{}, u, q, x, stride, at, dw, dx, sx, acc);
+  }
+  Store<G, V>(acc, out, ldo, rows);
+}
+
+// --- K-quants, blocks of 256 values. Prepare(p) reads what a block's steps share; Step(row,
+// j, ...) gives its values 64 j to 64 j + 31 in a and 64 j + 32 to 64 j + 63 in b as unsigned
+// bytes, and the scales of each 16 of them in the 16-bit words of sa and sb.
+
+// Byte indices (vpshufb) that repeat one 16-bit word of a 128-bit lane over it: kWord[j] word j
+// in both lanes (Q4_K, Q5_K: one scale for 32 values); kWords[s] word 2 s in the low lane and
+// 2 s + 1 in the high one (Q6_K: a scale for each 16 values).
+struct WordIndices {
+  alignas(32) uint8_t one[8][32], two[4][32];
+};
+constexpr WordIndices MakeWordIndices() {
+  WordIndices t{};
+  for (int j = 0; j < 8; ++j) {
+    for (int i = 0; i < 32; ++i) t.one[j][i] = static_cast<uint8_t>(2 * j + i % 2);
+  }
+  for (int s = 0; s < 4; ++s) {
+    for (int i = 0; i < 32; ++i) t.two[s][i] = static_cast<uint8_t>(2 * (2 * s + i / 16) + i % 2);
+  }
+  return t;
+}
+alignas(32) constexpr WordIndices kWordIndices = MakeWordIndices();
+
+PRISM_AVX2_INLINE __m256i Word(__m256i words, const uint8_t* indices) {
+  return _mm256_shuffle_epi8(words, _mm256_load_si256(reinterpret_cast<const __m256i*>(indices)));
+}
+
+// Q4_K and Q5_K: d, dmin (f16), 12 bytes of 6-bit scales and minimums, (Q5_K: 32 bytes of
+// fifth bits: value i of sub-block j has bit j of byte i,) 128 bytes of nibbles (sub-block 2 j
+// in the low nibbles of bytes 32 j to 32 j + 31, 2 j + 1 in their high ones).
+template <bool kFive>
+struct QK {
+  static constexpr int64_t kBytes = kFive ? 176 : 144, kScaleAt = 0, kMinAt = 2;
+  static constexpr bool kMin = true;
+  struct Row {
+    const uint8_t* p;
+    __m256i scales, high;  // scales: the 8 scales as words, in both lanes
+    __m128i mins;          // the 8 minimums as words
+  };
+  static PRISM_AVX2_INLINE Row Prepare(const uint8_t* p) {
+    // ggml's get_scale_min_k4, four at a time: scales 0-3 are the low 6 bits of bytes 0-3,
+    // minimums 0-3 of bytes 4-7; scales 4-7 the low nibbles of bytes 8-11 under the top two
+    // bits of bytes 0-3, minimums 4-7 the high nibbles under those of bytes 4-7.
+    const uint32_t u0 = Scalar<uint32_t>(p + 4), u1 = Scalar<uint32_t>(p + 8),
+                   u2 = Scalar<uint32_t>(p + 12);
+    const uint32_t s_lo = u0 & 0x3f3f3f3f, m_lo = u1 & 0x3f3f3f3f;
+    const uint32_t s_hi = (u2 & 0x0f0f0f0f) | ((u0 >> 6) & 0x03030303) << 4;
+    const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0f) | ((u1 >> 6) & 0x03030303) << 4;
+    Row row;
+    row.p = p;
+    row.scales = _mm256_broadcastsi128_si256(
+        _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(uint64_t{s_hi} << 32 | s_lo))));
+    row.mins =
+        _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(uint64_t{m_hi} << 32 | m_lo)));
+    row.high = kFive ? Load(p + 16) : _mm256_setzero_si256();
+    return row;
+  }
+  static PRISM_AVX2_INLINE void Step(const Row& row, int j, __m256i& a, __m256i& b, __m256i& sa,
+                                     __m256i& sb) {
+    const __m256i bytes = Load(row.p + (kFive ? 48 : 16) + 32 * j);
+    a = _mm256_and_si256(bytes, Bytes(15));
+    b = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), Bytes(15));
+    if constexpr (kFive) {
+      const __m256i bit_a = Bytes(1 << (2 * j)), bit_b = Bytes(2 << (2 * j));
+      const __m256i sixteen = Bytes(16);
+      a = _mm256_or_si256(
+          a,
+          _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(row.high, bit_a), bit_a), sixteen));
+      b = _mm256_or_si256(
+          b,
+          _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(row.high, bit_b), bit_b), sixteen));
+    }
+    sa = Word(row.scales, kWordIndices.one[2 * j]);
+    sb = Word(row.scales, kWordIndices.one[2 * j + 1]);
+  }
+};
+
+// Q6_K: 128 bytes of low nibbles, 64 of high bit pairs, 16 signed scales (one per 16 values),
+// d (f16). Half h (values 128 h on) has nibbles at 64 h and bit pairs at 128 + 32 h: value 32 s
+// + l of the half (s < 4, l < 32) is nibble byte l + 32 (s % 2) (low nibble for s < 2, high
+// for s >= 2) under bits 2 s, 2 s + 1 of bit-pair byte l, less 32.
+struct Q6_K {
+  static constexpr int64_t kBytes = 210, kScaleAt = 208, kMinAt = 208;
+  static constexpr bool kMin = false;
+  struct Row {
+    const uint8_t* p;
+    __m256i scales[2], offset;  // scales[h]: scales 8 h to 8 h + 7 as words, in both lanes
+    __m128i mins;               // unused
+  };
+  static PRISM_AVX2_INLINE Row Prepare(const uint8_t* p) {
+    const __m256i scales = _mm256_cvtepi8_epi16(Load128(p + 192));
+    Row row;
+    row.p = p;
+    row.scales[0] = _mm256_permute2x128_si256(scales, scales, 0x00);
+    row.scales[1] = _mm256_permute2x128_si256(scales, scales, 0x11);
+    row.offset = _mm256_mullo_epi16(scales, _mm256_set1_epi16(-32));
+    row.mins = _mm_setzero_si128();
+    return row;
+  }
+  static PRISM_AVX2_INLINE void Step(const Row& row, int j, __m256i& a, __m256i& b, __m256i& sa,
+                                     __m256i& sb) {
+    const int h = j / 2, odd = j % 2;  // values 64 odd to 64 odd + 63 of half h: s = 2 odd, + 1
+    const __m256i low0 = Load(row.p + 64 * h), low1 = Load(row.p + 64 * h + 32);
+    const __m256i pairs = Load(row.p + 128 + 32 * h), mask = Bytes(0x30), nibble = Bytes(15);
+    if (odd == 0) {
+      a = _mm256_or_si256(_mm256_and_si256(low0, nibble),
+                          _mm256_and_si256(_mm256_slli_epi16(pairs, 4), mask));
+      b = _mm256_or_si256(_mm256_and_si256(low1, nibble),
+                          _mm256_and_si256(_mm256_slli_epi16(pairs, 2), mask));
+    } else {
+      a = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low0, 4), nibble),
+                          _mm256_and_si256(pairs, mask));
+      b = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low1, 4), nibble),
+                          _mm256_and_si256(_mm256_srli_epi16(pairs, 2), mask));
+    }
+    sa = Word(row.scales[h], kWordIndices.two[2 * odd]);
+    sb = Word(row.scales[h], kWordIndices.two[2 * odd + 1]);
+  }
+};
+
+// Group V of a tile of K-quant blocks: each pair's T (and M), scaled into acc.
+template <typename F, int G, int V>
+PRISM_AVX2_INLINE void KGroup(const typename F::Row* row, const uint8_t* x, int64_t stride,
+                              int64_t at, __m256 dw, __m256 dx, __m256& acc) {
+  constexpr int N = std::min(8, kRows * G - 8 * V);
+  __m256i t[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) t[i] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    __m256i a, b, sa, sb;
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const int p = 8 * V + i;
+      if (i == 0 || p % G == 0) F::Step(row[p / G], j, a, b, sa, sb);
+      const uint8_t* rec = x + p % G * stride + at + 64 * j;
+      const __m256i pa = _mm256_madd_epi16(_mm256_maddubs_epi16(a, Load(rec)), sa);
+      const __m256i pb = _mm256_madd_epi16(_mm256_maddubs_epi16(b, Load(rec + 32)), sb);
+      t[i] = _mm256_add_epi32(t[i], _mm256_add_epi32(pa, pb));
+    }
+  }
+  if constexpr (!F::kMin) {  // Q6_K's offset
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const int p = 8 * V + i;
+      const __m256i sums = Load(x + p % G * stride + at + KRecord::kSums);
+      t[i] = _mm256_add_epi32(t[i], _mm256_madd_epi16(row[p / G].offset, sums));
+    }
+  }
+  acc = Scale<G, V>(acc, LaneSums<N>(t), dw, 0, dx);
+  if constexpr (F::kMin) {
+    __m128i m[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const int p = 8 * V + i;
+      m[i] = _mm_madd_epi16(row[p / G].mins, Load128(x + p % G * stride + at + KRecord::kSums32));
+    }
+    acc = Scale<G, V>(acc, LaneSums<N>(m), dw, 4, dx);
+  }
+}
+
+template <typename F, int G, int... V>
+PRISM_AVX2_INLINE void KGroups(std::integer_sequence<int, V...>, const typename F::Row* row,
+                               const uint8_t* x, int64_t stride, int64_t at, __m256 dw, __m256 dx,
+                               __m256* acc) {
+  (KGroup<F, G, V>(row, x, stride, at, dw, dx, acc[V]), ...);
+}
+
+// PairTile's contract for K-quant blocks.
+template <typename F, int G>
+PRISM_AVX2 __attribute__((noinline)) void KTile(const uint8_t* x, int64_t stride,
+                                                const uint8_t* const* w, int64_t blocks, float* out,
+                                                int64_t ldo, const int64_t* rows, bool prefetch) {
+  constexpr int V = (kRows * G + 7) / 8;
+  __m256 acc[V];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_ps();
+  // -dmin: the minimums are subtracted.
+  const __m256 negate_mins = _mm256_setr_ps(0, 0, 0, 0, -0.0f, -0.0f, -0.0f, -0.0f);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t at = b * KRecord::kBytes;
+    const uint8_t* ws[kRows];
+    typename F::Row row[kRows];
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      ws[r] = w[r] + b * F::kBytes;
+      if (prefetch) {
+        for (int64_t j = 0; j < F::kBytes; j += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(ws[r] + kPrefetchAhead + j), _MM_HINT_T0);
+      }
+      row[r] = F::Prepare(ws[r]);
+    }
+    // d in lanes 0-3, -dmin in 4-7
+    const __m256 dw = _mm256_xor_ps(Halves<F::kMin>(ws, F::kScaleAt, F::kMinAt), negate_mins);
+    const __m256 dx = ActFloats<G>(x, stride, at + KRecord::kScale);
+    KGroups<F, G>(std::make_integer_sequence<int, V>{}, row, x, stride, at, dw, dx, acc);
+  }
+  Store<G, V>(acc, out, ldo, rows);
+}
+
+using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t* const*, int64_t, float*, int64_t,
+                        const int64_t*, bool);
+
+template <typename F, bool kK, int... G>
+constexpr std::array<TileFn, sizeof...(G)> Tiles(std::integer_sequence<int, G...>) {
+  if constexpr (kK) {
+    return {&KTile<F, G + 1>...};
+  } else {
+    return {&PairTile<F, G + 1>...};
+  }
+}
+
+// All the weight rows, four at a time from four quarters of [0, n) (for_row_groups), each
+// group against the activation rows in chunks of up to kMaxG.
+template <typename F, bool kK>
+void Rows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k, float* out,
+          int64_t ldo) {
+  static constexpr std::array<TileFn, kMaxG> kTiles =
+      Tiles<F, kK>(std::make_integer_sequence<int, kMaxG>{});
+  const int64_t blocks = k / (kK ? 256 : 32);
+  const uint8_t* ptrs[kRows];
+  for_row_groups(0, n, [&](const int64_t* rows) {
+    for (int r = 0; r < kRows; ++r) ptrs[r] = w + rows[r] * row_bytes;
+    for (int64_t i = 0; i < x.m; i += kMaxG) {
+      const int64_t g = std::min<int64_t>(kMaxG, x.m - i);
+      kTiles[g - 1](x.x + i * x.stride, x.stride, ptrs, blocks, out + i * ldo, ldo, rows, i == 0);
+    }
+  });
+}
+
+#undef PRISM_AVX2_INLINE
+#undef PRISM_AVX2
+
+}  // namespace
+#endif
+
+QuantRowsInt8Fn int8_rows_avx2(quant::GgmlType type) {
+#if PRISM_HAVE_INT8_AVX2
+  using quant::GgmlType;
+  switch (type) {
+    case GgmlType::Q8_0:
+      return Rows<Q8_0, false>;
+    case GgmlType::Q4_0:
+      return Rows<Q4<false>, false>;
+    case GgmlType::Q4_1:
+      return Rows<Q4<true>, false>;
+    case GgmlType::Q5_0:
+      return Rows<Q5<false>, false>;
+    case GgmlType::Q5_1:
+      return Rows<Q5<true>, false>;
+    case GgmlType::Q4_K:
+      return Rows<QK<false>, true>;
+    case GgmlType::Q5_K:
+      return Rows<QK<true>, true>;
+    case GgmlType::Q6_K:
+      return Rows<Q6_K, true>;
+    default:
+      return nullptr;
+  }
+#else
+  (void)type;
+  return nullptr;
+#endif
+}
+
+}  // namespace prism::cpu

@@ -222,9 +222,29 @@ void ReadProbe::pass() {
         acc[j] = _mm512_add_ps(acc[j], _mm512_loadu_ps(s0 + j * len + i));
     float sum = 0;
     for (auto a : acc) sum += lane_sum(a);
-#else
+#elif defined(__AVX__)
+    // Two accumulators a stream: eight independent chains of adds hide their latency, so the
+    // loads, not the adds, set the pace.
+    __m256 acc[2 * streams] = {};
+    for (int64_t i = 0; i < len; i += 16) {
+      for (int64_t j = 0; j < streams; ++j) {
+        acc[2 * j] = _mm256_add_ps(acc[2 * j], _mm256_loadu_ps(s0 + j * len + i));
+        acc[2 * j + 1] = _mm256_add_ps(acc[2 * j + 1], _mm256_loadu_ps(s0 + j * len + i + 8));
+      }
+    }
     float sum = 0;
-    for (int64_t i = 0; i < streams * len; ++i) sum += s0[i];
+    for (__m256 a : acc) {
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, a);
+      for (float v : lanes) sum += v;
+    }
+#else
+    // Sixteen independent sums (one chain of float adds would wait on each add's latency).
+    float part[16] = {};
+    for (int64_t i = 0; i < streams * len; i += 16)
+      for (int j = 0; j < 16; ++j) part[j] += s0[i + j];
+    float sum = 0;
+    for (float v : part) sum += v;
 #endif
     sums[t] = sum;
   });

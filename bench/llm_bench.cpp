@@ -92,7 +92,8 @@ std::string checkpoint_gguf(const std::string& dir, const std::string& format,
   if (format == "bf16") return dir + "/model.gguf";
   const fs::path out = fs::path(dir) / ("model-" + format + ".gguf");
   if (fs::exists(out)) return out.string();
-  const fs::path partial = out.string() + ".partial";
+  // Named *.gguf: prism quantize writes only files that say what they hold.
+  const fs::path partial = fs::path(dir) / ("model-" + format + ".partial.gguf");
   const std::string quantizer = PRISM_LLAMACPP_DIR "/bin/llama-quantize";
   std::string run;
   if (fs::exists(quantizer)) {

@@ -289,6 +289,10 @@ class DotKernel {
     const int64_t elem = static_cast<int64_t>(size_of(out_.dtype()));
     const int64_t wei_step = rhs_.strides()[2] * elem;  // a block of 64 starts at 64 rows too
     const Slice& s = blocked ? blocked_slices_[i] : slices_[i];
+    if (widened_) {
+      run_widened_slice(s, l, r, out);
+      return;
+    }
     std::byte* dst = out + s.n0 * elem;
     thread_local std::vector<std::byte> staging;
     if (s.staged) {
@@ -319,6 +323,16 @@ class DotKernel {
         } catch (const dnnl::error&) {
           slices_.clear();
           blocked_slices_.clear();
+          // oneDNN multiplies bf16 only from AVX-512 on (2.x: avx512_core); before that, the
+          // slices' operands are widened to f32 instead of falling to the plain loop.
+          if (out_.dtype() == DType::bf16 && lhs_.batch == 1 && !blockable_) {
+            try {
+              make_widened_slices(pool.size());
+              widened_ = true;
+            } catch (const dnnl::error&) {
+              slices_.clear();
+            }
+          }
         }
       });
     }
@@ -362,6 +376,69 @@ class DotKernel {
         blocked_slices_.push_back(std::move(b));
       }
     }
+  }
+
+  // make_slices' slices for bf16 operands multiplied in f32 (run_widened_slice): dense f32
+  // activations, weights and results.
+  void make_widened_slices(int threads) const {
+    using dnnl::memory;
+    const int64_t M = lhs_.rows, K = lhs_.cols, N = rhs_.cols;
+    const int64_t slices = int64_t{threads} * kSlicesPerThread;
+    const int64_t width =
+        std::max<int64_t>(kMinSliceWidth, (N + slices - 1) / slices + 63) / 64 * 64;
+    std::shared_ptr<dnnl::matmul> last;
+    int64_t last_width = 0;
+    for (int64_t n0 = 0; n0 < N; n0 += width) {
+      Slice s;
+      s.n0 = n0;
+      s.width = std::min(width, N - n0);
+      s.src = memory::desc({M, K}, memory::data_type::f32, {K, 1});
+      s.wei = memory::desc({K, s.width}, memory::data_type::f32, {s.width, 1});
+      s.dst = memory::desc({M, s.width}, memory::data_type::f32, {s.width, 1});
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s.src, s.wei, s.dst),
+                                      onednn::single_thread(), onednn::engine());
+      if (s.width != last_width) last = std::make_shared<dnnl::matmul>(pd);
+      last_width = s.width;
+      s.matmul = last;
+      s.scratch = pd.scratchpad_desc();
+      slices_.push_back(std::move(s));
+    }
+  }
+
+  // A slice of a bf16 product where oneDNN has no bf16 products: the activations and the
+  // slice's weights widened to f32 in the thread's buffers (exact), multiplied in f32, and the
+  // results rounded to bf16, as a bf16 product with f32 sums rounds them. The widening reads
+  // the activations once a slice and the weights once: a small part of a prefill's product.
+  void run_widened_slice(const Slice& s, const std::byte* l, const std::byte* r,
+                         std::byte* out) const {
+    const auto ls = lhs_.strides(), rs = rhs_.strides();
+    const int64_t M = lhs_.rows, K = lhs_.cols, N = rhs_.cols, w = s.width;
+    const auto* x = reinterpret_cast<const uint16_t*>(l);
+    const auto* wt = reinterpret_cast<const uint16_t*>(r);
+    thread_local std::vector<float> x32, w32, y32;
+    x32.resize(static_cast<size_t>(M * K));
+    w32.resize(static_cast<size_t>(K * w));
+    y32.resize(static_cast<size_t>(M * w));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) x32[m * K + k] = bf16_to_f32(x[m * ls[1] + k * ls[2]]);
+    if (rs[1] == 1) {  // weights stored {n, k}: each output column's k values are contiguous
+      for (int64_t j = 0; j < w; ++j) {
+        const uint16_t* col = wt + (s.n0 + j) * rs[2];
+        for (int64_t k = 0; k < K; ++k) w32[k * w + j] = bf16_to_f32(col[k]);
+      }
+    } else {
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < w; ++j)
+          w32[k * w + j] = bf16_to_f32(wt[k * rs[1] + (s.n0 + j) * rs[2]]);
+    }
+    dnnl::engine& engine = onednn::engine();
+    onednn::execute(*s.matmul, s.scratch,
+                    {{DNNL_ARG_SRC, dnnl::memory(s.src, engine, x32.data())},
+                     {DNNL_ARG_WEIGHTS, dnnl::memory(s.wei, engine, w32.data())},
+                     {DNNL_ARG_DST, dnnl::memory(s.dst, engine, y32.data())}});
+    auto* y = reinterpret_cast<uint16_t*>(out);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t j = 0; j < w; ++j) y[m * N + s.n0 + j] = f32_to_bf16(y32[m * w + j]);
   }
 
   using Strides = std::array<int64_t, 3>;
@@ -552,13 +629,15 @@ class DotKernel {
   bool small_ = false;
   RowsKernel rows_ = RowsKernel::onednn;  // the path of a few rows (see the constructor)
   struct Slice {
-    int64_t n0 = 0;  // first output column
+    int64_t n0 = 0;     // first output column
+    int64_t width = 0;  // its columns (widened slices)
     dnnl::memory::desc src, wei, dst, scratch;
     bool staged = false;  // written into the thread's staging block, then copied into place
     std::shared_ptr<dnnl::matmul> matmul;
   };
   bool use_dnnl_ = false;
   bool blockable_ = false;
+  mutable bool widened_ = false;  // bf16 operands multiplied in f32 (make_widened_slices)
   mutable std::once_flag planned_;
   mutable std::vector<Slice> slices_;
   mutable std::vector<Slice> blocked_slices_;  // the same with the weights blocked

@@ -178,8 +178,9 @@ class DotKernel {
       const bool blocked = rhs_blocked(r);
       PRISM_CHECK(!blocked || blocked_slices_.size() == slices_.size(),
                   "cpu: oneDNN planned no product for weights {} kept blocked", rhs_.shape.str());
+      const std::vector<float> x32 = widened_ ? widened_lhs(l, pool) : std::vector<float>();
       pool.parallel_for(static_cast<int64_t>(slices_.size()), 1, [&](int64_t s0, int64_t s1) {
-        for (int64_t i = s0; i < s1; ++i) run_slice(i, l, r, out, blocked);
+        for (int64_t i = s0; i < s1; ++i) run_slice(i, l, r, out, blocked, x32.data());
       });
       return;
     }
@@ -284,13 +285,14 @@ class DotKernel {
   }
 
   // Slice i of the planned products, `blocked` being rhs_blocked(r).
-  void run_slice(int64_t i, const std::byte* l, const std::byte* r, std::byte* out,
-                 bool blocked) const {
+  // x32: the activations widened to f32 (widened_lhs) where the product is widened.
+  void run_slice(int64_t i, const std::byte* l, const std::byte* r, std::byte* out, bool blocked,
+                 const float* x32 = nullptr) const {
     const int64_t elem = static_cast<int64_t>(size_of(out_.dtype()));
     const int64_t wei_step = rhs_.strides()[2] * elem;  // a block of 64 starts at 64 rows too
     const Slice& s = blocked ? blocked_slices_[i] : slices_[i];
     if (widened_) {
-      run_widened_slice(s, l, r, out);
+      run_widened_slice(s, x32, r, out);
       return;
     }
     std::byte* dst = out + s.n0 * elem;
@@ -393,7 +395,9 @@ class DotKernel {
       s.n0 = n0;
       s.width = std::min(width, N - n0);
       s.src = memory::desc({M, K}, memory::data_type::f32, {K, 1});
-      s.wei = memory::desc({K, s.width}, memory::data_type::f32, {s.width, 1});
+      // The weights widened in the order they are stored: {n, k} (transposed) or {k, n}.
+      s.wei = memory::desc({K, s.width}, memory::data_type::f32,
+                           widens_columns() ? memory::dims{1, K} : memory::dims{s.width, 1});
       s.dst = memory::desc({M, s.width}, memory::data_type::f32, {s.width, 1});
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s.src, s.wei, s.dst),
                                       onednn::single_thread(), onednn::engine());
@@ -405,26 +409,41 @@ class DotKernel {
     }
   }
 
-  // A slice of a bf16 product where oneDNN has no bf16 products: the activations and the
-  // slice's weights widened to f32 in the thread's buffers (exact), multiplied in f32, and the
-  // results rounded to bf16, as a bf16 product with f32 sums rounds them. The widening reads
-  // the activations once a slice and the weights once: a small part of a prefill's product.
-  void run_widened_slice(const Slice& s, const std::byte* l, const std::byte* r,
-                         std::byte* out) const {
-    const auto ls = lhs_.strides(), rs = rhs_.strides();
-    const int64_t M = lhs_.rows, K = lhs_.cols, N = rhs_.cols, w = s.width;
+ public:
+  // The activations of a widened product as f32 {M, K}, widened once for all its slices (and
+  // for all the products of a group, which share them).
+  std::vector<float> widened_lhs(const std::byte* l, ThreadPool& pool) const {
+    const auto ls = lhs_.strides();
+    const int64_t M = lhs_.rows, K = lhs_.cols;
     const auto* x = reinterpret_cast<const uint16_t*>(l);
+    std::vector<float> x32(static_cast<size_t>(M * K));
+    pool.parallel_for(M, 16, [&](int64_t m0, int64_t m1) {
+      for (int64_t m = m0; m < m1; ++m)
+        for (int64_t k = 0; k < K; ++k) x32[m * K + k] = bf16_to_f32(x[m * ls[1] + k * ls[2]]);
+    });
+    return x32;
+  }
+  bool widened() const { return widened_; }
+  // Whether a widened product's weights are stored {n, k} (each column's k values in a row).
+  bool widens_columns() const { return rhs_.strides()[1] == 1; }
+
+ private:
+  // A slice of a bf16 product where oneDNN has no bf16 products: the activations widened to
+  // f32 (x32, widened_lhs) and the slice's weights widened in the thread's buffer (exact),
+  // multiplied in f32, and the results rounded to bf16, as a bf16 product with f32 sums
+  // rounds them. The widening reads the weights once: a small part of a prefill's product.
+  void run_widened_slice(const Slice& s, const float* x32, const std::byte* r,
+                         std::byte* out) const {
+    const auto rs = rhs_.strides();
+    const int64_t M = lhs_.rows, K = lhs_.cols, N = rhs_.cols, w = s.width;
     const auto* wt = reinterpret_cast<const uint16_t*>(r);
-    thread_local std::vector<float> x32, w32, y32;
-    x32.resize(static_cast<size_t>(M * K));
+    thread_local std::vector<float> w32, y32;
     w32.resize(static_cast<size_t>(K * w));
     y32.resize(static_cast<size_t>(M * w));
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t k = 0; k < K; ++k) x32[m * K + k] = bf16_to_f32(x[m * ls[1] + k * ls[2]]);
-    if (rs[1] == 1) {  // weights stored {n, k}: each output column's k values are contiguous
+    if (widens_columns()) {  // each output column's k values in a row, as stored {n, k}
       for (int64_t j = 0; j < w; ++j) {
         const uint16_t* col = wt + (s.n0 + j) * rs[2];
-        for (int64_t k = 0; k < K; ++k) w32[k * w + j] = bf16_to_f32(col[k]);
+        for (int64_t k = 0; k < K; ++k) w32[j * K + k] = bf16_to_f32(col[k]);
       }
     } else {
       for (int64_t k = 0; k < K; ++k)
@@ -433,7 +452,7 @@ class DotKernel {
     }
     dnnl::engine& engine = onednn::engine();
     onednn::execute(*s.matmul, s.scratch,
-                    {{DNNL_ARG_SRC, dnnl::memory(s.src, engine, x32.data())},
+                    {{DNNL_ARG_SRC, dnnl::memory(s.src, engine, const_cast<float*>(x32))},
                      {DNNL_ARG_WEIGHTS, dnnl::memory(s.wei, engine, w32.data())},
                      {DNNL_ARG_DST, dnnl::memory(s.dst, engine, y32.data())}});
     auto* y = reinterpret_cast<uint16_t*>(out);
@@ -713,10 +732,15 @@ class DotGroup {
       });
     } else if (path_ == DotKernel::Path::slices ||
                (path_ == DotKernel::Path::rows && !slices_.empty())) {
+      // The widened products share x in f32 (all the members read x in the same layout).
+      const DotKernel* widened = nullptr;
+      for (const auto& m : members_)
+        if (m->widened()) widened = m.get();
+      const std::vector<float> x32 = widened ? widened->widened_lhs(l, pool) : std::vector<float>();
       pool.parallel_for(static_cast<int64_t>(slices_.size()), 1, [&](int64_t s0, int64_t s1) {
         for (int64_t i = s0; i < s1; ++i) {
           const auto [m, slice] = slices_[i];
-          members_[m]->run_slice(slice, l, in[1 + m], outs[m], blocked[m]);
+          members_[m]->run_slice(slice, l, in[1 + m], outs[m], blocked[m], x32.data());
         }
       });
     } else {  // one after the other

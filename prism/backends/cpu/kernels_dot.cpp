@@ -357,9 +357,7 @@ class DotKernel {
     auto dt = t == DType::f32 ? dnnl::memory::data_type::f32 : dnnl::memory::data_type::bf16;
     auto ls3 = lhs_.strides(), rs3 = rhs_.strides();
     const int64_t B = lhs_.batch, M = lhs_.rows, K = lhs_.cols, N = rhs_.cols;
-    const int64_t slices = int64_t{threads} * kSlicesPerThread;
-    const int64_t width =
-        std::max<int64_t>(kMinSliceWidth, (N + slices - 1) / slices + 63) / 64 * 64;
+    const int64_t width = slice_width(N, threads);
     Slice last, last_blocked;
     int64_t last_width = 0;
     for (int64_t n0 = 0; n0 < N; n0 += width) {
@@ -380,14 +378,19 @@ class DotKernel {
     }
   }
 
+  // The columns of make_slices' slices: kSlicesPerThread a thread, a multiple of 64, at least
+  // kMinSliceWidth.
+  static int64_t slice_width(int64_t N, int threads) {
+    const int64_t slices = int64_t{threads} * kSlicesPerThread;
+    return std::max<int64_t>(kMinSliceWidth, (N + slices - 1) / slices + 63) / 64 * 64;
+  }
+
   // make_slices' slices for bf16 operands multiplied in f32 (run_widened_slice): dense f32
   // activations, weights and results.
   void make_widened_slices(int threads) const {
     using dnnl::memory;
     const int64_t M = lhs_.rows, K = lhs_.cols, N = rhs_.cols;
-    const int64_t slices = int64_t{threads} * kSlicesPerThread;
-    const int64_t width =
-        std::max<int64_t>(kMinSliceWidth, (N + slices - 1) / slices + 63) / 64 * 64;
+    const int64_t width = slice_width(N, threads);
     std::shared_ptr<dnnl::matmul> last;
     int64_t last_width = 0;
     for (int64_t n0 = 0; n0 < N; n0 += width) {

@@ -42,7 +42,7 @@ got=$(PRISM_CPU_TARGET="$lowest" "$prism" info | sed -n 's/^    - .*simd \([A-Z0
 check "PRISM_CPU_TARGET=$lowest" "${lowest^^}" "$got"
 # The kernels of batched decoding's products: PRISM_CPU_ROWS chooses, one line for a bad name.
 err=$(PRISM_CPU_ROWS=bogus "$prism" info 2>&1 >/dev/null); rc=$?
-check "bad PRISM_CPU_ROWS" "1 prism: error: PRISM_CPU_ROWS=bogus: expected amx, fma or onednn" "$rc $err"
+check "bad PRISM_CPU_ROWS" "1 prism: error: PRISM_CPU_ROWS=bogus: expected amx, fma, widen or onednn" "$rc $err"
 got=$(PRISM_CPU_ROWS=onednn "$prism" info | grep -c 'batched rows in oneDNN')
 check "PRISM_CPU_ROWS=onednn" 1 "$got"
 if echo "$info" | grep -q 'simd \(AVX2\|SSE4\|SSSE3\|SSE2\)[,)]'; then  # no AVX-512 at all

@@ -2,7 +2,9 @@
 // (prism/backends/cpu/amx_rows.h) for every number of rows a tile takes, weights blocked and
 // as stored (with a last group of 16 rows past the groups of 64), k over several tiles; the
 // FMA kernel for blocked weights (dot_rows.h) for every number of rows, k over several pieces
-// and blocks prefetched one after the other.
+// and blocks prefetched one after the other; the FMA kernel for weights as stored
+// (f32_rows_plain) on every SIMD target, for every number of rows and more than it takes at
+// once, k and the columns not a multiple of anything.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +13,7 @@
 
 #include "prism/backends/cpu/amx_rows.h"
 #include "prism/backends/cpu/dot_rows.h"
+#include "prism/backends/cpu/simd.h"
 #include "prism/backends/cpu/weight_layout.h"
 #include "prism/core/dtype.h"
 
@@ -28,7 +31,8 @@ struct Data {
     return b;
   }
 
-  Data(int64_t n_, int64_t k_) : n(n_), k(k_), x(kAmxMaxRows * k_), w(n_ * k_) {
+  Data(int64_t n_, int64_t k_, int64_t rows = kAmxMaxRows)
+      : n(n_), k(k_), x(rows * k_), w(n_ * k_) {
     std::mt19937 rng(7);
     std::normal_distribution<float> normal;
     for (uint16_t& v : x) v = f32_to_bf16(normal(rng));
@@ -86,6 +90,34 @@ TEST(FmaRows, BlockedWeights) {
     std::vector<float> out(rows * (d.n + 8), NAN);
     dots.f32_rows_blocked(x.data(), d.k, rows, blocked.data(), d.k, d.n / 64, out.data(), d.n + 8);
     d.expect(out, rows, d.n + 8);
+  }
+}
+
+TEST(FmaRows, WeightsAsStoredOnEveryTarget) {
+  // k: four pieces of 256 and a part of one, with values past the last whole run of any
+  // target's vectors; 37 columns, so that for_row_groups leaves a partial group; up to 19
+  // rows of x, more than the 16 the kernel takes at once.
+  const int64_t max_rows = 19;
+  const Data d(37, 1100, max_rows);
+  struct Restore {  // the target in use, also after a failure
+    simd::Target before = simd::current();
+    ~Restore() { simd::use(before); }
+  } restore;
+  for (const simd::Target& t : simd::available()) {
+    SCOPED_TRACE(t.name());
+    simd::use(t);
+    const DotRowKernels dots = dot_row_kernels();
+    ASSERT_NE(dots.f32_rows_plain, nullptr);
+    std::vector<float> x(max_rows * plain_rows_stride(d.k));
+    dots.pack_rows_plain(d.x.data(), d.k, max_rows, d.k, x.data());
+    for (int64_t rows = 1; rows <= max_rows; ++rows) {
+      SCOPED_TRACE(rows);
+      std::vector<float> out(rows * (d.n + 3), NAN);
+      dots.f32_rows_plain(x.data(), rows, d.w.data(), d.k, d.n, out.data(), d.n + 3);
+      d.expect(out, rows, d.n + 3);
+      for (int64_t m = 0; m < rows; ++m)  // nothing written between the rows
+        for (int64_t j = d.n; j < d.n + 3; ++j) ASSERT_TRUE(std::isnan(out[m * (d.n + 3) + j]));
+    }
   }
 }
 

@@ -30,6 +30,8 @@ const char* rows_description() {
       return ", batched rows on AMX";
     case RowsKernel::fma:
       return ", batched rows on FMAs";
+    case RowsKernel::widen:
+      return ", batched rows on FMAs, bf16 widened in cache";
     case RowsKernel::onednn:
       break;
   }

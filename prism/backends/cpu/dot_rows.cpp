@@ -27,6 +27,7 @@
 #include <string_view>
 
 #include "prism/backends/cpu/amx_rows.h"
+#include "prism/backends/cpu/onednn.h"
 #include "prism/core/error.h"
 #endif
 
@@ -127,6 +128,137 @@ void DotRowsF32(const float* x, const float* const* w, int64_t k, float* out) {
 
 #endif
 
+// f32_rows_plain's layout of x (dot_rows.h): each run of 2n values (n: the target's f32
+// lanes) as its n even-indexed values, then its n odd-indexed ones, as the weights widen
+// (below); the values past the last whole run as they are.
+void PackRowsPlain(const uint16_t* x, int64_t ldx, int64_t rows, int64_t k, float* packed) {
+  namespace hw = hwy::HWY_NAMESPACE;
+  const int64_t n = static_cast<int64_t>(hw::Lanes(hw::ScalableTag<float>()));
+  const int64_t whole = k / (2 * n) * (2 * n), stride = plain_rows_stride(k);
+  for (int64_t m = 0; m < rows; ++m) {
+    const uint16_t* src = x + m * ldx;
+    float* dst = packed + m * stride;
+    for (int64_t i = 0; i < whole; i += 2 * n)
+      for (int64_t j = 0; j < n; ++j) {
+        dst[i + j] = bf16_to_f32(src[i + 2 * j]);
+        dst[i + n + j] = bf16_to_f32(src[i + 2 * j + 1]);
+      }
+    for (int64_t i = whole; i < k; ++i) dst[i] = bf16_to_f32(src[i]);
+    std::fill(dst + k, dst + stride, 0.0f);
+  }
+}
+
+constexpr int64_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+
+// A pair (G = 2) or one (G = 1) of x's rows (packed) against four weight rows over `len`
+// values (a multiple of 2n), adding to the sums per lane at `lanes` (four slots of kMaxLanes
+// a row of x). Each vector of 2n bf16 weights read as n 32-bit lanes holds a pair of values
+// in each: shifted up by 16 bits, the even ones in f32; masked, the odd ones. Registers: 4 G
+// sums, the even and odd halves of x's G rows, one row's two weight vectors.
+// Keeps v in a register from here on: GCC otherwise folds x's loads into every multiply-add
+// that reads them (four loads of each instead of one), and the loads, not the multiply-adds,
+// bound the kernel.
+template <class V>
+HWY_INLINE void InRegister(V& v) {
+#if HWY_ARCH_X86 && (defined(__GNUC__) || defined(__clang__))
+  asm("" : "+v"(v.raw));
+#else
+  (void)v;
+#endif
+}
+
+template <int G>
+HWY_INLINE void PlainRowsPiece(const float* const* x, const uint16_t* const* w, int64_t len,
+                               float* lanes) {
+  namespace hw = hwy::HWY_NAMESPACE;
+  const hw::ScalableTag<float> df;
+  const hw::RebindToUnsigned<decltype(df)> du;
+  const int64_t n = static_cast<int64_t>(hw::Lanes(df));
+  const auto high = hw::Set(du, 0xFFFF0000u);
+  using V = decltype(hw::Zero(df));
+  V acc[G][kDotRows];
+#pragma GCC unroll 8
+  for (int i = 0; i < G * kDotRows; ++i)
+    acc[i / kDotRows][i % kDotRows] = hw::LoadU(df, lanes + i * kMaxLanes);
+  for (int64_t i = 0; i < len; i += 2 * n) {
+    V even_x[G], odd_x[G];
+#pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) {
+      even_x[g] = hw::LoadU(df, x[g] + i);
+      odd_x[g] = hw::LoadU(df, x[g] + i + n);
+      InRegister(even_x[g]);
+      InRegister(odd_x[g]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < kDotRows; ++r) {
+      auto v = hw::LoadU(du, reinterpret_cast<const uint32_t*>(w[r] + i));
+      InRegister(v);
+      const V even = hw::BitCast(df, hw::ShiftLeft<16>(v)), odd = hw::BitCast(df, hw::And(v, high));
+#pragma GCC unroll 2
+      for (int g = 0; g < G; ++g) {
+        acc[g][r] = hw::MulAdd(even_x[g], even, acc[g][r]);
+        acc[g][r] = hw::MulAdd(odd_x[g], odd, acc[g][r]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < G * kDotRows; ++i)
+    hw::StoreU(acc[i / kDotRows][i % kDotRows], df, lanes + i * kMaxLanes);
+}
+
+// dot_rows.h's f32_rows_plain. Four weight rows at a time from four quarters of the columns
+// (for_row_groups: four streams), k in pieces (piece_len values): the first pair of x's
+// rows reads a piece of the four rows from memory, the other pairs from L1, each widening
+// them in registers; the sums stay in lanes between pieces and are added up at the end.
+void RowsF32Plain(const float* x, int64_t rows, const uint16_t* w, int64_t k, int64_t cols,
+                  float* out, int64_t ldo) {
+  namespace hw = hwy::HWY_NAMESPACE;
+  const hw::ScalableTag<float> df;
+  const int64_t n = static_cast<int64_t>(hw::Lanes(df));
+  const int64_t whole = k / (2 * n) * (2 * n), ldx = plain_rows_stride(k);
+  constexpr int64_t kRows = 16;  // of x at a time (beyond, the weights are read again)
+  HWY_ALIGN float lanes[kRows * kDotRows * kMaxLanes];
+  float tail[kRows * kDotRows];  // the products past the last whole run of 2n values
+  for (int64_t m0 = 0; m0 < rows; m0 += kRows) {
+    const int64_t mr = std::min(kRows, rows - m0);
+    // Pieces of k as long as the four weight rows' piece and x's rows' stay within 24 KiB
+    // together (L1 holds 32 or 48): longer for fewer rows of x, as fewer sums go in and out
+    // of registers. A power of two from 256 on, so a multiple of every target's 2n.
+    int64_t piece_len = 256;
+    while (piece_len < 2048 && 2 * piece_len * (4 * mr + 2 * kDotRows) <= 24 * 1024) piece_len *= 2;
+    for_row_groups(0, cols, [&](const int64_t* ids) {
+      std::fill(lanes, lanes + mr * kDotRows * kMaxLanes, 0.0f);
+      const uint16_t* wr[kDotRows];
+      for (int r = 0; r < kDotRows; ++r) wr[r] = w + ids[r] * k;
+      for (int64_t k0 = 0; k0 < whole; k0 += piece_len) {
+        const int64_t len = std::min(piece_len, whole - k0);
+        const uint16_t* piece[kDotRows];
+        for (int r = 0; r < kDotRows; ++r) piece[r] = wr[r] + k0;
+        int64_t m = 0;
+        for (; m + 2 <= mr; m += 2) {
+          const float* xs[2] = {x + (m0 + m) * ldx + k0, x + (m0 + m + 1) * ldx + k0};
+          PlainRowsPiece<2>(xs, piece, len, lanes + m * kDotRows * kMaxLanes);
+        }
+        if (m < mr) {
+          const float* xs[1] = {x + (m0 + m) * ldx + k0};
+          PlainRowsPiece<1>(xs, piece, len, lanes + m * kDotRows * kMaxLanes);
+        }
+      }
+      std::fill(tail, tail + mr * kDotRows, 0.0f);
+      for (int64_t i = whole; i < k; ++i)
+        for (int64_t j = 0; j < mr; ++j)
+          for (int r = 0; r < kDotRows; ++r)
+            tail[j * kDotRows + r] += x[(m0 + j) * ldx + i] * bf16_to_f32(wr[r][i]);
+      for (int64_t j = 0; j < mr; ++j)
+        for (int r = 0; r < kDotRows; ++r) {
+          const float* l = lanes + (j * kDotRows + r) * kMaxLanes;
+          out[(m0 + j) * ldo + ids[r]] =
+              hw::GetLane(hw::SumOfLanes(df, hw::LoadU(df, l))) + tail[j * kDotRows + r];
+        }
+    });
+  }
+}
+
 // Without AVX-512 BF16 the activations are multiplied in f32.
 void DotRowsBf16(const uint16_t*, const float* x_f32, const uint16_t* const* w, int64_t k,
                  float* out) {
@@ -142,6 +274,8 @@ namespace prism::cpu {
 HWY_EXPORT(DotRowsF32xBf16w);
 HWY_EXPORT(DotRowsBf16);
 HWY_EXPORT(DotRowsF32);
+HWY_EXPORT(RowsF32Plain);
+HWY_EXPORT(PackRowsPlain);
 
 #if HWY_ARCH_X86
 namespace {
@@ -306,11 +440,13 @@ RowsKernel rows_kernel() {
     const std::string_view want = env ? env : "";
     if (want.empty()) {
       if (amx_available()) return RowsKernel::amx;
-      return fma && intel() ? RowsKernel::fma : RowsKernel::onednn;
+      if (fma && intel()) return RowsKernel::fma;
+      return onednn::multiplies_bf16() ? RowsKernel::onednn : RowsKernel::widen;
     }
     if (want == "onednn") return RowsKernel::onednn;
-    PRISM_CHECK(want == "amx" || want == "fma", "PRISM_CPU_ROWS={}: expected amx, fma or onednn",
-                want);
+    if (want == "widen") return RowsKernel::widen;
+    PRISM_CHECK(want == "amx" || want == "fma",
+                "PRISM_CPU_ROWS={}: expected amx, fma, widen or onednn", want);
     PRISM_CHECK(want == "fma" || amx_available(),
                 "PRISM_CPU_ROWS=amx: this CPU or system has no AMX-BF16");
     PRISM_CHECK(want == "amx" || fma, "PRISM_CPU_ROWS=fma: needs AVX-512 BF16");
@@ -323,6 +459,8 @@ DotRowKernels dot_row_kernels() {
   [[maybe_unused]] simd::Target target = simd::current();  // also points Highway's tables at it
   DotRowKernels k{&HWY_DYNAMIC_DISPATCH(DotRowsF32xBf16w), &HWY_DYNAMIC_DISPATCH(DotRowsBf16),
                   &HWY_DYNAMIC_DISPATCH(DotRowsF32)};
+  k.f32_rows_plain = &HWY_DYNAMIC_DISPATCH(RowsF32Plain);
+  k.pack_rows_plain = &HWY_DYNAMIC_DISPATCH(PackRowsPlain);
 #if HWY_ARCH_X86
   if (target.avx512_bf16) {
     k.bf16 = dot_rows_bf16_avx512;

@@ -45,7 +45,24 @@ struct DotRowKernels {
   // GFLOP/s a core here). Null without AVX-512 BF16.
   void (*f32_rows_blocked)(const float* x, int64_t ldx, int64_t rows, const uint16_t* w, int64_t k,
                            int64_t blocks, float* out, int64_t ldo) = nullptr;
+  // Several rows of x against weights stored as rows, {n, k} (not blocked): out[m * ldo + j]
+  // = x[m] . w[j] for j < cols and m < rows, w in bf16 rows k apart, x in f32 as
+  // pack_rows_plain lays it out; any k and cols. Each 32-bit lane of the weights read as
+  // they are holds two values, the even one widened to f32 by a shift and the odd one by a
+  // mask, which x's layout matches; four weight rows a piece of k, read from memory by the
+  // first two rows of x and from L1 by the others. Every target (batched decoding on CPUs
+  // whose oneDNN multiplies bf16 only in f32, before AVX-512).
+  void (*f32_rows_plain)(const float* x, int64_t rows, const uint16_t* w, int64_t k, int64_t cols,
+                         float* out, int64_t ldo) = nullptr;
+  // x for f32_rows_plain: `rows` rows of k bf16 values, ldx apart, widened to f32 and
+  // reordered into rows plain_rows_stride(k) apart at `packed`.
+  void (*pack_rows_plain)(const uint16_t* x, int64_t ldx, int64_t rows, int64_t k,
+                          float* packed) = nullptr;
 };
+
+// The distance of pack_rows_plain's rows: k and 16 floats more, so that rows of a k that is
+// a multiple of 1024 do not all fall into the same sets of the L1 cache.
+inline int64_t plain_rows_stride(int64_t k) { return k + 16; }
 
 // The kernels of the SIMD target in use.
 DotRowKernels dot_row_kernels();
@@ -53,10 +70,12 @@ DotRowKernels dot_row_kernels();
 // The kernels of products of 2-16 bf16 rows (batched decoding; kernels_dot.cpp): AMX tiles
 // where the CPU has them (amx_rows.h); else, on Intel CPUs, f32_rows_blocked for blocked
 // weights (16 rows of Llama 1B's shapes 1.7x faster than oneDNN's vdpbf16ps products on an
-// Intel Xeon); else oneDNN (on AMD's Zen 4, vdpbf16ps runs at twice the FMAs' rate).
-// PRISM_CPU_ROWS=amx|fma|onednn chooses, for comparisons and tests (read once; another value,
-// or a kernel this CPU lacks, throws prism::Error).
-enum class RowsKernel { onednn, amx, fma };
+// Intel Xeon); else, where oneDNN multiplies bf16 (from AVX-512 on), oneDNN (on AMD's Zen 4,
+// vdpbf16ps runs at twice the FMAs' rate); before AVX-512, f32_rows_plain (widen), where
+// oneDNN's products would have the weights widened into memory first (onednn.h).
+// PRISM_CPU_ROWS=amx|fma|widen|onednn chooses, for comparisons and tests (read once; another
+// value, or a kernel this CPU lacks, throws prism::Error).
+enum class RowsKernel { onednn, amx, fma, widen };
 RowsKernel rows_kernel();
 
 // Calls visit(rows[kDotRows]) for groups of row indices covering [n0, n1): group j holds

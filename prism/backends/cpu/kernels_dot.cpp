@@ -124,13 +124,18 @@ class DotKernel {
     // not, which keep the product bound by reading the weights, or f32 FMAs for blocked
     // weights (the others then go to oneDNN). oneDNN's AMX products took 153 ms a step for 16
     // conversations of Llama 1B, against 94 ms for one.
-    const bool few_rows =
-        t == DType::bf16 && out_.dtype() == DType::bf16 && lhs_.batch == 1 && rhs_.batch == 1 &&
-        lhs_.rows >= 2 && lhs_.rows <= kAmxMaxRows && !lhs_.transposed && !lhs_.needs_copy &&
-        rhs_.transposed && !rhs_.needs_copy && lhs_.cols > 0 && lhs_.cols % kAmxDepth == 0 &&
-        rhs_.cols > 0 && rhs_.cols % kAmxColumns == 0 && simd::current().avx512_bf16;
-    if (few_rows && rows_kernel() != RowsKernel::onednn) {
-      rows_ = rows_kernel();
+    // Before AVX-512 (RowsKernel::widen), f32 FMAs on the weights as stored, widened in
+    // cache: oneDNN would widen them into memory first (8 rows of Llama 1B's shapes took
+    // 1.17 s on an AMD EPYC with AVX2).
+    const bool few_rows = t == DType::bf16 && out_.dtype() == DType::bf16 && lhs_.batch == 1 &&
+                          rhs_.batch == 1 && lhs_.rows >= 2 && lhs_.rows <= kAmxMaxRows &&
+                          !lhs_.transposed && !lhs_.needs_copy && rhs_.transposed &&
+                          !rhs_.needs_copy && lhs_.cols > 0 && rhs_.cols > 0;
+    const bool tiles =
+        lhs_.cols % kAmxDepth == 0 && rhs_.cols % kAmxColumns == 0 && simd::current().avx512_bf16;
+    const RowsKernel kernel = few_rows ? rows_kernel() : RowsKernel::onednn;
+    if (kernel == RowsKernel::widen || (kernel != RowsKernel::onednn && tiles)) {
+      rows_ = kernel;
       small_ = false;
     }
     if (!small_ && (t == DType::f32 || t == DType::bf16) &&
@@ -196,8 +201,8 @@ class DotKernel {
     }
     if (small_) return Path::small;
     if (rows_ == RowsKernel::amx) return Path::rows;
-    if (rows_ == RowsKernel::fma) {
-      planned(pool);  // oneDNN's slices, for weights that are not blocked
+    if (rows_ == RowsKernel::fma || rows_ == RowsKernel::widen) {
+      planned(pool);  // oneDNN's slices, for the weights the kernel does not take
       return Path::rows;
     }
     return planned(pool).empty() ? Path::none : Path::slices;
@@ -236,11 +241,13 @@ class DotKernel {
 
   // Whether the weights at r take the path of a few rows (see the constructor).
   bool takes_rows(const std::byte* r) const {
-    return rows_ == RowsKernel::amx || (rows_ == RowsKernel::fma && rhs_blocked(r));
+    return rows_ == RowsKernel::amx || (rows_ == RowsKernel::fma && rhs_blocked(r)) ||
+           (rows_ == RowsKernel::widen && !rhs_blocked(r));
   }
 
   // What the path of a few rows reads besides x as it is: for AMX and weights that are not
-  // blocked, x regrouped (pack_rows_for_amx); for the FMA kernel, x in f32.
+  // blocked, x regrouped (pack_rows_for_amx); for the FMA kernels, x in f32 (for widen, laid
+  // out by pack_rows_plain).
   struct RowsInput {
     std::vector<uint16_t> packed;
     std::vector<float> f32;
@@ -252,6 +259,9 @@ class DotKernel {
     if (rows_ == RowsKernel::amx && !blocked) {
       x.packed.resize(M * K);
       pack_rows_for_amx(bf16, K, M, K, x.packed.data());
+    } else if (rows_ == RowsKernel::widen) {
+      x.f32.resize(M * plain_rows_stride(K));
+      dot_row_kernels().pack_rows_plain(bf16, K, M, K, x.f32.data());
     } else if (rows_ == RowsKernel::fma) {
       x.f32.resize(M * K);
       for (int64_t i = 0; i < M * K; ++i) x.f32[i] = bf16_to_f32(bf16[i]);
@@ -261,16 +271,19 @@ class DotKernel {
 
   // Output columns [n0, n1) of the path of a few rows, `blocked` being rhs_blocked(r) and x
   // rows_input(l, blocked). The kernels work on whole blocks of 64 (blocked) or 16 weight
-  // rows; the columns around [n0, n1) they add are computed and not stored.
+  // rows (AMX), or on any rows (widen); the columns around [n0, n1) they add are computed and
+  // not stored.
   void rows_columns(const std::byte* l, const RowsInput& x, const std::byte* r, std::byte* out,
                     int64_t n0, int64_t n1, bool blocked) const {
     const int64_t M = lhs_.rows, K = lhs_.cols, N = rhs_.cols;
-    const int64_t unit = blocked ? kWeightBlockRows : kAmxColumns;
+    const int64_t unit = rows_ == RowsKernel::widen ? 1 : blocked ? kWeightBlockRows : kAmxColumns;
     const int64_t a0 = n0 / unit * unit, a1 = (n1 + unit - 1) / unit * unit, width = a1 - a0;
     thread_local std::vector<float> sums;
     sums.resize(M * width);
     const auto* w = reinterpret_cast<const uint16_t*>(r) + a0 * K;
-    if (rows_ == RowsKernel::fma) {
+    if (rows_ == RowsKernel::widen) {
+      dot_row_kernels().f32_rows_plain(x.f32.data(), M, w, K, width, sums.data(), width);
+    } else if (rows_ == RowsKernel::fma) {
       dot_row_kernels().f32_rows_blocked(x.f32.data(), K, M, w, K, width / unit, sums.data(),
                                          width);
     } else if (blocked) {

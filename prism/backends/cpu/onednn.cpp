@@ -29,4 +29,20 @@ void execute(const dnnl::primitive& primitive, const dnnl::memory::desc& scratch
   stream.wait();
 }
 
+bool multiplies_bf16() {
+  static const bool yes = [] {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    try {
+      const dnnl::memory::desc a({2, 32}, dt::bf16, tag::ab), b({32, 16}, dt::bf16, tag::ab),
+          c({2, 16}, dt::bf16, tag::ab);
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), single_thread(), engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return yes;
+}
+
 }  // namespace prism::cpu::onednn

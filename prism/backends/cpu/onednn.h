@@ -23,4 +23,8 @@ dnnl::primitive_attr single_thread();
 void execute(const dnnl::primitive& primitive, const dnnl::memory::desc& scratch,
              std::unordered_map<int, dnnl::memory> args);
 
+// Whether oneDNN multiplies bf16 matrices on this CPU (2.x: from avx512_core on). Where it
+// does not, prism's bf16 products widen their operands to f32 (kernels_dot.cpp).
+bool multiplies_bf16();
+
 }  // namespace prism::cpu::onednn

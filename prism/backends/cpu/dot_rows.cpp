@@ -150,14 +150,9 @@ void PackRowsPlain(const uint16_t* x, int64_t ldx, int64_t rows, int64_t k, floa
 
 constexpr int64_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
 
-// A pair (G = 2) or one (G = 1) of x's rows (packed) against four weight rows over `len`
-// values (a multiple of 2n), adding to the sums per lane at `lanes` (four slots of kMaxLanes
-// a row of x). Each vector of 2n bf16 weights read as n 32-bit lanes holds a pair of values
-// in each: shifted up by 16 bits, the even ones in f32; masked, the odd ones. Registers: 4 G
-// sums, the even and odd halves of x's G rows, one row's two weight vectors.
 // Keeps v in a register from here on: GCC otherwise folds x's loads into every multiply-add
-// that reads them (four loads of each instead of one), and the loads, not the multiply-adds,
-// bound the kernel.
+// that reads them (four loads of each instead of one) and a weight vector's load into both
+// its shift and its mask, and the loads, not the multiply-adds, bound the kernel.
 template <class V>
 HWY_INLINE void InRegister(V& v) {
 #if HWY_ARCH_X86 && (defined(__GNUC__) || defined(__clang__))
@@ -167,6 +162,11 @@ HWY_INLINE void InRegister(V& v) {
 #endif
 }
 
+// A pair (G = 2) or one (G = 1) of x's rows (packed) against four weight rows over `len`
+// values (a multiple of 2n), adding to the sums per lane at `lanes` (four slots of kMaxLanes
+// a row of x). Each vector of 2n bf16 weights read as n 32-bit lanes holds a pair of values
+// in each: shifted up by 16 bits, the even ones in f32; masked, the odd ones. Registers: 4 G
+// sums, the even and odd halves of x's G rows, one row's two weight vectors.
 template <int G>
 HWY_INLINE void PlainRowsPiece(const float* const* x, const uint16_t* const* w, int64_t len,
                                float* lanes) {

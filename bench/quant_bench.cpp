@@ -6,12 +6,17 @@
 // streams the weights from memory; the activations are rounded once per product, as the executable
 // does. Printed: GB/s of weights as stored, that speed as a fraction of a plain read of memory
 // measured in the same run (the ceiling of a product that reads each weight once), and
-// billions of multiply-adds a second. Options: --threads=N (default: every core).
+// billions of multiply-adds a second. Options: --threads=N (default: every core), --types=q4_k,q6_k
+// and --batches=1,16 (some of the products only).
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -29,6 +34,17 @@ namespace {
 using quant::GgmlType;
 
 constexpr int64_t kK = 2048;
+
+// "a,b,c" as its items.
+std::vector<std::string> split_list(std::string_view list) {
+  std::vector<std::string> items;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    items.emplace_back(list.substr(at, end - at));
+    at = end + 1;
+  }
+  return items;
+}
 
 struct Kernel {
   const char* name;
@@ -55,7 +71,18 @@ void quant_bench() {
   std::uniform_real_distribution<float> value(-1, 1);
   std::vector<float> floats(static_cast<size_t>(rows * kK));
   for (float& v : floats) v = value(rng);
-  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+  const std::vector<std::string> types = split_list(option("types", "q8_0,q4_0,q4_k,q6_k"));
+  std::vector<int64_t> batches;
+  for (const std::string& b : split_list(option("batches", "1,4,6,8,16"))) {
+    batches.push_back(std::stoll(b));
+    PRISM_CHECK(batches.back() >= 1, "quant: --batches takes counts of rows, not {}", b);
+  }
+  for (const std::string& name : types) {
+    std::string upper = name;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    const std::optional<GgmlType> parsed = quant::ggml_type_from_name(upper);
+    PRISM_CHECK(parsed, "quant: unknown type {} in --types", name);
+    const GgmlType type = *parsed;
     const quant::GgmlTypeInfo& t = quant::info(type);
     const int64_t row_bytes = kK / t.block_elements * t.block_bytes, bytes = rows * row_bytes;
     const int64_t copies = std::max<int64_t>(1, total / bytes);
@@ -72,7 +99,7 @@ void quant_bench() {
     }
     for (int64_t c = 1; c < copies; ++c)
       std::memcpy(weights.data() + c * bytes, weights.data(), static_cast<size_t>(bytes));
-    for (int64_t m : {1, 4, 6, 8, 16}) {
+    for (int64_t m : batches) {
       std::vector<float> x(floats.begin(), floats.begin() + m * kK), out(m * rows);
       for (const Kernel& kernel : kernels) {
         if (kernel.int8 && !cpu::quant_rows_int8_native(type)) continue;

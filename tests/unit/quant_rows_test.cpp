@@ -904,6 +904,28 @@ TEST(QuantRows, Int8VnniAndAmxAgreeBitForBit) {
   }
 }
 
+// The AVX2 kernels' lane tiles take the K-quants' chunks of 5-8 rows from a copy of the rows
+// quantize_activations lays out for them: made for Q8_K rows, 5 or more, under the AVX2 target
+// (whose integer kernels are the AVX2 ones), and for nothing else. Int8RowsDoNotDependOnTheirBatch
+// and Int8ExactFormatsSumEachBlockExactly check that the tiles give the other kernels' bits.
+TEST(QuantRows, Int8LanesWhereTheAvx2KernelsTakeThem) {
+  for_each_target([](const simd::Target& target) {
+    const bool avx2 = target.name().starts_with("avx2");
+    for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q4_0, GgmlType::Q8_0}) {
+      const bool k_quant = quant::info(type).block_elements == 256;
+      for (int64_t m : {1, 4, 5, 8, 16}) {
+        SCOPED_TRACE(fmt::format("{} {} m={}", target.name(), quant::name(type), m));
+        const int64_t k = 512;
+        std::vector<float> x(static_cast<size_t>(m * k), 0.25f);
+        cpu::QuantizedRows rows;
+        cpu::quantize_activations(type, x.data(), k, m, k, rows);
+        EXPECT_EQ(rows.int8_lanes() != nullptr,
+                  avx2 && k_quant && m >= 5 && cpu::quant_rows_int8_native(type));
+      }
+    }
+  });
+}
+
 TEST(QuantRows, Int8RefusesAnUnknownKernel) {
   const QuantRowsKernel bogus("fast");
   std::vector<float> x(64, 1.0f);

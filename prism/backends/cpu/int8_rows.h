@@ -29,11 +29,19 @@ struct KRecord {
 };
 
 // Rows of rounded activations as the integer kernels read them: x.rows() records of `stride`
-// bytes at x.
+// bytes at x; for the AVX2 K-quant kernels, also the same rows laid out by int8_lanes (or null:
+// they then take every row from the records).
 struct Int8Rows {
   const uint8_t* x;
   int64_t stride, m;
+  const uint8_t* lanes = nullptr;
 };
+
+// The AVX2 kernels multiply chunks of 5-8 rows of Q8_K records (k values each) with a row of
+// activations in each 32-bit lane (int8_rows_avx2.cpp), from a copy of the rows laid out for
+// it: int8_lane_bytes(m, k) bytes (a multiple of 64), written by int8_lanes(x, k, out).
+int64_t int8_lane_bytes(int64_t m, int64_t k);
+void int8_lanes(const Int8Rows& x, int64_t k, uint8_t* out);
 
 // out[i * ldo + r] = x_i . W[r] for i < x.m, r < n (quant_rows_int8's contract, its checks
 // done). Single-threaded.

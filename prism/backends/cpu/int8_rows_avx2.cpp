@@ -28,7 +28,11 @@
 // same weight rows, which later chunks read from cache. The pairs of a tile, p = r * G + g
 // for weight row r and activation row g, go in groups of 8: each pair's 8 lanes are summed
 // (vphaddd) into one lane of the group's vector, which is scaled and added into the group's
-// accumulator.
+// accumulator. The K-quants' chunks of 5-8 rows (Q6_K: 6-8) go to lane tiles instead
+// (KLaneTile): a row of activations in each 32-bit lane, from a copy of the rows laid out by
+// int8_lanes, so a block's sums need no reduction; and since a product's lanes then all belong
+// to one sub-block, up to 8 (Q4_K), 4 (Q5_K) or 2 (Q6_K) vpmaddubsw add in 16 bits before one
+// vpmaddwd by its scale, where the pair tiles take a vpmaddwd for each.
 //
 // Measured with prism-bench quant on an AMD EPYC (Zen 3, AVX2 only; a virtual machine of 2
 // cores, plain read 21.3 GB/s; figures vary by 10-15 % between runs), 8192 x 2048 weights
@@ -37,11 +41,15 @@
 //                              Q6_K 8.6 -> 17.8
 //   16 rows, billions of multiply-adds a second:  Q8_0 26.5 -> 42.7, Q4_0 21.3 -> 38.9,
 //                              Q4_K 20.2 -> 46.2, Q6_K 16.4 -> 51.5
-// On another such EPYC (plain read 38-52 GB/s), once each pair's running sum stayed in a
-// register (asm in KGroup), 16 rows: Q4_K 106 -> 122, Q6_K 96 -> 116 billion a second.
-// Batches are bound by the instructions around the products (the lane sums' reduction and
-// each block's scaling take about as many as the products), one row of the 4-bit formats by
-// unpacking the nibbles: Q4_K reads at 77 % of a plain read, Q8_0 at 90 %.
+// On another such EPYC (plain read 38-52 GB/s), 16 rows: Q4_K 106, Q6_K 96 billion a second
+// with the pair tiles; 122 and 116 once each pair's running sum stayed in a register (asm in
+// KGroup: the compiler had spilled a tree of the products); 172 and 128 on the lane tiles
+// (8 rows: 167 and 126). vpmaddubsw and vpmaddwd issue two a cycle per core there (3.2 GHz):
+// the pair tiles, one of each per 32 multiply-adds, cannot pass 205 billion a second on two
+// cores; the lane tiles' Q4_K, 9 per 256, could reach 360 (Q6_K, 6 per 128: 270). Batches of the
+// pair formats are bound by the instructions around the products (the lane sums' reduction and each
+// block's scaling take about as many as the products), one row of the 4-bit formats by unpacking
+// the nibbles: Q4_K reads at 77-88 % of a plain read, Q8_0 at 86-90 %.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -56,6 +64,63 @@
 #endif
 
 namespace prism::cpu {
+
+namespace {
+
+// int8_lanes' layout: the rows in chunks of kLaneRows (the last padded with zeros), each chunk
+// its rows' values interleaved, 32 bytes a group of four consecutive values of each of its
+// rows (k / 4 groups), then a KSide record a block.
+constexpr int kLaneRows = 8;
+
+// What KLaneTile reads of a chunk besides its values, a record per block (zeros for rows past
+// the chunk): the sums of sub-blocks 2 i and 2 i + 1 of row g as the 16-bit words 2 g and 2 g + 1
+// of 32 bytes at kSums16 + 32 i (sub-blocks of 16 values, i < 8) and kSums32 + 32 i (of 32,
+// i < 4), and the rows' d as f32 at kScales.
+struct KSide {
+  static constexpr int64_t kSums16 = 0, kSums32 = 256, kScales = 384, kBytes = 448;
+};
+
+int64_t LaneValueBytes(int64_t k) { return k * kLaneRows; }
+int64_t LaneChunkBytes(int64_t k) { return LaneValueBytes(k) + k / 256 * KSide::kBytes; }
+
+// The chunk of rows [0, g) of x (records `stride` bytes apart, `blocks` blocks each) into
+// values and side.
+void Interleave(const uint8_t* x, int64_t stride, int g, int64_t blocks, uint8_t* values,
+                uint8_t* side) {
+  std::memset(values, 0, static_cast<size_t>(blocks * 256 * kLaneRows));
+  std::memset(side, 0, static_cast<size_t>(blocks * KSide::kBytes));
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint8_t* s = side + b * KSide::kBytes;
+    for (int r = 0; r < g; ++r) {
+      const uint8_t* rec = x + r * stride + b * KRecord::kBytes;
+      for (int i = 0; i < 64; ++i)
+        std::memcpy(values + (b * 64 + i) * 32 + 4 * r, rec + KRecord::kValues + 4 * i, 4);
+      for (int j = 0; j < 16; ++j)
+        std::memcpy(s + KSide::kSums16 + 32 * (j / 2) + 4 * r + 2 * (j % 2),
+                    rec + KRecord::kSums + 2 * j, 2);
+      for (int j = 0; j < 8; ++j)
+        std::memcpy(s + KSide::kSums32 + 32 * (j / 2) + 4 * r + 2 * (j % 2),
+                    rec + KRecord::kSums32 + 2 * j, 2);
+      std::memcpy(s + KSide::kScales + 4 * r, rec + KRecord::kScale, 4);
+    }
+  }
+}
+
+}  // namespace
+
+int64_t int8_lane_bytes(int64_t m, int64_t k) {
+  return (m + kLaneRows - 1) / kLaneRows * LaneChunkBytes(k);
+}
+
+void int8_lanes(const Int8Rows& x, int64_t k, uint8_t* out) {
+  const int64_t blocks = k / 256;
+  for (int64_t c = 0; c * kLaneRows < x.m; ++c) {
+    uint8_t* at = out + c * LaneChunkBytes(k);
+    Interleave(x.x + c * kLaneRows * x.stride, x.stride,
+               static_cast<int>(std::min<int64_t>(kLaneRows, x.m - c * kLaneRows)), blocks, at,
+               at + LaneValueBytes(k));
+  }
+}
 
 #if PRISM_HAVE_INT8_AVX2
 namespace {
@@ -492,6 +557,145 @@ PRISM_AVX2 __attribute__((noinline)) void KTile(const uint8_t* x, int64_t stride
   Store<G, V>(acc, out, ldo, rows);
 }
 
+// --- K-quant tiles with a row of activations in each 32-bit lane (KLaneTile), for chunks of
+// 5-8 rows (Q6_K: 6-8; with fewer, KTile is faster) laid out by int8_lanes: 32 bytes hold four
+// consecutive values of each of the chunk's eight rows, so that vpmaddubsw against four weight
+// values broadcast to every lane leaves each row's products in its own lane. A block's sums then
+// need no horizontal adds, and since every lane of a product belongs to one sub-block, the 16-bit
+// products of up to kRun groups of four values add in 16 bits before the one vpmaddwd by the
+// sub-block's scale (their sums stay within 16 bits: at most kRun * 2 * max weight * 127).
+
+// Lane g: the sum over i < N of row g's sums at side + 32 i (two 16-bit words) times dwords
+// i % 4 of words[i / 4] (the weight row's two words for the same sub-blocks, in both 128-bit
+// lanes of words[i / 4]).
+template <int N>
+PRISM_AVX2_INLINE __m256i AcrossRows(const __m256i* words, const uint8_t* side) {
+  __m256i sum = _mm256_setzero_si256();
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    ((sum =
+          _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_shuffle_epi32(words[I / 4], I % 4 * 0x55),
+                                                  Load(side + 32 * I)))),
+     ...);
+  }
+  (std::make_integer_sequence<int, N>{});
+  return sum;
+}
+
+// How KLaneTile takes each format: sub-blocks of kScaleValues values (one scale each), the
+// 16-bit products of kRun groups of four added before their vpmaddwd.
+template <typename F>
+struct LaneFormat;
+template <bool kFive>
+struct LaneFormat<QK<kFive>> {
+  static constexpr int kScaleValues = 32, kRun = kFive ? 4 : 8, kFewest = 5;
+};
+template <>
+struct LaneFormat<Q6_K> {
+  static constexpr int kScaleValues = 16, kRun = 2, kFewest = 6;
+};
+
+// A weight row's block as KLaneTile reads it: its 256 values as unsigned bytes, and the scale
+// of each sub-block as a 16-bit word.
+struct LaneBlock {
+  alignas(32) uint8_t values[256];
+  alignas(32) int16_t scales[16];
+};
+
+template <typename F>
+PRISM_AVX2_INLINE void Unpack(const typename F::Row& row, LaneBlock& out) {
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    __m256i a, b, sa, sb;
+    F::Step(row, j, a, b, sa, sb);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out.values + 64 * j), a);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out.values + 64 * j + 32), b);
+  }
+  if constexpr (F::kMin) {
+    _mm_store_si128(reinterpret_cast<__m128i*>(out.scales), _mm256_castsi256_si128(row.scales));
+  } else {
+    _mm_store_si128(reinterpret_cast<__m128i*>(out.scales), _mm256_castsi256_si128(row.scales[0]));
+    _mm_store_si128(reinterpret_cast<__m128i*>(out.scales + 8),
+                    _mm256_castsi256_si128(row.scales[1]));
+  }
+}
+
+// KTile's contract for the first g rows of a chunk of int8_lanes' layout: values at xi, KSide
+// records at side.
+template <typename F>
+PRISM_AVX2 __attribute__((noinline)) void KLaneTile(const uint8_t* xi, const uint8_t* side,
+                                                    const uint8_t* const* w, int64_t blocks,
+                                                    float* out, int64_t ldo, const int64_t* rows,
+                                                    int g, bool prefetch) {
+  using L = LaneFormat<F>;
+  constexpr int kScales = 256 / L::kScaleValues, kGroups = L::kScaleValues / 4;
+  __m256 acc[kRows];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
+  LaneBlock lb[kRows];
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* s = side + b * KSide::kBytes;
+    const uint8_t* x = xi + b * 256 * kLaneRows;
+    const uint8_t* p[kRows];
+    typename F::Row row[kRows];
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      p[r] = w[r] + b * F::kBytes;
+      if (prefetch) {
+        for (int64_t j = 0; j < F::kBytes; j += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(p[r] + kPrefetchAhead + j), _MM_HINT_T0);
+      }
+      row[r] = F::Prepare(p[r]);
+      Unpack<F>(row[r], lb[r]);
+    }
+    __m256i t[kRows];
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) t[r] = _mm256_setzero_si256();
+    for (int j = 0; j < kScales; ++j) {
+      __m256i s16[kRows];
+#pragma GCC unroll 8
+      for (int i = 0; i < kGroups; ++i) {
+        __m256i xv = Load(x + (j * kGroups + i) * 32);
+        asm("" : "+x"(xv));  // loaded once for the four weight rows
+#pragma GCC unroll 4
+        for (int r = 0; r < kRows; ++r) {
+          const __m256i wv =
+              _mm256_set1_epi32(Scalar<int32_t>(lb[r].values + (j * kGroups + i) * 4));
+          const __m256i product = _mm256_maddubs_epi16(wv, xv);
+          s16[r] = i % L::kRun == 0 ? product : _mm256_add_epi16(s16[r], product);
+          asm("" : "+x"(s16[r]));  // a running sum, not a tree of the products
+          if (i % L::kRun == L::kRun - 1) {
+            t[r] = _mm256_add_epi32(t[r],
+                                    _mm256_madd_epi16(s16[r], _mm256_set1_epi16(lb[r].scales[j])));
+          }
+        }
+      }
+    }
+    const __m256 dx = _mm256_loadu_ps(reinterpret_cast<const float*>(s + KSide::kScales));
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      __m256i sums = t[r];
+      if constexpr (!F::kMin) {  // Q6_K's offset: 32 * the scales times the sums of 16
+        sums = _mm256_sub_epi32(
+            sums, _mm256_slli_epi32(AcrossRows<8>(row[r].scales, s + KSide::kSums16), 5));
+      }
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(Scalar<uint16_t>(p[r] + F::kScaleAt)));
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(d, dx), acc[r]);
+      if constexpr (F::kMin) {
+        const __m256i mins = _mm256_broadcastsi128_si256(row[r].mins);
+        const __m256i m = AcrossRows<4>(&mins, s + KSide::kSums32);
+        const __m256 dmin = _mm256_set1_ps(-_cvtsh_ss(Scalar<uint16_t>(p[r] + F::kMinAt)));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dmin, dx), acc[r]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc[r]);
+    for (int i = 0; i < g; ++i) out[i * ldo + rows[r]] = lanes[i];
+  }
+}
+
 using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t* const*, int64_t, float*, int64_t,
                         const int64_t*, bool);
 
@@ -509,14 +713,28 @@ constexpr std::array<TileFn, sizeof...(G)> Tiles(std::integer_sequence<int, G...
 template <typename F, bool kK>
 void Rows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k, float* out,
           int64_t ldo) {
+  static_assert(kMaxG == kLaneRows);
   static constexpr std::array<TileFn, kMaxG> kTiles =
       Tiles<F, kK>(std::make_integer_sequence<int, kMaxG>{});
   const int64_t blocks = k / (kK ? 256 : 32);
+  // The chunks KLaneTile takes (all but a short last one) from int8_lanes' layout.
+  int64_t lane_chunks = 0;
+  if constexpr (kK) {
+    if (x.lanes) lane_chunks = x.m / kMaxG + (x.m % kMaxG >= LaneFormat<F>::kFewest ? 1 : 0);
+  }
   const uint8_t* ptrs[kRows];
   for_row_groups(0, n, [&](const int64_t* rows) {
     for (int r = 0; r < kRows; ++r) ptrs[r] = w + rows[r] * row_bytes;
     for (int64_t i = 0; i < x.m; i += kMaxG) {
       const int64_t g = std::min<int64_t>(kMaxG, x.m - i);
+      if constexpr (kK) {
+        if (i / kMaxG < lane_chunks) {
+          const uint8_t* at = x.lanes + i / kMaxG * LaneChunkBytes(k);
+          KLaneTile<F>(at, at + LaneValueBytes(k), ptrs, blocks, out + i * ldo, ldo, rows,
+                       static_cast<int>(g), i == 0);
+          continue;
+        }
+      }
       kTiles[g - 1](x.x + i * x.stride, x.stride, ptrs, blocks, out + i * ldo, ldo, rows, i == 0);
     }
   });

@@ -1762,6 +1762,13 @@ void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, 
       }
     }
   }
+  out.lanes_.clear();
+  if (format == GgmlType::Q8_K && m >= 5 && native_int8(weights) != nullptr &&
+      native_int8(weights) == int8_rows_avx2(weights)) {
+    out.lanes_.resize(static_cast<size_t>(int8_lane_bytes(m, k) / 64));
+    int8_lanes({reinterpret_cast<const uint8_t*>(data), stride, m}, k,
+               reinterpret_cast<uint8_t*>(out.lanes_.data()));
+  }
   out.amx_padded_ = 0;
   if (!quant_rows_on_amx(weights, m)) return;
   // The same values, scales and sums as the tiles take them (AmxQ8Rows).
@@ -1860,7 +1867,7 @@ void quant_rows_int8(quant::GgmlType type, const QuantizedRows& x, const std::by
     return;
   }
   if (QuantRowsInt8Fn fn = native_int8(type)) {
-    const Int8Rows rows{reinterpret_cast<const uint8_t*>(x.data()), x.stride(), m};
+    const Int8Rows rows{reinterpret_cast<const uint8_t*>(x.data()), x.stride(), m, x.int8_lanes()};
     fn(rows, reinterpret_cast<const uint8_t*>(w), row_bytes, n, k, out, ldo);
     return;
   }

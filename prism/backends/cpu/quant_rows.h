@@ -126,9 +126,10 @@ void dequantize_rows(quant::GgmlType type, const std::byte* w, int64_t row_bytes
 // x86 CPUs without VNNI (AVX2; AVX-512 without VNNI) run AVX2 kernels
 // (int8_rows_avx2.cpp): vpmaddubsw and vpmaddwd make the same 32-bit lane sums vpdpbusd does,
 // and every block's sum is reduced to an exact integer and scaled as above, up to 8
-// activation rows a tile, so Q8_0, Q4_0, Q5_0 and the K-quants give the VNNI and AMX
-// kernels' bits (Q4_1 and Q5_1 add m * d_x * sum x per block, not per lane). Other targets
-// (SCALAR, EMU128, other architectures) and types have no integer kernels: quant_rows_int8
+// activation rows a tile (the K-quants' chunks of 5-8 with a row in each 32-bit lane, from a
+// copy quantize_activations lays out: int8_lanes()), so Q8_0, Q4_0, Q5_0 and the K-quants give
+// the VNNI and AMX kernels' bits (Q4_1 and Q5_1 add m * d_x * sum x per block, not per lane). Other
+// targets (SCALAR, EMU128, other architectures) and types have no integer kernels: quant_rows_int8
 // runs quant_rows on the activations as rounded (dequantized into f32), which gives the same
 // result up to the order of the f32 sums. quantize_activations rounds a vector at a time
 // (Highway), about 0.8 ns a value.
@@ -184,6 +185,12 @@ class QuantizedRows {
   // The rows as AMX tiles take them (amx_rows.h), where quantize_activations laid them out so
   // (quant_rows_int8 then runs amx_q8_rows); tiles null otherwise.
   AmxQ8Rows amx() const;
+  // The rows as the AVX2 K-quant kernels' lane tiles take them (int8_rows.h's int8_lanes),
+  // where quantize_activations laid them out so (Q8_K rows, 5 or more, where those kernels
+  // run); null otherwise.
+  const uint8_t* int8_lanes() const {
+    return lanes_.empty() ? nullptr : reinterpret_cast<const uint8_t*>(lanes_.data());
+  }
 
  private:
   friend void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, int64_t m,
@@ -195,7 +202,7 @@ class QuantizedRows {
 
   quant::GgmlType weights_ = quant::GgmlType::F32, format_ = quant::GgmlType::F32;
   int64_t m_ = 0, k_ = 0, stride_ = 0, amx_padded_ = 0;
-  std::vector<Line> data_, amx_tiles_, amx_scales_, amx_sums_;
+  std::vector<Line> data_, amx_tiles_, amx_scales_, amx_sums_, lanes_;
 };
 
 // Rounds rows [0, m) of x (rows ldx apart, k values each, finite) for a product with weights

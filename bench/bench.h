@@ -75,6 +75,9 @@ double measure_bf16_peak_gflops(int threads);
 // AMX tdpbf16ps on tiles held in the tile registers; 0 without AMX (or without the
 // kernel's permission to use it).
 double measure_amx_bf16_peak_gflops(int threads);
+// Integer products of 8-bit values in vector registers: vpdpbusd chains with AVX-512 VNNI
+// (under an AVX-512 target), else vpmaddubsw chains with AVX2, two ops a product; 0 elsewhere.
+double measure_int8_peak_gops(int threads);
 double measure_triad_gbps(int threads);  // STREAM triad over arrays far larger than cache
 double measure_read_gbps(int threads);   // reading 1 GiB, 4 interleaved streams per thread
 

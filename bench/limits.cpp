@@ -105,6 +105,74 @@ __attribute__((target("avx512f,avx512bf16"))) void bf16_dot_loop(int64_t iterati
   (void)sink;
 }
 
+// Independent chains: latency x throughput, with room, and within the registers (16 ymm, 32 zmm).
+constexpr int kAvx2Chains = 12, kVnniChains = 16;  // the loops below write them out
+
+// kAvx2Chains independent chains of vpmaddubsw: 32 products of unsigned by signed bytes a
+// 256-bit instruction, summed in pairs into 16 bits (64 ops).
+__attribute__((target("avx2"))) void avx2_dot_loop(int64_t iterations) {
+  volatile char start = 1;
+  const __m256i b = _mm256_set1_epi8(start);
+  // A volatile read each: 12 values the compiler cannot merge.
+  __m256i a0 = _mm256_set1_epi8(start), a1 = _mm256_set1_epi8(start), a2 = _mm256_set1_epi8(start),
+          a3 = _mm256_set1_epi8(start), a4 = _mm256_set1_epi8(start), a5 = _mm256_set1_epi8(start),
+          a6 = _mm256_set1_epi8(start), a7 = _mm256_set1_epi8(start), a8 = _mm256_set1_epi8(start),
+          a9 = _mm256_set1_epi8(start), a10 = _mm256_set1_epi8(start),
+          a11 = _mm256_set1_epi8(start);
+  for (int64_t it = 0; it < iterations; ++it) {
+    // In asm: GCC 12 stores half the chains to the stack every iteration when it writes them.
+    asm("vpmaddubsw %12, %0, %0\n\tvpmaddubsw %12, %1, %1\n\tvpmaddubsw %12, %2, %2\n\t"
+        "vpmaddubsw %12, %3, %3\n\tvpmaddubsw %12, %4, %4\n\tvpmaddubsw %12, %5, %5\n\t"
+        "vpmaddubsw %12, %6, %6\n\tvpmaddubsw %12, %7, %7\n\tvpmaddubsw %12, %8, %8\n\t"
+        "vpmaddubsw %12, %9, %9\n\tvpmaddubsw %12, %10, %10\n\tvpmaddubsw %12, %11, %11"
+        : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5), "+x"(a6), "+x"(a7), "+x"(a8),
+          "+x"(a9), "+x"(a10), "+x"(a11)
+        : "x"(b));
+  }
+  const __m256i total = _mm256_add_epi16(
+      _mm256_add_epi16(_mm256_add_epi16(_mm256_add_epi16(a0, a1), _mm256_add_epi16(a2, a3)),
+                       _mm256_add_epi16(_mm256_add_epi16(a4, a5), _mm256_add_epi16(a6, a7))),
+      _mm256_add_epi16(_mm256_add_epi16(a8, a9), _mm256_add_epi16(a10, a11)));
+  volatile int sink = _mm256_extract_epi32(total, 0);
+  (void)sink;
+}
+
+// The same with AVX-512 VNNI's vpdpbusd: 64 products of unsigned by signed bytes summed into 16
+// 32-bit lanes (128 ops).
+__attribute__((target("avx512f,avx512vnni"))) void vnni_dot_loop(int64_t iterations) {
+  volatile char start = 1;
+  const __m512i a = _mm512_set1_epi8(start), b = _mm512_set1_epi8(start);
+  __m512i c0 = _mm512_set1_epi8(start), c1 = _mm512_set1_epi8(start), c2 = _mm512_set1_epi8(start),
+          c3 = _mm512_set1_epi8(start), c4 = _mm512_set1_epi8(start), c5 = _mm512_set1_epi8(start),
+          c6 = _mm512_set1_epi8(start), c7 = _mm512_set1_epi8(start), c8 = _mm512_set1_epi8(start),
+          c9 = _mm512_set1_epi8(start), c10 = _mm512_set1_epi8(start),
+          c11 = _mm512_set1_epi8(start), c12 = _mm512_set1_epi8(start),
+          c13 = _mm512_set1_epi8(start), c14 = _mm512_set1_epi8(start),
+          c15 = _mm512_set1_epi8(start);
+  for (int64_t it = 0; it < iterations; ++it) {
+    // In asm, as avx2_dot_loop (two statements: asm takes 30 operands at most).
+    asm("vpdpbusd %9, %8, %0\n\tvpdpbusd %9, %8, %1\n\tvpdpbusd %9, %8, %2\n\t"
+        "vpdpbusd %9, %8, %3\n\tvpdpbusd %9, %8, %4\n\tvpdpbusd %9, %8, %5\n\t"
+        "vpdpbusd %9, %8, %6\n\tvpdpbusd %9, %8, %7"
+        : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5), "+v"(c6), "+v"(c7)
+        : "v"(a), "v"(b));
+    asm("vpdpbusd %9, %8, %0\n\tvpdpbusd %9, %8, %1\n\tvpdpbusd %9, %8, %2\n\t"
+        "vpdpbusd %9, %8, %3\n\tvpdpbusd %9, %8, %4\n\tvpdpbusd %9, %8, %5\n\t"
+        "vpdpbusd %9, %8, %6\n\tvpdpbusd %9, %8, %7"
+        : "+v"(c8), "+v"(c9), "+v"(c10), "+v"(c11), "+v"(c12), "+v"(c13), "+v"(c14), "+v"(c15)
+        : "v"(a), "v"(b));
+  }
+  __m512i total = _mm512_add_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
+                       _mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7))),
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c8, c9), _mm512_add_epi32(c10, c11)),
+                       _mm512_add_epi32(_mm512_add_epi32(c12, c13), _mm512_add_epi32(c14, c15))));
+  alignas(64) int32_t lanes[16];
+  _mm512_store_si512(lanes, total);
+  volatile int sink = lanes[0];
+  (void)sink;
+}
+
 // AMX: tiles of 16 rows x 64 bytes. tdpbf16ps multiplies a 16x32 bf16 tile by a 32x16 one (as 16
 // rows of pairs) into a 16x16 f32 tile: 16 * 16 * 32 * 2 = 16384 flops. Four accumulators from
 // two A and two B tiles, the 2x2 blocking oneDNN's kernels use, keep the unit busy.
@@ -162,6 +230,24 @@ double measure_bf16_peak_gflops(int threads) {
   const int64_t iterations = 10'000'000;
   double s = best_seconds([&] { on_threads(threads, [&](int) { bf16_dot_loop(iterations); }); });
   return 64.0 * kBf16Chains * iterations * threads / s / 1e9;
+#else
+  (void)threads;
+  return 0;
+#endif
+}
+
+double measure_int8_peak_gops(int threads) {
+#if defined(__x86_64__)
+  const int64_t iterations = 10'000'000;
+  if (cpu::simd::current().name().starts_with("avx3") && __builtin_cpu_supports("avx512vnni")) {
+    const double s =
+        best_seconds([&] { on_threads(threads, [&](int) { vnni_dot_loop(iterations); }); });
+    return 128.0 * kVnniChains * iterations * threads / s / 1e9;
+  }
+  if (!__builtin_cpu_supports("avx2")) return 0;
+  const double s =
+      best_seconds([&] { on_threads(threads, [&](int) { avx2_dot_loop(iterations); }); });
+  return 64.0 * kAvx2Chains * iterations * threads / s / 1e9;
 #else
   (void)threads;
   return 0;

@@ -317,17 +317,21 @@ void llm_bench() {
       static_cast<double>(bf16 ? store.total_bytes() : io::Store::open(gguf).total_bytes());
   const double flops = prefill_flops(store, dir, kPromptTokens);
   // The host's compute peaks: f32 FMAs, bf16 dot products (vdpbf16ps) and AMX tiles where
-  // the CPU has them (0 where not). Prefill is put against the best: on a CPU without bf16
-  // instructions, prism's bf16 products run as f32 ones on widened operands.
+  // the CPU has them (0 where not), and for quantized weights, whose products multiply 8-bit
+  // activations, the vector units' int8 products (vpdpbusd or vpmaddubsw). Prefill is put
+  // against the best: on a CPU without bf16 instructions, prism's bf16 products run as f32
+  // ones on widened operands.
   const double fp32_peak = measure_fp32_peak_gflops(threads);
   const double vdp_peak = measure_bf16_peak_gflops(threads);
   const double amx_peak = measure_amx_bf16_peak_gflops(threads);
-  const double best_peak = std::max({fp32_peak, vdp_peak, amx_peak});
+  const double int8_peak = bf16 ? 0 : measure_int8_peak_gops(threads);
+  const double best_peak = std::max({fp32_peak, vdp_peak, amx_peak, int8_peak});
   auto peak = [](double gflops) {
     return gflops > 0 ? fmt::format("{:.0f}", gflops) : std::string("none");
   };
-  const std::string peaks = fmt::format("f32 FMA {}, bf16 vdpbf16ps {}, AMX tdpbf16ps {}",
-                                        peak(fp32_peak), peak(vdp_peak), peak(amx_peak));
+  std::string peaks = fmt::format("f32 FMA {}, bf16 vdpbf16ps {}, AMX tdpbf16ps {}",
+                                  peak(fp32_peak), peak(vdp_peak), peak(amx_peak));
+  if (!bf16) peaks += fmt::format(", int8 products (GOP/s) {}", peak(int8_peak));
   std::vector<int32_t> prompt = long_prompt();
 
   std::vector<std::string> missing;

@@ -190,7 +190,7 @@ TEST(DequantizeOp, ProductsOfTheSameActivationsAsOneStep) {
   }
   for (const char* mode : {"int8", "f32"}) {
     const testing::QuantActivations activations(mode);
-    for (int64_t m : {1, 5, 16, 20}) {
+    for (int64_t m : {1, 5, 16, 20, 40}) {
       SCOPED_TRACE(fmt::format("{} m={}", mode, m));
       std::vector<float> xv(static_cast<size_t>(m * k));
       for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.29 * i) * 0.7f;

@@ -839,14 +839,14 @@ TEST(QuantRows, Int8ExactFormatsSumEachBlockExactly) {
         std::mt19937 rng(static_cast<uint32_t>(k) + 41);
         const std::vector<std::byte> w = extreme ? random_blocks(type, n, k, row_bytes, rng)
                                                  : random_rows(type, n, k, row_bytes, rng);
-        std::vector<float> x(static_cast<size_t>(16 * k));
+        std::vector<float> x(static_cast<size_t>(40 * k));
         std::uniform_real_distribution<float> value(-1, 1);
         for (float& v : x) v = value(rng);
         for_each_target([&](const simd::Target& target) {
           if (!cpu::quant_rows_int8_native(type)) return;
           for (const char* kernel : kernels) {
             const QuantRowsKernel use(kernel);
-            for (int64_t m : {1, 3, 8, 11, 16}) {
+            for (int64_t m : {1, 3, 8, 11, 16, 40}) {  // 40: a prefill's many rows
               SCOPED_TRACE(fmt::format("{} {} m={}", target.name(), kernel, m));
               cpu::QuantizedRows rows;
               cpu::quantize_activations(type, x.data(), k, m, k, rows);

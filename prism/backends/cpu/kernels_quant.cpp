@@ -133,7 +133,9 @@ class QuantDot {
     row_bytes_ = g.node(dq.inputs[0]).shape.size(1);
     m_ = k_ == 0 ? 0 : x.numel() / k_;
     int8_ = int8_activations(format_);
-    if (few_rows()) return;
+    many_rows_ = int8_ && quant_rows_int8_takes_many_rows(format_);
+    // (Panels even where few_rows(): a group runs them for all its products when one needs them.)
+    if (m_ <= kQuantRows || n_ == 0) return;
     // Larger products: a float product of the activations by a panel of dequantized rows,
     // for whole panels and for the last one.
     panel_ = std::min(kPanelRows, n_);
@@ -141,7 +143,9 @@ class QuantDot {
     if (n_ % panel_) last_panel_ = panel_product(n_ % panel_);
   }
 
-  bool few_rows() const { return m_ <= kQuantRows; }
+  // Whether the row kernels take the product: up to kQuantRows rows, or any number where the
+  // integer kernels multiply many at the speed of a few (quant_rows_int8_takes_many_rows).
+  bool few_rows() const { return m_ <= kQuantRows || many_rows_; }
   int64_t m() const { return m_; }
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
@@ -209,22 +213,21 @@ class QuantDot {
   quant::GgmlType format_;
   DType x_dtype_, out_dtype_;
   int64_t m_ = 0, n_ = 0, k_ = 0, row_bytes_ = 0, panel_ = 0;
-  bool int8_ = false;
+  bool int8_ = false, many_rows_ = false;
   Panel full_panel_, last_panel_;
 };
 
 // Products of the same activations by one or several quantized weights (a layer's q, k and v;
-// its gate and up) as one step: for up to kQuantRows rows the activations are widened and
-// rounded once for all (once per weights' format), and one parallel loop runs over all the
-// products' rows, each thread on its own weight rows, so the threads start and meet once
-// instead of once a product. A product's rows are computed the same way alone or in a group:
-// the same bits. More rows run each product in turn (QuantDot::panels).
+// its gate and up) as one step: where every product takes the row kernels (QuantDot::few_rows)
+// the activations are widened and rounded once for all (once per weights' format), and one
+// parallel loop runs over all the products' rows, each thread on its own weight rows, so the
+// threads start and meet once instead of once a product. A product's rows are computed the
+// same way alone or in a group: the same bits. Otherwise each product runs in turn
+// (QuantDot::panels).
 class QuantDotProducts {
  public:
   explicit QuantDotProducts(std::vector<QuantDot> members) : members_(std::move(members)) {
-    first_.push_back(0);
     for (const QuantDot& m : members_) {
-      first_.push_back(first_.back() + m.n());
       if (m.int8()) rounded_[m.format()];  // the formats the activations are rounded for
     }
   }
@@ -233,20 +236,32 @@ class QuantDotProducts {
   void operator()(std::span<const std::byte* const> in, std::span<std::byte* const> outs,
                   ThreadPool& pool) const {
     const QuantDot& lead = members_.front();
-    if (lead.m() == 0 || first_.back() == 0) return;
-    if (!lead.few_rows()) {
-      for (size_t i = 0; i < members_.size(); ++i)
+    if (lead.m() == 0) return;
+    // The products the row kernels take, one after another in the parallel loop's range; the
+    // others run on panels first.
+    std::vector<size_t> rows;
+    std::vector<int64_t> first{0};
+    for (size_t i = 0; i < members_.size(); ++i) {
+      if (members_[i].few_rows()) {
+        rows.push_back(i);
+        first.push_back(first.back() + members_[i].n());
+      } else if (members_[i].n() > 0) {
         members_[i].panels(in[0], in[1 + i], outs[i], pool);
-      return;
+      }
     }
+    if (first.back() == 0) return;
     const int64_t m = lead.m(), k = lead.k();
     std::vector<float> xf(m * k);
     load_floats(lead.x_dtype(), in[0], 0, m * k, xf.data());
-    for (auto& [format, rounded] : rounded_)
-      quantize_activations(format, xf.data(), k, m, k, rounded);
+    for (auto& [format, rounded] : rounded_) {
+      if (std::any_of(rows.begin(), rows.end(), [&, f = format](size_t i) {
+            return members_[i].int8() && members_[i].format() == f;
+          }))
+        quantize_activations(format, xf.data(), k, m, k, rounded);
+    }
     std::vector<std::vector<float>> scratch(members_.size());
     std::vector<float*> y(members_.size());
-    for (size_t i = 0; i < members_.size(); ++i) {
+    for (size_t i : rows) {
       const QuantDot& member = members_[i];
       if (member.out_dtype() == DType::f32) {
         y[i] = reinterpret_cast<float*>(outs[i]);
@@ -256,13 +271,13 @@ class QuantDotProducts {
       }
     }
     static const QuantizedRows kNone;
-    pool.parallel_for(first_.back(), 16, [&](int64_t a0, int64_t a1) {
-      for (size_t i = 0; i < members_.size(); ++i) {
-        const int64_t lo = std::max(a0, first_[i]), hi = std::min(a1, first_[i + 1]);
+    pool.parallel_for(first.back(), 16, [&](int64_t a0, int64_t a1) {
+      for (size_t j = 0; j < rows.size(); ++j) {
+        const int64_t lo = std::max(a0, first[j]), hi = std::min(a1, first[j + 1]);
         if (lo >= hi) continue;
-        const QuantDot& member = members_[i];
+        const QuantDot& member = members_[rows[j]];
         const QuantizedRows& rounded = member.int8() ? rounded_.at(member.format()) : kNone;
-        member.range(xf.data(), rounded, in[1 + i], lo - first_[i], hi - first_[i], y[i]);
+        member.range(xf.data(), rounded, in[1 + rows[j]], lo - first[j], hi - first[j], y[rows[j]]);
       }
     });
     for (size_t i = 0; i < members_.size(); ++i) {
@@ -274,7 +289,6 @@ class QuantDotProducts {
 
  private:
   std::vector<QuantDot> members_;
-  std::vector<int64_t> first_;  // member i's rows start at first_[i] of the whole
   // The activations rounded per weights' format: an executable's calls run one at a time (its
   // mutex), so one buffer each serves them all.
   mutable std::map<quant::GgmlType, QuantizedRows> rounded_;

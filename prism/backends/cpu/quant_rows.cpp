@@ -1763,8 +1763,7 @@ void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, 
     }
   }
   out.lanes_.clear();
-  if (format == GgmlType::Q8_K && m >= 5 && native_int8(weights) != nullptr &&
-      native_int8(weights) == int8_rows_avx2(weights)) {
+  if (m >= 5 && quant_rows_int8_takes_many_rows(weights)) {
     out.lanes_.resize(static_cast<size_t>(int8_lane_bytes(m, k) / 64));
     int8_lanes({reinterpret_cast<const uint8_t*>(data), stride, m}, k,
                reinterpret_cast<uint8_t*>(out.lanes_.data()));
@@ -1812,6 +1811,11 @@ AmxQ8Rows QuantizedRows::amx() const {
 }
 
 bool quant_rows_int8_native(quant::GgmlType type) { return native_int8(type) != nullptr; }
+
+bool quant_rows_int8_takes_many_rows(quant::GgmlType type) {
+  return activation_format(type) == quant::GgmlType::Q8_K && native_int8(type) != nullptr &&
+         native_int8(type) == int8_rows_avx2(type);
+}
 
 // PRISM_CPU_QUANT_ROWS=auto (the default), vnni or amx; a lower forced SIMD target turns the
 // tiles off with the rest.

@@ -228,6 +228,12 @@ void quant_rows_int8(quant::GgmlType type, const QuantizedRows& x, const std::by
 // Throws for =amx on a CPU without AMX-INT8, or for another value.
 bool quant_rows_on_amx(quant::GgmlType type, int64_t m);
 
+// Whether quant_rows_int8 multiplies any number of rows of this type at about the speed of 16
+// (their chunks of 8 in the AVX2 kernels' lane tiles: the K-quants on CPUs with AVX2 but not
+// AVX-512 VNNI), so that a product of many rows (a prefill) may take it rather than
+// dequantized weights and float products.
+bool quant_rows_int8_takes_many_rows(quant::GgmlType type);
+
 // Whether quant_rows_int8 has integer kernels for this type under the SIMD target in use and
 // on this CPU (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K under x86 targets from AVX2 on:
 // AVX-512 VNNI's where the CPU has it, else AVX2's); the others run quant_rows on the rounded

@@ -474,6 +474,17 @@ struct Q6_K {
   }
 };
 
+// F::Prepare(p), the K-quant block at p, and with `prefetch` (the weights come from memory)
+// a prefetch of the block kPrefetchAhead bytes on.
+template <typename F>
+PRISM_AVX2_INLINE typename F::Row Fetch(const uint8_t* p, bool prefetch) {
+  if (prefetch) {
+    for (int64_t j = 0; j < F::kBytes; j += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + j), _MM_HINT_T0);
+  }
+  return F::Prepare(p);
+}
+
 // Group V of a tile of K-quant blocks: each pair's T (and M), scaled into acc.
 template <typename F, int G, int V>
 PRISM_AVX2_INLINE void KGroup(const typename F::Row* row, const uint8_t* x, int64_t stride,
@@ -543,11 +554,7 @@ PRISM_AVX2 __attribute__((noinline)) void KTile(const uint8_t* x, int64_t stride
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
       ws[r] = w[r] + b * F::kBytes;
-      if (prefetch) {
-        for (int64_t j = 0; j < F::kBytes; j += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(ws[r] + kPrefetchAhead + j), _MM_HINT_T0);
-      }
-      row[r] = F::Prepare(ws[r]);
+      row[r] = Fetch<F>(ws[r], prefetch);
     }
     // d in lanes 0-3, -dmin in 4-7
     const __m256 dw = _mm256_xor_ps(Halves<F::kMin>(ws, F::kScaleAt, F::kMinAt), negate_mins);
@@ -640,11 +647,7 @@ PRISM_AVX2 __attribute__((noinline)) void KLaneTile(const uint8_t* xi, const uin
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
       p[r] = w[r] + b * F::kBytes;
-      if (prefetch) {
-        for (int64_t j = 0; j < F::kBytes; j += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(p[r] + kPrefetchAhead + j), _MM_HINT_T0);
-      }
-      row[r] = F::Prepare(p[r]);
+      row[r] = Fetch<F>(p[r], prefetch);
       Unpack<F>(row[r], lb[r]);
     }
     __m256i t[kRows];

@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: run test build setup configure bench format format-check clean fuzz-smoke
+.PHONY: run test build setup configure bench format format-check clean fuzz-smoke test-sanitize
 
 run: build
 	$(BUILD)/bin/prism mnist
@@ -37,6 +37,19 @@ fuzz-smoke: setup
 	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target fuzz_targets
 	bash fuzz/smoke.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
+# The unit tests (and the CLI some of them run) built with AddressSanitizer and
+# UndefinedBehaviorSanitizer (-DPRISM_SANITIZE=ON, the default compiler) in their own tree,
+# then run: any report, a leak included (but those of tools/lsan_suppressions.txt), fails them.
+SANITIZE_BUILD ?= build-sanitize
+test-sanitize: setup
+	@if [ ! -f $(SANITIZE_BUILD)/build.ninja ]; then \
+	  cmake -S . -B $(SANITIZE_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    -DPRISM_SANITIZE=ON -DPRISM_BUILD_BENCH=OFF -DPRISM_PYTHON=OFF; fi
+	cmake --build $(SANITIZE_BUILD) -j$(JOBS) --target prism-unit-tests prism
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan_suppressions.txt \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(SANITIZE_BUILD)/bin/prism-unit-tests
+
 format:
 	git ls-files '*.cpp' '*.h' | xargs clang-format -i
 
@@ -46,4 +59,4 @@ format-check:
 	  echo "format-check: run 'make format'"; exit 1; fi
 
 clean:
-	rm -rf $(BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD) $(SANITIZE_BUILD)

@@ -296,8 +296,9 @@ S3Server::S3Server(const std::string& bucket) {
       R"re(\{"port": (\d+), "access_key_id": "([^"]+)", "secret_access_key": "([^"]+)"\})re");
   auto deadline = std::chrono::steady_clock::now() + 30s;
   std::smatch match;
+  std::string out;  // outlives the loop: match points into it
   while (true) {
-    std::string out = read_bytes(log);
+    out = read_bytes(log);
     if (std::regex_search(out, match, kReady)) break;
     if (!process_->running() || std::chrono::steady_clock::now() > deadline) {
       throw std::runtime_error("the S3 server did not start: " + out);

@@ -349,21 +349,26 @@ PjrtPlatform::PjrtPlatform(std::string name, const std::string& plugin_path)
   }
   plugin_->check(api.PJRT_Client_Create(&create), "creating a client");
   client_ = create.client;
-  auto devices = PRISM_PJRT_ARGS(PJRT_Client_AddressableDevices_Args);
-  devices.client = client_;
-  plugin_->check(api.PJRT_Client_AddressableDevices(&devices), "listing devices");
-  PRISM_CHECK(devices.num_addressable_devices > 0, "{}: the plugin {} has no device", name_,
-              plugin_->path());
-  all_devices_.assign(devices.addressable_devices,
-                      devices.addressable_devices + devices.num_addressable_devices);
-  device_ = all_devices_[0];
-  auto description = PRISM_PJRT_ARGS(PJRT_Device_GetDescription_Args);
-  description.device = device_;
-  plugin_->check(api.PJRT_Device_GetDescription(&description), "describing the device");
-  auto kind = PRISM_PJRT_ARGS(PJRT_DeviceDescription_Kind_Args);
-  kind.device_description = description.device_description;
-  plugin_->check(api.PJRT_DeviceDescription_Kind(&kind), "describing the device");
-  device_kind_.assign(kind.device_kind, kind.device_kind_size);
+  try {  // the destructor does not run for a constructor that throws: destroy the client here
+    auto devices = PRISM_PJRT_ARGS(PJRT_Client_AddressableDevices_Args);
+    devices.client = client_;
+    plugin_->check(api.PJRT_Client_AddressableDevices(&devices), "listing devices");
+    PRISM_CHECK(devices.num_addressable_devices > 0, "{}: the plugin {} has no device", name_,
+                plugin_->path());
+    all_devices_.assign(devices.addressable_devices,
+                        devices.addressable_devices + devices.num_addressable_devices);
+    device_ = all_devices_[0];
+    auto description = PRISM_PJRT_ARGS(PJRT_Device_GetDescription_Args);
+    description.device = device_;
+    plugin_->check(api.PJRT_Device_GetDescription(&description), "describing the device");
+    auto kind = PRISM_PJRT_ARGS(PJRT_DeviceDescription_Kind_Args);
+    kind.device_description = description.device_description;
+    plugin_->check(api.PJRT_DeviceDescription_Kind(&kind), "describing the device");
+    device_kind_.assign(kind.device_kind, kind.device_kind_size);
+  } catch (...) {
+    destroy_client();
+    throw;
+  }
 }
 
 PjrtPlatform::PjrtPlatform(const PjrtPlatform& parent, PJRT_Device* device)
@@ -376,7 +381,10 @@ PjrtPlatform::PjrtPlatform(const PjrtPlatform& parent, PJRT_Device* device)
       device_kind_(parent.device_kind_) {}
 
 PjrtPlatform::~PjrtPlatform() {
-  if (!owns_client_) return;
+  if (owns_client_) destroy_client();
+}
+
+void PjrtPlatform::destroy_client() {
   auto d = PRISM_PJRT_ARGS(PJRT_Client_Destroy_Args);
   d.client = client_;
   plugin_->api().PJRT_Client_Destroy(&d);

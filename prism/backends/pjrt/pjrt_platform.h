@@ -53,6 +53,7 @@ class PjrtPlatform : public Platform {
  private:
   // Device `device` of `parent`'s client, for a mesh: shares its plugin and client.
   PjrtPlatform(const PjrtPlatform& parent, PJRT_Device* device);
+  void destroy_client();
 
   std::string name_;
   std::shared_ptr<Plugin> plugin_;

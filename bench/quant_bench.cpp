@@ -10,6 +10,7 @@
 // and --batches=1,16 (some of the products only).
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -60,6 +61,23 @@ void quant_bench() {
   // arithmetic alone).
   const int64_t rows = std::stoll(option("n", "8192"));
   const int64_t total = std::stoll(option("bytes", std::to_string(int64_t{1} << 30)));
+  // --types and --batches are read before anything is measured, so a bad one fails at once.
+  std::vector<GgmlType> types;
+  for (const std::string& name : split_list(option("types", "q8_0,q4_0,q4_k,q6_k"))) {
+    std::string upper = name;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    const std::optional<GgmlType> parsed = quant::ggml_type_from_name(upper);
+    PRISM_CHECK(parsed, "quant: unknown type {} in --types", name);
+    types.push_back(*parsed);
+  }
+  std::vector<int64_t> batches;
+  for (const std::string& b : split_list(option("batches", "1,4,6,8,16"))) {
+    int64_t m = 0;
+    const auto [end, error] = std::from_chars(b.data(), b.data() + b.size(), m);
+    PRISM_CHECK(error == std::errc() && end == b.data() + b.size() && m >= 1,
+                "quant: --batches takes counts of rows, not '{}'", b);
+    batches.push_back(m);
+  }
   const double read = ReadProbe(threads).best_gbps();
   std::printf("%s; %d threads here; plain read %.1f GB/s\n",
               get_platform("cpu").devices().at(0).name.c_str(), threads, read);
@@ -71,18 +89,7 @@ void quant_bench() {
   std::uniform_real_distribution<float> value(-1, 1);
   std::vector<float> floats(static_cast<size_t>(rows * kK));
   for (float& v : floats) v = value(rng);
-  const std::vector<std::string> types = split_list(option("types", "q8_0,q4_0,q4_k,q6_k"));
-  std::vector<int64_t> batches;
-  for (const std::string& b : split_list(option("batches", "1,4,6,8,16"))) {
-    batches.push_back(std::stoll(b));
-    PRISM_CHECK(batches.back() >= 1, "quant: --batches takes counts of rows, not {}", b);
-  }
-  for (const std::string& name : types) {
-    std::string upper = name;
-    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    const std::optional<GgmlType> parsed = quant::ggml_type_from_name(upper);
-    PRISM_CHECK(parsed, "quant: unknown type {} in --types", name);
-    const GgmlType type = *parsed;
+  for (const GgmlType type : types) {
     const quant::GgmlTypeInfo& t = quant::info(type);
     const int64_t row_bytes = kK / t.block_elements * t.block_bytes, bytes = rows * row_bytes;
     const int64_t copies = std::max<int64_t>(1, total / bytes);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "prism/backends/cpu/quant_rows.h"
@@ -214,6 +215,45 @@ TEST(DequantizeOp, ProductsOfTheSameActivationsAsOneStep) {
         ASSERT_EQ(have.bytes().size(), want.bytes().size());
         EXPECT_EQ(0, std::memcmp(have.bytes().data(), want.bytes().data(), want.bytes().size()))
             << "product " << p;
+      }
+    }
+  }
+}
+
+// A product's bf16 results are its f32 results rounded, however the row kernels' columns were
+// split among the threads and into cache-sized tiles of f32 (16 rows of 33000 columns; 600
+// rows where the integer kernels take a prefill, as on CPUs with AVX2 but not AVX-512 VNNI).
+TEST(DequantizeOp, Bf16ResultsAreTheF32ResultsRounded) {
+  Platform& cpu = get_platform("cpu");
+  const int64_t k = 256;
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q8_0}) {
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{16, 33000}, {600, 4100}}) {
+      // more rows go to float products of dequantized panels, whose bf16 products round the
+      // weights too
+      if (m > 16 && !cpu::quant_rows_int8_takes_many_rows(t)) continue;
+      SCOPED_TRACE(fmt::format("{} m={} n={}", quant::name(t), m, n));
+      const HostBuffer w =
+          testing::random_blocks(t, n, k / quant::info(t).block_elements, 5, "n", "k");
+      std::vector<float> xv(static_cast<size_t>(m * k));
+      for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.31 * i) * 0.6f;
+      const HostBuffer x16 = testing::f32(S({{"m", m}, {"k", k}}), xv).convert(DType::bf16);
+      const HostBuffer x32 = x16.convert(DType::f32);  // the same values
+      auto product = [&](const HostBuffer& x, DType dt) {
+        Executable exe =
+            prism::compile(cpu,
+                           [&](Tensor a, Tensor b) {
+                             return a.dot(b.dequantize(t, dt), "k").convert(DType::bf16);
+                           },
+                           {x.shape(), w.shape()});
+        std::vector<Buffer> in{cpu.upload(x), cpu.upload(w)};
+        return exe.call(std::span<const Buffer>(), in)[0].to_host();
+      };
+      const HostBuffer half = product(x16, DType::bf16), rounded = product(x32, DType::f32);
+      ASSERT_EQ(half.bytes().size(), static_cast<size_t>(m * n * 2));
+      const auto* a = reinterpret_cast<const uint16_t*>(half.bytes().data());
+      const auto* b = reinterpret_cast<const uint16_t*>(rounded.bytes().data());
+      for (int64_t i = 0; i < m * n; ++i) {
+        ASSERT_EQ(a[i], b[i]) << "row " << i / n << ", column " << i % n;
       }
     }
   }

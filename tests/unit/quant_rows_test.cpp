@@ -25,6 +25,7 @@
 
 #include "prism/backends/cpu/amx_rows.h"
 #include "prism/backends/cpu/simd.h"
+#include "prism/backends/cpu/thread_pool.h"
 #include "prism/core/dtype.h"
 #include "prism/core/error.h"
 #include "prism/quant/dequantize.h"
@@ -699,36 +700,41 @@ TEST(QuantRows, Int8OnAmxTiles) {
 // What batched decoding promises: a row's result does not depend on the rows it is computed
 // with. Every count of rows, under each choice of kernels this CPU runs (auto: VNNI for up to
 // 4 rows, the tiles for more), gives each row the bits it gets alone.
+// Up to 16 rows, and more (a prefill's, whose chunks of 8 the AVX2 kernels take in bands of
+// weight rows), rounded on one thread or on a pool.
 TEST(QuantRows, Int8RowsDoNotDependOnTheirBatch) {
   std::vector<const char*> kernels = {"auto", "vnni"};
   if (cpu::amx_int8_available()) kernels.push_back("amx");
+  cpu::ThreadPool pool(3);
   for (const char* kernel : kernels) {
     const QuantRowsKernel use(kernel);
     for (GgmlType type : kTypes) {
       SCOPED_TRACE(std::string(kernel) + " " + std::string(quant::name(type)));
       const quant::GgmlTypeInfo& t = quant::info(type);
-      constexpr int64_t n = 37, k = 512, kMaxM = 16;
+      constexpr int64_t n = 37, k = 512, kMaxM = 45;
       const int64_t row_bytes = k / t.block_elements * t.block_bytes;
       std::mt19937 rng(static_cast<uint32_t>(t.type) + 17);
       const std::vector<std::byte> w = random_rows(type, n, k, row_bytes, rng);
       std::vector<float> x(static_cast<size_t>(kMaxM * k));
       std::uniform_real_distribution<float> value(-1, 1);
       for (float& v : x) v = value(rng);
-      auto product = [&](int64_t first, int64_t m) {
+      auto product = [&](int64_t first, int64_t m, cpu::ThreadPool* on) {
         cpu::QuantizedRows rows;
-        cpu::quantize_activations(type, x.data() + first * k, k, m, k, rows);
+        cpu::quantize_activations(type, x.data() + first * k, k, m, k, rows, on);
         std::vector<float> out(static_cast<size_t>(m * n));
         cpu::quant_rows_int8(type, rows, w.data(), row_bytes, n, k, out.data(), n);
         return out;
       };
       std::vector<std::vector<float>> alone;
-      for (int64_t i = 0; i < kMaxM; ++i) alone.push_back(product(i, 1));
-      for (int64_t m : {2, 3, 4, 5, 8, 9, 16}) {
-        const std::vector<float> batch = product(kMaxM - m, m);
-        for (int64_t i = 0; i < m; ++i) {
-          EXPECT_EQ(
-              0, std::memcmp(batch.data() + i * n, alone[kMaxM - m + i].data(), n * sizeof(float)))
-              << "row " << i << " of " << m;
+      for (int64_t i = 0; i < kMaxM; ++i) alone.push_back(product(i, 1, nullptr));
+      for (int64_t m : {2, 3, 4, 5, 8, 9, 16, 17, 30, 45}) {
+        for (cpu::ThreadPool* on : {static_cast<cpu::ThreadPool*>(nullptr), &pool}) {
+          const std::vector<float> batch = product(kMaxM - m, m, on);
+          for (int64_t i = 0; i < m; ++i) {
+            EXPECT_EQ(0, std::memcmp(batch.data() + i * n, alone[kMaxM - m + i].data(),
+                                     n * sizeof(float)))
+                << "row " << i << " of " << m << (on ? " (rounded on a pool)" : "");
+          }
         }
       }
     }

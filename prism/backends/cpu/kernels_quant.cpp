@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "prism/backends/cpu/kernels.h"
+#include "prism/backends/cpu/nn_rows.h"
 #include "prism/backends/cpu/quant_rows.h"
 #include "prism/backends/cpu/storage.h"
 #include "prism/compiler/fusion.h"
@@ -73,20 +74,6 @@ void store_floats(DType t, const float* from, std::byte* out, int64_t at, int64_
       for (int64_t i = 0; i < count; ++i) to[i] = to_storage<St>(from[i]);
     } else {
       fail("cpu: dequantize to {}, not a floating-point dtype", name(t));
-    }
-  });
-}
-
-// `count` values of float dtype `t` at `from` (element `at` on) as f32.
-void load_floats(DType t, const std::byte* from, int64_t at, int64_t count, float* to) {
-  visit_storage(t, [&](auto tag) {
-    using St = decltype(tag);
-    if constexpr (std::is_same_v<St, float> || std::is_same_v<St, double> ||
-                  std::is_same_v<St, BF16> || std::is_same_v<St, F16>) {
-      const St* p = reinterpret_cast<const St*>(from) + at;
-      for (int64_t i = 0; i < count; ++i) to[i] = static_cast<float>(to_compute<double>(p[i]));
-    } else {
-      fail("cpu: a product of {} activations by quantized weights", name(t));
     }
   });
 }
@@ -154,15 +141,15 @@ class QuantDot {
   quant::GgmlType format() const { return format_; }
   bool int8() const { return int8_; }
 
-  // Up to kQuantRows rows: weight rows [n0, n1) of w times x (xf: f32 rows, k_ apart;
-  // rounded: them rounded for format_, where int8_) into y (rows n_ apart), by the row
-  // kernels.
+  // Up to kQuantRows rows (or any number, as few_rows() says): weight rows [n0, n1) of w times
+  // x (xf: f32 rows, k_ apart; rounded: them rounded for format_, where int8_) into y (the
+  // result of weight row n0 for the first activation row; rows ldy apart), by the row kernels.
   void range(const float* xf, const QuantizedRows& rounded, const std::byte* w, int64_t n0,
-             int64_t n1, float* y) const {
+             int64_t n1, float* y, int64_t ldy) const {
     if (int8_) {
-      quant_rows_int8(format_, rounded, w + n0 * row_bytes_, row_bytes_, n1 - n0, k_, y + n0, n_);
+      quant_rows_int8(format_, rounded, w + n0 * row_bytes_, row_bytes_, n1 - n0, k_, y, ldy);
     } else {
-      quant_rows(format_, xf, k_, m_, w + n0 * row_bytes_, row_bytes_, n1 - n0, k_, y + n0, n_);
+      quant_rows(format_, xf, k_, m_, w + n0 * row_bytes_, row_bytes_, n1 - n0, k_, y, ldy);
     }
   }
 
@@ -228,7 +215,8 @@ class QuantDotProducts {
  public:
   explicit QuantDotProducts(std::vector<QuantDot> members) : members_(std::move(members)) {
     for (const QuantDot& m : members_) {
-      if (m.int8()) rounded_[m.format()];  // the formats the activations are rounded for
+      if (m.int8() && std::find(formats_.begin(), formats_.end(), m.format()) == formats_.end())
+        formats_.push_back(m.format());
     }
   }
 
@@ -251,47 +239,67 @@ class QuantDotProducts {
     }
     if (first.back() == 0) return;
     const int64_t m = lead.m(), k = lead.k();
-    std::vector<float> xf(m * k);
-    load_floats(lead.x_dtype(), in[0], 0, m * k, xf.data());
-    for (auto& [format, rounded] : rounded_) {
-      if (std::any_of(rows.begin(), rows.end(), [&, f = format](size_t i) {
-            return members_[i].int8() && members_[i].format() == f;
-          }))
-        quantize_activations(format, xf.data(), k, m, k, rounded);
+    const NnRowKernels convert = nn_row_kernels();
+    // The step's buffers are the calling thread's, kept from call to call: an executable runs
+    // its steps one at a time, and fresh ones of a prefill's size cost more in page faults and
+    // zeroing than the conversions they hold.
+    thread_local std::vector<float> x_f32;
+    thread_local std::map<quant::GgmlType, QuantizedRows> rounded_here;
+    auto& rounded_for = rounded_here;
+    const float* xf = reinterpret_cast<const float*>(in[0]);
+    if (lead.x_dtype() != DType::f32) {
+      if (x_f32.size() < static_cast<size_t>(m * k)) x_f32.resize(m * k);
+      float* widened = x_f32.data();  // (the lambdas below run on other threads too)
+      pool.parallel_for(m, 16, [&](int64_t i0, int64_t i1) {
+        convert.to_f32(lead.x_dtype(), in[0] + i0 * k * size_of(lead.x_dtype()), widened + i0 * k,
+                       (i1 - i0) * k);
+      });
+      xf = widened;
     }
-    std::vector<std::vector<float>> scratch(members_.size());
-    std::vector<float*> y(members_.size());
-    for (size_t i : rows) {
-      const QuantDot& member = members_[i];
-      if (member.out_dtype() == DType::f32) {
-        y[i] = reinterpret_cast<float*>(outs[i]);
-      } else {
-        scratch[i].resize(m * member.n());
-        y[i] = scratch[i].data();
-      }
+    for (quant::GgmlType format : formats_) {
+      if (std::any_of(rows.begin(), rows.end(), [&](size_t i) {
+            return members_[i].int8() && members_[i].format() == format;
+          }))
+        quantize_activations(format, xf, k, m, k, rounded_for[format], &pool);
     }
     static const QuantizedRows kNone;
     pool.parallel_for(first.back(), 16, [&](int64_t a0, int64_t a1) {
       for (size_t j = 0; j < rows.size(); ++j) {
-        const int64_t lo = std::max(a0, first[j]), hi = std::min(a1, first[j + 1]);
+        const int64_t lo = std::max(a0, first[j]) - first[j];
+        const int64_t hi = std::min(a1, first[j + 1]) - first[j];
         if (lo >= hi) continue;
-        const QuantDot& member = members_[rows[j]];
-        const QuantizedRows& rounded = member.int8() ? rounded_.at(member.format()) : kNone;
-        member.range(xf.data(), rounded, in[1 + rows[j]], lo - first[j], hi - first[j], y[rows[j]]);
+        const size_t i = rows[j];
+        const QuantDot& member = members_[i];
+        const QuantizedRows& rounded = member.int8() ? rounded_for.at(member.format()) : kNone;
+        const int64_t n = member.n();
+        if (member.out_dtype() == DType::f32) {
+          member.range(xf, rounded, in[1 + i], lo, hi, reinterpret_cast<float*>(outs[i]) + lo, n);
+          continue;
+        }
+        // Other dtypes: the results of a few columns at a time in a cache-sized tile of f32,
+        // rounded into the output by the thread that computed them.
+        thread_local std::vector<float> tile;
+        const int64_t cols = std::min(hi - lo, std::max<int64_t>(16, kTileFloats / m));
+        if (tile.size() < static_cast<size_t>(m * cols)) tile.resize(m * cols);
+        const int64_t oe = static_cast<int64_t>(size_of(member.out_dtype()));
+        for (int64_t c0 = lo; c0 < hi; c0 += cols) {
+          const int64_t c1 = std::min(hi, c0 + cols);
+          member.range(xf, rounded, in[1 + i], c0, c1, tile.data(), c1 - c0);
+          for (int64_t r = 0; r < m; ++r) {
+            convert.from_f32(member.out_dtype(), tile.data() + r * (c1 - c0),
+                             outs[i] + (r * n + c0) * oe, c1 - c0);
+          }
+        }
       }
     });
-    for (size_t i = 0; i < members_.size(); ++i) {
-      if (!scratch[i].empty()) {
-        store_floats(members_[i].out_dtype(), y[i], outs[i], 0, m * members_[i].n());
-      }
-    }
   }
 
  private:
+  // f32 results a thread holds before rounding them into a bf16 or f16 output: 256 KiB.
+  static constexpr int64_t kTileFloats = 64 * 1024;
+
   std::vector<QuantDot> members_;
-  // The activations rounded per weights' format: an executable's calls run one at a time (its
-  // mutex), so one buffer each serves them all.
-  mutable std::map<quant::GgmlType, QuantizedRows> rounded_;
+  std::vector<quant::GgmlType> formats_;  // the formats the activations are rounded for
 };
 
 }  // namespace

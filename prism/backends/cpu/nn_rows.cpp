@@ -201,6 +201,25 @@ void RopeRows(DType t, bool interleaved, const std::byte* x, const std::byte* co
   OnFloatDType(t, direct, through_f32);
 }
 
+void ToF32(DType t, const std::byte* x, float* y, int64_t n) {
+  auto direct = [&](auto tag) {
+    const auto* xp = reinterpret_cast<const decltype(tag)*>(x);
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(xp[i]);
+  };
+  auto through_f32 = [&](auto tag) { RowToF32(reinterpret_cast<const decltype(tag)*>(x), y, n); };
+  OnFloatDType(t, direct, through_f32);
+}
+
+void FromF32(DType t, const float* x, std::byte* y, int64_t n) {
+  auto direct = [&](auto tag) {
+    using T = decltype(tag);
+    T* yp = reinterpret_cast<T*>(y);
+    for (int64_t i = 0; i < n; ++i) yp[i] = static_cast<T>(x[i]);
+  };
+  auto through_f32 = [&](auto tag) { RowFromF32(x, reinterpret_cast<decltype(tag)*>(y), n); };
+  OnFloatDType(t, direct, through_f32);
+}
+
 }  // namespace prism::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -210,11 +229,14 @@ namespace prism::cpu {
 HWY_EXPORT(SoftmaxRow);
 HWY_EXPORT(NormRow);
 HWY_EXPORT(RopeRows);
+HWY_EXPORT(ToF32);
+HWY_EXPORT(FromF32);
 
 NnRowKernels nn_row_kernels() {
   simd::current();  // points Highway's tables at the target in use
   return {&HWY_DYNAMIC_DISPATCH(SoftmaxRow), &HWY_DYNAMIC_DISPATCH(NormRow),
-          &HWY_DYNAMIC_DISPATCH(RopeRows)};
+          &HWY_DYNAMIC_DISPATCH(RopeRows), &HWY_DYNAMIC_DISPATCH(ToF32),
+          &HWY_DYNAMIC_DISPATCH(FromF32)};
 }
 
 }  // namespace prism::cpu

@@ -1,7 +1,8 @@
 // The row loops of the composites softmax, log_softmax, rms_norm, layer_norm and rope
-// (kernels_nn.cpp), compiled once per SIMD target (nn_rows.cpp); nn_row_kernels() hands out
-// those of the target in use (simd.h). A row is n contiguous values of one floating-point
-// dtype (f64, f32, bf16 or f16); halves compute in f32, norms sum in double. y may be x.
+// (kernels_nn.cpp), and the loads and stores of kernels that compute in f32, compiled once per
+// SIMD target (nn_rows.cpp); nn_row_kernels() hands out those of the target in use (simd.h). A row
+// is n contiguous values of one floating-point dtype (f64, f32, bf16 or f16); halves compute in
+// f32, norms sum in double. y may be x.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +22,10 @@ struct NnRowKernels {
   // values at r * (d / 2): pairs (i, i + d/2), or (2i, 2i + 1) when `interleaved`.
   void (*rope)(DType t, bool interleaved, const std::byte* x, const std::byte* cos,
                const std::byte* sin, std::byte* y, int64_t rows, int64_t d);
+  // y = x as f32, n values of dtype t (f64, f32, bf16 or f16): exact but for f64.
+  void (*to_f32)(DType t, const std::byte* x, float* y, int64_t n);
+  // y = x rounded to dtype t (to nearest even: bf16 as f32_to_bf16, NaN stays NaN), n values.
+  void (*from_f32)(DType t, const float* x, std::byte* y, int64_t n);
 };
 
 // The kernels of the SIMD target in use.

@@ -8,6 +8,7 @@
 #include "prism/backends/cpu/quant_rows.h"
 
 #include "prism/backends/cpu/hwy_targets.h"
+#include "prism/backends/cpu/thread_pool.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "prism/backends/cpu/quant_rows.cpp"
@@ -1684,7 +1685,7 @@ void QuantizedRows::dequantize(int64_t i, float* out) const {
 }
 
 void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, int64_t m,
-                          int64_t k, QuantizedRows& out) {
+                          int64_t k, QuantizedRows& out, ThreadPool* pool) {
   const quant::GgmlTypeInfo& t = quant::info(weights);
   PRISM_CHECK(quant::can_dequantize(weights), "quantize_activations: no products with ggml type {}",
               t.name);
@@ -1710,63 +1711,75 @@ void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, 
   out.stride_ = stride;
   out.data_.resize(static_cast<size_t>(m * stride / 64));
   std::byte* data = out.mutable_data();
-  std::memset(data, 0, static_cast<size_t>(m * stride));
   const int32_t offset = weight_offset(weights);
   simd::current();  // also points Highway's tables at the target in use
   RoundFns round = HWY_DYNAMIC_DISPATCH(NativeRound)();
   if (!round.q8_0) round = {&round_q8_0, &round_q8_k};
-  for (int64_t i = 0; i < m; ++i) {
-    const float* xi = x + i * ldx;
-    std::byte* row = data + i * stride;
-    if (format == GgmlType::Q8_K) {
-      for (int64_t b = 0; b < k / 256; ++b) {
-        std::byte* rec = row + b * KRecord::kBytes;
-        auto* q = reinterpret_cast<int8_t*>(rec + KRecord::kValues);
-        const float d = round.q8_k(xi + 256 * b, q);
-        int32_t sums[16];
-        for (int j = 0; j < 16; ++j) {
-          sums[j] = std::accumulate(q + 16 * j, q + 16 * j + 16, int32_t{0});
-          put(rec + KRecord::kSums + 2 * j, static_cast<int16_t>(sums[j]));
+  const bool lanes = m >= 5 && quant_rows_int8_takes_many_rows(weights);
+  out.lanes_.resize(lanes ? static_cast<size_t>(int8_lane_bytes(m, k) / 64) : 0);
+  auto* lane_data = reinterpret_cast<uint8_t*>(out.lanes_.data());
+  // Chunks of 8 rows (int8_lanes' chunks), on the pool where there is one.
+  auto rows = [&](int64_t c0, int64_t c1) {
+    const int64_t i0 = 8 * c0, i1 = std::min(m, 8 * c1);
+    std::memset(data + i0 * stride, 0, static_cast<size_t>((i1 - i0) * stride));
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* xi = x + i * ldx;
+      std::byte* row = data + i * stride;
+      if (format == GgmlType::Q8_K) {
+        for (int64_t b = 0; b < k / 256; ++b) {
+          std::byte* rec = row + b * KRecord::kBytes;
+          auto* q = reinterpret_cast<int8_t*>(rec + KRecord::kValues);
+          const float d = round.q8_k(xi + 256 * b, q);
+          int32_t sums[16];
+          for (int j = 0; j < 16; ++j) {
+            sums[j] = std::accumulate(q + 16 * j, q + 16 * j + 16, int32_t{0});
+            put(rec + KRecord::kSums + 2 * j, static_cast<int16_t>(sums[j]));
+          }
+          for (int j = 0; j < 8; ++j)
+            put(rec + KRecord::kSums32 + 2 * j,
+                static_cast<int16_t>(sums[2 * j] + sums[2 * j + 1]));
+          put(rec + KRecord::kScale, d);
         }
-        for (int j = 0; j < 8; ++j)
-          put(rec + KRecord::kSums32 + 2 * j, static_cast<int16_t>(sums[2 * j] + sums[2 * j + 1]));
-        put(rec + KRecord::kScale, d);
-      }
-    } else if (is_pair_format(format)) {
-      for (int64_t b = 0; b < k / 32; ++b) {
-        std::byte* rec = row + b / 2 * PairRecord::kBytes;
-        const int64_t half = b % 2;
-        auto* q = reinterpret_cast<int8_t*>(rec + PairRecord::kValues + 32 * half);
-        const float d = f16_to_f32(f32_to_f16(round.q8_0(xi + 32 * b, q)));
-        for (int l = 0; l < 8; ++l) {
-          const int64_t lane = 8 * half + l;
-          put(rec + PairRecord::kScales + 4 * lane, d);
-          if (format == GgmlType::Q8_0)
-            put(rec + PairRecord::kExtra + 4 * lane,
-                -offset * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]));
+      } else if (is_pair_format(format)) {
+        for (int64_t b = 0; b < k / 32; ++b) {
+          std::byte* rec = row + b / 2 * PairRecord::kBytes;
+          const int64_t half = b % 2;
+          auto* q = reinterpret_cast<int8_t*>(rec + PairRecord::kValues + 32 * half);
+          const float d = f16_to_f32(f32_to_f16(round.q8_0(xi + 32 * b, q)));
+          for (int l = 0; l < 8; ++l) {
+            const int64_t lane = 8 * half + l;
+            put(rec + PairRecord::kScales + 4 * lane, d);
+            if (format == GgmlType::Q8_0)
+              put(rec + PairRecord::kExtra + 4 * lane,
+                  -offset * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]));
+          }
+          if (format == GgmlType::Q8_1)
+            put(rec + PairRecord::kExtra + 4 * 8 * half,
+                d * static_cast<float>(std::accumulate(q, q + 32, int32_t{0})));
         }
-        if (format == GgmlType::Q8_1)
-          put(rec + PairRecord::kExtra + 4 * 8 * half,
-              d * static_cast<float>(std::accumulate(q, q + 32, int32_t{0})));
-      }
-    } else {
-      auto* v = reinterpret_cast<float*>(row);
-      for (int64_t j = 0; j < k; ++j) {
-        if (format == GgmlType::F16) {
-          v[j] = f16_to_f32(f32_to_f16(xi[j]));
-        } else if (format == GgmlType::BF16) {
-          v[j] = bf16_to_f32(f32_to_bf16(xi[j]));
-        } else {
-          v[j] = xi[j];
+      } else {
+        auto* v = reinterpret_cast<float*>(row);
+        for (int64_t j = 0; j < k; ++j) {
+          if (format == GgmlType::F16) {
+            v[j] = f16_to_f32(f32_to_f16(xi[j]));
+          } else if (format == GgmlType::BF16) {
+            v[j] = bf16_to_f32(f32_to_bf16(xi[j]));
+          } else {
+            v[j] = xi[j];
+          }
         }
       }
     }
-  }
-  out.lanes_.clear();
-  if (m >= 5 && quant_rows_int8_takes_many_rows(weights)) {
-    out.lanes_.resize(static_cast<size_t>(int8_lane_bytes(m, k) / 64));
-    int8_lanes({reinterpret_cast<const uint8_t*>(data), stride, m}, k,
-               reinterpret_cast<uint8_t*>(out.lanes_.data()));
+    if (lanes) {
+      int8_lanes({reinterpret_cast<const uint8_t*>(data + i0 * stride), stride, i1 - i0}, k,
+                 lane_data + int8_lane_bytes(i0, k));
+    }
+  };
+  const int64_t chunks = (m + 7) / 8;
+  if (pool) {
+    pool->parallel_for(chunks, 1, rows);
+  } else {
+    rows(0, chunks);
   }
   out.amx_padded_ = 0;
   if (!quant_rows_on_amx(weights, m)) return;

@@ -725,22 +725,51 @@ void Rows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n, int
   if constexpr (kK) {
     if (x.lanes) lane_chunks = x.m / kMaxG + (x.m % kMaxG >= LaneFormat<F>::kFewest ? 1 : 0);
   }
-  const uint8_t* ptrs[kRows];
-  for_row_groups(0, n, [&](const int64_t* rows) {
-    for (int r = 0; r < kRows; ++r) ptrs[r] = w + rows[r] * row_bytes;
+  // Groups of weight rows from for_row_groups, a band of them at a time against each chunk of
+  // activation rows in turn. With many chunks (a prefill's) a chunk is then read from L3 once
+  // per band rather than once per group, while the band's weights (up to 128 KiB) stay in L2:
+  // a 512-token prefill of Llama 1B's shapes in Q4_K_M ran 10 % faster with bands of 8 groups
+  // than of 1 (AMD EPYC Zen 3; 4: 7 %, 12 and 16 as 8). With few chunks, one group at a time
+  // reads its weights from L1 for each.
+  struct Group {
+    int64_t rows[kRows];
+    const uint8_t* ptrs[kRows];
+  };
+  constexpr int kMostGroups = 8;
+  const int band_size =
+      x.m > 2 * kMaxG
+          ? static_cast<int>(std::clamp<int64_t>((128 << 10) / (kRows * row_bytes), 1, kMostGroups))
+          : 1;
+  Group band[kMostGroups];
+  int filled = 0;
+  auto run_band = [&] {
     for (int64_t i = 0; i < x.m; i += kMaxG) {
       const int64_t g = std::min<int64_t>(kMaxG, x.m - i);
-      if constexpr (kK) {
-        if (i / kMaxG < lane_chunks) {
-          const uint8_t* at = x.lanes + i / kMaxG * LaneChunkBytes(k);
-          KLaneTile<F>(at, at + LaneValueBytes(k), ptrs, blocks, out + i * ldo, ldo, rows,
-                       static_cast<int>(g), i == 0);
-          continue;
+      for (int b = 0; b < filled; ++b) {
+        const Group& group = band[b];
+        if constexpr (kK) {
+          if (i / kMaxG < lane_chunks) {
+            const uint8_t* at = x.lanes + i / kMaxG * LaneChunkBytes(k);
+            KLaneTile<F>(at, at + LaneValueBytes(k), group.ptrs, blocks, out + i * ldo, ldo,
+                         group.rows, static_cast<int>(g), i == 0);
+            continue;
+          }
         }
+        kTiles[g - 1](x.x + i * x.stride, x.stride, group.ptrs, blocks, out + i * ldo, ldo,
+                      group.rows, i == 0);
       }
-      kTiles[g - 1](x.x + i * x.stride, x.stride, ptrs, blocks, out + i * ldo, ldo, rows, i == 0);
     }
+    filled = 0;
+  };
+  for_row_groups(0, n, [&](const int64_t* rows) {
+    Group& group = band[filled++];
+    for (int r = 0; r < kRows; ++r) {
+      group.rows[r] = rows[r];
+      group.ptrs[r] = w + rows[r] * row_bytes;
+    }
+    if (filled == band_size) run_band();
   });
+  if (filled > 0) run_band();
 }
 
 #undef PRISM_AVX2_INLINE

@@ -46,9 +46,15 @@ Buffer random_buffer(Platform& p, const Shape& shape) {
 
 int main(int argc, char** argv) {
   auto& all = prism::bench::registry();
-  if (argc > 1 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "--list"))) {
-    for (const auto& b : all) std::printf("%-16s %s\n", b.name.c_str(), b.help.c_str());
-    return 0;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h") ||
+        !std::strcmp(argv[i], "--list")) {
+      std::printf(
+          "Usage: prism-bench [BENCHMARK...] [--OPTION=VALUE...] (the options each "
+          "takes: its source in bench/)\n");
+      for (const auto& b : all) std::printf("%-16s %s\n", b.name.c_str(), b.help.c_str());
+      return 0;
+    }
   }
   std::vector<std::string> filters;
   for (int i = 1; i < argc; ++i) {
@@ -56,6 +62,19 @@ int main(int argc, char** argv) {
     size_t eq = arg.find('=');
     if (arg.starts_with("--") && eq != std::string::npos) {
       prism::bench::options()[arg.substr(2, eq - 2)] = arg.substr(eq + 1);
+    } else if (arg.starts_with("-")) {
+      std::fprintf(stderr,
+                   "prism-bench: error: '%s' is not --OPTION=VALUE (--help lists the "
+                   "benchmarks)\n",
+                   arg.c_str());
+      return 1;
+    } else if (std::none_of(all.begin(), all.end(),
+                            [&](const auto& b) { return b.name.find(arg) != std::string::npos; })) {
+      std::fprintf(stderr,
+                   "prism-bench: error: no benchmark is named like '%s' (--help lists "
+                   "them)\n",
+                   arg.c_str());
+      return 1;
     } else {
       filters.push_back(arg);
     }

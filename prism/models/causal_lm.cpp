@@ -74,6 +74,19 @@ std::unique_ptr<CausalLM> make_causal_lm(const nlohmann::json& config, std::stri
     }
   };
   check_numbers(config);
+  // A model's layers are listed one by one as the config is read (their kinds) and traced one
+  // by one: a layer count past any model's (the largest published have a few hundred) is a
+  // broken config, not a model (fuzz/fuzz_config: 777777777777777773 layers ran out of memory).
+  constexpr int64_t kMostLayers = 10000;
+  for (const nlohmann::json* c :
+       {&config, config.contains("text_config") ? &config["text_config"] : nullptr}) {
+    if (!c || !c->is_object() || !c->contains("num_hidden_layers")) continue;
+    const nlohmann::json& n = (*c)["num_hidden_layers"];
+    if (n.is_number() && n.get<double>() > kMostLayers) {
+      fail("llm: {}: num_hidden_layers is {}; prism takes at most {}", source, n.dump(),
+           kMostLayers);
+    }
+  }
   std::string type = config.contains("model_type") && config["model_type"].is_string()
                          ? config["model_type"].get<std::string>()
                          : "(none)";

@@ -159,6 +159,16 @@ TEST(Llama, BadConfigsGiveOneErrorLine) {
   EXPECT_EQ(testing::error_of([&] { models::make_causal_lm(config, "config.json", DType::f32); }),
             "llm: config.json: the number 1.3e+44 is out of range");
   config.erase("max_position_embeddings");
+  // Found by fuzz/fuzz_config: a Qwen 3.5 config listed its 777777777777777773 layers' kinds
+  // until memory ran out; every architecture refuses such a count by name.
+  for (const char* type : {"llama", "qwen3_5_text", "lfm2"}) {
+    nlohmann::json huge = config;
+    huge["model_type"] = type;
+    huge["num_hidden_layers"] = 777777777777777773;
+    EXPECT_EQ(testing::error_of([&] { models::make_causal_lm(huge, "config.json", DType::f32); }),
+              "llm: config.json: num_hidden_layers is 777777777777777773; prism takes at most "
+              "10000");
+  }
   config["rope_theta"] = "fast";
   const std::string error =
       testing::error_of([&] { models::make_causal_lm(config, "config.json", DType::f32); });

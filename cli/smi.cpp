@@ -50,6 +50,21 @@ Sources open_sources(std::vector<std::string>& absent) {
   if (!nvml) absent.push_back(why);
   for (auto& s : prism::smi::platform_sources(!nvml, &absent)) sources.push_back(std::move(s));
   if (nvml) sources.push_back(std::move(nvml));
+  if (auto level_zero = prism::smi::level_zero_source(&why)) {
+    sources.push_back(std::move(level_zero));
+  } else {
+    absent.push_back(why);
+  }
+  if (auto rocm = prism::smi::rocm_smi_source(&why)) {
+    sources.push_back(std::move(rocm));
+  } else {
+    absent.push_back(why);
+  }
+  if (auto neuron = prism::smi::neuron_source(&why)) {
+    sources.push_back(std::move(neuron));
+  } else {
+    absent.push_back(why);
+  }
   return sources;
 }
 

@@ -35,6 +35,9 @@ packages=(
   libcpp-httplib-dev chromium
   # the test of prism smi's live view runs it in a terminal multiplexer
   tmux
+  # prism smi's vendor sources, built against the vendors' headers (AMD's ROCm SMI, Intel's
+  # Level Zero)
+  librocm-smi-dev libze-dev
   # op conformance data (ONNX node tests)
   libonnx-testdata
   # tests of tools/ scripts, and the project's virtual environment

@@ -27,11 +27,17 @@ std::string fit(const std::string& s, size_t width) {
 
 std::string table(const std::vector<Device>& devices, int width,
                   const std::vector<std::string>& absent) {
-  // DEVICE (10) NAME (the rest) UTIL (5) MEMORY (13) TEMP (6) POWER (6) CLOCK (8), spaced.
-  const int fixed = 10 + 5 + 13 + 6 + 6 + 8 + 5;
+  // DEVICE (10, or the longest "source:index" and a space) NAME (the rest) UTIL (5) MEMORY (13)
+  // TEMP (6) POWER (6) CLOCK (8), spaced.
+  size_t device_width = 10;
+  for (const Device& d : devices) {
+    device_width = std::max(device_width, fmt::format("{}:{} ", d.source, d.index).size());
+  }
+  const int fixed = static_cast<int>(device_width) + 5 + 13 + 6 + 6 + 8 + 5;
   const size_t name_width = static_cast<size_t>(std::max(12, width - fixed));
-  std::string out = fmt::format("{:<10}{:<{}} {:>5} {:>13} {:>6} {:>6} {:>8}\n", "DEVICE", "NAME",
-                                name_width, "UTIL", "MEMORY GiB", "TEMP", "POWER", "CLOCK");
+  std::string out =
+      fmt::format("{:<{}}{:<{}} {:>5} {:>13} {:>6} {:>6} {:>8}\n", "DEVICE", device_width, "NAME",
+                  name_width, "UTIL", "MEMORY GiB", "TEMP", "POWER", "CLOCK");
   const std::string none = "-";
   for (const Device& d : devices) {
     const std::string util = d.utilization ? fmt::format("{:.0f}%", *d.utilization * 100) : none;
@@ -42,9 +48,9 @@ std::string table(const std::vector<Device>& devices, int width,
     const std::string temp = d.temperature_c ? fmt::format("{:.0f}C", *d.temperature_c) : none;
     const std::string power = d.power_w ? fmt::format("{:.1f}W", *d.power_w) : none;
     const std::string clock = d.clock_mhz ? fmt::format("{:.0f}MHz", *d.clock_mhz) : none;
-    out += fmt::format("{:<10}{:<{}} {:>5} {:>13} {:>6} {:>6} {:>8}\n",
-                       fmt::format("{}:{}", d.source, d.index), fit(d.name, name_width), name_width,
-                       util, memory, temp, power, clock);
+    out += fmt::format("{:<{}}{:<{}} {:>5} {:>13} {:>6} {:>6} {:>8}\n",
+                       fmt::format("{}:{}", d.source, d.index), device_width,
+                       fit(d.name, name_width), name_width, util, memory, temp, power, clock);
     // Per core, wrapped at the width: "  cores  0:12%  1:3% ..."
     if (!d.core_utilization.empty()) {
       std::string line = "          cores";

@@ -64,6 +64,28 @@ std::vector<std::unique_ptr<Source>> platform_sources(bool cuda = true,
 // why ("nvml: ...").
 std::unique_ptr<Source> nvml_source(std::string* absent = nullptr);
 
+// Intel GPUs through Level Zero Sysman (libze_loader.so.1, or PRISM_LEVEL_ZERO_LIBRARY's
+// path): utilization of the compute engines and power, both from counters over the interval,
+// memory, the GPU temperature, the GPU clock and the processes with their memory. Null when
+// the library is absent, lacks a function prism calls, or fails to start; `absent` then says
+// why ("level-zero: ...").
+std::unique_ptr<Source> level_zero_source(std::string* absent = nullptr);
+
+// AMD GPUs through ROCm SMI (librocm_smi64: PRISM_ROCM_SMI_LIBRARY's path, else Debian's and
+// ROCm's sonames): utilization, VRAM, temperature (edge, else hotspot), power, system clock and
+// the compute processes with their VRAM. Null when the library is absent, lacks a function
+// prism calls, or fails to start; `absent` then says why ("rocm-smi: ...").
+std::unique_ptr<Source> rocm_smi_source(std::string* absent = nullptr);
+
+// AWS Trainium and Inferentia through neuron-monitor (PRISM_NEURON_MONITOR's path, else
+// /opt/aws/neuron/bin's or PATH's), started by the source with a configuration of its own and
+// read as it reports, once a second: per device the NeuronCores' utilization, device memory
+// used (the applications' per-core usage) and total, and the Neuron applications with their
+// memory there. Null when neuron-monitor is not there or cannot start; `absent` says why.
+std::unique_ptr<Source> neuron_source(std::string* absent = nullptr);
+// The devices of one neuron-monitor report (a line of its JSON) as the source shows them.
+std::vector<Device> neuron_devices(const std::string& report_line);
+
 // A sample as text: one line per device and a line of per-core utilization for a CPU, what
 // could not be read under its device; `width` is the terminal's.
 // `absent`: the sources that could not run, as "name: why", listed at the end.

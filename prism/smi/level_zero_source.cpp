@@ -6,12 +6,10 @@
 // The header is Level Zero 1.4's: Sysman is reached through the core API's device handles, and
 // only when ZES_ENABLE_SYSMAN=1 is in the environment when zeInit runs (zesInit, which needs
 // no variable, came with 1.5).
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -20,6 +18,7 @@
 #include <vector>
 
 #include "prism/smi/smi.h"
+#include "prism/smi/vendor.h"
 
 #if PRISM_WITH_LEVEL_ZERO
 #include <level_zero/zes_api.h>
@@ -82,14 +81,6 @@ std::string error(ze_result_t r) {
       return code;
     }
   }
-}
-
-// A process's name, as /proc has it ("" when it is gone or not visible).
-std::string process_name(uint32_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
-  std::string name;
-  std::getline(in, name);
-  return name;
 }
 
 // The handles of one kind of a device's components (engine groups, sensors, ...): the count
@@ -328,7 +319,7 @@ class LevelZeroSource final : public Source {
     for (uint32_t i = 0; i < n && i < states.size(); ++i) {
       Process p;
       p.pid = states[i].processId;
-      p.name = process_name(states[i].processId);
+      p.name = vendor::process_name(states[i].processId);
       p.memory_bytes = states[i].memSize;
       out.push_back(std::move(p));
     }
@@ -348,18 +339,10 @@ std::unique_ptr<Source> level_zero_source(std::string* absent) {
     if (absent) *absent = "level-zero: " + why;
     return nullptr;
   };
-  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  vendor::Library library(path);
   if (!library) return fail(path + " not found (Debian's libze1 installs it)");
   LevelZero api;
-  bool complete = true;
-  std::string missing;
-  auto load = [&](auto& fn, const char* symbol) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(library, symbol));
-    if (!fn && complete) {
-      complete = false;
-      missing = symbol;
-    }
-  };
+  auto load = [&](auto& fn, const char* symbol) { library.load(fn, symbol); };
   load(api.init, "zeInit");
   load(api.drivers, "zeDriverGet");
   load(api.devices, "zeDeviceGet");
@@ -381,15 +364,13 @@ std::unique_ptr<Source> level_zero_source(std::string* absent) {
   load(api.frequency_properties, "zesFrequencyGetProperties");
   load(api.frequency, "zesFrequencyGetState");
   load(api.processes, "zesDeviceProcessesGetState");
-  if (!complete) {
-    dlclose(library);
-    return fail(path + " has no " + missing + " (not a Level Zero loader?)");
+  if (!library.missing().empty()) {
+    return fail(path + " has no " + library.missing() + " (not a Level Zero loader?)");
   }
   // Sysman answers only when this is set as the drivers start (a value the user set to 0
   // would leave every reading failing).
   setenv("ZES_ENABLE_SYSMAN", "1", 1);
   if (ze_result_t r = api.init(ZE_INIT_FLAG_GPU_ONLY); r != ZE_RESULT_SUCCESS) {
-    dlclose(library);
     // The loader's answer when it finds no driver for a GPU.
     if (r == ZE_RESULT_ERROR_UNINITIALIZED) {
       return fail("zeInit found no GPU driver (ZE_RESULT_ERROR_UNINITIALIZED)");
@@ -399,6 +380,7 @@ std::unique_ptr<Source> level_zero_source(std::string* absent) {
   // The GPUs, in the drivers' order, found once: a handle stays the device's for the
   // process's life, and one that is lost later says so on its row. From here on the library
   // stays loaded (LevelZeroSource says why).
+  library.release();
   std::vector<Gpu> gpus;
   uint32_t n = 0;
   ze_result_t r = api.drivers(&n, nullptr);

@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -25,6 +24,7 @@
 #include <vector>
 
 #include "prism/smi/smi.h"
+#include "prism/smi/vendor.h"
 
 extern char** environ;
 
@@ -32,13 +32,6 @@ namespace prism::smi {
 namespace {
 
 using Json = nlohmann::json;
-
-std::string process_name(int64_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
-  std::string name;
-  std::getline(in, name);
-  return name;
-}
 
 // A non-negative integer field of `j`, or nothing.
 std::optional<uint64_t> count_of(const Json& j, const char* key) {
@@ -166,7 +159,7 @@ class NeuronSource final : public Source {
         for (const auto& [d, _] : uses) {
           Process p;
           p.pid = pid;
-          p.name = process_name(pid);
+          p.name = vendor::process_name(pid);
           if (auto b = bytes.find(d); b != bytes.end()) {
             p.memory_bytes = b->second;
             devices[d].memory_used = devices[d].memory_used.value_or(0) + b->second;

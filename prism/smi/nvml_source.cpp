@@ -4,11 +4,11 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "prism/smi/smi.h"
+#include "prism/smi/vendor.h"
 
 #if PRISM_WITH_NVML
 #include <nvml.h>
@@ -34,14 +34,6 @@ struct Nvml {
   decltype(&nvmlDeviceGetClockInfo) clock = nullptr;
   decltype(&nvmlDeviceGetComputeRunningProcesses_v3) processes = nullptr;
 };
-
-// A process's name, as /proc has it ("" when it is gone or not visible).
-std::string process_name(unsigned pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
-  std::string name;
-  std::getline(in, name);
-  return name;
-}
 
 class NvmlSource final : public Source {
  public:
@@ -116,7 +108,7 @@ class NvmlSource final : public Source {
         for (unsigned i = 0; i < n && i < infos.size(); ++i) {
           Process p;
           p.pid = infos[i].pid;
-          p.name = process_name(infos[i].pid);
+          p.name = vendor::process_name(infos[i].pid);
           if (infos[i].usedGpuMemory != static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE)) {
             p.memory_bytes = infos[i].usedGpuMemory;
           }
@@ -141,18 +133,10 @@ std::unique_ptr<Source> nvml_source(std::string* absent) {
     if (absent) *absent = "nvml: " + why;
     return nullptr;
   };
-  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  vendor::Library library(path);
   if (!library) return fail(path + " not found (NVIDIA's driver installs it)");
   Nvml api;
-  bool complete = true;
-  std::string missing;
-  auto load = [&](auto& fn, const char* symbol) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(library, symbol));
-    if (!fn && complete) {
-      complete = false;
-      missing = symbol;
-    }
-  };
+  auto load = [&](auto& fn, const char* symbol) { library.load(fn, symbol); };
   load(api.init, "nvmlInit_v2");
   load(api.shutdown, "nvmlShutdown");
   load(api.error_string, "nvmlErrorString");
@@ -165,16 +149,13 @@ std::unique_ptr<Source> nvml_source(std::string* absent) {
   load(api.power, "nvmlDeviceGetPowerUsage");
   load(api.clock, "nvmlDeviceGetClockInfo");
   load(api.processes, "nvmlDeviceGetComputeRunningProcesses_v3");
-  if (!complete) {
-    dlclose(library);
-    return fail(path + " has no " + missing + " (a driver older than NVML 11.5?)");
+  if (!library.missing().empty()) {
+    return fail(path + " has no " + library.missing() + " (a driver older than NVML 11.5?)");
   }
   if (nvmlReturn_t r = api.init(); r != NVML_SUCCESS) {
-    const std::string why = api.error_string(r);
-    dlclose(library);
-    return fail("nvmlInit failed: " + why);
+    return fail(std::string("nvmlInit failed: ") + api.error_string(r));
   }
-  return std::make_unique<NvmlSource>(library, api);
+  return std::make_unique<NvmlSource>(library.release(), api);
 }
 
 #else  // built without nvml.h

@@ -11,13 +11,13 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "prism/smi/smi.h"
+#include "prism/smi/vendor.h"
 
 #if PRISM_WITH_ROCM_SMI
 #include <rocm_smi/rocm_smi.h>
@@ -53,13 +53,6 @@ struct FrequenciesV6 {
   uint32_t current;
   uint64_t frequency[33];
 };
-
-std::string process_name(uint32_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
-  std::string name;
-  std::getline(in, name);
-  return name;
-}
 
 class RocmSmiSource final : public Source {
  public:
@@ -187,7 +180,7 @@ class RocmSmiSource final : public Source {
       for (uint32_t j = 0; j < k && j < 64; ++j) {
         Process p;
         p.pid = infos[i].process_id;
-        p.name = process_name(infos[i].process_id);
+        p.name = vendor::process_name(infos[i].process_id);
         if (k == 1) p.memory_bytes = infos[i].vram_usage;
         by_device[devices[j]].push_back(std::move(p));
       }
@@ -215,21 +208,17 @@ std::unique_ptr<Source> rocm_smi_source(std::string* absent) {
     paths = {"librocm_smi64.so.1", "librocm_smi64.so.7", "librocm_smi64.so.6", "librocm_smi64.so.5",
              "/opt/rocm/lib/librocm_smi64.so"};
   }
-  void* library = nullptr;
+  std::optional<vendor::Library> library;
   for (const std::string& path : paths) {
-    if ((library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
+    if (library.emplace(path)) break;
   }
-  if (!library) {
+  if (!*library) {
     return fail(paths.size() == 1 ? paths[0] + " not found"
                                   : "librocm_smi64 not found (ROCm, or Debian's librocm-smi64-1, "
                                     "installs it)");
   }
   RocmSmi api;
-  std::string missing;
-  auto load = [&](auto& fn, const char* symbol) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(library, symbol));
-    if (!fn && missing.empty()) missing = symbol;
-  };
+  auto load = [&](auto& fn, const char* symbol) { library->load(fn, symbol); };
   load(api.init, "rsmi_init");
   load(api.shut_down, "rsmi_shut_down");
   load(api.status_string, "rsmi_status_string");
@@ -244,10 +233,7 @@ std::unique_ptr<Source> rocm_smi_source(std::string* absent) {
   load(api.clock, "rsmi_dev_gpu_clk_freq_get");
   load(api.processes, "rsmi_compute_process_info_get");
   load(api.process_gpus, "rsmi_compute_process_gpus_get");
-  if (!missing.empty()) {
-    dlclose(library);
-    return fail("the library has no " + missing);
-  }
+  if (!library->missing().empty()) return fail("the library has no " + library->missing());
   // rsmi_init writes its own complaints to stderr where it finds no GPU ("Failed to open drm
   // root directory"): quiet while it runs, since the line `absent:` gives says it once.
   rsmi_status_t r;
@@ -266,16 +252,14 @@ std::unique_ptr<Source> rocm_smi_source(std::string* absent) {
     std::string why = api.status_string(r, &text) == RSMI_STATUS_SUCCESS && text
                           ? text
                           : "status " + std::to_string(static_cast<int>(r));
-    dlclose(library);
     return fail("rsmi_init failed: " + why);
   }
   rsmi_version_t version{};
   if (api.version(&version) != RSMI_STATUS_SUCCESS) {
     api.shut_down();
-    dlclose(library);
     return fail("rsmi_version_get failed");
   }
-  return std::make_unique<RocmSmiSource>(library, api, version.major);
+  return std::make_unique<RocmSmiSource>(library->release(), api, version.major);
 }
 
 #else  // built without rocm_smi.h

@@ -64,20 +64,6 @@ bool int8_activations(quant::GgmlType type) {
 
 namespace {
 
-// `count` values from f32 into `out` of dtype `t` (a float dtype).
-void store_floats(DType t, const float* from, std::byte* out, int64_t at, int64_t count) {
-  visit_storage(t, [&](auto tag) {
-    using St = decltype(tag);
-    if constexpr (std::is_same_v<St, float> || std::is_same_v<St, double> ||
-                  std::is_same_v<St, BF16> || std::is_same_v<St, F16>) {
-      St* to = reinterpret_cast<St*>(out) + at;
-      for (int64_t i = 0; i < count; ++i) to[i] = to_storage<St>(from[i]);
-    } else {
-      fail("cpu: dequantize to {}, not a floating-point dtype", name(t));
-    }
-  });
-}
-
 Kernel dequantize_kernel(const ir::Graph& g, const ir::Node& n) {
   const quant::GgmlType format = n.attr<ir::DequantizeAttrs>().format;
   const Shape& in = g.node(n.inputs[0]).shape;
@@ -89,6 +75,7 @@ Kernel dequantize_kernel(const ir::Graph& g, const ir::Node& n) {
   const bool direct = out_dtype == DType::f32 || out_dtype == DType::bf16;
   const int64_t oe = static_cast<int64_t>(size_of(out_dtype));
   return [=](std::span<const std::byte* const> args, std::byte* out, ThreadPool& pool) {
+    const NnRowKernels convert = nn_row_kernels();
     pool.parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
       if (direct) {
         dequantize_rows(format, args[0] + r0 * row_bytes, row_bytes, r1 - r0, values, out_dtype,
@@ -99,7 +86,7 @@ Kernel dequantize_kernel(const ir::Graph& g, const ir::Node& n) {
       for (int64_t r = r0; r < r1; ++r) {
         dequantize_rows(format, args[0] + r * row_bytes, row_bytes, 1, values, DType::f32,
                         reinterpret_cast<std::byte*>(row.data()), values);
-        store_floats(out_dtype, row.data(), out, r * values, values);
+        convert.from_f32(out_dtype, row.data(), out + r * values * oe, values);
       }
     });
   };
@@ -245,7 +232,7 @@ class QuantDotProducts {
     // zeroing than the conversions they hold.
     thread_local std::vector<float> x_f32;
     thread_local std::map<quant::GgmlType, QuantizedRows> rounded_here;
-    auto& rounded_for = rounded_here;
+    auto& rounded_for = rounded_here;  // this thread's, for the lambdas on the pool's threads
     const float* xf = reinterpret_cast<const float*>(in[0]);
     if (lead.x_dtype() != DType::f32) {
       if (x_f32.size() < static_cast<size_t>(m * k)) x_f32.resize(m * k);

@@ -597,23 +597,20 @@ void attend_decode(const Geometry& g, std::span<const std::byte* const> in, S* y
   w.st.resize(static_cast<size_t>(rows * ldk));
   w.out.resize(static_cast<size_t>(4 * E));
   float* s = w.st.data();
-  if (n > 0) {
+  if (n > 0 && bf16) {
     if constexpr (std::is_same_v<S, BF16>) {
-      if (bf16) {
-        const uint16_t* q[4];
-        for (int64_t r = 0; r < rows; ++r)
-          q[r] = reinterpret_cast<const uint16_t*>(in[0]) + row_of(r) * D;
-        decode_scores_bf16(q, static_cast<int>(rows), D, reinterpret_cast<const uint16_t*>(keys), n,
-                           scale, s, ldk);
-      }
-    }
-    if (!bf16) {
-      w.q.resize(static_cast<size_t>((rows + 8) * D));  // the rows in f32, then 8 keys
+      const uint16_t* q[4];
       for (int64_t r = 0; r < rows; ++r)
-        widen(reinterpret_cast<const S*>(in[0]) + row_of(r) * D, w.q.data() + r * D, D, f32);
-      decode_scores_avx2(w.q.data(), static_cast<int>(rows), D, keys, n, scale, s, ldk,
-                         w.q.data() + rows * D);
+        q[r] = reinterpret_cast<const uint16_t*>(in[0]) + row_of(r) * D;
+      decode_scores_bf16(q, static_cast<int>(rows), D, reinterpret_cast<const uint16_t*>(keys), n,
+                         scale, s, ldk);
     }
+  } else if (n > 0) {
+    w.q.resize(static_cast<size_t>((rows + 8) * D));  // the rows in f32, then 8 keys
+    for (int64_t r = 0; r < rows; ++r)
+      widen(reinterpret_cast<const S*>(in[0]) + row_of(r) * D, w.q.data() + r * D, D, f32);
+    decode_scores_avx2(w.q.data(), static_cast<int>(rows), D, keys, n, scale, s, ldk,
+                       w.q.data() + rows * D);
   }
   float sum[4] = {0, 0, 0, 0};
   for (int64_t r = 0; r < rows; ++r) {
@@ -628,12 +625,10 @@ void attend_decode(const Geometry& g, std::span<const std::byte* const> in, S* y
   }
   if (n == 0) {
     std::fill(w.out.begin(), w.out.end(), 0.0f);
-  } else if constexpr (std::is_same_v<S, BF16>) {
-    if (bf16) {
+  } else if (bf16) {
+    if constexpr (std::is_same_v<S, BF16>) {
       decode_sums_bf16(s, ldk, static_cast<int>(rows), reinterpret_cast<const uint16_t*>(values), E,
                        n, w.out.data());
-    } else {
-      decode_sums_avx2(s, ldk, static_cast<int>(rows), values, E, n, w.out.data());
     }
   } else {
     decode_sums_avx2(s, ldk, static_cast<int>(rows), values, E, n, w.out.data());

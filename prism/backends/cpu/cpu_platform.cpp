@@ -12,7 +12,9 @@
 #include <string>
 
 #include "prism/backends/cpu/dot_rows.h"
+#include "prism/backends/cpu/gemm.h"
 #include "prism/backends/cpu/kernels.h"
+#include "prism/backends/cpu/onednn.h"
 #include "prism/backends/cpu/quant_rows.h"
 #include "prism/backends/cpu/simd.h"
 #include "prism/backends/cpu/topology.h"
@@ -146,8 +148,13 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
           ", quantized products on 8-bit activations (Q8_0, Q4_0, Q4_K batches on AMX-INT8)";
     }
   }
-  return {{fmt::format("{} ({}{} threads, simd {}{}{})", cpu_model(), device, pool_.size(),
-                       simd::current().describe(), rows_description(), quantized),
+  // bf16 matrix products where oneDNN has none of its own (gemm.h).
+  const std::string bf16 =
+      onednn::multiplies_bf16()
+          ? std::string()
+          : fmt::format(", bf16 products on f32 FMAs ({} kernel)", gemm_kernel_name());
+  return {{fmt::format("{} ({}{} threads, simd {}{}{}{})", cpu_model(), device, pool_.size(),
+                       simd::current().describe(), bf16, rows_description(), quantized),
            memory}};
 }
 

@@ -1,6 +1,7 @@
 // dot_general on the CPU: operands are viewed as batched matrices {B, M, K} x {B, K, N}
 // (transposed views need no copy; other layouts are copied once), then multiplied by oneDNN
-// (f32, bf16 with AMX where the CPU has it) or by a plain loop for the other dtypes.
+// (f32, bf16 with AMX where the CPU has it), by gemm.h's f32 kernels for bf16 where oneDNN
+// has no bf16 products (before AVX-512), or by a plain loop for the other dtypes.
 //
 // oneDNN runs single-threaded inside the pool: each pool thread multiplies its own slice of
 // the output columns (and so reads only its slice of the weights). With oneDNN's own OpenMP
@@ -19,6 +20,7 @@
 
 #include "prism/backends/cpu/amx_rows.h"
 #include "prism/backends/cpu/dot_rows.h"
+#include "prism/backends/cpu/gemm.h"
 #include "prism/backends/cpu/kernels.h"
 #include "prism/backends/cpu/onednn.h"
 #include "prism/backends/cpu/simd.h"
@@ -183,9 +185,9 @@ class DotKernel {
       const bool blocked = rhs_blocked(r);
       PRISM_CHECK(!blocked || blocked_slices_.size() == slices_.size(),
                   "cpu: oneDNN planned no product for weights {} kept blocked", rhs_.shape.str());
-      const std::vector<float> x32 = widened_ ? widened_lhs(l, pool) : std::vector<float>();
+      const float* x32 = widened_ ? widened_lhs(l, pool) : nullptr;
       pool.parallel_for(static_cast<int64_t>(slices_.size()), 1, [&](int64_t s0, int64_t s1) {
-        for (int64_t i = s0; i < s1; ++i) run_slice(i, l, r, out, blocked, x32.data());
+        for (int64_t i = s0; i < s1; ++i) run_slice(i, l, r, out, blocked, x32);
       });
       return;
     }
@@ -298,7 +300,7 @@ class DotKernel {
   }
 
   // Slice i of the planned products, `blocked` being rhs_blocked(r).
-  // x32: the activations widened to f32 (widened_lhs) where the product is widened.
+  // x32: the activations as widened_lhs lays them out, where the product is widened.
   void run_slice(int64_t i, const std::byte* l, const std::byte* r, std::byte* out, bool blocked,
                  const float* x32 = nullptr) const {
     const int64_t elem = static_cast<int64_t>(size_of(out_.dtype()));
@@ -338,15 +340,12 @@ class DotKernel {
         } catch (const dnnl::error&) {
           slices_.clear();
           blocked_slices_.clear();
-          // oneDNN multiplies bf16 only from AVX-512 on (2.x: avx512_core); before that, the
-          // slices' operands are widened to f32 instead of falling to the plain loop.
+          // oneDNN multiplies bf16 only from AVX-512 on (2.x: avx512_core); before that,
+          // gemm.h's f32 products widen the operands as they read them, instead of the plain
+          // loop.
           if (out_.dtype() == DType::bf16 && lhs_.batch == 1 && !blockable_) {
-            try {
-              make_widened_slices(pool.size());
-              widened_ = true;
-            } catch (const dnnl::error&) {
-              slices_.clear();
-            }
+            make_widened_slices();
+            widened_ = true;
           }
         }
       });
@@ -398,82 +397,45 @@ class DotKernel {
     return std::max<int64_t>(kMinSliceWidth, (N + slices - 1) / slices + 63) / 64 * 64;
   }
 
-  // make_slices' slices for bf16 operands multiplied in f32 (run_widened_slice): dense f32
-  // activations, weights and results.
-  void make_widened_slices(int threads) const {
-    using dnnl::memory;
-    const int64_t M = lhs_.rows, K = lhs_.cols, N = rhs_.cols;
-    const int64_t width = slice_width(N, threads);
-    std::shared_ptr<dnnl::matmul> last;
-    int64_t last_width = 0;
-    for (int64_t n0 = 0; n0 < N; n0 += width) {
+  // Slices for bf16 operands multiplied in f32 by gemm.h's kernels (run_widened_slice):
+  // kGemmColumns columns each, the pool handing them out as threads come free.
+  void make_widened_slices() const {
+    const int64_t N = rhs_.cols;
+    for (int64_t n0 = 0; n0 < N; n0 += kGemmColumns) {
       Slice s;
       s.n0 = n0;
-      s.width = std::min(width, N - n0);
-      s.src = memory::desc({M, K}, memory::data_type::f32, {K, 1});
-      // The weights widened in the order they are stored: {n, k} (transposed) or {k, n}.
-      s.wei = memory::desc({K, s.width}, memory::data_type::f32,
-                           widens_columns() ? memory::dims{1, K} : memory::dims{s.width, 1});
-      s.dst = memory::desc({M, s.width}, memory::data_type::f32, {s.width, 1});
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(s.src, s.wei, s.dst),
-                                      onednn::single_thread(), onednn::engine());
-      if (s.width != last_width) last = std::make_shared<dnnl::matmul>(pd);
-      last_width = s.width;
-      s.matmul = last;
-      s.scratch = pd.scratchpad_desc();
+      s.width = std::min(kGemmColumns, N - n0);
       slices_.push_back(std::move(s));
     }
   }
 
  public:
-  // The activations of a widened product as f32 {M, K}, widened once for all its slices (and
-  // for all the products of a group, which share them).
-  std::vector<float> widened_lhs(const std::byte* l, ThreadPool& pool) const {
+  // The activations of a widened product as gemm_pack_lhs lays them out, once for all its
+  // slices (and for all the products of a group, which share them), in a buffer of the
+  // calling thread kept for its next product: fresh pages would fault in on every call (16 MiB
+  // for a 512-token prefill's down projection at Llama 1B's shapes).
+  const float* widened_lhs(const std::byte* l, ThreadPool& pool) const {
     const auto ls = lhs_.strides();
     const int64_t M = lhs_.rows, K = lhs_.cols;
-    const auto* x = reinterpret_cast<const uint16_t*>(l);
-    std::vector<float> x32(static_cast<size_t>(M * K));
-    pool.parallel_for(M, 16, [&](int64_t m0, int64_t m1) {
-      for (int64_t m = m0; m < m1; ++m)
-        for (int64_t k = 0; k < K; ++k) x32[m * K + k] = bf16_to_f32(x[m * ls[1] + k * ls[2]]);
+    thread_local std::vector<float> packed;
+    packed.resize(std::max(packed.size(), static_cast<size_t>(gemm_lhs_floats(M, K))));
+    float* out = packed.data();  // the pool's threads have thread_locals of their own
+    pool.parallel_for((M + kGemmPanelRows - 1) / kGemmPanelRows, 2, [&](int64_t p0, int64_t p1) {
+      gemm_pack_lhs(reinterpret_cast<const uint16_t*>(l), ls[1], ls[2], M, K, p0, p1, out);
     });
-    return x32;
+    return out;
   }
   bool widened() const { return widened_; }
-  // Whether a widened product's weights are stored {n, k} (each column's k values in a row).
-  bool widens_columns() const { return rhs_.strides()[1] == 1; }
 
  private:
-  // A slice of a bf16 product where oneDNN has no bf16 products: the activations widened to
-  // f32 (x32, widened_lhs) and the slice's weights widened in the thread's buffer (exact),
-  // multiplied in f32, and the results rounded to bf16, as a bf16 product with f32 sums
-  // rounds them. The widening reads the weights once: a small part of a prefill's product.
-  void run_widened_slice(const Slice& s, const float* x32, const std::byte* r,
+  // A slice of a bf16 product where oneDNN has no bf16 products: gemm.h's f32 products, the
+  // weights widened as they are read, the sums rounded to bf16 as a bf16 product with f32 sums
+  // rounds them. `packed`: widened_lhs.
+  void run_widened_slice(const Slice& s, const float* packed, const std::byte* r,
                          std::byte* out) const {
     const auto rs = rhs_.strides();
-    const int64_t M = lhs_.rows, K = lhs_.cols, N = rhs_.cols, w = s.width;
-    const auto* wt = reinterpret_cast<const uint16_t*>(r);
-    thread_local std::vector<float> w32, y32;
-    w32.resize(static_cast<size_t>(K * w));
-    y32.resize(static_cast<size_t>(M * w));
-    if (widens_columns()) {  // each output column's k values in a row, as stored {n, k}
-      for (int64_t j = 0; j < w; ++j) {
-        const uint16_t* col = wt + (s.n0 + j) * rs[2];
-        for (int64_t k = 0; k < K; ++k) w32[j * K + k] = bf16_to_f32(col[k]);
-      }
-    } else {
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t j = 0; j < w; ++j)
-          w32[k * w + j] = bf16_to_f32(wt[k * rs[1] + (s.n0 + j) * rs[2]]);
-    }
-    dnnl::engine& engine = onednn::engine();
-    onednn::execute(*s.matmul, s.scratch,
-                    {{DNNL_ARG_SRC, dnnl::memory(s.src, engine, const_cast<float*>(x32))},
-                     {DNNL_ARG_WEIGHTS, dnnl::memory(s.wei, engine, w32.data())},
-                     {DNNL_ARG_DST, dnnl::memory(s.dst, engine, y32.data())}});
-    auto* y = reinterpret_cast<uint16_t*>(out);
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t j = 0; j < w; ++j) y[m * N + s.n0 + j] = f32_to_bf16(y32[m * w + j]);
+    gemm_columns(packed, lhs_.rows, lhs_.cols, {reinterpret_cast<const uint16_t*>(r), rs[1], rs[2]},
+                 s.n0, s.n0 + s.width, {out, rhs_.cols, true});
   }
 
   using Strides = std::array<int64_t, 3>;
@@ -752,11 +714,11 @@ class DotGroup {
       const DotKernel* widened = nullptr;
       for (const auto& m : members_)
         if (m->widened()) widened = m.get();
-      const std::vector<float> x32 = widened ? widened->widened_lhs(l, pool) : std::vector<float>();
+      const float* x32 = widened ? widened->widened_lhs(l, pool) : nullptr;
       pool.parallel_for(static_cast<int64_t>(slices_.size()), 1, [&](int64_t s0, int64_t s1) {
         for (int64_t i = s0; i < s1; ++i) {
           const auto [m, slice] = slices_[i];
-          members_[m]->run_slice(slice, l, in[1 + m], outs[m], blocked[m], x32.data());
+          members_[m]->run_slice(slice, l, in[1 + m], outs[m], blocked[m], x32);
         }
       });
     } else {  // one after the other

@@ -65,6 +65,11 @@ Sources open_sources(std::vector<std::string>& absent) {
   } else {
     absent.push_back(why);
   }
+  if (auto tpu = prism::smi::tpu_source(&why)) {
+    sources.push_back(std::move(tpu));
+  } else {
+    absent.push_back(why);
+  }
   return sources;
 }
 

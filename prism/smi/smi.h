@@ -86,6 +86,15 @@ std::unique_ptr<Source> neuron_source(std::string* absent = nullptr);
 // The devices of one neuron-monitor report (a line of its JSON) as the source shows them.
 std::vector<Device> neuron_devices(const std::string& report_line);
 
+// Google's Cloud TPUs through libtpu's runtime metrics, which a program using the TPU serves
+// over gRPC on localhost:8431 (or the ports TPU_RUNTIME_METRICS_PORTS lists): per device, the
+// TensorCores' duty cycle as utilization, HBM used and total, and the processes using it (the
+// one serving the metrics, else those with the chip's /dev node open); the chips' kind from
+// their PCI ids. Null when nothing listens on those ports (no program uses the TPU); `absent`
+// then says so ("tpu: ..."), with the chips sysfs shows. `root` is where / is (/proc, /sys):
+// tests give a directory of their own.
+std::unique_ptr<Source> tpu_source(std::string* absent = nullptr, std::string root = "/");
+
 // A sample as text: one line per device and a line of per-core utilization for a CPU, what
 // could not be read under its device; `width` is the terminal's.
 // `absent`: the sources that could not run, as "name: why", listed at the end.

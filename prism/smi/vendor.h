@@ -1,6 +1,6 @@
 // What prism smi's vendor sources share (nvml_source.cpp, rocm_smi_source.cpp,
-// level_zero_source.cpp, neuron_source.cpp): a vendor library opened at run time whose
-// functions are looked up by name, and the names of the processes they report.
+// level_zero_source.cpp, neuron_source.cpp, tpu_source.cpp): a vendor library opened at run time
+// whose functions are looked up by name, and the names of the processes they report.
 #pragma once
 
 #include <cstdint>

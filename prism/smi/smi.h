@@ -8,9 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace prism::smi {
@@ -94,6 +96,11 @@ std::vector<Device> neuron_devices(const std::string& report_line);
 // then says so ("tpu: ..."), with the chips sysfs shows. `root` is where / is (/proc, /sys):
 // tests give a directory of their own.
 std::unique_ptr<Source> tpu_source(std::string* absent = nullptr, std::string root = "/");
+
+// The values of one of libtpu's MetricResponse messages (its bytes, as the runtime sends them)
+// by device id, as the TPU source reads them; nothing when they do not parse. Values without a
+// device or a finite number are left out.
+std::optional<std::map<int64_t, double>> tpu_metric_values(std::string_view response);
 
 // A sample as text: one line per device and a line of per-core utilization for a CPU, what
 // could not be read under its device; `width` is the terminal's.

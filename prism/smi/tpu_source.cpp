@@ -551,6 +551,14 @@ class TpuSource final : public Source {
 
 }  // namespace
 
+std::optional<std::map<int64_t, double>> tpu_metric_values(std::string_view response) {
+  try {
+    return values_of(response);
+  } catch (const Malformed&) {
+    return std::nullopt;
+  }
+}
+
 std::unique_ptr<Source> tpu_source(std::string* absent, std::string root) {
   auto fail = [&](const std::string& why) -> std::unique_ptr<Source> {
     if (absent) *absent = "tpu: " + why;

@@ -123,6 +123,11 @@ struct Peer {
 
 }  // namespace
 
+std::string fake_metric_response(std::string_view name,
+                                 const std::vector<FakeTpuRuntime::Chip>& chips) {
+  return metric_response(name, chips);
+}
+
 FakeTpuRuntime::FakeTpuRuntime() {
   if (pipe2(wake_, O_CLOEXEC) != 0) throw std::runtime_error("fake TPU runtime: pipe");
   listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

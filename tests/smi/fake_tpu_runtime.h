@@ -14,6 +14,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -67,5 +68,9 @@ class FakeTpuRuntime {
   std::set<std::string> missing_;
   std::thread thread_;
 };
+
+// The MetricResponse the fake serves for metric `name` and these chips (its bytes).
+std::string fake_metric_response(std::string_view name,
+                                 const std::vector<FakeTpuRuntime::Chip>& chips);
 
 }  // namespace prism::test

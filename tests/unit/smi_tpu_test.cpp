@@ -14,7 +14,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "../smi/fake_tpu_runtime.h"
@@ -287,6 +289,26 @@ std::string bytes(const std::string& hex) {
     out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
   }
   return out;
+}
+
+// The messages as the source reads them (smi::tpu_metric_values, also the fuzz target's way in):
+// values by device, and nothing, not a throw, for bytes that are not a MetricResponse.
+TEST(SmiTpu, MetricResponsesParseOrSayTheyDoNot) {
+  const std::string good = test::fake_metric_response(
+      "tpu.runtime.hbm.memory.usage.bytes", {{0, int64_t{1} << 30, 0, 0}, {3, 12345, 0, 0}});
+  const auto values = smi::tpu_metric_values(good);
+  ASSERT_TRUE(values.has_value());
+  EXPECT_EQ(*values, (std::map<int64_t, double>{{0, 1073741824.0}, {3, 12345.0}}));
+  EXPECT_EQ(smi::tpu_metric_values(""), (std::map<int64_t, double>{}));  // no metric: no values
+  for (size_t cut = 1; cut < good.size(); ++cut) {  // every truncation: parsed or refused
+    const auto partial = smi::tpu_metric_values(std::string_view(good).substr(0, cut));
+    if (partial) {
+      EXPECT_LE(partial->size(), 2u) << cut;
+    }
+  }
+  EXPECT_FALSE(smi::tpu_metric_values(std::string_view(good).substr(0, good.size() - 1)));
+  EXPECT_FALSE(smi::tpu_metric_values("\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"));
+  EXPECT_FALSE(smi::tpu_metric_values("not protobuf at all"));
 }
 
 TEST(SmiTpu, HuffmanAndHpackAsRfc7541GivesThem) {

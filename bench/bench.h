@@ -96,6 +96,22 @@ class ReadProbe {
   std::unique_ptr<float, decltype(&std::free)> data_;
 };
 
+// Another process busy on one core while this lives, as on a shared machine: a child that
+// spins, pinned to the last CPU this process may run on (the pool's threads run there too).
+// The destructor ends it.
+class BusyCore {
+ public:
+  BusyCore();
+  ~BusyCore();
+  BusyCore(const BusyCore&) = delete;
+  BusyCore& operator=(const BusyCore&) = delete;
+  int cpu() const { return cpu_; }
+
+ private:
+  int pid_ = -1;
+  int cpu_ = -1;
+};
+
 // The random-weight Llama 3.2 1B-shaped checkpoint (safetensors, GGUF and a tokenizer) that
 // `llm` and `serve` run, written by tools/make_bench_llama.py into `dir` on first use.
 void ensure_checkpoint(const std::string& dir);

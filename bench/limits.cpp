@@ -1,10 +1,10 @@
 // Measures the machine's fp32 peak and memory bandwidth, so that every benchmark can print
 // its result as a fraction of what this machine can do, measured in the same run.
 #include <immintrin.h>
-
-#if defined(__x86_64__)
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
-#endif
 
 #include <chrono>
 #include <cstdint>
@@ -16,6 +16,7 @@
 #include "bench/bench.h"
 #include "prism/backends/cpu/amx_rows.h"
 #include "prism/backends/cpu/simd.h"
+#include "prism/core/error.h"
 
 namespace prism::bench {
 namespace {
@@ -351,5 +352,31 @@ double ReadProbe::best_gbps(int repeats) {
 }
 
 double measure_read_gbps(int threads) { return ReadProbe(threads).best_gbps(); }
+
+BusyCore::BusyCore() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  PRISM_CHECK(sched_getaffinity(0, sizeof allowed, &allowed) == 0,
+              "bench: sched_getaffinity failed");
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cpu_ = c;
+  pid_ = fork();
+  PRISM_CHECK(pid_ >= 0, "bench: could not start a busy process");
+  if (pid_ == 0) {  // the child: only system calls and a loop, as after fork in a threaded process
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu_, &one);
+    sched_setaffinity(0, sizeof one, &one);
+    volatile uint64_t x = 1;
+    for (;;) x = x * 6364136223846793005u + 1442695040888963407u;
+  }
+}
+
+BusyCore::~BusyCore() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+}
 
 }  // namespace prism::bench

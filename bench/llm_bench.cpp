@@ -10,6 +10,8 @@
 // at the start of each run and, as it moves within seconds on a shared machine, also sampled
 // right before every decode step.
 // Greedy tokens of all sides are compared: the same ids show that all run the same model.
+// Then decode with another process spinning on one core (bench.h's BusyCore): the share of its
+// idle speed each side keeps.
 //
 // --format=q8_0|q4_0|q4_k_m runs prism and llama.cpp on a quantized GGUF of the same weights
 // instead (llama.cpp's llama-quantize makes it from the bf16 GGUF on first use; without it,
@@ -28,6 +30,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <sstream>
 
 #include "bench/bench.h"
@@ -175,6 +178,20 @@ Run run_prism(llm::Engine& engine, const std::vector<int32_t>& prompt, ReadProbe
   run.decode_tok_s = 1 / median(steps);
   run.read_during_decode = median(read);
   return run;
+}
+
+// Decode after the long prompt as run_prism measures it (the median step, as tok/s), without
+// its prefills and short prompt.
+double prism_decode(llm::Engine& engine, const std::vector<int32_t>& prompt) {
+  engine.reset();
+  std::vector<int32_t> ids{argmax(engine.feed(prompt))};
+  std::vector<double> steps;
+  for (int i = 0; i < kDecodeSteps; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    ids.push_back(argmax(engine.feed(std::span(&ids.back(), 1))));
+    steps.push_back(seconds_since(start));
+  }
+  return 1 / median(steps);
 }
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -441,6 +458,29 @@ void llm_bench() {
     std::printf("greedy ids after the short prompt:\n");
     for (size_t s = 0; s < n; ++s) {
       std::printf("  %-11s %s\n", sides[s].name.c_str(), join(last[s].greedy_short).c_str());
+    }
+  }
+  // Decode with another process busy on one core, as on a shared machine: how much of its
+  // idle speed each side keeps. prism's idle and busy decode are measured back to back;
+  // llama.cpp's busy run is put against its median above.
+  {
+    std::printf("\ndecode with another process busy on one core, tok/s:\n");
+    std::printf("  %-12s %8s %8s %8s\n", "", "idle", "busy", "kept");
+    auto kept = [](const char* name, double idle, double busy) {
+      std::printf("  %-12s %8.2f %8.2f %7.0f%%\n", name, idle, busy, 100 * busy / idle);
+      std::fflush(stdout);
+    };
+    const double idle = prism_decode(engine, prompt);
+    double busy = 0;
+    {
+      BusyCore core;
+      busy = prism_decode(engine, prompt);
+    }
+    kept("prism", idle, busy);
+    for (size_t s = 1; s < n; ++s) {
+      if (sides[s].name != "llama.cpp") continue;
+      BusyCore core;
+      kept("llama.cpp", median(decode[s]), sides[s].run(last[0]).decode_tok_s);
     }
   }
   // A fresh process's first answer: `prism llm` with and without its fast start, and

@@ -195,6 +195,16 @@ TEST(Jinja, WrongTypesAreErrors) {
   EXPECT_EQ(render("{{ 6 is divisibleby(3) }}"), "True");
 }
 
+// Found by fuzz/fuzz_jinja: unpacking a value that is not iterable into several names ended
+// the process (an uncaught BuiltinError); it is a TypeError at the loop or the assignment.
+TEST(Jinja, UnpackingWhatIsNotIterableIsAnError) {
+  EXPECT_EQ(error_of("{% for a, b in range(1) %}{% endfor %}"),
+            "test.jinja:1:1: 'int' object is not iterable");
+  EXPECT_EQ(error_of("{% set a, b = 3 %}"), "test.jinja:1:1: 'int' object is not iterable");
+  EXPECT_EQ(error_of("{% set a, b = nothing %}"), "test.jinja:1:15: undefined variable 'nothing'");
+  EXPECT_EQ(render("{% for a, b in [[1, 2]] %}{{ a + b }}{% endfor %}"), "3");
+}
+
 TEST(Jinja, TextFiltersReadAMissingValueAsEmpty) {
   EXPECT_EQ(render("[{{ m['content'] | trim }}]{{ m.content | length }}{{ m.x | list }}",
                    R"({"m": {"role": "assistant"}})"),

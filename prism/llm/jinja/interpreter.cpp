@@ -201,7 +201,12 @@ class Interpreter {
   }
 
   void unpack(const std::vector<std::string>& targets, const Value& value, Location at) {
-    List items = iterate(defined(value, at));
+    List items;
+    try {  // an undefined value, or one that is not iterable (`for a, b in range(2)`)
+      items = iterate(defined(value, at));
+    } catch (const BuiltinError& e) {
+      error(at, e.what());
+    }
     if (items.size() != targets.size()) {
       error(at, fmt::format("cannot unpack {} values into {} names", items.size(), targets.size()));
     }

@@ -50,4 +50,35 @@ if echo "$info" | grep -q 'simd \(AVX2\|SSE4\|SSSE3\|SSE2\)[,)]'; then  # no AVX
   check "PRISM_CPU_ROWS=fma without AVX-512 BF16" \
     "1 prism: error: PRISM_CPU_ROWS=fma: needs AVX-512 BF16" "$rc $err"
 fi
+# A prompt's bf16 products: oneDNN's or f32 FMAs, measured once per CPU model and kept in the
+# user's cache; PRISM_CPU_PRODUCTS forces one or measures again, one line for a bad value.
+err=$(PRISM_CPU_PRODUCTS=bogus "$prism" info 2>&1 >/dev/null); rc=$?
+check "bad PRISM_CPU_PRODUCTS" \
+  "1 prism: error: PRISM_CPU_PRODUCTS=bogus: expected onednn, fma or measure" "$rc $err"
+if "$prism" info | grep -q 'oneDNN has none here'; then  # before AVX-512: no choice to make
+  echo "ok bf16 products on f32 FMAs alone"
+  exit $fail
+fi
+got=$(PRISM_CPU_PRODUCTS=fma "$prism" info | grep -c 'bf16 products on f32 FMAs ([a-z0-9]* kernel; PRISM_CPU_PRODUCTS)')
+check "PRISM_CPU_PRODUCTS=fma" 1 "$got"
+cache=$(mktemp -d)
+trap 'rm -rf "$cache"' EXIT
+printf 'another CPU | avx2 | gemm avx2 | oneDNN 2.6.3\tfma\t90.0\t95.5\nnot a line of the cache\n' \
+  >"$cache/other"
+mkdir -p "$cache/prism" && cp "$cache/other" "$cache/prism/cpu-products"
+first=$(XDG_CACHE_HOME="$cache" "$prism" info | grep -o 'bf16 products [^)]*)')
+case "$first" in
+  *", measured)") echo "ok measured at first use: $first" ;;
+  *) echo "FAIL measured at first use: got '$first'"; fail=1 ;;
+esac
+lines=$(grep -c . "$cache/prism/cpu-products")
+check "the cache keeps other CPUs' lines and drops what it cannot read" 2 "$lines"
+got=$(grep -c "^another CPU | avx2 | gemm avx2 | oneDNN 2.6.3	fma	90.0	95.5\$" "$cache/prism/cpu-products")
+check "another CPU's line as it was" 1 "$got"
+got=$(XDG_CACHE_HOME="$cache" "$prism" info | grep -o 'bf16 products [^)]*)')
+check "measured before" "${first%measured)}measured before)" "$got"
+XDG_CACHE_HOME="$cache" PRISM_CPU_PRODUCTS=measure "$prism" info >/dev/null
+check "measured again, one line a CPU" 2 "$(grep -c . "$cache/prism/cpu-products")"
+got=$(XDG_CACHE_HOME=/proc/no-such-dir "$prism" info | grep -c 'bf16 products .*, measured)')
+check "a cache that cannot be written" 1 "$got"
 exit $fail

@@ -1,9 +1,9 @@
 // prism/backends/cpu/gemm.h: every result is the f32 fused multiply-add chain over k in order
 // (std::fma), bit for bit, rounded to bf16 as f32_to_bf16 rounds it; for weights stored {n, k},
-// {k, n} or with other strides, strided activations and outputs, any M, K and N (panels, micro-
-// panels and blocks of k cut short), any split of the columns between calls; nothing outside the
-// columns asked for is written. With the portable micro-kernel and under every SIMD target this
-// binary has and this CPU runs.
+// {k, n}, in weight_layout.h's blocks or with other strides, strided activations and outputs, any
+// M, K and N (panels, micro- panels and blocks of k cut short), any split of the columns between
+// calls; nothing outside the columns asked for is written. With the portable micro-kernel and under
+// every SIMD target this binary has and this CPU runs.
 #include "prism/backends/cpu/gemm.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "prism/backends/cpu/simd.h"
+#include "prism/backends/cpu/weight_layout.h"
 #include "prism/core/dtype.h"
 
 namespace prism {
@@ -55,7 +56,8 @@ uint32_t bits(float f) {
 
 struct Case {
   int64_t M, K, N;
-  bool weights_nk;  // stored {n, k}, else {k, n}
+  bool weights_nk;       // stored {n, k}, else {k, n}
+  bool blocked = false;  // {n, k} in weight_layout.h's blocks
 };
 
 // The reference: y[m][n] = fma chain over k in order, in f32.
@@ -83,13 +85,23 @@ std::vector<float> packed_lhs(const std::vector<uint16_t>& x, int64_t M, int64_t
   return packed;
 }
 
-cpu::GemmWeights weights_of(const std::vector<uint16_t>& w, const Case& c) {
+// w as the product reads it: stored {n, k} or {k, n}, or {n, k} blocked (into `storage`).
+cpu::GemmWeights weights_of(const std::vector<uint16_t>& w, const Case& c,
+                            std::vector<uint16_t>& storage) {
+  if (c.blocked) {
+    storage.assign(w.size(), 0);
+    for (int64_t n = 0; n < c.N; ++n)
+      for (int64_t k = 0; k < c.K; ++k) storage[cpu::blocked_index(n, k, c.K)] = w[n * c.K + k];
+    return {storage.data(), 0, 0, c.K};
+  }
   return c.weights_nk ? cpu::GemmWeights{w.data(), 1, c.K} : cpu::GemmWeights{w.data(), c.N, 1};
 }
 
 std::string name(const Case& c) {
   return "M=" + std::to_string(c.M) + " K=" + std::to_string(c.K) + " N=" + std::to_string(c.N) +
-         (c.weights_nk ? " w {n, k}" : " w {k, n}");
+         (c.blocked      ? " w blocked"
+          : c.weights_nk ? " w {n, k}"
+                         : " w {k, n}");
 }
 
 std::vector<Case> cases() {
@@ -102,6 +114,11 @@ std::vector<Case> cases() {
     all.push_back({100, 520, 300, nk});
     all.push_back({97, 256, 129, nk});
   }
+  // Blocked weights (n a multiple of 64, k of 32): one block, pieces of columns cut short,
+  // several blocks of k.
+  for (int64_t M : {1, 6, 13, 100})
+    for (auto [K, N] : {std::pair<int64_t, int64_t>{32, 64}, {96, 192}, {544, 320}})
+      all.push_back({M, K, N, true, true});
   return all;
 }
 
@@ -112,10 +129,11 @@ TEST(Gemm, SumsAreFmaChainsInTheOrderOfK) {
     const auto x = random_bf16(c.M * c.K, rng), w = random_bf16(c.K * c.N, rng);
     const auto want = reference(x, w, c);
     const auto packed = packed_lhs(x, c.M, c.K);
+    std::vector<uint16_t> storage;
+    const cpu::GemmWeights weights = weights_of(w, c, storage);
     for_each_target([&](cpu::GemmKernel kernel) {
       std::vector<float> y(c.M * c.N, NAN);
-      cpu::gemm_columns(packed.data(), c.M, c.K, weights_of(w, c), 0, c.N, {y.data(), c.N, false},
-                        kernel);
+      cpu::gemm_columns(packed.data(), c.M, c.K, weights, 0, c.N, {y.data(), c.N, false}, kernel);
       int wrong = 0;
       for (int64_t i = 0; i < c.M * c.N && wrong < 5; ++i) {
         if (bits(y[i]) != bits(want[i])) {
@@ -130,15 +148,17 @@ TEST(Gemm, SumsAreFmaChainsInTheOrderOfK) {
 
 TEST(Gemm, Bf16ResultsAreTheSumsRounded) {
   std::mt19937 rng(8);
-  for (const Case& c : {Case{13, 300, 40, true}, Case{7, 33, 130, false}}) {
+  for (const Case& c :
+       {Case{13, 300, 40, true}, Case{7, 33, 130, false}, Case{20, 160, 256, true, true}}) {
     SCOPED_TRACE(name(c));
     const auto x = random_bf16(c.M * c.K, rng), w = random_bf16(c.K * c.N, rng);
     const auto want = reference(x, w, c);
     const auto packed = packed_lhs(x, c.M, c.K);
+    std::vector<uint16_t> storage;
+    const cpu::GemmWeights weights = weights_of(w, c, storage);
     for_each_target([&](cpu::GemmKernel kernel) {
       std::vector<uint16_t> y(c.M * c.N, 0xffff);
-      cpu::gemm_columns(packed.data(), c.M, c.K, weights_of(w, c), 0, c.N, {y.data(), c.N, true},
-                        kernel);
+      cpu::gemm_columns(packed.data(), c.M, c.K, weights, 0, c.N, {y.data(), c.N, true}, kernel);
       for (int64_t i = 0; i < c.M * c.N; ++i) ASSERT_EQ(y[i], f32_to_bf16(want[i])) << "at " << i;
     });
   }
@@ -148,32 +168,40 @@ TEST(Gemm, Bf16ResultsAreTheSumsRounded) {
 // activations with rows wider than K: the same bits, and nothing written outside.
 TEST(Gemm, ColumnRangesStridesAndGapsKeepTheBits) {
   std::mt19937 rng(9);
-  const Case c{20, 270, 150, true};
-  const int64_t ldx = c.K + 5, ldy = c.N + 3;
-  const auto x_dense = random_bf16(c.M * c.K, rng), w = random_bf16(c.K * c.N, rng);
-  std::vector<uint16_t> x(c.M * ldx, f32_to_bf16(1e30f));  // gaps that would show
-  for (int64_t m = 0; m < c.M; ++m)
-    std::memcpy(&x[m * ldx], &x_dense[m * c.K], c.K * sizeof(uint16_t));
-  const auto want = reference(x_dense, w, c);
-  std::vector<float> packed(cpu::gemm_lhs_floats(c.M, c.K));
-  cpu::gemm_pack_lhs(x.data(), ldx, 1, c.M, c.K, 0, (c.M + 5) / 6, packed.data());
-  for_each_target([&](cpu::GemmKernel kernel) {
-    std::vector<float> y(c.M * ldy, -7.0f);
-    for (auto [n0, n1] : {std::pair<int64_t, int64_t>{0, 3}, {3, 37}, {37, 38}, {38, 150}}) {
-      cpu::gemm_columns(packed.data(), c.M, c.K, weights_of(w, c), n0, n1, {y.data(), ldy, false},
-                        kernel);
-    }
-    for (int64_t m = 0; m < c.M; ++m) {
-      for (int64_t n = 0; n < ldy; ++n) {
-        const float got = y[m * ldy + n];
-        if (n < c.N) {
-          ASSERT_EQ(bits(got), bits(want[m * c.N + n])) << m << ", " << n;
-        } else {
-          ASSERT_EQ(got, -7.0f) << "wrote outside its columns at " << m << ", " << n;
+  for (const Case& c : {Case{20, 270, 150, true}, Case{20, 288, 320, true, true}}) {
+    SCOPED_TRACE(name(c));
+    const int64_t ldx = c.K + 5, ldy = c.N + 3;
+    const auto x_dense = random_bf16(c.M * c.K, rng), w = random_bf16(c.K * c.N, rng);
+    std::vector<uint16_t> x(c.M * ldx, f32_to_bf16(1e30f));  // gaps that would show
+    for (int64_t m = 0; m < c.M; ++m)
+      std::memcpy(&x[m * ldx], &x_dense[m * c.K], c.K * sizeof(uint16_t));
+    const auto want = reference(x_dense, w, c);
+    std::vector<float> packed(cpu::gemm_lhs_floats(c.M, c.K));
+    cpu::gemm_pack_lhs(x.data(), ldx, 1, c.M, c.K, 0, (c.M + 5) / 6, packed.data());
+    std::vector<uint16_t> storage;
+    const cpu::GemmWeights weights = weights_of(w, c, storage);
+    for_each_target([&](cpu::GemmKernel kernel) {
+      std::vector<float> y(c.M * ldy, -7.0f);
+      for (auto [n0, n1] : {std::pair<int64_t, int64_t>{0, 3},
+                            {3, 37},
+                            {37, 38},
+                            {38, 128},
+                            {128, 150},
+                            {150, c.N}}) {
+        cpu::gemm_columns(packed.data(), c.M, c.K, weights, n0, n1, {y.data(), ldy, false}, kernel);
+      }
+      for (int64_t m = 0; m < c.M; ++m) {
+        for (int64_t n = 0; n < ldy; ++n) {
+          const float got = y[m * ldy + n];
+          if (n < c.N) {
+            ASSERT_EQ(bits(got), bits(want[m * c.N + n])) << m << ", " << n;
+          } else {
+            ASSERT_EQ(got, -7.0f) << "wrote outside its columns at " << m << ", " << n;
+          }
         }
       }
-    }
-  });
+    });
+  }
 }
 
 // Activations read down their columns (a transposed view) and weights with neither stride 1.

@@ -11,8 +11,8 @@
 #include <mutex>
 #include <string>
 
+#include "prism/backends/cpu/bf16_products.h"
 #include "prism/backends/cpu/dot_rows.h"
-#include "prism/backends/cpu/gemm.h"
 #include "prism/backends/cpu/kernels.h"
 #include "prism/backends/cpu/onednn.h"
 #include "prism/backends/cpu/quant_rows.h"
@@ -38,18 +38,6 @@ const char* rows_description() {
       break;
   }
   return ", batched rows in oneDNN";
-}
-
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(colon + 2);
-    }
-  }
-  return "host CPU";
 }
 
 }  // namespace
@@ -148,11 +136,8 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
           ", quantized products on 8-bit activations (Q8_0, Q4_0, Q4_K batches on AMX-INT8)";
     }
   }
-  // bf16 matrix products where oneDNN has none of its own (gemm.h).
-  const std::string bf16 =
-      onednn::multiplies_bf16()
-          ? std::string()
-          : fmt::format(", bf16 products on f32 FMAs ({} kernel)", gemm_kernel_name());
+  // Which kernels take a prompt's bf16 products (bf16_products.h).
+  const std::string bf16 = ", " + bf16_products().description;
   return {{fmt::format("{} ({}{} threads, simd {}{}{}{})", cpu_model(), device, pool_.size(),
                        simd::current().describe(), bf16, rows_description(), quantized),
            memory}};

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "prism/backends/cpu/amx_rows.h"
+#include "prism/backends/cpu/bf16_products.h"
 #include "prism/backends/cpu/dot_rows.h"
 #include "prism/backends/cpu/gemm.h"
 #include "prism/backends/cpu/kernels.h"
@@ -183,7 +184,7 @@ class DotKernel {
     }
     if (!planned(pool).empty()) {
       const bool blocked = rhs_blocked(r);
-      PRISM_CHECK(!blocked || blocked_slices_.size() == slices_.size(),
+      PRISM_CHECK(widened_ || !blocked || blocked_slices_.size() == slices_.size(),
                   "cpu: oneDNN planned no product for weights {} kept blocked", rhs_.shape.str());
       const float* x32 = widened_ ? widened_lhs(l, pool) : nullptr;
       pool.parallel_for(static_cast<int64_t>(slices_.size()), 1, [&](int64_t s0, int64_t s1) {
@@ -305,11 +306,11 @@ class DotKernel {
                  const float* x32 = nullptr) const {
     const int64_t elem = static_cast<int64_t>(size_of(out_.dtype()));
     const int64_t wei_step = rhs_.strides()[2] * elem;  // a block of 64 starts at 64 rows too
-    const Slice& s = blocked ? blocked_slices_[i] : slices_[i];
     if (widened_) {
-      run_widened_slice(s, x32, r, out);
+      run_widened_slice(slices_[i], x32, r, out, blocked);
       return;
     }
+    const Slice& s = blocked ? blocked_slices_[i] : slices_[i];
     std::byte* dst = out + s.n0 * elem;
     thread_local std::vector<std::byte> staging;
     if (s.staged) {
@@ -330,23 +331,24 @@ class DotKernel {
   }
 
  private:
-  // The oneDNN slices, planned on the first call, when the pool's size is known; none when
-  // oneDNN does not take the product (the plain loop covers it).
+  // The slices, planned on the first call, when the pool's size is known: oneDNN's, or for
+  // bf16 products where bf16_products.h chose f32 FMAs, gemm.h's (widened); none when neither
+  // takes the product (the plain loop covers it).
   const std::vector<Slice>& planned(ThreadPool& pool) const {
     if (use_dnnl_) {
       std::call_once(planned_, [&] {
+        const bool widenable =
+            lhs_.shape.dtype() == DType::bf16 && out_.dtype() == DType::bf16 && lhs_.batch == 1;
+        if (widenable && bf16_products().path == Bf16Products::fma) {
+          make_widened_slices();
+          widened_ = true;
+          return;
+        }
         try {
           make_slices(out_.dtype(), pool.size());
         } catch (const dnnl::error&) {
           slices_.clear();
           blocked_slices_.clear();
-          // oneDNN multiplies bf16 only from AVX-512 on (2.x: avx512_core); before that,
-          // gemm.h's f32 products widen the operands as they read them, instead of the plain
-          // loop.
-          if (out_.dtype() == DType::bf16 && lhs_.batch == 1 && !blockable_) {
-            make_widened_slices();
-            widened_ = true;
-          }
         }
       });
     }
@@ -428,14 +430,16 @@ class DotKernel {
   bool widened() const { return widened_; }
 
  private:
-  // A slice of a bf16 product where oneDNN has no bf16 products: gemm.h's f32 products, the
-  // weights widened as they are read, the sums rounded to bf16 as a bf16 product with f32 sums
-  // rounds them. `packed`: widened_lhs.
-  void run_widened_slice(const Slice& s, const float* packed, const std::byte* r,
-                         std::byte* out) const {
+  // A slice of a bf16 product on f32 FMAs (bf16_products.h): gemm.h's products, the weights
+  // (blocked or not) widened as they are read, the sums rounded to bf16 as a bf16 product with
+  // f32 sums rounds them. `packed`: widened_lhs.
+  void run_widened_slice(const Slice& s, const float* packed, const std::byte* r, std::byte* out,
+                         bool blocked) const {
     const auto rs = rhs_.strides();
-    gemm_columns(packed, lhs_.rows, lhs_.cols, {reinterpret_cast<const uint16_t*>(r), rs[1], rs[2]},
-                 s.n0, s.n0 + s.width, {out, rhs_.cols, true});
+    const auto* w = reinterpret_cast<const uint16_t*>(r);
+    gemm_columns(packed, lhs_.rows, lhs_.cols,
+                 blocked ? GemmWeights{w, 0, 0, lhs_.cols} : GemmWeights{w, rs[1], rs[2]}, s.n0,
+                 s.n0 + s.width, {out, rhs_.cols, true});
   }
 
   using Strides = std::array<int64_t, 3>;

@@ -89,4 +89,16 @@ std::vector<std::vector<int>> device_cpus(const std::vector<std::vector<int>>& n
   return sets;
 }
 
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "host CPU";
+}
+
 }  // namespace prism::cpu

@@ -24,4 +24,7 @@ std::vector<int> allowed_cpus();
 // "0-3,8,10-11" -> {0,1,2,3,8,10,11}; malformed parts are skipped.
 std::vector<int> parse_cpu_list(const std::string& text);
 
+// The CPU's model name (/proc/cpuinfo's "model name"), or "host CPU".
+std::string cpu_model();
+
 }  // namespace prism::cpu

@@ -1,0 +1,237 @@
+#include "prism/backends/cpu/bf16_products.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string_view>
+#include <vector>
+
+#include "prism/backends/cpu/gemm.h"
+#include "prism/backends/cpu/onednn.h"
+#include "prism/backends/cpu/simd.h"
+#include "prism/backends/cpu/topology.h"
+#include "prism/backends/cpu/weight_layout.h"
+#include "prism/core/dtype.h"
+#include "prism/core/error.h"
+#include "prism/core/shape.h"
+
+namespace prism::cpu {
+namespace {
+
+// The product measured: 192 rows of a prompt against a 512-column slice of a weight of 1024
+// inputs (201 MFLOP, about half a millisecond a kind on a core at 400 GFLOP/s), 5 rounds.
+constexpr int kRows = 192, kDepth = 1024, kColumns = 512, kRounds = 5;
+
+const char* name(Bf16Products p) { return p == Bf16Products::onednn ? "onednn" : "fma"; }
+
+std::string cache_path() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg && *xdg) return std::string(xdg) + "/prism/cpu-products";
+  const char* home = std::getenv("HOME");
+  if (home && *home) return std::string(home) + "/.cache/prism/cpu-products";
+  return "";
+}
+
+// A line of the cache: key, path, oneDNN's and the FMAs' GFLOP/s, separated by tabs.
+struct Entry {
+  std::string key;
+  Bf16Products path;
+  double onednn_gflops, fma_gflops;
+};
+
+std::optional<Entry> parse(const std::string& line) {
+  std::vector<std::string> f;
+  std::istringstream in(line);
+  for (std::string part; std::getline(in, part, '\t');) f.push_back(part);
+  if (f.size() != 4 || (f[1] != "onednn" && f[1] != "fma")) return std::nullopt;
+  Entry e{f[0], f[1] == "onednn" ? Bf16Products::onednn : Bf16Products::fma, 0, 0};
+  char* end = nullptr;
+  e.onednn_gflops = std::strtod(f[2].c_str(), &end);
+  if (end == f[2].c_str() || *end) return std::nullopt;
+  e.fma_gflops = std::strtod(f[3].c_str(), &end);
+  if (end == f[3].c_str() || *end) return std::nullopt;
+  return e;
+}
+
+std::optional<Entry> cached(const std::string& path, const std::string& key) {
+  if (path.empty()) return std::nullopt;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    auto e = parse(line);
+    if (e && e->key == key) return e;
+  }
+  return std::nullopt;
+}
+
+// Rewrites the cache with `e` in place of any line of its key (through a file of this
+// process's renamed over it, so that a reader never sees half a file). Failures are ignored:
+// the next process measures again.
+void remember(const std::string& path, const Entry& e) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  std::string lines;
+  {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      auto old = parse(line);
+      if (old && old->key != e.key) lines += line + "\n";
+    }
+  }
+  lines +=
+      fmt::format("{}\t{}\t{:.1f}\t{:.1f}\n", e.key, name(e.path), e.onednn_gflops, e.fma_gflops);
+  const std::string tmp = fmt::format("{}.{}.tmp", path, getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << lines;
+    if (!out.flush()) {
+      fs::remove(tmp, ec);
+      return;
+    }
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) fs::remove(tmp, ec);
+}
+
+// "bf16 products in oneDNN (223 GFLOP/s a core against 101 on f32 FMAs, measured)".
+std::string describe(const Bf16ProductsChoice& c, std::string_view how) {
+  if (c.path == Bf16Products::onednn) {
+    return fmt::format(
+        "bf16 products in oneDNN ({:.0f} GFLOP/s a core against {:.0f} on f32 FMAs, "
+        "{})",
+        c.onednn_gflops, c.fma_gflops, how);
+  }
+  return fmt::format(
+      "bf16 products on f32 FMAs ({} kernel; {:.0f} GFLOP/s a core against {:.0f} in oneDNN, {})",
+      gemm_kernel_name(), c.fma_gflops, c.onednn_gflops, how);
+}
+
+Bf16ProductsChoice choose() {
+  Bf16ProductsChoice c;
+  const char* env = std::getenv("PRISM_CPU_PRODUCTS");
+  const std::string_view want = env ? env : "";
+  PRISM_CHECK(want.empty() || want == "onednn" || want == "fma" || want == "measure",
+              "PRISM_CPU_PRODUCTS={}: expected onednn, fma or measure", want);
+  if (!onednn::multiplies_bf16()) {
+    PRISM_CHECK(want != "onednn",
+                "PRISM_CPU_PRODUCTS=onednn: oneDNN has no bf16 products on this CPU");
+    c.path = Bf16Products::fma;
+    c.description = fmt::format("bf16 products on f32 FMAs ({} kernel; oneDNN has none here)",
+                                gemm_kernel_name());
+    return c;
+  }
+  if (want == "onednn" || want == "fma") {
+    c.path = want == "onednn" ? Bf16Products::onednn : Bf16Products::fma;
+    c.description = want == "onednn"
+                        ? std::string("bf16 products in oneDNN (PRISM_CPU_PRODUCTS)")
+                        : fmt::format("bf16 products on f32 FMAs ({} kernel; PRISM_CPU_PRODUCTS)",
+                                      gemm_kernel_name());
+    return c;
+  }
+  const std::string path = cache_path(), key = bf16_products_key();
+  if (want.empty()) {
+    if (auto e = cached(path, key)) {
+      c.path = e->path;
+      c.onednn_gflops = e->onednn_gflops;
+      c.fma_gflops = e->fma_gflops;
+      c.description = describe(c, "measured before");
+      return c;
+    }
+  }
+  const Bf16ProductsSpeed s = measure_bf16_products(kRows, kDepth, kColumns, kRounds);
+  c.onednn_gflops = s.onednn_gflops;
+  c.fma_gflops = s.fma_gflops;
+  c.path = s.fma_gflops > s.onednn_gflops ? Bf16Products::fma : Bf16Products::onednn;
+  c.description = describe(c, "measured");
+  remember(path, {key, c.path, c.onednn_gflops, c.fma_gflops});
+  return c;
+}
+
+}  // namespace
+
+std::string bf16_products_key() {
+  const dnnl_version_t* v = dnnl_version();
+  std::string key =
+      fmt::format("{} | {} | gemm {} | oneDNN {}.{}.{}", cpu_model(), simd::current().name(),
+                  gemm_kernel_name(), v->major, v->minor, v->patch);
+  for (char& ch : key)
+    if (ch == '\t' || ch == '\n' || ch == '\r') ch = ' ';
+  return key;
+}
+
+Bf16ProductsSpeed measure_bf16_products(int M, int K, int N, int rounds) {
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<uint16_t> x(int64_t{M} * K), w(int64_t{N} * K), y(int64_t{M} * N);
+  for (auto& v : x) v = f32_to_bf16(uniform(rng));
+  for (auto& v : w) v = f32_to_bf16(uniform(rng));
+  // The weights as the CPU backend keeps them: blocked where it would block them.
+  const bool blocked = blockable(Shape(DType::bf16, {{"n", N}, {"k", K}}));
+  std::vector<uint16_t> kept(w.size());
+  if (blocked) {
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) kept[blocked_index(n, k, K)] = w[n * K + k];
+  } else {
+    kept = w;
+  }
+  const GemmWeights weights =
+      blocked ? GemmWeights{kept.data(), 0, 0, K} : GemmWeights{kept.data(), 1, K};
+  std::vector<float> packed(gemm_lhs_floats(M, K));
+  const int64_t panels = (M + kGemmPanelRows - 1) / kGemmPanelRows;
+  auto fma = [&] {
+    gemm_pack_lhs(x.data(), K, 1, M, K, 0, panels, packed.data());
+    gemm_columns(packed.data(), M, K, weights, 0, N, {y.data(), N, true});
+  };
+
+  std::optional<dnnl::matmul> matmul;
+  dnnl::memory::desc src, wei, dst, scratch;
+  if (onednn::multiplies_bf16()) {
+    using dt = dnnl::memory::data_type;
+    src = dnnl::memory::desc({M, K}, dt::bf16, dnnl::memory::format_tag::ab);
+    wei = blocked ? dnnl::memory::desc({K, N}, dt::bf16, dnnl::memory::format_tag::BA16a64b2a)
+                  : dnnl::memory::desc({K, N}, dt::bf16, {1, K});
+    dst = dnnl::memory::desc({M, N}, dt::bf16, dnnl::memory::format_tag::ab);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), onednn::single_thread(),
+                                    onednn::engine());
+    matmul.emplace(pd);
+    scratch = pd.scratchpad_desc();
+  }
+  auto onednn = [&] {
+    dnnl::engine& engine = onednn::engine();
+    onednn::execute(*matmul, scratch,
+                    {{DNNL_ARG_SRC, dnnl::memory(src, engine, x.data())},
+                     {DNNL_ARG_WEIGHTS, dnnl::memory(wei, engine, kept.data())},
+                     {DNNL_ARG_DST, dnnl::memory(dst, engine, y.data())}});
+  };
+
+  auto seconds = [](auto&& fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const double flop = 2.0 * M * K * N;
+  Bf16ProductsSpeed s;
+  fma();  // first touches of the buffers
+  if (matmul) onednn();
+  for (int r = 0; r < rounds; ++r) {
+    s.fma_gflops = std::max(s.fma_gflops, flop / seconds(fma) / 1e9);
+    if (matmul) s.onednn_gflops = std::max(s.onednn_gflops, flop / seconds(onednn) / 1e9);
+  }
+  return s;
+}
+
+const Bf16ProductsChoice& bf16_products() {
+  static const Bf16ProductsChoice choice = choose();
+  return choice;
+}
+
+}  // namespace prism::cpu

@@ -1,0 +1,47 @@
+// prism/backends/cpu/bf16_products.h: the measurement behind the choice between oneDNN's bf16
+// products and gemm.h's f32 FMAs, and the key its cache keeps it under. (The choice itself,
+// the cache and PRISM_CPU_PRODUCTS are process-wide: tests/cli/platforms.sh runs them.)
+#include "prism/backends/cpu/bf16_products.h"
+
+#include <gtest/gtest.h>
+
+#include "prism/backends/cpu/gemm.h"
+#include "prism/backends/cpu/onednn.h"
+#include "prism/backends/cpu/topology.h"
+
+namespace prism {
+namespace {
+
+TEST(Bf16Products, MeasuresEachKindThisCpuHas) {
+  // Weights the CPU backend would block (n and k multiples of the block's) and weights it would
+  // not: both kinds run on either.
+  for (auto [M, K, N] : {std::tuple{12, 64, 128}, std::tuple{7, 40, 100}}) {
+    const cpu::Bf16ProductsSpeed s = cpu::measure_bf16_products(M, K, N, 2);
+    EXPECT_GT(s.fma_gflops, 0.0);
+    EXPECT_EQ(s.onednn_gflops > 0.0, cpu::onednn::multiplies_bf16());
+  }
+}
+
+TEST(Bf16Products, TheCacheKeyNamesTheCpuAndTheKernels) {
+  const std::string key = cpu::bf16_products_key();
+  EXPECT_NE(key.find(cpu::cpu_model()), std::string::npos) << key;
+  EXPECT_NE(key.find(std::string("gemm ") + cpu::gemm_kernel_name()), std::string::npos) << key;
+  EXPECT_NE(key.find("oneDNN "), std::string::npos) << key;
+  EXPECT_EQ(key.find_first_of("\t\n"), std::string::npos) << key;
+}
+
+TEST(Bf16Products, TheChoiceSaysWhatItIs) {
+  const cpu::Bf16ProductsChoice& c = cpu::bf16_products();
+  EXPECT_EQ(&c, &cpu::bf16_products());  // made once
+  if (!cpu::onednn::multiplies_bf16()) {
+    EXPECT_EQ(c.path, cpu::Bf16Products::fma);
+  }
+  EXPECT_EQ(c.description.rfind(c.path == cpu::Bf16Products::onednn ? "bf16 products in oneDNN"
+                                                                    : "bf16 products on f32 FMAs",
+                                0),
+            0u)
+      << c.description;
+}
+
+}  // namespace
+}  // namespace prism

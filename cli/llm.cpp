@@ -85,7 +85,10 @@ struct Stats {
     publisher->update(generated, rate, engine.device_bytes());
     published = now;
   }
+  // After the answer, on a line of its own also where stdout and stderr share a pipe (stdout
+  // is flushed first).
   void print() const {
+    std::fflush(stdout);
     std::fprintf(stderr,
                  "prefill: %zu tok in %.1f ms (%.1f tok/s) · decode: %zu tok in %.1f ms "
                  "(%.1f tok/s)",

@@ -63,6 +63,11 @@ cut=$("$prism" llm --model="$tmp" --prompt=hi --max-tokens=10 --stop="$stop" 2>/
 [[ "$full" == "$cut"* && "$cut" == *"$stop"* && ${#cut} -lt ${#full} ]] \
   || { echo "FAIL stop: '$cut' for stop '$stop' in '$full'"; fail=1; }
 
+# The statistics line after the answer, on a line of its own also where stdout and stderr
+# share a pipe.
+got=$("$prism" llm --model="$tmp" --prompt=hi --max-tokens=4 2>&1 | tail -1 | grep -c '^prefill: ')
+check "the statistics on a line of their own" 1 "$got"
+
 # Chat: turns from standard input, /reset, /exit; the second turn prefills only its new tokens.
 out=$(printf 'hello\nhow are you\n/reset\nhi\n/exit\n' | "$prism" llm --model="$tmp" --max-tokens=3 2>"$tmp/chat.err"); rc=$?
 check "chat exit" 0 "$rc"

@@ -2,7 +2,7 @@
 // multiply-add chain in the order of k, rounded once at the end (to bf16 where y is bf16). Where
 // oneDNN multiplies bf16 only by widening both operands into memory first (oneDNN 2.x has bf16
 // products from AVX-512 on), these are the bf16 products; from AVX-512 on they are the other
-// candidate of product_path.h's measured choice (on CPUs whose bf16 dot instructions run at
+// candidate of bf16_products.h's measured choice (on CPUs whose bf16 dot instructions run at
 // half the rate of their f32 FMAs, f32 FMAs on widened weights are the faster). The structure
 // is GotoBLAS's:
 //

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "bench/bench.h"
+#include "prism/backends/cpu/bf16_products.h"
 #include "prism/backends/cpu/cpu_platform.h"
 #include "prism/backends/registry.h"
 #include "prism/nn/nn.h"
@@ -63,6 +64,24 @@ void prefill_dot_bench(double peak) {
   }
 }
 
+// The two kinds of bf16 products a prompt can run on (bf16_products.h), on one core, at the
+// shapes of a 512-token prefill's slices (weights as the CPU backend keeps them), against one
+// core's peaks; and which one prism chose on this CPU.
+void bf16_products_bench(double fp32_core_peak, double bf16_core_peak) {
+  std::printf("\nbf16 products of a prompt, one core, GFLOP/s (best of 3):\n");
+  std::printf("%-22s %12s %16s %16s\n", "m x k x n", "oneDNN", "f32 FMAs", "FMAs / oneDNN");
+  for (auto [k, n] : {std::pair<int, int>{2048, 512}, {8192, 512}}) {
+    const cpu::Bf16ProductsSpeed s = cpu::measure_bf16_products(512, k, n, 3);
+    std::printf("%-22s %7.1f %3.0f%% %11.1f %3.0f%% %15.2fx\n",
+                fmt::format("512x{}x{}", k, n).c_str(), s.onednn_gflops,
+                100 * s.onednn_gflops / bf16_core_peak, s.fma_gflops,
+                100 * s.fma_gflops / fp32_core_peak,
+                s.onednn_gflops > 0 ? s.fma_gflops / s.onednn_gflops : 0.0);
+  }
+  std::printf("(%% of one core's bf16 dot and f32 FMA peaks); prism's choice: %s\n",
+              cpu::bf16_products().description.c_str());
+}
+
 void dot_bench() {
   int n_threads = threads();
   double peak = measure_fp32_peak_gflops(n_threads);
@@ -112,6 +131,7 @@ void dot_bench() {
     }
   }
   prefill_dot_bench(bf16_peak);
+  bf16_products_bench(peak / n_threads, bf16_peak / n_threads);
 }
 
 void elementwise_bench() {

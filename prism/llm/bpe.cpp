@@ -35,10 +35,7 @@ BpeModel::BpeModel(const json& model, const JsonPath& where) {
   if (!vocab.is_object()) fail("{}: expected an object of token: id", (where / "vocab").str());
   vocab_.reserve(vocab.size());
   for (const auto& [token, id] : vocab.items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0) {
-      fail("{}: id of \"{}\" is not a non-negative integer", (where / "vocab").str(), token);
-    }
-    auto value = id.get<int32_t>();
+    const int32_t value = pipeline::token_id(id, where / "vocab" / token);
     vocab_.emplace(token, value);
     if (static_cast<size_t>(value) >= id_to_token_.size()) {
       id_to_token_.resize(static_cast<size_t>(value) + 1);

@@ -207,8 +207,7 @@ Tokenizer Tokenizer::build(const json& root, std::string_view root_text,
     const json& node = added[i];
     AddedToken token;
     const json& id = pipeline::require(node, "id", at);
-    if (!id.is_number_integer() || id.get<int64_t>() < 0) fail("{}: bad id", (at / "id").str());
-    token.id = id.get<int32_t>();
+    token.id = pipeline::token_id(id, at / "id");
     token.content = pipeline::require_string(node, "content", at);
     token.special = pipeline::optional_bool(node, "special", false, at);
     token.lstrip = pipeline::optional_bool(node, "lstrip", false, at);

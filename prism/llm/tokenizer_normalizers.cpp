@@ -50,6 +50,16 @@ bool optional_bool(const json& node, std::string_view key, bool fallback, const 
   return it->get<bool>();
 }
 
+int32_t token_id(const json& id, const JsonPath& where) {
+  if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+      (id.is_number_unsigned() ? id.get<uint64_t>() > static_cast<uint64_t>(kMaxTokenId)
+                               : id.get<int64_t>() > kMaxTokenId)) {
+    fail("{}: expected a token id (an integer from 0 to {}), got {}", where.str(), kMaxTokenId,
+         id.dump());
+  }
+  return static_cast<int32_t>(id.get<int64_t>());
+}
+
 std::string optional_string(const json& node, std::string_view key, std::string_view fallback,
                             const JsonPath& where) {
   auto it = node.find(key);

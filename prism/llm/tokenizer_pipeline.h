@@ -4,6 +4,7 @@
 // Internal to prism/llm: users see prism/llm/tokenizer.h.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -35,6 +36,11 @@ bool optional_bool(const nlohmann::json& node, std::string_view key, bool fallba
                    const JsonPath& where);
 std::string optional_string(const nlohmann::json& node, std::string_view key,
                             std::string_view fallback, const JsonPath& where);
+
+// A token id: an integer from 0 to kMaxTokenId (more ids than any vocabulary has; an id past
+// it would have the tables of ids grow to gigabytes).
+inline constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+int32_t token_id(const nlohmann::json& id, const JsonPath& where);
 
 // The "pattern" field of Split, Replace: {"String": literal} or {"Regex": pattern}.
 Regex pattern_regex(const nlohmann::json& node, const JsonPath& where);

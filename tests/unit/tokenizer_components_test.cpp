@@ -154,6 +154,38 @@ TEST(TokenizerComponents, MalformedFilesNameTheFileAndPlace) {
       "parenthesis");
 }
 
+// An id too large for the tables of ids (found by fuzz_tokenizer: a vocabulary id of 2^31 and
+// more made the table of tokens grow past what a vector holds, an abort), in the vocabulary
+// and among the added tokens.
+TEST(TokenizerComponents, IdsPastTheLimitAreErrors) {
+  auto error_of = [](const std::string& text) -> std::string {
+    try {
+      Tokenizer::from_json(text, "t.json");
+    } catch (const prism::Error& e) {
+      const std::string what = e.what();
+      return what.substr(what.find(": ") + 2);
+    }
+    return "no error";
+  };
+  for (const char* id : {"2147483648", "4294967296", "18446744073709551615", "16777216"}) {
+    SCOPED_TRACE(id);
+    EXPECT_EQ(error_of(std::string(R"({"model": {"type": "BPE", "vocab": {"a": )") + id +
+                       R"(}, "merges": []}})"),
+              "model.vocab.a: expected a token id (an integer from 0 to 16777215), got " +
+                  std::string(id));
+    EXPECT_EQ(
+        error_of(std::string(R"({"added_tokens": [{"id": )") + id +
+                 R"(, "content": "x"}], "model": {"type": "BPE", "vocab": {}, "merges": []}})"),
+        "added_tokens[0].id: expected a token id (an integer from 0 to 16777215), got " +
+            std::string(id));
+  }
+  EXPECT_EQ(error_of(R"({"model": {"type": "BPE", "vocab": {"a": -1}, "merges": []}})"),
+            "model.vocab.a: expected a token id (an integer from 0 to 16777215), got -1");
+  // The largest id is fine.
+  EXPECT_EQ(error_of(R"({"model": {"type": "BPE", "vocab": {"a": 16777215}, "merges": []}})"),
+            "no error");
+}
+
 TEST(TokenizerComponents, StreamingNeverSplitsACharacter) {
   // Byte-fallback pieces of one emoji arrive one id at a time; nothing comes out until the
   // character is whole.

@@ -243,6 +243,8 @@ class TemplateProcessing final : public PostProcessor {
   TemplateProcessing(const json& node, const JsonPath& where) {
     const json& single = require(node, "single", where);
     const json& specials = require(node, "special_tokens", where);
+    if (!single.is_array()) fail("{}: expected a list", (where / "single").str());
+    if (!specials.is_object()) fail("{}: expected an object", (where / "special_tokens").str());
     for (size_t i = 0; i < single.size(); ++i) {
       const json& item = single[i];
       JsonPath item_path = (where / "single")[i];
@@ -254,9 +256,11 @@ class TemplateProcessing final : public PostProcessor {
         if (!specials.contains(name)) {
           fail("{}: special token \"{}\" is not in special_tokens", item_path.str(), name);
         }
+        const JsonPath ids_path = where / "special_tokens" / name / "ids";
         const json& ids = require(specials[name], "ids", where / "special_tokens" / name);
+        if (!ids.is_array()) fail("{}: expected a list of token ids", ids_path.str());
         Piece piece;
-        for (const json& id : ids) piece.ids.push_back(id.get<int32_t>());
+        for (size_t j = 0; j < ids.size(); ++j) piece.ids.push_back(token_id(ids[j], ids_path[j]));
         pieces_.push_back(std::move(piece));
       } else {
         fail("{}: expected \"Sequence\" or \"SpecialToken\"", item_path.str());
@@ -288,14 +292,21 @@ class TemplateProcessing final : public PostProcessor {
 class SurroundProcessing final : public PostProcessor {
  public:
   SurroundProcessing(const json& node, const JsonPath& where)
-      : cls_(require(node, "cls", where).at(1).get<int32_t>()),
-        sep_(require(node, "sep", where).at(1).get<int32_t>()) {}
+      : cls_(pair_id(node, "cls", where)), sep_(pair_id(node, "sep", where)) {}
   void process(std::vector<int32_t>& ids) const override {
     ids.insert(ids.begin(), cls_);
     ids.push_back(sep_);
   }
 
  private:
+  // "cls": ["[CLS]", 101]: the token and its id.
+  static int32_t pair_id(const json& node, std::string_view key, const JsonPath& where) {
+    const json& pair = require(node, key, where);
+    if (!pair.is_array() || pair.size() != 2) {
+      fail("{}: expected [token, id]", (where / key).str());
+    }
+    return token_id(pair[1], (where / key)[1]);
+  }
   int32_t cls_, sep_;
 };
 

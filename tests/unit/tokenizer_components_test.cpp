@@ -181,6 +181,27 @@ TEST(TokenizerComponents, IdsPastTheLimitAreErrors) {
   }
   EXPECT_EQ(error_of(R"({"model": {"type": "BPE", "vocab": {"a": -1}, "merges": []}})"),
             "model.vocab.a: expected a token id (an integer from 0 to 16777215), got -1");
+  // The post-processors' ids and their shapes.
+  const std::string model = R"("model": {"type": "BPE", "vocab": {"a": 0}, "merges": []})";
+  EXPECT_EQ(error_of(R"({"post_processor": {"type": "BertProcessing", "cls": ["[CLS]", 4294967296],
+      "sep": ["[SEP]", 2]}, )" +
+                     model + "}"),
+            "post_processor.cls[1]: expected a token id (an integer from 0 to 16777215), got "
+            "4294967296");
+  EXPECT_EQ(error_of(R"({"post_processor": {"type": "BertProcessing", "cls": 5,
+      "sep": ["[SEP]", 2]}, )" +
+                     model + "}"),
+            "post_processor.cls: expected [token, id]");
+  EXPECT_EQ(error_of(R"({"post_processor": {"type": "TemplateProcessing", "single": {"a": 1},
+      "special_tokens": {}}, )" +
+                     model + "}"),
+            "post_processor.single: expected a list");
+  EXPECT_EQ(error_of(R"({"post_processor": {"type": "TemplateProcessing",
+      "single": [{"SpecialToken": {"id": "<s>"}}],
+      "special_tokens": {"<s>": {"ids": ["one"]}}}, )" +
+                     model + "}"),
+            "post_processor.special_tokens.<s>.ids[0]: expected a token id (an integer from 0 to "
+            "16777215), got \"one\"");
   // The largest id is fine.
   EXPECT_EQ(error_of(R"({"model": {"type": "BPE", "vocab": {"a": 16777215}, "merges": []}})"),
             "no error");

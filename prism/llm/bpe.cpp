@@ -20,9 +20,12 @@ constexpr size_t kLongestCachedPiece = 256;
 BpeModel::BpeModel(const json& model, const JsonPath& where) {
   std::string type = pipeline::optional_string(model, "type", "BPE", where);
   if (type != "BPE") fail("{}: unsupported model type \"{}\" (only BPE)", where.str(), type);
-  if (model.contains("dropout") && !model["dropout"].is_null() &&
-      model["dropout"].get<double>() != 0.0) {
-    fail("{}: BPE dropout is for training; inference expects none", (where / "dropout").str());
+  if (model.contains("dropout") && !model["dropout"].is_null()) {
+    const json& dropout = model["dropout"];
+    if (!dropout.is_number()) fail("{}: expected a number or null", (where / "dropout").str());
+    if (dropout.get<double>() != 0.0) {
+      fail("{}: BPE dropout is for training; inference expects none", (where / "dropout").str());
+    }
   }
   continuing_subword_prefix_ =
       pipeline::optional_string(model, "continuing_subword_prefix", "", where);

@@ -114,7 +114,9 @@ class AddedTokenMatcher {
 
 std::string token_string(const json& value, const JsonPath& where) {
   if (value.is_string()) return value.get<std::string>();
-  if (value.is_object() && value.contains("content")) return value["content"].get<std::string>();
+  if (value.is_object() && value.contains("content") && value["content"].is_string()) {
+    return value["content"].get<std::string>();
+  }
   fail("{}: expected a token string or {{\"content\": ...}}", where.str());
 }
 
@@ -243,9 +245,14 @@ Tokenizer Tokenizer::build(const json& root, std::string_view root_text,
         config.chat_template = it->get<std::string>();
       } else if (it->is_array()) {
         // Several named templates: the one called "default" is what apply_chat_template uses.
-        for (const json& named : *it) {
-          if (named.value("name", "") == "default")
-            config.chat_template = named.value("template", "");
+        for (size_t i = 0; i < it->size(); ++i) {
+          const json& named = (*it)[i];
+          const JsonPath at = (ctop / "chat_template")[i];
+          if (!named.is_object())
+            fail("{}: expected {{\"name\": ..., \"template\": ...}}", at.str());
+          if (pipeline::optional_string(named, "name", "", at) == "default") {
+            config.chat_template = pipeline::optional_string(named, "template", "", at);
+          }
         }
       } else {
         fail("{}: expected a string or a list of named templates", (ctop / "chat_template").str());

@@ -207,6 +207,32 @@ TEST(TokenizerComponents, IdsPastTheLimitAreErrors) {
             "no error");
 }
 
+// Fields of the wrong JSON type are one error naming the field, not a JSON library exception
+// (the first was found by fuzz_tokenizer: fuzz/corpus/tokenizer/regression-fdb5abc83b37).
+TEST(TokenizerComponents, FieldsOfTheWrongTypeAreErrors) {
+  auto error_of = [](const std::string& text, const std::string& config = {}) -> std::string {
+    try {
+      Tokenizer::from_json(text, "t.json", config, "c.json");
+    } catch (const prism::Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const std::string bpe = R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})";
+  EXPECT_EQ(error_of(R"({"model": {"type": "BPE", "dropout": [0.1], "vocab": {}, "merges": []}})"),
+            "t.json:1:38: model.dropout: expected a number or null");
+  EXPECT_EQ(error_of(R"({"model": {"type": "BPE", "dropout": 0.1, "vocab": {}, "merges": []}})"),
+            "t.json:1:38: model.dropout: BPE dropout is for training; inference expects none");
+  EXPECT_EQ(error_of(bpe, R"({"chat_template": [{"name": "default", "template": "x"}, 3]})"),
+            "c.json:1:58: chat_template[1]: expected {\"name\": ..., \"template\": ...}");
+  EXPECT_EQ(error_of(bpe, R"({"chat_template": [{"name": 7, "template": "x"}]})"),
+            "c.json:1:29: chat_template[0].name: expected a string");
+  EXPECT_EQ(error_of(bpe, R"({"chat_template": [{"name": "default", "template": null}]})"),
+            "no error");
+  EXPECT_EQ(error_of(bpe, R"({"bos_token": {"content": 5}})"),
+            "c.json:1:15: bos_token: expected a token string or {\"content\": ...}");
+}
+
 TEST(TokenizerComponents, StreamingNeverSplitsACharacter) {
   // Byte-fallback pieces of one emoji arrive one id at a time; nothing comes out until the
   // character is whole.

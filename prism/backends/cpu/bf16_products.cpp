@@ -18,6 +18,7 @@
 #include "prism/backends/cpu/gemm.h"
 #include "prism/backends/cpu/onednn.h"
 #include "prism/backends/cpu/simd.h"
+#include "prism/backends/cpu/thread_pool.h"
 #include "prism/backends/cpu/topology.h"
 #include "prism/backends/cpu/weight_layout.h"
 #include "prism/core/dtype.h"
@@ -178,12 +179,11 @@ Bf16ProductsSpeed measure_bf16_products(int M, int K, int N, int rounds) {
   for (auto& v : w) v = f32_to_bf16(uniform(rng));
   // The weights as the CPU backend keeps them: blocked where it would block them.
   const bool blocked = blockable(Shape(DType::bf16, {{"n", N}, {"k", K}}));
-  std::vector<uint16_t> kept(w.size());
+  std::vector<uint16_t> kept = w;
   if (blocked) {
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t k = 0; k < K; ++k) kept[blocked_index(n, k, K)] = w[n * K + k];
-  } else {
-    kept = w;
+    ThreadPool one(1);
+    copy_weights(reinterpret_cast<const std::byte*>(w.data()),
+                 reinterpret_cast<std::byte*>(kept.data()), N, K, true, one);
   }
   const GemmWeights weights =
       blocked ? GemmWeights{kept.data(), 0, 0, K} : GemmWeights{kept.data(), 1, K};

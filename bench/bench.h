@@ -122,5 +122,8 @@ void ensure_checkpoint(const std::string& dir);
 // format, naming `command`.
 std::string checkpoint_gguf(const std::string& dir, const std::string& format,
                             const std::string& command);
+// Speculative decoding on that checkpoint (bench/speculate_bench.cpp): `speculate`, and
+// `llm --speculate`.
+void speculate_bench();
 
 }  // namespace prism::bench

@@ -19,6 +19,8 @@
 //
 //   prism-bench llm [--model=DIR] [--repeats=N] [--llamacpp=0] [--torch=bf16,f32|bf16|f32|0]
 //                   [--zero-copy=1] [--format=bf16|q8_0|q4_0|q4_k_m]
+//   prism-bench llm --speculate=lookup [--draft-tokens=K]: speculative decoding instead
+//   (bench/speculate_bench.cpp).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -314,6 +316,12 @@ size_t agreeing(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
 }
 
 void llm_bench() {
+  if (!option("speculate").empty()) {
+    PRISM_CHECK(option("speculate") == "lookup", "llm: --speculate takes lookup; not '{}'",
+                option("speculate"));
+    speculate_bench();
+    return;
+  }
   std::string dir = option("model", PRISM_BINARY_DIR "/bench/llama-1b-random");
   int repeats = std::stoi(option("repeats", "3"));
   PRISM_CHECK(repeats >= 1, "llm: --repeats must be at least 1");

@@ -21,6 +21,7 @@
 #include "prism/llm/engine.h"
 #include "prism/llm/gguf_model.h"
 #include "prism/llm/sampler.h"
+#include "prism/llm/speculative.h"
 #include "prism/llm/tokenizer.h"
 #include "prism/smi/activity.h"
 
@@ -46,6 +47,8 @@ struct Options {
   std::string keep_quantized = "auto";
   int64_t devices = 1;
   std::string mesh;
+  std::string speculate = "none";
+  int64_t draft_tokens = 4;
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -75,6 +78,8 @@ struct Stats {
   double prefill_ms = 0, decode_ms = 0;
   double copy_wait_ms = 0;  // --fast-start: waiting for the weights' copy, in neither
   size_t generated = 0;
+  prism::llm::SpeculationStats speculation;
+  bool speculating = false;
   // What this process does, for `prism smi` (prism/smi/activity.h): tokens generated and the
   // decoding rate of the current answer, at most every half second (and at its end).
   prism::smi::Publisher* publisher = nullptr;
@@ -95,6 +100,12 @@ struct Stats {
                  prefill_tokens, prefill_ms,
                  prefill_ms > 0 ? prefill_tokens / (prefill_ms / 1e3) : 0.0, decode_tokens,
                  decode_ms, decode_ms > 0 ? decode_tokens / (decode_ms / 1e3) : 0.0);
+    if (speculating) {
+      std::fprintf(stderr, " · speculation: %ld of %ld guesses kept (%.0f%%) in %ld checks",
+                   speculation.accepted, speculation.drafted,
+                   speculation.drafted ? 100.0 * speculation.accepted / speculation.drafted : 0.0,
+                   speculation.checks);
+    }
     if (copy_wait_ms > 0) std::fprintf(stderr, " · waited %.1f ms for the copy", copy_wait_ms);
     std::fprintf(stderr, "\n");
   }
@@ -104,31 +115,43 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-// Generates after `prompt` (fed at the engine's position); streams text through `detok` (or
-// collects ids) and returns the generated ids. Stops at an eos id, a stop string, the token
-// limit, a full cache or Ctrl-C.
+// Generates after `prompt` (which joins `history`, the conversation; the engine may not have
+// run its last token yet); streams text through `detok` (or collects ids) and returns the
+// generated ids, which join `history` too. Stops at an eos id (not kept), a stop string, the
+// token limit, a full cache or Ctrl-C.
 std::vector<int32_t> generate(prism::llm::Engine& engine, prism::llm::Sampler& sampler,
-                              std::span<const int32_t> prompt, const Options& o,
-                              prism::llm::StreamingDetokenizer* detok,
+                              prism::llm::Drafter* drafter, std::span<const int32_t> prompt,
+                              const Options& o, prism::llm::StreamingDetokenizer* detok,
                               std::vector<int32_t>& history, Stats& stats) {
   const auto& eos = engine.info().eos_token_ids;
+  history.insert(history.end(), prompt.begin(), prompt.end());
+  prism::llm::Generator generator(engine, sampler, history,
+                                  {.drafter = drafter, .draft_tokens = o.draft_tokens});
   // Time spent waiting for the weights' copy (--fast-start) counts apart.
   const double w0 = engine.copy_wait_seconds();
   auto t0 = Clock::now();
-  std::vector<float> logits = engine.feed(prompt);
-  const double w1 = engine.copy_wait_seconds();
-  stats.prefill_ms += ms_since(t0) - (w1 - w0) * 1e3;
-  stats.prefill_tokens += prompt.size();
-  history.insert(history.end(), prompt.begin(), prompt.end());
   std::vector<int32_t> generated;
   std::string text;
-  t0 = Clock::now();
   g_interrupted = false;
+  double w1 = w0;
   for (int64_t i = 0; i < o.max_tokens && !g_interrupted; ++i) {
-    int32_t next = sampler.next(logits, history);
-    if (std::find(eos.begin(), eos.end(), next) != eos.end()) break;
+    if (generator.full()) {
+      std::fprintf(stderr, "\nllm: stopped at the cache's %ld positions (--seqlen)\n",
+                   engine.seqlen());
+      break;
+    }
+    const int32_t next = generator.next();
+    if (i == 0) {  // the first token: the prompt's step
+      w1 = engine.copy_wait_seconds();
+      stats.prefill_ms += ms_since(t0) - (w1 - w0) * 1e3;
+      stats.prefill_tokens += prompt.size();
+      t0 = Clock::now();
+    }
+    if (std::find(eos.begin(), eos.end(), next) != eos.end()) {
+      history.pop_back();
+      break;
+    }
     generated.push_back(next);
-    history.push_back(next);
     ++stats.generated;
     stats.publish(engine, i > 0 ? i / (ms_since(t0) / 1e3) : 0, false);
     if (detok) {
@@ -145,21 +168,18 @@ std::vector<int32_t> generate(prism::llm::Engine& engine, prism::llm::Sampler& s
       }
       if (stop) break;
     }
-    if (i + 1 == o.max_tokens) break;
-    if (engine.position() >= engine.seqlen()) {
-      std::fprintf(stderr, "\nllm: stopped at the cache's %ld positions (--seqlen)\n",
-                   engine.seqlen());
-      break;
-    }
-    int32_t feed[] = {next};
-    logits = engine.feed(feed);
-    ++stats.decode_tokens;
   }
+  generator.stop();
+  // Decoding: the steps after the first token's.
   const double w2 = engine.copy_wait_seconds();
-  const double decode_ms = ms_since(t0) - (w2 - w1) * 1e3;
-  stats.decode_ms += decode_ms;
-  stats.copy_wait_ms += (w2 - w0) * 1e3;
+  const double decode_ms = generated.size() > 1 ? ms_since(t0) - (w2 - w1) * 1e3 : 0;
   const double steps = generated.size() > 1 ? static_cast<double>(generated.size() - 1) : 0;
+  stats.decode_ms += decode_ms;
+  stats.decode_tokens += static_cast<size_t>(steps);
+  stats.copy_wait_ms += (w2 - w0) * 1e3;
+  stats.speculation.checks += generator.stats().checks;
+  stats.speculation.drafted += generator.stats().drafted;
+  stats.speculation.accepted += generator.stats().accepted;
   stats.publish(engine, decode_ms > 0 ? steps / (decode_ms / 1e3) : 0, true);
   if (detok) std::fputs(detok->finish().c_str(), stdout);
   return generated;
@@ -170,6 +190,10 @@ int run(const Options& o) {
               "llm: give --prompt or --prompt-ids, not both");
   PRISM_CHECK(o.max_tokens >= 0, "llm: --max-tokens must be >= 0, got {}", o.max_tokens);
   const std::optional<prism::DType> dtype = prism::llm::compute_dtype(o.dtype, "llm");
+  const std::unique_ptr<prism::llm::Drafter> drafter = prism::llm::make_drafter(o.speculate, "llm");
+  PRISM_CHECK(o.draft_tokens >= 1 && o.draft_tokens <= prism::llm::kMaxDraftTokens,
+              "llm: --draft-tokens must be between 1 and {}, got {}", prism::llm::kMaxDraftTokens,
+              o.draft_tokens);
   std::vector<int32_t> prompt_ids;
   if (!o.prompt_ids.empty()) prompt_ids = parse_ids(o.prompt_ids);
   std::optional<prism::llm::Tokenizer> tokenizer;
@@ -196,6 +220,7 @@ int run(const Options& o) {
   prism::llm::Engine engine(o.model, platform, options);
   prism::llm::Sampler sampler(o.sampling);
   Stats stats;
+  stats.speculating = drafter != nullptr;
   std::vector<int> device_indices;
   for (size_t d = 0; d < engine.devices().size(); ++d)
     device_indices.push_back(static_cast<int>(d));
@@ -210,8 +235,8 @@ int run(const Options& o) {
   if (!o.prompt_ids.empty()) {  // ids as they are: no template, no BOS added
     std::optional<prism::llm::StreamingDetokenizer> detok;
     if (!o.print_ids) detok.emplace(*tokenizer, true);
-    std::vector<int32_t> out =
-        generate(engine, sampler, prompt_ids, o, detok ? &*detok : nullptr, history, stats);
+    std::vector<int32_t> out = generate(engine, sampler, drafter.get(), prompt_ids, o,
+                                        detok ? &*detok : nullptr, history, stats);
     if (o.print_ids) {
       for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? " " : "", out[i]);
     }
@@ -247,7 +272,8 @@ int run(const Options& o) {
     }
     std::vector<int32_t> fresh(ids.begin() + history.size(), ids.end());
     prism::llm::StreamingDetokenizer detok(*tokenizer, true);
-    std::vector<int32_t> reply = generate(engine, sampler, fresh, o, &detok, history, stats);
+    std::vector<int32_t> reply =
+        generate(engine, sampler, drafter.get(), fresh, o, &detok, history, stats);
     std::printf("\n");
     messages.push_back({{"role", "assistant"},
                         {"content", tokenizer->decode(reply, {.skip_special_tokens = true})}});
@@ -322,6 +348,12 @@ const prism::cli::RegisterCommand kLlm{
       app.add_option("--devices", o->devices,
                      "run tensor-parallel over N devices of the platform (--mesh=model:N)");
       app.add_option("--mesh", o->mesh, "the devices as named axes, as in model:2");
+      app.add_option("--speculate", o->speculate,
+                     "none, or lookup: speculative decoding, the next tokens guessed from the "
+                     "conversation's earlier text and checked in one step (docs/speculative.md)")
+          ->capture_default_str();
+      app.add_option("--draft-tokens", o->draft_tokens, "the most guesses checked in one step")
+          ->capture_default_str();
       return [o] { return run(*o); };
     }};
 

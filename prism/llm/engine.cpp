@@ -24,6 +24,9 @@ nlohmann::json read_json(const std::string& uri) {
 
 // Window sizes compiled for prefill; a window is padded up to the next one that fits.
 constexpr int64_t kWindows[] = {1, 16, 64, 256, 512, 1024};
+// Window sizes for steps that return every token's logits (speculative decoding's checks of a
+// few guessed tokens): padding is computed as if real, so the sizes stay close together.
+constexpr int64_t kCheckWindows[] = {1, 2, 4, 8, 16, 32, 64};
 
 }  // namespace
 
@@ -161,7 +164,7 @@ Engine::Engine(Checkpoint checkpoint, Platform& platform, const EngineOptions& o
         kept_quantized(store_, platform_, options_.mesh, options.keep_quantized.has_value()));
   }
   // Every window's executable reads the same weights: load them for the first one.
-  ShardedExecutable& first = executable(1);
+  ShardedExecutable& first = executable(1, models::Logits::last);
   devices_ = first.devices();
   // A mesh axis nothing is split over would only copy the model: surely not what was meant.
   for (size_t a = 0; a < options_.mesh.axes().size(); ++a) {
@@ -233,40 +236,60 @@ void Engine::start_copying() {
   copy_ = nullptr;
 }
 
+namespace {
+
+// The step's inputs that it updates in place: every state for a step that returns the last
+// token's logits; for one that returns every token's (speculative decoding's check), only the
+// positional ones, so that the others, as they were before it, stay for Engine::rewind.
+std::vector<bool> donated_states(const std::vector<models::StateSpec>& specs,
+                                 models::Logits which) {
+  std::vector<bool> donated;
+  for (const models::StateSpec& s : specs) {
+    donated.push_back(which == models::Logits::last || s.positional);
+  }
+  return donated;
+}
+
+}  // namespace
+
 Executable compile_step(Platform& platform, const models::CausalLM& model, int64_t window,
-                        int64_t seqlen, CompileCache* cache) {
+                        int64_t seqlen, CompileCache* cache, models::Logits which) {
   std::vector<Shape> inputs{Shape(DType::i32, {{"s", window}}), Shape::scalar(DType::i32),
                             Shape::scalar(DType::i32)};
   CompileOptions options{.cache = cache};
-  for (const models::StateSpec& s : model.state_specs(seqlen)) {
-    options.donate.push_back(static_cast<int>(inputs.size()));
-    inputs.push_back(s.shape);
+  const std::vector<models::StateSpec> specs = model.state_specs(seqlen);
+  const std::vector<bool> donated = donated_states(specs, which);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (donated[i]) options.donate.push_back(static_cast<int>(inputs.size()));
+    inputs.push_back(specs[i].shape);
   }
-  TraceFn fn = [&model](std::span<const Tensor> in) {
-    return model.forward(in[0], in[1], in[2], in.subspan(3));
+  TraceFn fn = [&model, which](std::span<const Tensor> in) {
+    return model.forward(in[0], in[1], in[2], in.subspan(3), which);
   };
   return compile(platform, fn, inputs, options);
 }
 
 ShardedExecutable compile_sharded_step(Platform& platform, const models::CausalLM& model,
                                        int64_t window, int64_t seqlen, const Mesh& mesh,
-                                       CompileCache* cache) {
+                                       CompileCache* cache, models::Logits which) {
   std::vector<Shape> inputs{Shape(DType::i32, {{"s", window}}), Shape::scalar(DType::i32),
                             Shape::scalar(DType::i32)};
   ShardedCompileOptions options{.mesh = mesh, .inputs = {{}, {}, {}}, .cache = cache};
-  for (const models::StateSpec& s : model.state_specs(seqlen)) {
-    options.donate.push_back(static_cast<int>(inputs.size()));
-    inputs.push_back(s.shape);
-    options.inputs.push_back(s.sharding);
+  const std::vector<models::StateSpec> specs = model.state_specs(seqlen);
+  const std::vector<bool> donated = donated_states(specs, which);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (donated[i]) options.donate.push_back(static_cast<int>(inputs.size()));
+    inputs.push_back(specs[i].shape);
+    options.inputs.push_back(specs[i].sharding);
   }
-  TraceFn fn = [&model](std::span<const Tensor> in) {
-    return model.forward(in[0], in[1], in[2], in.subspan(3));
+  TraceFn fn = [&model, which](std::span<const Tensor> in) {
+    return model.forward(in[0], in[1], in[2], in.subspan(3), which);
   };
   return compile_sharded(platform, fn, inputs, options);
 }
 
 Engine::Slot Engine::new_slot() {
-  ShardedExecutable& first = executable(1);
+  ShardedExecutable& first = executable(1, models::Logits::last);
   Slot slot;
   slot.states.resize(devices_.size());
   for (size_t i = 0; i < state_specs_.size(); ++i) {
@@ -290,6 +313,9 @@ void Engine::reset(int slot_index) {
               slots());
   Slot& slot = slots_[slot_index];
   slot.position = 0;
+  slot.pending.clear();
+  slot.before.clear();
+  slot.since.clear();
   // Positional states (KV caches) are overwritten as positions are reused. The others start
   // again from zeros, written by a compiled fill into the buffers they donate: a reset is a
   // program like every step, so it needs no write into device memory from outside (PJRT's
@@ -327,41 +353,79 @@ void Engine::reset(int slot_index) {
   }
 }
 
-ShardedExecutable& Engine::executable(int64_t window) {
-  auto it = executables_.find(window);
+ShardedExecutable& Engine::executable(int64_t window, models::Logits which) {
+  auto it = executables_.find({window, which});
   if (it != executables_.end()) return it->second;
   return executables_
-      .emplace(window, compile_sharded_step(platform_, *model_, window, options_.seqlen,
-                                            options_.mesh, options_.compile_cache.get()))
+      .emplace(std::pair{window, which},
+               compile_sharded_step(platform_, *model_, window, options_.seqlen, options_.mesh,
+                                    options_.compile_cache.get(), which))
       .first->second;
 }
 
-std::vector<float> Engine::feed(int slot_index, std::span<const int32_t> tokens) {
+int64_t Engine::position(int slot) const {
+  const Slot& s = slots_.at(slot);
+  return s.position + static_cast<int64_t>(s.pending.size());
+}
+
+std::vector<float> Engine::feed(int slot, std::span<const int32_t> tokens) {
+  return run(slot, tokens, models::Logits::last);
+}
+
+std::vector<float> Engine::feed_every(int slot, std::span<const int32_t> tokens) {
+  return run(slot, tokens, models::Logits::every);
+}
+
+std::vector<float> Engine::run(int slot_index, std::span<const int32_t> given,
+                               models::Logits which) {
   PRISM_CHECK(slot_index >= 0 && slot_index < slots(), "llm: no slot {} ({} slots)", slot_index,
               slots());
-  take_copies();
-  Slot& slot = slots_[slot_index];
-  int64_t& position = slot.position;
-  PRISM_CHECK(!tokens.empty(), "llm: nothing to feed");
-  int64_t n = static_cast<int64_t>(tokens.size());
-  PRISM_CHECK(position + n <= options_.seqlen,
-              "llm: the conversation needs {} positions but the cache holds {} (--seqlen)",
-              position + n, options_.seqlen);
-  for (int32_t t : tokens) {
+  PRISM_CHECK(!given.empty(), "llm: nothing to feed");
+  const int64_t needed = position(slot_index) + static_cast<int64_t>(given.size());
+  PRISM_CHECK(needed <= options_.seqlen,
+              "llm: the conversation needs {} positions but the cache holds {} (--seqlen)", needed,
+              options_.seqlen);
+  for (int32_t t : given) {
     PRISM_CHECK(t >= 0 && t < info_.vocab_size, "llm: token id {} is outside the vocabulary of {}",
                 t, info_.vocab_size);
   }
+  take_copies();
+  Slot& slot = slots_[slot_index];
+  // The tokens a rewind kept but not their states run first; their logits are not returned.
+  std::vector<int32_t> tokens = std::move(slot.pending);
+  slot.pending.clear();
+  const int64_t skip = static_cast<int64_t>(tokens.size());
+  tokens.insert(tokens.end(), given.begin(), given.end());
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const bool every = which == models::Logits::every;
+  // What a rewind needs after feed_every: the states the step does not update in place (those
+  // that are not positional) as they are now, the position and the tokens from there.
+  slot.before.clear();
+  slot.since.clear();
+  if (every) {
+    slot.before.resize(devices_.size());
+    for (size_t d = 0; d < devices_.size(); ++d) {
+      for (size_t i = 0; i < state_specs_.size(); ++i) {
+        if (!state_specs_[i].positional) slot.before[d].push_back(slot.states[d][i]);
+      }
+    }
+    slot.before_position = slot.position;
+    slot.since = tokens;
+  }
+  int64_t& position = slot.position;
+  const std::span<const int64_t> windows =
+      every ? std::span<const int64_t>(kCheckWindows) : std::span<const int64_t>(kWindows);
   std::vector<float> logits;
   for (int64_t done = 0; done < n;) {
     int64_t remaining = n - done, room = options_.seqlen - position;
     int64_t window = remaining;  // exact, unless a compiled size fits
-    for (int64_t w : kWindows) {
+    for (int64_t w : windows) {
       if (w >= remaining && w <= room) {
         window = w;
         break;
       }
     }
-    window = std::min(window, kWindows[std::size(kWindows) - 1]);
+    window = std::min(window, windows.back());
     int64_t chunk = std::min(remaining, window);
     HostBuffer ids(Shape(DType::i32, {{"s", window}}));
     std::copy(tokens.begin() + done, tokens.begin() + done + chunk, ids.as<int32_t>().begin());
@@ -369,23 +433,61 @@ std::vector<float> Engine::feed(int slot_index, std::span<const int32_t> tokens)
         HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {static_cast<int32_t>(position)});
     const HostBuffer last =
         HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {static_cast<int32_t>(chunk - 1)});
+    ShardedExecutable& exe = executable(window, which);
     std::vector<std::vector<Buffer>> in(devices_.size());
     for (size_t d = 0; d < devices_.size(); ++d) {
       in[d] = {devices_[d]->upload(ids), devices_[d]->upload(at), devices_[d]->upload(last)};
       in[d].insert(in[d].end(), slot.states[d].begin(), slot.states[d].end());
-      slot.states[d].clear();  // donated: the outputs are the states now
+      slot.states[d].clear();  // donated, or kept in `before`: the outputs are the states now
     }
-    std::vector<std::vector<Buffer>> out = executable(window).call(weights_, in);
+    std::vector<std::vector<Buffer>> out = exe.call(weights_, in);
     for (size_t d = 0; d < devices_.size(); ++d)
       slot.states[d].assign(out[d].begin() + 1, out[d].end());
     // The logits, assembled where the LM head splits them by vocabulary.
-    HostBuffer l = executable(window).output_to_host(out, 0);
-    logits.assign(l.as<float>().begin(), l.as<float>().end());
+    HostBuffer l = exe.output_to_host(out, 0);
+    const std::span<const float> all = l.as<float>();
+    if (every) {  // {window, voc}: the real rows, past the skipped ones
+      const int64_t vocab = static_cast<int64_t>(all.size()) / window;
+      const int64_t first = std::max<int64_t>(skip - done, 0);
+      if (first < chunk) {
+        logits.insert(logits.end(), all.begin() + first * vocab, all.begin() + chunk * vocab);
+      }
+    } else {
+      logits.assign(all.begin(), all.end());
+    }
     position += chunk;
     done += chunk;
   }
   start_copying();
   return logits;
+}
+
+void Engine::rewind(int slot_index, int64_t to) {
+  PRISM_CHECK(slot_index >= 0 && slot_index < slots(), "llm: no slot {} ({} slots)", slot_index,
+              slots());
+  Slot& slot = slots_[slot_index];
+  const int64_t now = position(slot_index);
+  PRISM_CHECK(to >= 0 && to <= now, "llm: cannot rewind to position {}: the conversation is at {}",
+              to, now);
+  if (to == now) return;
+  if (std::all_of(state_specs_.begin(), state_specs_.end(),
+                  [](const models::StateSpec& s) { return s.positional; })) {
+    // KV caches alone: what lies past `to` is overwritten before anything reads it.
+    slot.position = to;
+    return;
+  }
+  PRISM_CHECK(!slot.before.empty() && to >= slot.before_position,
+              "llm: cannot rewind to position {}: the states are kept back to the start of the "
+              "last feed_every only ({})",
+              to, slot.before.empty() ? now : slot.before_position);
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    size_t k = 0;
+    for (size_t i = 0; i < state_specs_.size(); ++i) {
+      if (!state_specs_[i].positional) slot.states[d][i] = slot.before[d][k++];
+    }
+  }
+  slot.position = slot.before_position;
+  slot.pending.assign(slot.since.begin(), slot.since.begin() + (to - slot.before_position));
 }
 
 ShardedExecutable compile_decode_batch(Platform& platform, const models::CausalLM& model,
@@ -419,7 +521,10 @@ std::vector<std::vector<float>> Engine::decode(std::span<const int> slot_ids,
               tokens.size(), slot_ids.size());
   take_copies();
   std::vector<std::vector<float>> logits;
-  if (!model_->batches() || slot_ids.size() == 1) {
+  const bool pending = std::any_of(slot_ids.begin(), slot_ids.end(), [&](int s) {
+    return s >= 0 && s < slots() && !slots_[s].pending.empty();
+  });
+  if (!model_->batches() || slot_ids.size() == 1 || pending) {
     for (size_t i = 0; i < slot_ids.size(); ++i) {
       logits.push_back(feed(slot_ids[i], tokens.subspan(i, 1)));
     }
@@ -457,6 +562,7 @@ std::vector<std::vector<float>> Engine::decode(std::span<const int> slot_ids,
       slots_[s].states[d].clear();  // donated: the outputs are the states now
     }
   }
+  for (int s : slot_ids) slots_[s].before.clear();
   std::vector<std::vector<Buffer>> out = exe.call(weights_, in);
   const size_t per = state_specs_.size();
   for (size_t d = 0; d < devices_.size(); ++d) {

@@ -73,12 +73,16 @@ std::optional<bool> keep_quantized(std::string_view name, std::string_view comma
 // The model's step over a window of `window` tokens for conversations of up to `seqlen`
 // positions, compiled with the states donated. Inputs: tokens {s} (i32), start and last (i32
 // scalars), then the states; outputs: the logits at `last`, then the updated states.
+// With Logits::every, the logits of every token of the window (f32 {s, voc}), and only the
+// positional states donated: the others stay as they were, for Engine::rewind.
 Executable compile_step(Platform& platform, const models::CausalLM& model, int64_t window,
-                        int64_t seqlen, CompileCache* cache = nullptr);
+                        int64_t seqlen, CompileCache* cache = nullptr,
+                        models::Logits which = models::Logits::last);
 // The same step over the devices of `mesh`, with the states split as the model says.
 ShardedExecutable compile_sharded_step(Platform& platform, const models::CausalLM& model,
                                        int64_t window, int64_t seqlen, const Mesh& mesh,
-                                       CompileCache* cache = nullptr);
+                                       CompileCache* cache = nullptr,
+                                       models::Logits which = models::Logits::last);
 
 // The batched decoding step (CausalLM::decode_batch) for `batch` conversations with states for
 // `seqlen` positions, over the devices of `mesh`, every state donated. Inputs: tokens {b} and
@@ -99,7 +103,7 @@ class Engine {
 
   // The model's info, with generation_config.json's eos ids added to config.json's.
   const models::ModelInfo& info() const { return info_; }
-  int64_t position() const { return slots_[0].position; }
+  int64_t position() const { return position(0); }
   // The decode states on the (first) device, in the model's state_specs() order.
   const std::vector<Buffer>& states() const { return slots_[0].states[0]; }
   // Every device's decode states and weights (one device unless options.mesh splits it).
@@ -125,7 +129,20 @@ class Engine {
   int slots() const { return static_cast<int>(slots_.size()); }
   std::vector<float> feed(int slot, std::span<const int32_t> tokens);
   void reset(int slot);
-  int64_t position(int slot) const { return slots_.at(slot).position; }
+  // The tokens the slot's conversation holds.
+  int64_t position(int slot) const;
+
+  // Speculative decoding's check (prism/llm/speculative.h): runs `tokens` as feed() does and
+  // returns the logits after each of them, row after row (tokens.size() rows of the
+  // vocabulary's size).
+  std::vector<float> feed_every(int slot, std::span<const int32_t> tokens);
+  std::vector<float> feed_every(std::span<const int32_t> tokens) { return feed_every(0, tokens); }
+  // Takes the slot's conversation back to its first `position` tokens, forgetting the rest.
+  // A model with KV caches alone goes back anywhere; one with recurrent or convolution states
+  // only as far as the start of the last feed_every: those states are kept from before it
+  // (not updated in place), and the tokens from there to `position` run again, first thing in
+  // the next call.
+  void rewind(int slot, int64_t position);
   // One token for each of `slots` (distinct), at each slot's position: with a model that
   // batches (CausalLM::batches), one step for all, each weight read once; else slot by slot.
   // Returns each slot's logits, in order.
@@ -141,7 +158,8 @@ class Engine {
   };
   static Checkpoint open(const std::string& model_uri, const EngineOptions& options);
   Engine(Checkpoint checkpoint, Platform& platform, const EngineOptions& options);
-  ShardedExecutable& executable(int64_t window);
+  ShardedExecutable& executable(int64_t window, models::Logits which);
+  std::vector<float> run(int slot, std::span<const int32_t> tokens, models::Logits which);
 
   Platform& platform_;
   std::vector<Platform*> devices_;
@@ -161,11 +179,18 @@ class Engine {
   std::vector<models::StateSpec> state_specs_;
   struct Slot {
     std::vector<std::vector<Buffer>> states;  // per device
-    int64_t position = 0;
+    int64_t position = 0;                     // the tokens the states hold
+    // After feed_every: the states that are not positional as they were before it (per
+    // device), the position then and the tokens fed since, for rewind().
+    std::vector<std::vector<Buffer>> before;
+    int64_t before_position = 0;
+    std::vector<int32_t> since;
+    // Tokens a rewind kept past `position`, run at the start of the next call.
+    std::vector<int32_t> pending;
   };
   Slot new_slot();
   std::vector<Slot> slots_;
-  std::map<int64_t, ShardedExecutable> executables_;
+  std::map<std::pair<int64_t, models::Logits>, ShardedExecutable> executables_;
   std::map<int64_t, ShardedExecutable> batch_executables_;  // decode steps, by batch size
   std::optional<ShardedExecutable> reset_;  // zeros into the non-positional states, on use
 };

@@ -17,7 +17,7 @@ Sampler::Sampler(SamplerOptions options) : o_(options), rng_(options.seed) {
               o_.repetition_penalty);
 }
 
-int32_t Sampler::next(std::span<const float> logits, std::span<const int32_t> history) {
+void Sampler::candidates(std::span<const float> logits, std::span<const int32_t> history) {
   PRISM_CHECK(!logits.empty(), "sampler: no logits");
   scratch_.assign(logits.begin(), logits.end());
   if (o_.repetition_penalty != 1) {  // as Hugging Face: divide positive logits, multiply others
@@ -29,8 +29,10 @@ int32_t Sampler::next(std::span<const float> logits, std::span<const int32_t> hi
     }
   }
   if (o_.temperature == 0) {
-    return static_cast<int32_t>(std::max_element(scratch_.begin(), scratch_.end()) -
-                                scratch_.begin());
+    order_.assign(1, static_cast<int32_t>(std::max_element(scratch_.begin(), scratch_.end()) -
+                                          scratch_.begin()));
+    p_.assign(1, 1.0);
+    return;
   }
   // Candidates by descending logit; top-k cuts the list.
   size_t n = scratch_.size();
@@ -46,7 +48,8 @@ int32_t Sampler::next(std::span<const float> logits, std::span<const int32_t> hi
     std::sort(order_.begin(), order_.end(), by_logit);
   }
   order_.resize(k);
-  std::vector<double> p(k);
+  std::vector<double>& p = p_;
+  p.resize(k);
   double top = scratch_[order_[0]] / o_.temperature, sum = 0;
   for (size_t i = 0; i < k; ++i) sum += p[i] = std::exp(scratch_[order_[i]] / o_.temperature - top);
   for (double& x : p) x /= sum;
@@ -66,13 +69,44 @@ int32_t Sampler::next(std::span<const float> logits, std::span<const int32_t> hi
       }
     }
   }
-  double total = std::accumulate(p.begin(), p.begin() + keep, 0.0);
+  order_.resize(keep);
+  p.resize(keep);
+}
+
+int32_t Sampler::draw(size_t skip) {
+  double total = 0;
+  for (size_t i = 0; i < p_.size(); ++i) total += i == skip ? 0 : p_[i];
   double r = std::uniform_real_distribution<double>(0, total)(rng_);
-  for (size_t i = 0; i < keep; ++i) {
-    r -= p[i];
-    if (r <= 0) return order_[i];
+  size_t chosen = p_.size();
+  for (size_t i = 0; i < p_.size(); ++i) {
+    if (i == skip) continue;
+    chosen = i;
+    r -= p_[i];
+    if (r <= 0) break;
   }
-  return order_[keep - 1];
+  return order_[chosen];
+}
+
+int32_t Sampler::next(std::span<const float> logits, std::span<const int32_t> history) {
+  candidates(logits, history);
+  if (order_.size() == 1) return order_[0];
+  return draw(p_.size());
+}
+
+int32_t Sampler::check(std::span<const float> logits, std::span<const int32_t> history,
+                       int32_t draft, bool& kept) {
+  candidates(logits, history);
+  const size_t at = std::find(order_.begin(), order_.end(), draft) - order_.begin();
+  kept = at < order_.size();
+  if (order_.size() == 1) return order_[0];
+  if (kept) {
+    // The rejection rule for a guess proposed with certainty: keep it with probability p(draft);
+    // else draw from p without it, normalized (max(p - q, 0) for q all on the guess).
+    const double total = std::accumulate(p_.begin(), p_.end(), 0.0);
+    kept = std::uniform_real_distribution<double>(0, total)(rng_) < p_[at];
+    if (kept) return draft;
+  }
+  return draw(at);
 }
 
 }  // namespace prism::llm

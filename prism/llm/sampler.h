@@ -23,12 +23,27 @@ class Sampler {
   explicit Sampler(SamplerOptions options);
   // `history`: the tokens so far (for the repetition penalty).
   int32_t next(std::span<const float> logits, std::span<const int32_t> history);
+  // Speculative decoding's check of a guessed token `draft` (one a drafter proposed with
+  // certainty): keeps it with the probability next() would pick it, else draws a token from
+  // the rest of next()'s distribution. So the token returned follows next()'s distribution,
+  // whatever the guess; greedy, the guess is kept when it is the most likely token. `kept`
+  // says whether the returned token is the guess.
+  int32_t check(std::span<const float> logits, std::span<const int32_t> history, int32_t draft,
+                bool& kept);
+  bool greedy() const { return o_.temperature == 0; }
 
  private:
+  // next()'s candidates, most likely first, in order_, and their probabilities (not
+  // normalized) in p_; greedy, the most likely alone.
+  void candidates(std::span<const float> logits, std::span<const int32_t> history);
+  // A candidate drawn by p_, skipping index `skip` (or none).
+  int32_t draw(size_t skip);
+
   SamplerOptions o_;
   std::mt19937_64 rng_;
   std::vector<float> scratch_;
   std::vector<int32_t> order_;
+  std::vector<double> p_;
 };
 
 }  // namespace prism::llm

@@ -102,6 +102,17 @@ std::unique_ptr<CausalLM> make_causal_lm(const nlohmann::json& config, std::stri
        fmt::join(supported_model_types(), ", "));
 }
 
+Tensor CausalLM::head_rows(const Tensor& x, const Tensor& last, Logits which) {
+  return which == Logits::last ? x.dynamic_slice("s", last, 1) : x;
+}
+
+Tensor CausalLM::logits_output(const Tensor& logits, Logits which) {
+  const Tensor out = which == Logits::last
+                         ? logits.reshape(Shape(logits.dtype(), {{"voc", logits.size("voc")}}))
+                         : logits;
+  return out.convert(DType::f32);
+}
+
 Tensor CausalLM::parameter(const std::string& name, const Shape& shape,
                            const Sharding& sharding) const {
   auto it = quantized_.find(name);

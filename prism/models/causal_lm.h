@@ -45,6 +45,12 @@ struct StateSpec {
   Sharding sharding = {};
 };
 
+// Which logits a step returns.
+enum class Logits {
+  last,   // the token's at index `last`: f32 {voc}
+  every,  // every window token's: f32 {s, voc} (speculative decoding checks guesses at once)
+};
+
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
@@ -55,10 +61,11 @@ class CausalLM {
 
   // One step over a window: `tokens` {s} (i32) at positions start..start+s-1, of which those
   // at indices 0..last are real and the rest padding; padding must leave the state as the
-  // real tokens leave it. Returns the logits (f32 {voc}) of the token at index `last`, then
-  // the updated states in state_specs' order.
+  // real tokens leave it. Returns the logits `which` says (the token's at index `last`, or
+  // every token's), then the updated states in state_specs' order.
   virtual std::vector<Tensor> forward(const Tensor& tokens, const Tensor& start, const Tensor& last,
-                                      std::span<const Tensor> states) const = 0;
+                                      std::span<const Tensor> states,
+                                      Logits which = Logits::last) const = 0;
 
   // Whether decode_batch is implemented.
   virtual bool batches() const { return false; }
@@ -86,6 +93,11 @@ class CausalLM {
   }
 
  protected:
+  // forward's hidden rows {s, d} that the LM head reads: the one at index `last`, or all.
+  static Tensor head_rows(const Tensor& x, const Tensor& last, Logits which);
+  // The LM head's output {s, voc} as forward returns it: f32, {voc} for Logits::last.
+  static Tensor logits_output(const Tensor& logits, Logits which);
+
   // The weight `name` of `shape` as the model computes with it: a parameter of that shape, or
   // the dequantized blocks of one kept quantized (a matrix whose rows are whole blocks).
   Tensor parameter(const std::string& name, const Shape& shape, const Sharding& sharding) const;

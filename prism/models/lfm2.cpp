@@ -255,7 +255,7 @@ Tensor Lfm2::attention_block(const Tensor& h, const std::string& p, const Tensor
 }
 
 std::vector<Tensor> Lfm2::forward(const Tensor& tokens, const Tensor& start, const Tensor& last,
-                                  std::span<const Tensor> states) const {
+                                  std::span<const Tensor> states, Logits which) const {
   const Lfm2Config& c = config_;
   const int64_t d = c.hidden_size;
   PRISM_CHECK(states.size() == state_specs(1).size(), "lfm2: {} state tensors given for {} layers",
@@ -299,10 +299,10 @@ std::vector<Tensor> Lfm2::forward(const Tensor& tokens, const Tensor& start, con
     }
     x = x + mlp(norm(x, p + "ffn_norm.weight"), p);
   }
-  Tensor final = norm(x.dynamic_slice("s", last, 1), "model.embedding_norm.weight");
+  Tensor final = norm(head_rows(x, last, which), "model.embedding_norm.weight");
   std::string head = c.tie_word_embeddings ? "model.embed_tokens" : "lm_head";
-  Tensor logits = linear(final, head, "d", "voc", c.vocab_size, false, by_vocab);  // {s=1, voc}
-  outputs[0] = logits.reshape(Shape(dtype_, {{"voc", c.vocab_size}})).convert(DType::f32);
+  Tensor logits = linear(final, head, "d", "voc", c.vocab_size, false, by_vocab);  // {s, voc}
+  outputs[0] = logits_output(logits, which);
   return outputs;
 }
 

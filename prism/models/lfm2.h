@@ -52,7 +52,8 @@ class Lfm2 : public CausalLM {
   std::vector<StateSpec> state_specs(int64_t seqlen) const override;
 
   std::vector<Tensor> forward(const Tensor& tokens, const Tensor& start, const Tensor& last,
-                              std::span<const Tensor> states) const override;
+                              std::span<const Tensor> states,
+                              Logits which = Logits::last) const override;
 
   bool batches() const override { return true; }
   std::vector<Tensor> decode_batch(const Tensor& tokens, const Tensor& positions,

@@ -190,7 +190,7 @@ Tensor Llama::layer_output(const Tensor& x, const Tensor& attended, int64_t l) c
 }
 
 std::vector<Tensor> Llama::forward(const Tensor& tokens, const Tensor& start, const Tensor& last,
-                                   std::span<const Tensor> caches) const {
+                                   std::span<const Tensor> caches, Logits which) const {
   const LlamaConfig& c = config_;
   PRISM_CHECK(static_cast<int64_t>(caches.size()) == 2 * c.num_layers,
               "llama: {} cache tensors given for {} layers", caches.size(), c.num_layers);
@@ -211,8 +211,8 @@ std::vector<Tensor> Llama::forward(const Tensor& tokens, const Tensor& start, co
         nn::attention(q.rename({{"s", "q"}}), keys, values, {.causal = true, .offset = start});
     x = layer_output(x, a.merge({"h", "hd"}, "a").rename({{"q", "s"}}), l);
   }
-  Tensor logits = lm_head(x.dynamic_slice("s", last, 1));  // {s=1, voc}
-  outputs[0] = logits.reshape(Shape(dtype_, {{"voc", c.vocab_size}})).convert(DType::f32);
+  Tensor logits = lm_head(head_rows(x, last, which));  // {s, voc}
+  outputs[0] = logits_output(logits, which);
   return outputs;
 }
 

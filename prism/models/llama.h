@@ -59,7 +59,8 @@ class Llama : public CausalLM {
   // Returns the logits (f32 {voc}) of the token at index `last` of the window, then the
   // updated caches (the window's keys and values written at `start`).
   std::vector<Tensor> forward(const Tensor& tokens, const Tensor& start, const Tensor& last,
-                              std::span<const Tensor> caches) const override;
+                              std::span<const Tensor> caches,
+                              Logits which = Logits::last) const override;
 
   bool batches() const override { return true; }
   std::vector<Tensor> decode_batch(const Tensor& tokens, const Tensor& positions,

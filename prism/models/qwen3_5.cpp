@@ -296,7 +296,7 @@ Tensor Qwen3_5::full_attention(const Tensor& x, const std::string& p, const Tens
 }
 
 std::vector<Tensor> Qwen3_5::forward(const Tensor& tokens, const Tensor& start, const Tensor& last,
-                                     std::span<const Tensor> states) const {
+                                     std::span<const Tensor> states, Logits which) const {
   const Qwen3_5Config& c = config_;
   const int64_t d = c.hidden_size;
   PRISM_CHECK(states.size() == state_specs(1).size(),
@@ -347,10 +347,10 @@ std::vector<Tensor> Qwen3_5::forward(const Tensor& tokens, const Tensor& start, 
     }
     x = x + mlp(norm(x, p + "post_attention_layernorm.weight", "d"), p);
   }
-  Tensor final = norm(x.dynamic_slice("s", last, 1), lm + "norm.weight", "d");
+  Tensor final = norm(head_rows(x, last, which), lm + "norm.weight", "d");
   std::string head = c.tie_word_embeddings ? lm + "embed_tokens.weight" : "lm_head.weight";
-  Tensor logits = linear(final, head, "d", "voc", c.vocab_size, by_vocab);  // {s=1, voc}
-  outputs[0] = logits.reshape(Shape(dtype_, {{"voc", c.vocab_size}})).convert(DType::f32);
+  Tensor logits = linear(final, head, "d", "voc", c.vocab_size, by_vocab);  // {s, voc}
+  outputs[0] = logits_output(logits, which);
   return outputs;
 }
 

@@ -4,6 +4,7 @@ set -u
 prism="$1"
 data="$PRISM_SOURCE_DIR/tests/data/llama"
 fail=0
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 check() {  # name, expected, actual
   if [[ "$2" != "$3" ]]; then echo "FAIL $1: expected '$2', got '$3'"; fail=1; else echo "ok $1"; fi
 }
@@ -15,6 +16,18 @@ check "greedy ids" "$want" "$got"
 got=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=128000,791,6864,315,9822,374 \
   --max-tokens=24 --print-ids --seqlen=64 --map-weights 2>/dev/null)
 check "greedy ids with the weights mapped in place" "$want" "$got"
+# Speculative decoding with prompt lookup: the same ids, the guesses counted on the last line.
+for k in 1 4 9; do
+  got=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=128000,791,6864,315,9822,374 \
+    --max-tokens=24 --print-ids --seqlen=64 --speculate=lookup --draft-tokens=$k 2>"$tmp/spec.err")
+  check "greedy ids with prompt lookup, $k guesses a step" "$want" "$got"
+  grep -q ' · speculation: [0-9]* of [0-9]* guesses kept' "$tmp/spec.err" \
+    || { echo "FAIL speculation statistics: $(cat "$tmp/spec.err")"; fail=1; }
+done
+err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --speculate=medium 2>&1 >/dev/null); rc=$?
+check "bad --speculate" "1 prism: error: llm: --speculate=medium is not one of none, lookup" "$rc $err"
+err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --speculate=lookup --draft-tokens=0 2>&1 >/dev/null); rc=$?
+check "bad --draft-tokens" "1 prism: error: llm: --draft-tokens must be between 1 and 32, got 0" "$rc $err"
 
 # The same ids on every other platform this binary has available (OpenCL on PoCL in CI), chosen
 # with --platform and with PRISM_PLATFORM.
@@ -45,7 +58,6 @@ check "bad dtype" "1 prism: error: llm: --dtype must be auto, f32 or bf16, got f
 # Text in, text out: a model directory with the real Llama 3.1 tokenizer. The answer to a
 # --prompt must be what the same conversation gives through the template, ids and detokenize.
 tokdir="${PRISM_TOKENIZERS_DIR:?}/llama3_1"
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for f in config.json generation_config.json model.safetensors; do ln -s "$data/tiny-bf16-tied/$f" "$tmp/$f"; done
 for f in tokenizer.json tokenizer_config.json; do ln -s "$tokdir/$f" "$tmp/$f"; done
 printf '[{"role":"system","content":"Be brief."},{"role":"user","content":"What is the capital of France?"}]' >"$tmp/messages.json"
@@ -73,6 +85,14 @@ out=$(printf 'hello\nhow are you\n/reset\nhi\n/exit\n' | "$prism" llm --model="$
 check "chat exit" 0 "$rc"
 check "chat answers" 3 "$(echo "$out" | wc -l)"
 grep -q "^prefill: " "$tmp/chat.err" || { echo "FAIL chat stats: $(cat "$tmp/chat.err")"; fail=1; }
+# The same turns with prompt lookup: the same answers (each turn goes on from where the last
+# answer's guesses were taken back to).
+turns='hello\nhow are you\nhow are you\n/reset\nhi\n/exit\n'
+want=$(printf "$turns" | "$prism" llm --model="$tmp" --max-tokens=20 2>/dev/null)
+got=$(printf "$turns" | "$prism" llm --model="$tmp" --max-tokens=20 --speculate=lookup 2>"$tmp/chat.err")
+check "chat answers with prompt lookup" "$want" "$got"
+grep -q ' · speculation: [1-9][0-9]* of' "$tmp/chat.err" \
+  || { echo "FAIL chat with prompt lookup kept no guess: $(cat "$tmp/chat.err")"; fail=1; }
 
 # No tokenizer: text needs one; ids work without.
 err=$("$prism" llm --model="$data/tiny-f32" --prompt=hi 2>&1 >/dev/null); rc=$?

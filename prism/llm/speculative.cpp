@@ -1,0 +1,111 @@
+#include "prism/llm/speculative.h"
+
+#include <algorithm>
+
+#include "prism/core/error.h"
+
+namespace prism::llm {
+
+PromptLookup::PromptLookup(int max_ngram, int min_ngram)
+    : max_ngram_(max_ngram), min_ngram_(min_ngram) {
+  PRISM_CHECK(min_ngram >= 1 && min_ngram <= max_ngram,
+              "prompt lookup: n-grams of {} to {} tokens make no sense", min_ngram, max_ngram);
+}
+
+std::vector<int32_t> PromptLookup::draft(std::span<const int32_t> history, int64_t count) {
+  const int64_t size = static_cast<int64_t>(history.size());
+  if (count <= 0) return {};
+  for (int64_t n = std::min<int64_t>(max_ngram_, size - 1); n >= min_ngram_; --n) {
+    const std::span<const int32_t> ending = history.last(n);
+    // The latest earlier occurrence: the nearest context is the likeliest to go on the same way.
+    for (int64_t at = size - n - 1; at >= 0; --at) {
+      if (std::equal(ending.begin(), ending.end(), history.begin() + at)) {
+        const int64_t from = at + n, to = std::min(from + count, size);
+        return {history.begin() + from, history.begin() + to};
+      }
+    }
+  }
+  return {};
+}
+
+std::unique_ptr<Drafter> make_drafter(std::string_view name, std::string_view command) {
+  if (name == "none") return nullptr;
+  if (name == "lookup") return std::make_unique<PromptLookup>();
+  fail("{}: --speculate={} is not one of none, lookup", command, name);
+}
+
+Generator::Generator(Engine& engine, Sampler& sampler, std::vector<int32_t>& context,
+                     GeneratorOptions options, int slot)
+    : engine_(engine), sampler_(sampler), context_(context), options_(options), slot_(slot) {
+  PRISM_CHECK(options.draft_tokens >= 1 && options.draft_tokens <= kMaxDraftTokens,
+              "llm: --draft-tokens must be between 1 and {}, got {}", kMaxDraftTokens,
+              options.draft_tokens);
+}
+
+int32_t Generator::next() {
+  if (decided_.empty()) step();
+  const int32_t token = decided_.front();
+  decided_.pop_front();
+  context_.push_back(token);
+  return token;
+}
+
+bool Generator::full() const {
+  return decided_.empty() && static_cast<int64_t>(context_.size()) > engine_.seqlen();
+}
+
+void Generator::stop() {
+  decided_.clear();
+  const int64_t size = static_cast<int64_t>(context_.size());
+  if (engine_.position(slot_) > size) engine_.rewind(slot_, size);
+}
+
+void Generator::step() {
+  const int64_t size = static_cast<int64_t>(context_.size());
+  if (engine_.position(slot_) > size) engine_.rewind(slot_, size);
+  const int64_t at = engine_.position(slot_);
+  PRISM_CHECK(at < size, "llm: nothing to feed");
+  std::span<const int32_t> fresh = std::span<const int32_t>(context_).subspan(at);
+  std::vector<int32_t> drafts;
+  if (options_.drafter) {
+    drafts =
+        options_.drafter->draft(context_, std::min(options_.draft_tokens, engine_.seqlen() - size));
+    drafts.resize(std::min<size_t>(drafts.size(), options_.draft_tokens));
+  }
+  ++stats_.passes;
+  if (drafts.empty()) {
+    decided_.push_back(sampler_.next(engine_.feed(slot_, fresh), context_));
+    return;
+  }
+  // A prompt runs by itself first: logits for every token are for a few tokens, not thousands.
+  if (fresh.size() > 1) {
+    engine_.feed(slot_, fresh.first(fresh.size() - 1));
+    ++stats_.passes;
+    fresh = fresh.last(1);
+  }
+  std::vector<int32_t> tokens(fresh.begin(), fresh.end());
+  tokens.insert(tokens.end(), drafts.begin(), drafts.end());
+  const std::vector<float> rows = engine_.feed_every(slot_, tokens);
+  const size_t vocab = rows.size() / tokens.size();
+  auto row = [&](size_t i) { return std::span<const float>(rows).subspan(i * vocab, vocab); };
+  // Each guess is checked against the model's distribution after the ones before it.
+  std::vector<int32_t> history = context_;
+  size_t kept = 0;
+  int32_t after = 0;
+  for (; kept < drafts.size(); ++kept) {
+    bool same = false;
+    after = sampler_.check(row(kept), history, drafts[kept], same);
+    if (!same) break;
+    history.push_back(drafts[kept]);
+  }
+  if (kept == drafts.size()) after = sampler_.next(row(kept), history);
+  ++stats_.checks;
+  stats_.drafted += static_cast<int64_t>(drafts.size());
+  stats_.accepted += static_cast<int64_t>(kept);
+  engine_.rewind(slot_, size + static_cast<int64_t>(kept));
+  decided_.insert(decided_.end(), drafts.begin(),
+                  drafts.begin() + static_cast<std::ptrdiff_t>(kept));
+  decided_.push_back(after);
+}
+
+}  // namespace prism::llm

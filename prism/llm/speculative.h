@@ -1,0 +1,89 @@
+// Generating tokens one at a time, plainly or by speculative decoding: a drafter guesses the
+// next few tokens, the model checks them all in one step (its weights read once for all of
+// them), and every guess up to the first wrong one is kept, with the model's own token after
+// it. Exact: greedy, the output is plain greedy decoding's; sampling, every token follows the
+// model's distribution (Sampler::check's rejection rule). docs/speculative.md tells more.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "prism/llm/engine.h"
+#include "prism/llm/sampler.h"
+
+namespace prism::llm {
+
+// Guesses the tokens that follow a conversation.
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // Up to `count` guesses for the tokens after `history` (maybe none).
+  virtual std::vector<int32_t> draft(std::span<const int32_t> history, int64_t count) = 0;
+};
+
+// Prompt lookup: the tokens that followed the last earlier occurrence of the conversation's
+// ending n-gram (the longest of max_ngram down to min_ngram tokens that occurred before). No
+// second model: it pays where the answer repeats the prompt or itself (code edits, summaries,
+// quotes).
+class PromptLookup : public Drafter {
+ public:
+  explicit PromptLookup(int max_ngram = 3, int min_ngram = 1);
+  // None when the conversation's ending never occurred before.
+  std::vector<int32_t> draft(std::span<const int32_t> history, int64_t count) override;
+
+ private:
+  int max_ngram_, min_ngram_;
+};
+
+// A command's --speculate as a drafter: "none" (nullptr) or "lookup"; anything else throws a
+// prism::Error that starts with `command`.
+std::unique_ptr<Drafter> make_drafter(std::string_view name, std::string_view command);
+
+// The most guesses a step checks: the step's window grows with them, and its cost with it.
+inline constexpr int64_t kMaxDraftTokens = 32;
+
+struct GeneratorOptions {
+  Drafter* drafter = nullptr;  // none: plain decoding
+  int64_t draft_tokens = 4;    // the most guesses checked in a step
+};
+
+// What a Generator did: its steps (passes over the model's weights), those that checked
+// guesses, the guesses checked and those kept.
+struct SpeculationStats {
+  int64_t passes = 0, checks = 0, drafted = 0, accepted = 0;
+};
+
+// The tokens of one answer after the conversation `context` (the engine slot's tokens, and
+// maybe a few it has not run yet), one at a time. Each next() token joins `context`; the
+// engine may run ahead of what was taken (a step decides several tokens), so end an answer
+// with stop(), which takes the engine back to `context`.
+class Generator {
+ public:
+  Generator(Engine& engine, Sampler& sampler, std::vector<int32_t>& context,
+            GeneratorOptions options = {}, int slot = 0);
+  // The next token. The first call runs what the engine has not run of `context`.
+  int32_t next();
+  // Whether the cache is full: the engine cannot run the last token taken.
+  bool full() const;
+  // Ends the answer: tokens decided but not taken are dropped, and the engine forgets what it
+  // ran past `context` (which may have lost tokens since: an end-of-sequence id).
+  void stop();
+  const SpeculationStats& stats() const { return stats_; }
+
+ private:
+  void step();
+
+  Engine& engine_;
+  Sampler& sampler_;
+  std::vector<int32_t>& context_;
+  GeneratorOptions options_;
+  int slot_;
+  std::deque<int32_t> decided_;  // tokens a step decided, not taken yet
+  SpeculationStats stats_;
+};
+
+}  // namespace prism::llm

@@ -114,7 +114,7 @@ void open_index(Store::Catalog& catalog, const std::string& index_uri,
   nlohmann::json index;
   try {
     index = nlohmann::json::parse(read_text(index_uri));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     fail("{}: not valid JSON: {}", index_uri, e.what());
   }
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {

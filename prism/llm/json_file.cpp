@@ -46,6 +46,11 @@ nlohmann::json parse_json(std::string_view text, std::string_view source) {
       message = message.substr(colon + 2);
     }
     fail("{}:{}:{}: malformed JSON: {}", source, at.line, at.column, message);
+  } catch (const nlohmann::json::exception& e) {
+    // A number past double's range ("9e999"): no position comes with it.
+    std::string message = e.what();
+    if (auto end = message.find("] "); end != std::string::npos) message = message.substr(end + 2);
+    fail("{}: malformed JSON: {}", source, message);
   }
 }
 

@@ -120,6 +120,22 @@ TEST(Store, RejectsMissingShard) {
   }
 }
 
+// An index that is not JSON, or holds a number past double's range, is one error naming it.
+TEST(Store, RejectsIndexThatIsNotJson) {
+  TempDir dir;
+  test::write_sharded(dir.str(), test::tiny_model());
+  const std::string path = dir.str("model.safetensors.index.json");
+  for (const char* text : {R"({"metadata": {"total_size": 9e999}, "weight_map": {}})", "{"}) {
+    test::write_bytes(path, text);
+    try {
+      Store::open(dir.str());
+      FAIL();
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(path + ": not valid JSON: ", 0), 0u) << e.what();
+    }
+  }
+}
+
 TEST(Store, RejectsIndexThatDisagreesWithShards) {
   TempDir dir;
   test::write_sharded(dir.str(), test::tiny_model());

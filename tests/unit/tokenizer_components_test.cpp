@@ -208,7 +208,7 @@ TEST(TokenizerComponents, IdsPastTheLimitAreErrors) {
 }
 
 // Fields of the wrong JSON type are one error naming the field, not a JSON library exception
-// (the first was found by fuzz_tokenizer: fuzz/corpus/tokenizer/regression-fdb5abc83b37).
+// (found by fuzz_tokenizer: fuzz/corpus/tokenizer/regression-fdb5abc83b37 and -2d0721091589).
 TEST(TokenizerComponents, FieldsOfTheWrongTypeAreErrors) {
   auto error_of = [](const std::string& text, const std::string& config = {}) -> std::string {
     try {
@@ -229,6 +229,9 @@ TEST(TokenizerComponents, FieldsOfTheWrongTypeAreErrors) {
             "c.json:1:29: chat_template[0].name: expected a string");
   EXPECT_EQ(error_of(bpe, R"({"chat_template": [{"name": "default", "template": null}]})"),
             "no error");
+  // A number past double's range (seed regression-2d0721091589).
+  EXPECT_EQ(error_of(R"({"model": {"type": "BPE", "dropout": 9e999, "vocab": {}, "merges": []}})"),
+            "t.json: malformed JSON: number overflow parsing '9e999'");
   EXPECT_EQ(error_of(bpe, R"({"bos_token": {"content": 5}})"),
             "c.json:1:15: bos_token: expected a token string or {\"content\": ...}");
 }

@@ -24,6 +24,13 @@ for k in 1 4 9; do
   grep -q ' · speculation: [0-9]* of [0-9]* guesses kept' "$tmp/spec.err" \
     || { echo "FAIL speculation statistics: $(cat "$tmp/spec.err")"; fail=1; }
 done
+# A cache that fills up: the same ids up to it, guesses or not.
+want_full=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=128000,791,6864,315,9822,374,791,6864 \
+  --max-tokens=40 --print-ids --seqlen=20 2>/dev/null)
+got=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=128000,791,6864,315,9822,374,791,6864 \
+  --max-tokens=40 --print-ids --seqlen=20 --speculate=lookup --draft-tokens=6 2>/dev/null)
+check "a full cache with prompt lookup" "$want_full" "$got"
+check "a full cache's answer" 13 "$(echo $got | wc -w)"
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --speculate=medium 2>&1 >/dev/null); rc=$?
 check "bad --speculate" "1 prism: error: llm: --speculate=medium is not one of none, lookup" "$rc $err"
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --speculate=lookup --draft-tokens=0 2>&1 >/dev/null); rc=$?

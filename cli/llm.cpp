@@ -48,6 +48,7 @@ struct Options {
   int64_t devices = 1;
   std::string mesh;
   std::string speculate = "none";
+  std::string draft_model;
   int64_t draft_tokens = 4;
 };
 
@@ -190,7 +191,14 @@ int run(const Options& o) {
               "llm: give --prompt or --prompt-ids, not both");
   PRISM_CHECK(o.max_tokens >= 0, "llm: --max-tokens must be >= 0, got {}", o.max_tokens);
   const std::optional<prism::DType> dtype = prism::llm::compute_dtype(o.dtype, "llm");
-  const std::unique_ptr<prism::llm::Drafter> drafter = prism::llm::make_drafter(o.speculate, "llm");
+  // The drafter: made here for its errors (before the model loads), again once a draft model
+  // has loaded.
+  std::unique_ptr<prism::llm::Drafter> drafter;
+  if (o.speculate != "draft") drafter = prism::llm::make_drafter(o.speculate, "llm");
+  PRISM_CHECK(o.speculate != "draft" || !o.draft_model.empty(),
+              "llm: --speculate=draft needs --draft-model=URI");
+  PRISM_CHECK(o.speculate == "draft" || o.draft_model.empty(),
+              "llm: --draft-model is for --speculate=draft");
   PRISM_CHECK(o.draft_tokens >= 1 && o.draft_tokens <= prism::llm::kMaxDraftTokens,
               "llm: --draft-tokens must be between 1 and {}, got {}", prism::llm::kMaxDraftTokens,
               o.draft_tokens);
@@ -218,6 +226,13 @@ int run(const Options& o) {
   options.quantize = prism::llm::quantize_type(o.quantize, "llm");
   options.keep_quantized = prism::llm::keep_quantized(o.keep_quantized, "llm");
   prism::llm::Engine engine(o.model, platform, options);
+  std::unique_ptr<prism::llm::Engine> draft_engine;
+  if (o.speculate == "draft") {  // the same options: platform, dtype, cache length
+    prism::llm::EngineOptions draft_options = options;
+    draft_options.mesh = {};
+    draft_engine = std::make_unique<prism::llm::Engine>(o.draft_model, platform, draft_options);
+    drafter = prism::llm::make_drafter(o.speculate, "llm", draft_engine.get());
+  }
   prism::llm::Sampler sampler(o.sampling);
   Stats stats;
   stats.speculating = drafter != nullptr;
@@ -349,9 +364,12 @@ const prism::cli::RegisterCommand kLlm{
                      "run tensor-parallel over N devices of the platform (--mesh=model:N)");
       app.add_option("--mesh", o->mesh, "the devices as named axes, as in model:2");
       app.add_option("--speculate", o->speculate,
-                     "none, or lookup: speculative decoding, the next tokens guessed from the "
-                     "conversation's earlier text and checked in one step (docs/speculative.md)")
+                     "none; lookup or draft: speculative decoding, the next tokens guessed from "
+                     "the conversation's earlier text (lookup) or by a smaller model "
+                     "(--draft-model) and checked in one step (docs/speculative.md)")
           ->capture_default_str();
+      app.add_option("--draft-model", o->draft_model,
+                     "--speculate=draft's model: a smaller one that shares the tokenizer");
       app.add_option("--draft-tokens", o->draft_tokens, "the most guesses checked in one step")
           ->capture_default_str();
       return [o] { return run(*o); };

@@ -369,15 +369,15 @@ int64_t Engine::position(int slot) const {
 }
 
 std::vector<float> Engine::feed(int slot, std::span<const int32_t> tokens) {
-  return run(slot, tokens, models::Logits::last);
+  return run(slot, tokens, models::Logits::last, false);
 }
 
-std::vector<float> Engine::feed_every(int slot, std::span<const int32_t> tokens) {
-  return run(slot, tokens, models::Logits::every);
+std::vector<float> Engine::feed_every(int slot, std::span<const int32_t> tokens, bool extend) {
+  return run(slot, tokens, models::Logits::every, extend);
 }
 
-std::vector<float> Engine::run(int slot_index, std::span<const int32_t> given,
-                               models::Logits which) {
+std::vector<float> Engine::run(int slot_index, std::span<const int32_t> given, models::Logits which,
+                               bool extend) {
   PRISM_CHECK(slot_index >= 0 && slot_index < slots(), "llm: no slot {} ({} slots)", slot_index,
               slots());
   PRISM_CHECK(!given.empty(), "llm: nothing to feed");
@@ -399,10 +399,15 @@ std::vector<float> Engine::run(int slot_index, std::span<const int32_t> given,
   const int64_t n = static_cast<int64_t>(tokens.size());
   const bool every = which == models::Logits::every;
   // What a rewind needs after feed_every: the states the step does not update in place (those
-  // that are not positional) as they are now, the position and the tokens from there.
-  slot.before.clear();
-  slot.since.clear();
-  if (every) {
+  // that are not positional) as they are now, the position and the tokens from there; or,
+  // extending the last feed_every's, those it kept, and these tokens after its own.
+  if (every && extend && !slot.before.empty()) {
+    slot.since.insert(slot.since.end(), given.begin(), given.end());
+  } else {
+    slot.before.clear();
+    slot.since.clear();
+  }
+  if (every && slot.before.empty()) {
     slot.before.resize(devices_.size());
     for (size_t d = 0; d < devices_.size(); ++d) {
       for (size_t i = 0; i < state_specs_.size(); ++i) {
@@ -462,24 +467,35 @@ std::vector<float> Engine::run(int slot_index, std::span<const int32_t> given,
   return logits;
 }
 
+bool Engine::can_rewind(int slot_index, int64_t to) const {
+  PRISM_CHECK(slot_index >= 0 && slot_index < slots(), "llm: no slot {} ({} slots)", slot_index,
+              slots());
+  const Slot& slot = slots_[slot_index];
+  if (to < 0 || to > position(slot_index)) return false;
+  const bool positional = std::all_of(state_specs_.begin(), state_specs_.end(),
+                                      [](const models::StateSpec& s) { return s.positional; });
+  // KV caches alone: what lies past `to` is overwritten before anything reads it.
+  return positional || to == position(slot_index) ||
+         (!slot.before.empty() && to >= slot.before_position);
+}
+
 void Engine::rewind(int slot_index, int64_t to) {
   PRISM_CHECK(slot_index >= 0 && slot_index < slots(), "llm: no slot {} ({} slots)", slot_index,
               slots());
-  Slot& slot = slots_[slot_index];
   const int64_t now = position(slot_index);
   PRISM_CHECK(to >= 0 && to <= now, "llm: cannot rewind to position {}: the conversation is at {}",
               to, now);
-  if (to == now) return;
-  if (std::all_of(state_specs_.begin(), state_specs_.end(),
-                  [](const models::StateSpec& s) { return s.positional; })) {
-    // KV caches alone: what lies past `to` is overwritten before anything reads it.
-    slot.position = to;
-    return;
-  }
-  PRISM_CHECK(!slot.before.empty() && to >= slot.before_position,
+  Slot& slot = slots_[slot_index];
+  PRISM_CHECK(can_rewind(slot_index, to),
               "llm: cannot rewind to position {}: the states are kept back to the start of the "
               "last feed_every only ({})",
               to, slot.before.empty() ? now : slot.before_position);
+  if (to == now) return;
+  if (std::all_of(state_specs_.begin(), state_specs_.end(),
+                  [](const models::StateSpec& s) { return s.positional; })) {
+    slot.position = to;
+    return;
+  }
   for (size_t d = 0; d < devices_.size(); ++d) {
     size_t k = 0;
     for (size_t i = 0; i < state_specs_.size(); ++i) {
@@ -487,7 +503,8 @@ void Engine::rewind(int slot_index, int64_t to) {
     }
   }
   slot.position = slot.before_position;
-  slot.pending.assign(slot.since.begin(), slot.since.begin() + (to - slot.before_position));
+  slot.since.resize(static_cast<size_t>(to - slot.before_position));
+  slot.pending = slot.since;
 }
 
 ShardedExecutable compile_decode_batch(Platform& platform, const models::CausalLM& model,

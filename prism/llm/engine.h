@@ -134,15 +134,18 @@ class Engine {
 
   // Speculative decoding's check (prism/llm/speculative.h): runs `tokens` as feed() does and
   // returns the logits after each of them, row after row (tokens.size() rows of the
-  // vocabulary's size).
-  std::vector<float> feed_every(int slot, std::span<const int32_t> tokens);
+  // vocabulary's size). `extend`: the call continues the last one's (a draft model's guesses,
+  // one call each), so that a rewind may go back to where that one began.
+  std::vector<float> feed_every(int slot, std::span<const int32_t> tokens, bool extend = false);
   std::vector<float> feed_every(std::span<const int32_t> tokens) { return feed_every(0, tokens); }
   // Takes the slot's conversation back to its first `position` tokens, forgetting the rest.
   // A model with KV caches alone goes back anywhere; one with recurrent or convolution states
-  // only as far as the start of the last feed_every: those states are kept from before it
-  // (not updated in place), and the tokens from there to `position` run again, first thing in
-  // the next call.
+  // only as far as the start of the last feed_every (or of the calls that extended it): those
+  // states are kept from before it (not updated in place), and the tokens from there to
+  // `position` run again, first thing in the next call.
   void rewind(int slot, int64_t position);
+  // Whether rewind(slot, position) can go there.
+  bool can_rewind(int slot, int64_t position) const;
   // One token for each of `slots` (distinct), at each slot's position: with a model that
   // batches (CausalLM::batches), one step for all, each weight read once; else slot by slot.
   // Returns each slot's logits, in order.
@@ -159,7 +162,8 @@ class Engine {
   static Checkpoint open(const std::string& model_uri, const EngineOptions& options);
   Engine(Checkpoint checkpoint, Platform& platform, const EngineOptions& options);
   ShardedExecutable& executable(int64_t window, models::Logits which);
-  std::vector<float> run(int slot, std::span<const int32_t> tokens, models::Logits which);
+  std::vector<float> run(int slot, std::span<const int32_t> tokens, models::Logits which,
+                         bool extend);
 
   Platform& platform_;
   std::vector<Platform*> devices_;
@@ -181,7 +185,8 @@ class Engine {
     std::vector<std::vector<Buffer>> states;  // per device
     int64_t position = 0;                     // the tokens the states hold
     // After feed_every: the states that are not positional as they were before it (per
-    // device), the position then and the tokens fed since, for rewind().
+    // device), the position then and the tokens fed since (before_position + since.size() is
+    // position() until the next call that is not an extending feed_every), for rewind().
     std::vector<std::vector<Buffer>> before;
     int64_t before_position = 0;
     std::vector<int32_t> since;

@@ -28,10 +28,53 @@ std::vector<int32_t> PromptLookup::draft(std::span<const int32_t> history, int64
   return {};
 }
 
-std::unique_ptr<Drafter> make_drafter(std::string_view name, std::string_view command) {
+std::vector<int32_t> DraftModel::draft(std::span<const int32_t> history, int64_t count) {
+  const int64_t size = static_cast<int64_t>(history.size());
+  // The guesses after the first run at the positions that follow the conversation.
+  count = std::min(count, engine_.seqlen() - size + 1);
+  if (history.empty() || count <= 0) return {};
+  // Where the slot and the conversation part; the last token runs again if the slot has it, for
+  // the logits after it.
+  int64_t common = std::mismatch(held_.begin(), held_.end(), history.begin(), history.end()).first -
+                   held_.begin();
+  common = std::min(common, size - 1);
+  if (common < static_cast<int64_t>(held_.size())) {
+    if (engine_.can_rewind(slot_, common)) {
+      engine_.rewind(slot_, common);
+    } else {
+      engine_.reset(slot_);
+      common = 0;
+    }
+  }
+  std::span<const int32_t> fresh = history.subspan(common);
+  if (fresh.size() > 1) {  // a prompt: by itself, with the logits of its last token alone
+    engine_.feed(slot_, fresh.first(fresh.size() - 1));
+    fresh = fresh.last(1);
+  }
+  std::vector<float> logits = engine_.feed_every(slot_, fresh);
+  held_.assign(history.begin(), history.end());
+  std::vector<int32_t> guesses;
+  while (true) {
+    guesses.push_back(
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    if (static_cast<int64_t>(guesses.size()) == count) break;
+    // One run of feed_every calls from the conversation's last token: the next call can go
+    // back to any of them.
+    logits = engine_.feed_every(slot_, std::span(guesses).last(1), true);
+    held_.push_back(guesses.back());
+  }
+  return guesses;
+}
+
+std::unique_ptr<Drafter> make_drafter(std::string_view name, std::string_view command,
+                                      Engine* draft_model) {
   if (name == "none") return nullptr;
   if (name == "lookup") return std::make_unique<PromptLookup>();
-  fail("{}: --speculate={} is not one of none, lookup", command, name);
+  if (name == "draft") {
+    PRISM_CHECK(draft_model, "{}: --speculate=draft needs --draft-model=URI", command);
+    return std::make_unique<DraftModel>(*draft_model);
+  }
+  fail("{}: --speculate={} is not one of none, lookup, draft", command, name);
 }
 
 Generator::Generator(Engine& engine, Sampler& sampler, std::vector<int32_t>& context,
@@ -71,6 +114,11 @@ void Generator::step() {
     drafts =
         options_.drafter->draft(context_, std::min(options_.draft_tokens, engine_.seqlen() - size));
     drafts.resize(std::min<size_t>(drafts.size(), options_.draft_tokens));
+    // A guess the model cannot take (a draft model's vocabulary may be larger) ends them.
+    const int64_t vocab = engine_.info().vocab_size;
+    drafts.erase(
+        std::find_if(drafts.begin(), drafts.end(), [&](int32_t t) { return t < 0 || t >= vocab; }),
+        drafts.end());
   }
   ++stats_.passes;
   if (drafts.empty()) {

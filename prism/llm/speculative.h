@@ -39,9 +39,24 @@ class PromptLookup : public Drafter {
   int max_ngram_, min_ngram_;
 };
 
-// A command's --speculate as a drafter: "none" (nullptr) or "lookup"; anything else throws a
-// prism::Error that starts with `command`.
-std::unique_ptr<Drafter> make_drafter(std::string_view name, std::string_view command);
+// Guesses from a smaller model that shares the tokenizer: its greedy continuation, one step a
+// guess. Its engine's slot follows the conversations it is asked about, going back where one
+// went another way (Engine::rewind; where it cannot, it starts over).
+class DraftModel : public Drafter {
+ public:
+  explicit DraftModel(Engine& engine, int slot = 0) : engine_(engine), slot_(slot) {}
+  std::vector<int32_t> draft(std::span<const int32_t> history, int64_t count) override;
+
+ private:
+  Engine& engine_;
+  int slot_;
+  std::vector<int32_t> held_;  // the tokens the slot holds
+};
+
+// A command's --speculate as a drafter: "none" (nullptr), "lookup", or "draft" with the draft
+// model's engine; anything else throws a prism::Error that starts with `command`.
+std::unique_ptr<Drafter> make_drafter(std::string_view name, std::string_view command,
+                                      Engine* draft_model = nullptr);
 
 // The most guesses a step checks: the step's window grows with them, and its cost with it.
 inline constexpr int64_t kMaxDraftTokens = 32;

@@ -32,7 +32,20 @@ got=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=128000,791,6864,315,982
 check "a full cache with prompt lookup" "$want_full" "$got"
 check "a full cache's answer" 13 "$(echo $got | wc -w)"
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --speculate=medium 2>&1 >/dev/null); rc=$?
-check "bad --speculate" "1 prism: error: llm: --speculate=medium is not one of none, lookup" "$rc $err"
+check "bad --speculate" "1 prism: error: llm: --speculate=medium is not one of none, lookup, draft" "$rc $err"
+err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --speculate=draft 2>&1 >/dev/null); rc=$?
+check "--speculate=draft alone" "1 prism: error: llm: --speculate=draft needs --draft-model=URI" "$rc $err"
+err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --draft-model="$data/tiny-f32" 2>&1 >/dev/null); rc=$?
+check "--draft-model alone" "1 prism: error: llm: --draft-model is for --speculate=draft" "$rc $err"
+# A draft model: the model itself (every guess kept), and another model with the same
+# vocabulary (few kept): the same ids either way.
+for draft in "$data/tiny-f32" "$data/tiny-bf16-tied"; do
+  got=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=128000,791,6864,315,9822,374 \
+    --max-tokens=24 --print-ids --seqlen=64 --speculate=draft --draft-model="$draft" 2>"$tmp/spec.err")
+  check "greedy ids with the draft model ${draft##*/}" "$want" "$got"
+  grep -q ' · speculation: [0-9]* of [0-9]* guesses kept' "$tmp/spec.err" \
+    || { echo "FAIL draft model statistics: $(cat "$tmp/spec.err")"; fail=1; }
+done
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --speculate=lookup --draft-tokens=0 2>&1 >/dev/null); rc=$?
 check "bad --draft-tokens" "1 prism: error: llm: --draft-tokens must be between 1 and 32, got 0" "$rc $err"
 

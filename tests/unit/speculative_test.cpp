@@ -49,8 +49,10 @@ TEST(PromptLookup, TheLongestEndingThatOccurredBefore) {
   EXPECT_EQ(testing::error_of([] { llm::PromptLookup(1, 2); }),
             "prompt lookup: n-grams of 2 to 1 tokens make no sense");
   EXPECT_EQ(testing::error_of([] { llm::make_drafter("oracle", "llm"); }),
-            "llm: --speculate=oracle is not one of none, lookup");
+            "llm: --speculate=oracle is not one of none, lookup, draft");
   EXPECT_EQ(llm::make_drafter("none", "llm"), nullptr);
+  EXPECT_EQ(testing::error_of([] { llm::make_drafter("draft", "llm"); }),
+            "llm: --speculate=draft needs --draft-model=URI");
 }
 
 // Pearson's statistic of `counts` against probabilities `p` over `n` draws.
@@ -226,6 +228,70 @@ TEST(Generator, GuessesGivePlainGreedyIds) {
       EXPECT_GE(e.position(), 35);
       EXPECT_EQ(context.size(), 36u);
     }
+  }
+}
+
+// A draft model's guesses do not depend on what it was asked before: its slot goes back where
+// a conversation went another way (within the last guesses, or by starting over).
+TEST(DraftModel, GuessesAsIfAskedFirst) {
+  for (const char* dir : kModels) {
+    SCOPED_TRACE(dir);
+    llm::Engine engine(path_of(dir), get_platform("cpu"), options());
+    llm::DraftModel draft(engine);
+    const std::vector<int32_t> prompt{1, 9906, 11, 1268, 40};
+    auto fresh = [&](const std::vector<int32_t>& history, int64_t count) {
+      llm::Engine other(path_of(dir), get_platform("cpu"), options());
+      return llm::DraftModel(other).draft(history, count);
+    };
+    const std::vector<int32_t> first = draft.draft(prompt, 4);
+    ASSERT_EQ(first.size(), 4u);
+    EXPECT_EQ(first, fresh(prompt, 4));
+    // Two guesses kept, then another token than the third guess.
+    std::vector<int32_t> next = prompt;
+    next.insert(next.end(), {first[0], first[1], first[2] == 7 ? 8 : 7});
+    EXPECT_EQ(draft.draft(next, 3), fresh(next, 3));
+    // Every guess kept, and one more token.
+    std::vector<int32_t> longer = next;
+    const std::vector<int32_t> guessed = draft.draft(longer, 3);
+    longer.insert(longer.end(), guessed.begin(), guessed.end());
+    longer.push_back(13);
+    EXPECT_EQ(draft.draft(longer, 2), fresh(longer, 2));
+    // Another conversation altogether: it starts over.
+    const std::vector<int32_t> other{1, 500, 600};
+    EXPECT_EQ(draft.draft(other, 3), fresh(other, 3));
+    // No room left in the cache past the conversation: fewer guesses, or none.
+    std::vector<int32_t> full(options().seqlen - 1, 11);
+    EXPECT_EQ(draft.draft(full, 4).size(), 2u);
+    full.resize(options().seqlen + 1, 11);
+    EXPECT_TRUE(draft.draft(full, 4).empty());
+  }
+}
+
+// A draft model that is the same model in another dtype: many guesses kept, not all, and the
+// plain greedy ids.
+TEST(Generator, DraftModelGivesPlainGreedyIds) {
+  for (const char* dir : kModels) {
+    SCOPED_TRACE(dir);
+    const std::vector<int32_t> prompt{1, 9906, 11, 1268, 40, 1093};
+    llm::Engine e(path_of(dir), get_platform("cpu"), options());
+    llm::Sampler sampler({});
+    std::vector<int32_t> context = prompt, want;
+    llm::Generator plain(e, sampler, context);
+    for (int i = 0; i < 30; ++i) want.push_back(plain.next());
+    plain.stop();
+
+    llm::EngineOptions other = options();
+    other.dtype = std::string(dir).find("f32") != std::string::npos ? DType::bf16 : DType::f32;
+    llm::Engine small(path_of(dir), get_platform("cpu"), other);
+    llm::DraftModel draft(small);
+    e.reset();
+    context = prompt;
+    llm::Generator g(e, sampler, context, {.drafter = &draft, .draft_tokens = 4});
+    std::vector<int32_t> got;
+    for (int i = 0; i < 30; ++i) got.push_back(g.next());
+    g.stop();
+    EXPECT_EQ(got, want);
+    EXPECT_GT(g.stats().accepted, g.stats().drafted / 2);
   }
 }
 

@@ -3,9 +3,10 @@
 //   1. What a check costs: a step over the last token and k guesses (Engine::feed_every)
 //      against a plain decoding step, at position 512. A step that keeps t tokens on average
 //      pays when t is above that ratio.
-//   2. Generation, 64 tokens after a 512-token prompt, plain and speculative, in tokens/s and
-//      tokens per pass over the weights, against the plain-decode roofline (memory bandwidth
-//      measured in the same run / the bytes a step reads):
+//   2. Generation, 64 tokens after a 512-token prompt, plain and speculative side by side
+//      (each once a round, the median of --repeats rounds), in tokens/s and tokens per pass
+//      over the weights from the first token on, against the plain-decode roofline (memory
+//      bandwidth measured in the same run / the bytes a step reads):
 //      - prompt lookup on a prompt that repeats a passage and on one that does not. Random
 //        weights do not copy the passages they read, so lookup's guesses are seldom right
 //        here: this shows what wrong guesses cost;
@@ -21,6 +22,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <memory>
 
 #include "bench/bench.h"
 #include "prism/backends/cpu/cpu_platform.h"
@@ -77,32 +80,30 @@ class Oracle : public llm::Drafter {
 
 struct Generation {
   std::vector<int32_t> ids;
-  double tok_s = 0;    // decoding: the tokens after the first, over their time
-  int64_t passes = 0;  // the steps that decided them
+  double tok_s = 0;         // decoding: the tokens after the first, over their time
+  double tok_per_pass = 0;  // and over the steps that decided them
   llm::SpeculationStats stats;
 };
 
-// `kAnswer` greedy tokens after `ids`, the median speed of `repeats` runs.
+// One answer of `kAnswer` greedy tokens after `ids`. Its speed and passes count from the first
+// token on, leaving out the tokens the prompt's step decided with it.
 Generation generate(llm::Engine& engine, const std::vector<int32_t>& ids, llm::Drafter* drafter,
-                    int64_t draft_tokens, int repeats) {
+                    int64_t draft_tokens) {
   Generation g;
-  std::vector<double> rates;
-  for (int r = 0; r < repeats; ++r) {
-    engine.reset();
-    llm::Sampler sampler({});
-    std::vector<int32_t> context = ids;
-    llm::Generator generator(engine, sampler, context,
-                             {.drafter = drafter, .draft_tokens = draft_tokens});
-    g.ids = {generator.next()};  // the prompt's step
-    const llm::SpeculationStats first = generator.stats();
-    const auto start = std::chrono::steady_clock::now();
-    while (static_cast<int>(g.ids.size()) < kAnswer) g.ids.push_back(generator.next());
-    rates.push_back((kAnswer - 1) / seconds_since(start));
-    generator.stop();
-    g.stats = generator.stats();
-    g.passes = g.stats.passes - first.passes;
-  }
-  g.tok_s = median_of(rates);
+  engine.reset();
+  llm::Sampler sampler({});
+  std::vector<int32_t> context = ids;
+  llm::Generator generator(engine, sampler, context,
+                           {.drafter = drafter, .draft_tokens = draft_tokens});
+  g.ids = {generator.next()};  // the prompt's step
+  const double tokens = static_cast<double>(kAnswer - 1 - generator.ready());
+  const int64_t passes = generator.stats().passes;
+  const auto start = std::chrono::steady_clock::now();
+  while (static_cast<int>(g.ids.size()) < kAnswer) g.ids.push_back(generator.next());
+  g.tok_s = tokens / seconds_since(start);
+  g.stats = generator.stats();
+  g.tok_per_pass = tokens / static_cast<double>(g.stats.passes - passes);
+  generator.stop();
   return g;
 }
 
@@ -134,26 +135,31 @@ void speculate_bench() {
   const std::vector<int32_t> long_prompt = prompt(false);
   engine.feed(long_prompt);
   const int64_t at = engine.position();
+  // Each size once a round, round after round (warmed up first: each size compiles its step).
+  const std::vector<int64_t> sizes{1, 2, 3, 5, 9, 17};
   auto step = [&](int64_t n) {
-    return median_seconds(
-        [&] {
-          engine.rewind(0, at);
-          const std::vector<int32_t> tokens(n, 791);
-          if (n == 1) {
-            engine.feed(tokens);
-          } else {
-            engine.feed_every(tokens);
-          }
-        },
-        std::max(repeats, 5));
+    engine.rewind(0, at);
+    const std::vector<int32_t> tokens(n, 791);
+    const auto start = std::chrono::steady_clock::now();
+    if (n == 1) {
+      engine.feed(tokens);
+    } else {
+      engine.feed_every(tokens);
+    }
+    return seconds_since(start);
   };
-  const double plain = step(1);
+  std::vector<std::vector<double>> times(sizes.size());
+  for (int64_t n : sizes) step(n);
+  for (int r = 0; r < std::max(repeats, 5); ++r) {
+    for (size_t i = 0; i < sizes.size(); ++i) times[i].push_back(step(sizes[i]));
+  }
+  const double plain = median_of(times[0]);
   std::printf("\nA step over the last token and k guesses, against a plain decoding step\n");
   std::printf("%-10s %10s %10s\n", "guesses", "step ms", "vs plain");
-  std::printf("%-10d %10.1f %9.2fx\n", 0, plain * 1e3, 1.0);
-  for (int64_t n : {2, 3, 5, 9, 17}) {
-    const double s = step(n);
-    std::printf("%-10lld %10.1f %9.2fx\n", static_cast<long long>(n - 1), s * 1e3, s / plain);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const double s = median_of(times[i]);
+    std::printf("%-10lld %10.1f %9.2fx\n", static_cast<long long>(sizes[i] - 1), s * 1e3,
+                s / plain);
   }
 
   // 2. Generation.
@@ -167,34 +173,53 @@ void speculate_bench() {
               "roofline", "ids");
   for (bool repeats_text : {true, false}) {
     const std::vector<int32_t> ids = prompt(repeats_text);
-    const Generation base = generate(engine, ids, nullptr, k, repeats);
-    std::printf("%s prompt:\n", repeats_text ? "A repeating" : "A non-repeating");
-    auto row = [&](const char* name, const Generation& g) {
-      const double passes = static_cast<double>(g.passes);
-      std::printf(
-          "  %-32s %9.2f %8.2fx %11.2f %10s %8.2fx %s\n", name, g.tok_s, g.tok_s / base.tok_s,
-          (kAnswer - 1) / passes,
-          g.stats.drafted ? fmt::format("{}/{}", g.stats.accepted, g.stats.drafted).c_str() : "-",
-          g.tok_s / roofline, same_as(g.ids, base.ids).c_str());
-    };
-    row("plain", base);
-    llm::PromptLookup lookup;
-    row("prompt lookup", generate(engine, ids, &lookup, k, repeats));
-    std::vector<int32_t> answer = base.ids;
-    Generation all_right;
-    for (int round = 0; round < 4; ++round) {  // until the checks give the answer it knows
+    const std::vector<int32_t> plain = generate(engine, ids, nullptr, k).ids;
+    // The answer the checks give, for the oracle: from its own runs, until they agree.
+    std::vector<int32_t> answer = plain;
+    for (int round = 0; round < 4; ++round) {
       std::vector<int32_t> truth = ids;
       truth.insert(truth.end(), answer.begin(), answer.end());
       Oracle right(truth, 0);
-      all_right = generate(engine, ids, &right, k, repeats);
-      if (all_right.ids == answer) break;
-      answer = all_right.ids;
+      const std::vector<int32_t> got = generate(engine, ids, &right, k).ids;
+      if (got == answer) break;
+      answer = got;
     }
-    row("oracle, every guess right", all_right);
     std::vector<int32_t> truth = ids;
     truth.insert(truth.end(), answer.begin(), answer.end());
-    Oracle half(truth, 2);
-    row("oracle, every second guess off", generate(engine, ids, &half, k, repeats));
+    struct Side {
+      const char* name;
+      std::function<std::unique_ptr<llm::Drafter>()> drafter;
+      std::vector<Generation> runs;
+    };
+    std::vector<Side> sides{
+        {"plain", [] { return nullptr; }, {}},
+        {"prompt lookup", [] { return std::make_unique<llm::PromptLookup>(); }, {}},
+        {"oracle, every guess right", [&] { return std::make_unique<Oracle>(truth, 0); }, {}},
+        {"oracle, every second guess off", [&] { return std::make_unique<Oracle>(truth, 2); }, {}},
+    };
+    // Side by side, round after round: the bandwidth of a shared machine moves from minute to
+    // minute, and each side meets the same.
+    for (int r = 0; r < repeats; ++r) {
+      for (Side& side : sides) {
+        const std::unique_ptr<llm::Drafter> drafter = side.drafter();
+        side.runs.push_back(generate(engine, ids, drafter.get(), k));
+      }
+    }
+    std::printf("%s prompt:\n", repeats_text ? "A repeating" : "A non-repeating");
+    auto tok_s = [](const Side& side) {
+      std::vector<double> v;
+      for (const Generation& g : side.runs) v.push_back(g.tok_s);
+      return median_of(v);
+    };
+    const double base = tok_s(sides[0]);
+    for (const Side& side : sides) {
+      const Generation& g = side.runs.back();
+      std::printf(
+          "  %-32s %9.2f %8.2fx %11.2f %10s %8.2fx %s\n", side.name, tok_s(side),
+          tok_s(side) / base, g.tok_per_pass,
+          g.stats.drafted ? fmt::format("{}/{}", g.stats.accepted, g.stats.drafted).c_str() : "-",
+          tok_s(side) / roofline, same_as(g.ids, plain).c_str());
+    }
   }
 }
 

@@ -63,7 +63,8 @@ inline constexpr int64_t kMaxDraftTokens = 32;
 
 struct GeneratorOptions {
   Drafter* drafter = nullptr;  // none: plain decoding
-  int64_t draft_tokens = 4;    // the most guesses checked in a step
+  // The most guesses a step checks; fewer after steps that kept few (Generator::adapt).
+  int64_t draft_tokens = 4;
 };
 
 // What a Generator did: its steps (passes over the model's weights), those that checked
@@ -88,6 +89,8 @@ class Generator {
   // ran past `context` (which may have lost tokens since: an end-of-sequence id).
   void stop();
   const SpeculationStats& stats() const { return stats_; }
+  // Tokens a step decided that next() has not handed out yet.
+  size_t ready() const { return decided_.size(); }
 
  private:
   void step();
@@ -99,6 +102,13 @@ class Generator {
   int slot_;
   std::deque<int32_t> decided_;  // tokens a step decided, not taken yet
   SpeculationStats stats_;
+  // How many guesses the next step asks for, and whether it asks (adapt()).
+  void adapt(size_t kept, size_t drafted);
+  static constexpr double kSeldom = 0.15;
+  static constexpr int64_t kFirstPause = 8, kLongestPause = 64;
+  int64_t budget_;
+  double recent_ = 0.5;
+  int64_t idle_ = 0, pause_ = kFirstPause;
 };
 
 }  // namespace prism::llm

@@ -231,6 +231,57 @@ TEST(Generator, GuessesGivePlainGreedyIds) {
   }
 }
 
+// Guesses from a known continuation, all right, or all wrong.
+class Fixed : public llm::Drafter {
+ public:
+  Fixed(std::vector<int32_t> truth, bool right) : truth_(std::move(truth)), right_(right) {}
+  std::vector<int32_t> draft(std::span<const int32_t> history, int64_t count) override {
+    std::vector<int32_t> out;
+    for (size_t at = history.size(); at < truth_.size() && std::ssize(out) < count; ++at) {
+      out.push_back(right_ ? truth_[at] : (truth_[at] == 5 ? 6 : 5));
+    }
+    return out;
+  }
+
+ private:
+  std::vector<int32_t> truth_;
+  bool right_;
+};
+
+// Steps guess less after guesses that failed: fewer at a time, then none for a while.
+TEST(Generator, GuessesLessWhenTheyFail) {
+  const std::vector<int32_t> prompt{1, 9906, 11, 1268};
+  llm::Engine e(path_of("llama/tiny-f32"), get_platform("cpu"), options());
+  llm::Sampler sampler({});
+  std::vector<int32_t> context = prompt, want;
+  llm::Generator plain(e, sampler, context);
+  for (int i = 0; i < 60; ++i) want.push_back(plain.next());
+  plain.stop();
+  std::vector<int32_t> truth = prompt;
+  truth.insert(truth.end(), want.begin(), want.end());
+  for (bool right : {true, false}) {
+    SCOPED_TRACE(right);
+    e.reset();
+    context = prompt;
+    Fixed guesses(truth, right);
+    llm::Generator g(e, sampler, context, {.drafter = &guesses, .draft_tokens = 6});
+    std::vector<int32_t> got;
+    for (int i = 0; i < 60; ++i) got.push_back(g.next());
+    g.stop();
+    EXPECT_EQ(got, want);
+    if (right) {  // six a step, every one kept (the last step's run past the answer known)
+      EXPECT_EQ(g.stats().accepted, g.stats().drafted);
+      EXPECT_GE(g.stats().drafted, 6 * (g.stats().checks - 1));
+    } else {
+      // Checks of 6, 5, 4 and 3 guesses, a pause of 8 steps, 2 guesses, a pause of 16, 1
+      // guess, a pause of 32: 21 guesses in 6 checks for 60 tokens.
+      EXPECT_EQ(g.stats().accepted, 0);
+      EXPECT_EQ(g.stats().checks, 6);
+      EXPECT_EQ(g.stats().drafted, 21);
+    }
+  }
+}
+
 // A draft model's guesses do not depend on what it was asked before: its slot goes back where
 // a conversation went another way (within the last guesses, or by starting over).
 TEST(DraftModel, GuessesAsIfAskedFirst) {

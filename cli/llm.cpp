@@ -191,17 +191,7 @@ int run(const Options& o) {
               "llm: give --prompt or --prompt-ids, not both");
   PRISM_CHECK(o.max_tokens >= 0, "llm: --max-tokens must be >= 0, got {}", o.max_tokens);
   const std::optional<prism::DType> dtype = prism::llm::compute_dtype(o.dtype, "llm");
-  // The drafter: made here for its errors (before the model loads), again once a draft model
-  // has loaded.
-  std::unique_ptr<prism::llm::Drafter> drafter;
-  if (o.speculate != "draft") drafter = prism::llm::make_drafter(o.speculate, "llm");
-  PRISM_CHECK(o.speculate != "draft" || !o.draft_model.empty(),
-              "llm: --speculate=draft needs --draft-model=URI");
-  PRISM_CHECK(o.speculate == "draft" || o.draft_model.empty(),
-              "llm: --draft-model is for --speculate=draft");
-  PRISM_CHECK(o.draft_tokens >= 1 && o.draft_tokens <= prism::llm::kMaxDraftTokens,
-              "llm: --draft-tokens must be between 1 and {}, got {}", prism::llm::kMaxDraftTokens,
-              o.draft_tokens);
+  prism::llm::check_speculation(o.speculate, o.draft_model, o.draft_tokens, "llm");
   std::vector<int32_t> prompt_ids;
   if (!o.prompt_ids.empty()) prompt_ids = parse_ids(o.prompt_ids);
   std::optional<prism::llm::Tokenizer> tokenizer;
@@ -226,13 +216,9 @@ int run(const Options& o) {
   options.quantize = prism::llm::quantize_type(o.quantize, "llm");
   options.keep_quantized = prism::llm::keep_quantized(o.keep_quantized, "llm");
   prism::llm::Engine engine(o.model, platform, options);
-  std::unique_ptr<prism::llm::Engine> draft_engine;
-  if (o.speculate == "draft") {  // the same options: platform, dtype, cache length
-    prism::llm::EngineOptions draft_options = options;
-    draft_options.mesh = {};
-    draft_engine = std::make_unique<prism::llm::Engine>(o.draft_model, platform, draft_options);
-    drafter = prism::llm::make_drafter(o.speculate, "llm", draft_engine.get());
-  }
+  const prism::llm::Speculation speculation =
+      prism::llm::make_speculation(o.speculate, o.draft_model, platform, options, "llm");
+  prism::llm::Drafter* drafter = speculation.drafter.get();
   prism::llm::Sampler sampler(o.sampling);
   Stats stats;
   stats.speculating = drafter != nullptr;
@@ -250,7 +236,7 @@ int run(const Options& o) {
   if (!o.prompt_ids.empty()) {  // ids as they are: no template, no BOS added
     std::optional<prism::llm::StreamingDetokenizer> detok;
     if (!o.print_ids) detok.emplace(*tokenizer, true);
-    std::vector<int32_t> out = generate(engine, sampler, drafter.get(), prompt_ids, o,
+    std::vector<int32_t> out = generate(engine, sampler, drafter, prompt_ids, o,
                                         detok ? &*detok : nullptr, history, stats);
     if (o.print_ids) {
       for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? " " : "", out[i]);
@@ -288,7 +274,7 @@ int run(const Options& o) {
     std::vector<int32_t> fresh(ids.begin() + history.size(), ids.end());
     prism::llm::StreamingDetokenizer detok(*tokenizer, true);
     std::vector<int32_t> reply =
-        generate(engine, sampler, drafter.get(), fresh, o, &detok, history, stats);
+        generate(engine, sampler, drafter, fresh, o, &detok, history, stats);
     std::printf("\n");
     messages.push_back({{"role", "assistant"},
                         {"content", tokenizer->decode(reply, {.skip_special_tokens = true})}});

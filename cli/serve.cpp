@@ -10,6 +10,7 @@
 #include "prism/io/vfs.h"
 #include "prism/llm/engine.h"
 #include "prism/llm/gguf_model.h"
+#include "prism/llm/speculative.h"
 #include "prism/llm/tokenizer.h"
 #include "prism/serve/server.h"
 #include "prism/smi/activity.h"
@@ -20,6 +21,8 @@ struct Options {
   std::string model, model_id, platform, dtype = "auto", mesh, quantize, keep_quantized = "auto";
   prism::serve::ServeOptions serve;
   int64_t seqlen = 4096, devices = 1, parallel = 1;
+  std::string speculate = "none", draft_model;
+  int64_t draft_tokens = 4;
 };
 
 // SIGTERM and SIGINT stop taking requests; the ones running finish.
@@ -34,6 +37,7 @@ int run(const Options& o) {
   PRISM_CHECK(o.devices >= 1, "serve: --devices must be at least 1, got {}", o.devices);
   PRISM_CHECK(o.devices == 1 || o.mesh.empty(), "serve: give --devices or --mesh, not both");
   const std::optional<prism::DType> dtype = prism::llm::compute_dtype(o.dtype, "serve");
+  prism::llm::check_speculation(o.speculate, o.draft_model, o.draft_tokens, "serve");
   const std::optional<prism::quant::GgmlType> quantize =
       prism::llm::quantize_type(o.quantize, "serve");
   // A GGUF file carries its tokenizer; a checkpoint directory needs tokenizer.json.
@@ -51,7 +55,11 @@ int run(const Options& o) {
   if (!o.mesh.empty()) engine_options.mesh = prism::Mesh::parse(o.mesh);
   prism::Platform& engine_platform = prism::get_platform(o.platform);
   prism::llm::Engine engine(o.model, engine_platform, engine_options);
+  const prism::llm::Speculation speculation = prism::llm::make_speculation(
+      o.speculate, o.draft_model, engine_platform, engine_options, "serve");
   prism::serve::ServeOptions options = o.serve;
+  options.drafter = speculation.drafter.get();
+  options.draft_tokens = o.draft_tokens;
   options.parallel = static_cast<int>(o.parallel);
   options.model_id = o.model_id.empty() ? o.model : o.model_id;
   prism::serve::Server server(engine, tokenizer, options);
@@ -124,6 +132,14 @@ const prism::cli::RegisterCommand kServe{
           ->capture_default_str();
       app.add_option("--devices", o->devices, "tensor-parallel over N devices");
       app.add_option("--mesh", o->mesh, "the devices as named axes, as in model:2");
+      app.add_option("--speculate", o->speculate,
+                     "none; lookup or draft: speculative decoding while one generation runs "
+                     "alone (docs/speculative.md)")
+          ->capture_default_str();
+      app.add_option("--draft-model", o->draft_model,
+                     "--speculate=draft's model: a smaller one that shares the tokenizer");
+      app.add_option("--draft-tokens", o->draft_tokens, "the most guesses checked in one step")
+          ->capture_default_str();
       return [o] { return run(*o); };
     }};
 

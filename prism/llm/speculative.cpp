@@ -77,6 +77,49 @@ std::unique_ptr<Drafter> make_drafter(std::string_view name, std::string_view co
   fail("{}: --speculate={} is not one of none, lookup, draft", command, name);
 }
 
+void check_speculation(std::string_view name, std::string_view draft_model, int64_t draft_tokens,
+                       std::string_view command) {
+  if (name != "draft") make_drafter(name, command);
+  PRISM_CHECK(name != "draft" || !draft_model.empty(),
+              "{}: --speculate=draft needs --draft-model=URI", command);
+  PRISM_CHECK(name == "draft" || draft_model.empty(), "{}: --draft-model is for --speculate=draft",
+              command);
+  PRISM_CHECK(draft_tokens >= 1 && draft_tokens <= kMaxDraftTokens,
+              "{}: --draft-tokens must be between 1 and {}, got {}", command, kMaxDraftTokens,
+              draft_tokens);
+}
+
+Speculation make_speculation(std::string_view name, const std::string& draft_model,
+                             Platform& platform, EngineOptions options, std::string_view command) {
+  Speculation s;
+  if (name == "draft") {
+    options.mesh = {};
+    s.draft_engine = std::make_unique<Engine>(draft_model, platform, options);
+  }
+  s.drafter = make_drafter(name, command, s.draft_engine.get());
+  return s;
+}
+
+int64_t GuessBudget::next() {
+  if (idle_ > 0) {
+    --idle_;
+    return 0;
+  }
+  return count_;
+}
+
+void GuessBudget::record(size_t kept, size_t drafted) {
+  if (drafted == 0) return;
+  count_ = kept == drafted ? std::min(count_ + 2, most_) : std::max<int64_t>(count_ - 1, 1);
+  recent_ = 0.7 * recent_ + 0.3 * static_cast<double>(kept) / static_cast<double>(drafted);
+  if (kept > 0) pause_ = kFirstPause;
+  if (recent_ < kSeldom) {
+    idle_ = pause_;
+    pause_ = std::min(pause_ * 2, kLongestPause);
+    recent_ = kSeldom;  // after the pause, one more step that keeps nothing pauses again
+  }
+}
+
 Generator::Generator(Engine& engine, Sampler& sampler, std::vector<int32_t>& context,
                      GeneratorOptions options, int slot)
     : engine_(engine),
@@ -115,11 +158,9 @@ void Generator::step() {
   PRISM_CHECK(at < size, "llm: nothing to feed");
   std::span<const int32_t> fresh = std::span<const int32_t>(context_).subspan(at);
   std::vector<int32_t> drafts;
-  if (options_.drafter && idle_ > 0) {
-    --idle_;
-  } else if (options_.drafter) {
-    drafts = options_.drafter->draft(context_, std::min(budget_, engine_.seqlen() - size));
-    drafts.resize(std::min<size_t>(drafts.size(), budget_));
+  if (const int64_t count = options_.drafter ? budget_.next() : 0; count > 0) {
+    drafts = options_.drafter->draft(context_, std::min(count, engine_.seqlen() - size));
+    drafts.resize(std::min<size_t>(drafts.size(), count));
     // A guess the model cannot take (a draft model's vocabulary may be larger) ends them.
     const int64_t vocab = engine_.info().vocab_size;
     drafts.erase(
@@ -156,28 +197,11 @@ void Generator::step() {
   ++stats_.checks;
   stats_.drafted += static_cast<int64_t>(drafts.size());
   stats_.accepted += static_cast<int64_t>(kept);
-  adapt(kept, drafts.size());
+  budget_.record(kept, drafts.size());
   engine_.rewind(slot_, size + static_cast<int64_t>(kept));
   decided_.insert(decided_.end(), drafts.begin(),
                   drafts.begin() + static_cast<std::ptrdiff_t>(kept));
   decided_.push_back(after);
-}
-
-void Generator::adapt(size_t kept, size_t drafted) {
-  // The next step's guesses: two more after a step that kept all, one fewer after one that did
-  // not (transformers' assisted generation does the same).
-  budget_ = kept == drafted ? std::min(budget_ + 2, options_.draft_tokens)
-                            : std::max<int64_t>(budget_ - 1, 1);
-  // The share of guesses kept, over the last few steps. Where it stays below kSeldom, checking
-  // costs more than it saves: the next steps go without guesses, longer each time it happens
-  // again, until a step keeps one.
-  recent_ = 0.7 * recent_ + 0.3 * static_cast<double>(kept) / static_cast<double>(drafted);
-  if (kept > 0) pause_ = kFirstPause;
-  if (recent_ < kSeldom) {
-    idle_ = pause_;
-    pause_ = std::min(pause_ * 2, kLongestPause);
-    recent_ = kSeldom;  // after the pause, one more step that keeps nothing pauses again
-  }
 }
 
 }  // namespace prism::llm

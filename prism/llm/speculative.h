@@ -58,13 +58,48 @@ class DraftModel : public Drafter {
 std::unique_ptr<Drafter> make_drafter(std::string_view name, std::string_view command,
                                       Engine* draft_model = nullptr);
 
+// A command's --speculate, --draft-model and --draft-tokens, checked before any model loads:
+// errors start with `command`.
+void check_speculation(std::string_view name, std::string_view draft_model, int64_t draft_tokens,
+                       std::string_view command);
+// Then what they ask for: the drafter (none for "none") and, for "draft", the draft model's
+// engine, loaded on `platform` with `options` (the model's, less its mesh).
+struct Speculation {
+  std::unique_ptr<Engine> draft_engine;
+  std::unique_ptr<Drafter> drafter;
+};
+Speculation make_speculation(std::string_view name, const std::string& draft_model,
+                             Platform& platform, EngineOptions options, std::string_view command);
+
 // The most guesses a step checks: the step's window grows with them, and its cost with it.
 inline constexpr int64_t kMaxDraftTokens = 32;
 
 struct GeneratorOptions {
   Drafter* drafter = nullptr;  // none: plain decoding
-  // The most guesses a step checks; fewer after steps that kept few (Generator::adapt).
+  // The most guesses a step checks; fewer after steps that kept few (GuessBudget).
   int64_t draft_tokens = 4;
+};
+
+// How many guesses a step asks for: two more after a step that kept all (up to `most`), one
+// fewer after one that did not (transformers' assisted generation does the same); and where
+// the share of guesses kept, over the last steps, stays under kSeldom, checking costs more
+// than it saves: the next steps go without guesses, 8, then 16, ... up to 64 while it stays
+// that low, until a step keeps one.
+class GuessBudget {
+ public:
+  explicit GuessBudget(int64_t most) : most_(most), count_(most) {}
+  // The guesses the next step asks for; 0 for a step of a pause.
+  int64_t next();
+  // What the step's check did.
+  void record(size_t kept, size_t drafted);
+
+  static constexpr double kSeldom = 0.15;
+  static constexpr int64_t kFirstPause = 8, kLongestPause = 64;
+
+ private:
+  int64_t most_, count_;
+  double recent_ = 0.5;
+  int64_t idle_ = 0, pause_ = kFirstPause;
 };
 
 // What a Generator did: its steps (passes over the model's weights), those that checked
@@ -102,13 +137,7 @@ class Generator {
   int slot_;
   std::deque<int32_t> decided_;  // tokens a step decided, not taken yet
   SpeculationStats stats_;
-  // How many guesses the next step asks for, and whether it asks (adapt()).
-  void adapt(size_t kept, size_t drafted);
-  static constexpr double kSeldom = 0.15;
-  static constexpr int64_t kFirstPause = 8, kLongestPause = 64;
-  int64_t budget_;
-  double recent_ = 0.5;
-  int64_t idle_ = 0, pause_ = kFirstPause;
+  GuessBudget budget_;
 };
 
 }  // namespace prism::llm

@@ -17,6 +17,7 @@
 
 #include "prism/llm/chat_template.h"
 #include "prism/llm/sampler.h"
+#include "prism/llm/speculative.h"
 #include "prism/llm/tokenizer.h"
 #include "prism/serve/chat_page.h"
 #include "prism/serve/openai.h"
@@ -65,6 +66,7 @@ struct Metrics {
   std::mutex mutex;
   std::map<int, uint64_t> requests;  // by status
   uint64_t prompt_tokens = 0, generated_tokens = 0, cancelled = 0;
+  uint64_t guesses = 0, guesses_kept = 0;  // speculative decoding's
   Histogram first_token, per_token;
 };
 
@@ -381,6 +383,8 @@ class Server::Impl {
     Clock::time_point start, decode_start;
     double first = 0;
     std::optional<int32_t> pending;  // the token to feed next
+    std::optional<int32_t> decided;  // the token a speculative step decided, to hand out next
+    std::optional<llm::GuessBudget> budget;
   };
 
   void schedule() {
@@ -485,16 +489,31 @@ class Server::Impl {
       r.decode_start = Clock::now();
       r.first = std::chrono::duration<double>(r.decode_start - r.start).count();
     }
-    const int32_t next = r.sampler->next(r.logits, r.history);
+    // The token a speculative step decided, or one picked from the logits.
+    const int32_t next = r.decided ? *r.decided : r.sampler->next(r.logits, r.history);
+    r.decided.reset();
+    if (emit(r, next)) return true;
+    // Alone, with guesses to check: a speculative step (docs/speculative.md); else the token
+    // is fed with the other generations' tokens, in one step.
+    if (running == 1 && options_.drafter) return speculate(r, next);
+    r.pending = next;
+    return false;
+  }
+
+  // Hands `token` to the client (as far as no stop string can still claim it); true when the
+  // generation has finished (an end-of-sequence id, a stop string, its length).
+  bool emit(Running& r, int32_t token) {
+    Job& job = *r.job;
+    const CompletionRequest& q = job.request;
     const auto& eos = engine_.info().eos_token_ids;
-    if (std::find(eos.begin(), eos.end(), next) != eos.end()) {
+    if (std::find(eos.begin(), eos.end(), token) != eos.end()) {
       finish(r, "stop", false);
       return true;
     }
-    r.history.push_back(next);
+    r.history.push_back(token);
     ++r.produced;
     const size_t before = r.text.size();
-    r.text += r.detok->push(next);
+    r.text += r.detok->push(token);
     size_t cut = std::string::npos;
     for (const std::string& stop : q.stop) {
       if (stop.empty()) continue;
@@ -517,7 +536,53 @@ class Server::Impl {
       finish(r, "length", false);
       return true;
     }
-    r.pending = next;  // fed with the other generations' tokens, in one step
+    return false;
+  }
+
+  // `next` (just handed out, not run yet) and the drafter's guesses after it in one step:
+  // the guesses the model agrees with are handed out too, and the token after them is the next
+  // step's. True when the generation has finished.
+  bool speculate(Running& r, int32_t next) {
+    if (!r.budget) r.budget.emplace(options_.draft_tokens);
+    const int64_t size = static_cast<int64_t>(r.history.size());
+    const int64_t count = std::min(r.budget->next(), engine_.seqlen() - size);
+    std::vector<int32_t> tokens{next};
+    if (count > 0) {
+      std::vector<int32_t> guesses = options_.drafter->draft(r.history, count);
+      guesses.resize(std::min<size_t>(guesses.size(), count));
+      for (int32_t t : guesses) {
+        if (t < 0 || t >= engine_.info().vocab_size) break;
+        tokens.push_back(t);
+      }
+    }
+    if (tokens.size() == 1) {
+      r.pending = next;
+      return false;
+    }
+    const std::vector<float> rows = engine_.feed_every(r.slot, tokens);
+    const size_t vocab = rows.size() / tokens.size();
+    auto row = [&](size_t i) { return std::span<const float>(rows).subspan(i * vocab, vocab); };
+    std::vector<int32_t> history = r.history;
+    size_t kept = 0;
+    int32_t after = 0;
+    for (; kept + 1 < tokens.size(); ++kept) {
+      bool same = false;
+      after = r.sampler->check(row(kept), history, tokens[kept + 1], same);
+      if (!same) break;
+      history.push_back(tokens[kept + 1]);
+    }
+    if (kept + 1 == tokens.size()) after = r.sampler->next(row(kept), history);
+    r.budget->record(kept, tokens.size() - 1);
+    {
+      std::lock_guard lock(metrics_.mutex);
+      metrics_.guesses += tokens.size() - 1;
+      metrics_.guesses_kept += kept;
+    }
+    engine_.rewind(r.slot, size + static_cast<int64_t>(kept));
+    for (size_t i = 1; i <= kept; ++i) {
+      if (emit(r, tokens[i])) return true;
+    }
+    r.decided = after;
     return false;
   }
 
@@ -579,6 +644,10 @@ class Server::Impl {
     counter("prism_generated_tokens_total", "Tokens generated.", metrics_.generated_tokens);
     counter("prism_cancelled_total", "Generations stopped because the client went away.",
             metrics_.cancelled);
+    counter("prism_speculation_guesses_total",
+            "Guessed tokens checked by speculative decoding (--speculate).", metrics_.guesses);
+    counter("prism_speculation_guesses_kept_total", "Guessed tokens the model agreed with.",
+            metrics_.guesses_kept);
     gauge("prism_queue_length", "Requests waiting for the model.", waiting_.load());
     gauge("prism_batch_size", "Sequences in the running step.", generating_.load());
     gauge("prism_slots", "Sequences the server runs at once (--parallel).", options_.parallel);

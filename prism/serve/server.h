@@ -14,6 +14,7 @@
 #include <string>
 
 #include "prism/llm/engine.h"
+#include "prism/llm/speculative.h"
 #include "prism/llm/tokenizer.h"
 
 namespace prism::serve {
@@ -26,6 +27,11 @@ struct ServeOptions {
   std::string model_id;        // the name /v1/models gives and requests may name
   int parallel = 1;            // generations at once, each with its own KV cache and states
   int threads = 32;            // connections served at once
+  // Speculative decoding (prism/llm/speculative.h) while one generation runs alone: its
+  // drafter's guesses (not owned; used from the scheduler's thread alone), at most
+  // draft_tokens a step. With several running, their tokens share one batched step instead.
+  llm::Drafter* drafter = nullptr;
+  int64_t draft_tokens = 4;
 };
 
 class Server {

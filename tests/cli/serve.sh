@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # prism serve through the official OpenAI client (tests/serve/openai_client_test.py), on the
 # tiny Llama checkpoint beside the Llama 3.1 tokenizer and its chat template; its chat page in
-# headless Chromium (tests/serve/chat_page_test.py); a tiny Qwen 3.5 checkpoint; a Q8_0 GGUF
-# file; bad options.
+# headless Chromium (tests/serve/chat_page_test.py); a tiny Qwen 3.5 checkpoint; speculative
+# decoding (tests/serve/speculate_test.py); a Q8_0 GGUF file; bad options.
 set -u
 prism="$1"
 python="${PRISM_VENV_PYTHON:?}"
@@ -27,6 +27,14 @@ for f in tokenizer.json tokenizer_config.json; do
 done
 "$python" "$PRISM_SOURCE_DIR/tests/serve/architecture_test.py" "$prism" "$tmp/qwen3_5" || fail=1
 
+# Speculative decoding: prompt lookup, and a draft model (the model itself, on Qwen 3.5: its
+# states go back when a guess is rejected).
+"$python" "$PRISM_SOURCE_DIR/tests/serve/speculate_test.py" "$prism" "$tmp" --speculate=lookup || fail=1
+"$python" "$PRISM_SOURCE_DIR/tests/serve/speculate_test.py" "$prism" "$tmp/qwen3_5" \
+  --speculate=lookup || fail=1
+"$python" "$PRISM_SOURCE_DIR/tests/serve/speculate_test.py" "$prism" "$tmp/qwen3_5" \
+  --speculate=draft --draft-model="$PRISM_SOURCE_DIR/tests/data/qwen3_5/tiny-bf16-untied" || fail=1
+
 # A GGUF file (Q8_0, its tokenizer and chat template inside), its matrices kept in their
 # blocks: 4 conversations decode together through the quantized products.
 "$python" "$PRISM_SOURCE_DIR/tests/serve/architecture_test.py" "$prism" \
@@ -45,4 +53,6 @@ err=$("$prism" serve --model="$tmp" --quantize=q5_k 2>&1); rc=$?
 check "bad --quantize" "1 prism: error: serve: --quantize=q5_k is not one of q8_0, q4_0, q4_k" "$rc $err"
 err=$("$prism" serve --model="$tmp" --devices=2 --mesh=model:2 2>&1); rc=$?
 check "--devices and --mesh" "1 prism: error: serve: give --devices or --mesh, not both" "$rc $err"
+err=$("$prism" serve --model="$tmp" --speculate=draft 2>&1); rc=$?
+check "--speculate=draft alone" "1 prism: error: serve: --speculate=draft needs --draft-model=URI" "$rc $err"
 exit $fail

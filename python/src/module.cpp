@@ -31,6 +31,7 @@
 #include "prism/llm/engine.h"
 #include "prism/llm/gguf_model.h"
 #include "prism/llm/sampler.h"
+#include "prism/llm/speculative.h"
 #include "prism/llm/tokenizer.h"
 #include "prism/runtime/compile.h"
 #include "prism/tensor/tensor.h"
@@ -233,22 +234,28 @@ class Model {
 
 // One generation, token by token: next() returns the next id and the text it completes (a
 // whole number of UTF-8 characters, possibly empty), then, at the end (an end-of-sequence id, a
-// stop string, max_tokens, or a full cache), any text still pending with no id, then None.
+// stop string, max_tokens, or a full cache), any text still pending with no id, then None. The
+// tokens come from llm::Generator, as `prism llm`'s do: plainly, or with guesses from
+// `drafter` checked in one step (speculative decoding).
 class Generation {
  public:
   using Step = std::optional<std::pair<std::optional<int32_t>, std::string>>;
 
   Generation(Model& model, std::vector<int32_t> prompt, const llm::SamplerOptions& sampling,
-             int64_t max_tokens, std::vector<std::string> stop)
+             int64_t max_tokens, std::vector<std::string> stop,
+             std::unique_ptr<llm::Drafter> drafter, int64_t draft_tokens)
       : model_(model),
-        prompt_(std::move(prompt)),
+        context_(std::move(prompt)),
         sampler_(sampling),
         max_tokens_(max_tokens),
-        stop_(std::move(stop)) {
+        stop_(std::move(stop)),
+        drafter_(std::move(drafter)),
+        generator_(model.engine(), sampler_, context_,
+                   {.drafter = drafter_.get(), .draft_tokens = draft_tokens}) {
     PRISM_CHECK(max_tokens >= 0, "prism.llm: max_tokens must be >= 0, got {}", max_tokens);
-    PRISM_CHECK(!prompt_.empty(), "prism.llm: the prompt is empty");
+    PRISM_CHECK(!context_.empty(), "prism.llm: the prompt is empty");
     const int64_t vocab = model.engine().info().vocab_size;
-    for (int32_t id : prompt_) {
+    for (int32_t id : context_) {
       PRISM_CHECK(id >= 0 && id < vocab, "prism.llm: token id {} is outside the vocabulary of {}",
                   id, vocab);
     }
@@ -258,31 +265,22 @@ class Generation {
   Step next() {
     if (done_) return std::nullopt;
     llm::Engine& engine = model_.engine();
-    // As `prism llm` does: feed the prompt, or the last token; stop before a feed that would
-    // not fit the cache.
-    if (started_ && (generated_ == max_tokens_ || engine.position() >= engine.seqlen()))
-      return finish();
+    // As `prism llm` does: stop before a step that would not fit the cache.
+    if (generated_ == max_tokens_ || (started_ && generator_.full())) return finish();
     int32_t id;
     {
       nb::gil_scoped_release release;
       if (!started_) {
         engine.reset();
-        PRISM_CHECK(static_cast<int64_t>(prompt_.size()) <= engine.seqlen(),
+        PRISM_CHECK(static_cast<int64_t>(context_.size()) <= engine.seqlen(),
                     "prism.llm: the prompt's {} tokens do not fit the model's seqlen of {}",
-                    prompt_.size(), engine.seqlen());
-        logits_ = engine.feed(prompt_);
-        history_ = prompt_;
+                    context_.size(), engine.seqlen());
         started_ = true;
-      } else {
-        const int32_t last[] = {history_.back()};
-        logits_ = engine.feed(last);
       }
-      if (max_tokens_ == 0) return finish();
-      id = sampler_.next(logits_, history_);
+      id = generator_.next();
     }
     const auto& eos = engine.info().eos_token_ids;
     if (std::find(eos.begin(), eos.end(), id) != eos.end()) return finish();
-    history_.push_back(id);
     ++generated_;
     const std::string piece = detok_ ? detok_->push(id) : std::string();
     text_ += piece;
@@ -298,6 +296,10 @@ class Generation {
 
   // Whether a stop string ended the text (in the last piece returned; nothing follows it).
   bool stopped() const { return stopped_; }
+  // Guesses checked and kept so far (speculative decoding).
+  std::pair<int64_t, int64_t> guesses() const {
+    return {generator_.stats().drafted, generator_.stats().accepted};
+  }
 
  private:
   Step finish() {
@@ -308,12 +310,13 @@ class Generation {
   }
 
   Model& model_;
-  std::vector<int32_t> prompt_, history_;
+  std::vector<int32_t> context_;
   llm::Sampler sampler_;
   int64_t max_tokens_, generated_ = 0;
   std::vector<std::string> stop_;
+  std::unique_ptr<llm::Drafter> drafter_;
+  llm::Generator generator_;
   std::optional<llm::StreamingDetokenizer> detok_;
-  std::vector<float> logits_;
   std::string text_;
   bool started_ = false, done_ = false, stopped_ = false;
 };
@@ -577,7 +580,8 @@ NB_MODULE(_prism, m) {
           "_generate",
           [](Model& model, std::vector<int32_t> prompt, double temperature, int64_t top_k,
              double top_p, double min_p, double repetition_penalty, uint64_t seed,
-             int64_t max_tokens, std::vector<std::string> stop) {
+             int64_t max_tokens, std::vector<std::string> stop, const std::string& speculate,
+             Model* draft_model, int64_t draft_tokens) {
             llm::SamplerOptions s;
             s.temperature = temperature;
             s.top_k = top_k;
@@ -585,12 +589,27 @@ NB_MODULE(_prism, m) {
             s.min_p = min_p;
             s.repetition_penalty = repetition_penalty;
             s.seed = seed;
-            return new Generation(model, std::move(prompt), s, max_tokens, std::move(stop));
+            PRISM_CHECK(speculate == "draft" || !draft_model,
+                        "prism.llm: draft_model is for speculate=\"draft\"");
+            PRISM_CHECK(draft_tokens >= 1 && draft_tokens <= llm::kMaxDraftTokens,
+                        "prism.llm: draft_tokens must be between 1 and {}, got {}",
+                        llm::kMaxDraftTokens, draft_tokens);
+            PRISM_CHECK(speculate != "draft" || draft_model,
+                        "prism.llm: speculate=\"draft\" needs a draft_model");
+            PRISM_CHECK(draft_model != &model,
+                        "prism.llm: the draft_model must be another Model than the one it drafts "
+                        "for (each keeps its own conversation)");
+            std::unique_ptr<llm::Drafter> drafter = llm::make_drafter(
+                speculate, "prism.llm", draft_model ? &draft_model->engine() : nullptr);
+            return new Generation(model, std::move(prompt), s, max_tokens, std::move(stop),
+                                  std::move(drafter), draft_tokens);
           },
-          nb::keep_alive<0, 1>(), "prompt"_a, "temperature"_a, "top_k"_a, "top_p"_a, "min_p"_a,
-          "repetition_penalty"_a, "seed"_a, "max_tokens"_a, "stop"_a);
+          nb::keep_alive<0, 1>(), nb::keep_alive<0, 12>(), "prompt"_a, "temperature"_a, "top_k"_a,
+          "top_p"_a, "min_p"_a, "repetition_penalty"_a, "seed"_a, "max_tokens"_a, "stop"_a,
+          "speculate"_a, "draft_model"_a.none(), "draft_tokens"_a);
 
   nb::class_<Generation>(m, "Generation")
       .def("next", &Generation::next)
-      .def_prop_ro("stopped", &Generation::stopped);
+      .def_prop_ro("stopped", &Generation::stopped)
+      .def_prop_ro("guesses", &Generation::guesses);
 }

@@ -105,6 +105,30 @@ def test_stop_strings(tiny_with_tokenizer):
                               stream=True)) == want
 
 
+def test_speculative_decoding_gives_the_same_ids():
+    m = prism.llm.Model.load(TINY, dtype="f32", seqlen=64)
+    want = m.generate_ids(ids=PROMPT_IDS, max_tokens=24)
+    assert m.generate_ids(ids=PROMPT_IDS, max_tokens=24, speculate="lookup",
+                          draft_tokens=3) == want
+    # A draft model: the same checkpoint loaded again guesses every token right.
+    draft = prism.llm.Model.load(TINY, dtype="f32", seqlen=64)
+    run = m._start(None, PROMPT_IDS, 24, 0.0, 1.0, 0, 0.0, 1.0, 0, None, "draft", draft, 4)
+    got = []
+    while (step := run.next()) is not None:
+        got.append(step[0])
+    assert got == want
+    guessed, kept = run.guesses
+    assert guessed > 0 and kept == guessed
+    with pytest.raises(prism.Error, match="needs a draft_model"):
+        m.generate_ids(ids=PROMPT_IDS, speculate="draft")
+    with pytest.raises(prism.Error, match="another Model"):
+        m.generate_ids(ids=PROMPT_IDS, speculate="draft", draft_model=m)
+    with pytest.raises(prism.Error, match="not one of none, lookup, draft"):
+        m.generate_ids(ids=PROMPT_IDS, speculate="maybe")
+    with pytest.raises(prism.Error, match="draft_tokens"):
+        m.generate_ids(ids=PROMPT_IDS, speculate="lookup", draft_tokens=0)
+
+
 def test_sampling_is_seeded(tiny_with_tokenizer):
     m = prism.llm.Model.load(tiny_with_tokenizer, dtype="f32", seqlen=128)
     a = m.generate_ids(ids=PROMPT_IDS, max_tokens=12, temperature=1.0, top_p=0.9, seed=7)

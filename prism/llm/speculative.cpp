@@ -158,7 +158,10 @@ void Generator::step() {
   PRISM_CHECK(at < size, "llm: nothing to feed");
   std::span<const int32_t> fresh = std::span<const int32_t>(context_).subspan(at);
   std::vector<int32_t> drafts;
-  if (const int64_t count = options_.drafter ? budget_.next() : 0; count > 0) {
+  // No guesses on a prompt's step: its first token comes as fast as without speculation (and
+  // on the CPU's fast start, before the weights' copy, which the next step waits for).
+  const bool guessing = options_.drafter && fresh.size() == 1;
+  if (const int64_t count = guessing ? budget_.next() : 0; count > 0) {
     drafts = options_.drafter->draft(context_, std::min(count, engine_.seqlen() - size));
     drafts.resize(std::min<size_t>(drafts.size(), count));
     // A guess the model cannot take (a draft model's vocabulary may be larger) ends them.
@@ -171,12 +174,6 @@ void Generator::step() {
   if (drafts.empty()) {
     decided_.push_back(sampler_.next(engine_.feed(slot_, fresh), context_));
     return;
-  }
-  // A prompt runs by itself first: logits for every token are for a few tokens, not thousands.
-  if (fresh.size() > 1) {
-    engine_.feed(slot_, fresh.first(fresh.size() - 1));
-    ++stats_.passes;
-    fresh = fresh.last(1);
   }
   std::vector<int32_t> tokens(fresh.begin(), fresh.end());
   tokens.insert(tokens.end(), drafts.begin(), drafts.end());

@@ -346,13 +346,16 @@ TEST(Generator, DraftModelGivesPlainGreedyIds) {
   }
 }
 
-// With sampling, the tokens follow the model's distribution: the first token of 1000 answers
-// with a guess that is not the likeliest, against the model's own probabilities (top 6 at
+// With sampling, the tokens follow the model's distribution: the first token of 1000 answers,
+// each checking a guess that is not the likeliest, against the model's own probabilities (top 6 at
 // temperature 1: chi-square with 5 degrees of freedom below 20.5, p = 0.001).
 TEST(Generator, SampledTokensFollowTheModel) {
-  const std::vector<int32_t> prompt{1, 9906, 11, 1268};
+  // The prompt's step takes no guesses: the engine holds the prompt, and the token after it
+  // (one the model did not pick) starts each answer's first step, which checks guesses.
+  const std::vector<int32_t> prompt{1, 9906, 11, 1268}, last{17};
   llm::Engine e(path_of("llama/tiny-f32"), get_platform("cpu"), options());
-  const std::vector<float> logits = e.feed(prompt);
+  e.feed(prompt);
+  const std::vector<float> logits = e.feed(last);
   std::vector<int32_t> order(logits.size());
   std::iota(order.begin(), order.end(), 0);
   std::partial_sort(order.begin(), order.begin() + 6, order.end(),
@@ -374,9 +377,10 @@ TEST(Generator, SampledTokensFollowTheModel) {
   const int n = 1000;
   int64_t checked = 0;
   for (int i = 0; i < n; ++i) {
-    e.reset();
+    e.rewind(0, static_cast<int64_t>(prompt.size()));
     llm::Sampler sampler({.temperature = 1, .top_k = 6, .seed = static_cast<uint64_t>(i)});
     std::vector<int32_t> context = prompt;
+    context.push_back(last[0]);
     llm::Generator g(e, sampler, context, {.drafter = &guess, .draft_tokens = 2});
     ++counts[g.next()];
     checked += g.stats().drafted;

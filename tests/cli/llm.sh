@@ -105,6 +105,16 @@ out=$(printf 'hello\nhow are you\n/reset\nhi\n/exit\n' | "$prism" llm --model="$
 check "chat exit" 0 "$rc"
 check "chat answers" 3 "$(echo "$out" | wc -l)"
 grep -q "^prefill: " "$tmp/chat.err" || { echo "FAIL chat stats: $(cat "$tmp/chat.err")"; fail=1; }
+# A turn cut by --max-tokens: its last token was not run when the answer stopped; the next turn
+# runs it first, and answers as the whole conversation rendered and fed at once does.
+chat=$(printf 'hello\nhow are you\n' | "$prism" llm --model="$tmp" --max-tokens=3 --fast-start=false 2>/dev/null)
+printf '[{"role":"user","content":"hello"},{"role":"assistant","content":"%s"},{"role":"user","content":"how are you"}]' \
+  "$(echo "$chat" | sed -n 1p | sed 's/["\\]/\\&/g')" >"$tmp/turns.json"
+"$prism" chat-template --tokenizer="$tmp" --messages="$tmp/turns.json" --add-generation-prompt >"$tmp/turns.txt"
+ids=$("$prism" tokenize --tokenizer="$tmp" --text-file="$tmp/turns.txt" | tr ' ' ',')
+gen=$("$prism" llm --model="$tmp" --prompt-ids="$ids" --print-ids --max-tokens=3 --fast-start=false 2>/dev/null)
+check "a turn after one cut by --max-tokens" "$("$prism" detokenize --tokenizer="$tmp" --skip-special $gen)" \
+  "$(echo "$chat" | sed -n 2p)"
 # The same turns with prompt lookup: the same answers (each turn goes on from where the last
 # answer's guesses were taken back to).
 turns='hello\nhow are you\nhow are you\n/reset\nhi\n/exit\n'

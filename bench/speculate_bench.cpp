@@ -149,7 +149,9 @@ void speculate_bench() {
     return seconds_since(start);
   };
   std::vector<std::vector<double>> times(sizes.size());
-  for (int64_t n : sizes) step(n);
+  std::printf("\nFirst use of each step size (its compilation included):");
+  for (int64_t n : sizes) std::printf(" %lld: %.2f s", static_cast<long long>(n), step(n));
+  std::printf("\n");
   for (int r = 0; r < std::max(repeats, 5); ++r) {
     for (size_t i = 0; i < sizes.size(); ++i) times[i].push_back(step(sizes[i]));
   }

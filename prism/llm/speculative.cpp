@@ -94,7 +94,13 @@ Speculation make_speculation(std::string_view name, const std::string& draft_mod
   Speculation s;
   if (name == "draft") {
     options.mesh = {};
-    s.draft_engine = std::make_unique<Engine>(draft_model, platform, options);
+    try {
+      s.draft_engine = std::make_unique<Engine>(draft_model, platform, options);
+    } catch (const Error& e) {  // said of the draft model, not the model
+      std::string_view what = e.what();
+      if (what.starts_with("llm: ")) what.remove_prefix(5);
+      fail("{}: the draft model {}: {}", command, draft_model, what);
+    }
   }
   s.drafter = make_drafter(name, command, s.draft_engine.get());
   return s;

@@ -37,6 +37,9 @@ err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --speculate=draft 2>&
 check "--speculate=draft alone" "1 prism: error: llm: --speculate=draft needs --draft-model=URI" "$rc $err"
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --draft-model="$data/tiny-f32" 2>&1 >/dev/null); rc=$?
 check "--draft-model alone" "1 prism: error: llm: --draft-model is for --speculate=draft" "$rc $err"
+err=$("$prism" llm --model="$data/../lfm2/tiny-bf16-tied" --prompt-ids=1 --print-ids --seqlen=4096 --speculate=draft \
+  --draft-model="$data/tiny-f32" 2>&1 >/dev/null | tail -1); rc=$?
+check "a draft model shorter than --seqlen" "prism: error: llm: the draft model $data/tiny-f32: --seqlen=4096 must be between 1 and the model's 2048 positions" "$err"
 # A draft model: the model itself (every guess kept), and another model with the same
 # vocabulary (few kept): the same ids either way.
 for draft in "$data/tiny-f32" "$data/tiny-bf16-tied"; do

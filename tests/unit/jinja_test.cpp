@@ -299,6 +299,15 @@ TEST(Jinja, SandboxBoundsMemory) {
       "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
       "{% endfor %}");
   EXPECT_NE(doubled.find("'+' would build 134217728 bytes"), std::string::npos) << doubled;
+  // A list whose items are all the same list, printed: its text past the limits is an error
+  // when it gets there, not after building all of it (fuzz seed regression-043b05aea766).
+  EXPECT_EQ(error_of("a{{[[ 4 ** 10 ]* 4 ** 10 ]*+37}}2"),
+            "test.jinja:1:27: a value whose text holds more than the sandbox's limit of 1000000 "
+            "items");
+  EXPECT_EQ(error_of("{{ {'a': ['x' * 10000000] * 10} }}"),
+            "test.jinja:1:4: a dict whose text is longer than the sandbox's limit of 67108864 "
+            "bytes");
+  EXPECT_EQ(render("{{ ([7] * 999999) | length }}"), "999999");
   // Many values each under the limit: the render's total is bounded.
   EXPECT_EQ(error_of("{% set s = 'x' * 60000000 %}{% for i in range(30) %}{{ s }}{% endfor %}"),
             "test.jinja:1:53: the template built more than the sandbox's limit of 268435456 "

@@ -27,6 +27,9 @@ inline constexpr int64_t kRange = 100'000;
 // Bytes of one string (or items of one list) that an operation builds: `*` repetition, replace,
 // indent, tojson's indent, joins and concatenations.
 inline constexpr size_t kValueBytes = size_t{64} << 20;
+// Items of lists and dicts in one value's text (printing a list, str(), string): each costs
+// a step of its own, and shared lists make millions of them from a few characters.
+inline constexpr int64_t kPrintedItems = 1'000'000;
 // Bytes of all strings, lists and output that one render builds.
 inline constexpr size_t kRenderBytes = size_t{256} << 20;
 // Nodes rendered plus expressions evaluated in one render (a loop's body counts each time).

@@ -153,7 +153,13 @@ class Interpreter {
         Value value = eval(*node.expr);
         const UndefinedOrigin* origin = value.undefined_origin();
         if (origin && origin->prints_empty) return Flow::Normal;
-        append(out, defined(value, node.expr->at).str(), node.at);
+        std::string text;
+        try {
+          text = defined(value, node.expr->at).str();
+        } catch (const BuiltinError& e) {  // a value too large to print
+          error(node.expr->at, e.what());
+        }
+        append(out, text, node.at);
         return Flow::Normal;
       }
       case Node::Kind::If:

@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cmath>
 
 #include "prism/core/error.h"
+#include "prism/llm/jinja/builtins.h"
 
 namespace prism::llm::jinja {
 
@@ -182,7 +184,8 @@ void append_json(std::string& out, const Value& v, int indent, int depth) {
   } else if (v.is_bool()) {
     out += v.as_bool() ? "true" : "false";
   } else if (v.is_int()) {
-    out += std::to_string(v.as_int());
+    char digits[24];  // no allocation: printing millions of them is the point of this function
+    out.append(digits, std::to_chars(digits, digits + sizeof digits, v.as_int()).ptr);
   } else if (v.is_float()) {
     double d = v.as_number();
     out += std::isnan(d)   ? "NaN"
@@ -233,36 +236,69 @@ std::string Value::str() const {
   return repr();
 }
 
+namespace {
+
+// Appends `v`'s repr to `out`, or as much of it as fits `limit` bytes: false where it stopped
+// there (a list of a million lists of a million numbers is a template's few characters).
+// Throws BuiltinError past `items` items of lists and dicts.
+bool append_repr(const Value& v, std::string& out, size_t limit, int64_t& items) {
+  if (v.is_list() || v.is_dict()) {
+    const bool list = v.is_list();
+    out += list ? "[" : "{";
+    const size_t n = list ? v.as_list().size() : v.as_dict().entries.size();
+    for (size_t i = 0; i < n; ++i) {
+      if (--items < 0) {
+        throw BuiltinError(
+            fmt::format("a value whose text holds more than the sandbox's limit of "
+                        "{} items",
+                        limits::kPrintedItems));
+      }
+      if (i) out += ", ";
+      if (list) {
+        if (!append_repr(v.as_list()[i], out, limit, items)) return false;
+      } else {
+        const auto& [key, value] = v.as_dict().entries[i];
+        out += string_repr(key) + ": ";
+        if (!append_repr(value, out, limit, items)) return false;
+      }
+      if (out.size() > limit) return false;
+    }
+    out += list ? "]" : "}";
+  } else if (v.is_undefined()) {
+    out += "Undefined";
+  } else if (v.is_none()) {
+    out += "None";
+  } else if (v.is_bool()) {
+    out += v.as_bool() ? "True" : "False";
+  } else if (v.is_int()) {
+    char digits[24];  // no allocation: printing millions of them is the point of this function
+    out.append(digits, std::to_chars(digits, digits + sizeof digits, v.as_int()).ptr);
+  } else if (v.is_float()) {
+    out += float_repr(v.as_number());
+  } else if (v.is_string()) {
+    out += string_repr(v.as_string());
+  } else {
+    out += "<function>";
+  }
+  return out.size() <= limit;
+}
+
+}  // namespace
+
 std::string Value::repr() const {
-  if (is_undefined()) return "Undefined";
-  if (is_none()) return "None";
-  if (is_bool()) return as_bool() ? "True" : "False";
-  if (is_int()) return std::to_string(as_int());
-  if (is_float()) return float_repr(as_number());
-  if (is_string()) return string_repr(as_string());
-  if (is_list()) {
-    std::string out = "[";
-    const List& list = as_list();
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (i) out += ", ";
-      out += list[i].repr();
-    }
-    return out + "]";
+  std::string out;
+  int64_t items = limits::kPrintedItems;
+  if (!append_repr(*this, out, limits::kValueBytes, items)) {
+    throw BuiltinError(fmt::format("a {} whose text is longer than the sandbox's limit of {} bytes",
+                                   type_name(), limits::kValueBytes));
   }
-  if (is_dict()) {
-    std::string out = "{";
-    const Dict& dict = as_dict();
-    for (size_t i = 0; i < dict.entries.size(); ++i) {
-      if (i) out += ", ";
-      out += string_repr(dict.entries[i].first) + ": " + dict.entries[i].second.repr();
-    }
-    return out + "}";
-  }
-  return "<function>";
+  return out;
 }
 
 void Value::wrong_type(const char* want) const {
-  std::string shown = repr();
+  std::string shown;
+  int64_t items = 60;  // each item takes at least a byte: the bytes' limit ends it first
+  append_repr(*this, shown, 60, items);
   if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
   fail("template error: expected {}, got {} {}", want, type_name(), shown);
 }

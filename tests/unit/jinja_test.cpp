@@ -7,6 +7,7 @@
 
 #include "prism/core/error.h"
 #include "prism/llm/jinja/template.h"
+#include "prism/llm/jinja/value.h"
 
 namespace prism::llm::jinja {
 namespace {
@@ -308,6 +309,12 @@ TEST(Jinja, SandboxBoundsMemory) {
             "test.jinja:1:4: a dict whose text is longer than the sandbox's limit of 67108864 "
             "bytes");
   EXPECT_EQ(render("{{ ([7] * 999999) | length }}"), "999999");
+  // A list's size is its items' bytes: 60 million items would take gigabytes (fuzz seed
+  // regression-33ae5ab92f1b).
+  EXPECT_EQ(error_of("a{{[[ 4 *0 ]* 6 ** 10 ]*+606}}2"),
+            fmt::format("test.jinja:1:13: repetition with '*' would build {} bytes, past the "
+                        "sandbox's limit of 67108864",
+                        60466176 * sizeof(Value)));
   // Many values each under the limit: the render's total is bounded.
   EXPECT_EQ(error_of("{% set s = 'x' * 60000000 %}{% for i in range(30) %}{{ s }}{% endfor %}"),
             "test.jinja:1:53: the template built more than the sandbox's limit of 268435456 "

@@ -274,7 +274,7 @@ Value binary_operation(std::string_view op, const Value& a, const Value& b) {
       return Value(a.as_string() + b.as_string());
     }
     if (a.is_list() && b.is_list()) {
-      check_value_size(a.as_list().size() + b.as_list().size(), "'+'");
+      check_value_size((a.as_list().size() + b.as_list().size()) * sizeof(Value), "'+'");
       List joined = a.as_list();
       joined.insert(joined.end(), b.as_list().begin(), b.as_list().end());
       return Value(std::move(joined));
@@ -287,8 +287,9 @@ Value binary_operation(std::string_view op, const Value& a, const Value& b) {
     const Value& times = sequence == &a ? b : a;
     if (sequence && is_integral(times)) {
       int64_t n = std::max<int64_t>(0, as_integer(times));
-      size_t unit =
-          sequence->is_string() ? sequence->as_string().size() : sequence->as_list().size();
+      // A list's bytes are its items' (each a Value, whatever it holds).
+      size_t unit = sequence->is_string() ? sequence->as_string().size()
+                                          : sequence->as_list().size() * sizeof(Value);
       size_t bytes = 0;
       if (__builtin_mul_overflow(static_cast<size_t>(n), unit, &bytes)) bytes = SIZE_MAX;
       check_value_size(bytes, "repetition with '*'");

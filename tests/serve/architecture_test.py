@@ -16,13 +16,7 @@ client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", m
 
 
 def chat(prompt, stream):
-    messages = [{"role": "user", "content": prompt}]
-    if not stream:
-        r = client.chat.completions.create(model="tiny", messages=messages, max_tokens=10,
-                                           temperature=0)
-        return r.choices[0].message.content
-    return "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
-        model="tiny", messages=messages, max_tokens=10, temperature=0, stream=True) if c.choices)
+    return serve_util.chat(client, prompt, stream, 10)
 
 
 try:

@@ -1,5 +1,6 @@
-"""What the tests of `prism serve` share: starting the server on a free port, the answer
-`prism llm` gives for a prompt, and the pass/fail tally."""
+"""What the tests of `prism serve` share: starting the server on a free port, a greedy chat
+reply through the openai client, the answer `prism llm` gives for a prompt, and the pass/fail
+tally."""
 import re
 import subprocess
 import sys
@@ -29,6 +30,19 @@ def start(prism, model, *extra):
             threading.Thread(target=proc.stderr.read, daemon=True).start()
             return proc, int(m.group(1))
     raise SystemExit("FAIL the server did not start")
+
+
+def chat(client, prompt, stream, max_tokens):
+    """The greedy reply of the server behind `client` (an openai.OpenAI) to one user message,
+    streamed or not."""
+    messages = [{"role": "user", "content": prompt}]
+    if not stream:
+        r = client.chat.completions.create(model="tiny", messages=messages,
+                                           max_tokens=max_tokens, temperature=0)
+        return r.choices[0].message.content
+    return "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="tiny", messages=messages, max_tokens=max_tokens, temperature=0, stream=True)
+        if c.choices)
 
 
 def llm_text(prism, model, prompt, max_tokens):

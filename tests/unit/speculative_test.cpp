@@ -376,11 +376,12 @@ TEST(Generator, SampledTokensFollowTheModel) {
   std::map<int32_t, int> counts;
   const int n = 1000;
   int64_t checked = 0;
+  std::vector<int32_t> start = prompt;
+  start.insert(start.end(), last.begin(), last.end());
   for (int i = 0; i < n; ++i) {
     e.rewind(0, static_cast<int64_t>(prompt.size()));
     llm::Sampler sampler({.temperature = 1, .top_k = 6, .seed = static_cast<uint64_t>(i)});
-    std::vector<int32_t> context = prompt;
-    context.push_back(last[0]);
+    std::vector<int32_t> context = start;
     llm::Generator g(e, sampler, context, {.drafter = &guess, .draft_tokens = 2});
     ++counts[g.next()];
     checked += g.stats().drafted;

@@ -172,6 +172,12 @@ void append_json_string(std::string& out, const std::string& s) {
   out += '"';
 }
 
+// Appends an integer's digits without allocating: a list's text may hold a million of them.
+void append_int(std::string& out, int64_t n) {
+  char digits[24];
+  out.append(digits, std::to_chars(digits, digits + sizeof digits, n).ptr);
+}
+
 void append_json(std::string& out, const Value& v, int indent, int depth) {
   auto newline = [&](int level) {
     if (indent < 0) return;
@@ -184,8 +190,7 @@ void append_json(std::string& out, const Value& v, int indent, int depth) {
   } else if (v.is_bool()) {
     out += v.as_bool() ? "true" : "false";
   } else if (v.is_int()) {
-    char digits[24];  // no allocation: printing millions of them is the point of this function
-    out.append(digits, std::to_chars(digits, digits + sizeof digits, v.as_int()).ptr);
+    append_int(out, v.as_int());
   } else if (v.is_float()) {
     double d = v.as_number();
     out += std::isnan(d)   ? "NaN"
@@ -271,8 +276,7 @@ bool append_repr(const Value& v, std::string& out, size_t limit, int64_t& items)
   } else if (v.is_bool()) {
     out += v.as_bool() ? "True" : "False";
   } else if (v.is_int()) {
-    char digits[24];  // no allocation: printing millions of them is the point of this function
-    out.append(digits, std::to_chars(digits, digits + sizeof digits, v.as_int()).ptr);
+    append_int(out, v.as_int());
   } else if (v.is_float()) {
     out += float_repr(v.as_number());
   } else if (v.is_string()) {

@@ -18,7 +18,7 @@ mkdir -p "$artifacts"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 failed=0
-declare -A runs_of=([safetensors]=150000 [gguf]=40000 [tokenizer]=30000 [jinja]=70000
+declare -A runs_of=([safetensors]=150000 [gguf]=40000 [tokenizer]=30000 [jinja]=40000
                     [config]=300000 [s3_listing]=450000 [hf_listing]=300000
                     [serve_request]=300000 [tpu_metrics]=600000)
 all="safetensors gguf tokenizer jinja config s3_listing hf_listing serve_request tpu_metrics"

@@ -162,49 +162,67 @@ void Generator::step() {
   if (engine_.position(slot_) > size) engine_.rewind(slot_, size);
   const int64_t at = engine_.position(slot_);
   PRISM_CHECK(at < size, "llm: nothing to feed");
-  std::span<const int32_t> fresh = std::span<const int32_t>(context_).subspan(at);
-  std::vector<int32_t> drafts;
   // No guesses on a prompt's step: its first token comes as fast as without speculation (and
   // on the CPU's fast start, before the weights' copy, which the next step waits for).
-  const bool guessing = options_.drafter && fresh.size() == 1;
-  if (const int64_t count = guessing ? budget_.next() : 0; count > 0) {
-    drafts = options_.drafter->draft(context_, std::min(count, engine_.seqlen() - size));
-    drafts.resize(std::min<size_t>(drafts.size(), count));
-    // A guess the model cannot take (a draft model's vocabulary may be larger) ends them.
-    const int64_t vocab = engine_.info().vocab_size;
-    drafts.erase(
-        std::find_if(drafts.begin(), drafts.end(), [&](int32_t t) { return t < 0 || t >= vocab; }),
-        drafts.end());
+  if (options_.drafter && size - at == 1) {
+    const std::vector<int32_t> decided =
+        check_guesses(engine_, slot_, sampler_, *options_.drafter, budget_, context_, stats_);
+    if (!decided.empty()) {
+      decided_.insert(decided_.end(), decided.begin(), decided.end());
+      return;
+    }
   }
   ++stats_.passes;
-  if (drafts.empty()) {
-    decided_.push_back(sampler_.next(engine_.feed(slot_, fresh), context_));
-    return;
+  decided_.push_back(
+      sampler_.next(engine_.feed(slot_, std::span<const int32_t>(context_).subspan(at)), context_));
+}
+
+std::vector<int32_t> check_guesses(Engine& engine, int slot, Sampler& sampler, Drafter& drafter,
+                                   GuessBudget& budget, std::span<const int32_t> context,
+                                   SpeculationStats& stats) {
+  const int64_t size = static_cast<int64_t>(context.size());
+  const int64_t at = engine.position(slot);
+  PRISM_CHECK(at < size, "llm: nothing to feed");
+  const int64_t count = std::min(budget.next(), engine.seqlen() - size);
+  if (count <= 0) return {};
+  std::vector<int32_t> tokens(context.begin() + at, context.end());
+  const size_t fresh = tokens.size();
+  // A guess the model cannot take (a draft model's vocabulary may be larger) ends them.
+  const int64_t vocab = engine.info().vocab_size;
+  const std::vector<int32_t> drafts = drafter.draft(context, count);
+  for (size_t i = 0; i < std::min<size_t>(drafts.size(), count); ++i) {
+    if (drafts[i] < 0 || drafts[i] >= vocab) break;
+    tokens.push_back(drafts[i]);
   }
-  std::vector<int32_t> tokens(fresh.begin(), fresh.end());
-  tokens.insert(tokens.end(), drafts.begin(), drafts.end());
-  const std::vector<float> rows = engine_.feed_every(slot_, tokens);
-  const size_t vocab = rows.size() / tokens.size();
-  auto row = [&](size_t i) { return std::span<const float>(rows).subspan(i * vocab, vocab); };
+  const std::span<const int32_t> guesses = std::span<const int32_t>(tokens).subspan(fresh);
+  if (guesses.empty()) return {};
+  const std::vector<float> rows = engine.feed_every(slot, tokens);
+  const size_t width = rows.size() / tokens.size();
+  // Row fresh - 1 + i holds the model's distribution for the token after guess i's place.
+  auto row = [&](size_t i) {
+    return std::span<const float>(rows).subspan((fresh - 1 + i) * width, width);
+  };
   // Each guess is checked against the model's distribution after the ones before it.
-  std::vector<int32_t> history = context_;
-  size_t kept = 0;
+  std::vector<int32_t> history(context.begin(), context.end());
+  std::vector<int32_t> decided;
   int32_t after = 0;
-  for (; kept < drafts.size(); ++kept) {
+  size_t kept = 0;
+  for (; kept < guesses.size(); ++kept) {
     bool same = false;
-    after = sampler_.check(row(kept), history, drafts[kept], same);
+    after = sampler.check(row(kept), history, guesses[kept], same);
     if (!same) break;
-    history.push_back(drafts[kept]);
+    history.push_back(guesses[kept]);
+    decided.push_back(guesses[kept]);
   }
-  if (kept == drafts.size()) after = sampler_.next(row(kept), history);
-  ++stats_.checks;
-  stats_.drafted += static_cast<int64_t>(drafts.size());
-  stats_.accepted += static_cast<int64_t>(kept);
-  budget_.record(kept, drafts.size());
-  engine_.rewind(slot_, size + static_cast<int64_t>(kept));
-  decided_.insert(decided_.end(), drafts.begin(),
-                  drafts.begin() + static_cast<std::ptrdiff_t>(kept));
-  decided_.push_back(after);
+  if (kept == guesses.size()) after = sampler.next(row(kept), history);
+  decided.push_back(after);
+  ++stats.passes;
+  ++stats.checks;
+  stats.drafted += static_cast<int64_t>(guesses.size());
+  stats.accepted += static_cast<int64_t>(kept);
+  budget.record(kept, guesses.size());
+  engine.rewind(slot, size + static_cast<int64_t>(kept));
+  return decided;
 }
 
 }  // namespace prism::llm

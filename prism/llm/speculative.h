@@ -108,6 +108,16 @@ struct SpeculationStats {
   int64_t passes = 0, checks = 0, drafted = 0, accepted = 0;
 };
 
+// One speculative step: the tokens of `context` the engine's slot has not run (its position
+// is within `context`) and the drafter's guesses after `context`, as many as `budget` asks for
+// and the cache holds, in one pass. Returns the tokens it decided: the guesses the model
+// agrees with (Sampler::check), then the model's own token after them; the slot is rewound to
+// hold `context` and the kept guesses. Empty, and nothing run, when there are no guesses to
+// check: the caller takes a plain step. `stats` counts the pass and the check.
+std::vector<int32_t> check_guesses(Engine& engine, int slot, Sampler& sampler, Drafter& drafter,
+                                   GuessBudget& budget, std::span<const int32_t> context,
+                                   SpeculationStats& stats);
+
 // The tokens of one answer after the conversation `context` (the engine slot's tokens, and
 // maybe a few it has not run yet), one at a time. Each next() token joins `context`; the
 // engine may run ahead of what was taken (a step decides several tokens), so end an answer

@@ -544,45 +544,22 @@ class Server::Impl {
   // step's. True when the generation has finished.
   bool speculate(Running& r, int32_t next) {
     if (!r.budget) r.budget.emplace(options_.draft_tokens);
-    const int64_t size = static_cast<int64_t>(r.history.size());
-    const int64_t count = std::min(r.budget->next(), engine_.seqlen() - size);
-    std::vector<int32_t> tokens{next};
-    if (count > 0) {
-      std::vector<int32_t> guesses = options_.drafter->draft(r.history, count);
-      guesses.resize(std::min<size_t>(guesses.size(), count));
-      for (int32_t t : guesses) {
-        if (t < 0 || t >= engine_.info().vocab_size) break;
-        tokens.push_back(t);
-      }
-    }
-    if (tokens.size() == 1) {
+    llm::SpeculationStats stats;
+    const std::vector<int32_t> decided = llm::check_guesses(
+        engine_, r.slot, *r.sampler, *options_.drafter, *r.budget, r.history, stats);
+    if (decided.empty()) {
       r.pending = next;
       return false;
     }
-    const std::vector<float> rows = engine_.feed_every(r.slot, tokens);
-    const size_t vocab = rows.size() / tokens.size();
-    auto row = [&](size_t i) { return std::span<const float>(rows).subspan(i * vocab, vocab); };
-    std::vector<int32_t> history = r.history;
-    size_t kept = 0;
-    int32_t after = 0;
-    for (; kept + 1 < tokens.size(); ++kept) {
-      bool same = false;
-      after = r.sampler->check(row(kept), history, tokens[kept + 1], same);
-      if (!same) break;
-      history.push_back(tokens[kept + 1]);
-    }
-    if (kept + 1 == tokens.size()) after = r.sampler->next(row(kept), history);
-    r.budget->record(kept, tokens.size() - 1);
     {
       std::lock_guard lock(metrics_.mutex);
-      metrics_.guesses += tokens.size() - 1;
-      metrics_.guesses_kept += kept;
+      metrics_.guesses += static_cast<uint64_t>(stats.drafted);
+      metrics_.guesses_kept += static_cast<uint64_t>(stats.accepted);
     }
-    engine_.rewind(r.slot, size + static_cast<int64_t>(kept));
-    for (size_t i = 1; i <= kept; ++i) {
-      if (emit(r, tokens[i])) return true;
+    for (size_t i = 0; i + 1 < decided.size(); ++i) {
+      if (emit(r, decided[i])) return true;
     }
-    r.decided = after;
+    r.decided = decided.back();
     return false;
   }
 

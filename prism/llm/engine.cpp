@@ -161,6 +161,9 @@ Engine::Engine(Checkpoint checkpoint, Platform& platform, const EngineOptions& o
               "llm: --seqlen={} must be between 1 and the model's {} positions", options.seqlen,
               info_.max_positions);
   state_specs_ = model_->state_specs(options.seqlen);
+  for (size_t i = 0; i < state_specs_.size(); ++i) {
+    if (!state_specs_[i].positional) carried_.push_back(i);
+  }
   if (options.keep_quantized.value_or(true)) {
     model_->set_quantized_weights(
         kept_quantized(store_, platform_, options_.mesh, options.keep_quantized.has_value()));
@@ -322,18 +325,14 @@ void Engine::reset(int slot_index) {
   // again from zeros, written by a compiled fill into the buffers they donate: a reset is a
   // program like every step, so it needs no write into device memory from outside (PJRT's
   // buffers cannot take one), and the states keep their buffers for the engine's whole life.
-  std::vector<size_t> cleared;
-  for (size_t i = 0; i < state_specs_.size(); ++i) {
-    if (!state_specs_[i].positional) cleared.push_back(i);
-  }
-  if (cleared.empty()) return;
+  if (carried_.empty()) return;
   if (!reset_) {
     ShardedCompileOptions options{.mesh = options_.mesh, .cache = options_.compile_cache.get()};
     std::vector<Shape> shapes;
-    for (size_t k = 0; k < cleared.size(); ++k) {
+    for (size_t k = 0; k < carried_.size(); ++k) {
       options.donate.push_back(static_cast<int>(k));
-      options.inputs.push_back(state_specs_[cleared[k]].sharding);
-      shapes.push_back(state_specs_[cleared[k]].shape);
+      options.inputs.push_back(state_specs_[carried_[k]].sharding);
+      shapes.push_back(state_specs_[carried_[k]].shape);
     }
     TraceFn zeros = [](std::span<const Tensor> states) {
       std::vector<Tensor> out;
@@ -344,13 +343,13 @@ void Engine::reset(int slot_index) {
   }
   std::vector<std::vector<Buffer>> in(devices_.size());
   for (size_t d = 0; d < devices_.size(); ++d) {
-    for (size_t i : cleared) in[d].push_back(slot.states[d][i]);
+    for (size_t i : carried_) in[d].push_back(slot.states[d][i]);
   }
   std::vector<io::Weights> none(devices_.size());
   std::vector<std::vector<Buffer>> out = reset_->call(none, in);
   for (size_t d = 0; d < devices_.size(); ++d) {
-    for (size_t k = 0; k < cleared.size(); ++k) {
-      slot.states[d][cleared[k]] = std::move(out[d][k]);
+    for (size_t k = 0; k < carried_.size(); ++k) {
+      slot.states[d][carried_[k]] = std::move(out[d][k]);
     }
   }
 }
@@ -412,9 +411,7 @@ std::vector<float> Engine::run(int slot_index, std::span<const int32_t> given, m
   if (every && slot.before.empty()) {
     slot.before.resize(devices_.size());
     for (size_t d = 0; d < devices_.size(); ++d) {
-      for (size_t i = 0; i < state_specs_.size(); ++i) {
-        if (!state_specs_[i].positional) slot.before[d].push_back(slot.states[d][i]);
-      }
+      for (size_t i : carried_) slot.before[d].push_back(slot.states[d][i]);
     }
     slot.before_position = slot.position;
     slot.since = tokens;
@@ -474,10 +471,8 @@ bool Engine::can_rewind(int slot_index, int64_t to) const {
               slots());
   const Slot& slot = slots_[slot_index];
   if (to < 0 || to > position(slot_index)) return false;
-  const bool positional = std::all_of(state_specs_.begin(), state_specs_.end(),
-                                      [](const models::StateSpec& s) { return s.positional; });
   // KV caches alone: what lies past `to` is overwritten before anything reads it.
-  return positional || to == position(slot_index) ||
+  return carried_.empty() || to == position(slot_index) ||
          (!slot.before.empty() && to >= slot.before_position);
 }
 
@@ -493,16 +488,12 @@ void Engine::rewind(int slot_index, int64_t to) {
               "last feed_every only ({})",
               to, slot.before.empty() ? now : slot.before_position);
   if (to == now) return;
-  if (std::all_of(state_specs_.begin(), state_specs_.end(),
-                  [](const models::StateSpec& s) { return s.positional; })) {
+  if (carried_.empty()) {
     slot.position = to;
     return;
   }
   for (size_t d = 0; d < devices_.size(); ++d) {
-    size_t k = 0;
-    for (size_t i = 0; i < state_specs_.size(); ++i) {
-      if (!state_specs_[i].positional) slot.states[d][i] = slot.before[d][k++];
-    }
+    for (size_t k = 0; k < carried_.size(); ++k) slot.states[d][carried_[k]] = slot.before[d][k];
   }
   slot.position = slot.before_position;
   slot.since.resize(static_cast<size_t>(to - slot.before_position));

@@ -181,6 +181,9 @@ class Engine {
   void take_copies();
   void start_copying();
   std::vector<models::StateSpec> state_specs_;
+  // The states that are not positional (recurrent, convolution), by index: zeroed by reset(),
+  // kept by feed_every for rewind(). None for a model of KV caches alone.
+  std::vector<size_t> carried_;
   struct Slot {
     std::vector<std::vector<Buffer>> states;  // per device
     int64_t position = 0;                     // the tokens the states hold

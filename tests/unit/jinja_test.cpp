@@ -315,6 +315,17 @@ TEST(Jinja, SandboxBoundsMemory) {
             fmt::format("test.jinja:1:13: repetition with '*' would build {} bytes, past the "
                         "sandbox's limit of 67108864",
                         60466176 * sizeof(Value)));
+  // A string's characters are a value each: a long string's take gigabytes (fuzz seed
+  // regression-af1f8c9827b3: joins of joins of a string, then map over its characters).
+  EXPECT_EQ(render("{{ ('x' * 100000) | list | length }} {{ ('ab' * 100000)[-1] }}"), "100000 b");
+  EXPECT_EQ(error_of("{{ ('x' * 3000000) | list | length }}"),
+            fmt::format("test.jinja:1:22: iterating a string would build {} bytes, past the "
+                        "sandbox's limit of 67108864",
+                        3000000 * sizeof(Value)));
+  EXPECT_EQ(error_of("{{ ('x' * 3000000)[5] }}"),
+            fmt::format("test.jinja:1:19: a string's characters would build {} bytes, past the "
+                        "sandbox's limit of 67108864",
+                        3000000 * sizeof(std::string)));
   // Many values each under the limit: the render's total is bounded.
   EXPECT_EQ(error_of("{% set s = 'x' * 60000000 %}{% for i in range(30) %}{{ s }}{% endfor %}"),
             "test.jinja:1:53: the template built more than the sandbox's limit of 268435456 "

@@ -59,7 +59,10 @@ int64_t integer_power(int64_t base, int64_t exponent) {
   return result;
 }
 
+// A string's characters, each a string of its own: a string's worth of bytes each (the bytes
+// bound their count), so a long string's characters are checked against the one-value limit.
 std::vector<std::string> characters(const std::string& s) {
+  check_value_size(s.size() * sizeof(std::string), "a string's characters");
   std::vector<std::string> chars;
   size_t pos = 0;
   while (pos < s.size()) {
@@ -372,6 +375,7 @@ List iterate(const Value& value) {
     return keys;
   }
   if (value.is_string()) {
+    check_value_size(value.as_string().size() * sizeof(Value), "iterating a string");
     List chars;
     for (auto& c : characters(value.as_string())) chars.push_back(Value(std::move(c)));
     return chars;

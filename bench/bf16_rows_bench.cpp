@@ -6,7 +6,12 @@
 // memory. Printed: GB/s of weights, that as a fraction of a plain read of memory measured in
 // the same run (the ceiling of a product that reads each weight once), GFLOP/s, and that as a
 // fraction of the f32 FMA peak measured in the same run (the other ceiling: from about 8 rows
-// on, the products are bound by the multiply-adds). Options: --threads=N (default: every core).
+// on, the products are bound by the multiply-adds). With AVX-512 BF16, a second table: the
+// same weights kept blocked (weight_layout.h), as the CPU backend keeps them there, through
+// the one-row kernel (bf16_blocked) and, for 2-16 rows, both kernels of blocked weights:
+// f32_rows_blocked (FMAs on weights widened in registers) and bf16_rows_blocked (vdpbf16ps),
+// against the f32 FMA and the bf16 pair-product peaks. Options: --threads=N (default: every
+// core).
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -17,6 +22,7 @@
 #include "bench/bench.h"
 #include "prism/backends/cpu/dot_rows.h"
 #include "prism/backends/cpu/thread_pool.h"
+#include "prism/backends/cpu/weight_layout.h"
 #include "prism/backends/registry.h"
 #include "prism/core/dtype.h"
 
@@ -81,11 +87,55 @@ void bf16_rows_bench() {
                 100 * gflops / peak);
     std::fflush(stdout);
   }
+  if (!dots.bf16_rows_blocked || kN % cpu::kWeightBlockRows != 0) return;
+
+  // The weights kept blocked, every copy, and the kernels of blocked weights.
+  for (int64_t c = 0; c < (cached ? 1 : copies); ++c) {
+    std::vector<uint16_t> one(weights.begin() + c * kN * kK, weights.begin() + (c + 1) * kN * kK);
+    cpu::copy_weights(reinterpret_cast<const std::byte*>(one.data()),
+                      reinterpret_cast<std::byte*>(weights.data() + c * kN * kK), kN, kK, true,
+                      pool);
+  }
+  const double bf16_peak = measure_bf16_peak_gflops(threads);
+  std::printf("weights blocked; bf16 pair-product peak %.0f GFLOP/s\n", bf16_peak);
+  std::printf("%4s %-18s %9s %8s %9s %8s %8s\n", "rows", "kernel", "GB/s", "of read", "GFLOP/s",
+              "of f32", "of bf16");
+  std::vector<float> x32(16 * kK);
+  for (size_t i = 0; i < x32.size(); ++i) x32[i] = bf16_to_f32(x16[i]);
+  for (int64_t m : {1, 2, 3, 4, 8, 16}) {
+    for (const bool pairs : {false, true}) {
+      if (m == 1 && !pairs) continue;
+      std::vector<float> out(m * kN);
+      const double seconds = median_seconds([&] {
+        for (int64_t c = 0; c < copies; ++c) {
+          const uint16_t* w = weights.data() + (cached ? 0 : c * kN * kK);
+          pool.parallel_for(kN / 64, 1, [&](int64_t b0, int64_t b1) {
+            const uint16_t* wb = w + b0 * 64 * kK;
+            if (m == 1) {
+              dots.bf16_blocked(x16.data(), wb, kK, b1 - b0, out.data() + b0 * 64);
+            } else if (pairs) {
+              dots.bf16_rows_blocked(x16.data(), kK, m, wb, kK, b1 - b0, out.data() + b0 * 64, kN);
+            } else {
+              dots.f32_rows_blocked(x32.data(), kK, m, wb, kK, b1 - b0, out.data() + b0 * 64, kN);
+            }
+          });
+        }
+      });
+      const double gbps = static_cast<double>(copies * bytes) / seconds / 1e9;
+      const double gflops = 2.0 * static_cast<double>(copies * m * kN * kK) / seconds / 1e9;
+      std::printf("%4lld %-18s %9.1f %7.0f%% %9.1f %7.0f%% %7.0f%%\n", static_cast<long long>(m),
+                  m == 1  ? "bf16_blocked"
+                  : pairs ? "bf16_rows_blocked"
+                          : "f32_rows_blocked",
+                  gbps, 100 * gbps / read, gflops, 100 * gflops / peak, 100 * gflops / bf16_peak);
+      std::fflush(stdout);
+    }
+  }
 }
 
 const Register kBf16Rows{"bf16-rows",
-                         "products of 1-16 bf16 rows against bf16 weights as stored: GB/s, "
-                         "GFLOP/s, against the read bandwidth and the FMA peak",
+                         "products of 1-16 bf16 rows against bf16 weights as stored and "
+                         "blocked: GB/s, GFLOP/s, against the read bandwidth and the peaks",
                          bf16_rows_bench};
 
 }  // namespace

@@ -1,13 +1,16 @@
 // prism/backends/cpu/bf16_products.h: the measurement behind the choice between oneDNN's bf16
 // products and gemm.h's f32 FMAs, and the key its cache keeps it under. (The choice itself,
-// the cache and PRISM_CPU_PRODUCTS are process-wide: tests/cli/platforms.sh runs them.)
+// the cache and PRISM_CPU_PRODUCTS are process-wide: tests/cli/platforms.sh runs them.) The
+// same for batched rows' two kernels of blocked weights.
 #include "prism/backends/cpu/bf16_products.h"
 
 #include <gtest/gtest.h>
 
+#include "prism/backends/cpu/dot_rows.h"
 #include "prism/backends/cpu/gemm.h"
 #include "prism/backends/cpu/onednn.h"
 #include "prism/backends/cpu/topology.h"
+#include "tests/unit/test_util.h"
 
 namespace prism {
 namespace {
@@ -19,6 +22,22 @@ TEST(Bf16Products, MeasuresEachKindThisCpuHas) {
     const cpu::Bf16ProductsSpeed s = cpu::measure_bf16_products(M, K, N, 2);
     EXPECT_GT(s.fma_gflops, 0.0);
     EXPECT_EQ(s.onednn_gflops > 0.0, cpu::onednn::multiplies_bf16());
+  }
+}
+
+TEST(Bf16Products, MeasuresBothKernelsOfBatchedRows) {
+  const cpu::Bf16RowsSpeed s = cpu::measure_bf16_rows(3, 64, 128, 2);
+  const bool kernels = cpu::dot_row_kernels().bf16_rows_blocked != nullptr;
+  EXPECT_EQ(s.fma_gflops > 0.0, kernels);
+  EXPECT_EQ(s.pairs_gflops > 0.0, kernels);
+  if (kernels) {
+    EXPECT_EQ(testing::error_of([] { cpu::measure_bf16_rows(3, 64, 100, 1); }),
+              "cpu: few-row products of 100 x 64 weights cannot be blocked");
+    const cpu::Bf16RowsChoice& c = cpu::bf16_rows_products();
+    EXPECT_TRUE(std::string_view(c.how) == "measured" ||
+                std::string_view(c.how) == "measured before")
+        << c.how;
+    EXPECT_EQ(c.pairs, c.pairs_gflops > c.fma_gflops);
   }
 }
 

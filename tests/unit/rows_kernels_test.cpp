@@ -2,11 +2,13 @@
 // (prism/backends/cpu/amx_rows.h) for every number of rows a tile takes, weights blocked and
 // as stored (with a last group of 16 rows past the groups of 64), k over several tiles; the
 // FMA kernel for blocked weights (dot_rows.h) for every number of rows, k over several pieces
-// and blocks prefetched one after the other; the FMA kernel for weights as stored
+// and blocks prefetched one after the other; the vdpbf16ps kernel for blocked weights the same
+// way, each row's sums bit for bit the one-row kernel's; the FMA kernel for weights as stored
 // (f32_rows_plain) on every SIMD target, for every number of rows and more than it takes at
 // once, k and the columns not a multiple of anything.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -90,6 +92,32 @@ TEST(FmaRows, BlockedWeights) {
     std::vector<float> out(rows * (d.n + 8), NAN);
     dots.f32_rows_blocked(x.data(), d.k, rows, blocked.data(), d.k, d.n / 64, out.data(), d.n + 8);
     d.expect(out, rows, d.n + 8);
+  }
+}
+
+TEST(Dpbf16Rows, BlockedWeightsGiveOneRowsBits) {
+  const DotRowKernels dots = dot_row_kernels();
+  if (!dots.bf16_rows_blocked) GTEST_SKIP() << "weights are kept blocked only with AVX-512 BF16";
+  const Data d(192, 640);  // three blocks; k in three pieces of 256, the last a half
+  const std::vector<uint16_t> blocked = d.blocked();
+  // Each row alone through the one-row kernel: the bits every batch must give it.
+  std::vector<float> alone(kAmxMaxRows * d.n);
+  for (int64_t m = 0; m < kAmxMaxRows; ++m)
+    dots.bf16_blocked(d.x.data() + m * d.k, blocked.data(), d.k, d.n / 64, alone.data() + m * d.n);
+  for (int64_t rows = 1; rows <= kAmxMaxRows; ++rows) {
+    SCOPED_TRACE(rows);
+    const int64_t ldo = d.n + 8;
+    std::vector<float> out(rows * ldo, NAN);
+    dots.bf16_rows_blocked(d.x.data(), d.k, rows, blocked.data(), d.k, d.n / 64, out.data(), ldo);
+    d.expect(out, rows, ldo);
+    for (int64_t m = 0; m < rows; ++m) {
+      for (int64_t j = 0; j < d.n; ++j) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(out[m * ldo + j]),
+                  std::bit_cast<uint32_t>(alone[m * d.n + j]))
+            << "row " << m << " column " << j;
+      }
+      for (int64_t j = d.n; j < ldo; ++j) ASSERT_TRUE(std::isnan(out[m * ldo + j]));
+    }
   }
 }
 

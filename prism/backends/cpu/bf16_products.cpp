@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <random>
@@ -15,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "prism/backends/cpu/dot_rows.h"
 #include "prism/backends/cpu/gemm.h"
 #include "prism/backends/cpu/onednn.h"
 #include "prism/backends/cpu/simd.h"
@@ -32,7 +35,20 @@ namespace {
 // inputs (201 MFLOP, about half a millisecond a kind on a core at 400 GFLOP/s), 5 rounds.
 constexpr int kRows = 192, kDepth = 1024, kColumns = 512, kRounds = 5;
 
-const char* name(Bf16Products p) { return p == Bf16Products::onednn ? "onednn" : "fma"; }
+// The few-row products measured: 8 rows (a batch of conversations, a check of 7 guesses)
+// against 256 weight rows of 1024 values kept blocked, 512 KiB, in L2: the kernels'
+// arithmetic, which decides how many rows they take before reading the weights is no longer
+// what bounds them. A call is 4.2 MFLOP (some 20-40 us); 80 of each kind in turn, the best
+// of each: a few milliseconds in all.
+constexpr int kFewRows = 8, kFewRowsColumns = 256, kFewRowsRounds = 80;
+
+// The seconds one call of fn takes.
+template <typename Fn>
+double seconds(Fn&& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 std::string cache_path() {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
@@ -42,23 +58,25 @@ std::string cache_path() {
   return "";
 }
 
-// A line of the cache: key, path, oneDNN's and the FMAs' GFLOP/s, separated by tabs.
+// A line of the cache: key, the faster kind's name, the two kinds' GFLOP/s (in the order the
+// choice names them), separated by tabs.
 struct Entry {
-  std::string key;
-  Bf16Products path;
-  double onednn_gflops, fma_gflops;
+  std::string key, path;
+  double first_gflops, second_gflops;
 };
 
 std::optional<Entry> parse(const std::string& line) {
   std::vector<std::string> f;
   std::istringstream in(line);
   for (std::string part; std::getline(in, part, '\t');) f.push_back(part);
-  if (f.size() != 4 || (f[1] != "onednn" && f[1] != "fma")) return std::nullopt;
-  Entry e{f[0], f[1] == "onednn" ? Bf16Products::onednn : Bf16Products::fma, 0, 0};
+  if (f.size() != 4 || (f[1] != "onednn" && f[1] != "fma" && f[1] != "dpbf16")) {
+    return std::nullopt;
+  }
+  Entry e{f[0], f[1], 0, 0};
   char* end = nullptr;
-  e.onednn_gflops = std::strtod(f[2].c_str(), &end);
+  e.first_gflops = std::strtod(f[2].c_str(), &end);
   if (end == f[2].c_str() || *end) return std::nullopt;
-  e.fma_gflops = std::strtod(f[3].c_str(), &end);
+  e.second_gflops = std::strtod(f[3].c_str(), &end);
   if (end == f[3].c_str() || *end) return std::nullopt;
   return e;
 }
@@ -89,8 +107,7 @@ void remember(const std::string& path, const Entry& e) {
       if (old && old->key != e.key) lines += line + "\n";
     }
   }
-  lines +=
-      fmt::format("{}\t{}\t{:.1f}\t{:.1f}\n", e.key, name(e.path), e.onednn_gflops, e.fma_gflops);
+  lines += fmt::format("{}\t{}\t{:.1f}\t{:.1f}\n", e.key, e.path, e.first_gflops, e.second_gflops);
   const std::string tmp = fmt::format("{}.{}.tmp", path, getpid());
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -102,6 +119,29 @@ void remember(const std::string& path, const Entry& e) {
   }
   fs::rename(tmp, path, ec);
   if (ec) fs::remove(tmp, ec);
+}
+
+// Of two kinds of product, the faster on this CPU: from the cache's line under `key`, else (and
+// with `again`) measured by `measure` (each kind's GFLOP/s, in the order of `names`), rounded
+// to the tenth the cache keeps (so that later processes say what this one says) and kept.
+struct Measured {
+  int faster;  // 0 or 1
+  double gflops[2];
+  const char* how;  // "measured" or "measured before"
+};
+Measured measured_choice(const std::string& key, const std::array<const char*, 2>& names,
+                         bool again, const std::function<std::array<double, 2>()>& measure) {
+  const std::string path = cache_path();
+  if (!again) {
+    if (auto e = cached(path, key); e && (e->path == names[0] || e->path == names[1])) {
+      return {e->path == names[0] ? 0 : 1, {e->first_gflops, e->second_gflops}, "measured before"};
+    }
+  }
+  const std::array<double, 2> s = measure();
+  Measured m{0, {std::round(s[0] * 10) / 10, std::round(s[1] * 10) / 10}, "measured"};
+  m.faster = m.gflops[1] > m.gflops[0] ? 1 : 0;
+  remember(path, {key, names[m.faster], m.gflops[0], m.gflops[1]});
+  return m;
 }
 
 // "bf16 products in oneDNN (223 GFLOP/s a core against 101 on f32 FMAs, measured)".
@@ -139,23 +179,31 @@ Bf16ProductsChoice choose() {
                                       gemm_kernel_name());
     return c;
   }
-  const std::string path = cache_path(), key = bf16_products_key();
-  if (want.empty()) {
-    if (auto e = cached(path, key)) {
-      c.path = e->path;
-      c.onednn_gflops = e->onednn_gflops;
-      c.fma_gflops = e->fma_gflops;
-      c.description = describe(c, "measured before");
-      return c;
-    }
-  }
-  const Bf16ProductsSpeed s = measure_bf16_products(kRows, kDepth, kColumns, kRounds);
-  // To the tenth the cache keeps, so that later processes say what this one says.
-  c.onednn_gflops = std::round(s.onednn_gflops * 10) / 10;
-  c.fma_gflops = std::round(s.fma_gflops * 10) / 10;
-  c.path = s.fma_gflops > s.onednn_gflops ? Bf16Products::fma : Bf16Products::onednn;
-  c.description = describe(c, "measured");
-  remember(path, {key, c.path, c.onednn_gflops, c.fma_gflops});
+  const Measured m = measured_choice(bf16_products_key(), {"onednn", "fma"}, want == "measure", [] {
+    const Bf16ProductsSpeed s = measure_bf16_products(kRows, kDepth, kColumns, kRounds);
+    return std::array<double, 2>{s.onednn_gflops, s.fma_gflops};
+  });
+  c.path = m.faster == 0 ? Bf16Products::onednn : Bf16Products::fma;
+  c.onednn_gflops = m.gflops[0];
+  c.fma_gflops = m.gflops[1];
+  c.description = describe(c, m.how);
+  return c;
+}
+
+Bf16RowsChoice choose_rows() {
+  Bf16RowsChoice c;
+  if (!dot_row_kernels().bf16_rows_blocked) return c;
+  const char* env = std::getenv("PRISM_CPU_PRODUCTS");
+  const Measured m = measured_choice(bf16_products_key() + " | rows", {"fma", "dpbf16"},
+                                     env && std::string_view(env) == "measure", [] {
+                                       const Bf16RowsSpeed s = measure_bf16_rows(
+                                           kFewRows, kDepth, kFewRowsColumns, kFewRowsRounds);
+                                       return std::array<double, 2>{s.fma_gflops, s.pairs_gflops};
+                                     });
+  c.pairs = m.faster == 1;
+  c.fma_gflops = m.gflops[0];
+  c.pairs_gflops = m.gflops[1];
+  c.how = m.how;
   return c;
 }
 
@@ -215,11 +263,6 @@ Bf16ProductsSpeed measure_bf16_products(int M, int K, int N, int rounds) {
                      {DNNL_ARG_DST, dnnl::memory(dst, engine, y.data())}});
   };
 
-  auto seconds = [](auto&& fn) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
   const double flop = 2.0 * M * K * N;
   Bf16ProductsSpeed s;
   fma();  // first touches of the buffers
@@ -231,8 +274,41 @@ Bf16ProductsSpeed measure_bf16_products(int M, int K, int N, int rounds) {
   return s;
 }
 
+Bf16RowsSpeed measure_bf16_rows(int M, int K, int N, int rounds) {
+  const DotRowKernels dots = dot_row_kernels();
+  Bf16RowsSpeed s;
+  if (!dots.bf16_rows_blocked || !dots.f32_rows_blocked) return s;
+  PRISM_CHECK(K % 2 == 0 && N % kWeightBlockRows == 0,
+              "cpu: few-row products of {} x {} weights cannot be blocked", N, K);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<uint16_t> x(int64_t{M} * K), w(int64_t{N} * K), kept(w.size());
+  std::vector<float> x32(x.size()), y(int64_t{M} * N);
+  for (size_t i = 0; i < x.size(); ++i) x32[i] = bf16_to_f32(x[i] = f32_to_bf16(uniform(rng)));
+  for (auto& v : w) v = f32_to_bf16(uniform(rng));
+  ThreadPool one(1);
+  copy_weights(reinterpret_cast<const std::byte*>(w.data()),
+               reinterpret_cast<std::byte*>(kept.data()), N, K, true, one);
+  const int64_t blocks = N / kWeightBlockRows;
+  auto fma = [&] { dots.f32_rows_blocked(x32.data(), K, M, kept.data(), K, blocks, y.data(), N); };
+  auto pairs = [&] { dots.bf16_rows_blocked(x.data(), K, M, kept.data(), K, blocks, y.data(), N); };
+  const double flop = 2.0 * M * K * N;
+  fma();  // first touches of the buffers
+  pairs();
+  for (int r = 0; r < rounds; ++r) {
+    s.fma_gflops = std::max(s.fma_gflops, flop / seconds(fma) / 1e9);
+    s.pairs_gflops = std::max(s.pairs_gflops, flop / seconds(pairs) / 1e9);
+  }
+  return s;
+}
+
 const Bf16ProductsChoice& bf16_products() {
   static const Bf16ProductsChoice choice = choose();
+  return choice;
+}
+
+const Bf16RowsChoice& bf16_rows_products() {
+  static const Bf16RowsChoice choice = choose_rows();
   return choice;
 }
 

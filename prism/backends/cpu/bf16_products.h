@@ -38,6 +38,29 @@ struct Bf16ProductsSpeed {
 };
 Bf16ProductsSpeed measure_bf16_products(int M, int K, int N, int rounds);
 
+// Products of 2-16 bf16 rows against blocked weights on a CPU with AVX-512 BF16 and no AMX
+// (batched decoding, speculative checks; dot_rows.h's rows_kernel()): f32_rows_blocked (f32
+// FMAs on weights widened in registers) or bf16_rows_blocked (vdpbf16ps), measured the same
+// way: 8 rows against weights in cache, the kernels' arithmetic, which decides how many rows
+// a product takes before it is no longer bound by reading its weights (vdpbf16ps runs at twice
+// the FMAs' rate on AMD's Zen 4, at half on some Intel Xeons). Kept on a line of its own, the
+// key followed by " | rows"; PRISM_CPU_PRODUCTS=measure measures it again too.
+struct Bf16RowsChoice {
+  bool pairs = false;  // bf16_rows_blocked; else f32_rows_blocked
+  double fma_gflops = 0, pairs_gflops = 0;
+  const char* how = "";  // "measured" or "measured before"; "" without the kernels
+};
+// The choice for this process, made on the first call (thread-safe).
+const Bf16RowsChoice& bf16_rows_products();
+
+struct Bf16RowsSpeed {
+  double fma_gflops = 0, pairs_gflops = 0;
+};
+// M rows of x{M, K} . w{K, N} (N a multiple of 64, K even), w kept blocked, through each
+// kernel on the calling thread, `rounds` times in turn; the best of each (0 without the
+// kernels).
+Bf16RowsSpeed measure_bf16_rows(int M, int K, int N, int rounds);
+
 // The cache's key for this CPU and binary: the CPU's model name, the SIMD target, gemm.h's
 // micro-kernel and oneDNN's version.
 std::string bf16_products_key();

@@ -26,12 +26,27 @@ namespace cpu {
 namespace {
 
 // The kernels of batched decoding's products (dot_rows.h), for the device's description.
-const char* rows_description() {
-  switch (rows_kernel()) {
+std::string rows_description() {
+  const RowsKernel kernel = rows_kernel();
+  // Where bf16_products.h measured the two kernels of blocked weights (not forced by
+  // PRISM_CPU_ROWS), what it measured.
+  const bool forced = std::getenv("PRISM_CPU_ROWS") != nullptr;
+  auto measured = [&](bool pairs) {
+    const char* name = pairs ? "bf16 pair products" : "FMAs";
+    if (forced) return fmt::format(", batched rows on {}", name);
+    const Bf16RowsChoice& c = bf16_rows_products();
+    return fmt::format(", batched rows on {} ({:.0f} GFLOP/s a core against {:.0f} on {}, {})",
+                       name, pairs ? c.pairs_gflops : c.fma_gflops,
+                       pairs ? c.fma_gflops : c.pairs_gflops, pairs ? "FMAs" : "bf16 pair products",
+                       c.how);
+  };
+  switch (kernel) {
     case RowsKernel::amx:
       return ", batched rows on AMX";
     case RowsKernel::fma:
-      return ", batched rows on FMAs";
+      return measured(false);
+    case RowsKernel::dpbf16:
+      return measured(true);
     case RowsKernel::widen:
       return ", batched rows on FMAs, bf16 widened in cache";
     case RowsKernel::onednn:

@@ -18,8 +18,6 @@
 #include "prism/core/dtype.h"
 
 #if HWY_ONCE && HWY_ARCH_X86
-#include <cpuid.h>
-
 #include "prism/backends/cpu/avx512_bf16.h"
 #endif
 #if HWY_ONCE
@@ -27,6 +25,7 @@
 #include <string_view>
 
 #include "prism/backends/cpu/amx_rows.h"
+#include "prism/backends/cpu/bf16_products.h"
 #include "prism/backends/cpu/onednn.h"
 #include "prism/core/error.h"
 #endif
@@ -414,43 +413,99 @@ PRISM_TARGET_AVX512_BF16 void rows_blocked_avx512(const float* x, int64_t ldx, i
     }
   }
 }
-}  // namespace
-#endif
 
-namespace {
-bool intel() {
-#if HWY_ARCH_X86 && (defined(__GNUC__) || defined(__clang__))
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-  char vendor[12];
-  std::memcpy(vendor, &b, 4);
-  std::memcpy(vendor + 4, &d, 4);
-  std::memcpy(vendor + 8, &c, 4);
-  return std::string_view(vendor, 12) == "GenuineIntel";
-#else
-  return false;
-#endif
+// G rows of x (bf16) against the 64 rows of a block over pairs [p0, p1) of k, adding to the
+// sums at out (G x 64, rows ldo apart), with vdpbf16ps: each of x's pairs, broadcast, against
+// the weights' vectors as stored, one accumulator per 16 weight rows, pairs in k's order, as
+// blocks_bf16_avx512 sums one row (so each row's sums are its bits). Prefetches as
+// rows_blocked_group. Registers: 4 G sums, the 4 weight vectors and a broadcast pair.
+template <int G>
+PRISM_TARGET_AVX512_BF16 void rows_bf16_group(const uint16_t* x, int64_t ldx, const uint16_t* block,
+                                              int64_t p0, int64_t p1, float* out, int64_t ldo,
+                                              const char* ahead, int64_t lines) {
+  __m512 acc[G][4];
+  for (int r = 0; r < G; ++r)
+    for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_loadu_ps(out + r * ldo + c * 16);
+  for (int64_t p = p0; p < p1; ++p) {
+    if (ahead) {
+      for (int64_t j = 0; j < lines; ++j)
+        _mm_prefetch(ahead + ((p - p0) * lines + j) * 64, _MM_HINT_T1);
+    }
+    const uint16_t* w = block + p * 128;
+    __m512bh v[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) v[c] = load_bf16x32(w + c * 32);
+#pragma GCC unroll 8
+    for (int r = 0; r < G; ++r) {
+      uint32_t pair;
+      std::memcpy(&pair, x + r * ldx + 2 * p, sizeof pair);
+      const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, v[c]);
+    }
+  }
+  for (int r = 0; r < G; ++r)
+    for (int c = 0; c < 4; ++c) _mm512_storeu_ps(out + r * ldo + c * 16, acc[r][c]);
+}
+
+// rows_blocked_avx512's walk (32 KiB pieces, the next one prefetched into L2) with
+// rows_bf16_group: groups of up to 6 rows of x, whose 24 sums, 4 weight vectors and a pair
+// fill the 32 registers but three; the groups as even as they come (7 rows as 4 + 3).
+PRISM_TARGET_AVX512_BF16 void rows_bf16_blocked_avx512(const uint16_t* x, int64_t ldx, int64_t rows,
+                                                       const uint16_t* w, int64_t k, int64_t blocks,
+                                                       float* out, int64_t ldo) {
+  constexpr int64_t kPairs = 128;  // a piece: 64 rows x 256 values of k, 32 KiB
+  constexpr int kGroup = 6;
+  using Group = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, float*,
+                         int64_t, const char*, int64_t);
+  static constexpr Group groups[kGroup + 1] = {nullptr,
+                                               rows_bf16_group<1>,
+                                               rows_bf16_group<2>,
+                                               rows_bf16_group<3>,
+                                               rows_bf16_group<4>,
+                                               rows_bf16_group<5>,
+                                               rows_bf16_group<6>};
+  const int64_t group_count = (rows + kGroup - 1) / kGroup;
+  const int64_t size = (rows + group_count - 1) / group_count;
+  for (int64_t b = 0; b < blocks; ++b) {
+    float* o = out + b * 64;
+    for (int64_t m = 0; m < rows; ++m) std::fill(o + m * ldo, o + m * ldo + 64, 0.0f);
+    const uint16_t* block = w + b * 64 * k;
+    for (int64_t p0 = 0; p0 < k / 2; p0 += kPairs) {
+      const int64_t p1 = std::min(k / 2, p0 + kPairs), pairs = p1 - p0;
+      const bool last = b + 1 == blocks && p1 == k / 2;
+      const char* next = reinterpret_cast<const char*>(block + p1 * 128);
+      const int64_t lines = (pairs * 256 / 64 + group_count * pairs - 1) / (group_count * pairs);
+      for (int64_t m = 0, g = 0; m < rows; m += size, ++g) {
+        const int n = static_cast<int>(std::min<int64_t>(size, rows - m));
+        groups[n](x + m * ldx, ldx, block, p0, p1, o + m * ldo, ldo,
+                  last ? nullptr : next + g * pairs * lines * 64, lines);
+      }
+    }
+  }
 }
 }  // namespace
+#endif
 
 RowsKernel rows_kernel() {
   static const RowsKernel chosen = [] {
-    const bool fma = dot_row_kernels().f32_rows_blocked != nullptr;
+    // Both blocked-weight kernels come with AVX-512 BF16.
+    const bool blocked = dot_row_kernels().f32_rows_blocked != nullptr;
     const char* env = std::getenv("PRISM_CPU_ROWS");
     const std::string_view want = env ? env : "";
     if (want.empty()) {
       if (amx_available()) return RowsKernel::amx;
-      if (fma && intel()) return RowsKernel::fma;
+      if (blocked) return bf16_rows_products().pairs ? RowsKernel::dpbf16 : RowsKernel::fma;
       return onednn::multiplies_bf16() ? RowsKernel::onednn : RowsKernel::widen;
     }
     if (want == "onednn") return RowsKernel::onednn;
     if (want == "widen") return RowsKernel::widen;
-    PRISM_CHECK(want == "amx" || want == "fma",
-                "PRISM_CPU_ROWS={}: expected amx, fma, widen or onednn", want);
-    PRISM_CHECK(want == "fma" || amx_available(),
+    PRISM_CHECK(want == "amx" || want == "fma" || want == "dpbf16",
+                "PRISM_CPU_ROWS={}: expected amx, fma, dpbf16, widen or onednn", want);
+    PRISM_CHECK(want != "amx" || amx_available(),
                 "PRISM_CPU_ROWS=amx: this CPU or system has no AMX-BF16");
-    PRISM_CHECK(want == "amx" || fma, "PRISM_CPU_ROWS=fma: needs AVX-512 BF16");
-    return want == "amx" ? RowsKernel::amx : RowsKernel::fma;
+    PRISM_CHECK(want == "amx" || blocked, "PRISM_CPU_ROWS={}: needs AVX-512 BF16", want);
+    return want == "amx" ? RowsKernel::amx : want == "fma" ? RowsKernel::fma : RowsKernel::dpbf16;
   }();
   return chosen;
 }
@@ -467,6 +522,7 @@ DotRowKernels dot_row_kernels() {
     k.bf16_native_block = 64;
     k.bf16_blocked = blocks_bf16_avx512;
     k.f32_rows_blocked = rows_blocked_avx512;
+    k.bf16_rows_blocked = rows_bf16_blocked_avx512;
   }
 #endif
   return k;

@@ -45,6 +45,12 @@ struct DotRowKernels {
   // GFLOP/s a core here). Null without AVX-512 BF16.
   void (*f32_rows_blocked)(const float* x, int64_t ldx, int64_t rows, const uint16_t* w, int64_t k,
                            int64_t blocks, float* out, int64_t ldo) = nullptr;
+  // The same with x in bf16 (rows ldx apart) and vdpbf16ps (on AMD's Zen 4 twice the FMAs'
+  // rate): each row's sums are bf16_blocked's for that row alone, bit for bit, so a batch of
+  // conversations or a speculative check rounds as one-row decoding does. Null without
+  // AVX-512 BF16.
+  void (*bf16_rows_blocked)(const uint16_t* x, int64_t ldx, int64_t rows, const uint16_t* w,
+                            int64_t k, int64_t blocks, float* out, int64_t ldo) = nullptr;
   // Several rows of x against weights stored as rows, {n, k} (not blocked): out[m * ldo + j]
   // = x[m] . w[j] for j < cols and m < rows, w in bf16 rows k apart, x in f32 as
   // pack_rows_plain lays it out; any k and cols. Each 32-bit lane of the weights read as
@@ -67,15 +73,17 @@ inline int64_t plain_rows_stride(int64_t k) { return k + 16; }
 // The kernels of the SIMD target in use.
 DotRowKernels dot_row_kernels();
 
-// The kernels of products of 2-16 bf16 rows (batched decoding; kernels_dot.cpp): AMX tiles
-// where the CPU has them (amx_rows.h); else, on Intel CPUs, f32_rows_blocked for blocked
-// weights (16 rows of Llama 1B's shapes 1.7x faster than oneDNN's vdpbf16ps products on an
-// Intel Xeon); else, where oneDNN multiplies bf16 (from AVX-512 on), oneDNN (on AMD's Zen 4,
-// vdpbf16ps runs at twice the FMAs' rate); before AVX-512, f32_rows_plain (widen), where
-// oneDNN's products would have the weights widened into memory first (onednn.h).
-// PRISM_CPU_ROWS=amx|fma|widen|onednn chooses, for comparisons and tests (read once; another
-// value, or a kernel this CPU lacks, throws prism::Error).
-enum class RowsKernel { onednn, amx, fma, widen };
+// The kernels of products of 2-16 bf16 rows (batched decoding, speculative checks;
+// kernels_dot.cpp): AMX tiles where the CPU has them (amx_rows.h); else, with AVX-512 BF16,
+// for blocked weights the faster of f32_rows_blocked (fma) and bf16_rows_blocked (dpbf16) as
+// measured on this CPU model (bf16_products.h: on an Intel Xeon whose vdpbf16ps runs at half
+// the FMAs' rate the FMAs, 16 rows of Llama 1B's shapes 1.7x faster than oneDNN's products; on
+// AMD's Zen 4, twice the rate, vdpbf16ps), the other weights through oneDNN; else, where
+// oneDNN multiplies bf16, oneDNN; before AVX-512, f32_rows_plain (widen), where oneDNN's
+// products would have the weights widened into memory first (onednn.h).
+// PRISM_CPU_ROWS=amx|fma|dpbf16|widen|onednn chooses, for comparisons and tests (read once;
+// another value, or a kernel this CPU lacks, throws prism::Error).
+enum class RowsKernel { onednn, amx, fma, dpbf16, widen };
 RowsKernel rows_kernel();
 
 // Calls visit(rows[kDotRows]) for groups of row indices covering [n0, n1): group j holds

@@ -124,9 +124,10 @@ class DotKernel {
              !lhs_.transposed && rhs_.cols > 0;
     // 2-16 rows of bf16 against weights stored {n, k} (batched decoding): our own kernels
     // where rows_kernel() (dot_rows.h) says so: AMX tiles (amx_rows.h) for weights blocked or
-    // not, which keep the product bound by reading the weights, or f32 FMAs for blocked
-    // weights (the others then go to oneDNN). oneDNN's AMX products took 153 ms a step for 16
-    // conversations of Llama 1B, against 94 ms for one.
+    // not, which keep the product bound by reading the weights, or for blocked weights f32
+    // FMAs or vdpbf16ps, whichever this CPU runs faster (the others then go to oneDNN).
+    // oneDNN's AMX products took 153 ms a step for 16 conversations of Llama 1B, against 94 ms
+    // for one.
     // Before AVX-512 (RowsKernel::widen), f32 FMAs on the weights as stored, widened in
     // cache: oneDNN would widen them into memory first (8 rows of Llama 1B's shapes took
     // 1.17 s on an AMD EPYC with AVX2).
@@ -204,7 +205,7 @@ class DotKernel {
     }
     if (small_) return Path::small;
     if (rows_ == RowsKernel::amx) return Path::rows;
-    if (rows_ == RowsKernel::fma || rows_ == RowsKernel::widen) {
+    if (rows_ == RowsKernel::fma || rows_ == RowsKernel::dpbf16 || rows_ == RowsKernel::widen) {
       planned(pool);  // oneDNN's slices, for the weights the kernel does not take
       return Path::rows;
     }
@@ -244,7 +245,8 @@ class DotKernel {
 
   // Whether the weights at r take the path of a few rows (see the constructor).
   bool takes_rows(const std::byte* r) const {
-    return rows_ == RowsKernel::amx || (rows_ == RowsKernel::fma && rhs_blocked(r)) ||
+    return rows_ == RowsKernel::amx ||
+           ((rows_ == RowsKernel::fma || rows_ == RowsKernel::dpbf16) && rhs_blocked(r)) ||
            (rows_ == RowsKernel::widen && !rhs_blocked(r));
   }
 
@@ -289,6 +291,9 @@ class DotKernel {
     } else if (rows_ == RowsKernel::fma) {
       dot_row_kernels().f32_rows_blocked(x.f32.data(), K, M, w, K, width / unit, sums.data(),
                                          width);
+    } else if (rows_ == RowsKernel::dpbf16) {
+      dot_row_kernels().bf16_rows_blocked(reinterpret_cast<const uint16_t*>(l), K, M, w, K,
+                                          width / unit, sums.data(), width);
     } else if (blocked) {
       amx_rows_blocked(reinterpret_cast<const uint16_t*>(l), K, M, w, K, width / unit, sums.data(),
                        width);

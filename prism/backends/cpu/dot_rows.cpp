@@ -11,6 +11,7 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <type_traits>
 
@@ -381,37 +382,49 @@ PRISM_TARGET_AVX512_BF16 void rows_blocked_group(const float* x, int64_t ldx, co
     for (int c = 0; c < 4; ++c) _mm512_storeu_ps(out + r * ldo + c * 16, acc[r][c]);
 }
 
-// Measured on 2 cores of an Intel Xeon (Llama-1B-shaped weights): 16 rows at 223 GFLOP/s with
-// the prefetches, 151 without; pieces of 16 or 64 KiB, or prefetching into L1, did no better.
-PRISM_TARGET_AVX512_BF16 void rows_blocked_avx512(const float* x, int64_t ldx, int64_t rows,
-                                                  const uint16_t* w, int64_t k, int64_t blocks,
-                                                  float* out, int64_t ldo) {
-  constexpr int64_t kPairs = 128;  // a piece: 64 rows x 256 values of k, 32 KiB
-  constexpr int kGroup = 4;
-  using Group = void (*)(const float*, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t,
-                         const char*, int64_t);
-  static constexpr Group groups[kGroup + 1] = {nullptr, rows_blocked_group<1>,
-                                               rows_blocked_group<2>, rows_blocked_group<3>,
-                                               rows_blocked_group<4>};
-  const int64_t group_count = (rows + kGroup - 1) / kGroup;
+// The walk of both kernels of blocked weights: each block in pieces of kPairs pairs of k (64
+// rows x 256 values, 32 KiB), x's rows in groups of at most N - 1 (groups[n] takes n rows; the
+// groups as even as they come: 7 rows of at most 6 as 4 + 3), and the next piece (the rest of
+// this block, then the next block's start: contiguous) prefetched into L2, spread over every
+// group's pairs.
+template <typename X, size_t N>
+PRISM_TARGET_AVX512_BF16 void walk_blocks(
+    const X* x, int64_t ldx, int64_t rows, const uint16_t* w, int64_t k, int64_t blocks, float* out,
+    int64_t ldo,
+    const std::array<void (*)(const X*, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t,
+                              const char*, int64_t),
+                     N>& groups) {
+  constexpr int64_t kPairs = 128;
+  constexpr int64_t most = static_cast<int64_t>(N) - 1;
+  const int64_t group_count = (rows + most - 1) / most;
+  const int64_t size = (rows + group_count - 1) / group_count;
   for (int64_t b = 0; b < blocks; ++b) {
     float* o = out + b * 64;
     for (int64_t m = 0; m < rows; ++m) std::fill(o + m * ldo, o + m * ldo + 64, 0.0f);
     const uint16_t* block = w + b * 64 * k;
     for (int64_t p0 = 0; p0 < k / 2; p0 += kPairs) {
       const int64_t p1 = std::min(k / 2, p0 + kPairs), pairs = p1 - p0;
-      // The next piece (the rest of this block, then the next block's start: contiguous),
-      // spread over every group's pairs.
       const bool last = b + 1 == blocks && p1 == k / 2;
       const char* next = reinterpret_cast<const char*>(block + p1 * 128);
       const int64_t lines = (pairs * 256 / 64 + group_count * pairs - 1) / (group_count * pairs);
-      for (int64_t m = 0, g = 0; m < rows; m += kGroup, ++g) {
-        const int n = static_cast<int>(std::min<int64_t>(kGroup, rows - m));
+      for (int64_t m = 0, g = 0; m < rows; m += size, ++g) {
+        const int n = static_cast<int>(std::min<int64_t>(size, rows - m));
         groups[n](x + m * ldx, ldx, block, p0, p1, o + m * ldo, ldo,
                   last ? nullptr : next + g * pairs * lines * 64, lines);
       }
     }
   }
+}
+
+// Measured on 2 cores of an Intel Xeon (Llama-1B-shaped weights): 16 rows at 223 GFLOP/s with
+// the prefetches, 151 without; pieces of 16 or 64 KiB, or prefetching into L1, did no better.
+// Groups of up to 4 rows: 16 sums, 8 broadcast values, the weights' vector and its halves.
+PRISM_TARGET_AVX512_BF16 void rows_blocked_avx512(const float* x, int64_t ldx, int64_t rows,
+                                                  const uint16_t* w, int64_t k, int64_t blocks,
+                                                  float* out, int64_t ldo) {
+  walk_blocks<float, 5>(x, ldx, rows, w, k, blocks, out, ldo,
+                        {nullptr, rows_blocked_group<1>, rows_blocked_group<2>,
+                         rows_blocked_group<3>, rows_blocked_group<4>});
 }
 
 // G rows of x (bf16) against the 64 rows of a block over pairs [p0, p1) of k, adding to the
@@ -448,41 +461,14 @@ PRISM_TARGET_AVX512_BF16 void rows_bf16_group(const uint16_t* x, int64_t ldx, co
     for (int c = 0; c < 4; ++c) _mm512_storeu_ps(out + r * ldo + c * 16, acc[r][c]);
 }
 
-// rows_blocked_avx512's walk (32 KiB pieces, the next one prefetched into L2) with
-// rows_bf16_group: groups of up to 6 rows of x, whose 24 sums, 4 weight vectors and a pair
-// fill the 32 registers but three; the groups as even as they come (7 rows as 4 + 3).
+// walk_blocks with rows_bf16_group: groups of up to 6 rows of x, whose 24 sums, 4 weight
+// vectors and a pair fill the 32 registers but three.
 PRISM_TARGET_AVX512_BF16 void rows_bf16_blocked_avx512(const uint16_t* x, int64_t ldx, int64_t rows,
                                                        const uint16_t* w, int64_t k, int64_t blocks,
                                                        float* out, int64_t ldo) {
-  constexpr int64_t kPairs = 128;  // a piece: 64 rows x 256 values of k, 32 KiB
-  constexpr int kGroup = 6;
-  using Group = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, float*,
-                         int64_t, const char*, int64_t);
-  static constexpr Group groups[kGroup + 1] = {nullptr,
-                                               rows_bf16_group<1>,
-                                               rows_bf16_group<2>,
-                                               rows_bf16_group<3>,
-                                               rows_bf16_group<4>,
-                                               rows_bf16_group<5>,
-                                               rows_bf16_group<6>};
-  const int64_t group_count = (rows + kGroup - 1) / kGroup;
-  const int64_t size = (rows + group_count - 1) / group_count;
-  for (int64_t b = 0; b < blocks; ++b) {
-    float* o = out + b * 64;
-    for (int64_t m = 0; m < rows; ++m) std::fill(o + m * ldo, o + m * ldo + 64, 0.0f);
-    const uint16_t* block = w + b * 64 * k;
-    for (int64_t p0 = 0; p0 < k / 2; p0 += kPairs) {
-      const int64_t p1 = std::min(k / 2, p0 + kPairs), pairs = p1 - p0;
-      const bool last = b + 1 == blocks && p1 == k / 2;
-      const char* next = reinterpret_cast<const char*>(block + p1 * 128);
-      const int64_t lines = (pairs * 256 / 64 + group_count * pairs - 1) / (group_count * pairs);
-      for (int64_t m = 0, g = 0; m < rows; m += size, ++g) {
-        const int n = static_cast<int>(std::min<int64_t>(size, rows - m));
-        groups[n](x + m * ldx, ldx, block, p0, p1, o + m * ldo, ldo,
-                  last ? nullptr : next + g * pairs * lines * 64, lines);
-      }
-    }
-  }
+  walk_blocks<uint16_t, 7>(x, ldx, rows, w, k, blocks, out, ldo,
+                           {nullptr, rows_bf16_group<1>, rows_bf16_group<2>, rows_bf16_group<3>,
+                            rows_bf16_group<4>, rows_bf16_group<5>, rows_bf16_group<6>});
 }
 }  // namespace
 #endif

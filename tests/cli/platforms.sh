@@ -78,6 +78,8 @@ if XDG_CACHE_HOME="$cache" "$prism" info | grep -q 'batched rows on [^(,]* ([0-9
   rows=1
   got=$(grep -c ' | rows	\(fma\|dpbf16\)	[0-9.]*	[0-9.]*$' "$cache/prism/cpu-products")
   check "batched rows' line" 1 "$got"
+  got=$(XDG_CACHE_HOME="$cache" PRISM_CPU_ROWS= "$prism" info | grep -c 'batched rows on [^(,]* ([0-9]* GFLOP/s .*, measured before)')
+  check "an empty PRISM_CPU_ROWS forces nothing" 1 "$got"
 fi
 lines=$(grep -c . "$cache/prism/cpu-products")
 check "the cache keeps other CPUs' lines and drops what it cannot read" $((2 + rows)) "$lines"

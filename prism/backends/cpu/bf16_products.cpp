@@ -157,12 +157,18 @@ std::string describe(const Bf16ProductsChoice& c, std::string_view how) {
       gemm_kernel_name(), c.fma_gflops, c.onednn_gflops, how);
 }
 
-Bf16ProductsChoice choose() {
-  Bf16ProductsChoice c;
+// PRISM_CPU_PRODUCTS, checked: "", "onednn", "fma" or "measure" (both choices read it).
+std::string_view products_wanted() {
   const char* env = std::getenv("PRISM_CPU_PRODUCTS");
   const std::string_view want = env ? env : "";
   PRISM_CHECK(want.empty() || want == "onednn" || want == "fma" || want == "measure",
               "PRISM_CPU_PRODUCTS={}: expected onednn, fma or measure", want);
+  return want;
+}
+
+Bf16ProductsChoice choose() {
+  Bf16ProductsChoice c;
+  const std::string_view want = products_wanted();
   if (!onednn::multiplies_bf16()) {
     PRISM_CHECK(want != "onednn",
                 "PRISM_CPU_PRODUCTS=onednn: oneDNN has no bf16 products on this CPU");
@@ -193,13 +199,12 @@ Bf16ProductsChoice choose() {
 Bf16RowsChoice choose_rows() {
   Bf16RowsChoice c;
   if (!dot_row_kernels().bf16_rows_blocked) return c;
-  const char* env = std::getenv("PRISM_CPU_PRODUCTS");
-  const Measured m = measured_choice(bf16_products_key() + " | rows", {"fma", "dpbf16"},
-                                     env && std::string_view(env) == "measure", [] {
-                                       const Bf16RowsSpeed s = measure_bf16_rows(
-                                           kFewRows, kDepth, kFewRowsColumns, kFewRowsRounds);
-                                       return std::array<double, 2>{s.fma_gflops, s.pairs_gflops};
-                                     });
+  const Measured m = measured_choice(
+      bf16_products_key() + " | rows", {"fma", "dpbf16"}, products_wanted() == "measure", [] {
+        const Bf16RowsSpeed s =
+            measure_bf16_rows(kFewRows, kDepth, kFewRowsColumns, kFewRowsRounds);
+        return std::array<double, 2>{s.fma_gflops, s.pairs_gflops};
+      });
   c.pairs = m.faster == 1;
   c.fma_gflops = m.gflops[0];
   c.pairs_gflops = m.gflops[1];

@@ -30,7 +30,9 @@ std::string rows_description() {
   const RowsKernel kernel = rows_kernel();
   // Where bf16_products.h measured the two kernels of blocked weights (not forced by
   // PRISM_CPU_ROWS), what it measured.
-  const bool forced = std::getenv("PRISM_CPU_ROWS") != nullptr;
+  // (An empty PRISM_CPU_ROWS forces nothing, as rows_kernel() reads it.)
+  const char* env = std::getenv("PRISM_CPU_ROWS");
+  const bool forced = env && *env;
   auto measured = [&](bool pairs) {
     const char* name = pairs ? "bf16 pair products" : "FMAs";
     if (forced) return fmt::format(", batched rows on {}", name);

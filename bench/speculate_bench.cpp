@@ -62,7 +62,7 @@ std::vector<int32_t> prompt(bool repeats) {
 class Oracle : public llm::Drafter {
  public:
   Oracle(std::vector<int32_t> truth, int wrong) : truth_(std::move(truth)), wrong_(wrong) {}
-  std::vector<int32_t> draft(std::span<const int32_t> history, int64_t count) override {
+  std::vector<int32_t> draft(std::span<const int32_t> history, int64_t count, int) override {
     std::vector<int32_t> out;
     for (int64_t i = 0; i < count && history.size() + i < truth_.size(); ++i) {
       const int32_t t = truth_[history.size() + i];

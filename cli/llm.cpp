@@ -215,9 +215,10 @@ int run(const Options& o) {
   options.fast_start = o.fast_start;
   options.quantize = prism::llm::quantize_type(o.quantize, "llm");
   options.keep_quantized = prism::llm::keep_quantized(o.keep_quantized, "llm");
+  options.draft_head = prism::llm::uses_draft_head(o.speculate);
   prism::llm::Engine engine(o.model, platform, options);
   const prism::llm::Speculation speculation =
-      prism::llm::make_speculation(o.speculate, o.draft_model, platform, options, "llm");
+      prism::llm::make_speculation(o.speculate, o.draft_model, platform, options, "llm", &engine);
   prism::llm::Drafter* drafter = speculation.drafter.get();
   prism::llm::Sampler sampler(o.sampling);
   Stats stats;
@@ -350,9 +351,10 @@ const prism::cli::RegisterCommand kLlm{
                      "run tensor-parallel over N devices of the platform (--mesh=model:N)");
       app.add_option("--mesh", o->mesh, "the devices as named axes, as in model:2");
       app.add_option("--speculate", o->speculate,
-                     "none; lookup or draft: speculative decoding, the next tokens guessed from "
-                     "the conversation's earlier text (lookup) or by a smaller model "
-                     "(--draft-model) and checked in one step (docs/speculative.md)")
+                     "none; lookup, draft or mtp: speculative decoding, the next tokens "
+                     "guessed from the conversation's earlier text (lookup), by a smaller model "
+                     "(--draft-model) or by the model's own multi-token prediction head (mtp: "
+                     "Qwen 3.5), and checked in one step (docs/speculative.md)")
           ->capture_default_str();
       app.add_option("--draft-model", o->draft_model,
                      "--speculate=draft's model: a smaller one that shares the tokenizer");

@@ -54,9 +54,10 @@ int run(const Options& o) {
   if (o.devices > 1) engine_options.mesh = prism::Mesh({{prism::models::kModelAxis, o.devices}});
   if (!o.mesh.empty()) engine_options.mesh = prism::Mesh::parse(o.mesh);
   prism::Platform& engine_platform = prism::get_platform(o.platform);
+  engine_options.draft_head = prism::llm::uses_draft_head(o.speculate);
   prism::llm::Engine engine(o.model, engine_platform, engine_options);
   const prism::llm::Speculation speculation = prism::llm::make_speculation(
-      o.speculate, o.draft_model, engine_platform, engine_options, "serve");
+      o.speculate, o.draft_model, engine_platform, engine_options, "serve", &engine);
   prism::serve::ServeOptions options = o.serve;
   options.drafter = speculation.drafter.get();
   options.draft_tokens = o.draft_tokens;
@@ -133,8 +134,8 @@ const prism::cli::RegisterCommand kServe{
       app.add_option("--devices", o->devices, "tensor-parallel over N devices");
       app.add_option("--mesh", o->mesh, "the devices as named axes, as in model:2");
       app.add_option("--speculate", o->speculate,
-                     "none; lookup or draft: speculative decoding while one generation runs "
-                     "alone (docs/speculative.md)")
+                     "none; lookup, draft or mtp: speculative decoding while one generation "
+                     "runs alone (docs/speculative.md)")
           ->capture_default_str();
       app.add_option("--draft-model", o->draft_model,
                      "--speculate=draft's model: a smaller one that shares the tokenizer");

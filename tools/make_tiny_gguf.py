@@ -480,6 +480,17 @@ QWEN35_NAMES = {
     "linear_attn.norm.weight": "ssm_norm.weight",
     "linear_attn.out_proj.weight": "ssm_out.weight",
     "shared_head.norm.weight": "nextn.shared_head_norm.weight",
+    "eh_proj.weight": "nextn.eh_proj.weight",
+    "enorm.weight": "nextn.enorm.weight",
+    "hnorm.weight": "nextn.hnorm.weight",
+}
+# The multi-token prediction head's tensors outside its layer, as the converter renames them
+# (into the block after the model's layers).
+QWEN35_MTP_NAMES = {
+    "mtp.norm.weight": "shared_head.norm.weight",
+    "mtp.fc.weight": "eh_proj.weight",
+    "mtp.pre_fc_norm_embedding.weight": "enorm.weight",
+    "mtp.pre_fc_norm_hidden.weight": "hnorm.weight",
 }
 
 
@@ -499,8 +510,11 @@ def qwen35_tensors(cfg, tensors, matrix_type):
     for hf, (shape, values) in tensors.items():
         if hf.startswith("model.visual."):
             continue
-        if hf == "mtp.norm.weight":
-            hf = "model.language_model.layers.%d.shared_head.norm.weight" % layers
+        if hf in QWEN35_MTP_NAMES:
+            hf = "model.language_model.layers.%d.%s" % (layers, QWEN35_MTP_NAMES[hf])
+        elif hf.startswith("mtp.layers."):
+            index, rest = hf[len("mtp.layers."):].split(".", 1)
+            hf = "model.language_model.layers.%d.%s" % (layers + int(index), rest)
         if not hf.startswith("model.language_model."):
             sys.exit("make_tiny_gguf: Qwen 3.5 tensor %s is not converted here" % hf)
         hf = "model." + hf[len("model.language_model."):]

@@ -23,7 +23,8 @@ Qwen 3.5 text semantics (modeling_qwen3_5.py):
 Everything is computed in f32 from the stored weights, as transformers does when asked for
 float32. The directory tests/data/qwen3_5/<name>/ gets config.json, generation_config.json,
 model.safetensors and reference.json (prompt ids, the greedy continuation, the first step's
-logits at a few ids). Tokenizer files are not copied: the Qwen3 tokenizer is committed in
+logits at a few ids) and mtp_guesses.json (the multi-token prediction head's greedy
+guesses at two points of that continuation, mtp_guesses). Tokenizer files are not copied: the Qwen3 tokenizer is committed in
 tests/data/tokenizers/models/ and tests link it in.
 
   scripts/setup.sh --tools && .venv/bin/python tools/make_tiny_qwen3_5.py
@@ -63,6 +64,7 @@ CHECKPOINTS = {
 # "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 PROMPT = [151644, 872, 198, 3838, 374, 279, 6722, 315, 9625, 30, 151645, 198, 151644, 77091, 198]
 STEPS = 24
+MTP_STEPS = 3  # the multi-token prediction head's guesses in a row
 
 
 def layer_types(cfg):
@@ -129,9 +131,9 @@ def attention(cfg, w, p, h):
     return (a * torch.sigmoid(gate)) @ w[p + "o_proj.weight"].T
 
 
-def forward(cfg, w, ids):
-    """Logits for every position of `ids` (a list), computed from scratch in f32."""
-    w = {k: v.float() for k, v in w.items()}
+def hidden_states(cfg, w, ids):
+    """The final hidden states (after the last norm) of every position of `ids` (a list),
+    computed from scratch in f32 from f32 weights `w`."""
     eps = cfg["rms_norm_eps"]
     lm = "model.language_model."
     x = w[lm + "embed_tokens.weight"][torch.tensor(ids)]
@@ -145,10 +147,55 @@ def forward(cfg, w, ids):
         h = tiny_lm.rms_norm_one_plus(x, w[p + "post_attention_layernorm.weight"], eps)
         x = x + tiny_lm.swiglu(h, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
                                w[p + "mlp.down_proj.weight"])
-    x = tiny_lm.rms_norm_one_plus(x, w[lm + "norm.weight"], eps)
-    head = "model.language_model.embed_tokens.weight" if cfg["tie_word_embeddings"] \
-        else "lm_head.weight"
-    return x @ w[head].T
+    return tiny_lm.rms_norm_one_plus(x, w[lm + "norm.weight"], eps)
+
+
+def lm_head(cfg, w):
+    return w["model.language_model.embed_tokens.weight" if cfg["tie_word_embeddings"]
+             else "lm_head.weight"]
+
+
+def forward(cfg, w, ids):
+    """Logits for every position of `ids` (a list), computed from scratch in f32."""
+    w = {k: v.float() for k, v in w.items()}
+    return hidden_states(cfg, w, ids) @ lm_head(cfg, w).T
+
+
+def mtp_guesses(cfg, w, ids, next_id, steps):
+    """The multi-token prediction head's greedy guesses after `ids` and `next_id` (the token
+    after them), as vLLM's and llama.cpp's Qwen 3.5 MTP runs it: row j of the head pairs the
+    model's final hidden state at position j with the embedding of the token at j + 1
+    (normalized by pre_fc_norm_hidden and pre_fc_norm_embedding, the embedding first), mtp.fc
+    to the model's width, one full-attention decoder layer over the rows (causal, rope
+    position j), mtp.norm, the model's LM head; each guess joins as the next row with the
+    head's own hidden state (after mtp.norm) in place of the model's. Returns the guesses and
+    the smallest top-2 logit margin among them."""
+    w = {k: v.float() for k, v in w.items()}
+    eps = cfg["rms_norm_eps"]
+    norm = tiny_lm.rms_norm_one_plus
+    embed = w["model.language_model.embed_tokens.weight"]
+    hidden = list(hidden_states(cfg, w, ids))
+    tokens = list(ids[1:]) + [next_id]
+    p = "mtp.layers.0."
+    guesses, margin = [], float("inf")
+    with torch.no_grad():
+        for _ in range(steps):
+            e = norm(embed[torch.tensor(tokens)], w["mtp.pre_fc_norm_embedding.weight"], eps)
+            h = norm(torch.stack(hidden), w["mtp.pre_fc_norm_hidden.weight"], eps)
+            x = torch.cat([e, h], dim=-1) @ w["mtp.fc.weight"].T
+            x = x + attention(cfg, w, p + "self_attn.",
+                              norm(x, w[p + "input_layernorm.weight"], eps))
+            x = x + tiny_lm.swiglu(norm(x, w[p + "post_attention_layernorm.weight"], eps),
+                                   w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
+                                   w[p + "mlp.down_proj.weight"])
+            out = norm(x, w["mtp.norm.weight"], eps)
+            logits = out[-1] @ lm_head(cfg, w).T
+            top = logits.topk(2).values
+            margin = min(margin, float(top[0] - top[1]))
+            guesses.append(int(logits.argmax()))
+            tokens.append(guesses[-1])
+            hidden.append(out[-1])
+    return guesses, margin
 
 
 VISION = dict(depth=1, hidden_size=16, hidden_act="gelu_pytorch_tanh", intermediate_size=32,
@@ -211,6 +258,26 @@ def make_weights(cfg):
         "model.visual.merger.linear_fc2.weight": lin(d, 4 * vd),  # out_hidden_size = d
         "mtp.norm.weight": 0.1 * torch.randn(d),
     }
+    # The rest of the multi-token prediction head (drawn after everything above, which stays
+    # as it was before the head had more than its norm): its input projection and norms and
+    # one full-attention layer.
+    m = "mtp.layers.0."
+    extra.update({
+        "mtp.fc.weight": lin(d, 2 * d),
+        "mtp.pre_fc_norm_embedding.weight": 0.1 * torch.randn(d),
+        "mtp.pre_fc_norm_hidden.weight": 0.1 * torch.randn(d),
+        m + "input_layernorm.weight": 0.1 * torch.randn(d),
+        m + "self_attn.q_proj.weight": lin(2 * nh * hd, d),
+        m + "self_attn.k_proj.weight": lin(nkv * hd, d),
+        m + "self_attn.v_proj.weight": lin(nkv * hd, d),
+        m + "self_attn.o_proj.weight": lin(d, nh * hd),
+        m + "self_attn.q_norm.weight": 0.1 * torch.randn(hd),
+        m + "self_attn.k_norm.weight": 0.1 * torch.randn(hd),
+        m + "post_attention_layernorm.weight": 0.1 * torch.randn(d),
+        m + "mlp.gate_proj.weight": lin(f, d),
+        m + "mlp.up_proj.weight": lin(f, d),
+        m + "mlp.down_proj.weight": lin(d, f),
+    })
     out.update({k: v.to(torch.bfloat16) for k, v in extra.items()})
     return out
 
@@ -265,6 +332,17 @@ def main():
         # A test with a logit tolerance well below the smallest top-2 margin cannot flip a
         # near-tie.
         print(name, "greedy:", result.ids, "smallest top-2 margin:", result.margin)
+        # The head's guesses after the prompt and after 8 more tokens, each time with the
+        # greedy token that follows as the next one.
+        chains = []
+        for more in (0, 8):
+            ids = PROMPT + result.ids[:more]
+            guesses, margin = mtp_guesses(cfg, w, ids, result.ids[more], MTP_STEPS)
+            chains.append({"ids": ids, "next": result.ids[more], "guesses": guesses,
+                           "smallest_margin": margin})
+            print(name, "mtp after", len(ids), "+ 1:", guesses, "smallest top-2 margin:", margin)
+        tiny_lm.write_json(os.path.join(out, "mtp_guesses.json"), {"chains": chains},
+                           indent=1)
 
 
 if __name__ == "__main__":

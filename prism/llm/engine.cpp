@@ -115,6 +115,19 @@ std::map<std::string, quant::GgmlType, std::less<>> kept_quantized(const io::Sto
 
 }  // namespace
 
+namespace {
+
+// The weights in the layouts the programs read them in: every window's step reads them alike
+// (`step`'s layouts serve them all), the draft head's step (where there is one) its own too.
+std::vector<io::Weights> prepare_for(const ShardedExecutable& step,
+                                     const std::optional<ShardedExecutable>& draft,
+                                     std::vector<io::Weights> weights) {
+  weights = step.prepare(std::move(weights));
+  return draft ? draft->prepare(std::move(weights)) : weights;
+}
+
+}  // namespace
+
 Engine::Checkpoint Engine::open(const std::string& model_uri, const EngineOptions& options) {
   if (options.quantize) {
     PRISM_CHECK(quant::can_quantize(*options.quantize),
@@ -160,6 +173,7 @@ Engine::Engine(Checkpoint checkpoint, Platform& platform, const EngineOptions& o
   PRISM_CHECK(options.seqlen >= 1 && options.seqlen <= info_.max_positions,
               "llm: --seqlen={} must be between 1 and the model's {} positions", options.seqlen,
               info_.max_positions);
+  if (options.draft_head) model_->use_draft_head();
   state_specs_ = model_->state_specs(options.seqlen);
   for (size_t i = 0; i < state_specs_.size(); ++i) {
     if (!state_specs_[i].positional) carried_.push_back(i);
@@ -181,11 +195,29 @@ Engine::Engine(Checkpoint checkpoint, Platform& platform, const EngineOptions& o
                 options_.mesh.axes()[a].name, info_.model_type, models::kModelAxis);
   }
   slots_.push_back(new_slot());
+  // The weights the programs read: every window's step reads the same; the draft head's step
+  // some of those and its own.
+  if (options.draft_head) {
+    draft_ = compile_draft_step(platform_, *model_, options_.seqlen, options_.mesh,
+                                options_.compile_cache.get());
+  }
+  auto joined = [&](auto parameters, const auto& more) {
+    for (const auto& p : more) {
+      if (std::none_of(parameters.begin(), parameters.end(),
+                       [&](const auto& q) { return q.name == p.name; })) {
+        parameters.push_back(p);
+      }
+    }
+    return parameters;
+  };
   if (devices_.size() == 1) {
+    const std::vector<Executable::Parameter> device_parameters =
+        draft_ ? joined(first.device(0).parameters(), draft_->device(0).parameters())
+               : first.device(0).parameters();
     io::LoadOptions load = options.load;
     load.zero_copy = load.zero_copy || options.fast_start;
     io::LoadStats stats;
-    weights_.push_back(io::load(store_, first.device(0).parameters(), platform_, load, &stats));
+    weights_.push_back(io::load(store_, device_parameters, platform_, load, &stats));
     if (options.fast_start && !options.load.zero_copy && stats.zero_copy > 0) {
       if (options.load.report) {
         std::fprintf(stderr,
@@ -196,16 +228,18 @@ Engine::Engine(Checkpoint checkpoint, Platform& platform, const EngineOptions& o
       load.zero_copy = false;
       load.progress = load.report = false;
       load.cancel = &stop_copying_;
-      copy_ = [this, &first, load] {
+      copy_ = [this, &first, device_parameters, load] {
         std::vector<io::Weights> copies;
-        copies.push_back(io::load(store_, first.device(0).parameters(), platform_, load));
-        return first.prepare(std::move(copies));
+        copies.push_back(io::load(store_, device_parameters, platform_, load));
+        return prepare_for(first, draft_, std::move(copies));
       };
     }
   } else {
-    weights_ = io::load_sharded(store_, first.parameters(), options_.mesh, devices_, options.load);
+    weights_ = io::load_sharded(
+        store_, draft_ ? joined(first.parameters(), draft_->parameters()) : first.parameters(),
+        options_.mesh, devices_, options.load);
   }
-  weights_ = first.prepare(std::move(weights_));  // every window's executable reads them alike
+  weights_ = prepare_for(first, draft_, std::move(weights_));
 }
 
 Engine::~Engine() {
@@ -334,9 +368,14 @@ void Engine::reset(int slot_index) {
       options.inputs.push_back(state_specs_[carried_[k]].sharding);
       shapes.push_back(state_specs_[carried_[k]].shape);
     }
+    // Zeros computed from each state (whatever it holds), not a constant: on a mesh each
+    // output is then split as its state is, and each device writes its own shard's.
     TraceFn zeros = [](std::span<const Tensor> states) {
       std::vector<Tensor> out;
-      for (const Tensor& s : states) out.push_back(Tensor::zeros(s.shape()));
+      for (const Tensor& s : states) {
+        const Tensor zero = Tensor::scalar(0, s.dtype());
+        out.push_back(select(s.is_nan(), zero, zero));
+      }
       return out;
     };
     reset_ = compile_sharded(platform_, zeros, shapes, options);
@@ -498,6 +537,67 @@ void Engine::rewind(int slot_index, int64_t to) {
   slot.position = slot.before_position;
   slot.since.resize(static_cast<size_t>(to - slot.before_position));
   slot.pending = slot.since;
+}
+
+ShardedExecutable compile_draft_step(Platform& platform, const models::CausalLM& model,
+                                     int64_t seqlen, const Mesh& mesh, CompileCache* cache) {
+  const std::vector<models::StateSpec> specs = model.state_specs(seqlen);
+  const size_t own = model.draft_states();
+  PRISM_CHECK(own > 0 && own <= specs.size(), "llm: the {} model runs no draft head",
+              model.info().model_type);
+  std::vector<Shape> inputs{Shape(DType::i32, {{"s", 1}}), Shape::scalar(DType::i32)};
+  ShardedCompileOptions options{.mesh = mesh, .inputs = {{}, {}}, .cache = cache};
+  for (size_t i = specs.size() - own; i < specs.size(); ++i) {
+    options.donate.push_back(static_cast<int>(inputs.size()));
+    inputs.push_back(specs[i].shape);
+    options.inputs.push_back(specs[i].sharding);
+  }
+  TraceFn fn = [&model](std::span<const Tensor> in) {
+    return model.draft_step(in[0], in[1], in.subspan(2));
+  };
+  return compile_sharded(platform, fn, inputs, options);
+}
+
+std::vector<int32_t> Engine::draft(int slot_index, int32_t next, int64_t count) {
+  PRISM_CHECK(slot_index >= 0 && slot_index < slots(), "llm: no slot {} ({} slots)", slot_index,
+              slots());
+  PRISM_CHECK(draft_, "llm: the engine runs no draft head (EngineOptions::draft_head)");
+  const int64_t at = position(slot_index);
+  PRISM_CHECK(at >= 1, "llm: the draft head guesses after a token the model has run");
+  PRISM_CHECK(next >= 0 && next < info_.vocab_size,
+              "llm: token id {} is outside the vocabulary of {}", next, info_.vocab_size);
+  take_copies();
+  Slot& slot = slots_[slot_index];
+  // Step i reads the hidden state at at - 1 + i and writes the head's at at + i: within the
+  // cache. Nothing the slot's conversation holds changes: the head writes at the positions of
+  // the hidden states it reads, past those of the conversation but its last, whose entry is
+  // the one the model's next step writes.
+  count = std::min(count, options_.seqlen - at);
+  const size_t own = state_specs_.size() - model_->draft_states();
+  std::vector<int32_t> guesses;
+  int32_t token = next;
+  for (int64_t i = 0; i < count; ++i) {
+    const HostBuffer id = HostBuffer::from<int32_t>(Shape(DType::i32, {{"s", 1}}), {token});
+    const HostBuffer where =
+        HostBuffer::from<int32_t>(Shape::scalar(DType::i32), {static_cast<int32_t>(at - 1 + i)});
+    std::vector<std::vector<Buffer>> in(devices_.size());
+    for (size_t d = 0; d < devices_.size(); ++d) {
+      in[d] = {devices_[d]->upload(id), devices_[d]->upload(where)};
+      for (size_t k = own; k < state_specs_.size(); ++k)
+        in[d].push_back(std::move(slot.states[d][k]));
+    }
+    std::vector<std::vector<Buffer>> out = draft_->call(weights_, in);
+    for (size_t d = 0; d < devices_.size(); ++d) {
+      for (size_t k = own; k < state_specs_.size(); ++k) {
+        slot.states[d][k] = std::move(out[d][1 + k - own]);
+      }
+    }
+    const HostBuffer logits = draft_->output_to_host(out, 0);
+    const std::span<const float> l = logits.as<float>();
+    token = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+    guesses.push_back(token);
+  }
+  return guesses;
 }
 
 ShardedExecutable compile_decode_batch(Platform& platform, const models::CausalLM& model,

@@ -58,6 +58,10 @@ struct EngineOptions {
   // on every platform (PJRT through the op's decomposition into graph ops: the memory of the
   // quantized model, at the speed its compiler makes of the decomposition). false: never.
   std::optional<bool> keep_quantized;
+  // Load and run the model's multi-token prediction head (models::CausalLM::has_draft_head;
+  // Qwen 3.5's `mtp` weights), for speculative decoding's guesses (Engine::draft,
+  // --speculate=mtp). Its weights and states join the model's; every step keeps its states.
+  bool draft_head = false;
 };
 
 // A command's --dtype as EngineOptions::dtype: "auto" (unset: the checkpoint's own), "f32" or
@@ -83,6 +87,13 @@ ShardedExecutable compile_sharded_step(Platform& platform, const models::CausalL
                                        int64_t window, int64_t seqlen, const Mesh& mesh,
                                        CompileCache* cache = nullptr,
                                        models::Logits which = models::Logits::last);
+
+// One step of the model's draft head (CausalLM::draft_step) for conversations of up to
+// `seqlen` positions, the head's states donated. Inputs: the token {s = 1} and the position
+// (i32), then the head's states; outputs: the logits (f32 {voc}), then the head's states.
+ShardedExecutable compile_draft_step(Platform& platform, const models::CausalLM& model,
+                                     int64_t seqlen, const Mesh& mesh,
+                                     CompileCache* cache = nullptr);
 
 // The batched decoding step (CausalLM::decode_batch) for `batch` conversations with states for
 // `seqlen` positions, over the devices of `mesh`, every state donated. Inputs: tokens {b} and
@@ -152,6 +163,15 @@ class Engine {
   std::vector<std::vector<float>> decode(std::span<const int> slots,
                                          std::span<const int32_t> tokens);
 
+  // Whether the engine runs the model's draft head (EngineOptions::draft_head).
+  bool runs_draft_head() const { return draft_.has_value(); }
+  // Speculative decoding's guesses from the model's draft head: up to `count` tokens after the
+  // slot's conversation and `next`, the token after it that the slot has not run; each the
+  // head's most likely, one step of the head each (the first from the model's last hidden
+  // state, the others from the head's own). Fewer where the cache ends. The slot's
+  // conversation stays as it is.
+  std::vector<int32_t> draft(int slot, int32_t next, int64_t count);
+
  private:
   // A model and where its weights are: what the public constructor opens.
   struct Checkpoint {
@@ -201,6 +221,7 @@ class Engine {
   std::map<std::pair<int64_t, models::Logits>, ShardedExecutable> executables_;
   std::map<int64_t, ShardedExecutable> batch_executables_;  // decode steps, by batch size
   std::optional<ShardedExecutable> reset_;  // zeros into the non-positional states, on use
+  std::optional<ShardedExecutable> draft_;  // the draft head's step (EngineOptions::draft_head)
 };
 
 }  // namespace prism::llm

@@ -279,8 +279,8 @@ GgufModel open_lfm2(std::shared_ptr<io::File> file, io::GgufHeader header, DType
 // Qwen 3.5 (llama.cpp's "qwen35"), the dense text models: the tensors as qwen35_gguf_names
 // says the converter stores them (norms as w + 1, A_log as -exp(A_log), the value heads in
 // llama.cpp's order...), all of which is undone as the tensors load. Its block_count counts
-// the multi-token prediction layers (nextn_predict_layers) after the model's, which prism does
-// not run.
+// the multi-token prediction layers (nextn_predict_layers) after the model's: a head of one
+// layer is the model's draft head (--speculate=mtp).
 GgufModel open_qwen35(std::shared_ptr<io::File> file, io::GgufHeader header, DType dtype) {
   const io::GgufHeader& h = header;
   const Metadata m(h, "qwen35");
@@ -347,7 +347,15 @@ GgufModel open_qwen35(std::shared_ptr<io::File> file, io::GgufHeader header, DTy
                             "heads of {}/{}, MLP {}, vocabulary {}",
                             layers, d, c.num_heads, c.num_kv_heads, hd, nk, nv, c.linear_key_dim,
                             c.linear_value_dim, f, c.vocab_size));
-  for (const GgufTensorName& t : qwen35_gguf_names(c)) {
+  // The multi-token prediction head where the file has one of one layer (the converter's
+  // nextn block after the model's), for --speculate=mtp; a plain run does not read it.
+  std::vector<GgufTensorName> names = qwen35_gguf_names(c);
+  if (blocks - layers == 1 &&
+      file_store.contains(fmt::format("blk.{}.nextn.eh_proj.weight", layers))) {
+    c.mtp_layers = 1;
+    for (GgufTensorName& t : qwen35_mtp_gguf_names(c, 1)) names.push_back(std::move(t));
+  }
+  for (const GgufTensorName& t : names) {
     io::StoredTensor& stored = map.add(t.hf, t.gguf, t.shape, t.row_order);
     stored.column_order = t.column_order;
     stored.stored_as = t.stored_as;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace prism::llm {
 
 std::vector<GgufTensorName> llama_gguf_names(const models::LlamaConfig& c) {
@@ -161,21 +163,14 @@ std::vector<GgufTensorName> qwen35_gguf_names(const models::Qwen3_5Config& c) {
 }
 
 std::vector<GgufTensorName> qwen35_mtp_gguf_names(const models::Qwen3_5Config& c,
-                                                  const io::Store& store) {
+                                                  int64_t mtp_layers) {
   const int64_t layers = static_cast<int64_t>(c.layers.size());
   const int64_t d = c.hidden_size;
   std::vector<GgufTensorName> out;
-  // The layers first, each a full-attention layer's tensors that the checkpoint holds.
-  for (int64_t i = 0;; ++i) {
-    const std::string p = fmt::format("mtp.layers.{}.", i);
-    bool any = false;
-    for (const std::string& name : store.names()) any = any || name.starts_with(p);
-    if (!any) break;
-    std::vector<GgufTensorName> layer;
-    qwen35_layer(c, p, fmt::format("blk.{}.", layers + i), true, layer);
-    for (GgufTensorName& t : layer) {
-      if (store.contains(t.hf)) out.push_back(std::move(t));
-    }
+  // The layers first, each a full-attention layer.
+  for (int64_t i = 0; i < mtp_layers; ++i) {
+    qwen35_layer(c, fmt::format("mtp.layers.{}.", i), fmt::format("blk.{}.", layers + i), true,
+                 out);
   }
   const std::string b = fmt::format("blk.{}.nextn.", layers);
   const std::pair<const char*, const char*> rest[] = {{"fc", "eh_proj"},
@@ -183,10 +178,8 @@ std::vector<GgufTensorName> qwen35_mtp_gguf_names(const models::Qwen3_5Config& c
                                                       {"pre_fc_norm_hidden", "hnorm"},
                                                       {"norm", "shared_head_norm"}};
   for (const auto& [hf, gguf] : rest) {
-    const std::string name = fmt::format("mtp.{}.weight", hf);
-    if (!store.contains(name)) continue;
     GgufTensorName& t = out.emplace_back();
-    t.hf = name;
+    t.hf = fmt::format("mtp.{}.weight", hf);
     t.gguf = b + gguf + ".weight";
     if (std::string_view(hf) == "fc") {
       t.shape = {d, 2 * d};
@@ -194,6 +187,22 @@ std::vector<GgufTensorName> qwen35_mtp_gguf_names(const models::Qwen3_5Config& c
       t.shape = {d};
       t.stored_as = Stored::plus_one;
     }
+  }
+  return out;
+}
+
+std::vector<GgufTensorName> qwen35_mtp_gguf_names(const models::Qwen3_5Config& c,
+                                                  const io::Store& store) {
+  const std::vector<std::string> names = store.names();
+  int64_t mtp_layers = 0;
+  while (std::any_of(names.begin(), names.end(), [&](const std::string& name) {
+    return name.starts_with(fmt::format("mtp.layers.{}.", mtp_layers));
+  })) {
+    ++mtp_layers;
+  }
+  std::vector<GgufTensorName> out;
+  for (GgufTensorName& t : qwen35_mtp_gguf_names(c, mtp_layers)) {
+    if (store.contains(t.hf)) out.push_back(std::move(t));
   }
   return out;
 }

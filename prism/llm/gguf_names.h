@@ -43,11 +43,14 @@ std::vector<GgufTensorName> lfm2_gguf_names(const models::Lfm2Config& c);
 // layer only when not tied.
 std::vector<GgufTensorName> qwen35_gguf_names(const models::Qwen3_5Config& c);
 
-// The multi-token prediction layers' tensors of a Qwen 3.5 checkpoint (mtp.*, which prism does
-// not run) as the converter writes them after the model's blocks: mtp.layers.i.* as block
-// layers + i's (a full-attention layer), mtp.fc as blk.N.nextn.eh_proj, mtp.pre_fc_norm_embedding
-// and mtp.pre_fc_norm_hidden as nextn.enorm and nextn.hnorm, mtp.norm as
-// nextn.shared_head_norm, the norms stored as w + 1. Those `store` holds, in its order.
+// The multi-token prediction head's tensors of a Qwen 3.5 checkpoint (mtp.*, run for
+// --speculate=mtp) as the converter writes them after the model's blocks: mtp.layers.i.* as
+// block layers + i's (a full-attention layer), mtp.fc as blk.N.nextn.eh_proj,
+// mtp.pre_fc_norm_embedding and mtp.pre_fc_norm_hidden as nextn.enorm and nextn.hnorm,
+// mtp.norm as nextn.shared_head_norm, the norms stored as w + 1. Every one of a head of
+// `mtp_layers` layers; or those `store` holds.
+std::vector<GgufTensorName> qwen35_mtp_gguf_names(const models::Qwen3_5Config& c,
+                                                  int64_t mtp_layers);
 std::vector<GgufTensorName> qwen35_mtp_gguf_names(const models::Qwen3_5Config& c,
                                                   const io::Store& store);
 

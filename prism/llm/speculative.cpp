@@ -12,7 +12,8 @@ PromptLookup::PromptLookup(int max_ngram, int min_ngram)
               "prompt lookup: n-grams of {} to {} tokens make no sense", min_ngram, max_ngram);
 }
 
-std::vector<int32_t> PromptLookup::draft(std::span<const int32_t> history, int64_t count) {
+std::vector<int32_t> PromptLookup::draft(std::span<const int32_t> history, int64_t count,
+                                         int /*slot*/) {
   const int64_t size = static_cast<int64_t>(history.size());
   if (count <= 0) return {};
   for (int64_t n = std::min<int64_t>(max_ngram_, size - 1); n >= min_ngram_; --n) {
@@ -28,7 +29,8 @@ std::vector<int32_t> PromptLookup::draft(std::span<const int32_t> history, int64
   return {};
 }
 
-std::vector<int32_t> DraftModel::draft(std::span<const int32_t> history, int64_t count) {
+std::vector<int32_t> DraftModel::draft(std::span<const int32_t> history, int64_t count,
+                                       int /*model_slot*/) {
   const int64_t size = static_cast<int64_t>(history.size());
   // The guesses after the first run at the positions that follow the conversation.
   count = std::min(count, engine_.seqlen() - size + 1);
@@ -66,20 +68,38 @@ std::vector<int32_t> DraftModel::draft(std::span<const int32_t> history, int64_t
   return guesses;
 }
 
+DraftHead::DraftHead(Engine& model) : model_(model) {
+  PRISM_CHECK(model.runs_draft_head(),
+              "llm: --speculate=mtp drafts with the model's own head: load it with the head "
+              "(EngineOptions::draft_head)");
+}
+
+std::vector<int32_t> DraftHead::draft(std::span<const int32_t> history, int64_t count, int slot) {
+  const int64_t size = static_cast<int64_t>(history.size());
+  if (count <= 0 || size < 2 || model_.position(slot) != size - 1) return {};
+  return model_.draft(slot, history.back(), count);
+}
+
 std::unique_ptr<Drafter> make_drafter(std::string_view name, std::string_view command,
-                                      Engine* draft_model) {
+                                      Engine* draft_model, Engine* model) {
   if (name == "none") return nullptr;
   if (name == "lookup") return std::make_unique<PromptLookup>();
   if (name == "draft") {
     PRISM_CHECK(draft_model, "{}: --speculate=draft needs --draft-model=URI", command);
     return std::make_unique<DraftModel>(*draft_model);
   }
-  fail("{}: --speculate={} is not one of none, lookup, draft", command, name);
+  if (name == "mtp") {
+    PRISM_CHECK(model && model->runs_draft_head(),
+                "{}: --speculate=mtp needs the model loaded with its multi-token prediction head",
+                command);
+    return std::make_unique<DraftHead>(*model);
+  }
+  fail("{}: --speculate={} is not one of none, lookup, draft, mtp", command, name);
 }
 
 void check_speculation(std::string_view name, std::string_view draft_model, int64_t draft_tokens,
                        std::string_view command) {
-  if (name != "draft") make_drafter(name, command);
+  if (name != "draft" && !uses_draft_head(name)) make_drafter(name, command);
   PRISM_CHECK(name != "draft" || !draft_model.empty(),
               "{}: --speculate=draft needs --draft-model=URI", command);
   PRISM_CHECK(name == "draft" || draft_model.empty(), "{}: --draft-model is for --speculate=draft",
@@ -90,10 +110,12 @@ void check_speculation(std::string_view name, std::string_view draft_model, int6
 }
 
 Speculation make_speculation(std::string_view name, const std::string& draft_model,
-                             Platform& platform, EngineOptions options, std::string_view command) {
+                             Platform& platform, EngineOptions options, std::string_view command,
+                             Engine* model) {
   Speculation s;
   if (name == "draft") {
     options.mesh = {};
+    options.draft_head = false;
     try {
       s.draft_engine = std::make_unique<Engine>(draft_model, platform, options);
     } catch (const Error& e) {  // said of the draft model, not the model
@@ -102,7 +124,7 @@ Speculation make_speculation(std::string_view name, const std::string& draft_mod
       fail("{}: the draft model {}: {}", command, draft_model, what);
     }
   }
-  s.drafter = make_drafter(name, command, s.draft_engine.get());
+  s.drafter = make_drafter(name, command, s.draft_engine.get(), model);
   return s;
 }
 
@@ -189,7 +211,7 @@ std::vector<int32_t> check_guesses(Engine& engine, int slot, Sampler& sampler, D
   const size_t fresh = tokens.size();
   // A guess the model cannot take (a draft model's vocabulary may be larger) ends them.
   const int64_t vocab = engine.info().vocab_size;
-  const std::vector<int32_t> drafts = drafter.draft(context, count);
+  const std::vector<int32_t> drafts = drafter.draft(context, count, slot);
   for (size_t i = 0; i < std::min<size_t>(drafts.size(), count); ++i) {
     if (drafts[i] < 0 || drafts[i] >= vocab) break;
     tokens.push_back(drafts[i]);

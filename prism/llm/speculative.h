@@ -21,8 +21,10 @@ namespace prism::llm {
 class Drafter {
  public:
   virtual ~Drafter() = default;
-  // Up to `count` guesses for the tokens after `history` (maybe none).
-  virtual std::vector<int32_t> draft(std::span<const int32_t> history, int64_t count) = 0;
+  // Up to `count` guesses for the tokens after `history` (maybe none). `slot`: the model's
+  // engine slot that holds the conversation (but its last token or few), for a drafter that
+  // reads the model's own state (DraftHead); the others go by `history` alone.
+  virtual std::vector<int32_t> draft(std::span<const int32_t> history, int64_t count, int slot) = 0;
 };
 
 // Prompt lookup: the tokens that followed the last earlier occurrence of the conversation's
@@ -33,7 +35,7 @@ class PromptLookup : public Drafter {
  public:
   explicit PromptLookup(int max_ngram = 3, int min_ngram = 1);
   // None when the conversation's ending never occurred before.
-  std::vector<int32_t> draft(std::span<const int32_t> history, int64_t count) override;
+  std::vector<int32_t> draft(std::span<const int32_t> history, int64_t count, int slot) override;
 
  private:
   int max_ngram_, min_ngram_;
@@ -45,7 +47,8 @@ class PromptLookup : public Drafter {
 class DraftModel : public Drafter {
  public:
   explicit DraftModel(Engine& engine, int slot = 0) : engine_(engine), slot_(slot) {}
-  std::vector<int32_t> draft(std::span<const int32_t> history, int64_t count) override;
+  std::vector<int32_t> draft(std::span<const int32_t> history, int64_t count,
+                             int model_slot) override;
 
  private:
   Engine& engine_;
@@ -53,23 +56,43 @@ class DraftModel : public Drafter {
   std::vector<int32_t> held_;  // the tokens the slot holds
 };
 
-// A command's --speculate as a drafter: "none" (nullptr), "lookup", or "draft" with the draft
-// model's engine; anything else throws a prism::Error that starts with `command`.
+// Guesses from the model's own multi-token prediction head (Qwen 3.5's `mtp` weights), run by
+// its engine (EngineOptions::draft_head; Engine::draft): the head's most likely token, one
+// step of the head each, from the model's last hidden state in the slot. No second model,
+// and nothing to catch up: the model's steps keep the head's states. Guesses only where the
+// slot holds all of the conversation but its last token (a decoding step's).
+class DraftHead : public Drafter {
+ public:
+  explicit DraftHead(Engine& model);
+  std::vector<int32_t> draft(std::span<const int32_t> history, int64_t count, int slot) override;
+
+ private:
+  Engine& model_;
+};
+
+// A command's --speculate as a drafter: "none" (nullptr), "lookup", "draft" with the draft
+// model's engine, or "mtp" with the model's (loaded with its head: EngineOptions::draft_head);
+// anything else throws a prism::Error that starts with `command`.
 std::unique_ptr<Drafter> make_drafter(std::string_view name, std::string_view command,
-                                      Engine* draft_model = nullptr);
+                                      Engine* draft_model = nullptr, Engine* model = nullptr);
 
 // A command's --speculate, --draft-model and --draft-tokens, checked before any model loads:
 // errors start with `command`.
 void check_speculation(std::string_view name, std::string_view draft_model, int64_t draft_tokens,
                        std::string_view command);
+// Whether --speculate=`name` runs the model's own draft head: its engine is then made with
+// EngineOptions::draft_head.
+inline bool uses_draft_head(std::string_view name) { return name == "mtp"; }
 // Then what they ask for: the drafter (none for "none") and, for "draft", the draft model's
-// engine, loaded on `platform` with `options` (the model's, less its mesh).
+// engine, loaded on `platform` with `options` (the model's, less its mesh and draft head);
+// "mtp" drafts with `model`'s head.
 struct Speculation {
   std::unique_ptr<Engine> draft_engine;
   std::unique_ptr<Drafter> drafter;
 };
 Speculation make_speculation(std::string_view name, const std::string& draft_model,
-                             Platform& platform, EngineOptions options, std::string_view command);
+                             Platform& platform, EngineOptions options, std::string_view command,
+                             Engine* model = nullptr);
 
 // The most guesses a step checks: the step's window grows with them, and its cost with it.
 inline constexpr int64_t kMaxDraftTokens = 32;

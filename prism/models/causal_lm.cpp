@@ -102,6 +102,16 @@ std::unique_ptr<CausalLM> make_causal_lm(const nlohmann::json& config, std::stri
        fmt::join(supported_model_types(), ", "));
 }
 
+void CausalLM::use_draft_head() {
+  fail("llm: this {} checkpoint has no multi-token prediction head (--speculate=mtp)",
+       info().model_type);
+}
+
+std::vector<Tensor> CausalLM::draft_step(const Tensor&, const Tensor&,
+                                         std::span<const Tensor>) const {
+  fail("llm: {} runs no draft head", info().model_type);
+}
+
 Tensor CausalLM::head_rows(const Tensor& x, const Tensor& last, Logits which) {
   return which == Logits::last ? x.dynamic_slice("s", last, 1) : x;
 }

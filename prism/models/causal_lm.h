@@ -79,6 +79,25 @@ class CausalLM {
     return {};
   }
 
+  // Multi-token prediction: a head of the model's own that guesses the token after next from
+  // the model's last hidden state and the next token (Qwen 3.5's `mtp` weights), speculative
+  // decoding's drafter (docs/speculative.md). Whether the checkpoint declares one.
+  virtual bool has_draft_head() const { return false; }
+  // Runs the head from now on (set before the model is traced): state_specs ends with the
+  // head's draft_states() states, which forward and decode_batch keep up to date as they run
+  // tokens. Throws where the model has no head.
+  virtual void use_draft_head();
+  // How many of the last state_specs are the head's; 0 while it is not used.
+  virtual size_t draft_states() const { return 0; }
+  // One step of the head: reads the hidden state at `position` (i32 scalar; the model's, or the
+  // last draft_step's) and `token` {s = 1} (i32), the token at position + 1; returns the logits
+  // for the token at position + 2 (f32 {voc}), then the head's states (`states`, the last
+  // draft_states() of state_specs) updated, the head's own hidden state kept at position + 1
+  // for a next step. Writes only at positions past the model's hidden state it read, which the
+  // model's next step overwrites.
+  virtual std::vector<Tensor> draft_step(const Tensor& token, const Tensor& position,
+                                         std::span<const Tensor> states) const;
+
   // Weights kept in one of ggml's block formats (Q8_0, Q4_K, ...), by name: the engine sets
   // them for a GGUF file's quantized matrices (and --quantize's) where the platform multiplies
   // blocks as they are. The model then declares each such weight {rows, cols} as a parameter of

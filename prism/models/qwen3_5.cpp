@@ -46,6 +46,13 @@ Qwen3_5Config Qwen3_5Config::parse(const nlohmann::json& top, std::string_view s
   k.tie_word_embeddings = c.contains("tie_word_embeddings")
                               ? c["tie_word_embeddings"].get<bool>()
                               : top.value("tie_word_embeddings", false);
+  // A multi-token prediction head with embeddings of its own is not one prism runs (none of
+  // the published checkpoints has one): it counts as none.
+  const nlohmann::json& mtp =
+      c.contains("mtp_num_hidden_layers") ? c["mtp_num_hidden_layers"] : nlohmann::json(0);
+  k.mtp_layers = mtp.is_number_integer() && !c.value("mtp_use_dedicated_embeddings", false)
+                     ? mtp.get<int64_t>()
+                     : 0;
 
   // rope_parameters (older configs: rope_theta and partial_rotary_factor beside them). The
   // multimodal sections (mrope_section) only matter for image and video positions: text
@@ -133,6 +140,17 @@ Qwen3_5::Qwen3_5(Qwen3_5Config config, DType dtype) : config_(std::move(config))
            .bos_token_id = config_.bos_token_id};
 }
 
+void Qwen3_5::use_draft_head() {
+  PRISM_CHECK(config_.mtp_layers > 0,
+              "llm: this qwen3_5 checkpoint has no multi-token prediction head "
+              "(mtp_num_hidden_layers) for --speculate=mtp");
+  PRISM_CHECK(config_.mtp_layers == 1,
+              "llm: this qwen3_5 checkpoint's multi-token prediction head has {} layers; prism "
+              "runs heads of one",
+              config_.mtp_layers);
+  head_ = true;
+}
+
 std::unique_ptr<CausalLM> make_qwen3_5(const nlohmann::json& config, std::string_view source,
                                        DType dtype) {
   return std::make_unique<Qwen3_5>(Qwen3_5Config::parse(config, source), dtype);
@@ -158,6 +176,13 @@ std::vector<StateSpec> Qwen3_5::state_specs(int64_t seqlen) const {
       specs.push_back({kv, true, by_heads});
       specs.push_back({kv, true, by_heads});
     }
+  }
+  if (head_) {  // the draft head's: hidden states, then its layer's keys and values
+    specs.push_back({Shape(dtype_, {{"k", seqlen}, {"d", c.hidden_size}}), true});
+    Shape kv(dtype_, {{"h", c.num_kv_heads}, {"k", seqlen}, {"hd", c.head_dim}});
+    const Sharding by_heads = Sharding().split_if_divisible("h", kModelAxis);
+    specs.push_back({kv, true, by_heads});
+    specs.push_back({kv, true, by_heads});
   }
   return specs;
 }
@@ -263,10 +288,29 @@ Tensor Qwen3_5::mlp(const Tensor& h, const std::string& p) const {
       .rename({{"o", "d"}});
 }
 
+// Rotary embedding on the first rotary_dim dims of each head {..., hd}; the rest pass through.
+Tensor Qwen3_5::rotate(const Tensor& t, const Tensor& cos, const Tensor& sin) const {
+  const int64_t hd = config_.head_dim, rot = config_.rotary_dim;
+  if (rot == hd) return nn::rope(t, cos, sin, "hd");
+  return concat({nn::rope(t.slice("hd", 0, rot), cos, sin, "hd"), t.slice("hd", rot, hd - rot)},
+                "hd");
+}
+
+std::pair<Tensor, Tensor> Qwen3_5::keys_values(const Tensor& x, const std::string& p,
+                                               const Tensor& cos, const Tensor& sin) const {
+  const int64_t kv = config_.num_kv_heads, hd = config_.head_dim;
+  const Sharding by_kv_heads = Sharding().split_if_divisible("o", kModelAxis, hd);
+  Tensor k = linear(x, p + "k_proj.weight", "d", "o", kv * hd, by_kv_heads)
+                 .split("o", {{"h", kv}, {"hd", hd}});
+  Tensor v = linear(x, p + "v_proj.weight", "d", "o", kv * hd, by_kv_heads)
+                 .split("o", {{"h", kv}, {"hd", hd}});
+  return {rotate(norm(k, p + "k_norm.weight", "hd"), cos, sin), v};
+}
+
 Tensor Qwen3_5::full_attention(const Tensor& x, const std::string& p, const Tensor& cos,
                                const Tensor& sin, const AttentionMix& mix) const {
   const Qwen3_5Config& c = config_;
-  const int64_t heads = c.num_heads, kv = c.num_kv_heads, hd = c.head_dim, rot = c.rotary_dim;
+  const int64_t heads = c.num_heads, hd = c.head_dim;
   // q_proj gives each head its query and then its output gate.
   // Split across devices by heads (Megatron): see llama.cpp.
   Tensor qg = linear(x, p + "q_proj.weight", "d", "o", heads * 2 * hd,
@@ -274,21 +318,8 @@ Tensor Qwen3_5::full_attention(const Tensor& x, const std::string& p, const Tens
                   .split("o", {{"h", heads}, {"x", 2 * hd}});
   Tensor q = qg.slice("x", 0, hd).rename({{"x", "hd"}});
   Tensor gate = qg.slice("x", hd, hd).rename({{"x", "hd"}});
-  const Sharding by_kv_heads = Sharding().split_if_divisible("o", kModelAxis, hd);
-  Tensor k = linear(x, p + "k_proj.weight", "d", "o", kv * hd, by_kv_heads)
-                 .split("o", {{"h", kv}, {"hd", hd}});
-  Tensor v = linear(x, p + "v_proj.weight", "d", "o", kv * hd, by_kv_heads)
-                 .split("o", {{"h", kv}, {"hd", hd}});
-  q = norm(q, p + "q_norm.weight", "hd");
-  k = norm(k, p + "k_norm.weight", "hd");
-  // Rotary embedding on the first rotary_dim dims of each head; the rest pass through.
-  auto rotate = [&](const Tensor& t) {
-    if (rot == hd) return nn::rope(t, cos, sin, "hd");
-    return concat({nn::rope(t.slice("hd", 0, rot), cos, sin, "hd"), t.slice("hd", rot, hd - rot)},
-                  "hd");
-  };
-  q = rotate(q);
-  k = rotate(k);
+  q = rotate(norm(q, p + "q_norm.weight", "hd"), cos, sin);
+  auto [k, v] = keys_values(x, p, cos, sin);
   Tensor a = mix(q, k, v) * gate.logistic();
   return linear(a.merge({"h", "hd"}, "a"), p + "o_proj.weight", "a", "o", c.hidden_size,
                 Sharding().split_if_divisible("a", kModelAxis, hd))
@@ -306,7 +337,8 @@ std::vector<Tensor> Qwen3_5::forward(const Tensor& tokens, const Tensor& start, 
   const Sharding by_vocab = Sharding().split_if_divisible("voc", kModelAxis);
   Tensor embed =
       weight(lm + "embed_tokens.weight", {{"voc", c.vocab_size}, {"d", d}}, {}, by_vocab);
-  Tensor x = embed.gather("voc", tokens);  // {s, d}
+  const Tensor embedded = embed.gather("voc", tokens);  // {s, d}
+  Tensor x = embedded;
   Tensor positions = Tensor::iota(Shape(DType::i32, {{"s", tokens.size("s")}}), "s") + start;
   auto [cos, sin] = nn::rope_tables(positions, c.rope_inv_freq(), "hd");
 
@@ -347,11 +379,88 @@ std::vector<Tensor> Qwen3_5::forward(const Tensor& tokens, const Tensor& start, 
     }
     x = x + mlp(norm(x, p + "post_attention_layernorm.weight", "d"), p);
   }
-  Tensor final = norm(head_rows(x, last, which), lm + "norm.weight", "d");
+  Tensor final;
+  if (head_) {  // every token's hidden state, for the draft head
+    const Tensor hidden = norm(x, lm + "norm.weight", "d");
+    for (Tensor& t : head_window(embedded, hidden, positions, start, states.last(3))) {
+      outputs.push_back(std::move(t));
+    }
+    final = head_rows(hidden, last, which);
+  } else {
+    final = norm(head_rows(x, last, which), lm + "norm.weight", "d");
+  }
   std::string head = c.tie_word_embeddings ? lm + "embed_tokens.weight" : "lm_head.weight";
   Tensor logits = linear(final, head, "d", "voc", c.vocab_size, by_vocab);  // {s, voc}
   outputs[0] = logits_output(logits, which);
   return outputs;
+}
+
+Tensor Qwen3_5::head_input(const Tensor& embedded, const Tensor& hidden) const {
+  Tensor both = concat({norm(embedded, "mtp.pre_fc_norm_embedding.weight", "d"),
+                        norm(hidden, "mtp.pre_fc_norm_hidden.weight", "d")},
+                       "d");
+  return linear(both, "mtp.fc.weight", "d", "o", config_.hidden_size).rename({{"o", "d"}});
+}
+
+std::vector<Tensor> Qwen3_5::head_window(const Tensor& embedded, const Tensor& hidden,
+                                         const Tensor& positions, const Tensor& start,
+                                         std::span<const Tensor> states) const {
+  const int64_t s = hidden.size("s");
+  const Tensor zero = Tensor::scalar(0, DType::i32);
+  // Each entry of the head's cache pairs a token with the model's hidden state before it: the
+  // window's first token with the one the last step left (none at position 0), the others
+  // with the window's own. It sits at the position of that hidden state, start - 1 on.
+  const Tensor at = maximum(start - 1, zero);
+  Tensor before = states[0].dynamic_slice("k", at, 1).rename({{"k", "s"}});
+  Tensor prior = s == 1 ? before : concat({before, hidden.slice("s", 0, s - 1)}, "s");
+  auto [cos, sin] = nn::rope_tables(positions - 1, config_.rope_inv_freq(), "hd");
+  const std::string p = "mtp.layers.0.";
+  auto [k, v] = keys_values(norm(head_input(embedded, prior), p + "input_layernorm.weight", "d"),
+                            p + "self_attn.", cos, sin);
+  if (s > 1) {  // at position 0 the first entry has no hidden state: the others move down one
+    const Tensor first = eq(start, zero);
+    auto down = [&](const Tensor& t) {
+      return select(first, concat({t.slice("s", 1, s - 1), t.slice("s", s - 1, 1)}, "s"), t);
+    };
+    k = down(k);
+    v = down(v);
+  }
+  return {states[0].dynamic_update_slice(hidden.rename({{"s", "k"}}), {{"k", start}}),
+          states[1].dynamic_update_slice(k.rename({{"s", "k"}}), {{"k", at}}),
+          states[2].dynamic_update_slice(v.rename({{"s", "k"}}), {{"k", at}})};
+}
+
+std::vector<Tensor> Qwen3_5::draft_step(const Tensor& token, const Tensor& position,
+                                        std::span<const Tensor> states) const {
+  const Qwen3_5Config& c = config_;
+  PRISM_CHECK(head_ && states.size() == 3, "qwen3_5: {} states for a draft head of 3",
+              states.size());
+  const std::string& lm = c.prefix;
+  const Sharding by_vocab = Sharding().split_if_divisible("voc", kModelAxis);
+  Tensor embed = weight(lm + "embed_tokens.weight", {{"voc", c.vocab_size}, {"d", c.hidden_size}},
+                        {}, by_vocab);
+  Tensor hidden = states[0].dynamic_slice("k", position, 1).rename({{"k", "s"}});  // {s = 1, d}
+  Tensor x = head_input(embed.gather("voc", token), hidden);
+  auto [cos, sin] = nn::rope_tables(Tensor::iota(Shape(DType::i32, {{"s", 1}}), "s") + position,
+                                    c.rope_inv_freq(), "hd");
+  const std::string p = "mtp.layers.0.";
+  Tensor keys, values;
+  x = x + full_attention(
+              norm(x, p + "input_layernorm.weight", "d"), p + "self_attn.", cos, sin,
+              [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+                keys = states[1].dynamic_update_slice(k.rename({{"s", "k"}}), {{"k", position}});
+                values = states[2].dynamic_update_slice(v.rename({{"s", "k"}}), {{"k", position}});
+                return nn::attention(q.rename({{"s", "q"}}), keys, values,
+                                     {.causal = true, .offset = position})
+                    .rename({{"q", "s"}});
+              });
+  x = x + mlp(norm(x, p + "post_attention_layernorm.weight", "d"), p);
+  const Tensor out = norm(x, "mtp.norm.weight", "d");  // the head's hidden state {s = 1, d}
+  std::string head = c.tie_word_embeddings ? lm + "embed_tokens.weight" : "lm_head.weight";
+  Tensor logits = linear(out, head, "d", "voc", c.vocab_size, by_vocab);
+  return {logits_output(logits, Logits::last),
+          states[0].dynamic_update_slice(out.rename({{"s", "k"}}), {{"k", position + 1}}), keys,
+          values};
 }
 
 // forward's step for one token of each of several conversations: the projections and the MLP
@@ -367,7 +476,8 @@ std::vector<Tensor> Qwen3_5::decode_batch(const Tensor& tokens, const Tensor& po
   const Sharding by_vocab = Sharding().split_if_divisible("voc", kModelAxis);
   Tensor embed =
       weight(lm + "embed_tokens.weight", {{"voc", c.vocab_size}, {"d", d}}, {}, by_vocab);
-  Tensor x = embed.gather("voc", tokens);  // {b, d}
+  const Tensor embedded = embed.gather("voc", tokens);  // {b, d}
+  Tensor x = embedded;
   auto [cos, sin] = nn::rope_tables(positions, c.rope_inv_freq(), "hd");
   const Conversations batch_of(positions);
   const auto one = &Conversations::row;
@@ -423,9 +533,28 @@ std::vector<Tensor> Qwen3_5::decode_batch(const Tensor& tokens, const Tensor& po
     }
     x = x + mlp(norm(x, p + "post_attention_layernorm.weight", "d"), p);
   }
+  const Tensor hidden = norm(x, lm + "norm.weight", "d");  // {b, d}
+  if (head_) {  // the draft head's states, as forward's window of one token leaves them
+    const Tensor zero = Tensor::scalar(0, DType::i32);
+    std::vector<Tensor> priors, at;
+    for (int64_t i = 0; i < batch; ++i) {
+      at.push_back(maximum(batch_of.position(i) - 1, zero));
+      priors.push_back(states[i][state].dynamic_slice("k", at[i], 1).rename({{"k", "b"}}));
+    }
+    auto [head_cos, head_sin] = nn::rope_tables(positions - 1, c.rope_inv_freq(), "hd");
+    const std::string p = "mtp.layers.0.";
+    auto [k, v] = keys_values(
+        norm(head_input(embedded, batch_of.join(priors)), p + "input_layernorm.weight", "d"),
+        p + "self_attn.", head_cos, head_sin);
+    for (int64_t i = 0; i < batch; ++i) {
+      next[i].push_back(states[i][state].dynamic_update_slice(one(hidden, i, "k"),
+                                                              {{"k", batch_of.position(i)}}));
+      next[i].push_back(states[i][state + 1].dynamic_update_slice(one(k, i, "k"), {{"k", at[i]}}));
+      next[i].push_back(states[i][state + 2].dynamic_update_slice(one(v, i, "k"), {{"k", at[i]}}));
+    }
+  }
   std::string head = c.tie_word_embeddings ? lm + "embed_tokens.weight" : "lm_head.weight";
-  Tensor logits =
-      linear(norm(x, lm + "norm.weight", "d"), head, "d", "voc", c.vocab_size, by_vocab);
+  Tensor logits = linear(hidden, head, "d", "voc", c.vocab_size, by_vocab);
   std::vector<Tensor> outputs{logits.convert(DType::f32)};  // {b, voc}
   for (auto& st : next) outputs.insert(outputs.end(), st.begin(), st.end());
   return outputs;

@@ -41,6 +41,8 @@ struct Qwen3_5Config {
   double rms_norm_eps = 1e-6;
   int64_t max_positions = 0;
   bool tie_word_embeddings = false;
+  // The multi-token prediction head's layers (mtp_num_hidden_layers): 0 or 1.
+  int64_t mtp_layers = 0;
   std::string prefix;  // of the language model's weights: "model.language_model." or "model."
   std::vector<int64_t> eos_token_ids;
   std::optional<int64_t> bos_token_id;
@@ -75,6 +77,19 @@ class Qwen3_5 : public CausalLM {
   std::vector<Tensor> decode_batch(const Tensor& tokens, const Tensor& positions,
                                    std::span<const std::vector<Tensor>> states) const override;
 
+  // The multi-token prediction head (weights mtp.*): the token's embedding and the model's
+  // final hidden state (after its last norm) before it, each normalized, side by side, mtp.fc
+  // down to the model's width, one full-attention layer (mtp.layers.0, as the model's, with a
+  // KV cache of its own), mtp.norm, and the model's LM head. Its states, after the model's:
+  // the hidden states at every position {k = seqlen, d} (the model's, and the head's own past
+  // them while it drafts), then its layer's keys and values, at the position of the hidden
+  // state each entry read.
+  bool has_draft_head() const override { return config_.mtp_layers > 0; }
+  void use_draft_head() override;
+  size_t draft_states() const override { return head_ ? 3 : 0; }
+  std::vector<Tensor> draft_step(const Tensor& token, const Tensor& position,
+                                 std::span<const Tensor> states) const override;
+
  private:
   Tensor weight(const std::string& name, std::initializer_list<Dim> dims,
                 std::optional<DType> dtype = {}, const Sharding& sharding = {}) const;
@@ -103,10 +118,24 @@ class Qwen3_5 : public CausalLM {
                           const ConvMix& conv, const RuleMix& rule) const;
   Tensor full_attention(const Tensor& x, const std::string& p, const Tensor& cos, const Tensor& sin,
                         const AttentionMix& mix) const;
+  Tensor rotate(const Tensor& t, const Tensor& cos, const Tensor& sin) const;
+  // A full-attention layer's keys and values {..., h, hd} of normalized x: k normalized and
+  // rotated.
+  std::pair<Tensor, Tensor> keys_values(const Tensor& x, const std::string& p, const Tensor& cos,
+                                        const Tensor& sin) const;
+  // The draft head's input {..., d}: mtp.fc of the token embeddings and the hidden states
+  // before them, each normalized, side by side.
+  Tensor head_input(const Tensor& embedded, const Tensor& hidden) const;
+  // The head's states after a window of tokens {s} at `start`: their embeddings `embedded`
+  // and the model's hidden states after them `hidden` ({s, d}); `states` the head's before.
+  std::vector<Tensor> head_window(const Tensor& embedded, const Tensor& hidden,
+                                  const Tensor& positions, const Tensor& start,
+                                  std::span<const Tensor> states) const;
 
   Qwen3_5Config config_;
   ModelInfo info_;
   DType dtype_;
+  bool head_ = false;  // use_draft_head
 };
 
 // make_causal_lm's entry for model_type "qwen3_5" (and "qwen3_5_text").

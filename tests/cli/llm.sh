@@ -32,7 +32,20 @@ got=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=128000,791,6864,315,982
 check "a full cache with prompt lookup" "$want_full" "$got"
 check "a full cache's answer" 13 "$(echo $got | wc -w)"
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --speculate=medium 2>&1 >/dev/null); rc=$?
-check "bad --speculate" "1 prism: error: llm: --speculate=medium is not one of none, lookup, draft" "$rc $err"
+check "bad --speculate" "1 prism: error: llm: --speculate=medium is not one of none, lookup, draft, mtp" "$rc $err"
+err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --print-ids --seqlen=64 --speculate=mtp 2>&1 >/dev/null); rc=$?
+check "--speculate=mtp without a head" "1 prism: error: llm: this llama checkpoint has no multi-token prediction head (--speculate=mtp)" "$rc $err"
+# Qwen 3.5's own multi-token prediction head: the same greedy ids, in the checkpoint's bf16.
+qwen="$PRISM_SOURCE_DIR/tests/data/qwen3_5/tiny-bf16-untied"
+want_qwen=$("$prism" llm --model="$qwen" --prompt-ids=151644,872,198,3838,374 --max-tokens=20 \
+  --print-ids --seqlen=64 2>/dev/null)
+for k in 1 3; do
+  got=$("$prism" llm --model="$qwen" --prompt-ids=151644,872,198,3838,374 --max-tokens=20 \
+    --print-ids --seqlen=64 --speculate=mtp --draft-tokens=$k 2>"$tmp/spec.err")
+  check "greedy ids with the multi-token prediction head, $k guesses a step" "$want_qwen" "$got"
+  grep -q ' · speculation: [0-9]* of [0-9]* guesses kept' "$tmp/spec.err" \
+    || { echo "FAIL mtp statistics: $(cat "$tmp/spec.err")"; fail=1; }
+done
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --speculate=draft 2>&1 >/dev/null); rc=$?
 check "--speculate=draft alone" "1 prism: error: llm: --speculate=draft needs --draft-model=URI" "$rc $err"
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --draft-model="$data/tiny-f32" 2>&1 >/dev/null); rc=$?

@@ -27,13 +27,15 @@ for f in tokenizer.json tokenizer_config.json; do
 done
 "$python" "$PRISM_SOURCE_DIR/tests/serve/architecture_test.py" "$prism" "$tmp/qwen3_5" || fail=1
 
-# Speculative decoding: prompt lookup, and a draft model (the model itself, on Qwen 3.5: its
-# states go back when a guess is rejected).
+# Speculative decoding: prompt lookup, a draft model (the model itself, on Qwen 3.5: its
+# states go back when a guess is rejected), and Qwen 3.5's own multi-token prediction head.
 "$python" "$PRISM_SOURCE_DIR/tests/serve/speculate_test.py" "$prism" "$tmp" --speculate=lookup || fail=1
 "$python" "$PRISM_SOURCE_DIR/tests/serve/speculate_test.py" "$prism" "$tmp/qwen3_5" \
   --speculate=lookup || fail=1
 "$python" "$PRISM_SOURCE_DIR/tests/serve/speculate_test.py" "$prism" "$tmp/qwen3_5" \
   --speculate=draft --draft-model="$PRISM_SOURCE_DIR/tests/data/qwen3_5/tiny-bf16-untied" || fail=1
+"$python" "$PRISM_SOURCE_DIR/tests/serve/speculate_test.py" "$prism" "$tmp/qwen3_5" \
+  --speculate=mtp || fail=1
 
 # A GGUF file (Q8_0, its tokenizer and chat template inside), its matrices kept in their
 # blocks: 4 conversations decode together through the quantized products.

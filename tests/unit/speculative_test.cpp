@@ -35,21 +35,21 @@ TEST(PromptLookup, TheLongestEndingThatOccurredBefore) {
   llm::PromptLookup lookup;
   using Ids = std::vector<int32_t>;
   // Ending {1, 2} occurred at the start; {2} alone more recently: the longer one wins.
-  EXPECT_EQ(lookup.draft(Ids{1, 2, 7, 3, 2, 8, 1, 2}, 2), (Ids{7, 3}));
+  EXPECT_EQ(lookup.draft(Ids{1, 2, 7, 3, 2, 8, 1, 2}, 2, 0), (Ids{7, 3}));
   // The latest earlier occurrence, and no further than the conversation goes.
-  EXPECT_EQ(lookup.draft(Ids{5, 9, 5, 6, 5}, 4), (Ids{6, 5}));
-  EXPECT_EQ(lookup.draft(Ids{1, 2, 3, 4, 1, 2}, 3), (Ids{3, 4, 1}));
-  EXPECT_EQ(lookup.draft(Ids{1, 2, 3, 4, 1, 2}, 1), (Ids{3}));
-  EXPECT_TRUE(lookup.draft(Ids{1, 2, 3, 4}, 3).empty());
-  EXPECT_TRUE(lookup.draft(Ids{1, 2, 1}, 0).empty());
-  EXPECT_TRUE(lookup.draft(Ids{7}, 3).empty());
-  EXPECT_TRUE(lookup.draft(Ids{}, 3).empty());
+  EXPECT_EQ(lookup.draft(Ids{5, 9, 5, 6, 5}, 4, 0), (Ids{6, 5}));
+  EXPECT_EQ(lookup.draft(Ids{1, 2, 3, 4, 1, 2}, 3, 0), (Ids{3, 4, 1}));
+  EXPECT_EQ(lookup.draft(Ids{1, 2, 3, 4, 1, 2}, 1, 0), (Ids{3}));
+  EXPECT_TRUE(lookup.draft(Ids{1, 2, 3, 4}, 3, 0).empty());
+  EXPECT_TRUE(lookup.draft(Ids{1, 2, 1}, 0, 0).empty());
+  EXPECT_TRUE(lookup.draft(Ids{7}, 3, 0).empty());
+  EXPECT_TRUE(lookup.draft(Ids{}, 3, 0).empty());
   // n-grams of two tokens at least: a lone repeated token is no match.
-  EXPECT_TRUE(llm::PromptLookup(3, 2).draft(Ids{4, 9, 4}, 2).empty());
+  EXPECT_TRUE(llm::PromptLookup(3, 2).draft(Ids{4, 9, 4}, 2, 0).empty());
   EXPECT_EQ(testing::error_of([] { llm::PromptLookup(1, 2); }),
             "prompt lookup: n-grams of 2 to 1 tokens make no sense");
   EXPECT_EQ(testing::error_of([] { llm::make_drafter("oracle", "llm"); }),
-            "llm: --speculate=oracle is not one of none, lookup, draft");
+            "llm: --speculate=oracle is not one of none, lookup, draft, mtp");
   EXPECT_EQ(llm::make_drafter("none", "llm"), nullptr);
   EXPECT_EQ(testing::error_of([] { llm::make_drafter("draft", "llm"); }),
             "llm: --speculate=draft needs --draft-model=URI");
@@ -180,7 +180,7 @@ TEST(EngineRewind, ForgetsTheTokensPastIt) {
 class Oracle : public llm::Drafter {
  public:
   explicit Oracle(std::vector<int32_t> truth) : truth_(std::move(truth)) {}
-  std::vector<int32_t> draft(std::span<const int32_t> history, int64_t count) override {
+  std::vector<int32_t> draft(std::span<const int32_t> history, int64_t count, int) override {
     std::vector<int32_t> out;
     const int64_t wrong = calls_++ % (count + 1);
     for (int64_t i = 0; i < count; ++i) {
@@ -235,7 +235,7 @@ TEST(Generator, GuessesGivePlainGreedyIds) {
 class Fixed : public llm::Drafter {
  public:
   Fixed(std::vector<int32_t> truth, bool right) : truth_(std::move(truth)), right_(right) {}
-  std::vector<int32_t> draft(std::span<const int32_t> history, int64_t count) override {
+  std::vector<int32_t> draft(std::span<const int32_t> history, int64_t count, int) override {
     std::vector<int32_t> out;
     for (size_t at = history.size(); at < truth_.size() && std::ssize(out) < count; ++at) {
       out.push_back(right_ ? truth_[at] : (truth_[at] == 5 ? 6 : 5));
@@ -292,29 +292,29 @@ TEST(DraftModel, GuessesAsIfAskedFirst) {
     const std::vector<int32_t> prompt{1, 9906, 11, 1268, 40};
     auto fresh = [&](const std::vector<int32_t>& history, int64_t count) {
       llm::Engine other(path_of(dir), get_platform("cpu"), options());
-      return llm::DraftModel(other).draft(history, count);
+      return llm::DraftModel(other).draft(history, count, 0);
     };
-    const std::vector<int32_t> first = draft.draft(prompt, 4);
+    const std::vector<int32_t> first = draft.draft(prompt, 4, 0);
     ASSERT_EQ(first.size(), 4u);
     EXPECT_EQ(first, fresh(prompt, 4));
     // Two guesses kept, then another token than the third guess.
     std::vector<int32_t> next = prompt;
     next.insert(next.end(), {first[0], first[1], first[2] == 7 ? 8 : 7});
-    EXPECT_EQ(draft.draft(next, 3), fresh(next, 3));
+    EXPECT_EQ(draft.draft(next, 3, 0), fresh(next, 3));
     // Every guess kept, and one more token.
     std::vector<int32_t> longer = next;
-    const std::vector<int32_t> guessed = draft.draft(longer, 3);
+    const std::vector<int32_t> guessed = draft.draft(longer, 3, 0);
     longer.insert(longer.end(), guessed.begin(), guessed.end());
     longer.push_back(13);
-    EXPECT_EQ(draft.draft(longer, 2), fresh(longer, 2));
+    EXPECT_EQ(draft.draft(longer, 2, 0), fresh(longer, 2));
     // Another conversation altogether: it starts over.
     const std::vector<int32_t> other{1, 500, 600};
-    EXPECT_EQ(draft.draft(other, 3), fresh(other, 3));
+    EXPECT_EQ(draft.draft(other, 3, 0), fresh(other, 3));
     // No room left in the cache past the conversation: fewer guesses, or none.
     std::vector<int32_t> full(options().seqlen - 1, 11);
-    EXPECT_EQ(draft.draft(full, 4).size(), 2u);
+    EXPECT_EQ(draft.draft(full, 4, 0).size(), 2u);
     full.resize(options().seqlen + 1, 11);
-    EXPECT_TRUE(draft.draft(full, 4).empty());
+    EXPECT_TRUE(draft.draft(full, 4, 0).empty());
   }
 }
 
@@ -368,7 +368,7 @@ TEST(Generator, SampledTokensFollowTheModel) {
   class Fixed : public llm::Drafter {
    public:
     explicit Fixed(int32_t t) : t_(t) {}
-    std::vector<int32_t> draft(std::span<const int32_t>, int64_t count) override {
+    std::vector<int32_t> draft(std::span<const int32_t>, int64_t count, int) override {
       return std::vector<int32_t>(count, t_);
     }
     int32_t t_;

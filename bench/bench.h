@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "prism/models/qwen3_5.h"
 #include "prism/runtime/platform.h"
 
 namespace prism::bench {
@@ -122,6 +123,9 @@ void ensure_checkpoint(const std::string& dir);
 // format, naming `command`.
 std::string checkpoint_gguf(const std::string& dir, const std::string& format,
                             const std::string& command);
+// Qwen3.5-0.8B's shapes, its multi-token prediction head's included (bench/qwen3_5_bench.cpp).
+models::Qwen3_5Config qwen3_5_0_8b();
+
 // Speculative decoding on that checkpoint (bench/speculate_bench.cpp): `speculate`, and
 // `llm --speculate`.
 void speculate_bench();

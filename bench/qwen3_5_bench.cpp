@@ -6,7 +6,6 @@
 #include "prism/models/qwen3_5.h"
 
 namespace prism::bench {
-namespace {
 
 models::Qwen3_5Config qwen3_5_0_8b() {
   models::Qwen3_5Config c;
@@ -29,9 +28,12 @@ models::Qwen3_5Config qwen3_5_0_8b() {
   c.conv_kernel = 4;
   c.max_positions = 262144;
   c.tie_word_embeddings = true;
+  c.mtp_layers = 1;  // its multi-token prediction head (bench/mtp_bench.cpp)
   c.prefix = "model.language_model.";
   return c;
 }
+
+namespace {
 
 void qwen3_5_bench() {
   llm_steps_bench("Qwen3.5 0.8B shapes", [](DType dtype) {

@@ -10,15 +10,16 @@ class Model:
     (config.json, safetensors, tokenizer files) or a GGUF file; local, https://, hf:// or s3://.
     platform: "cpu", "opencl", "cuda", "xla-cpu", ... (default: PRISM_PLATFORM, else the best
     one here); dtype: "auto" (the checkpoint's own), "f32" or "bf16"; seqlen: the longest
-    conversation. Each generation starts a fresh conversation."""
+    conversation; draft_head: load the checkpoint's multi-token prediction head (Qwen 3.5's),
+    for speculate="mtp". Each generation starts a fresh conversation."""
 
     def __init__(self, native):
         self._native = native
         self.tokenizer = Tokenizer(native.tokenizer) if native.has_tokenizer else None
 
     @staticmethod
-    def load(uri, platform=None, dtype="auto", seqlen=4096):
-        return Model(_prism.Model(str(uri), platform or "", dtype, seqlen))
+    def load(uri, platform=None, dtype="auto", seqlen=4096, draft_head=False):
+        return Model(_prism.Model(str(uri), platform or "", dtype, seqlen, bool(draft_head)))
 
     @property
     def seqlen(self):
@@ -50,8 +51,9 @@ class Model:
                      speculate="none", draft_model=None, draft_tokens=4):
         """The generated ids after `prompt` (text, BOS added as the tokenizer says) or `ids` (as
         they are), as `prism llm --print-ids` prints them: greedy by default (temperature 0),
-        up to max_tokens, ending before an end-of-sequence id. speculate="lookup" or "draft"
-        (with draft_model, another Model sharing the tokenizer) guesses up to draft_tokens
+        up to max_tokens, ending before an end-of-sequence id. speculate="lookup", "draft"
+        (with draft_model, another Model sharing the tokenizer) or "mtp" (the model's own
+        multi-token prediction head: load it with draft_head=True) guesses up to draft_tokens
         tokens a step and checks them in one (docs/speculative.md): the same greedy ids, the
         same distribution when sampling."""
         run = self._start(prompt, ids, max_tokens, temperature, top_p, top_k, min_p,

@@ -205,9 +205,10 @@ struct Program {
 class Model {
  public:
   Model(const std::string& uri, const std::string& platform, const std::string& dtype,
-        int64_t seqlen) {
+        int64_t seqlen, bool draft_head) {
     llm::EngineOptions options;
     options.seqlen = seqlen;
+    options.draft_head = draft_head;
     options.dtype = llm::compute_dtype(dtype, "prism.llm.Model");
     Platform& p = get_platform(platform);
     engine_ = std::make_unique<llm::Engine>(uri, p, options);
@@ -564,11 +565,11 @@ NB_MODULE(_prism, m) {
       .def(
           "__init__",
           [](Model* self, const std::string& uri, const std::string& platform,
-             const std::string& dtype, int64_t seqlen) {
+             const std::string& dtype, int64_t seqlen, bool draft_head) {
             nb::gil_scoped_release release;
-            new (self) Model(uri, platform, dtype, seqlen);
+            new (self) Model(uri, platform, dtype, seqlen, draft_head);
           },
-          "uri"_a, "platform"_a = "", "dtype"_a = "auto", "seqlen"_a = 4096)
+          "uri"_a, "platform"_a = "", "dtype"_a = "auto", "seqlen"_a = 4096, "draft_head"_a = false)
       .def_prop_ro(
           "tokenizer", [](Model& model) -> const llm::Tokenizer& { return model.tokenizer(); },
           nb::rv_policy::reference_internal)
@@ -599,8 +600,12 @@ NB_MODULE(_prism, m) {
             PRISM_CHECK(draft_model != &model,
                         "prism.llm: the draft_model must be another Model than the one it drafts "
                         "for (each keeps its own conversation)");
-            std::unique_ptr<llm::Drafter> drafter = llm::make_drafter(
-                speculate, "prism.llm", draft_model ? &draft_model->engine() : nullptr);
+            PRISM_CHECK(speculate != "mtp" || model.engine().runs_draft_head(),
+                        "prism.llm: speculate=\"mtp\" needs the Model loaded with "
+                        "draft_head=True (its multi-token prediction head)");
+            std::unique_ptr<llm::Drafter> drafter =
+                llm::make_drafter(speculate, "prism.llm",
+                                  draft_model ? &draft_model->engine() : nullptr, &model.engine());
             return new Generation(model, std::move(prompt), s, max_tokens, std::move(stop),
                                   std::move(drafter), draft_tokens);
           },

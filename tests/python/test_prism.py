@@ -123,10 +123,28 @@ def test_speculative_decoding_gives_the_same_ids():
         m.generate_ids(ids=PROMPT_IDS, speculate="draft")
     with pytest.raises(prism.Error, match="another Model"):
         m.generate_ids(ids=PROMPT_IDS, speculate="draft", draft_model=m)
-    with pytest.raises(prism.Error, match="not one of none, lookup, draft"):
+    with pytest.raises(prism.Error, match="not one of none, lookup, draft, mtp"):
         m.generate_ids(ids=PROMPT_IDS, speculate="maybe")
     with pytest.raises(prism.Error, match="draft_tokens"):
         m.generate_ids(ids=PROMPT_IDS, speculate="lookup", draft_tokens=0)
+
+
+def test_multi_token_prediction_head_gives_the_same_ids():
+    qwen = os.path.join(SOURCE, "tests", "data", "qwen3_5", "tiny-bf16-tied")
+    m = prism.llm.Model.load(qwen, dtype="f32", seqlen=64, draft_head=True)
+    ids = [151644, 872, 198, 3838, 374]
+    want = m.generate_ids(ids=ids, max_tokens=20)
+    run = m._start(None, ids, 20, 0.0, 1.0, 0, 0.0, 1.0, 0, None, "mtp", None, 3)
+    got = []
+    while (step := run.next()) is not None:
+        got.append(step[0])
+    assert got == want
+    assert run.guesses[0] > 0
+    without = prism.llm.Model.load(qwen, dtype="f32", seqlen=64)
+    with pytest.raises(prism.Error, match="draft_head=True"):
+        without.generate_ids(ids=ids, speculate="mtp")
+    with pytest.raises(prism.Error, match="no multi-token prediction head"):
+        prism.llm.Model.load(TINY, seqlen=64, draft_head=True)
 
 
 def test_sampling_is_seeded(tiny_with_tokenizer):

@@ -113,10 +113,6 @@ std::map<std::string, quant::GgmlType, std::less<>> kept_quantized(const io::Sto
   return kept;
 }
 
-}  // namespace
-
-namespace {
-
 // The weights in the layouts the programs read them in: every window's step reads them alike
 // (`step`'s layouts serve them all), the draft head's step (where there is one) its own too.
 std::vector<io::Weights> prepare_for(const ShardedExecutable& step,

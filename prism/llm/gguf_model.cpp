@@ -347,13 +347,16 @@ GgufModel open_qwen35(std::shared_ptr<io::File> file, io::GgufHeader header, DTy
                             "heads of {}/{}, MLP {}, vocabulary {}",
                             layers, d, c.num_heads, c.num_kv_heads, hd, nk, nv, c.linear_key_dim,
                             c.linear_value_dim, f, c.vocab_size));
-  // The multi-token prediction head where the file has one of one layer (the converter's
-  // nextn block after the model's), for --speculate=mtp; a plain run does not read it.
+  // The multi-token prediction head where the file has the whole of one of one layer (the
+  // converter's nextn block after the model's), for --speculate=mtp; a plain run does not
+  // read it, and runs whatever the file holds of it.
   std::vector<GgufTensorName> names = qwen35_gguf_names(c);
-  if (blocks - layers == 1 &&
-      file_store.contains(fmt::format("blk.{}.nextn.eh_proj.weight", layers))) {
+  std::vector<GgufTensorName> head = qwen35_mtp_gguf_names(c, 1);
+  if (blocks - layers == 1 && std::all_of(head.begin(), head.end(), [&](const GgufTensorName& t) {
+        return file_store.contains(t.gguf);
+      })) {
     c.mtp_layers = 1;
-    for (GgufTensorName& t : qwen35_mtp_gguf_names(c, 1)) names.push_back(std::move(t));
+    for (GgufTensorName& t : head) names.push_back(std::move(t));
   }
   for (const GgufTensorName& t : names) {
     io::StoredTensor& stored = map.add(t.hf, t.gguf, t.shape, t.row_order);

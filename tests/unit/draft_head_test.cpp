@@ -212,6 +212,19 @@ TEST(DraftHead, RefusesWhatIsNotThere) {
   EXPECT_THROW(llm::check_speculation("mtp", "other-model", 4, "llm"), Error);
   EXPECT_NO_THROW(llm::check_speculation("mtp", "", 4, "llm"));
 
+  // A GGUF file whose head lacks a tensor runs as a model without one.
+  const std::string headless = std::string(PRISM_GGUF_DIR) + "/bad-qwen35-head.gguf";
+  llm::Engine runs(headless, cpu, plain);
+  EXPECT_EQ(runs.feed(std::vector<int32_t>{1, 2, 3}).size(),
+            static_cast<size_t>(runs.info().vocab_size));
+  try {
+    llm::Engine e(headless, cpu, head_options());
+    ADD_FAILURE() << "a GGUF file with half a head ran it";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no multi-token prediction head"), std::string::npos)
+        << e.what();
+  }
+
   llm::Engine head(path_of("qwen3_5/tiny-bf16-untied"), cpu, head_options());
   EXPECT_THROW(head.draft(0, 5, 2), Error);  // nothing run yet
   const std::vector<int32_t> ids{1, 2, 3};

@@ -70,16 +70,16 @@ class Steps {
   }
   double run_draft(int repeats) {
     ShardedExecutable& exe = draft();
-    const size_t own = specs_.size() - model_.draft_states();
+    const size_t head_first = specs_.size() - model_.draft_states();  // its states
     return median_seconds(
         [&] {
           std::vector<std::vector<Buffer>> in(1);
           in[0] = {on_.upload(HostBuffer(Shape(DType::i32, {{"s", 1}}))), scalar(kAt)};
-          in[0].insert(in[0].end(), states_.begin() + static_cast<std::ptrdiff_t>(own),
+          in[0].insert(in[0].end(), states_.begin() + static_cast<std::ptrdiff_t>(head_first),
                        states_.end());
           std::vector<std::vector<Buffer>> out = exe.call(weights_, in);
           std::copy(out[0].begin() + 1, out[0].end(),
-                    states_.begin() + static_cast<std::ptrdiff_t>(own));
+                    states_.begin() + static_cast<std::ptrdiff_t>(head_first));
         },
         repeats);
   }

@@ -569,7 +569,7 @@ std::vector<int32_t> Engine::draft(int slot_index, int32_t next, int64_t count) 
   // the hidden states it reads, past those of the conversation but its last, whose entry is
   // the one the model's next step writes.
   count = std::min(count, options_.seqlen - at);
-  const size_t own = state_specs_.size() - model_->draft_states();
+  const size_t head_first = state_specs_.size() - model_->draft_states();  // its states
   std::vector<int32_t> guesses;
   int32_t token = next;
   for (int64_t i = 0; i < count; ++i) {
@@ -579,13 +579,13 @@ std::vector<int32_t> Engine::draft(int slot_index, int32_t next, int64_t count) 
     std::vector<std::vector<Buffer>> in(devices_.size());
     for (size_t d = 0; d < devices_.size(); ++d) {
       in[d] = {devices_[d]->upload(id), devices_[d]->upload(where)};
-      for (size_t k = own; k < state_specs_.size(); ++k)
+      for (size_t k = head_first; k < state_specs_.size(); ++k)
         in[d].push_back(std::move(slot.states[d][k]));
     }
     std::vector<std::vector<Buffer>> out = draft_->call(weights_, in);
     for (size_t d = 0; d < devices_.size(); ++d) {
-      for (size_t k = own; k < state_specs_.size(); ++k) {
-        slot.states[d][k] = std::move(out[d][1 + k - own]);
+      for (size_t k = head_first; k < state_specs_.size(); ++k) {
+        slot.states[d][k] = std::move(out[d][1 + k - head_first]);
       }
     }
     const HostBuffer logits = draft_->output_to_host(out, 0);

@@ -19,6 +19,9 @@ int64_t required(const nlohmann::json& c, const char* key, std::string_view sour
 // A Gated DeltaNet prefill runs the chunked form over blocks of this many tokens.
 constexpr int64_t kDeltaChunk = 64;
 
+// The prefix of the multi-token prediction head's one decoder layer.
+constexpr const char* kHeadLayer = "mtp.layers.0.";
+
 }  // namespace
 
 Qwen3_5Config Qwen3_5Config::parse(const nlohmann::json& top, std::string_view source) {
@@ -190,6 +193,11 @@ std::vector<StateSpec> Qwen3_5::state_specs(int64_t seqlen) const {
 Tensor Qwen3_5::weight(const std::string& name, std::initializer_list<Dim> dims,
                        std::optional<DType> dtype, const Sharding& sharding) const {
   return parameter(name, Shape(dtype.value_or(dtype_), dims), sharding);
+}
+
+// The LM head's weight: the embeddings where they are tied.
+std::string Qwen3_5::lm_head() const {
+  return config_.tie_word_embeddings ? config_.prefix + "embed_tokens.weight" : "lm_head.weight";
 }
 
 // x.dot(W) for a Hugging Face Linear weight stored [out, in]: contracts `in`, adds `out`.
@@ -389,8 +397,7 @@ std::vector<Tensor> Qwen3_5::forward(const Tensor& tokens, const Tensor& start, 
   } else {
     final = norm(head_rows(x, last, which), lm + "norm.weight", "d");
   }
-  std::string head = c.tie_word_embeddings ? lm + "embed_tokens.weight" : "lm_head.weight";
-  Tensor logits = linear(final, head, "d", "voc", c.vocab_size, by_vocab);  // {s, voc}
+  Tensor logits = linear(final, lm_head(), "d", "voc", c.vocab_size, by_vocab);  // {s, voc}
   outputs[0] = logits_output(logits, which);
   return outputs;
 }
@@ -400,6 +407,14 @@ Tensor Qwen3_5::head_input(const Tensor& embedded, const Tensor& hidden) const {
                         norm(hidden, "mtp.pre_fc_norm_hidden.weight", "d")},
                        "d");
   return linear(both, "mtp.fc.weight", "d", "o", config_.hidden_size).rename({{"o", "d"}});
+}
+
+std::pair<Tensor, Tensor> Qwen3_5::head_entries(const Tensor& embedded, const Tensor& prior,
+                                                const Tensor& positions) const {
+  auto [cos, sin] = nn::rope_tables(positions - 1, config_.rope_inv_freq(), "hd");
+  const std::string p = kHeadLayer;
+  return keys_values(norm(head_input(embedded, prior), p + "input_layernorm.weight", "d"),
+                     p + "self_attn.", cos, sin);
 }
 
 std::vector<Tensor> Qwen3_5::head_window(const Tensor& embedded, const Tensor& hidden,
@@ -413,10 +428,7 @@ std::vector<Tensor> Qwen3_5::head_window(const Tensor& embedded, const Tensor& h
   const Tensor at = maximum(start - 1, zero);
   Tensor before = states[0].dynamic_slice("k", at, 1).rename({{"k", "s"}});
   Tensor prior = s == 1 ? before : concat({before, hidden.slice("s", 0, s - 1)}, "s");
-  auto [cos, sin] = nn::rope_tables(positions - 1, config_.rope_inv_freq(), "hd");
-  const std::string p = "mtp.layers.0.";
-  auto [k, v] = keys_values(norm(head_input(embedded, prior), p + "input_layernorm.weight", "d"),
-                            p + "self_attn.", cos, sin);
+  auto [k, v] = head_entries(embedded, prior, positions);
   if (s > 1) {  // at position 0 the first entry has no hidden state: the others move down one
     const Tensor first = eq(start, zero);
     auto down = [&](const Tensor& t) {
@@ -443,7 +455,7 @@ std::vector<Tensor> Qwen3_5::draft_step(const Tensor& token, const Tensor& posit
   Tensor x = head_input(embed.gather("voc", token), hidden);
   auto [cos, sin] = nn::rope_tables(Tensor::iota(Shape(DType::i32, {{"s", 1}}), "s") + position,
                                     c.rope_inv_freq(), "hd");
-  const std::string p = "mtp.layers.0.";
+  const std::string p = kHeadLayer;
   Tensor keys, values;
   x = x + full_attention(
               norm(x, p + "input_layernorm.weight", "d"), p + "self_attn.", cos, sin,
@@ -456,8 +468,7 @@ std::vector<Tensor> Qwen3_5::draft_step(const Tensor& token, const Tensor& posit
               });
   x = x + mlp(norm(x, p + "post_attention_layernorm.weight", "d"), p);
   const Tensor out = norm(x, "mtp.norm.weight", "d");  // the head's hidden state {s = 1, d}
-  std::string head = c.tie_word_embeddings ? lm + "embed_tokens.weight" : "lm_head.weight";
-  Tensor logits = linear(out, head, "d", "voc", c.vocab_size, by_vocab);
+  Tensor logits = linear(out, lm_head(), "d", "voc", c.vocab_size, by_vocab);
   return {logits_output(logits, Logits::last),
           states[0].dynamic_update_slice(out.rename({{"s", "k"}}), {{"k", position + 1}}), keys,
           values};
@@ -541,11 +552,7 @@ std::vector<Tensor> Qwen3_5::decode_batch(const Tensor& tokens, const Tensor& po
       at.push_back(maximum(batch_of.position(i) - 1, zero));
       priors.push_back(states[i][state].dynamic_slice("k", at[i], 1).rename({{"k", "b"}}));
     }
-    auto [head_cos, head_sin] = nn::rope_tables(positions - 1, c.rope_inv_freq(), "hd");
-    const std::string p = "mtp.layers.0.";
-    auto [k, v] = keys_values(
-        norm(head_input(embedded, batch_of.join(priors)), p + "input_layernorm.weight", "d"),
-        p + "self_attn.", head_cos, head_sin);
+    auto [k, v] = head_entries(embedded, batch_of.join(priors), positions);
     for (int64_t i = 0; i < batch; ++i) {
       next[i].push_back(states[i][state].dynamic_update_slice(one(hidden, i, "k"),
                                                               {{"k", batch_of.position(i)}}));
@@ -553,8 +560,7 @@ std::vector<Tensor> Qwen3_5::decode_batch(const Tensor& tokens, const Tensor& po
       next[i].push_back(states[i][state + 2].dynamic_update_slice(one(v, i, "k"), {{"k", at[i]}}));
     }
   }
-  std::string head = c.tie_word_embeddings ? lm + "embed_tokens.weight" : "lm_head.weight";
-  Tensor logits = linear(hidden, head, "d", "voc", c.vocab_size, by_vocab);
+  Tensor logits = linear(hidden, lm_head(), "d", "voc", c.vocab_size, by_vocab);
   std::vector<Tensor> outputs{logits.convert(DType::f32)};  // {b, voc}
   for (auto& st : next) outputs.insert(outputs.end(), st.begin(), st.end());
   return outputs;

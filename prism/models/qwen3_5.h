@@ -91,6 +91,7 @@ class Qwen3_5 : public CausalLM {
                                  std::span<const Tensor> states) const override;
 
  private:
+  std::string lm_head() const;
   Tensor weight(const std::string& name, std::initializer_list<Dim> dims,
                 std::optional<DType> dtype = {}, const Sharding& sharding = {}) const;
   Tensor linear(const Tensor& x, const std::string& name, Tag in, Tag out, int64_t n,
@@ -126,6 +127,10 @@ class Qwen3_5 : public CausalLM {
   // The draft head's input {..., d}: mtp.fc of the token embeddings and the hidden states
   // before them, each normalized, side by side.
   Tensor head_input(const Tensor& embedded, const Tensor& hidden) const;
+  // The head's cache entries (keys, values) of tokens at `positions` (their embeddings
+  // `embedded`), each paired with the model's hidden state one position before it, `prior`.
+  std::pair<Tensor, Tensor> head_entries(const Tensor& embedded, const Tensor& prior,
+                                         const Tensor& positions) const;
   // The head's states after a window of tokens {s} at `start`: their embeddings `embedded`
   // and the model's hidden states after them `hidden` ({s, d}); `states` the head's before.
   std::vector<Tensor> head_window(const Tensor& embedded, const Tensor& hidden,

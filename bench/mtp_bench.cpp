@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "bench/bench.h"
-#include "prism/backends/cpu/cpu_platform.h"
 #include "prism/llm/engine.h"
 #include "prism/runtime/sharded.h"
 
@@ -125,10 +124,8 @@ void mtp_bench() {
     checks.push_back(with.run_step(k + 1, models::Logits::every, repeats));
   }
 
-  const std::string where =
-      on.name() == "cpu"
-          ? fmt::format("{} threads", static_cast<cpu::CpuPlatform&>(on).pool().size())
-          : fmt::format("{}: {}", on.name(), on.devices().at(0).name);
+  // The device by name (on the CPU: the model, its threads and kernels).
+  const std::string where = fmt::format("{}: {}", on.name(), on.devices().at(0).name);
   std::printf("Qwen3.5 0.8B shapes in bf16, %s, at position %d of %lld; medians of %d\n",
               where.c_str(), kAt, static_cast<long long>(kSeqlen), repeats);
   std::printf("%-34s %9s %10s\n", "step", "ms", "vs plain");

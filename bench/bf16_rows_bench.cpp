@@ -92,9 +92,9 @@ void bf16_rows_bench() {
   // The weights kept blocked, every copy, and the kernels of blocked weights.
   for (int64_t c = 0; c < (cached ? 1 : copies); ++c) {
     std::vector<uint16_t> one(weights.begin() + c * kN * kK, weights.begin() + (c + 1) * kN * kK);
-    cpu::copy_weights(reinterpret_cast<const std::byte*>(one.data()),
-                      reinterpret_cast<std::byte*>(weights.data() + c * kN * kK), kN, kK, true,
-                      pool);
+    cpu::copy_weights(
+        cpu::WeightLayout::bf16_blocks, reinterpret_cast<const std::byte*>(one.data()),
+        reinterpret_cast<std::byte*>(weights.data() + c * kN * kK), kN, kK, true, pool);
   }
   const double bf16_peak = measure_bf16_peak_gflops(threads);
   std::printf("weights blocked; bf16 pair-product peak %.0f GFLOP/s\n", bf16_peak);

@@ -25,6 +25,7 @@
 #include "prism/backends/cpu/amx_rows.h"
 #include "prism/backends/cpu/quant_rows.h"
 #include "prism/backends/cpu/thread_pool.h"
+#include "prism/backends/cpu/weight_layout.h"
 #include "prism/backends/registry.h"
 #include "prism/quant/ggml_type.h"
 #include "prism/quant/quantize.h"
@@ -51,6 +52,7 @@ struct Kernel {
   const char* name;
   const char* rows;  // PRISM_CPU_QUANT_ROWS, for the integer kernels
   bool int8;
+  bool interleaved = false;  // the weights kept with each 16 rows' blocks interleaved
 };
 
 void quant_bench() {
@@ -83,6 +85,7 @@ void quant_bench() {
               get_platform("cpu").devices().at(0).name.c_str(), threads, read);
   std::vector<Kernel> kernels = {{"f32", "", false}, {"int8", "vnni", true}};
   if (cpu::amx_int8_available()) kernels.push_back({"amx", "amx", true});
+  kernels.push_back({"int8x16", "vnni", true, true});
   std::printf("%-6s %4s %-6s %9s %8s %9s\n", "type", "rows", "kernel", "GB/s", "of read",
               "Gmadd/s");
   std::mt19937 rng(7);
@@ -106,10 +109,18 @@ void quant_bench() {
     }
     for (int64_t c = 1; c < copies; ++c)
       std::memcpy(weights.data() + c * bytes, weights.data(), static_cast<size_t>(bytes));
+    // The same weights as the CPU executable keeps them where it interleaves them.
+    const bool interleavable =
+        cpu::interleavable(type, Shape(DType::u8, {{"n", rows}, {"b", row_bytes}}));
+    std::vector<std::byte> interleaved(interleavable ? weights.size() : 0);
+    for (int64_t c = 0; interleavable && c < copies; ++c)
+      cpu::copy_weights(*cpu::interleaved_layout(type), weights.data() + c * bytes,
+                        interleaved.data() + c * bytes, rows, row_bytes, true, pool);
     for (int64_t m : batches) {
       std::vector<float> x(floats.begin(), floats.begin() + m * kK), out(m * rows);
       for (const Kernel& kernel : kernels) {
         if (kernel.int8 && !cpu::quant_rows_int8_native(type)) continue;
+        if (kernel.interleaved && !interleavable) continue;
         setenv("PRISM_CPU_QUANT_ROWS", kernel.rows, 1);
         if (std::string_view(kernel.rows) == "amx" && !cpu::quant_rows_on_amx(type, m)) continue;
         cpu::QuantizedRows rounded;
@@ -117,6 +128,14 @@ void quant_bench() {
           for (int64_t c = 0; c < copies; ++c) {
             const std::byte* w = weights.data() + c * bytes;
             if (kernel.int8) cpu::quantize_activations(type, x.data(), kK, m, kK, rounded);
+            if (kernel.interleaved) {  // in groups of 16 rows, as the executable
+              const std::byte* wi = interleaved.data() + c * bytes;
+              pool.parallel_for_tapered(rows / 16, 1, [&](int64_t g0, int64_t g1) {
+                cpu::quant_rows_int8_interleaved(type, rounded, wi, row_bytes, 16 * g0, 16 * g1, kK,
+                                                 out.data() + 16 * g0, rows);
+              });
+              continue;
+            }
             pool.parallel_for(rows, 16, [&](int64_t n0, int64_t n1) {  // as the executable
               if (kernel.int8) {
                 cpu::quant_rows_int8(type, rounded, w + n0 * row_bytes, row_bytes, n1 - n0, kK,

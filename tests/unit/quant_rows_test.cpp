@@ -26,10 +26,12 @@
 #include "prism/backends/cpu/amx_rows.h"
 #include "prism/backends/cpu/simd.h"
 #include "prism/backends/cpu/thread_pool.h"
+#include "prism/backends/cpu/weight_layout.h"
 #include "prism/core/dtype.h"
 #include "prism/core/error.h"
 #include "prism/quant/dequantize.h"
 #include "prism/quant/quantize.h"
+#include "tests/unit/test_util.h"
 
 namespace prism {
 namespace {
@@ -908,6 +910,95 @@ TEST(QuantRows, Int8VnniAndAmxAgreeBitForBit) {
       }
     }
   }
+}
+
+// Q4_0 and Q8_0 weights kept with the blocks of each 16 rows interleaved (weight_layout.h):
+// the layout holds every byte where interleaved_index says and copies back to the bytes as
+// stored, and quant_rows_int8_interleaved gives quant_rows_int8's bits on the stored weights
+// for any range of weight rows (whole groups of 16, parts of one, parts of two) and any number
+// of activation rows (one tile of up to 8, several, a band of 64 and more), with one, an odd
+// number and many blocks a row.
+TEST(QuantRows, Int8InterleavedWeightsGiveTheStoredBits) {
+  cpu::ThreadPool pool(2);
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q8_0}) {
+    if (!cpu::quant_rows_int8_interleaved_native(type)) {
+      GTEST_SKIP() << "no kernels for interleaved weights here (AVX-512 VNNI without AMX)";
+    }
+    const quant::GgmlTypeInfo& t = quant::info(type);
+    for (int64_t k : {32, 96, 512}) {
+      SCOPED_TRACE(fmt::format("{} k={}", t.name, k));
+      constexpr int64_t n = 48;
+      const int64_t row_bytes = k / 32 * t.block_bytes;
+      std::mt19937 rng(static_cast<uint32_t>(k) + 41);
+      const std::vector<std::byte> w = random_blocks(type, n, k, row_bytes, rng);
+      const cpu::WeightLayout layout = *cpu::interleaved_layout(type);
+      std::vector<std::byte> kept(w.size()), back(w.size());
+      cpu::copy_weights(layout, w.data(), kept.data(), n, row_bytes, true, pool);
+      int misplaced = 0;
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t j = 0; j < row_bytes; ++j) {
+          if (kept[cpu::interleaved_index(r, j, row_bytes, t.block_bytes)] != w[r * row_bytes + j])
+            ++misplaced;
+        }
+      }
+      EXPECT_EQ(misplaced, 0);
+      cpu::copy_weights(layout, kept.data(), back.data(), n, row_bytes, false, pool);
+      EXPECT_TRUE(back == w);
+      std::vector<float> x(static_cast<size_t>(70 * k));
+      std::uniform_real_distribution<float> value(-1, 1);
+      for (float& v : x) v = value(rng);
+      for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 16, 17, 64, 70}) {
+        cpu::QuantizedRows rows;
+        cpu::quantize_activations(type, x.data(), k, m, k, rows);
+        std::vector<float> want(static_cast<size_t>(m * n));
+        cpu::quant_rows_int8(type, rows, w.data(), row_bytes, n, k, want.data(), n);
+        for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 48}, {16, 32}, {5, 37}, {47, 48}}) {
+          SCOPED_TRACE(fmt::format("m={} rows [{}, {})", m, r0, r1));
+          const int64_t ldo = r1 - r0 + 3;
+          std::vector<float> got(static_cast<size_t>(m * ldo), NAN);
+          cpu::quant_rows_int8_interleaved(type, rows, kept.data(), row_bytes, r0, r1, k,
+                                           got.data(), ldo);
+          int differ = 0;
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t r = r0; r < r1; ++r) {
+              const float a = got[i * ldo + r - r0], b = want[i * n + r];
+              if (std::memcmp(&a, &b, sizeof a) != 0 && ++differ <= 3)
+                ADD_FAILURE() << "row " << i << ", weight row " << r << ": " << a << ", want " << b;
+            }
+            for (int64_t r = r1 - r0; r < ldo; ++r)
+              if (!std::isnan(got[i * ldo + r]) && ++differ <= 3)
+                ADD_FAILURE() << "row " << i << ": wrote past the range, at " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantRows, Int8InterleavedRefusesWhatItCannotRead) {
+  std::vector<float> x(64, 1.0f), out(16);
+  std::vector<std::byte> w(16 * 36);
+  cpu::QuantizedRows rows;
+  cpu::quantize_activations(GgmlType::Q4_0, x.data(), 64, 1, 64, rows);
+  auto error = [&](GgmlType type, int64_t row_bytes, int64_t r0, int64_t r1, int64_t k) {
+    return testing::error_of([&] {
+      cpu::quant_rows_int8_interleaved(type, rows, w.data(), row_bytes, r0, r1, k, out.data(), 16);
+    });
+  };
+  EXPECT_EQ(error(GgmlType::Q4_K, 36, 0, 16, 64),
+            "quant_rows_int8_interleaved: no kernel for Q4_K weights kept interleaved here");
+  EXPECT_FALSE(cpu::quant_rows_int8_interleaved_native(GgmlType::Q4_K));
+  if (!cpu::quant_rows_int8_interleaved_native(GgmlType::Q4_0)) {
+    EXPECT_EQ(error(GgmlType::Q4_0, 36, 0, 16, 64),
+              "quant_rows_int8_interleaved: no kernel for Q4_0 weights kept interleaved here");
+    return;
+  }
+  EXPECT_EQ(error(GgmlType::Q8_0, 68, 0, 16, 64),
+            "quant_rows_int8_interleaved: activations rounded for Q4_0 x 64 values, not Q8_0 x 64");
+  EXPECT_EQ(error(GgmlType::Q4_0, 40, 0, 16, 64),
+            "quant_rows_int8_interleaved: rows of 40 bytes do not hold 64 Q4_0 values");
+  EXPECT_EQ(error(GgmlType::Q4_0, 36, 8, 4, 64),
+            "quant_rows_int8_interleaved: bad sizes m=1 rows [8, 4) ldo=16");
 }
 
 // The AVX2 kernels' lane tiles take the K-quants' chunks of 5-8 rows from a copy of the rows

@@ -14,8 +14,11 @@
 #include <vector>
 
 #include "prism/backends/cpu/cpu_platform.h"
+#include "prism/backends/cpu/quant_rows.h"
 #include "prism/backends/cpu/simd.h"
 #include "prism/backends/registry.h"
+#include "prism/quant/dequantize.h"
+#include "prism/quant/quantize.h"
 #include "prism/runtime/compile.h"
 #include "tests/unit/test_util.h"
 
@@ -251,6 +254,124 @@ TEST(WeightLayout, WeightsInMemoryNotTheirOwnStayAsStored) {
   for (size_t p = 0; p < c.widths.size(); ++p) {
     EXPECT_FALSE(blocked(prepared.at(Case::name(p))));
     EXPECT_EQ(prepared.at(Case::name(p)).memory(), bound.at(Case::name(p)).memory());
+  }
+}
+
+// Weights in Q4_0 and Q8_0 blocks (u8 {n, row_bytes}, as a GGUF file keeps them) that only
+// products and lookups of rows read are kept with each 16 rows' blocks interleaved: the
+// products give the bits they give on the weights as stored (any number of rows: 1-16 on
+// stored weights take the same integer arithmetic, and each row's result does not depend on
+// its batch, so a prefill's rows are compared with decoding's), lookups give the stored rows,
+// downloads the stored bytes, writes land where the layout keeps them, and an executable
+// that reads the bytes otherwise gets them as stored.
+struct QuantCase {
+  static constexpr int64_t N = 48, K = 96;  // three blocks a row: a pair and one alone
+  quant::GgmlType format;
+  int64_t row_bytes;
+  HostBuffer stored;
+
+  explicit QuantCase(quant::GgmlType f, int seed = 0)
+      : format(f), row_bytes(K / 32 * quant::info(f).block_bytes) {
+    std::vector<float> w(N * K);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i * 7 + seed) % 13 - 6) / 4;
+    stored = HostBuffer(shape());
+    quant::quantize(f, w, stored.bytes());
+  }
+  Shape shape() const { return S({{"n", N}, {"k", row_bytes}}, DType::u8); }
+  Tensor weights() const { return Tensor::parameter("w", shape()).dequantize(format, DType::f32); }
+
+  // x {m, K} . W, and the rows `ids` of W looked up.
+  Executable compile(Platform& cpu, int64_t m) const {
+    return prism::compile(cpu,
+                          [&](Tensor x, Tensor ids) {
+                            const Tensor w = weights();
+                            return std::vector<Tensor>{x.dot(w, "k"), w.gather("n", ids)};
+                          },
+                          {S({{"m", m}, {"k", K}}), S({{"t", 3}}, DType::i32)});
+  }
+  static std::vector<float> x(int64_t m) {
+    std::vector<float> a(m * K);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = float(int(i * 5) % 17 - 8) / 8;
+    return a;
+  }
+};
+
+bool interleaved(const Buffer& b) { return cpu::interleaved_format(cpu::layout_of(b)).has_value(); }
+
+TEST(WeightLayout, QuantizedWeightsReadInterleaved) {
+  if (!cpu::quant_rows_int8_interleaved_native(quant::GgmlType::Q4_0))
+    GTEST_SKIP() << "quantized weights are kept interleaved only with AVX-512 VNNI (no AMX)";
+  Platform& cpu = get_platform("cpu");
+  for (quant::GgmlType format : {quant::GgmlType::Q4_0, quant::GgmlType::Q8_0}) {
+    SCOPED_TRACE(quant::name(format));
+    const QuantCase c(format);
+    const Params stored{{"w", cpu.upload(c.stored)}};
+    Executable one = c.compile(cpu, 1);
+    Params bound = one.prepare(stored);
+    EXPECT_TRUE(interleaved(bound.at("w")));
+    EXPECT_FALSE(blocked(stored.at("w")));
+    const std::vector<int32_t> ids{0, 47, 17};
+    std::vector<double> rows;  // the looked-up rows, dequantized from the stored blocks
+    std::vector<float> all(QuantCase::N * QuantCase::K);
+    quant::dequantize(format, c.stored.bytes(), all);
+    for (int32_t i : ids)
+      for (int64_t k = 0; k < QuantCase::K; ++k) rows.push_back(all[i * QuantCase::K + k]);
+    auto run = [&](const Executable& exe, const Params& w, const std::vector<float>& x) {
+      const int64_t m = static_cast<int64_t>(x.size()) / QuantCase::K;
+      std::vector<Buffer> in{cpu.upload(f32(S({{"m", m}, {"k", QuantCase::K}}), x)),
+                             cpu.upload(testing::i32(S({{"t", 3}}), ids))};
+      std::vector<Buffer> out = exe.call(w, in);
+      expect_values(out[1].to_host(), rows, 0);
+      return out[0].to_host().to_f64();
+    };
+    for (int64_t m : {1, 5, 16, 40}) {
+      SCOPED_TRACE(m);
+      const std::vector<float> x = QuantCase::x(m);
+      const std::vector<double> got = run(c.compile(cpu, m), bound, x);
+      for (int64_t i = 0; i < m; ++i) {  // each row alone, on the stored weights
+        const std::vector<float> xi(x.begin() + i * QuantCase::K,
+                                    x.begin() + (i + 1) * QuantCase::K);
+        const std::vector<double> want = run(one, stored, xi);
+        for (int64_t r = 0; r < QuantCase::N; ++r)
+          ASSERT_EQ(got[i * QuantCase::N + r], want[r]) << "row " << i << ", weight row " << r;
+      }
+    }
+    // Read from outside: the bytes as stored, the buffer still interleaved.
+    EXPECT_TRUE(
+        bound.at("w").to_host().bytes().size() == c.stored.size_bytes() &&
+        std::memcmp(bound.at("w").to_host().data(), c.stored.data(), c.stored.size_bytes()) == 0);
+    EXPECT_TRUE(interleaved(bound.at("w")));
+
+    // Written in two pieces: products read the new weights.
+    const QuantCase other(format, 5);
+    const size_t half = other.stored.size_bytes() / 2 + 3;
+    cpu.write(bound.at("w"), 0, other.stored.bytes().first(half));
+    cpu.write(bound.at("w"), half, other.stored.bytes().subspan(half));
+    EXPECT_TRUE(interleaved(bound.at("w")));
+    HostBuffer back = bound.at("w").to_host();
+    EXPECT_EQ(0, std::memcmp(back.data(), other.stored.data(), other.stored.size_bytes()));
+    const std::vector<float> x = QuantCase::x(1);
+    Executable fresh = other.compile(cpu, 1);
+    const Params other_stored{{"w", cpu.upload(other.stored)}};
+    quant::dequantize(format, other.stored.bytes(), all);
+    rows.clear();
+    for (int32_t i : ids)
+      for (int64_t k = 0; k < QuantCase::K; ++k) rows.push_back(all[i * QuantCase::K + k]);
+    EXPECT_EQ(run(one, bound, x), run(fresh, other_stored, x));
+
+    // An executable that also reads the bytes themselves reads a copy as stored.
+    Executable bytes = prism::compile(
+        cpu,
+        [&](Tensor x) {
+          return std::vector<Tensor>{Tensor::parameter("w", c.shape()).convert(DType::f32), x};
+        },
+        {S({{"m", 1}})});
+    EXPECT_FALSE(interleaved(bytes.prepare(other_stored).at("w")));
+    std::vector<double> want;
+    for (std::byte b : other.stored.bytes()) want.push_back(static_cast<double>(b));
+    const Buffer one_value = cpu.upload(f32(S({{"m", 1}}), {1.0f}));
+    expect_values(bytes.call(bound, std::span<const Buffer>(&one_value, 1))[0].to_host(), want, 0);
+    EXPECT_TRUE(interleaved(bound.at("w")));
   }
 }
 

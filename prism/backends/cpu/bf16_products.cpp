@@ -235,7 +235,7 @@ Bf16ProductsSpeed measure_bf16_products(int M, int K, int N, int rounds) {
   std::vector<uint16_t> kept = w;
   if (blocked) {
     ThreadPool one(1);
-    copy_weights(reinterpret_cast<const std::byte*>(w.data()),
+    copy_weights(WeightLayout::bf16_blocks, reinterpret_cast<const std::byte*>(w.data()),
                  reinterpret_cast<std::byte*>(kept.data()), N, K, true, one);
   }
   const GemmWeights weights =
@@ -292,7 +292,7 @@ Bf16RowsSpeed measure_bf16_rows(int M, int K, int N, int rounds) {
   for (size_t i = 0; i < x.size(); ++i) x32[i] = bf16_to_f32(x[i] = f32_to_bf16(uniform(rng)));
   for (auto& v : w) v = f32_to_bf16(uniform(rng));
   ThreadPool one(1);
-  copy_weights(reinterpret_cast<const std::byte*>(w.data()),
+  copy_weights(WeightLayout::bf16_blocks, reinterpret_cast<const std::byte*>(w.data()),
                reinterpret_cast<std::byte*>(kept.data()), N, K, true, one);
   const int64_t blocks = N / kWeightBlockRows;
   auto fma = [&] { dots.f32_rows_blocked(x32.data(), K, M, kept.data(), K, blocks, y.data(), N); };

@@ -232,17 +232,27 @@ void CpuPlatform::write(Buffer& buffer, size_t offset, std::span<const std::byte
   auto* m = static_cast<CpuMemory*>(buffer.memory());
   PRISM_CHECK(offset + bytes.size() <= m->bytes, "cpu: write of {} bytes at {} past the end of {}",
               bytes.size(), offset, buffer.shape().str());
-  if (!m->blocked) {
+  if (m->layout == WeightLayout::stored) {
     std::memcpy(m->data + offset, bytes.data(), bytes.size());
     return;
   }
-  // Blocked weights take the bytes of the layout they were stored in, element by element.
+  // Weights in a layout of their own take the bytes of the layout they were stored in, byte by
+  // byte (interleaved quantized rows) or element by element (bf16 blocks).
+  const int64_t k = buffer.shape().size(1);
+  const auto* from = reinterpret_cast<const std::byte*>(bytes.data());
+  if (std::optional<quant::GgmlType> format = interleaved_format(m->layout)) {
+    const int64_t block_bytes = quant::info(*format).block_bytes;
+    for (int64_t e = 0; e < static_cast<int64_t>(bytes.size()); ++e) {
+      const int64_t at = static_cast<int64_t>(offset) + e;
+      m->data[interleaved_index(at / k, at % k, k, block_bytes)] = from[e];
+    }
+    return;
+  }
   PRISM_CHECK(offset % 2 == 0 && bytes.size() % 2 == 0,
               "cpu: a write into bf16 weights must cover whole elements (offset {}, {} bytes)",
               offset, bytes.size());
-  const int64_t k = buffer.shape().size(1), first = static_cast<int64_t>(offset / 2);
+  const int64_t first = static_cast<int64_t>(offset / 2);
   auto* to = reinterpret_cast<uint16_t*>(m->data);
-  const auto* from = reinterpret_cast<const std::byte*>(bytes.data());
   for (int64_t e = 0; e < static_cast<int64_t>(bytes.size() / 2); ++e) {
     const int64_t at = first + e;
     std::memcpy(to + blocked_index(at / k, at % k, k), from + 2 * e, 2);
@@ -251,11 +261,14 @@ void CpuPlatform::write(Buffer& buffer, size_t offset, std::span<const std::byte
 
 HostBuffer CpuPlatform::download(const Buffer& buffer) {
   auto* m = static_cast<CpuMemory*>(buffer.memory());
-  if (!m->blocked) return HostBuffer(buffer.shape(), std::span<const std::byte>(m->data, m->bytes));
-  // Blocked weights are read back as they were stored, into the copy: the buffer stays as it
-  // is for the products that may be reading it.
+  if (m->layout == WeightLayout::stored) {
+    return HostBuffer(buffer.shape(), std::span<const std::byte>(m->data, m->bytes));
+  }
+  // Weights in a layout of their own are read back as they were stored, into the copy: the
+  // buffer stays as it is for the products that may be reading it.
   HostBuffer host(buffer.shape());
-  copy_weights(m->data, host.data(), buffer.shape().size(0), buffer.shape().size(1), false, pool_);
+  copy_weights(m->layout, m->data, host.data(), buffer.shape().size(0), buffer.shape().size(1),
+               false, pool_);
   return host;
 }
 

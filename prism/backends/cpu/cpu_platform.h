@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "prism/backends/cpu/thread_pool.h"
+#include "prism/backends/cpu/weight_layout.h"
 #include "prism/runtime/collectives.h"
 #include "prism/runtime/platform.h"
 
@@ -19,15 +20,16 @@ struct CpuMemory : DeviceMemory {
   std::byte* data = nullptr;
   size_t bytes = 0;
   bool writable = true;
-  // Weights {n, k} in the blocked layout of weight_layout.h, from Executable::prepare; set
-  // before the buffer is handed out and never changed.
-  bool blocked = false;
+  // Weights in a layout of weight_layout.h (bf16 blocks, interleaved quantized rows), from
+  // Executable::prepare; set before the buffer is handed out and never changed.
+  WeightLayout layout = WeightLayout::stored;
   std::shared_ptr<const void> owner;
 };
 
-inline bool blocked_memory(const Buffer& b) {
-  return b.valid() && static_cast<const CpuMemory*>(b.memory())->blocked;
+inline WeightLayout layout_of(const Buffer& b) {
+  return b.valid() ? static_cast<const CpuMemory*>(b.memory())->layout : WeightLayout::stored;
 }
+inline bool blocked_memory(const Buffer& b) { return layout_of(b) != WeightLayout::stored; }
 
 inline std::byte* data_of(const Buffer& b) { return static_cast<CpuMemory*>(b.memory())->data; }
 

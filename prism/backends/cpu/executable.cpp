@@ -90,21 +90,24 @@ class CpuExecutable : public ExecutableImpl {
     if (!step_ns_.empty()) profiled().remove(this);
   }
 
-  // The parameters only products read, blocked (weight_layout.h): in place where `params`
-  // holds the only reference (nobody else can be reading it), else in a copy. The others, and
-  // what cannot be blocked or already is, as they are.
+  // The parameters only products read, in the layout they read fastest (weight_layout.h): in
+  // place where `params` holds the only reference (nobody else can be reading it), else in a
+  // copy. The others, and what is already in a layout of its own, as they are.
   std::vector<Buffer> prepare(std::vector<Buffer> params) override {
     for (size_t i = 0; i < params.size(); ++i) {
       auto* m = static_cast<CpuMemory*>(params[i].memory());
       const Shape shape = params[i].shape();
+      const WeightLayout want = param_layouts_[i];
       // Memory not the buffer's own (a mapped file, --map-weights) stays where it is.
-      if (!blocked_params_[i] || !m->writable || m->blocked || !cpu::blockable(shape)) continue;
+      if (want == WeightLayout::stored || !m->writable || m->layout != WeightLayout::stored) {
+        continue;
+      }
       if (params[i].shared_memory().use_count() > 1) {
         params[i] = platform_.allocate_uninitialized(shape);
       }
       auto* to = static_cast<CpuMemory*>(params[i].memory());
-      copy_weights(m->data, to->data, shape.size(0), shape.size(1), true, platform_.pool());
-      to->blocked = true;
+      copy_weights(want, m->data, to->data, shape.size(0), shape.size(1), true, platform_.pool());
+      to->layout = want;
     }
     return params;
   }
@@ -114,13 +117,16 @@ class CpuExecutable : public ExecutableImpl {
     std::lock_guard lock(mutex_);
     // Blocked weights this executable reads other than by products, as stored for this call.
     std::vector<Buffer> plain_params, plain_inputs;
-    std::span<const Buffer> params = as_read(given_params, blocked_params_, plain_params);
+    std::span<const Buffer> params = as_read(given_params, param_layouts_, plain_params);
     std::span<const Buffer> inputs = as_read(given_inputs, {}, plain_inputs);
     std::vector<const std::byte*> blocked;
+    std::vector<WeightLayout> layouts;
     for (const Buffer& b : params) {
-      if (blocked_memory(b)) blocked.push_back(data_of(b));
+      if (!blocked_memory(b)) continue;
+      blocked.push_back(data_of(b));
+      layouts.push_back(layout_of(b));
     }
-    BlockedWeights blocked_in_this_call(blocked);
+    BlockedWeights blocked_in_this_call(blocked, layouts);
     const int64_t arena_bytes = schedule_.arena_bytes();
     if (!arena_.valid() && arena_bytes > 0) {
       arena_ = platform_.allocate_uninitialized(Shape(DType::u8, {{"arena", arena_bytes}}));
@@ -175,47 +181,67 @@ class CpuExecutable : public ExecutableImpl {
  private:
   using Clock = std::chrono::steady_clock;
 
-  // The parameters that only products (and lookups of their rows) read, as weights {n, k}
-  // they can read blocked (weight_layout.h): prepare() makes blocked copies of them.
+  // The parameters that only products (and lookups of their rows) read, and the layout each
+  // is read in (weight_layout.h): bf16 weights {n, k} blocked; weights in Q4_0 or Q8_0 blocks
+  // (u8 {n, row_bytes}, read through dequantizes that the products fold) interleaved, where
+  // those products multiply 8-bit activations (int8_activations). prepare() makes such copies.
   void find_blockable_weights() {
-    std::vector<bool> blockable(graph_.size(), false);
+    std::vector<WeightLayout> layout(graph_.size(), WeightLayout::stored);
     for (ValueId v = 0; v < static_cast<ValueId>(graph_.size()); ++v) {
       const ir::Node& n = graph_.node(v);
-      blockable[v] = n.op == Op::parameter && cpu::blockable(n.shape);
+      if (n.op == Op::parameter && cpu::blockable(n.shape)) layout[v] = WeightLayout::bf16_blocks;
+      if (n.op != Op::dequantize || graph_.node(n.inputs[0]).op != Op::parameter) continue;
+      const quant::GgmlType format = n.attr<ir::DequantizeAttrs>().format;
+      const ValueId w = n.inputs[0];
+      if (interleavable(format, graph_.node(w).shape) && int8_activations(format)) {
+        layout[w] = *interleaved_layout(format);
+      }
     }
     for (ValueId v = 0; v < static_cast<ValueId>(graph_.size()); ++v) {
       const ir::Node& n = graph_.node(v);
       for (size_t i = 0; i < n.inputs.size(); ++i) {
         const ValueId in = n.inputs[i];
-        if (!blockable[in]) continue;
-        const bool product = n.op == Op::dot && i == 1 && n.inputs[0] != in &&
-                             dot_reads_blockable_weights(graph_, v);
-        // a lookup of rows (a tied embedding's) reads the blocked layout too
-        const bool lookup = i == 0 && gather_reads_blockable_weights(graph_, n);
-        if (!product && !lookup) blockable[in] = false;
+        if (layout[in] == WeightLayout::stored) continue;
+        bool reads = false;
+        if (layout[in] == WeightLayout::bf16_blocks) {
+          const bool product = n.op == Op::dot && i == 1 && n.inputs[0] != in &&
+                               dot_reads_blockable_weights(graph_, v);
+          // a lookup of rows (a tied embedding's) reads the blocked layout too
+          reads = product || (i == 0 && gather_reads_blockable_weights(graph_, n));
+        } else {
+          // the products of a folded dequantize of the same format read the blocks in place;
+          // a lookup of rows (of an embedding, before its dequantize) takes them from groups
+          reads = (n.op == Op::dequantize && plan_.folded[v] &&
+                   interleaved_layout(n.attr<ir::DequantizeAttrs>().format) == layout[in]) ||
+                  (i == 0 && gather_reads_blockable_weights(graph_, n));
+        }
+        if (!reads) layout[in] = WeightLayout::stored;
       }
     }
-    for (ValueId out : graph_.outputs()) blockable[out] = false;
-    blocked_params_.assign(graph_.parameters().size(), false);
+    for (ValueId out : graph_.outputs()) layout[out] = WeightLayout::stored;
+    param_layouts_.assign(graph_.parameters().size(), WeightLayout::stored);
     for (ValueId v = 0; v < static_cast<ValueId>(graph_.size()); ++v) {
-      if (blockable[v]) blocked_params_[schedule_.slot(v).index] = true;  // a parameter's slot
+      if (layout[v] != WeightLayout::stored) {
+        param_layouts_[schedule_.slot(v).index] = layout[v];  // a parameter's slot
+      }
     }
   }
 
-  // `buffers` as this call reads them: a blocked one that `readable_blocked` (by position) does
-  // not allow is replaced by a copy as stored, kept in `copies`.
+  // `buffers` as this call reads them: one in a layout of its own that `readable` (by position)
+  // does not name is replaced by a copy as stored, kept in `copies`.
   std::span<const Buffer> as_read(std::span<const Buffer> buffers,
-                                  const std::vector<bool>& readable_blocked,
+                                  const std::vector<WeightLayout>& readable,
                                   std::vector<Buffer>& copies) {
     for (size_t i = 0; i < buffers.size(); ++i) {
-      if (!blocked_memory(buffers[i]) || (i < readable_blocked.size() && readable_blocked[i])) {
+      const WeightLayout layout = layout_of(buffers[i]);
+      if (layout == WeightLayout::stored || (i < readable.size() && readable[i] == layout)) {
         continue;
       }
       if (copies.empty()) copies.assign(buffers.begin(), buffers.end());
       const Shape& shape = buffers[i].shape();
       copies[i] = platform_.allocate_uninitialized(shape);
-      copy_weights(data_of(buffers[i]), data_of(copies[i]), shape.size(0), shape.size(1), false,
-                   platform_.pool());
+      copy_weights(layout, data_of(buffers[i]), data_of(copies[i]), shape.size(0), shape.size(1),
+                   false, platform_.pool());
     }
     return copies.empty() ? buffers : std::span<const Buffer>(copies);
   }
@@ -360,7 +386,7 @@ class CpuExecutable : public ExecutableImpl {
   compiler::FusionPlan plan_;
   compiler::Schedule schedule_;
   std::vector<Step> steps_;
-  std::vector<bool> blocked_params_;  // by parameter index: kept blocked (weight_layout.h)
+  std::vector<WeightLayout> param_layouts_;  // by parameter index (weight_layout.h)
   Buffer arena_;
   std::mutex mutex_;
   std::vector<int64_t> step_ns_;  // per step, summed over calls; empty unless PRISM_PROFILE

@@ -18,11 +18,25 @@ namespace prism::cpu {
 //     sum of each four values, where offset is what the kernels add to the weights' values
 //     (weight_offset in quant_rows.cpp: 8 for Q4_0, 16 for Q5_0, 128 for Q8_0); for Q8_1, 16
 //     f32: d * the block's sum in lanes 0 and 8.
+//     Q8_0 rows keep after their records (pair_records_bytes) the same row packed for the
+//     kernels of interleaved weights (CompactQ8): its values, then each block's d (f32), then
+//     each block's -offset * (the sum of its values) (int32), each part 64-byte aligned.
 //   - Q8_K: a block (256 values) a record. [0, 256): the values. [256, 272): the sums of each
 //     32 values, int16. [320, 352): the sums of each 16 values, int16. [384, 388): d, f32.
 //   - F32, F16, BF16: the row's k values as f32.
 struct PairRecord {
   static constexpr int64_t kValues = 0, kScales = 64, kExtra = 128, kBytes = 192;
+};
+// The bytes of a row's records of k values in Q8_0 or Q8_1 blocks.
+inline int64_t pair_records_bytes(int64_t k) { return (k / 32 + 1) / 2 * PairRecord::kBytes; }
+// Where the parts of a Q8_0 row's packed copy start, in bytes from the row's start (k values).
+struct CompactQ8 {
+  int64_t values, scales, totals, end;
+  explicit CompactQ8(int64_t k)
+      : values(pair_records_bytes(k)),
+        scales(values + (k + 63) / 64 * 64),
+        totals(scales + (k / 32 * 4 + 63) / 64 * 64),
+        end(totals + (k / 32 * 4 + 63) / 64 * 64) {}
 };
 struct KRecord {
   static constexpr int64_t kValues = 0, kSums32 = 256, kSums = 320, kScale = 384, kBytes = 448;
@@ -47,6 +61,12 @@ void int8_lanes(const Int8Rows& x, int64_t k, uint8_t* out);
 // done). Single-threaded.
 using QuantRowsInt8Fn = void (*)(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n,
                                  int64_t k, float* out, int64_t ldo);
+
+// out[(i * ldo + r - r0] = x_i . W[r] for i < x.m and the rows r in [r0, r1) of weights kept
+// interleaved (weight_layout.h; w their start, rows row_bytes apart as stored, x in Q8_0
+// records with their packed copies). Single-threaded.
+using QuantRowsInterleavedFn = void (*)(const Int8Rows& x, const uint8_t* w, int64_t row_bytes,
+                                        int64_t r0, int64_t r1, int64_t k, float* out, int64_t ldo);
 
 // The AVX2 kernel for weights of `type` (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), or
 // null for another type or where this binary has none (not x86). The caller makes sure the

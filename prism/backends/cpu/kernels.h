@@ -31,8 +31,8 @@ Kernel make_collective_kernel(const ir::Graph& graph, ir::ValueId id, HostCommun
 
 // Families, one file each.
 Kernel make_data_kernel(const ir::Graph& graph, ir::ValueId id);  // kernels_data.cpp
-// Whether gather `node` picks rows of weights {n, k} that may be kept blocked (weight_layout.h;
-// a tied embedding, whose products by it read it blocked): it reads either layout.
+// Whether gather `node` picks rows of weights {n, k} that may be kept blocked or interleaved
+// (weight_layout.h; a tied embedding, whose products by it read it so): it reads either layout.
 bool gather_reads_blockable_weights(const ir::Graph& graph, const ir::Node& node);
 Kernel make_reduce_kernel(const ir::Graph& graph, ir::ValueId id);  // kernels_reduce.cpp
 Kernel make_dot_kernel(const ir::Graph& graph, ir::ValueId id);     // kernels_dot.cpp

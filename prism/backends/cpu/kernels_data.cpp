@@ -216,7 +216,29 @@ Kernel gather(const ir::Graph& g, const ir::Node& n) {
   const bool rows_of_weights = gather_reads_blockable_weights(g, n);
   return [=](auto in, std::byte* out, ThreadPool& pool) {
     int64_t count = idx.numel(), row = s.inner * elem;
-    if (rows_of_weights && blocked(in[0])) {  // rows of weights kept blocked: value by value
+    const WeightLayout layout = rows_of_weights ? layout_of(in[0]) : WeightLayout::stored;
+    if (std::optional<quant::GgmlType> format = interleaved_format(layout)) {
+      // rows of quantized weights kept interleaved: block by block from their groups
+      const int64_t block_bytes = quant::info(*format).block_bytes, runs = (block_bytes - 2) / 4;
+      pool.parallel_for(count, 16, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+          int64_t i = load_index(idx.dtype(), in[1], t);
+          if (i < 0) i += s.middle;
+          i = std::clamp<int64_t>(i, 0, s.middle - 1);
+          const std::byte* group = in[0] + i / kQuantGroupRows * kQuantGroupRows * row;
+          const int64_t r = i % kQuantGroupRows;
+          for (int64_t j = 0; j < row / block_bytes; ++j) {
+            const InterleavedBlock at = interleaved_block(j, row, block_bytes);
+            std::byte* o = out + t * row + j * block_bytes;
+            std::memcpy(o, group + at.scales + 2 * r, 2);
+            for (int64_t c = 0; c < runs; ++c)
+              std::memcpy(o + 2 + 4 * c, group + at.quants + 64 * c + 4 * r, 4);
+          }
+        }
+      });
+      return;
+    }
+    if (layout == WeightLayout::bf16_blocks) {  // rows of weights kept blocked: value by value
       const auto* w = reinterpret_cast<const uint16_t*>(in[0]);
       auto* o = reinterpret_cast<uint16_t*>(out);
       const int64_t k = s.inner;
@@ -246,7 +268,9 @@ Kernel gather(const ir::Graph& g, const ir::Node& n) {
 
 bool gather_reads_blockable_weights(const ir::Graph& g, const ir::Node& n) {
   const Shape& x = g.node(n.inputs[0]).shape;
-  return n.op == Op::gather && n.attr<ir::AxisAttrs>().axis == 0 && blockable(x);
+  // (bf16 weights, or rows of blocks: the executable interleaves only Q4_0's and Q8_0's)
+  return n.op == Op::gather && n.attr<ir::AxisAttrs>().axis == 0 &&
+         (blockable(x) || (x.dtype() == DType::u8 && x.rank() == 2));
 }
 
 namespace {

@@ -35,6 +35,7 @@
 #include "prism/backends/cpu/nn_rows.h"
 #include "prism/backends/cpu/quant_rows.h"
 #include "prism/backends/cpu/storage.h"
+#include "prism/backends/cpu/weight_layout.h"
 #include "prism/compiler/fusion.h"
 #include "prism/core/error.h"
 
@@ -131,9 +132,11 @@ class QuantDot {
   // Up to kQuantRows rows (or any number, as few_rows() says): weight rows [n0, n1) of w times
   // x (xf: f32 rows, k_ apart; rounded: them rounded for format_, where int8_) into y (the
   // result of weight row n0 for the first activation row; rows ldy apart), by the row kernels.
-  void range(const float* xf, const QuantizedRows& rounded, const std::byte* w, int64_t n0,
-             int64_t n1, float* y, int64_t ldy) const {
-    if (int8_) {
+  void range(const float* xf, const QuantizedRows& rounded, const std::byte* w, bool interleaved,
+             int64_t n0, int64_t n1, float* y, int64_t ldy) const {
+    if (interleaved) {
+      quant_rows_int8_interleaved(format_, rounded, w, row_bytes_, n0, n1, k_, y, ldy);
+    } else if (int8_) {
       quant_rows_int8(format_, rounded, w + n0 * row_bytes_, row_bytes_, n1 - n0, k_, y, ldy);
     } else {
       quant_rows(format_, xf, k_, m_, w + n0 * row_bytes_, row_bytes_, n1 - n0, k_, y, ldy);
@@ -212,14 +215,22 @@ class QuantDotProducts {
                   ThreadPool& pool) const {
     const QuantDot& lead = members_.front();
     if (lead.m() == 0) return;
+    // Weights the executable keeps interleaved (weight_layout.h; it says so on this thread):
+    // the row kernels take any number of rows of them.
+    std::vector<bool> interleaved(members_.size());
+    for (size_t i = 0; i < members_.size(); ++i)
+      interleaved[i] = interleaved_format(layout_of(in[1 + i])).has_value();
     // The products the row kernels take, one after another in the parallel loop's range; the
-    // others run on panels first.
+    // others run on panels first. The loop runs over units of 16 rows where every product's
+    // rows come in those, so that no group of interleaved rows is split between threads.
     std::vector<size_t> rows;
     std::vector<int64_t> first{0};
+    int64_t unit = kQuantGroupRows;
     for (size_t i = 0; i < members_.size(); ++i) {
-      if (members_[i].few_rows()) {
+      if (members_[i].few_rows() || interleaved[i]) {
         rows.push_back(i);
         first.push_back(first.back() + members_[i].n());
+        if (members_[i].n() % kQuantGroupRows) unit = 1;
       } else if (members_[i].n() > 0) {
         members_[i].panels(in[0], in[1 + i], outs[i], pool);
       }
@@ -250,7 +261,9 @@ class QuantDotProducts {
         quantize_activations(format, xf, k, m, k, rounded_for[format], &pool);
     }
     static const QuantizedRows kNone;
-    pool.parallel_for(first.back(), 16, [&](int64_t a0, int64_t a1) {
+    // (Chunks that shrink: the products stream their weights from memory.)
+    pool.parallel_for_tapered(first.back() / unit, 16 / unit, [&](int64_t u0, int64_t u1) {
+      const int64_t a0 = u0 * unit, a1 = u1 * unit;
       for (size_t j = 0; j < rows.size(); ++j) {
         const int64_t lo = std::max(a0, first[j]) - first[j];
         const int64_t hi = std::min(a1, first[j + 1]) - first[j];
@@ -259,19 +272,25 @@ class QuantDotProducts {
         const QuantDot& member = members_[i];
         const QuantizedRows& rounded = member.int8() ? rounded_for.at(member.format()) : kNone;
         const int64_t n = member.n();
+        const bool groups = interleaved[i];
         if (member.out_dtype() == DType::f32) {
-          member.range(xf, rounded, in[1 + i], lo, hi, reinterpret_cast<float*>(outs[i]) + lo, n);
+          member.range(xf, rounded, in[1 + i], groups, lo, hi,
+                       reinterpret_cast<float*>(outs[i]) + lo, n);
           continue;
         }
         // Other dtypes: the results of a few columns at a time in a cache-sized tile of f32,
-        // rounded into the output by the thread that computed them.
+        // rounded into the output by the thread that computed them; whole groups of 16 rows
+        // at a time where they can be.
         thread_local std::vector<float> tile;
-        const int64_t cols = std::min(hi - lo, std::max<int64_t>(16, kTileFloats / m));
+        const int64_t cols = std::min(
+            hi - lo,
+            std::max(kQuantGroupRows, kTileFloats / m / kQuantGroupRows * kQuantGroupRows));
         if (tile.size() < static_cast<size_t>(m * cols)) tile.resize(m * cols);
         const int64_t oe = static_cast<int64_t>(size_of(member.out_dtype()));
-        for (int64_t c0 = lo; c0 < hi; c0 += cols) {
-          const int64_t c1 = std::min(hi, c0 + cols);
-          member.range(xf, rounded, in[1 + i], c0, c1, tile.data(), c1 - c0);
+        for (int64_t c0 = lo, c1; c0 < hi; c0 = c1) {
+          c1 = std::min(hi, (c0 + cols) / kQuantGroupRows * kQuantGroupRows);
+          if (c1 <= c0) c1 = std::min(hi, c0 + cols);
+          member.range(xf, rounded, in[1 + i], groups, c0, c1, tile.data(), c1 - c0);
           for (int64_t r = 0; r < m; ++r) {
             convert.from_f32(member.out_dtype(), tile.data() + r * (c1 - c0),
                              outs[i] + (r * n + c0) * oe, c1 - c0);

@@ -66,6 +66,7 @@ namespace prism::cpu::HWY_NAMESPACE {
 QuantRowsFn NativeKernel(quant::GgmlType) { return nullptr; }
 DequantRowsFn NativeDequant(quant::GgmlType, bool, bool) { return nullptr; }
 QuantRowsInt8Fn NativeInt8(quant::GgmlType, bool) { return nullptr; }
+QuantRowsInterleavedFn NativeInterleaved(quant::GgmlType, bool) { return nullptr; }
 RoundFns NativeRound() { return {nullptr, nullptr}; }
 
 #else
@@ -1336,6 +1337,154 @@ void KRows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n, in
   }
 }
 
+// --- Weights with the blocks of 16 rows interleaved (weight_layout.h) -----------------------
+
+constexpr int kRows16 = 16;  // weight_layout.h's kQuantGroupRows
+//
+// A block of 16 rows is a few 64-byte runs, one 32-bit lane a row (run c: bytes 4c..4c+3 of
+// each row's quants), and its product with an activation block is one vpdpbusd a run, with
+// the four activations the run's lanes take broadcast from memory: the 16 lanes hold the 16
+// rows' exact integer sums, and nothing is summed across lanes. Each lane then adds
+// fma(float(sum), d_w * d_x) into its row's f32 accumulator, block after block: ExactStep's
+// arithmetic, bit for bit.
+
+// sum += q . (the four signed bytes at p, in every lane): vpdpbusd with the bytes broadcast
+// from memory by the instruction itself (GCC loads them with a broadcast of its own first,
+// an instruction more for each product).
+PRISM_VNNI_INLINE void DpbusdBroadcast(__m512i& sum, __m512i q, const uint8_t* p) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0"
+      : "+v"(sum)
+      : "v"(q), "m"(*reinterpret_cast<const int32_t*>(p)));
+}
+
+// Q4_0: 4 runs of nibble bytes; the low nibbles of run c are values 4c..4c+3 of each row, the
+// high ones 16 + 4c..; q[j] takes the activations' bytes 4j..4j+3.
+struct Q4_0Rows {
+  static constexpr int64_t kRuns = 8, kRunBytes = 4 * 64;
+  static PRISM_VNNI_INLINE void Quants(const uint8_t* p, __m512i (&q)[kRuns]) {
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m512i v = _mm512_loadu_si512(p + 64 * c);
+      q[c] = _mm512_and_si512(v, Bytes(15));
+      q[4 + c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), Bytes(15));
+    }
+  }
+};
+
+// Q8_0: 8 runs of signed values, made unsigned (+ 128) for vpdpbusd.
+struct Q8_0Rows {
+  static constexpr int64_t kRuns = 8, kRunBytes = 8 * 64;
+  static PRISM_VNNI_INLINE void Quants(const uint8_t* p, __m512i (&q)[kRuns]) {
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      q[c] = _mm512_xor_si512(_mm512_loadu_si512(p + 64 * c), Bytes(0x80));
+    }
+  }
+};
+
+// A group of 16 interleaved rows at w (`blocks` blocks a row) against G activation rows (x,
+// `stride` bytes apart, read from their packed copies at `packed`): out[g * ldo + r - first] =
+// x[g] . W[r] for the group's rows r in [first, last).
+template <typename F, int G>
+PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void InterleavedTile(const uint8_t* x, int64_t stride,
+                                                             const CompactQ8& packed,
+                                                             const uint8_t* w, int64_t blocks,
+                                                             float* out, int64_t ldo, int first,
+                                                             int last, bool prefetch) {
+  // Independent chains of vpdpbusd for each activation row, enough to cover their latency.
+  constexpr int kChains = G >= 4 ? 1 : G >= 2 ? 2 : 4;
+  __m512 acc[G];
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+  // Block b: its runs at `runs`, its 16 d at `scales`.
+  auto block = [&](int64_t b, const uint8_t* runs,
+                   const uint8_t* scales) PRISM_QUANT_ROWS_ATTR_VNNI {
+    __m512i q[F::kRuns];
+    F::Quants(runs, q);
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
+    // The runs in the outer loop: the G rows' (and chains') products are independent.
+    const uint8_t* row[G];
+    __m512i sums[G][kChains];
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      row[g] = x + g * stride;
+      int32_t total;
+      std::memcpy(&total, row[g] + packed.totals + 4 * b, 4);
+      sums[g][0] = _mm512_set1_epi32(total);
+#pragma GCC unroll 4
+      for (int c = 1; c < kChains; ++c) sums[g][c] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < F::kRuns; ++j) {
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) {
+        __m512i& sum = sums[g][j % kChains];
+        DpbusdBroadcast(sum, q[j], row[g] + packed.values + 32 * b + 4 * j);
+      }
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 4
+      for (int c = 1; c < kChains; ++c) sums[g][0] = _mm512_add_epi32(sums[g][0], sums[g][c]);
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(LoadF32(row[g] + packed.scales + 4 * b)));
+      acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[g][0]), d, acc[g]);
+    }
+  };
+  const int64_t pair = 2 * F::kRunBytes + 64;  // two blocks' runs, then their d
+  for (int64_t b = 0; b + 1 < blocks; b += 2) {
+    const uint8_t* p = w + b / 2 * pair;
+    if (prefetch) {
+      for (int64_t j = 0; j < pair; j += 64) hwy::Prefetch(p + kPrefetchAhead + j);
+    }
+    block(b, p, p + 2 * F::kRunBytes);
+    block(b + 1, p + F::kRunBytes, p + 2 * F::kRunBytes + 32);
+  }
+  if (blocks % 2) {
+    const uint8_t* p = w + blocks / 2 * pair;
+    block(blocks - 1, p, p + F::kRunBytes);
+  }
+  if (first == 0 && last == kRows16) {
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) _mm512_storeu_ps(out + g * ldo, acc[g]);
+    return;
+  }
+  alignas(64) float lanes[kRows16];
+  for (int g = 0; g < G; ++g) {
+    _mm512_store_ps(lanes, acc[g]);
+    std::memcpy(out + g * ldo, lanes + first, sizeof(float) * (last - first));
+  }
+}
+
+// out[i * ldo + r - r0] = x_i . W[r] for rows [r0, r1) of the interleaved weights at w (rows
+// row_bytes apart as stored): a group of 16 rows at a time against the activation rows in
+// chunks of up to 8, the first chunk reading the group from memory, the next ones from cache;
+// many activation rows (a prefill's) in bands of 64, which every group then reads from cache.
+template <typename F>
+void InterleavedRows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
+                     int64_t k, float* out, int64_t ldo) {
+  using TileFn = void (*)(const uint8_t*, int64_t, const CompactQ8&, const uint8_t*, int64_t,
+                          float*, int64_t, int, int, bool);
+  static constexpr TileFn kTiles[] = {&InterleavedTile<F, 1>, &InterleavedTile<F, 2>,
+                                      &InterleavedTile<F, 3>, &InterleavedTile<F, 4>,
+                                      &InterleavedTile<F, 5>, &InterleavedTile<F, 6>,
+                                      &InterleavedTile<F, 7>, &InterleavedTile<F, 8>};
+  constexpr int64_t kBand = 64, kTileRows = 8;
+  const int64_t blocks = k / 32;
+  const CompactQ8 packed(k);
+  for (int64_t i0 = 0; i0 < x.m; i0 += kBand) {
+    const int64_t i1 = std::min(x.m, i0 + kBand);
+    for (int64_t g0 = r0 / kRows16 * kRows16; g0 < r1; g0 += kRows16) {
+      const int first = static_cast<int>(std::max(r0, g0) - g0);
+      const int last = static_cast<int>(std::min(r1, g0 + kRows16) - g0);
+      for (int64_t i = i0; i < i1; i += kTileRows) {
+        const int64_t rows = std::min(kTileRows, i1 - i);
+        kTiles[rows - 1](x.x + i * x.stride, x.stride, packed, w + g0 * row_bytes, blocks,
+                         out + i * ldo + (g0 + first - r0), ldo, first, last, i == i0);
+      }
+    }
+  }
+}
+
 using Q4_0 = Q4<false>;
 using Q4_1 = Q4<true>;
 using Q5_0 = Q5<false>;
@@ -1399,6 +1548,18 @@ DequantRowsFn NativeDequant(quant::GgmlType type, bool bf16, bool avx512_bf16) {
 
 RoundFns NativeRound() { return {&RoundQ8_0, &RoundQ8_K}; }
 
+// The integer kernel for weights of `type` kept interleaved (Q4_0, Q8_0), with AVX-512 VNNI
+// (`vnni`) under the AVX-512 targets; null elsewhere.
+QuantRowsInterleavedFn NativeInterleaved(quant::GgmlType type, bool vnni) {
+#if PRISM_QUANT_ROWS_VNNI
+  if (vnni && type == quant::GgmlType::Q4_0) return vnni::InterleavedRows<vnni::Q4_0Rows>;
+  if (vnni && type == quant::GgmlType::Q8_0) return vnni::InterleavedRows<vnni::Q8_0Rows>;
+#endif
+  (void)type;
+  (void)vnni;
+  return nullptr;
+}
+
 // The integer kernel for `type`: with AVX-512 VNNI (`vnni`: the CPU has it) under the AVX-512
 // targets, else with AVX2 (int8_rows_avx2.cpp) under any x86 target that has it.
 QuantRowsInt8Fn NativeInt8(quant::GgmlType type, bool vnni) {
@@ -1449,6 +1610,7 @@ HWY_EXPORT(NativeKernel);
 HWY_EXPORT(NativeDequant);
 HWY_EXPORT(NativeInt8);
 HWY_EXPORT(NativeRound);
+HWY_EXPORT(NativeInterleaved);
 
 namespace {
 
@@ -1495,6 +1657,11 @@ bool cpu_has_avx512_vnni() {
 QuantRowsInt8Fn native_int8(quant::GgmlType type) {
   simd::current();  // also points Highway's tables at the target in use
   return HWY_DYNAMIC_DISPATCH(NativeInt8)(type, cpu_has_avx512_vnni());
+}
+
+QuantRowsInterleavedFn native_interleaved(quant::GgmlType type) {
+  simd::current();  // also points Highway's tables at the target in use
+  return HWY_DYNAMIC_DISPATCH(NativeInterleaved)(type, cpu_has_avx512_vnni());
 }
 
 // ggml's vec_dot_type: the format activations take for a product with weights of `type`.
@@ -1700,7 +1867,8 @@ void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, 
   if (format == GgmlType::Q8_K) {
     stride = k / 256 * KRecord::kBytes;
   } else if (is_pair_format(format)) {
-    stride = (k / 32 + 1) / 2 * PairRecord::kBytes;
+    stride = pair_records_bytes(k);
+    if (format == GgmlType::Q8_0) stride = CompactQ8(k).end;  // the packed copy too
   } else {
     stride = (k * 4 + 63) / 64 * 64;
   }
@@ -1741,6 +1909,7 @@ void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, 
           put(rec + KRecord::kScale, d);
         }
       } else if (is_pair_format(format)) {
+        const CompactQ8 packed(k);
         for (int64_t b = 0; b < k / 32; ++b) {
           std::byte* rec = row + b / 2 * PairRecord::kBytes;
           const int64_t half = b % 2;
@@ -1753,9 +1922,14 @@ void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, 
               put(rec + PairRecord::kExtra + 4 * lane,
                   -offset * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]));
           }
-          if (format == GgmlType::Q8_1)
-            put(rec + PairRecord::kExtra + 4 * 8 * half,
-                d * static_cast<float>(std::accumulate(q, q + 32, int32_t{0})));
+          const int32_t sum = std::accumulate(q, q + 32, int32_t{0});
+          if (format == GgmlType::Q8_1) {
+            put(rec + PairRecord::kExtra + 4 * 8 * half, d * static_cast<float>(sum));
+          } else {
+            std::memcpy(row + packed.values + 32 * b, q, 32);
+            put(row + packed.scales + 4 * b, d);
+            put(row + packed.totals + 4 * b, -offset * sum);
+          }
         }
       } else {
         auto* v = reinterpret_cast<float*>(row);
@@ -1859,6 +2033,31 @@ bool quant_rows_on_amx(quant::GgmlType weights, int64_t m) {
   }
   if (want == "amx") fewest = 1;
   return available && simd::current().hwy == HWY_AVX3_DL && m >= fewest && m <= kAmxMaxRows;
+}
+
+bool quant_rows_int8_interleaved_native(quant::GgmlType type) {
+  return native_interleaved(type) != nullptr && !quant_rows_on_amx(type, kAmxMaxRows);
+}
+
+void quant_rows_int8_interleaved(quant::GgmlType type, const QuantizedRows& x, const std::byte* w,
+                                 int64_t row_bytes, int64_t r0, int64_t r1, int64_t k, float* out,
+                                 int64_t ldo) {
+  const QuantRowsInterleavedFn fn = native_interleaved(type);
+  PRISM_CHECK(fn, "quant_rows_int8_interleaved: no kernel for {} weights kept interleaved here",
+              quant::name(type));
+  const quant::GgmlTypeInfo& t = quant::info(type);
+  PRISM_CHECK(x.weights() == type && x.cols() == k,
+              "quant_rows_int8_interleaved: activations rounded for {} x {} values, not {} x {}",
+              quant::name(x.weights()), x.cols(), t.name, k);
+  PRISM_CHECK(row_bytes == k / t.block_elements * t.block_bytes && k % t.block_elements == 0,
+              "quant_rows_int8_interleaved: rows of {} bytes do not hold {} {} values", row_bytes,
+              k, t.name);
+  const int64_t m = x.rows();
+  PRISM_CHECK(0 <= r0 && r0 <= r1 && (m <= 1 || ldo >= r1 - r0),
+              "quant_rows_int8_interleaved: bad sizes m={} rows [{}, {}) ldo={}", m, r0, r1, ldo);
+  if (m == 0 || r0 == r1) return;
+  const Int8Rows rows{reinterpret_cast<const uint8_t*>(x.data()), x.stride(), m, nullptr};
+  fn(rows, reinterpret_cast<const uint8_t*>(w), row_bytes, r0, r1, k, out, ldo);
 }
 
 void quant_rows_int8(quant::GgmlType type, const QuantizedRows& x, const std::byte* w,

@@ -222,6 +222,21 @@ void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, 
 void quant_rows_int8(quant::GgmlType type, const QuantizedRows& x, const std::byte* w,
                      int64_t row_bytes, int64_t n, int64_t k, float* out, int64_t ldo);
 
+// Whether weights of this type may be kept with the blocks of each 16 rows interleaved
+// (weight_layout.h) for quant_rows_int8_interleaved: Q4_0 and Q8_0 under the AVX-512 targets on
+// a CPU with VNNI, where AMX tiles do not take their batches (quant_rows_on_amx; the tiles read
+// the weights as stored).
+bool quant_rows_int8_interleaved_native(quant::GgmlType type);
+
+// quant_rows_int8 for weights {n, row_bytes} kept interleaved at w (their start): out[i * ldo +
+// r - r0] = x_i . W[r] for i < x.rows() and the weight rows r in [r0, r1), any number of
+// activation rows (a prefill's too). The same bits as quant_rows_int8 on the weights as
+// stored. Single-threaded: the caller splits the rows over threads. Throws prism::Error where
+// quant_rows_int8_interleaved_native(type) is false.
+void quant_rows_int8_interleaved(quant::GgmlType type, const QuantizedRows& x, const std::byte* w,
+                                 int64_t row_bytes, int64_t r0, int64_t r1, int64_t k, float* out,
+                                 int64_t ldo);
+
 // Whether quant_rows_int8 runs products of m rows with weights of this type on AMX tiles
 // (amx_rows.h) rather than with VNNI: Q8_0, Q4_0 and Q4_K under the AVX3_DL target on a CPU
 // with AMX-INT8, by default (PRISM_CPU_QUANT_ROWS=auto) for 5-16 rows of Q8_0 and Q4_0 and

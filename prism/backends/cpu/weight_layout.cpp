@@ -1,10 +1,14 @@
 #include "prism/backends/cpu/weight_layout.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
+#include "prism/backends/cpu/quant_rows.h"
 #include "prism/backends/cpu/simd.h"
+#include "prism/core/error.h"
 
 namespace prism::cpu {
 namespace {
@@ -19,8 +23,90 @@ bool blockable(const Shape& shape) {
          shape.size(1) % kWeightBlockDepth == 0 && simd::current().avx512_bf16;
 }
 
-void copy_weights(const std::byte* from, std::byte* to, int64_t n, int64_t k, bool to_blocked,
-                  ThreadPool& pool) {
+std::optional<WeightLayout> interleaved_layout(quant::GgmlType format) {
+  switch (format) {
+    case quant::GgmlType::Q4_0:
+      return WeightLayout::q4_0_rows;
+    case quant::GgmlType::Q8_0:
+      return WeightLayout::q8_0_rows;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::optional<quant::GgmlType> interleaved_format(WeightLayout layout) {
+  switch (layout) {
+    case WeightLayout::q4_0_rows:
+      return quant::GgmlType::Q4_0;
+    case WeightLayout::q8_0_rows:
+      return quant::GgmlType::Q8_0;
+    default:
+      return std::nullopt;
+  }
+}
+
+bool interleaving_on() {
+  const char* env = std::getenv("PRISM_CPU_QUANT_LAYOUT");
+  const std::string_view want = env && *env ? env : "interleaved";
+  PRISM_CHECK(want == "interleaved" || want == "stored",
+              "cpu: PRISM_CPU_QUANT_LAYOUT must be interleaved or stored, not '{}'", want);
+  return want == "interleaved";
+}
+
+bool interleavable(quant::GgmlType format, const Shape& shape) {
+  if (!interleaving_on() || !interleaved_layout(format) || shape.dtype() != DType::u8 ||
+      shape.rank() != 2)
+    return false;
+  const int64_t block_bytes = quant::info(format).block_bytes;
+  return shape.size(0) > 0 && shape.size(0) % kQuantGroupRows == 0 && shape.size(1) > 0 &&
+         shape.size(1) % block_bytes == 0 && quant_rows_int8_interleaved_native(format);
+}
+
+namespace {
+
+// Rows [16 g, 16 g + 16) of u8 weights {n, row_bytes} in `format` interleaved (or back), a
+// group a task through a copy of the group.
+void copy_quant_weights(quant::GgmlType format, const std::byte* from, std::byte* to, int64_t n,
+                        int64_t row_bytes, bool to_layout, ThreadPool& pool) {
+  const int64_t block_bytes = quant::info(format).block_bytes;
+  const int64_t group = kQuantGroupRows * row_bytes;
+  pool.parallel_for(n / kQuantGroupRows, 1, [&](int64_t g0, int64_t g1) {
+    std::vector<std::byte> copy(group);
+    for (int64_t g = g0; g < g1; ++g) {
+      std::memcpy(copy.data(), from + g * group, group);
+      std::byte* d = to + g * group;
+      for (int64_t b = 0; b < row_bytes / block_bytes; ++b) {
+        const InterleavedBlock at = interleaved_block(b, row_bytes, block_bytes);
+        for (int64_t r = 0; r < kQuantGroupRows; ++r) {
+          std::byte* row = (to_layout ? copy.data() : d) + r * row_bytes + b * block_bytes;
+          std::byte* place = (to_layout ? d : copy.data());
+          // the row's bytes from i <-> those at `offset` in the layout
+          auto move = [&](int64_t i, int64_t bytes, int64_t offset) {
+            if (to_layout) {
+              std::memcpy(place + offset, row + i, bytes);
+            } else {
+              std::memcpy(row + i, place + offset, bytes);
+            }
+          };
+          move(0, 2, at.scales + 2 * r);
+          for (int64_t c = 0; c < (block_bytes - 2) / 4; ++c)
+            move(2 + 4 * c, 4, at.quants + 64 * c + 4 * r);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void copy_weights(WeightLayout layout, const std::byte* from, std::byte* to, int64_t n, int64_t k,
+                  bool to_blocked, ThreadPool& pool) {
+  if (std::optional<quant::GgmlType> format = interleaved_format(layout)) {
+    copy_quant_weights(*format, from, to, n, k, to_blocked, pool);
+    return;
+  }
+  PRISM_CHECK(layout == WeightLayout::bf16_blocks, "cpu: no copy into weight layout {}",
+              static_cast<int>(layout));
   // Row j's values i, i + 1 of a block go to [i / 2][j][0..1], one block a task, through a
   // copy of the block (so `to` may be `from`: in place).
   const int64_t rows = kWeightBlockRows, block = rows * k;
@@ -46,20 +132,20 @@ void copy_weights(const std::byte* from, std::byte* to, int64_t n, int64_t k, bo
   });
 }
 
-BlockedWeights::BlockedWeights(std::span<const std::byte* const> data)
-    : data_(data), outer_(current) {
+BlockedWeights::BlockedWeights(std::span<const std::byte* const> data,
+                               std::span<const WeightLayout> layouts)
+    : data_(data), layouts_(layouts), outer_(current) {
   current = this;
 }
 
 BlockedWeights::~BlockedWeights() { current = outer_; }
 
-bool blocked(const std::byte* data) {
+WeightLayout layout_of(const std::byte* data) {
   for (const BlockedWeights* scope = current; scope; scope = scope->outer_) {
-    if (std::find(scope->data_.begin(), scope->data_.end(), data) != scope->data_.end()) {
-      return true;
-    }
+    const auto it = std::find(scope->data_.begin(), scope->data_.end(), data);
+    if (it != scope->data_.end()) return scope->layouts_[it - scope->data_.begin()];
   }
-  return false;
+  return WeightLayout::stored;
 }
 
 }  // namespace prism::cpu

@@ -5,6 +5,16 @@
 // weights as they are, instead of copying each slice into that layout on every call, and the
 // AVX-512 BF16 matrix-vector kernel reads one 64-row block as one contiguous stream.
 //
+// Weights in ggml's Q4_0 and Q8_0 block formats (a GGUF file's, u8 {n, row_bytes}) that only
+// products read are kept with the blocks of each 16 rows interleaved (kQuantGroupRows): the
+// integer kernels (quant_rows.h) then take a block of 16 rows as a few 64-byte vectors, one
+// 32-bit lane a row, whose products with an activation block need no sums across lanes. Within
+// a group of 16 rows, blocks go in pairs (the last alone where a row holds an odd number):
+// the quants of the first block, then of the second, then the 16 rows' d (f16) of the first
+// and of the second. A block's quants are 64-byte runs: run c holds bytes 4c..4c+3 of each
+// row's quants, row r at 4r (Q4_0: 4 runs of its 16 nibble bytes; Q8_0: 8 runs of its 32
+// values). A group has the size of its 16 rows as stored, so the layout changes no sizes.
+//
 // The layout belongs to the buffer: `Executable::prepare` returns blocked copies of the
 // parameters that only products read (executable.cpp), marked in their CpuMemory, and nothing
 // changes a buffer's layout after that. A call tells its kernels which of the weights it was
@@ -15,24 +25,72 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "prism/backends/cpu/thread_pool.h"
 #include "prism/core/shape.h"
+#include "prism/quant/ggml_type.h"
 
 namespace prism::cpu {
 
 constexpr int64_t kWeightBlockRows = 64;   // n a block
 constexpr int64_t kWeightBlockDepth = 32;  // k must be a multiple of this
+constexpr int64_t kQuantGroupRows = 16;    // rows of quantized weights interleaved
+
+// How a buffer of weights is laid out: as stored, or one of the layouts above.
+enum class WeightLayout : uint8_t {
+  stored,
+  bf16_blocks,  // bf16 {n, k} in blocks of 64 rows
+  q4_0_rows,    // Q4_0 u8 {n, row_bytes}, 16 rows interleaved
+  q8_0_rows,    // Q8_0 likewise
+};
+
+// The interleaved layout of weights in `format`, if there is one (Q4_0, Q8_0).
+std::optional<WeightLayout> interleaved_layout(quant::GgmlType format);
+// The block format of an interleaved layout (Q4_0, Q8_0), for the others nullopt.
+std::optional<quant::GgmlType> interleaved_format(WeightLayout layout);
+
+// Whether weights u8 {n, row_bytes} in `format` can be kept interleaved here: a format with
+// that layout, n a multiple of 16, rows of whole blocks, and products that read it (the
+// integer kernels with AVX-512 VNNI, quant_rows_int8_interleaved_native); never with
+// PRISM_CPU_QUANT_LAYOUT=stored (the default: interleaved; another value throws).
+bool interleavable(quant::GgmlType format, const Shape& shape);
+
+// Where block b of row 0 of a group of interleaved weights lies, in bytes from the group's
+// start: its d (row r's at scales + 2 r) and its first run of quants (run c of row r at
+// quants + 64 c + 4 r). Rows of row_bytes bytes, blocks of block_bytes (18: Q4_0, 34: Q8_0).
+struct InterleavedBlock {
+  int64_t scales, quants;
+};
+inline InterleavedBlock interleaved_block(int64_t b, int64_t row_bytes, int64_t block_bytes) {
+  const int64_t runs = (block_bytes - 2) * kQuantGroupRows;  // a block's quants
+  const int64_t pair = (b / 2) * 2 * block_bytes * kQuantGroupRows;
+  const bool second = b % 2 == 1, alone = !second && b + 1 == row_bytes / block_bytes;
+  return {pair + (alone ? 1 : 2) * runs + (second ? 2 * kQuantGroupRows : 0),
+          pair + (second ? runs : 0)};
+}
+
+// Where byte `byte` of row `row` (as stored) of interleaved weights is, in bytes from their
+// start.
+inline int64_t interleaved_index(int64_t row, int64_t byte, int64_t row_bytes,
+                                 int64_t block_bytes) {
+  const int64_t r = row % kQuantGroupRows, o = byte % block_bytes;
+  const InterleavedBlock at = interleaved_block(byte / block_bytes, row_bytes, block_bytes);
+  const int64_t group = row / kQuantGroupRows * kQuantGroupRows * row_bytes;
+  if (o < 2) return group + at.scales + 2 * r + o;
+  return group + at.quants + (o - 2) / 4 * 64 + 4 * r + (o - 2) % 4;
+}
 
 // Whether a matrix {n, k} of this shape can be kept blocked: bf16, rank 2, n and k multiples
 // of the block's, on a CPU with AVX-512 BF16 (the kernels that read the layout).
 bool blockable(const Shape& shape);
 
-// Copies the {n, k} matrix `from` into `to` (the same place, or another of the same size) in
-// the blocked layout (`to_blocked`) or, from blocked, as stored.
-void copy_weights(const std::byte* from, std::byte* to, int64_t n, int64_t k, bool to_blocked,
-                  ThreadPool& pool);
+// Copies the weights `from` ({n, k} bf16 for bf16_blocks, u8 {n, row_bytes = k} for the
+// quantized layouts) into `to` (the same place, or another of the same size) in `layout`
+// (`to_layout`) or, from `layout`, as stored.
+void copy_weights(WeightLayout layout, const std::byte* from, std::byte* to, int64_t n, int64_t k,
+                  bool to_layout, ThreadPool& pool);
 
 // Where element (row, col) of a blocked {n, k} matrix is, in elements from its start.
 inline int64_t blocked_index(int64_t row, int64_t col, int64_t k) {
@@ -44,18 +102,25 @@ inline int64_t blocked_index(int64_t row, int64_t col, int64_t k) {
 // blocked() answers the kernels (they run their layout checks on the calling thread).
 class BlockedWeights {
  public:
-  explicit BlockedWeights(std::span<const std::byte* const> data);
+  // data[i] holds weights in layouts[i].
+  BlockedWeights(std::span<const std::byte* const> data, std::span<const WeightLayout> layouts);
   ~BlockedWeights();
   BlockedWeights(const BlockedWeights&) = delete;
   BlockedWeights& operator=(const BlockedWeights&) = delete;
 
  private:
   std::span<const std::byte* const> data_;
+  std::span<const WeightLayout> layouts_;
   const BlockedWeights* outer_;
-  friend bool blocked(const std::byte* data);
+  friend WeightLayout layout_of(const std::byte* data);
 };
 
-// Whether the memory starting at `data` holds blocked weights in the current call.
-bool blocked(const std::byte* data);
+// The layout of the weights starting at `data` in the current call (stored where nothing
+// else was said).
+WeightLayout layout_of(const std::byte* data);
+
+// Whether the memory starting at `data` holds weights in a layout of their own (blocked or
+// interleaved) in the current call.
+inline bool blocked(const std::byte* data) { return layout_of(data) != WeightLayout::stored; }
 
 }  // namespace prism::cpu

@@ -142,7 +142,8 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
                                            comm_->mesh().str(), fmt::join(cpus_, ","))
                              : "";
   // Quantized weights' products with 8-bit activations (kernels_quant.cpp), and Q8_0's and
-  // Q4_0's and Q4_K's on AMX tiles for batches or for every row count (quant_rows.h).
+  // Q4_0's and Q4_K's on AMX tiles for batches or for every row count (quant_rows.h), or
+  // Q8_0's and Q4_0's on weights kept interleaved (weight_layout.h).
   const char* quantized = "";
   if (int8_activations(quant::GgmlType::Q4_K)) {
     quantized = ", quantized products on 8-bit activations";
@@ -151,6 +152,10 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
     } else if (quant_rows_on_amx(quant::GgmlType::Q8_0, kAmxMaxRows)) {
       quantized =
           ", quantized products on 8-bit activations (Q8_0, Q4_0, Q4_K batches on AMX-INT8)";
+    } else if (interleavable(quant::GgmlType::Q4_0,
+                             Shape(DType::u8, {{"n", kQuantGroupRows}, {"b", 18}}))) {
+      quantized =
+          ", quantized products on 8-bit activations (Q8_0, Q4_0 weights interleaved by 16 rows)";
     }
   }
   // Which kernels take a prompt's bf16 products (bf16_products.h).

@@ -125,6 +125,12 @@ void dequantize_rows(quant::GgmlType type, const std::byte* w, int64_t row_bytes
 //     fma(float(T), d_w * d_x) and fma(float(M), -dmin_w * d_x) in f32, block after block:
 //     amx_k_rows' arithmetic, so Q4_K takes either by its number of rows. Each block is
 //     unpacked once for up to 16 activation rows (in chunks of 4 from cache).
+//   - Q4_0 and Q8_0 weights kept with each 16 rows' blocks interleaved (weight_layout.h;
+//     quant_rows_int8_interleaved): a block of 16 rows is 4 or 8 runs of 64 bytes, four bytes
+//     of each row, and one vpdpbusd multiplies a run by four activations broadcast from memory
+//     (in every lane): the lanes are the rows' exact block sums with no reduction, scaled and
+//     summed as above (the same bits). Up to 8 activation rows a tile, more in tiles over the
+//     same group of 16 rows (from cache), many in bands of 64.
 // x86 CPUs without VNNI (AVX2; AVX-512 without VNNI) run AVX2 kernels
 // (int8_rows_avx2.cpp): vpmaddubsw and vpmaddwd make the same 32-bit lane sums vpdpbusd does,
 // and every block's sum is reduced to an exact integer and scaled as above, up to 8

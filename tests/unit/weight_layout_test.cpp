@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -373,6 +374,105 @@ TEST(WeightLayout, QuantizedWeightsReadInterleaved) {
     expect_values(bytes.call(bound, std::span<const Buffer>(&one_value, 1))[0].to_host(), want, 0);
     EXPECT_TRUE(interleaved(bound.at("w")));
   }
+}
+
+// One step of products by weights kept interleaved and by weights that cannot be (40 rows:
+// not whole groups of 16), for 1 and for 40 activation rows: the threads then split the
+// interleaved weights' rows anywhere, and each row gets the bits it gets alone (the other
+// weights' 40 rows take dequantized panels: their bits as stored).
+TEST(WeightLayout, InterleavedWeightsBesideOthersInOneStep) {
+  if (!cpu::quant_rows_int8_interleaved_native(quant::GgmlType::Q4_0))
+    GTEST_SKIP() << "quantized weights are kept interleaved only with AVX-512 VNNI (no AMX)";
+  Platform& cpu = get_platform("cpu");
+  const quant::GgmlType format = quant::GgmlType::Q4_0;
+  constexpr int64_t K = QuantCase::K, rows[] = {48, 40};
+  const int64_t row_bytes = K / 32 * 18;
+  Params stored;
+  std::vector<std::vector<float>> values;
+  for (int p = 0; p < 2; ++p) {
+    std::vector<float>& w = values.emplace_back(rows[p] * K);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i * 11 + p) % 15 - 7) / 4;
+    HostBuffer h(S({{"n", rows[p]}, {"k", row_bytes}}, DType::u8));
+    quant::quantize(format, w, h.bytes());
+    stored.emplace(p ? "b" : "a", cpu.upload(h));
+  }
+  for (DType dtype : {DType::f32, DType::bf16}) {  // results rounded from f32 tiles for bf16
+    SCOPED_TRACE(name(dtype));
+    auto compile = [&](int64_t m) {
+      return prism::compile(
+          cpu,
+          [&](Tensor x32) {
+            const Tensor x = x32.convert(dtype);
+            std::vector<Tensor> out;
+            for (int p = 0; p < 2; ++p) {
+              const Shape shape = S({{"n", rows[p]}, {"k", row_bytes}}, DType::u8);
+              out.push_back(
+                  x.dot(Tensor::parameter(p ? "b" : "a", shape).dequantize(format, dtype), "k"));
+            }
+            return out;
+          },
+          {S({{"m", m}, {"k", K}})});
+    };
+    Executable one = compile(1);
+    const Params bound = one.prepare(stored);
+    EXPECT_TRUE(interleaved(bound.at("a")));
+    EXPECT_FALSE(blocked(bound.at("b")));
+    for (int64_t m : {1, 40}) {
+      SCOPED_TRACE(m);
+      const std::vector<float> x = QuantCase::x(m);
+      std::vector<Buffer> in{cpu.upload(f32(S({{"m", m}, {"k", K}}), x))};
+      Executable exe = compile(m);
+      const std::vector<Buffer> got = exe.call(bound, in);
+      EXPECT_EQ(got[1].to_host().to_f64(), exe.call(stored, in)[1].to_host().to_f64());
+      for (int64_t i = 0; i < m; ++i) {
+        const std::vector<float> xi(x.begin() + i * K, x.begin() + (i + 1) * K);
+        std::vector<Buffer> in1{cpu.upload(f32(S({{"m", 1}, {"k", K}}), xi))};
+        const std::vector<Buffer> want = one.call(stored, in1);
+        for (int p = 0; p < (m <= 16 ? 2 : 1); ++p) {
+          const std::vector<double> g = got[p].to_host().to_f64(), w = want[p].to_host().to_f64();
+          for (int64_t r = 0; r < rows[p]; ++r)
+            ASSERT_EQ(g[i * rows[p] + r], w[r])
+                << "product " << p << ", row " << i << ", weight row " << r;
+        }
+      }
+    }
+  }
+}
+
+// PRISM_CPU_QUANT_LAYOUT=stored keeps quantized weights as stored (the products give the
+// same bits for up to 16 rows); another value is refused with one line when a program
+// compiles.
+TEST(WeightLayout, QuantizedLayoutChosenByTheEnvironment) {
+  Platform& cpu = get_platform("cpu");
+  const QuantCase c(quant::GgmlType::Q8_0);
+  const Params stored{{"w", cpu.upload(c.stored)}};
+  const char* before = std::getenv("PRISM_CPU_QUANT_LAYOUT");
+  const std::string saved = before ? before : "";
+  auto restore = [&] {
+    if (before) {
+      setenv("PRISM_CPU_QUANT_LAYOUT", saved.c_str(), 1);
+    } else {
+      unsetenv("PRISM_CPU_QUANT_LAYOUT");
+    }
+  };
+  setenv("PRISM_CPU_QUANT_LAYOUT", "stored", 1);
+  Executable plain = c.compile(cpu, 1);
+  EXPECT_FALSE(blocked(plain.prepare(stored).at("w")));
+  setenv("PRISM_CPU_QUANT_LAYOUT", "sideways", 1);
+  const std::string error = testing::error_of([&] { c.compile(cpu, 1); });
+  restore();
+  EXPECT_EQ(error, "cpu: PRISM_CPU_QUANT_LAYOUT must be interleaved or stored, not 'sideways'");
+  Executable kept = c.compile(cpu, 1);
+  const Params bound = kept.prepare(stored);
+  EXPECT_EQ(interleaved(bound.at("w")),
+            cpu::quant_rows_int8_interleaved_native(quant::GgmlType::Q8_0));
+  const std::vector<float> x = QuantCase::x(1);
+  auto run = [&](const Executable& exe, const Params& w) {
+    std::vector<Buffer> in{cpu.upload(f32(S({{"m", 1}, {"k", QuantCase::K}}), x)),
+                           cpu.upload(testing::i32(S({{"t", 3}}), {0, 1, 2}))};
+    return exe.call(w, in)[0].to_host().to_f64();
+  };
+  EXPECT_EQ(run(plain, stored), run(kept, bound));
 }
 
 TEST(WeightLayout, PrepareNamesAMissingOrMismatchedParameter) {

@@ -1,7 +1,9 @@
 // The CPU's products with weights in ggml's block formats (quant_rows.h, amx_rows.h): decode's
 // matrix-vector products and batched decoding's products of 4 to 16 rows, for each kernel
 // this CPU runs: activations kept in f32 (quant_rows), rounded to 8 bits and multiplied in
-// integers with AVX-512 VNNI or AVX2 (quant_rows_int8, "int8"), and on AMX-INT8 tiles. Each product
+// integers with AVX-512 VNNI or AVX2 (quant_rows_int8, "int8"), on AMX-INT8 tiles, and, where
+// the CPU executable keeps Q4_0 and Q8_0 weights interleaved by 16 rows (weight_layout.h), on
+// that layout (quant_rows_int8_interleaved, "int8x16"). Each product
 // is an 8192 x 2048 matrix, as Llama 3.2 1B's MLP has, copied to fill 1 GiB so that every pass
 // streams the weights from memory; the activations are rounded once per product, as the executable
 // does. Printed: GB/s of weights as stored, that speed as a fraction of a plain read of memory

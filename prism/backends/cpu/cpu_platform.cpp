@@ -152,8 +152,7 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
     } else if (quant_rows_on_amx(quant::GgmlType::Q8_0, kAmxMaxRows)) {
       quantized =
           ", quantized products on 8-bit activations (Q8_0, Q4_0, Q4_K batches on AMX-INT8)";
-    } else if (interleavable(quant::GgmlType::Q4_0,
-                             Shape(DType::u8, {{"n", kQuantGroupRows}, {"b", 18}}))) {
+    } else if (interleaves(quant::GgmlType::Q4_0)) {
       quantized =
           ", quantized products on 8-bit activations (Q8_0, Q4_0 weights interleaved by 16 rows)";
     }

@@ -18,9 +18,11 @@ namespace prism::cpu {
 //     sum of each four values, where offset is what the kernels add to the weights' values
 //     (weight_offset in quant_rows.cpp: 8 for Q4_0, 16 for Q5_0, 128 for Q8_0); for Q8_1, 16
 //     f32: d * the block's sum in lanes 0 and 8.
-//     Q8_0 rows keep after their records (pair_records_bytes) the same row packed for the
-//     kernels of interleaved weights (CompactQ8): its values, then each block's d (f32), then
-//     each block's -offset * (the sum of its values) (int32), each part 64-byte aligned.
+//     Where the kernels of interleaved weights run for the weights' type
+//     (quant_rows_int8_interleaved_native), Q8_0 rows keep after their records
+//     (pair_records_bytes) the same row packed for them (CompactQ8): its values, then each block's
+//     d (f32), then each block's -offset * (the sum of its values) (int32), each part 64-byte
+//     aligned.
 //   - Q8_K: a block (256 values) a record. [0, 256): the values. [256, 272): the sums of each
 //     32 values, int16. [320, 352): the sums of each 16 values, int16. [384, 388): d, f32.
 //   - F32, F16, BF16: the row's k values as f32.

@@ -219,21 +219,14 @@ Kernel gather(const ir::Graph& g, const ir::Node& n) {
     const WeightLayout layout = rows_of_weights ? layout_of(in[0]) : WeightLayout::stored;
     if (std::optional<quant::GgmlType> format = interleaved_format(layout)) {
       // rows of quantized weights kept interleaved: block by block from their groups
-      const int64_t block_bytes = quant::info(*format).block_bytes, runs = (block_bytes - 2) / 4;
+      const int64_t block_bytes = quant::info(*format).block_bytes;
       pool.parallel_for(count, 16, [&](int64_t b, int64_t e) {
         for (int64_t t = b; t < e; ++t) {
           int64_t i = load_index(idx.dtype(), in[1], t);
           if (i < 0) i += s.middle;
           i = std::clamp<int64_t>(i, 0, s.middle - 1);
           const std::byte* group = in[0] + i / kQuantGroupRows * kQuantGroupRows * row;
-          const int64_t r = i % kQuantGroupRows;
-          for (int64_t j = 0; j < row / block_bytes; ++j) {
-            const InterleavedBlock at = interleaved_block(j, row, block_bytes);
-            std::byte* o = out + t * row + j * block_bytes;
-            std::memcpy(o, group + at.scales + 2 * r, 2);
-            for (int64_t c = 0; c < runs; ++c)
-              std::memcpy(o + 2 + 4 * c, group + at.quants + 64 * c + 4 * r, 4);
-          }
+          interleaved_row(group, i % kQuantGroupRows, row, block_bytes, out + t * row);
         }
       });
       return;

@@ -9,6 +9,7 @@
 
 #include "prism/backends/cpu/hwy_targets.h"
 #include "prism/backends/cpu/thread_pool.h"
+#include "prism/backends/cpu/weight_layout.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "prism/backends/cpu/quant_rows.cpp"
@@ -1339,7 +1340,6 @@ void KRows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n, in
 
 // --- Weights with the blocks of 16 rows interleaved (weight_layout.h) -----------------------
 
-constexpr int kRows16 = 16;  // weight_layout.h's kQuantGroupRows
 //
 // A block of 16 rows is a few 64-byte runs, one 32-bit lane a row (run c: bytes 4c..4c+3 of
 // each row's quants), and its product with an activation block is one vpdpbusd a run, with
@@ -1443,12 +1443,12 @@ PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void InterleavedTile(const uint8_t* x, i
     const uint8_t* p = w + blocks / 2 * pair;
     block(blocks - 1, p, p + F::kRunBytes);
   }
-  if (first == 0 && last == kRows16) {
+  if (first == 0 && last == kQuantGroupRows) {
 #pragma GCC unroll 8
     for (int g = 0; g < G; ++g) _mm512_storeu_ps(out + g * ldo, acc[g]);
     return;
   }
-  alignas(64) float lanes[kRows16];
+  alignas(64) float lanes[kQuantGroupRows];
   for (int g = 0; g < G; ++g) {
     _mm512_store_ps(lanes, acc[g]);
     std::memcpy(out + g * ldo, lanes + first, sizeof(float) * (last - first));
@@ -1473,9 +1473,9 @@ void InterleavedRows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int
   const CompactQ8 packed(k);
   for (int64_t i0 = 0; i0 < x.m; i0 += kBand) {
     const int64_t i1 = std::min(x.m, i0 + kBand);
-    for (int64_t g0 = r0 / kRows16 * kRows16; g0 < r1; g0 += kRows16) {
+    for (int64_t g0 = r0 / kQuantGroupRows * kQuantGroupRows; g0 < r1; g0 += kQuantGroupRows) {
       const int first = static_cast<int>(std::max(r0, g0) - g0);
-      const int last = static_cast<int>(std::min(r1, g0 + kRows16) - g0);
+      const int last = static_cast<int>(std::min(r1, g0 + kQuantGroupRows) - g0);
       for (int64_t i = i0; i < i1; i += kTileRows) {
         const int64_t rows = std::min(kTileRows, i1 - i);
         kTiles[rows - 1](x.x + i * x.stride, x.stride, packed, w + g0 * row_bytes, blocks,
@@ -1863,12 +1863,14 @@ void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, 
               k, ldx);
   using quant::GgmlType;
   const GgmlType format = activation_format(weights);
+  const bool packed_copy = format == GgmlType::Q8_0 && quant_rows_int8_interleaved_native(weights);
   int64_t stride;
   if (format == GgmlType::Q8_K) {
     stride = k / 256 * KRecord::kBytes;
   } else if (is_pair_format(format)) {
     stride = pair_records_bytes(k);
-    if (format == GgmlType::Q8_0) stride = CompactQ8(k).end;  // the packed copy too
+    // The packed copy too, where the kernels of interleaved weights read it.
+    if (packed_copy) stride = CompactQ8(k).end;
   } else {
     stride = (k * 4 + 63) / 64 * 64;
   }
@@ -1925,7 +1927,7 @@ void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, 
           const int32_t sum = std::accumulate(q, q + 32, int32_t{0});
           if (format == GgmlType::Q8_1) {
             put(rec + PairRecord::kExtra + 4 * 8 * half, d * static_cast<float>(sum));
-          } else {
+          } else if (packed_copy) {
             std::memcpy(row + packed.values + 32 * b, q, 32);
             put(row + packed.scales + 4 * b, d);
             put(row + packed.totals + 4 * b, -offset * sum);
@@ -2052,6 +2054,8 @@ void quant_rows_int8_interleaved(quant::GgmlType type, const QuantizedRows& x, c
   PRISM_CHECK(row_bytes == k / t.block_elements * t.block_bytes && k % t.block_elements == 0,
               "quant_rows_int8_interleaved: rows of {} bytes do not hold {} {} values", row_bytes,
               k, t.name);
+  PRISM_CHECK(x.stride() >= CompactQ8(k).end,
+              "quant_rows_int8_interleaved: activations rounded without the packed copy it reads");
   const int64_t m = x.rows();
   PRISM_CHECK(0 <= r0 && r0 <= r1 && (m <= 1 || ldo >= r1 - r0),
               "quant_rows_int8_interleaved: bad sizes m={} rows [{}, {}) ldo={}", m, r0, r1, ldo);

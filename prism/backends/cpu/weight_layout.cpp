@@ -53,13 +53,16 @@ bool interleaving_on() {
   return want == "interleaved";
 }
 
+bool interleaves(quant::GgmlType format) {
+  return interleaving_on() && interleaved_layout(format) &&
+         quant_rows_int8_interleaved_native(format);
+}
+
 bool interleavable(quant::GgmlType format, const Shape& shape) {
-  if (!interleaving_on() || !interleaved_layout(format) || shape.dtype() != DType::u8 ||
-      shape.rank() != 2)
-    return false;
+  if (!interleaves(format) || shape.dtype() != DType::u8 || shape.rank() != 2) return false;
   const int64_t block_bytes = quant::info(format).block_bytes;
   return shape.size(0) > 0 && shape.size(0) % kQuantGroupRows == 0 && shape.size(1) > 0 &&
-         shape.size(1) % block_bytes == 0 && quant_rows_int8_interleaved_native(format);
+         shape.size(1) % block_bytes == 0;
 }
 
 namespace {
@@ -75,22 +78,17 @@ void copy_quant_weights(quant::GgmlType format, const std::byte* from, std::byte
     for (int64_t g = g0; g < g1; ++g) {
       std::memcpy(copy.data(), from + g * group, group);
       std::byte* d = to + g * group;
-      for (int64_t b = 0; b < row_bytes / block_bytes; ++b) {
-        const InterleavedBlock at = interleaved_block(b, row_bytes, block_bytes);
-        for (int64_t r = 0; r < kQuantGroupRows; ++r) {
-          std::byte* row = (to_layout ? copy.data() : d) + r * row_bytes + b * block_bytes;
-          std::byte* place = (to_layout ? d : copy.data());
-          // the row's bytes from i <-> those at `offset` in the layout
-          auto move = [&](int64_t i, int64_t bytes, int64_t offset) {
-            if (to_layout) {
-              std::memcpy(place + offset, row + i, bytes);
-            } else {
-              std::memcpy(row + i, place + offset, bytes);
-            }
-          };
-          move(0, 2, at.scales + 2 * r);
-          for (int64_t c = 0; c < (block_bytes - 2) / 4; ++c)
-            move(2 + 4 * c, 4, at.quants + 64 * c + 4 * r);
+      for (int64_t r = 0; r < kQuantGroupRows; ++r) {
+        if (!to_layout) {
+          interleaved_row(copy.data(), r, row_bytes, block_bytes, d + r * row_bytes);
+          continue;
+        }
+        const int64_t blocks = row_bytes / block_bytes;
+        for (int64_t b = 0; b < blocks; ++b) {
+          const std::byte* row = copy.data() + r * row_bytes + b * block_bytes;
+          for_each_chunk(block_bytes, b, blocks, [&](int64_t from, int64_t bytes, int64_t at) {
+            std::memcpy(d + at + r * bytes, row + from, bytes);
+          });
         }
       }
     }

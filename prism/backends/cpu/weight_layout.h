@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <span>
 
@@ -55,31 +56,48 @@ std::optional<quant::GgmlType> interleaved_format(WeightLayout layout);
 // that layout, n a multiple of 16, rows of whole blocks, and products that read it (the
 // integer kernels with AVX-512 VNNI, quant_rows_int8_interleaved_native); never with
 // PRISM_CPU_QUANT_LAYOUT=stored (the default: interleaved; another value throws).
+// interleaves(format): whether weights in `format` of a shape that fits are.
+bool interleaves(quant::GgmlType format);
 bool interleavable(quant::GgmlType format, const Shape& shape);
 
-// Where block b of row 0 of a group of interleaved weights lies, in bytes from the group's
-// start: its d (row r's at scales + 2 r) and its first run of quants (run c of row r at
-// quants + 64 c + 4 r). Rows of row_bytes bytes, blocks of block_bytes (18: Q4_0, 34: Q8_0).
-struct InterleavedBlock {
-  int64_t scales, quants;
-};
-inline InterleavedBlock interleaved_block(int64_t b, int64_t row_bytes, int64_t block_bytes) {
+// Where block b of a group of interleaved weights lies, as chunks of its bytes as stored:
+// visit(from, bytes, at) for each, bytes [from, from + bytes) of each row's block, kept as
+// the 16 rows' chunks side by side at `at` bytes from the group's start (row r's at at + r *
+// bytes): its d, then its runs of 4 quant bytes. Rows of `blocks` blocks of block_bytes (18:
+// Q4_0, 34: Q8_0).
+template <typename Visit>
+void for_each_chunk(int64_t block_bytes, int64_t b, int64_t blocks, Visit&& visit) {
   const int64_t runs = (block_bytes - 2) * kQuantGroupRows;  // a block's quants
   const int64_t pair = (b / 2) * 2 * block_bytes * kQuantGroupRows;
-  const bool second = b % 2 == 1, alone = !second && b + 1 == row_bytes / block_bytes;
-  return {pair + (alone ? 1 : 2) * runs + (second ? 2 * kQuantGroupRows : 0),
-          pair + (second ? runs : 0)};
+  const bool second = b % 2 == 1, alone = !second && b + 1 == blocks;
+  visit(0, 2, pair + (alone ? 1 : 2) * runs + (second ? 2 * kQuantGroupRows : 0));
+  for (int64_t c = 0; c < (block_bytes - 2) / 4; ++c)
+    visit(2 + 4 * c, 4, pair + (second ? runs : 0) + 64 * c);
 }
 
 // Where byte `byte` of row `row` (as stored) of interleaved weights is, in bytes from their
 // start.
 inline int64_t interleaved_index(int64_t row, int64_t byte, int64_t row_bytes,
                                  int64_t block_bytes) {
-  const int64_t r = row % kQuantGroupRows, o = byte % block_bytes;
-  const InterleavedBlock at = interleaved_block(byte / block_bytes, row_bytes, block_bytes);
-  const int64_t group = row / kQuantGroupRows * kQuantGroupRows * row_bytes;
-  if (o < 2) return group + at.scales + 2 * r + o;
-  return group + at.quants + (o - 2) / 4 * 64 + 4 * r + (o - 2) % 4;
+  const int64_t o = byte % block_bytes, r = row % kQuantGroupRows;
+  int64_t index = 0;
+  for_each_chunk(block_bytes, byte / block_bytes, row_bytes / block_bytes,
+                 [&](int64_t from, int64_t bytes, int64_t at) {
+                   if (o >= from && o < from + bytes) index = at + r * bytes + (o - from);
+                 });
+  return row / kQuantGroupRows * kQuantGroupRows * row_bytes + index;
+}
+
+// Row r of the group of interleaved weights at `group` (rows of row_bytes bytes, blocks of
+// block_bytes) as stored, into `out`.
+inline void interleaved_row(const std::byte* group, int64_t r, int64_t row_bytes,
+                            int64_t block_bytes, std::byte* out) {
+  const int64_t blocks = row_bytes / block_bytes;
+  for (int64_t b = 0; b < blocks; ++b) {
+    for_each_chunk(block_bytes, b, blocks, [&](int64_t from, int64_t bytes, int64_t at) {
+      std::memcpy(out + b * block_bytes + from, group + at + r * bytes, bytes);
+    });
+  }
 }
 
 // Whether a matrix {n, k} of this shape can be kept blocked: bf16, rank 2, n and k multiples

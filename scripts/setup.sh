@@ -38,6 +38,9 @@ packages=(
   # prism smi's vendor sources, built against the vendors' headers (AMD's ROCm SMI, Intel's
   # Level Zero)
   librocm-smi-dev libze-dev
+  # runs of several processes (docs/cluster.md): Open MPI's mpirun and library (loaded at run
+  # time; nothing is built against it)
+  openmpi-bin libopenmpi3
   # op conformance data (ONNX node tests)
   libonnx-testdata
   # tests of tools/ scripts, and the project's virtual environment

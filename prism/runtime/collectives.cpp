@@ -1,9 +1,11 @@
 #include "prism/runtime/collectives.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
 #include "prism/core/error.h"
+#include "prism/runtime/processes.h"
 
 namespace prism {
 namespace {
@@ -67,7 +69,7 @@ bool overlaps(const std::byte* a, size_t an, const std::byte* b, size_t bn) {
 
 }  // namespace
 
-HostCommunicator::HostCommunicator(Mesh mesh) : mesh_(std::move(mesh)) {
+HostCommunicator::HostCommunicator(Mesh mesh) : Communicator(std::move(mesh)) {
   const int64_t n = mesh_.devices();
   for (size_t a = 0; a < mesh_.axes().size(); ++a) {
     for (int64_t d = 0; d < n; ++d) {
@@ -209,8 +211,105 @@ void HostCommunicator::reduce_scatter(int64_t device, int mesh_axis, int axis, c
   std::memcpy(out, staging.data(), staging.size());
 }
 
+ProcessCommunicator::ProcessCommunicator(Mesh mesh, Processes& processes)
+    : Communicator(std::move(mesh)), device_(processes.rank()) {
+  PRISM_CHECK(mesh_.devices() == processes.size(),
+              "collectives: the mesh {} has {} devices and the run {} processes (one device each)",
+              mesh_.str(), mesh_.devices(), processes.size());
+  // Every process makes the groups of every axis in the same order: MPI_Comm_split is
+  // collective over the whole run.
+  for (size_t a = 0; a < mesh_.axes().size(); ++a) {
+    int64_t stride = 1;
+    for (size_t b = a + 1; b < mesh_.axes().size(); ++b) stride *= mesh_.axes()[b].size;
+    const int64_t place = mesh_.coordinate(device_, static_cast<int>(a));
+    groups_.push_back(
+        processes.split(static_cast<int>(device_ - place * stride), static_cast<int>(place)));
+  }
+}
+
+ProcessCommunicator::~ProcessCommunicator() = default;
+
+ProcessGroup& ProcessCommunicator::group(int64_t device, int mesh_axis) {
+  PRISM_CHECK(device == device_ && mesh_axis >= 0 && mesh_axis < static_cast<int>(groups_.size()),
+              "collectives: device {} or mesh axis {} is not this process's (device {} of {})",
+              device, mesh_axis, device_, mesh_.str());
+  return *groups_[mesh_axis];
+}
+
+// Each process sums one chunk of the elements from every member's operand (sent to it by
+// all-to-all), in member order, then every chunk goes to every member: the bits of
+// HostCommunicator::all_reduce.
+void ProcessCommunicator::all_reduce(int64_t device, int mesh_axis, const Shape& shape,
+                                     const std::byte* in, std::byte* out) {
+  ProcessGroup& g = group(device, mesh_axis);
+  const size_t n = static_cast<size_t>(g.size()), place = static_cast<size_t>(g.rank());
+  const int64_t count = shape.numel();
+  const size_t elem = size_of(shape.dtype());
+  auto first = [&](size_t q) { return static_cast<size_t>(count * static_cast<int64_t>(q) / n); };
+  const size_t mine = first(place + 1) - first(place);  // elements of this process's chunk
+  std::vector<size_t> send_bytes(n), send_at(n), recv_bytes(n, mine * elem), recv_at(n);
+  for (size_t q = 0; q < n; ++q) {
+    send_bytes[q] = (first(q + 1) - first(q)) * elem;
+    send_at[q] = first(q) * elem;
+    recv_at[q] = q * mine * elem;
+  }
+  std::vector<std::byte> parts(n * mine * elem), sum(std::max<size_t>(mine, 1) * elem);
+  g.all_to_all(in, send_bytes, send_at, parts.data(), recv_bytes, recv_at);
+  std::vector<const std::byte*> all(n);
+  for (size_t q = 0; q < n; ++q) all[q] = parts.data() + q * mine * elem;
+  sum_range(shape.dtype(), all, sum.data(), 0, static_cast<int64_t>(mine));
+  // The chunks to every member: the operand has been read whole, so `out` may be `in`.
+  std::vector<size_t> chunk_bytes(n, mine * elem), zero(n, 0);
+  g.all_to_all(sum.data(), chunk_bytes, zero, out, send_bytes, send_at);
+}
+
+void ProcessCommunicator::all_gather(int64_t device, int mesh_axis, int axis, const Shape& shape,
+                                     const std::byte* in, std::byte* out) {
+  ProcessGroup& g = group(device, mesh_axis);
+  const int64_t n = g.size();
+  int64_t outer = 1;
+  for (int a = 0; a < axis; ++a) outer *= shape.size(a);
+  const size_t block = shape.numel() / std::max<int64_t>(outer, 1) * size_of(shape.dtype());
+  std::vector<std::byte> all(shape.bytes() * n);
+  g.all_gather(in, shape.bytes(), all.data());
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t q = 0; q < n; ++q) {
+      std::memcpy(out + (o * n + q) * block, all.data() + q * shape.bytes() + o * block, block);
+    }
+  }
+}
+
+void ProcessCommunicator::reduce_scatter(int64_t device, int mesh_axis, int axis,
+                                         const Shape& shape, const std::byte* in, std::byte* out) {
+  ProcessGroup& g = group(device, mesh_axis);
+  const int64_t n = g.size();
+  PRISM_CHECK(shape.size(axis) % n == 0, "collectives: reduce_scatter of {} over {} devices",
+              shape.str(), n);
+  int64_t outer = 1;
+  for (int a = 0; a < axis; ++a) outer *= shape.size(a);
+  const size_t elem = size_of(shape.dtype());
+  const int64_t block = shape.numel() / std::max<int64_t>(outer, 1) / n;  // elements
+  const size_t part = static_cast<size_t>(outer * block) * elem;          // what each member gets
+  // Member q's blocks (o * n + q) for every o, packed for it.
+  std::vector<std::byte> packed(part * n), parts(part * n);
+  for (int64_t q = 0; q < n; ++q) {
+    for (int64_t o = 0; o < outer; ++o) {
+      std::memcpy(packed.data() + q * part + o * block * elem, in + (o * n + q) * block * elem,
+                  block * elem);
+    }
+  }
+  std::vector<size_t> bytes(n, part), at(n);
+  for (int64_t q = 0; q < n; ++q) at[q] = q * part;
+  g.all_to_all(packed.data(), bytes, at, parts.data(), bytes, at);
+  std::vector<const std::byte*> rows(n);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t p = 0; p < n; ++p) rows[p] = parts.data() + p * part + o * block * elem;
+    sum_range(shape.dtype(), rows, out + o * block * elem, 0, block);
+  }
+}
+
 void check_collective(std::string_view platform, const ir::Graph& graph, ir::ValueId id,
-                      const HostCommunicator* comm) {
+                      const Communicator* comm) {
   const ir::Node& n = graph.node(id);
   const auto& c = n.attr<ir::CollectiveAttrs>();
   if (c.group == 1) return;
@@ -222,8 +321,8 @@ void check_collective(std::string_view platform, const ir::Graph& graph, ir::Val
               ir::op_name(n.op), c.group, c.mesh_axis, comm->mesh().str());
 }
 
-void run_collective(const ir::Node& node, const Shape& operand, HostCommunicator* comm,
-                    int64_t device, const std::byte* in, std::byte* out) {
+void run_collective(const ir::Node& node, const Shape& operand, Communicator* comm, int64_t device,
+                    const std::byte* in, std::byte* out) {
   const auto& c = node.attr<ir::CollectiveAttrs>();
   switch (node.op) {
     case ir::Op::mesh_coordinate: {
@@ -243,11 +342,17 @@ void run_collective(const ir::Node& node, const Shape& operand, HostCommunicator
     if (out != in) std::memmove(out, in, operand.bytes());
     return;
   }
-  if (node.op == ir::Op::all_reduce) return comm->all_reduce(device, c.mesh_axis, operand, in, out);
-  if (node.op == ir::Op::all_gather) {
-    return comm->all_gather(device, c.mesh_axis, c.axis, operand, in, out);
+  const auto start = std::chrono::steady_clock::now();
+  if (node.op == ir::Op::all_reduce) {
+    comm->all_reduce(device, c.mesh_axis, operand, in, out);
+  } else if (node.op == ir::Op::all_gather) {
+    comm->all_gather(device, c.mesh_axis, c.axis, operand, in, out);
+  } else {
+    comm->reduce_scatter(device, c.mesh_axis, c.axis, operand, in, out);
   }
-  comm->reduce_scatter(device, c.mesh_axis, c.axis, operand, in, out);
+  comm->count(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count());
 }
 
 int64_t devices_asked(const char* variable) {

@@ -1,7 +1,8 @@
-// Collectives between the devices of a mesh that share host memory (the CPU's devices): each
-// device calls with its index, and a call returns once every device of its group has made it.
-// Sums run in one fixed order (the group's devices in turn), so every device gets the same
-// bits.
+// Collectives between the devices of a mesh whose results land in host memory: each device
+// calls with its index, and a call returns once every device of its group has made it. Sums
+// run in one fixed order (the group's devices in turn, each element summed in double and
+// rounded once), so every device gets the same bits, whether the devices share a process
+// (HostCommunicator) or not (ProcessCommunicator).
 #pragma once
 
 #include <atomic>
@@ -23,25 +24,59 @@
 
 namespace prism {
 
-class HostCommunicator {
+class Processes;
+class ProcessGroup;
+
+class Communicator {
  public:
-  explicit HostCommunicator(Mesh mesh);
+  explicit Communicator(Mesh mesh) : mesh_(std::move(mesh)) {}
+  virtual ~Communicator() = default;
   const Mesh& mesh() const { return mesh_; }
 
   // The sum over the devices that differ from `device` only along `mesh_axis`, of `in` into
   // `out` (both `shape`; they may be the same memory).
-  void all_reduce(int64_t device, int mesh_axis, const Shape& shape, const std::byte* in,
-                  std::byte* out);
+  virtual void all_reduce(int64_t device, int mesh_axis, const Shape& shape, const std::byte* in,
+                          std::byte* out) = 0;
   // The group's operands (each `shape`) side by side along `axis`, in device order.
-  void all_gather(int64_t device, int mesh_axis, int axis, const Shape& shape, const std::byte* in,
-                  std::byte* out);
+  virtual void all_gather(int64_t device, int mesh_axis, int axis, const Shape& shape,
+                          const std::byte* in, std::byte* out) = 0;
   // The sum as all_reduce, of which `out` keeps this device's block along `axis`.
-  void reduce_scatter(int64_t device, int mesh_axis, int axis, const Shape& shape,
-                      const std::byte* in, std::byte* out);
+  virtual void reduce_scatter(int64_t device, int mesh_axis, int axis, const Shape& shape,
+                              const std::byte* in, std::byte* out) = 0;
 
   // Every device waiting (or later calling) throws instead of waiting; reset() ends that.
-  void abort();
-  void reset();
+  virtual void abort() {}
+  virtual void reset() {}
+
+  // The time the devices have spent in collectives through this communicator (waiting for
+  // the others included) and the calls, summed over the devices that call it: what
+  // run_collective counts, for benchmarks.
+  double seconds() const { return static_cast<double>(nanoseconds_.load()) * 1e-9; }
+  int64_t calls() const { return calls_.load(); }
+  void count(int64_t nanoseconds) {
+    nanoseconds_ += nanoseconds;
+    ++calls_;
+  }
+
+ protected:
+  Mesh mesh_;
+
+ private:
+  std::atomic<int64_t> nanoseconds_{0}, calls_{0};
+};
+
+// The devices of a mesh in one process, meeting in shared memory.
+class HostCommunicator : public Communicator {
+ public:
+  explicit HostCommunicator(Mesh mesh);
+  void all_reduce(int64_t device, int mesh_axis, const Shape& shape, const std::byte* in,
+                  std::byte* out) override;
+  void all_gather(int64_t device, int mesh_axis, int axis, const Shape& shape, const std::byte* in,
+                  std::byte* out) override;
+  void reduce_scatter(int64_t device, int mesh_axis, int axis, const Shape& shape,
+                      const std::byte* in, std::byte* out) override;
+  void abort() override;
+  void reset() override;
 
  private:
   struct Group {
@@ -60,20 +95,40 @@ class HostCommunicator {
   template <typename F>
   void exchange(int64_t device, int mesh_axis, const std::byte* in, F&& work);
 
-  Mesh mesh_;
   std::vector<std::unique_ptr<Group>> groups_;  // [mesh axis][device with that coordinate 0]
   std::atomic<bool> aborted_{false};
+};
+
+// A mesh whose devices are the processes of a run (processes.h), one each: device k is rank
+// k, and its collectives go through MPI (shared memory within a host, the network between
+// hosts, as Open MPI chooses). Made by every process at once (it forms a group of processes
+// per mesh axis); throws when the mesh's devices are not the run's processes.
+class ProcessCommunicator : public Communicator {
+ public:
+  ProcessCommunicator(Mesh mesh, Processes& processes);
+  ~ProcessCommunicator() override;
+  void all_reduce(int64_t device, int mesh_axis, const Shape& shape, const std::byte* in,
+                  std::byte* out) override;
+  void all_gather(int64_t device, int mesh_axis, int axis, const Shape& shape, const std::byte* in,
+                  std::byte* out) override;
+  void reduce_scatter(int64_t device, int mesh_axis, int axis, const Shape& shape,
+                      const std::byte* in, std::byte* out) override;
+
+ private:
+  ProcessGroup& group(int64_t device, int mesh_axis);
+  int64_t device_;
+  std::vector<std::unique_ptr<ProcessGroup>> groups_;  // per mesh axis: this device's group
 };
 
 // The collective node `id` of `graph` (all_reduce, all_gather, reduce_scatter, mesh_coordinate)
 // for a backend whose devices share host memory: checks at compile time that it can run on
 // `comm`'s mesh (with no communicator, that it needs no other device), naming `platform`.
 void check_collective(std::string_view platform, const ir::Graph& graph, ir::ValueId id,
-                      const HostCommunicator* comm);
+                      const Communicator* comm);
 // Runs it as device `device`: `in` is its operand (unused for mesh_coordinate), `out` its
 // result, both host memory, possibly the same.
-void run_collective(const ir::Node& node, const Shape& operand, HostCommunicator* comm,
-                    int64_t device, const std::byte* in, std::byte* out);
+void run_collective(const ir::Node& node, const Shape& operand, Communicator* comm, int64_t device,
+                    const std::byte* in, std::byte* out);
 
 // How many devices environment variable `variable` asks a platform to present (virtual
 // devices, to try a mesh on a machine with fewer), or 0 where it is unset. Throws naming it
@@ -84,7 +139,7 @@ int64_t devices_asked(const char* variable);
 // platform's life: each mesh's are made once, by `make(communicator, k)` for device k.
 class MeshDevices {
  public:
-  using Make = std::function<std::unique_ptr<Platform>(std::shared_ptr<HostCommunicator>, int64_t)>;
+  using Make = std::function<std::unique_ptr<Platform>(std::shared_ptr<Communicator>, int64_t)>;
   std::vector<Platform*> get(const Mesh& mesh, const Make& make);
 
  private:

@@ -26,7 +26,7 @@ bool cpu_supports(const ir::Node& node);
 Kernel make_kernel(const ir::Graph& graph, ir::ValueId id);
 // all_reduce, all_gather and reduce_scatter as device `device` of `comm`'s mesh (null: not on a
 // mesh, where only groups of one run); null for other ops (kernels_collective.cpp).
-Kernel make_collective_kernel(const ir::Graph& graph, ir::ValueId id, HostCommunicator* comm,
+Kernel make_collective_kernel(const ir::Graph& graph, ir::ValueId id, Communicator* comm,
                               int64_t device);
 
 // Families, one file each.

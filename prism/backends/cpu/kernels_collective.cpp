@@ -4,7 +4,7 @@
 
 namespace prism::cpu {
 
-Kernel make_collective_kernel(const ir::Graph& g, ir::ValueId id, HostCommunicator* comm,
+Kernel make_collective_kernel(const ir::Graph& g, ir::ValueId id, Communicator* comm,
                               int64_t device) {
   const ir::Node& n = g.node(id);
   if (kernel::lowering_of(n.op) != kernel::Lowering::collective) return nullptr;

@@ -94,7 +94,7 @@ OpenClPlatform::OpenClPlatform() {
 }
 
 OpenClPlatform::OpenClPlatform(cl_platform_id platform, cl_device_id device,
-                               std::shared_ptr<HostCommunicator> comm, int64_t index)
+                               std::shared_ptr<Communicator> comm, int64_t index)
     : comm_(std::move(comm)), mesh_device_(index) {
   std::string why;
   api_ = cl_api(&why);
@@ -144,7 +144,7 @@ std::vector<Platform*> OpenClPlatform::mesh_devices(const Mesh& mesh) {
       if (d.platform == cl_platform_) ids.push_back(d.device);
     }
   }
-  return meshes_.get(mesh, [&](std::shared_ptr<HostCommunicator> comm, int64_t k) {
+  return meshes_.get(mesh, [&](std::shared_ptr<Communicator> comm, int64_t k) {
     return std::unique_ptr<Platform>(
         new OpenClPlatform(cl_platform_, ids.empty() ? device_ : ids[k], std::move(comm), k));
   });

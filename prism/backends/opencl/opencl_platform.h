@@ -49,8 +49,9 @@ class OpenClPlatform : public Platform {
   void abort_collectives() override;
   void reset_collectives() override;
   // Where this platform is a device of a mesh: the communicator and its index; else null, 0.
-  HostCommunicator* communicator() const { return comm_.get(); }
+  Communicator* communicator() const { return comm_.get(); }
   int64_t mesh_device() const { return mesh_device_; }
+  int64_t mesh_index() const override { return mesh_device_; }
 
   const ClApi& api() const { return *api_; }
   cl_command_queue queue() const { return queue_; }
@@ -60,14 +61,14 @@ class OpenClPlatform : public Platform {
 
  private:
   // Device `index` of a mesh on `device` of OpenCL platform `platform`.
-  OpenClPlatform(cl_platform_id platform, cl_device_id device,
-                 std::shared_ptr<HostCommunicator> comm, int64_t index);
+  OpenClPlatform(cl_platform_id platform, cl_device_id device, std::shared_ptr<Communicator> comm,
+                 int64_t index);
   void open(cl_platform_id platform, cl_device_id device);
 
   const ClApi* api_;
   cl_platform_id cl_platform_ = nullptr;
   cl_device_id device_ = nullptr;
-  std::shared_ptr<HostCommunicator> comm_;
+  std::shared_ptr<Communicator> comm_;
   int64_t mesh_device_ = 0;
   MeshDevices meshes_;
   cl_context context_ = nullptr;

@@ -1,0 +1,161 @@
+// Collectives between the processes of a run (prism/runtime/processes.h), against the same
+// collectives between threads of one process (HostCommunicator): the same bits. These tests
+// run under `mpirun -n 3` and `mpirun -n 4` (tests/CMakeLists.txt); in a run of one process
+// they skip.
+#include "prism/runtime/processes.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "prism/core/mesh.h"
+#include "prism/runtime/collectives.h"
+#include "tests/unit/test_util.h"
+
+namespace prism {
+namespace {
+
+using testing::S;
+
+HostBuffer random_values(const Shape& shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(shape.numel());
+  for (float& x : v) x = u(rng);
+  return HostBuffer::from<float>(S({{"n", shape.numel()}}), v)
+      .convert(shape.dtype())
+      .reshaped(shape);
+}
+
+enum class Kind { all_reduce, all_gather, reduce_scatter };
+
+// A buffer for the result of `kind` along `axis` of `shape` over a group of `group` devices.
+HostBuffer result_shape_of(Kind kind, const Shape& shape, int axis, int64_t group) {
+  std::vector<Dim> dims(shape.dims().begin(), shape.dims().end());
+  if (kind == Kind::all_gather) dims[axis].size *= group;
+  if (kind == Kind::reduce_scatter) dims[axis].size /= group;
+  return HostBuffer(Shape(shape.dtype(), dims));
+}
+
+void run(Communicator& comm, Kind kind, int64_t device, int mesh_axis, int axis,
+         const HostBuffer& in, HostBuffer& out) {
+  switch (kind) {
+    case Kind::all_reduce:
+      return comm.all_reduce(device, mesh_axis, in.shape(), in.data(), out.data());
+    case Kind::all_gather:
+      return comm.all_gather(device, mesh_axis, axis, in.shape(), in.data(), out.data());
+    case Kind::reduce_scatter:
+      return comm.reduce_scatter(device, mesh_axis, axis, in.shape(), in.data(), out.data());
+  }
+}
+
+// This process's result, and the one threads of one process give device rank, for each case.
+void expect_same_bits(const Mesh& mesh) {
+  Processes* processes = Processes::get();
+  ProcessCommunicator across(mesh, *processes);
+  HostCommunicator within(mesh);
+  const int64_t me = processes->rank();
+  struct Case {
+    Kind kind;
+    Shape shape;
+    int mesh_axis, axis;
+  };
+  std::vector<Case> cases;
+  for (int a = 0; a < static_cast<int>(mesh.axes().size()); ++a) {
+    const int64_t g = mesh.axes()[a].size;
+    for (DType t : {DType::f32, DType::bf16, DType::i32}) {
+      // An element count the group does not divide: chunks of unequal sizes.
+      cases.push_back({Kind::all_reduce, Shape(t, {{"a", 7}, {"b", 5}}), a, 0});
+      cases.push_back({Kind::all_gather, Shape(t, {{"a", 3}, {"b", 5}}), a, 1});
+      cases.push_back({Kind::all_gather, Shape(t, {{"a", 3}, {"b", 5}}), a, 0});
+      cases.push_back({Kind::reduce_scatter, Shape(t, {{"a", 3}, {"b", 2 * g}}), a, 1});
+      cases.push_back({Kind::reduce_scatter, Shape(t, {{"a", 2 * g}, {"b", 3}}), a, 0});
+    }
+  }
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const Case& k = cases[c];
+    SCOPED_TRACE(::testing::Message() << "case " << c << " " << k.shape.str() << " mesh axis "
+                                      << k.mesh_axis << " on " << mesh.str());
+    const int64_t group = mesh.axes()[k.mesh_axis].size;
+    auto operand = [&](int64_t device) {
+      return random_values(k.shape, static_cast<uint32_t>(100 * c + device));
+    };
+    const HostBuffer mine = operand(me);
+    HostBuffer got = result_shape_of(k.kind, k.shape, k.axis, group);
+    run(across, k.kind, me, k.mesh_axis, k.axis, mine, got);
+    // In place, where the result has the operand's shape.
+    HostBuffer in_place = operand(me);
+    if (k.kind == Kind::all_reduce) {
+      run(across, k.kind, me, k.mesh_axis, k.axis, in_place, in_place);
+    }
+
+    std::vector<HostBuffer> operands, want;
+    for (int64_t d = 0; d < mesh.devices(); ++d) {
+      operands.push_back(operand(d));
+      want.push_back(result_shape_of(k.kind, k.shape, k.axis, group));
+    }
+    std::vector<std::thread> threads;
+    for (int64_t d = 0; d < mesh.devices(); ++d) {
+      threads.emplace_back(
+          [&, d] { run(within, k.kind, d, k.mesh_axis, k.axis, operands[d], want[d]); });
+    }
+    for (auto& t : threads) t.join();
+    ASSERT_EQ(got.shape(), want[me].shape());
+    EXPECT_EQ(0, std::memcmp(got.data(), want[me].data(), got.shape().bytes()));
+    if (k.kind == Kind::all_reduce) {
+      EXPECT_EQ(0, std::memcmp(in_place.data(), want[me].data(), got.shape().bytes()));
+    }
+  }
+}
+
+TEST(Processes, CollectivesGiveTheBitsOfOneProcess) {
+  Processes* processes = Processes::get();
+  if (!processes) GTEST_SKIP() << "a run of one process (tests run this under mpirun)";
+  const int n = processes->size();
+  expect_same_bits(Mesh({{"model", n}}));
+  if (n % 2 == 0) expect_same_bits(Mesh({{"data", 2}, {"model", n / 2}}));
+  if (n % 2 == 0) expect_same_bits(Mesh({{"model", n / 2}, {"data", 2}}));
+}
+
+TEST(Processes, EachKnowsItsPlace) {
+  Processes* processes = Processes::get();
+  if (!processes) GTEST_SKIP() << "a run of one process (tests run this under mpirun)";
+  EXPECT_EQ(processes->size(), Processes::asked());
+  EXPECT_FALSE(processes->host().empty());
+  // Every rank once, in order.
+  std::vector<int> ranks(processes->size());
+  const int mine = processes->rank();
+  processes->world().all_gather(&mine, sizeof mine, ranks.data());
+  for (int r = 0; r < processes->size(); ++r) EXPECT_EQ(ranks[r], r);
+  // Rank 0's bytes to all.
+  std::vector<char> text(5, 0);
+  if (mine == 0) text = {'h', 'e', 'l', 'l', 'o'};
+  processes->world().broadcast(text.data(), text.size(), 0);
+  EXPECT_EQ(std::string(text.begin(), text.end()), "hello");
+}
+
+// A mesh that is not the run's processes is refused, on every process alike.
+TEST(Processes, AMeshOfOtherSizeIsRefused) {
+  Processes* processes = Processes::get();
+  if (!processes) GTEST_SKIP() << "a run of one process (tests run this under mpirun)";
+  const int n = processes->size();
+  EXPECT_EQ(testing::error_of([&] {
+              ProcessCommunicator(Mesh({{"model", n + 1}}), *processes);
+            }),
+            fmt::format("collectives: the mesh {{model={}}} has {} devices and the run {} "
+                        "processes (one device each)",
+                        n + 1, n + 1, n));
+}
+
+// The run leaves MPI once every test is done (an MPI process must, before it exits).
+class LeaveMpi : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (Processes* processes = Processes::running()) processes->finish(0);
+  }
+};
+const auto* leave_mpi = ::testing::AddGlobalTestEnvironment(new LeaveMpi);
+
+}  // namespace
+}  // namespace prism

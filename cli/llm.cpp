@@ -23,6 +23,7 @@
 #include "prism/llm/sampler.h"
 #include "prism/llm/speculative.h"
 #include "prism/llm/tokenizer.h"
+#include "prism/runtime/processes.h"
 #include "prism/smi/activity.h"
 
 namespace {
@@ -205,10 +206,18 @@ int run(const Options& o) {
 
   PRISM_CHECK(o.devices >= 1, "llm: --devices must be at least 1, got {}", o.devices);
   PRISM_CHECK(o.devices == 1 || o.mesh.empty(), "llm: give --devices or --mesh, not both");
+  // A run of several processes (mpirun; docs/cluster.md): one device each, by default over
+  // all of them; rank 0 leads, the others follow its steps and print nothing.
+  prism::Processes* processes = prism::Processes::get();
+  const bool follower = processes && processes->rank() != 0;
   prism::Platform& platform = prism::get_platform(o.platform);
   prism::llm::EngineOptions options;
   if (o.devices > 1) options.mesh = prism::Mesh({{prism::models::kModelAxis, o.devices}});
   if (!o.mesh.empty()) options.mesh = prism::Mesh::parse(o.mesh);
+  if (processes && o.devices == 1 && o.mesh.empty()) {
+    options.mesh = prism::Mesh({{prism::models::kModelAxis, processes->size()}});
+  }
+  if (follower) options.load.report = options.load.progress = false;
   options.seqlen = o.seqlen;
   options.dtype = dtype;
   options.load.zero_copy = o.map_weights;
@@ -219,6 +228,11 @@ int run(const Options& o) {
   prism::llm::Engine engine(o.model, platform, options);
   const prism::llm::Speculation speculation =
       prism::llm::make_speculation(o.speculate, o.draft_model, platform, options, "llm", &engine);
+  if (follower) {  // rank 0 reads the user's interrupts (mpirun signals every process)
+    std::signal(SIGINT, SIG_IGN);
+    prism::llm::follow_leader();
+    return 0;
+  }
   prism::llm::Drafter* drafter = speculation.drafter.get();
   prism::llm::Sampler sampler(o.sampling);
   Stats stats;

@@ -5,6 +5,7 @@
 
 #include "cli/command.h"
 #include "prism/core/error.h"
+#include "prism/runtime/processes.h"
 
 namespace prism::cli {
 
@@ -38,16 +39,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "prism: error: %s (--help lists the options)\n", e.what());
     return e.get_exit_code();
   }
+  // In a run of several processes (prism/runtime/processes.h), a follower's errors name it.
+  auto where = [] {
+    prism::Processes* p = prism::Processes::running();
+    return p && p->rank() != 0 ? p->name() + ": " : std::string();
+  };
+  int code = 1;
   try {
     for (auto& [sub, action] : actions) {
-      if (sub->parsed()) return action();
+      if (sub->parsed()) code = action();
     }
   } catch (const prism::Error& e) {
-    std::fprintf(stderr, "prism: error: %s\n", e.what());
-    return 1;
+    std::fprintf(stderr, "prism: error: %s%s\n", where().c_str(), e.what());
+    code = 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "prism: internal error: %s\n", e.what());
-    return 2;
+    std::fprintf(stderr, "prism: internal error: %s%s\n", where().c_str(), e.what());
+    code = 2;
   }
-  return 1;
+  if (prism::Processes* p = prism::Processes::running()) code = p->finish(code);
+  return code;
 }

@@ -12,6 +12,7 @@
 #include "prism/llm/gguf_model.h"
 #include "prism/llm/speculative.h"
 #include "prism/llm/tokenizer.h"
+#include "prism/runtime/processes.h"
 #include "prism/serve/server.h"
 #include "prism/smi/activity.h"
 
@@ -53,11 +54,25 @@ int run(const Options& o) {
   engine_options.keep_quantized = prism::llm::keep_quantized(o.keep_quantized, "serve");
   if (o.devices > 1) engine_options.mesh = prism::Mesh({{prism::models::kModelAxis, o.devices}});
   if (!o.mesh.empty()) engine_options.mesh = prism::Mesh::parse(o.mesh);
+  // A run of several processes (mpirun; docs/cluster.md): one device each, by default over
+  // all of them; rank 0 serves, the others follow its batches.
+  prism::Processes* processes = prism::Processes::get();
+  if (processes && o.devices == 1 && o.mesh.empty()) {
+    engine_options.mesh = prism::Mesh({{prism::models::kModelAxis, processes->size()}});
+  }
+  const bool follower = processes && processes->rank() != 0;
+  if (follower) engine_options.load.report = engine_options.load.progress = false;
   prism::Platform& engine_platform = prism::get_platform(o.platform);
   engine_options.draft_head = prism::llm::uses_draft_head(o.speculate);
   prism::llm::Engine engine(o.model, engine_platform, engine_options);
   const prism::llm::Speculation speculation = prism::llm::make_speculation(
       o.speculate, o.draft_model, engine_platform, engine_options, "serve", &engine);
+  if (follower) {  // rank 0 decides when to stop (mpirun signals every process)
+    std::signal(SIGTERM, SIG_IGN);
+    std::signal(SIGINT, SIG_IGN);
+    prism::llm::follow_leader();
+    return 0;
+  }
   prism::serve::ServeOptions options = o.serve;
   options.drafter = speculation.drafter.get();
   options.draft_tokens = o.draft_tokens;

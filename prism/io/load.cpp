@@ -435,10 +435,13 @@ namespace prism::io {
 std::vector<Weights> load_sharded(const Store& store,
                                   std::span<const ShardedExecutable::Parameter> parameters,
                                   const Mesh& mesh, std::span<Platform* const> devices,
-                                  const LoadOptions& options, LoadStats* stats_out) {
+                                  const LoadOptions& options, LoadStats* stats_out,
+                                  int64_t first_device) {
   auto start = std::chrono::steady_clock::now();
   const int64_t n = static_cast<int64_t>(devices.size());
-  PRISM_CHECK(n == mesh.devices(), "load: {} devices for the mesh {}", n, mesh.str());
+  PRISM_CHECK(n >= 1 && first_device >= 0 && first_device + n <= mesh.devices(),
+              "load: devices {} to {} of the mesh {}", first_device, first_device + n - 1,
+              mesh.str());
   std::vector<std::string> names;
   for (const ShardedExecutable::Parameter& p : parameters) names.push_back(p.name);
   check_row_blocks(store, names);
@@ -494,7 +497,7 @@ std::vector<Weights> load_sharded(const Store& store,
     const int64_t rows = p->shape.size(0);
     const int64_t row_bytes = p->shape.numel() / std::max<int64_t>(rows, 1) * size_of(*file_dtype);
     for (int64_t k = 0; k < n; ++k) {
-      t.boxes.push_back(shard_box(p->shape, p->split, mesh, k));
+      t.boxes.push_back(shard_box(p->shape, p->split, mesh, first_device + k));
       std::vector<Dim> dims(p->shape.dims().begin(), p->shape.dims().end());
       for (size_t d = 0; d < dims.size(); ++d) dims[d].size = t.boxes[k].size[d];
       const Shape local(p->shape.dtype(), dims);
@@ -514,13 +517,21 @@ std::vector<Weights> load_sharded(const Store& store,
         st.decoded() && st.info.shape.size() < 2
             ? std::max<int64_t>(rows, 1)
             : std::max<int64_t>(1, options.chunk_size / std::max<int64_t>(row_bytes, 1));
+    // Only the rows some device here holds (the others' are read by their own processes).
     for (int64_t r = 0; r < rows; r += step) {
-      chunks.push_back({targets.size() - 1, r, std::min(step, rows - r)});
+      const int64_t count = std::min(step, rows - r);
+      const bool wanted = std::any_of(t.boxes.begin(), t.boxes.end(), [&](const ShardBox& b) {
+        return b.size.empty() || (b.start[0] < r + count && r < b.start[0] + b.size[0]);
+      });
+      if (wanted) chunks.push_back({targets.size() - 1, r, count});
     }
   }
   Progress progress(options.progress, [&] {
     uint64_t total = 0;
-    for (const Target& t : targets) total += t.stored.bytes;
+    for (const Rows& c : chunks) {
+      const Target& t = targets[c.target];
+      total += t.stored.bytes * c.count / std::max<int64_t>(t.param->shape.size(0), 1);
+    }
     return total;
   }());
   parallel_for(chunks.size(), options.parallelism, [&](size_t i) {

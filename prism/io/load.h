@@ -61,10 +61,13 @@ Weights load(const Store& store, std::span<const Executable::Parameter> paramete
 // The same for the devices of a mesh (ShardedExecutable::devices()): each device gets only its
 // shard of each split parameter, streamed from the store chunk by chunk (each chunk read once
 // and cut into the devices' shards; no device ever holds a whole split tensor), and its own
-// copy of each whole one. Returns each device's weights.
+// copy of each whole one. Returns each device's weights. `devices` are the mesh's from
+// `first_device` on (ShardedExecutable::first_device(): in a run of several processes, the
+// ones this process holds); only the rows their shards hold are read.
 std::vector<Weights> load_sharded(const Store& store,
                                   std::span<const ShardedExecutable::Parameter> parameters,
                                   const Mesh& mesh, std::span<Platform* const> devices,
-                                  const LoadOptions& options = {}, LoadStats* stats = nullptr);
+                                  const LoadOptions& options = {}, LoadStats* stats = nullptr,
+                                  int64_t first_device = 0);
 
 }  // namespace prism::io

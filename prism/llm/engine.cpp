@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "prism/core/error.h"
@@ -29,6 +31,21 @@ constexpr int64_t kWindows[] = {1, 16, 64, 256, 512, 1024};
 // size compiles in about 0.1 s (the 1B shape on a Zen 4 core pair), then a few larger ones.
 constexpr int64_t kCheckWindows[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
                                      11, 12, 13, 14, 15, 16, 24, 32, 48, 64};
+
+// The engines whose meshes span processes, by the order this process made them in: rank 0's
+// calls name them so (follow_leader).
+std::mutex& engines_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<int32_t, Engine*>& engines() {
+  static auto& all = *new std::map<int32_t, Engine*>;
+  return all;
+}
+int32_t& next_engine() {
+  static int32_t n = 0;
+  return n;
+}
 
 }  // namespace
 
@@ -206,7 +223,7 @@ Engine::Engine(Checkpoint checkpoint, Platform& platform, const EngineOptions& o
     }
     return parameters;
   };
-  if (devices_.size() == 1) {
+  if (options_.mesh.devices() == 1) {
     const std::vector<Executable::Parameter> device_parameters =
         draft_ ? joined(first.device(0).parameters(), draft_->device(0).parameters())
                : first.device(0).parameters();
@@ -233,14 +250,106 @@ Engine::Engine(Checkpoint checkpoint, Platform& platform, const EngineOptions& o
   } else {
     weights_ = io::load_sharded(
         store_, draft_ ? joined(first.parameters(), draft_->parameters()) : first.parameters(),
-        options_.mesh, devices_, options.load);
+        options_.mesh, devices_, options.load, nullptr, first.first_device());
   }
   weights_ = prepare_for(first, draft_, std::move(weights_));
+  if (first.spans_processes()) {
+    processes_ = Processes::get();
+    std::lock_guard lock(engines_mutex());
+    id_ = next_engine()++;
+    engines()[id_] = this;
+  }
 }
 
 Engine::~Engine() {
   stop_copying_ = true;
   if (copies_.valid()) copies_.wait();
+  if (id_ >= 0) {
+    std::lock_guard lock(engines_mutex());
+    engines().erase(id_);
+  }
+}
+
+// A call as bytes: the engine, the call, the counts of args and tokens, then them.
+Processes::Lead Engine::lead(Call op, std::span<const int64_t> args,
+                             std::span<const int32_t> tokens) {
+  if (!processes_) return {};
+  std::vector<std::byte> command(4 * sizeof(int32_t) + args.size_bytes() + tokens.size_bytes());
+  const int32_t head[4] = {id_, static_cast<int32_t>(op), static_cast<int32_t>(args.size()),
+                           static_cast<int32_t>(tokens.size())};
+  std::byte* at = command.data();
+  std::memcpy(at, head, sizeof head);
+  at += sizeof head;
+  if (!args.empty()) std::memcpy(at, args.data(), args.size_bytes());
+  at += args.size_bytes();
+  if (!tokens.empty()) std::memcpy(at, tokens.data(), tokens.size_bytes());
+  return processes_->lead(command);
+}
+
+void follow_leader() {
+  Processes* processes = Processes::get();
+  PRISM_CHECK(processes && processes->rank() != 0,
+              "llm: only the followers of a run of several processes follow rank 0");
+  processes->follow([](std::span<const std::byte> command) {
+    int32_t head[4];
+    PRISM_CHECK(command.size() >= sizeof head, "llm: a command of {} bytes from rank 0",
+                command.size());
+    std::memcpy(head, command.data(), sizeof head);
+    const size_t args = static_cast<size_t>(head[2]), tokens = static_cast<size_t>(head[3]);
+    PRISM_CHECK(
+        head[2] >= 0 && head[3] >= 0 &&
+            command.size() == sizeof head + args * sizeof(int64_t) + tokens * sizeof(int32_t),
+        "llm: a command of {} bytes from rank 0 does not hold what it says", command.size());
+    std::vector<int64_t> a(args);
+    std::vector<int32_t> t(tokens);
+    if (args) std::memcpy(a.data(), command.data() + sizeof head, args * sizeof(int64_t));
+    if (tokens) {
+      std::memcpy(t.data(), command.data() + sizeof head + args * sizeof(int64_t),
+                  tokens * sizeof(int32_t));
+    }
+    Engine* engine = nullptr;
+    {
+      std::lock_guard lock(engines_mutex());
+      auto it = engines().find(head[0]);
+      PRISM_CHECK(it != engines().end(),
+                  "llm: rank 0 calls engine {}, which this process has not made (every process "
+                  "makes the same engines, in the same order)",
+                  head[0]);
+      engine = it->second;
+    }
+    engine->obey(static_cast<Engine::Call>(head[1]), a, t);
+  });
+}
+
+void Engine::obey(Call op, std::span<const int64_t> args, std::span<const int32_t> tokens) {
+  auto arg = [&](size_t i) {
+    PRISM_CHECK(i < args.size(), "llm: rank 0's call {} has {} arguments", static_cast<int>(op),
+                args.size());
+    return args[i];
+  };
+  switch (op) {
+    case Call::set_slots:
+      return set_slots(static_cast<int>(arg(0)));
+    case Call::feed:
+      feed(static_cast<int>(arg(0)), tokens);
+      return;
+    case Call::feed_every:
+      feed_every(static_cast<int>(arg(0)), tokens, arg(1) != 0);
+      return;
+    case Call::reset:
+      return reset(static_cast<int>(arg(0)));
+    case Call::rewind:
+      return rewind(static_cast<int>(arg(0)), arg(1));
+    case Call::decode: {
+      std::vector<int> slots(args.begin(), args.end());
+      decode(slots, tokens);
+      return;
+    }
+    case Call::draft:
+      draft(static_cast<int>(arg(0)), static_cast<int32_t>(arg(1)), arg(2));
+      return;
+  }
+  fail("llm: rank 0 made call {}, which this process does not know", static_cast<int>(op));
 }
 
 uint64_t Engine::device_bytes() const {
@@ -339,6 +448,8 @@ Engine::Slot Engine::new_slot() {
 
 void Engine::set_slots(int n) {
   PRISM_CHECK(n >= 1, "llm: {} slots: at least one", n);
+  const int64_t args[] = {n};
+  auto leading = lead(Call::set_slots, args);
   while (static_cast<int>(slots_.size()) > n) slots_.pop_back();
   while (static_cast<int>(slots_.size()) < n) slots_.push_back(new_slot());
 }
@@ -346,6 +457,8 @@ void Engine::set_slots(int n) {
 void Engine::reset(int slot_index) {
   PRISM_CHECK(slot_index >= 0 && slot_index < slots(), "llm: no slot {} ({} slots)", slot_index,
               slots());
+  const int64_t args[] = {slot_index};
+  auto leading = lead(Call::reset, args);
   Slot& slot = slots_[slot_index];
   slot.position = 0;
   slot.pending.clear();
@@ -425,6 +538,8 @@ std::vector<float> Engine::run(int slot_index, std::span<const int32_t> given, m
     PRISM_CHECK(t >= 0 && t < info_.vocab_size, "llm: token id {} is outside the vocabulary of {}",
                 t, info_.vocab_size);
   }
+  const int64_t args[] = {slot_index, extend};
+  auto leading = lead(which == models::Logits::every ? Call::feed_every : Call::feed, args, given);
   take_copies();
   Slot& slot = slots_[slot_index];
   // The tokens a rewind kept but not their states run first; their logits are not returned.
@@ -522,6 +637,8 @@ void Engine::rewind(int slot_index, int64_t to) {
               "llm: cannot rewind to position {}: the states are kept back to the start of the "
               "last feed_every only ({})",
               to, slot.before.empty() ? now : slot.before_position);
+  const int64_t args[] = {slot_index, to};
+  auto leading = lead(Call::rewind, args);
   if (to == now) return;
   if (carried_.empty()) {
     slot.position = to;
@@ -562,6 +679,8 @@ std::vector<int32_t> Engine::draft(int slot_index, int32_t next, int64_t count) 
   PRISM_CHECK(at >= 1, "llm: the draft head guesses after a token the model has run");
   PRISM_CHECK(next >= 0 && next < info_.vocab_size,
               "llm: token id {} is outside the vocabulary of {}", next, info_.vocab_size);
+  const int64_t args[] = {slot_index, next, count};
+  auto leading = lead(Call::draft, args);
   take_copies();
   Slot& slot = slots_[slot_index];
   // Step i reads the hidden state at at - 1 + i and writes the head's at at + i: within the
@@ -625,11 +744,23 @@ std::vector<std::vector<float>> Engine::decode(std::span<const int> slot_ids,
                                                std::span<const int32_t> tokens) {
   PRISM_CHECK(slot_ids.size() == tokens.size() && !tokens.empty(), "llm: {} tokens for {} slots",
               tokens.size(), slot_ids.size());
+  // Every slot and token checked before anything runs (and before rank 0 tells the others).
+  for (size_t i = 0; i < slot_ids.size(); ++i) {
+    const int s = slot_ids[i];
+    PRISM_CHECK(s >= 0 && s < slots(), "llm: no slot {} ({} slots)", s, slots());
+    for (size_t j = 0; j < i; ++j) PRISM_CHECK(slot_ids[j] != s, "llm: slot {} twice in a step", s);
+    PRISM_CHECK(position(s) + 1 <= options_.seqlen,
+                "llm: the conversation needs {} positions but the cache holds {} (--seqlen)",
+                position(s) + 1, options_.seqlen);
+    PRISM_CHECK(tokens[i] >= 0 && tokens[i] < info_.vocab_size,
+                "llm: token id {} is outside the vocabulary of {}", tokens[i], info_.vocab_size);
+  }
+  const std::vector<int64_t> args(slot_ids.begin(), slot_ids.end());
+  auto leading = lead(Call::decode, args, tokens);
   take_copies();
   std::vector<std::vector<float>> logits;
-  const bool pending = std::any_of(slot_ids.begin(), slot_ids.end(), [&](int s) {
-    return s >= 0 && s < slots() && !slots_[s].pending.empty();
-  });
+  const bool pending = std::any_of(slot_ids.begin(), slot_ids.end(),
+                                   [&](int s) { return !slots_[s].pending.empty(); });
   if (!model_->batches() || slot_ids.size() == 1 || pending) {
     for (size_t i = 0; i < slot_ids.size(); ++i) {
       logits.push_back(feed(slot_ids[i], tokens.subspan(i, 1)));
@@ -638,17 +769,7 @@ std::vector<std::vector<float>> Engine::decode(std::span<const int> slot_ids,
   }
   const int64_t batch = static_cast<int64_t>(slot_ids.size());
   std::vector<int32_t> at;
-  for (size_t i = 0; i < slot_ids.size(); ++i) {
-    const int s = slot_ids[i];
-    PRISM_CHECK(s >= 0 && s < slots(), "llm: no slot {} ({} slots)", s, slots());
-    for (size_t j = 0; j < i; ++j) PRISM_CHECK(slot_ids[j] != s, "llm: slot {} twice in a step", s);
-    PRISM_CHECK(slots_[s].position + 1 <= options_.seqlen,
-                "llm: the conversation needs {} positions but the cache holds {} (--seqlen)",
-                slots_[s].position + 1, options_.seqlen);
-    PRISM_CHECK(tokens[i] >= 0 && tokens[i] < info_.vocab_size,
-                "llm: token id {} is outside the vocabulary of {}", tokens[i], info_.vocab_size);
-    at.push_back(static_cast<int32_t>(slots_[s].position));
-  }
+  for (int s : slot_ids) at.push_back(static_cast<int32_t>(slots_[s].position));
   auto it = batch_executables_.find(batch);
   if (it == batch_executables_.end()) {
     it = batch_executables_

@@ -18,6 +18,7 @@
 #include "prism/models/causal_lm.h"
 #include "prism/quant/ggml_type.h"
 #include "prism/runtime/compile.h"
+#include "prism/runtime/processes.h"
 #include "prism/runtime/sharded.h"
 
 namespace prism::llm {
@@ -103,6 +104,13 @@ ShardedExecutable compile_decode_batch(Platform& platform, const models::CausalL
                                        int64_t batch, int64_t seqlen, const Mesh& mesh,
                                        CompileCache* cache = nullptr);
 
+// In a run of several processes whose mesh spans them (processes.h, docs/cluster.md), every
+// process makes the same engines in the same order; rank 0 then calls them, each call told to
+// the others first (set_slots, feed, feed_every, reset, rewind, decode, draft), and the others
+// call follow_leader(): it runs each call on their own engines, in step, until rank 0 ends the
+// run. The calls' results (logits) are rank 0's to use.
+void follow_leader();
+
 class Engine {
  public:
   // `model_uri`: a directory (or https/hf/s3 prefix) with config.json and safetensors, or a
@@ -181,6 +189,17 @@ class Engine {
   };
   static Checkpoint open(const std::string& model_uri, const EngineOptions& options);
   Engine(Checkpoint checkpoint, Platform& platform, const EngineOptions& options);
+  friend void follow_leader();
+  // Where the engine's mesh spans processes: on rank 0, tells the others the call `op`
+  // (args, tokens) this thread is about to make, and keeps other threads' calls waiting
+  // until the returned Lead goes; nothing elsewhere.
+  enum class Call : int32_t { set_slots, feed, feed_every, reset, rewind, decode, draft };
+  Processes::Lead lead(Call op, std::span<const int64_t> args,
+                       std::span<const int32_t> tokens = {});
+  // A follower: runs rank 0's call on this engine.
+  void obey(Call op, std::span<const int64_t> args, std::span<const int32_t> tokens);
+  Processes* processes_ = nullptr;  // where the mesh spans processes
+  int32_t id_ = -1;                 // then: the engine's place among the processes' engines
   ShardedExecutable& executable(int64_t window, models::Logits which);
   std::vector<float> run(int slot, std::span<const int32_t> tokens, models::Logits which,
                          bool extend);

@@ -137,6 +137,9 @@ class Platform {
   // mesh gives the same devices); a mesh of one device is this platform. Throws when the mesh
   // has more devices than the platform offers.
   virtual std::vector<Platform*> mesh_devices(const Mesh& mesh);
+  // Where this platform is one of the devices mesh_devices() gave, its index in the mesh (in
+  // a run of several processes, the devices a process holds are one block of the mesh's).
+  virtual int64_t mesh_index() const { return 0; }
   // One device of a mesh failed during a call: wakes the others waiting for it in a collective
   // with an error instead of leaving them waiting. reset_collectives() readies the mesh for the
   // next call once every device has returned.

@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "prism/core/error.h"
+#include "prism/runtime/processes.h"
 
 namespace prism {
 namespace {
@@ -156,13 +157,19 @@ ShardedExecutable compile_sharded(Platform& platform, const TraceFn& fn, std::ve
   ShardedExecutable exe;
   exe.mesh_ = options.mesh;
   exe.devices_ = platform.mesh_devices(options.mesh);
+  PRISM_CHECK(Processes::asked() == 1 || options.mesh.devices() == 1 ||
+                  static_cast<int64_t>(exe.devices_.size()) < options.mesh.devices(),
+              "{}: a mesh across the processes of a run runs on the cpu platform only "
+              "(docs/cluster.md)",
+              platform.name());
+  exe.first_device_ = exe.devices_.front()->mesh_index();
   ir::Graph traced = trace(fn, inputs);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Sharding s = i < options.inputs.size() ? options.inputs[i] : Sharding();
     exe.input_splits_.push_back(s.resolve(inputs[i], options.mesh, fmt::format("input {}", i)));
   }
   compiler::Partitioned p;
-  if (exe.devices_.size() == 1) {  // nothing to split: the graph as traced
+  if (options.mesh.devices() == 1) {  // nothing to split: the graph as traced
     for (ir::ValueId id : traced.parameters()) {
       const ir::Node& n = traced.node(id);
       p.parameters[n.attr<ir::ParameterAttrs>().name] = compiler::Split(n.shape.rank(), -1);
@@ -180,7 +187,7 @@ ShardedExecutable compile_sharded(Platform& platform, const TraceFn& fn, std::ve
     const auto& a = traced.node(id).attr<ir::ParameterAttrs>();
     exe.parameters_.push_back({a.name, traced.node(id).shape, p.parameters.at(a.name)});
   }
-  if (exe.devices_.size() > 1) {
+  if (options.mesh.devices() > 1) {
     // A platform whose compiler splits programs itself gets the whole graph and the splits.
     ir::Graph whole = optimize(traced, platform);
     MeshSpec spec{options.mesh, {}, exe.input_splits_, exe.output_splits_, options.donate};
@@ -244,6 +251,25 @@ HostBuffer ShardedExecutable::output_to_host(const std::vector<std::vector<Buffe
   }
   std::vector<HostBuffer> shards;
   for (const std::vector<Buffer>& device : outputs) shards.push_back(device.at(k).to_host());
+  if (spans_processes()) {
+    // Every process's shards (each process holds as many devices, the same shape each), from
+    // every process, in device order.
+    ProcessGroup& world = Processes::get()->world();
+    const size_t bytes = shards[0].shape().bytes();
+    std::vector<std::byte> mine(bytes * shards.size());
+    for (size_t d = 0; d < shards.size(); ++d) {
+      std::memcpy(mine.data() + d * bytes, shards[d].data(), bytes);
+    }
+    std::vector<std::byte> all(mine.size() * world.size());
+    world.all_gather(mine.data(), mine.size(), all.data());
+    std::vector<HostBuffer> every;
+    for (int64_t d = 0; d < mesh_.devices(); ++d) {
+      HostBuffer shard(shards[0].shape());
+      std::memcpy(shard.data(), all.data() + d * bytes, bytes);
+      every.push_back(std::move(shard));
+    }
+    return assemble(every, split, mesh_);
+  }
   return assemble(shards, split, mesh_);
 }
 

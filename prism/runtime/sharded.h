@@ -46,7 +46,14 @@ class ShardedExecutable {
   };
 
   const Mesh& mesh() const { return mesh_; }
+  // The devices this process holds (every device of the mesh, but in a run of several
+  // processes: processes.h), from device first_device() of the mesh on.
   const std::vector<Platform*>& devices() const { return devices_; }
+  int64_t first_device() const { return first_device_; }
+  // Whether other processes hold some of the mesh's devices.
+  bool spans_processes() const {
+    return !mesh_program_ && static_cast<int64_t>(devices_.size()) < mesh_.devices();
+  }
   const std::vector<Parameter>& parameters() const { return parameters_; }
   const std::vector<compiler::Split>& input_splits() const { return input_splits_; }
   const std::vector<compiler::Split>& output_splits() const { return output_splits_; }
@@ -57,12 +64,14 @@ class ShardedExecutable {
   // (PJRT), or null.
   const MeshExecutableImpl* mesh_program() const { return mesh_program_.get(); }
 
-  // Every device at once: `params[k]` and `inputs[k]` are device k's shards; returns each
-  // device's outputs. An error on one device is rethrown here after every device has stopped.
+  // Every device at once: `params[k]` and `inputs[k]` are the shards of devices()[k];
+  // returns each device's outputs. An error on one device is rethrown here after every device has
+  // stopped.
   std::vector<std::vector<Buffer>> call(std::span<const NamedBuffers> params,
                                         std::span<const std::vector<Buffer>> inputs) const;
-  // Output `k` of a call's `outputs`, whole in host memory: device 0's where it is whole on
-  // every device, else assembled from every device's shard.
+  // Output `k` of a call's `outputs`, whole in host memory: the first device's where it is
+  // whole on every device, else assembled from every device's shard (in a run of several
+  // processes, collective: every process calls it).
   HostBuffer output_to_host(const std::vector<std::vector<Buffer>>& outputs, size_t k) const;
   // Executable::prepare on each device.
   std::vector<NamedBuffers> prepare(std::vector<NamedBuffers> params) const;
@@ -72,6 +81,7 @@ class ShardedExecutable {
                                            const ShardedCompileOptions&);
   Mesh mesh_;
   std::vector<Platform*> devices_;
+  int64_t first_device_ = 0;
   std::vector<Executable> executables_;
   std::vector<Parameter> parameters_;
   std::vector<compiler::Split> input_splits_, output_splits_;

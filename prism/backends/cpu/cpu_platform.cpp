@@ -20,6 +20,7 @@
 #include "prism/backends/cpu/topology.h"
 #include "prism/backends/cpu/weight_layout.h"
 #include "prism/core/error.h"
+#include "prism/runtime/processes.h"
 
 namespace prism {
 namespace cpu {
@@ -127,8 +128,7 @@ CpuPlatform::CpuPlatform()
   simd::current();  // chooses the SIMD target (PRISM_CPU_TARGET) before any kernel runs
 }
 
-CpuPlatform::CpuPlatform(std::vector<int> cpus, std::shared_ptr<HostCommunicator> comm,
-                         int64_t device)
+CpuPlatform::CpuPlatform(std::vector<int> cpus, std::shared_ptr<Communicator> comm, int64_t device)
     : blocks_(std::make_shared<BlockCache>(static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) *
                                            sysconf(_SC_PAGE_SIZE) / 8)),
       pool_(static_cast<int>(std::max<size_t>(1, cpus.size())), cpus),
@@ -165,6 +165,7 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
 }
 
 int64_t CpuPlatform::mesh_capacity() const {
+  if (Processes::asked() > 1) return Processes::asked();
   const int64_t asked = devices_asked("PRISM_CPU_DEVICES");
   return asked ? asked : pool_.size();
 }
@@ -172,6 +173,21 @@ int64_t CpuPlatform::mesh_capacity() const {
 std::vector<Platform*> CpuPlatform::mesh_devices(const Mesh& mesh) {
   PRISM_CHECK(!comm_, "cpu: device {} of a mesh cannot itself be split", device_);
   const int64_t n = mesh.devices();
+  if (Processes* processes = Processes::get(); processes && n > 1) {
+    PRISM_CHECK(n == processes->size(),
+                "cpu: the mesh {} has {} devices, and this run {} processes: each process runs "
+                "one device of the mesh (give --devices={})",
+                mesh.str(), n, processes->size(), processes->size());
+    std::lock_guard lock(process_mutex_);
+    auto& device = process_meshes_[mesh.str()];
+    if (!device) {
+      std::vector<int> cpus = allowed_cpus();
+      if (static_cast<int>(cpus.size()) > pool_.size()) cpus.resize(pool_.size());
+      device = std::make_unique<CpuPlatform>(
+          cpus, std::make_shared<ProcessCommunicator>(mesh, *processes), processes->rank());
+    }
+    return {device.get()};
+  }
   PRISM_CHECK(n <= mesh_capacity(),
               "cpu: the mesh {} needs {} devices, the CPU offers {} (one per core; "
               "PRISM_CPU_DEVICES sets another count)",
@@ -183,7 +199,7 @@ std::vector<Platform*> CpuPlatform::mesh_devices(const Mesh& mesh) {
   std::vector<int> allowed = allowed_cpus();
   if (static_cast<int>(allowed.size()) > threads) allowed.resize(threads);  // PRISM_THREADS
   const std::vector<std::vector<int>> sets = device_cpus(numa_cpus(allowed), n);
-  return meshes_.get(mesh, [&](std::shared_ptr<HostCommunicator> comm, int64_t k) {
+  return meshes_.get(mesh, [&](std::shared_ptr<Communicator> comm, int64_t k) {
     return std::make_unique<CpuPlatform>(sets[k], std::move(comm), k);
   });
 }

@@ -38,7 +38,7 @@ class CpuPlatform : public Platform {
   CpuPlatform();
   // Device `device` of a mesh: its own threads, one per CPU of `cpus` (their workers kept on
   // them), collectives through `comm`.
-  CpuPlatform(std::vector<int> cpus, std::shared_ptr<HostCommunicator> comm, int64_t device);
+  CpuPlatform(std::vector<int> cpus, std::shared_ptr<Communicator> comm, int64_t device);
   std::string_view name() const override { return "cpu"; }
   std::vector<DeviceInfo> devices() const override;
   Buffer allocate(const Shape& shape) override;
@@ -57,23 +57,28 @@ class CpuPlatform : public Platform {
 
   // The CPU as a mesh: one device per core (PRISM_CPU_DEVICES sets another count, for trying
   // meshes on a machine with fewer cores), each a set of cores (topology.h: a NUMA node's
-  // where the mesh has one device per node) with a thread on each.
+  // where the mesh has one device per node) with a thread on each. In a run of several
+  // processes (processes.h), one device per process: mesh_devices() gives this process's,
+  // with all of its threads, its collectives through MPI.
   int64_t mesh_capacity() const override;
   std::vector<Platform*> mesh_devices(const Mesh& mesh) override;
   void abort_collectives() override;
   void reset_collectives() override;
   // Where this platform is a device of a mesh: the communicator and its index; else null, 0.
-  HostCommunicator* communicator() const { return comm_.get(); }
+  Communicator* communicator() const { return comm_.get(); }
   int64_t mesh_device() const { return device_; }
+  int64_t mesh_index() const override { return device_; }
 
  private:
   class BlockCache;
   std::shared_ptr<BlockCache> blocks_;  // shared with the buffers it handed out
   ThreadPool pool_;
-  std::shared_ptr<HostCommunicator> comm_;
+  std::shared_ptr<Communicator> comm_;
   int64_t device_ = 0;
   std::vector<int> cpus_;  // a mesh device's CPUs
   MeshDevices meshes_;
+  std::mutex process_mutex_;
+  std::map<std::string, std::unique_ptr<CpuPlatform>> process_meshes_;  // by Mesh::str()
 };
 
 }  // namespace prism::cpu

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# prism llm across the processes of a run (docs/cluster.md), started by Open MPI's mpirun on
+# this machine: the tiny Llama, Qwen 3.5 and LFM 2 checkpoints' greedy ids as one process
+# gives them, chat turns read by rank 0, the errors of a mesh that does not fit the run, and
+# the end of a run whose rank dies mid-generation.
+set -u
+prism="$1"
+data="$PRISM_SOURCE_DIR/tests/data"
+fail=0
+check() {  # name, expected, actual
+  if [[ "$2" != "$3" ]]; then echo "FAIL $1: expected '$2', got '$3'"; fail=1; else echo "ok $1"; fi
+}
+# Root may start processes here (tests run as root in containers), more of them than cores.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi() {  # processes, command...
+  local n="$1"
+  shift
+  timeout 120 mpirun -n "$n" --oversubscribe "$@"
+}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+for model in llama/tiny-f32 qwen3_5/tiny-bf16-untied lfm2/tiny-bf16-untied; do
+  run() { "$@" llm --model="$data/$model" --prompt-ids=1,2,3,4,5 --print-ids --max-tokens=24 \
+    --seqlen=64 --dtype=f32 2>/dev/null; }
+  want=$(run "$prism")
+  [[ $(echo "$want" | wc -w) == 24 ]] || { echo "FAIL $model: one process gives '$want'"; fail=1; }
+  check "$model: 2 processes" "$want" "$(run mpi 2 "$prism")"
+  check "$model: 4 processes" "$want" "$(run mpi 4 "$prism")"
+done
+# Speculative decoding: Qwen 3.5's draft head, and a draft model (a second engine, split as
+# the first): the guesses' checks and rewinds run on every process alike.
+for guess in "qwen3_5/tiny-bf16-untied --speculate=mtp" \
+  "llama/tiny-f32 --speculate=draft --draft-model=$data/llama/tiny-f32"; do
+  set -- $guess
+  run() { "$@" llm --model="$data/$model" "${extra[@]}" --prompt-ids=1,2,3,4 --print-ids \
+    --max-tokens=24 --seqlen=64 --dtype=f32 2>/dev/null; }
+  model=$1
+  extra=("${@:2}")
+  want=$(run "$prism")
+  [[ $(echo "$want" | wc -w) == 24 ]] || { echo "FAIL $model ${extra[0]}: '$want'"; fail=1; }
+  check "$model ${extra[0]}: 2 processes" "$want" "$(run mpi 2 "$prism")"
+done
+
+# bf16, the checkpoint's own dtype: the same bits as 2 devices in one process.
+bf16=(llm --model="$data/llama/tiny-bf16-tied" --prompt-ids=1,2,3 --print-ids --max-tokens=24
+  --seqlen=64)
+want=$(PRISM_CPU_DEVICES=2 "$prism" "${bf16[@]}" --devices=2 2>/dev/null)
+[[ $(echo "$want" | wc -w) == 24 ]] || { echo "FAIL bf16 on 2 devices: '$want'"; fail=1; }
+check "bf16: 2 processes = 2 devices of one" "$want" "$(mpi 2 "$prism" "${bf16[@]}" 2>/dev/null)"
+
+# Only rank 0 speaks: one answer, one statistics line, one load report.
+out=$(mpi 2 "$prism" llm --model="$data/llama/tiny-f32" --prompt-ids=1,2,3 --print-ids \
+  --max-tokens=4 --seqlen=64 2>"$tmp/err")
+check "one answer" 1 "$(echo "$out" | wc -l)"
+check "one statistics line" 1 "$(grep -c '^prefill: ' "$tmp/err")"
+check "one load report" 1 "$(grep -c '^loaded .* split over {model=2}' "$tmp/err")"
+
+# Text and chat turns: rank 0 reads standard input and the tokenizer's template; the answers
+# are those of one process.
+for f in config.json generation_config.json model.safetensors; do
+  ln -s "$data/llama/tiny-bf16-tied/$f" "$tmp/$f"
+done
+for f in tokenizer.json tokenizer_config.json; do
+  ln -s "${PRISM_TOKENIZERS_DIR:?}/llama3_1/$f" "$tmp/$f"
+done
+chat() { printf 'hello\nhow are you\n/reset\nhi\n/exit\n' | "$@" llm --model="$tmp" \
+  --max-tokens=3 --dtype=f32 --seqlen=128 2>/dev/null; }
+want=$(chat "$prism")
+check "chat answers" 3 "$(echo "$want" | wc -l)"
+check "chat over 2 processes" "$want" "$(chat mpi 2 "$prism")"
+
+# prism serve over 2 processes: rank 0 serves, the other follows its batches; concurrent
+# greedy requests get what one process gives; SIGTERM to rank 0 ends the run well.
+rank_pid() {  # launcher pid, rank: that rank's process
+  for p in $(pgrep -P "$1" 2>/dev/null); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && echo "$p"
+  done
+}
+serve_port() {  # stderr file: the port the server says it listens on
+  for _ in $(seq 300); do
+    port=$(sed -n 's|^prism serve: .* on http://127.0.0.1:\([0-9]*\)/v1$|\1|p' "$1")
+    [[ -n "$port" ]] && echo "$port" && return
+    sleep 0.1
+  done
+}
+complete() {  # port, prompt
+  curl -s "localhost:$1/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"prompt\":\"$2\",\"max_tokens\":8,\"temperature\":0}" >"$tmp/answer.$1.${2// /_}"
+}
+serve=(serve --model="$tmp" --port=0 --dtype=f32 --seqlen=256 --parallel=4)
+"$prism" "${serve[@]}" 2>"$tmp/one.err" &
+one=$!
+mpirun -n 2 --oversubscribe "$prism" "${serve[@]}" 2>"$tmp/two.err" &
+two=$!
+p1=$(serve_port "$tmp/one.err") p2=$(serve_port "$tmp/two.err")
+for port in $p1 $p2; do
+  clients=()
+  for prompt in hello "how are you" "tell me more"; do
+    complete "$port" "$prompt" &
+    clients+=($!)
+  done
+  wait "${clients[@]}"
+done
+for prompt in hello "how are you" "tell me more"; do
+  a=$(cat "$tmp/answer.$p1.${prompt// /_}" | sed 's/"created":[0-9]*,//; s/"id":"[^"]*",//')
+  b=$(cat "$tmp/answer.$p2.${prompt// /_}" | sed 's/"created":[0-9]*,//; s/"id":"[^"]*",//')
+  [[ "$a" == *'"text":'* ]] || { echo "FAIL serve '$prompt': $a"; fail=1; }
+  check "serve '$prompt' over 2 processes" "$a" "$b"
+done
+kill -TERM "$one"
+kill -TERM "$(rank_pid "$two" 0)"
+wait "$two"; rc=$?
+check "serve over 2 processes ends well on SIGTERM to rank 0" 0 "$rc"
+wait "$one"
+
+# A mesh that is not one device per process: the error line (rank 0's, or a follower's naming
+# it, whichever ends the run first), a non-zero exit, no wait.
+err=$(mpi 2 "$prism" llm --model="$data/llama/tiny-f32" --prompt-ids=1 --print-ids --seqlen=64 \
+  --devices=4 2>&1 >/dev/null); rc=$?
+[[ $rc != 0 && $rc != 124 ]] || { echo "FAIL devices=4 over 2 processes: exit $rc"; fail=1; }
+echo "$err" | grep -Eq "^prism: error: (rank 1 on [^:]*: )?cpu: the mesh \{model=4\} has 4 devices, and this run 2 processes: each process runs one device of the mesh \(give --devices=2\)$" \
+  || { echo "FAIL devices=4 over 2 processes: $err"; fail=1; }
+err=$(PRISM_OPENCL_DEVICES=2 mpi 2 "$prism" llm --model="$data/llama/tiny-f32" --prompt-ids=1 \
+  --print-ids --seqlen=64 --platform=opencl 2>&1 >/dev/null); rc=$?
+[[ $rc != 0 && $rc != 124 ]] || { echo "FAIL opencl over 2 processes: exit $rc"; fail=1; }
+echo "$err" | grep -q "^prism: error: opencl: a mesh across the processes of a run runs on the cpu platform only (docs/cluster.md)$" \
+  || { echo "FAIL opencl over 2 processes: $err"; fail=1; }
+
+# A rank that dies while the run answers (or waits for the next turn, standard input held
+# open): the run ends within seconds, naming it, never waits.
+mkfifo "$tmp/turns"
+mpirun -n 2 --oversubscribe "$prism" llm --model="$tmp" --max-tokens=2000 --seqlen=2048 \
+  <"$tmp/turns" >/dev/null 2>"$tmp/killed" &
+launcher=$!
+exec 3>"$tmp/turns"
+echo hello >&3
+victim=""
+for _ in $(seq 100); do  # rank 1's process, once it runs
+  victim=$(rank_pid "$launcher" 1)
+  [[ -n "$victim" ]] && grep -q "^loaded" "$tmp/killed" && break
+  sleep 0.1
+done
+sleep 0.5
+kill -9 "$victim" 2>/dev/null || { echo "FAIL no rank 1 to kill"; fail=1; }
+start=$SECONDS
+for _ in $(seq 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$launcher" 2>/dev/null; then
+  echo "FAIL the run goes on after rank 1 died"; fail=1; kill -9 "$launcher"
+fi
+wait "$launcher"; rc=$?
+exec 3>&-
+[[ $rc != 0 ]] || { echo "FAIL the run ended well after rank 1 died"; fail=1; }
+grep -q "rank 1 .* on node .* exited on signal 9" "$tmp/killed" \
+  || { echo "FAIL the end does not name rank 1: $(cat "$tmp/killed")"; fail=1; }
+echo "ok rank 1 killed: the run ended in $((SECONDS - start)) s, exit $rc"
+exit $fail

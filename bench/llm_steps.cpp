@@ -11,7 +11,9 @@
 #include "prism/backends/cpu/cpu_platform.h"
 #include "prism/backends/registry.h"
 #include "prism/llm/engine.h"
+#include "prism/runtime/collectives.h"
 #include "prism/runtime/compile.h"
+#include "prism/runtime/processes.h"
 #include "prism/runtime/sharded.h"
 
 namespace prism::bench {
@@ -35,10 +37,16 @@ void llm_steps_bench(const std::string& title,
   struct Row {
     DType dtype;
     double prefill_tok_s, decode_tok_s, bytes;
+    // The time a device spends in collectives per step (mean over the devices, waits for
+    // the others included), or -1 without a mesh.
+    double prefill_collectives = -1, decode_collectives = -1;
   };
   // --devices=N: the steps split over N devices of the platform (tensor parallel), put beside
-  // the same steps on one device of it, measured in the same run.
-  const int64_t devices = std::stoll(option("devices", "1"));
+  // the same steps on one device of it, measured in the same run. Under mpirun (a run of
+  // several processes: docs/cluster.md) one device per process, by default over all of them,
+  // with nothing beside: one process cannot run the others' cores.
+  const int processes = Processes::asked();
+  const int64_t devices = std::stoll(option("devices", std::to_string(processes)));
   PRISM_CHECK(devices >= 1, "llm-shapes: --devices must be at least 1");
   // The steps of each dtype on platform `on`, over `mesh`, timed.
   auto measure = [&](Platform& on, const Mesh& mesh, bool sample_between) {
@@ -78,22 +86,37 @@ void llm_steps_bench(const std::string& title,
         std::vector<std::vector<Buffer>> out = exe.call(weights, in);
         for (size_t k = 0; k < devs.size(); ++k) states[k].assign(out[k].begin() + 1, out[k].end());
       };
+      // The collectives' time per step and device, from the communicator's count across the
+      // timed steps (and the warm-up step before them).
+      const Communicator* comm =
+          on.name() == "cpu" ? static_cast<cpu::CpuPlatform*>(devs[0])->communicator() : nullptr;
+      auto per_step = [&](double before, int steps) {
+        return comm ? (comm->seconds() - before) / steps / static_cast<double>(devs.size()) : -1;
+      };
+      double before = comm ? comm->seconds() : 0;
       double p = median_seconds([&] { step(prefill, window, 0); }, 3);
+      const double p_collectives = per_step(before, 4);
       int32_t pos = static_cast<int32_t>(window);
+      before = comm ? comm->seconds() : 0;
       double d = median_seconds([&] { step(decode, 1, pos++); }, 9);
-      rows.push_back({dtype, static_cast<double>(window) / p, 1 / d, bytes});
+      rows.push_back({dtype, static_cast<double>(window) / p, 1 / d, bytes, p_collectives,
+                      per_step(before, 10)});
       if (sample_between) sample();
     }
     return rows;
   };
   const Mesh mesh = devices > 1 ? Mesh({{models::kModelAxis, devices}}) : Mesh();
-  if (devices > 1) where += fmt::format(", split over {} devices", devices);
+  if (devices > 1) {
+    where += processes > 1 ? fmt::format(", split over {} devices, one in each of {} processes",
+                                         devices, processes)
+                           : fmt::format(", split over {} devices", devices);
+  }
   sample();
   std::vector<Row> rows = measure(target, mesh, true);
   // Another platform, or a mesh, is put beside prism's own CPU backend on one device,
   // measured in the same run.
   std::vector<Row> cpu_rows;
-  const bool beside = !cpu || devices > 1;
+  const bool beside = (!cpu || devices > 1) && processes == 1;
   if (beside) cpu_rows = measure(get_platform("cpu"), Mesh(), false);
   double bandwidth = 0;
   if (cpu) {
@@ -128,6 +151,15 @@ void llm_steps_bench(const std::string& title,
                 static_cast<long long>(window), r.prefill_tok_s, "", vs_prefill.c_str());
     std::printf("%-6s %-8s %10d %12.2f %19s%s\n", dt.c_str(), "decode", 1, r.decode_tok_s,
                 bound(r).c_str(), vs_decode.c_str());
+  }
+  if (!rows.empty() && rows[0].decode_collectives >= 0) {
+    std::printf("collectives per step and device (waits for the others included):\n");
+    for (const Row& r : rows) {
+      std::printf("%-6s prefill %.2f ms (%.0f%% of the step), decode %.3f ms (%.0f%%)\n",
+                  std::string(name(r.dtype)).c_str(), r.prefill_collectives * 1e3,
+                  100 * r.prefill_collectives * r.prefill_tok_s / static_cast<double>(window),
+                  r.decode_collectives * 1e3, 100 * r.decode_collectives * r.decode_tok_s);
+    }
   }
 }
 

@@ -13,6 +13,8 @@
 
 #include "bench/bench.h"
 #include "prism/backends/registry.h"
+#include "prism/core/error.h"
+#include "prism/runtime/processes.h"
 
 namespace prism::bench {
 std::vector<Benchmark>& registry() {
@@ -79,7 +81,12 @@ int main(int argc, char** argv) {
       filters.push_back(arg);
     }
   }
+  // Under mpirun (docs/cluster.md): the model-shaped steps over a mesh of the processes, every
+  // process running the same steps; rank 0 prints.
+  const std::vector<std::string> across_processes{"llm-shapes", "qwen3_5", "llm-lfm2"};
+  prism::Processes* processes = nullptr;
   try {
+    processes = prism::Processes::get();
     for (const auto& b : all) {
       bool chosen = filters.empty();
       for (const auto& f : filters) {
@@ -88,6 +95,17 @@ int main(int argc, char** argv) {
         chosen = chosen || (exact ? b.name == f : b.name.find(f) != std::string::npos);
       }
       if (!chosen) continue;
+      if (processes && std::find(across_processes.begin(), across_processes.end(), b.name) ==
+                           across_processes.end()) {
+        if (!filters.empty()) {
+          prism::fail(
+              "{} does not run across the processes of a run (llm-shapes, qwen3_5 and "
+              "llm-lfm2 do)",
+              b.name);
+        }
+        continue;
+      }
+      if (processes && processes->rank() != 0) std::freopen("/dev/null", "w", stdout);
       std::printf("== %s: %s\n", b.name.c_str(), b.help.c_str());
       b.run();
       std::printf("\n");
@@ -95,7 +113,9 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "prism-bench: error: %s\n", e.what());
+    if (processes) processes->finish(1);
     return 1;
   }
+  if (processes) processes->finish(0);
   return 0;
 }

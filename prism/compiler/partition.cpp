@@ -38,14 +38,29 @@ bool repeats_an_axis(const Split& s) {
 
 class Partitioner {
  public:
-  Partitioner(const ir::Graph& g, const Mesh& mesh, const std::vector<Split>& inputs)
-      : g_(g), mesh_(mesh), inputs_(inputs) {}
+  Partitioner(const ir::Graph& g, const Mesh& mesh, const std::vector<Split>& inputs,
+              const std::vector<Split>& outputs)
+      : g_(g), mesh_(mesh), inputs_(inputs), outputs_(outputs) {}
 
   Partitioned run() {
     map_.resize(g_.size());
     for (ValueId id = 0; id < g_.size(); ++id) map_[id] = node(id);
-    for (ValueId out : g_.outputs()) {
+    for (size_t k = 0; k < g_.outputs().size(); ++k) {
+      const ValueId out = g_.outputs()[k];
       Value v = reduce_partial(map_[out]);
+      // An output asked for split some way (a state the next program reads as its input) is
+      // brought to it: dims split otherwise gathered, dims it has whole cut to the block.
+      if (k < outputs_.size() && !outputs_[k].empty() && v.split != outputs_[k]) {
+        const Split& want = outputs_[k];
+        std::optional<Value> o = to(out, v, want);
+        if (!o) {
+          for (int d = 0; d < static_cast<int>(want.size()); ++d) {
+            if (v.split[d] >= 0 && v.split[d] != want[d]) v = gather_dim(v, d);
+          }
+          o = cut_out(v, want);
+        }
+        v = *o;
+      }
       graph().outputs().push_back(v.id);
       result_.outputs.push_back(v.split);
     }
@@ -561,6 +576,7 @@ class Partitioner {
   const ir::Graph& g_;
   const Mesh& mesh_;
   const std::vector<Split>& inputs_;
+  const std::vector<Split>& outputs_;
   std::vector<Value> map_;
   Partitioned result_;
   Tracer tracer_;
@@ -568,8 +584,9 @@ class Partitioner {
 
 }  // namespace
 
-Partitioned partition(const ir::Graph& graph, const Mesh& mesh, const std::vector<Split>& inputs) {
-  return Partitioner(graph, mesh, inputs).run();
+Partitioned partition(const ir::Graph& graph, const Mesh& mesh, const std::vector<Split>& inputs,
+                      const std::vector<Split>& outputs) {
+  return Partitioner(graph, mesh, inputs, outputs).run();
 }
 
 }  // namespace prism::compiler

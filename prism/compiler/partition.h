@@ -32,7 +32,10 @@ struct Partitioned {
 };
 
 // `inputs`: how each input of `graph` is split (missing ones are whole); inputs and parameters
-// arrive as shards. Throws naming the tensor, tag, size and axis when a split does not divide.
-Partitioned partition(const ir::Graph& graph, const Mesh& mesh, const std::vector<Split>& inputs);
+// arrive as shards. `outputs`: how each output must leave split (missing or empty: as it comes;
+// a program's states, which the next program takes split as its inputs). Throws naming the
+// tensor, tag, size and axis when a split does not divide.
+Partitioned partition(const ir::Graph& graph, const Mesh& mesh, const std::vector<Split>& inputs,
+                      const std::vector<Split>& outputs = {});
 
 }  // namespace prism::compiler

@@ -418,13 +418,15 @@ ShardedExecutable compile_sharded_step(Platform& platform, const models::CausalL
                                        CompileCache* cache, models::Logits which) {
   std::vector<Shape> inputs{Shape(DType::i32, {{"s", window}}), Shape::scalar(DType::i32),
                             Shape::scalar(DType::i32)};
-  ShardedCompileOptions options{.mesh = mesh, .inputs = {{}, {}, {}}, .cache = cache};
+  ShardedCompileOptions options{
+      .mesh = mesh, .inputs = {{}, {}, {}}, .outputs = {std::nullopt}, .cache = cache};
   const std::vector<models::StateSpec> specs = model.state_specs(seqlen);
   const std::vector<bool> donated = donated_states(specs, which);
   for (size_t i = 0; i < specs.size(); ++i) {
     if (donated[i]) options.donate.push_back(static_cast<int>(inputs.size()));
     inputs.push_back(specs[i].shape);
     options.inputs.push_back(specs[i].sharding);
+    options.outputs.push_back(specs[i].sharding);  // as every step takes it in
   }
   TraceFn fn = [&model, which](std::span<const Tensor> in) {
     return model.forward(in[0], in[1], in[2], in.subspan(3), which);
@@ -475,6 +477,7 @@ void Engine::reset(int slot_index) {
     for (size_t k = 0; k < carried_.size(); ++k) {
       options.donate.push_back(static_cast<int>(k));
       options.inputs.push_back(state_specs_[carried_[k]].sharding);
+      options.outputs.push_back(state_specs_[carried_[k]].sharding);
       shapes.push_back(state_specs_[carried_[k]].shape);
     }
     // Zeros computed from each state (whatever it holds), not a constant: on a mesh each
@@ -659,11 +662,13 @@ ShardedExecutable compile_draft_step(Platform& platform, const models::CausalLM&
   PRISM_CHECK(own > 0 && own <= specs.size(), "llm: the {} model runs no draft head",
               model.info().model_type);
   std::vector<Shape> inputs{Shape(DType::i32, {{"s", 1}}), Shape::scalar(DType::i32)};
-  ShardedCompileOptions options{.mesh = mesh, .inputs = {{}, {}}, .cache = cache};
+  ShardedCompileOptions options{
+      .mesh = mesh, .inputs = {{}, {}}, .outputs = {std::nullopt}, .cache = cache};
   for (size_t i = specs.size() - own; i < specs.size(); ++i) {
     options.donate.push_back(static_cast<int>(inputs.size()));
     inputs.push_back(specs[i].shape);
     options.inputs.push_back(specs[i].sharding);
+    options.outputs.push_back(specs[i].sharding);
   }
   TraceFn fn = [&model](std::span<const Tensor> in) {
     return model.draft_step(in[0], in[1], in.subspan(2));
@@ -720,12 +725,14 @@ ShardedExecutable compile_decode_batch(Platform& platform, const models::CausalL
                                        CompileCache* cache) {
   const std::vector<models::StateSpec> specs = model.state_specs(seqlen);
   std::vector<Shape> inputs{Shape(DType::i32, {{"b", batch}}), Shape(DType::i32, {{"b", batch}})};
-  ShardedCompileOptions options{.mesh = mesh, .inputs = {{}, {}}, .cache = cache};
+  ShardedCompileOptions options{
+      .mesh = mesh, .inputs = {{}, {}}, .outputs = {std::nullopt}, .cache = cache};
   for (int64_t i = 0; i < batch; ++i) {
     for (const models::StateSpec& spec : specs) {
       options.donate.push_back(static_cast<int>(inputs.size()));
       inputs.push_back(spec.shape);
       options.inputs.push_back(spec.sharding);
+      options.outputs.push_back(spec.sharding);
     }
   }
   const size_t per = specs.size();

@@ -180,7 +180,13 @@ ShardedExecutable compile_sharded(Platform& platform, const TraceFn& fn, std::ve
     for (compiler::Split& s : exe.input_splits_) s.assign(s.size(), -1);
     p.graph = traced;
   } else {
-    p = compiler::partition(traced, options.mesh, exe.input_splits_);
+    std::vector<compiler::Split> outputs(traced.outputs().size());
+    for (size_t k = 0; k < outputs.size() && k < options.outputs.size(); ++k) {
+      if (!options.outputs[k]) continue;
+      const Shape& shape = traced.node(traced.outputs()[k]).shape;
+      outputs[k] = options.outputs[k]->resolve(shape, options.mesh, fmt::format("output {}", k));
+    }
+    p = compiler::partition(traced, options.mesh, exe.input_splits_, outputs);
   }
   exe.output_splits_ = p.outputs;
   for (ir::ValueId id : traced.parameters()) {

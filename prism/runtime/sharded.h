@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -31,6 +32,10 @@ using NamedBuffers = std::map<std::string, Buffer, std::less<>>;
 struct ShardedCompileOptions {
   Mesh mesh;
   std::vector<Sharding> inputs;  // how each input is split (missing or empty: whole)
+  // How each output must leave (missing: as the partitioner splits it): the states a program
+  // returns for the next to take as inputs, split as those take them. An empty Sharding here
+  // means whole.
+  std::vector<std::optional<Sharding>> outputs;
   std::vector<int> donate;       // as CompileOptions::donate
   CompileCache* cache = nullptr;
 };

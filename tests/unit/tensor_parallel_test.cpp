@@ -86,6 +86,15 @@ TEST(TensorParallel, Qwen35MatchesOneDevice) {
   }
 }
 
+// Two key heads and four value heads: on 4 devices the DeltaNet's q and k stay whole while v
+// and the recurrent state split by value heads. A prompt's step (16 tokens) leaves the state
+// split as the decoding step (1 token) takes it, however each partitions inside.
+TEST(TensorParallel, Qwen35WithFewerKeyHeadsThanDevicesMatchesOneDevice) {
+  for (const std::string& p : mesh_platforms()) {
+    for (int n : {2, 4}) expect_same_as_one_device(fixture("qwen3_5", "tiny-bf16-tied"), n, p);
+  }
+}
+
 TEST(TensorParallel, Lfm2MatchesOneDevice) {
   for (const std::string& p : mesh_platforms()) {
     for (int n : {2, 4}) expect_same_as_one_device(fixture("lfm2", "tiny-bf16-untied"), n, p);

@@ -43,8 +43,8 @@ void llm_steps_bench(const std::string& title,
   };
   // --devices=N: the steps split over N devices of the platform (tensor parallel), put beside
   // the same steps on one device of it, measured in the same run. Under mpirun (a run of
-  // several processes: docs/cluster.md) one device per process, by default over all of them,
-  // with nothing beside: one process cannot run the others' cores.
+  // several processes: docs/cluster.md) by default one device in each process, with nothing
+  // beside: one process cannot run the others' cores.
   const int processes = Processes::asked();
   const int64_t devices = std::stoll(option("devices", std::to_string(processes)));
   PRISM_CHECK(devices >= 1, "llm-shapes: --devices must be at least 1");

@@ -206,8 +206,8 @@ int run(const Options& o) {
 
   PRISM_CHECK(o.devices >= 1, "llm: --devices must be at least 1, got {}", o.devices);
   PRISM_CHECK(o.devices == 1 || o.mesh.empty(), "llm: give --devices or --mesh, not both");
-  // A run of several processes (mpirun; docs/cluster.md): one device each, by default over
-  // all of them; rank 0 leads, the others follow its steps and print nothing.
+  // A run of several processes (mpirun; docs/cluster.md): by default one device in each; rank 0
+  // leads, the others follow its steps and print nothing.
   prism::Processes* processes = prism::Processes::get();
   const bool follower = processes && processes->rank() != 0;
   prism::Platform& platform = prism::get_platform(o.platform);

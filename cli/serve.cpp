@@ -54,8 +54,8 @@ int run(const Options& o) {
   engine_options.keep_quantized = prism::llm::keep_quantized(o.keep_quantized, "serve");
   if (o.devices > 1) engine_options.mesh = prism::Mesh({{prism::models::kModelAxis, o.devices}});
   if (!o.mesh.empty()) engine_options.mesh = prism::Mesh::parse(o.mesh);
-  // A run of several processes (mpirun; docs/cluster.md): one device each, by default over
-  // all of them; rank 0 serves, the others follow its batches.
+  // A run of several processes (mpirun; docs/cluster.md): by default one device in each; rank 0
+  // serves, the others follow its batches.
   prism::Processes* processes = prism::Processes::get();
   if (processes && o.devices == 1 && o.mesh.empty()) {
     engine_options.mesh = prism::Mesh({{prism::models::kModelAxis, processes->size()}});

@@ -1,5 +1,6 @@
 #include "prism/runtime/collectives.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -211,78 +212,284 @@ void HostCommunicator::reduce_scatter(int64_t device, int mesh_axis, int axis, c
   std::memcpy(out, staging.data(), staging.size());
 }
 
+// One group of devices along one mesh axis, with members in this process.
+struct ProcessCommunicator::Group {
+  std::vector<int> owner;              // per place: the member's process, as its rank in `comm`
+  std::vector<int64_t> local;          // the places of this process's members, in order
+  std::vector<int64_t> local_of;       // per place: its index in `local`, or -1
+  std::unique_ptr<ProcessGroup> comm;  // the processes owning members, or null: all here
+  std::mutex mutex;
+  std::condition_variable changed;
+  int64_t arrived = 0;
+  uint64_t generation = 0;
+  std::vector<const std::byte*> slots;  // per local place: its operand
+  std::vector<std::byte*> results;      // per local place: where its result goes
+  // What the leader (local[0]) received from the other processes, and where each piece lies:
+  // [place * local.size() + local index] for pieces meant for one member, [place] for whole
+  // operands and sums.
+  std::vector<std::byte> received;
+  std::vector<size_t> at;
+  bool here(int64_t place) const { return local_of[place] >= 0; }
+};
+
 ProcessCommunicator::ProcessCommunicator(Mesh mesh, Processes& processes)
-    : Communicator(std::move(mesh)), device_(processes.rank()) {
-  PRISM_CHECK(mesh_.devices() == processes.size(),
-              "collectives: the mesh {} has {} devices and the run {} processes (one device each)",
-              mesh_.str(), mesh_.devices(), processes.size());
-  // Every process makes the groups of every axis in the same order: MPI_Comm_split is
-  // collective over the whole run.
+    : Communicator(std::move(mesh)) {
+  const int64_t n = mesh_.devices(), p = processes.size();
+  PRISM_CHECK(n % p == 0,
+              "collectives: the mesh {} has {} devices, which do not share out evenly over the "
+              "run's {} processes",
+              mesh_.str(), n, p);
+  local_ = n / p;
+  first_ = processes.rank() * local_;
+  PRISM_CHECK(local_ == 1 || processes.thread_level() == Processes::ThreadLevel::multiple,
+              "collectives: several devices in a process need MPI calls from several threads "
+              "at once, which this MPI does not offer");
+  index_.assign(mesh_.axes().size() * local_, nullptr);
+  // Every process walks every group in the same order: forming an MPI group is collective
+  // over the whole run.
   for (size_t a = 0; a < mesh_.axes().size(); ++a) {
     int64_t stride = 1;
     for (size_t b = a + 1; b < mesh_.axes().size(); ++b) stride *= mesh_.axes()[b].size;
-    const int64_t place = mesh_.coordinate(device_, static_cast<int>(a));
-    groups_.push_back(
-        processes.split(static_cast<int>(device_ - place * stride), static_cast<int>(place)));
+    const int64_t size = mesh_.axes()[a].size;
+    for (int64_t first = 0; first < n; ++first) {
+      if (mesh_.coordinate(first, static_cast<int>(a)) != 0) continue;
+      std::vector<int> processes_of;  // of the members, in order, each once
+      for (int64_t c = 0; c < size; ++c) {
+        const int owner = static_cast<int>((first + c * stride) / local_);
+        if (std::find(processes_of.begin(), processes_of.end(), owner) == processes_of.end()) {
+          processes_of.push_back(owner);
+        }
+      }
+      std::sort(processes_of.begin(), processes_of.end());
+      const bool mine = std::find(processes_of.begin(), processes_of.end(), processes.rank()) !=
+                        processes_of.end();
+      std::unique_ptr<ProcessGroup> comm;
+      if (processes_of.size() > 1) comm = processes.split(mine ? 0 : -1, processes.rank());
+      if (!mine) continue;
+      auto g = std::make_unique<Group>();
+      g->comm = std::move(comm);
+      g->local_of.assign(size, -1);
+      for (int64_t c = 0; c < size; ++c) {
+        const int owner = static_cast<int>((first + c * stride) / local_);
+        g->owner.push_back(static_cast<int>(
+            std::find(processes_of.begin(), processes_of.end(), owner) - processes_of.begin()));
+        if (owner == processes.rank()) {
+          g->local_of[c] = static_cast<int64_t>(g->local.size());
+          g->local.push_back(c);
+          index_[a * local_ + (first + c * stride - first_)] = g.get();
+        }
+      }
+      g->slots.resize(size);
+      g->results.resize(size);
+      groups_.push_back(std::move(g));
+    }
   }
 }
 
 ProcessCommunicator::~ProcessCommunicator() = default;
 
-ProcessGroup& ProcessCommunicator::group(int64_t device, int mesh_axis) {
-  PRISM_CHECK(device == device_ && mesh_axis >= 0 && mesh_axis < static_cast<int>(groups_.size()),
-              "collectives: device {} or mesh axis {} is not this process's (device {} of {})",
-              device, mesh_axis, device_, mesh_.str());
-  return *groups_[mesh_axis];
+ProcessCommunicator::Group& ProcessCommunicator::group(int64_t device, int mesh_axis,
+                                                       int64_t* place) {
+  PRISM_CHECK(device >= first_ && device < first_ + local_ && mesh_axis >= 0 &&
+                  mesh_axis < static_cast<int>(mesh_.axes().size()),
+              "collectives: device {} or mesh axis {} is not this process's (devices {} to {} of "
+              "{})",
+              device, mesh_axis, first_, first_ + local_ - 1, mesh_.str());
+  *place = mesh_.coordinate(device, mesh_axis);
+  return *index_[mesh_axis * local_ + (device - first_)];
 }
 
-// Each process sums one chunk of the elements from every member's operand (sent to it by
-// all-to-all), in member order, then every chunk goes to every member: the bits of
-// HostCommunicator::all_reduce.
+void ProcessCommunicator::barrier(Group& g) {
+  if (g.local.size() == 1) {
+    if (aborted_) fail("collectives: another device of the mesh failed");
+    return;
+  }
+  std::unique_lock lock(g.mutex);
+  if (aborted_) fail("collectives: another device of the mesh failed");
+  const uint64_t generation = g.generation;
+  if (++g.arrived == static_cast<int64_t>(g.local.size())) {
+    g.arrived = 0;
+    ++g.generation;
+    g.changed.notify_all();
+    return;
+  }
+  g.changed.wait(lock, [&] { return g.generation != generation || aborted_; });
+  if (g.generation == generation) fail("collectives: another device of the mesh failed");
+}
+
+void ProcessCommunicator::abort() {
+  aborted_ = true;
+  for (auto& g : groups_) {
+    std::lock_guard lock(g->mutex);
+    g->changed.notify_all();
+  }
+}
+
+void ProcessCommunicator::reset() {
+  for (auto& g : groups_) {
+    std::lock_guard lock(g->mutex);
+    g->arrived = 0;
+  }
+  aborted_ = false;
+}
+
+// The leader's exchange with the other processes of `g`: sends each member elsewhere what
+// `piece(m, q, to)` writes for it (`bytes(m, q)` bytes) from each member m here, and receives
+// the same from every member elsewhere for each member here, into g.received at
+// g.at[m * here + i]. With `one` (a piece the same for every q), a piece goes once to each
+// process, and lies at g.at[m].
+template <typename Bytes, typename Piece>
+void ProcessCommunicator::exchange(Group& g, bool one, Bytes bytes, Piece piece) {
+  const size_t processes = static_cast<size_t>(g.comm->size());
+  const int me = g.comm->rank();
+  const int64_t n = static_cast<int64_t>(g.owner.size());
+  const size_t here = g.local.size();
+  std::vector<size_t> send_bytes(processes, 0), send_at(processes, 0);
+  std::vector<size_t> recv_bytes(processes, 0), recv_at(processes, 0);
+  // To process r: for each member here, its pieces for r's members (or its one piece).
+  size_t sent = 0;
+  for (size_t r = 0; r < processes; ++r) {
+    send_at[r] = sent;
+    if (static_cast<int>(r) == me) continue;
+    for (int64_t m : g.local) {
+      for (int64_t q = 0; q < n; ++q) {
+        if (g.owner[q] != static_cast<int>(r)) continue;
+        send_bytes[r] += bytes(m, q);
+        if (one) break;
+      }
+    }
+    sent += send_bytes[r];
+  }
+  // From process r: for each of r's members, its pieces for the members here (or its one).
+  g.at.assign(one ? n : n * here, 0);
+  size_t total = 0;
+  for (size_t r = 0; r < processes; ++r) {
+    recv_at[r] = total;
+    if (static_cast<int>(r) == me) continue;
+    for (int64_t m = 0; m < n; ++m) {
+      if (g.owner[m] != static_cast<int>(r)) continue;
+      for (size_t i = 0; i < here; ++i) {
+        g.at[one ? m : m * here + i] = total;
+        total += bytes(m, g.local[i]);
+        if (one) break;
+      }
+    }
+    recv_bytes[r] = total - recv_at[r];
+  }
+  std::vector<std::byte> packed(sent);
+  for (size_t r = 0; r < processes; ++r) {
+    std::byte* to = packed.data() + send_at[r];
+    if (static_cast<int>(r) == me) continue;
+    for (int64_t m : g.local) {
+      for (int64_t q = 0; q < n; ++q) {
+        if (g.owner[q] != static_cast<int>(r)) continue;
+        piece(m, q, to);
+        to += bytes(m, q);
+        if (one) break;
+      }
+    }
+  }
+  g.received.resize(total);
+  g.comm->all_to_all(packed.data(), send_bytes, send_at, g.received.data(), recv_bytes, recv_at);
+}
+
+// Each member sums its chunk of the elements over every member's operand (the chunks of the
+// members elsewhere sent to this process by its leader), in member order, then every chunk
+// goes to every member: HostCommunicator::all_reduce's bits.
 void ProcessCommunicator::all_reduce(int64_t device, int mesh_axis, const Shape& shape,
                                      const std::byte* in, std::byte* out) {
-  ProcessGroup& g = group(device, mesh_axis);
-  const size_t n = static_cast<size_t>(g.size()), place = static_cast<size_t>(g.rank());
+  const size_t bytes = shape.bytes();
   const int64_t count = shape.numel();
   const size_t elem = size_of(shape.dtype());
-  auto first = [&](size_t q) { return static_cast<size_t>(count * static_cast<int64_t>(q) / n); };
-  const size_t mine = first(place + 1) - first(place);  // elements of this process's chunk
-  std::vector<size_t> send_bytes(n), send_at(n), recv_bytes(n, mine * elem), recv_at(n);
-  for (size_t q = 0; q < n; ++q) {
-    send_bytes[q] = (first(q + 1) - first(q)) * elem;
-    send_at[q] = first(q) * elem;
-    recv_at[q] = q * mine * elem;
+  std::vector<std::byte> staging;
+  std::byte* dst = out;
+  if (in != out && overlaps(in, bytes, out, bytes)) {
+    staging.resize(bytes);
+    dst = staging.data();
   }
-  std::vector<std::byte> parts(n * mine * elem), sum(std::max<size_t>(mine, 1) * elem);
-  g.all_to_all(in, send_bytes, send_at, parts.data(), recv_bytes, recv_at);
+  int64_t place = 0;
+  Group& g = group(device, mesh_axis, &place);
+  const int64_t n = static_cast<int64_t>(g.owner.size());
+  const size_t here = g.local.size();
+  auto first = [&](int64_t q) { return count * q / n; };
+  auto chunk_bytes = [&](int64_t q) { return static_cast<size_t>(first(q + 1) - first(q)) * elem; };
+  g.slots[place] = in;
+  g.results[place] = dst;
+  barrier(g);
+  const bool leader = place == g.local[0];
+  if (g.comm && leader) {  // to each member elsewhere its chunk of every operand here
+    exchange(
+        g, false, [&](int64_t, int64_t q) { return chunk_bytes(q); },
+        [&](int64_t m, int64_t q, std::byte* to) {
+          std::memcpy(to, g.slots[m] + first(q) * elem, chunk_bytes(q));
+        });
+  }
+  barrier(g);
+  // Every member reads only its own chunk of the operands here, and writes only that chunk of
+  // its result: a result in its operand's memory is safe.
+  const int64_t a = first(place), b = first(place + 1);
   std::vector<const std::byte*> all(n);
-  for (size_t q = 0; q < n; ++q) all[q] = parts.data() + q * mine * elem;
-  sum_range(shape.dtype(), all, sum.data(), 0, static_cast<int64_t>(mine));
-  // The chunks to every member: the operand has been read whole, so `out` may be `in`.
-  std::vector<size_t> chunk_bytes(n, mine * elem), zero(n, 0);
-  g.all_to_all(sum.data(), chunk_bytes, zero, out, send_bytes, send_at);
+  for (int64_t m = 0; m < n; ++m) {
+    all[m] =
+        g.here(m) ? g.slots[m] + a * elem : g.received.data() + g.at[m * here + g.local_of[place]];
+  }
+  sum_range(shape.dtype(), all, dst + a * elem, 0, b - a);
+  barrier(g);
+  if (g.comm && leader) {  // every sum here to every process elsewhere, once
+    exchange(
+        g, true, [&](int64_t m, int64_t) { return chunk_bytes(m); },
+        [&](int64_t m, int64_t, std::byte* to) {
+          std::memcpy(to, g.results[m] + first(m) * elem, chunk_bytes(m));
+        });
+  }
+  barrier(g);
+  for (int64_t q = 0; q < n; ++q) {
+    if (q == place) continue;
+    const std::byte* from =
+        g.here(q) ? g.results[q] + first(q) * elem : g.received.data() + g.at[q];
+    std::memcpy(dst + first(q) * elem, from, chunk_bytes(q));
+  }
+  barrier(g);  // no result is overwritten while another member copies from it
+  if (dst != out) std::memcpy(out, dst, bytes);
 }
 
 void ProcessCommunicator::all_gather(int64_t device, int mesh_axis, int axis, const Shape& shape,
                                      const std::byte* in, std::byte* out) {
-  ProcessGroup& g = group(device, mesh_axis);
-  const int64_t n = g.size();
+  int64_t place = 0;
+  Group& g = group(device, mesh_axis, &place);
+  const int64_t n = static_cast<int64_t>(g.owner.size());
   int64_t outer = 1;
   for (int a = 0; a < axis; ++a) outer *= shape.size(a);
   const size_t block = shape.numel() / std::max<int64_t>(outer, 1) * size_of(shape.dtype());
-  std::vector<std::byte> all(shape.bytes() * n);
-  g.all_gather(in, shape.bytes(), all.data());
+  std::vector<std::byte> staging;
+  std::byte* dst = out;
+  if (overlaps(in, shape.bytes(), out, shape.bytes() * n)) {
+    staging.resize(shape.bytes() * n);
+    dst = staging.data();
+  }
+  g.slots[place] = in;
+  barrier(g);
+  if (g.comm && place == g.local[0]) {
+    exchange(
+        g, true, [&](int64_t, int64_t) { return shape.bytes(); },
+        [&](int64_t m, int64_t, std::byte* to) { std::memcpy(to, g.slots[m], shape.bytes()); });
+  }
+  barrier(g);
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t q = 0; q < n; ++q) {
-      std::memcpy(out + (o * n + q) * block, all.data() + q * shape.bytes() + o * block, block);
+      const std::byte* from = g.here(q) ? g.slots[q] : g.received.data() + g.at[q];
+      std::memcpy(dst + (o * n + q) * block, from + o * block, block);
     }
   }
+  barrier(g);  // no operand is overwritten while another member reads it
+  if (dst != out) std::memcpy(out, dst, shape.bytes() * n);
 }
 
 void ProcessCommunicator::reduce_scatter(int64_t device, int mesh_axis, int axis,
                                          const Shape& shape, const std::byte* in, std::byte* out) {
-  ProcessGroup& g = group(device, mesh_axis);
-  const int64_t n = g.size();
+  int64_t place = 0;
+  Group& g = group(device, mesh_axis, &place);
+  const int64_t n = static_cast<int64_t>(g.owner.size());
   PRISM_CHECK(shape.size(axis) % n == 0, "collectives: reduce_scatter of {} over {} devices",
               shape.str(), n);
   int64_t outer = 1;
@@ -290,22 +497,33 @@ void ProcessCommunicator::reduce_scatter(int64_t device, int mesh_axis, int axis
   const size_t elem = size_of(shape.dtype());
   const int64_t block = shape.numel() / std::max<int64_t>(outer, 1) / n;  // elements
   const size_t part = static_cast<size_t>(outer * block) * elem;          // what each member gets
-  // Member q's blocks (o * n + q) for every o, packed for it.
-  std::vector<std::byte> packed(part * n), parts(part * n);
-  for (int64_t q = 0; q < n; ++q) {
-    for (int64_t o = 0; o < outer; ++o) {
-      std::memcpy(packed.data() + q * part + o * block * elem, in + (o * n + q) * block * elem,
-                  block * elem);
-    }
+  const size_t here = g.local.size();
+  g.slots[place] = in;
+  barrier(g);
+  if (g.comm && place == g.local[0]) {
+    // Member q's blocks (o * n + q) of member m's operand, for every o, packed.
+    exchange(
+        g, false, [&](int64_t, int64_t) { return part; },
+        [&](int64_t m, int64_t q, std::byte* to) {
+          for (int64_t o = 0; o < outer; ++o) {
+            std::memcpy(to + o * block * elem, g.slots[m] + (o * n + q) * block * elem,
+                        block * elem);
+          }
+        });
   }
-  std::vector<size_t> bytes(n, part), at(n);
-  for (int64_t q = 0; q < n; ++q) at[q] = q * part;
-  g.all_to_all(packed.data(), bytes, at, parts.data(), bytes, at);
+  barrier(g);
+  std::vector<std::byte> sum(part);
   std::vector<const std::byte*> rows(n);
   for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t p = 0; p < n; ++p) rows[p] = parts.data() + p * part + o * block * elem;
-    sum_range(shape.dtype(), rows, out + o * block * elem, 0, block);
+    for (int64_t m = 0; m < n; ++m) {
+      rows[m] = g.here(m)
+                    ? g.slots[m] + (o * n + place) * block * elem
+                    : g.received.data() + g.at[m * here + g.local_of[place]] + o * block * elem;
+    }
+    sum_range(shape.dtype(), rows, sum.data() + o * block * elem, 0, block);
   }
+  barrier(g);  // every operand read: `out` may be one
+  std::memcpy(out, sum.data(), part);
 }
 
 void check_collective(std::string_view platform, const ir::Graph& graph, ir::ValueId id,

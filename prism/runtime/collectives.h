@@ -99,25 +99,38 @@ class HostCommunicator : public Communicator {
   std::atomic<bool> aborted_{false};
 };
 
-// A mesh whose devices are the processes of a run (processes.h), one each: device k is rank
-// k, and its collectives go through MPI (shared memory within a host, the network between
-// hosts, as Open MPI chooses). Made by every process at once (it forms a group of processes
-// per mesh axis); throws when the mesh's devices are not the run's processes.
+// A mesh whose devices are shared out over the processes of a run (processes.h), as many in
+// each: process r holds devices r * L to r * L + L - 1. The devices of one process meet in its
+// memory; those of several through MPI (shared memory within a host, the network between
+// hosts, as Open MPI chooses), each process's first device of a group exchanging for all of
+// its devices there. Made by every process at once (it forms an MPI group for each group of
+// devices that spans processes); throws when the devices do not share out evenly.
 class ProcessCommunicator : public Communicator {
  public:
   ProcessCommunicator(Mesh mesh, Processes& processes);
   ~ProcessCommunicator() override;
+  // The devices this process holds: local_devices() of them, from first_device() on.
+  int64_t first_device() const { return first_; }
+  int64_t local_devices() const { return local_; }
   void all_reduce(int64_t device, int mesh_axis, const Shape& shape, const std::byte* in,
                   std::byte* out) override;
   void all_gather(int64_t device, int mesh_axis, int axis, const Shape& shape, const std::byte* in,
                   std::byte* out) override;
   void reduce_scatter(int64_t device, int mesh_axis, int axis, const Shape& shape,
                       const std::byte* in, std::byte* out) override;
+  void abort() override;
+  void reset() override;
 
  private:
-  ProcessGroup& group(int64_t device, int mesh_axis);
-  int64_t device_;
-  std::vector<std::unique_ptr<ProcessGroup>> groups_;  // per mesh axis: this device's group
+  struct Group;
+  Group& group(int64_t device, int mesh_axis, int64_t* place);
+  void barrier(Group& g);
+  template <typename Bytes, typename Piece>
+  void exchange(Group& g, bool one, Bytes bytes, Piece piece);
+  int64_t first_ = 0, local_ = 1;
+  std::vector<std::unique_ptr<Group>> groups_;  // those with devices here
+  std::vector<Group*> index_;                   // [mesh axis][device here]: its group
+  std::atomic<bool> aborted_{false};
 };
 
 // The collective node `id` of `graph` (all_reduce, all_gather, reduce_scatter, mesh_coordinate)

@@ -20,7 +20,8 @@ namespace {
 using Handle = void*;
 constexpr int kSuccess = 0;
 constexpr int kThreadSerialized = 2, kThreadMultiple = 3;
-constexpr int kMaxString = 1024;  // above MPI_MAX_ERROR_STRING and MPI_MAX_PROCESSOR_NAME
+constexpr int kUndefined = -32766;  // MPI_UNDEFINED
+constexpr int kMaxString = 1024;    // above MPI_MAX_ERROR_STRING and MPI_MAX_PROCESSOR_NAME
 
 struct Mpi {
   void* library = nullptr;
@@ -39,7 +40,7 @@ struct Mpi {
   int (*Barrier)(Handle);
   int (*Error_string)(int, char*, int*);
   int (*Get_processor_name)(char*, int*);
-  Handle comm_world, byte, errors_return;
+  Handle comm_world, comm_null, byte, errors_return;
 };
 
 Mpi& mpi() {
@@ -81,6 +82,7 @@ void load_mpi() {
   fn(m.Error_string, "MPI_Error_string");
   fn(m.Get_processor_name, "MPI_Get_processor_name");
   m.comm_world = symbol("ompi_mpi_comm_world");
+  m.comm_null = symbol("ompi_mpi_comm_null");
   m.byte = symbol("ompi_mpi_byte");
   m.errors_return = symbol("ompi_mpi_errors_return");
 }
@@ -163,6 +165,7 @@ Processes::Processes() {
               "processes: Open MPI gives thread level {}, prism needs at least serialized calls "
               "from several threads",
               provided);
+  if (provided >= kThreadMultiple) thread_level_ = ThreadLevel::multiple;
   world_.reset(new ProcessGroup(m.comm_world, false));
   rank_ = world_->rank();
   size_ = world_->size();
@@ -178,7 +181,9 @@ std::string Processes::name() const { return fmt::format("rank {} on {}", rank_,
 
 std::unique_ptr<ProcessGroup> Processes::split(int color, int key) {
   Handle comm = nullptr;
-  check(mpi().Comm_split(mpi().comm_world, color, key, &comm), "MPI_Comm_split");
+  check(mpi().Comm_split(mpi().comm_world, color < 0 ? kUndefined : color, key, &comm),
+        "MPI_Comm_split");
+  if (comm == mpi().comm_null) return nullptr;
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(comm, true));
 }
 

@@ -44,8 +44,11 @@ class Processes {
   // Every process of the run.
   ProcessGroup& world() { return *world_; }
   // Collective over the world: the processes that give the same `color` form a group, ranked
-  // by `key`.
+  // by `key`; a negative color joins none (null).
   std::unique_ptr<ProcessGroup> split(int color, int key);
+  // Which calls from several threads MPI allows (MPI_Init_thread's answer).
+  enum class ThreadLevel { serialized, multiple };
+  ThreadLevel thread_level() const { return thread_level_; }
 
   // Rank 0's commands to the followers (the bytes mean what the caller makes them mean). On
   // rank 0, lead() sends `command` to every other process, unless this thread is already
@@ -82,6 +85,7 @@ class Processes {
  private:
   Processes();
   int rank_ = 0, size_ = 1;
+  ThreadLevel thread_level_ = ThreadLevel::serialized;
   std::string host_;
   std::unique_ptr<ProcessGroup> world_;
   std::recursive_mutex commands_;

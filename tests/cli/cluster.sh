@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # prism llm across the processes of a run (docs/cluster.md), started by Open MPI's mpirun on
 # this machine: the tiny Llama, Qwen 3.5 and LFM 2 checkpoints' greedy ids as one process
-# gives them, chat turns read by rank 0, the errors of a mesh that does not fit the run, and
-# the end of a run whose rank dies mid-generation.
+# gives them (one device in each process, or two), speculation, chat turns read by rank 0,
+# prism serve, the errors of a mesh that does not fit the run, and the end of a run whose
+# rank dies mid-generation.
 set -u
 prism="$1"
 data="$PRISM_SOURCE_DIR/tests/data"
@@ -19,13 +20,16 @@ mpi() {  # processes, command...
 }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
-for model in llama/tiny-f32 qwen3_5/tiny-bf16-untied lfm2/tiny-bf16-untied; do
-  run() { "$@" llm --model="$data/$model" --prompt-ids=1,2,3,4,5 --print-ids --max-tokens=24 \
-    --seqlen=64 --dtype=f32 2>/dev/null; }
-  want=$(run "$prism")
+for model in llama/tiny-f32 qwen3_5/tiny-bf16-untied qwen3_5/tiny-bf16-tied \
+  lfm2/tiny-bf16-untied; do
+  args=(llm --model="$data/$model" --prompt-ids=1,2,3,4,5 --print-ids --max-tokens=24 --seqlen=64
+    --dtype=f32)
+  want=$("$prism" "${args[@]}" 2>/dev/null)
   [[ $(echo "$want" | wc -w) == 24 ]] || { echo "FAIL $model: one process gives '$want'"; fail=1; }
-  check "$model: 2 processes" "$want" "$(run mpi 2 "$prism")"
-  check "$model: 4 processes" "$want" "$(run mpi 4 "$prism")"
+  check "$model: 2 processes" "$want" "$(mpi 2 "$prism" "${args[@]}" 2>/dev/null)"
+  check "$model: 4 processes" "$want" "$(mpi 4 "$prism" "${args[@]}" 2>/dev/null)"
+  check "$model: 2 processes of 2 devices" "$want" \
+    "$(mpi 2 "$prism" "${args[@]}" --devices=4 2>/dev/null)"
 done
 # Speculative decoding: Qwen 3.5's draft head, and a draft model (a second engine, split as
 # the first): the guesses' checks and rewinds run on every process alike.
@@ -113,13 +117,13 @@ wait "$two"; rc=$?
 check "serve over 2 processes ends well on SIGTERM to rank 0" 0 "$rc"
 wait "$one"
 
-# A mesh that is not one device per process: the error line (rank 0's, or a follower's naming
-# it, whichever ends the run first), a non-zero exit, no wait.
+# A mesh whose devices do not share out over the processes: the error line (rank 0's, or a
+# follower's naming it, whichever ends the run first), a non-zero exit, no wait.
 err=$(mpi 2 "$prism" llm --model="$data/llama/tiny-f32" --prompt-ids=1 --print-ids --seqlen=64 \
-  --devices=4 2>&1 >/dev/null); rc=$?
-[[ $rc != 0 && $rc != 124 ]] || { echo "FAIL devices=4 over 2 processes: exit $rc"; fail=1; }
-echo "$err" | grep -Eq "^prism: error: (rank 1 on [^:]*: )?cpu: the mesh \{model=4\} has 4 devices, and this run 2 processes: each process runs one device of the mesh \(give --devices=2\)$" \
-  || { echo "FAIL devices=4 over 2 processes: $err"; fail=1; }
+  --devices=3 2>&1 >/dev/null); rc=$?
+[[ $rc != 0 && $rc != 124 ]] || { echo "FAIL devices=3 over 2 processes: exit $rc"; fail=1; }
+echo "$err" | grep -Eq "^prism: error: (rank 1 on [^:]*: )?cpu: the mesh \{model=3\} has 3 devices, which do not share out evenly over this run's 2 processes \(give --devices=2 or a multiple\)$" \
+  || { echo "FAIL devices=3 over 2 processes: $err"; fail=1; }
 err=$(PRISM_OPENCL_DEVICES=2 mpi 2 "$prism" llm --model="$data/llama/tiny-f32" --prompt-ids=1 \
   --print-ids --seqlen=64 --platform=opencl 2>&1 >/dev/null); rc=$?
 [[ $rc != 0 && $rc != 124 ]] || { echo "FAIL opencl over 2 processes: exit $rc"; fail=1; }

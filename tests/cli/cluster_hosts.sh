@@ -64,11 +64,17 @@ for model in llama/tiny-f32 qwen3_5/tiny-bf16-untied lfm2/tiny-bf16-untied; do
   check "$model: 2 hosts" "$want" "$(run hosts "$prism")"
 done
 
+# Two devices on each host: groups within a host and across the two.
+args=(llm --model="$data/qwen3_5/tiny-bf16-untied" --prompt-ids=1,2,3,4,5 --print-ids
+  --max-tokens=24 --seqlen=64 --dtype=f32)
+check "qwen3_5: 2 hosts of 2 devices" "$("$prism" "${args[@]}" 2>/dev/null)" \
+  "$(hosts "$prism" "${args[@]}" --devices=4 2>/dev/null)"
+
 # The other host's error names it.
 err=$(hosts "$prism" llm --model="$data/llama/tiny-f32" --prompt-ids=1 --print-ids --seqlen=64 \
-  --devices=4 2>&1 >/dev/null); rc=$?
-[[ $rc != 0 && $rc != 124 ]] || { echo "FAIL devices=4 over 2 hosts: exit $rc"; fail=1; }
-echo "$err" | grep -q "^prism: error: rank 1 on host-b: cpu: the mesh {model=4} has 4 devices" \
+  --devices=3 2>&1 >/dev/null); rc=$?
+[[ $rc != 0 && $rc != 124 ]] || { echo "FAIL devices=3 over 2 hosts: exit $rc"; fail=1; }
+echo "$err" | grep -q "^prism: error: rank 1 on host-b: cpu: the mesh {model=3} has 3 devices" \
   && echo "ok the other host's error names it" \
-  || { echo "FAIL devices=4 over 2 hosts: $err"; fail=1; }
+  || { echo "FAIL devices=3 over 2 hosts: $err"; fail=1; }
 exit $fail

@@ -50,12 +50,16 @@ void run(Communicator& comm, Kind kind, int64_t device, int mesh_axis, int axis,
   }
 }
 
-// This process's result, and the one threads of one process give device rank, for each case.
+// This process's devices' results, and the ones threads of one process give those devices,
+// for each case: the same bits.
 void expect_same_bits(const Mesh& mesh) {
+  SCOPED_TRACE(mesh.str());
   Processes* processes = Processes::get();
   ProcessCommunicator across(mesh, *processes);
   HostCommunicator within(mesh);
-  const int64_t me = processes->rank();
+  const int64_t first = across.first_device(), local = across.local_devices();
+  ASSERT_EQ(local * processes->size(), mesh.devices());
+  ASSERT_EQ(first, processes->rank() * local);
   struct Case {
     Kind kind;
     Shape shape;
@@ -75,36 +79,44 @@ void expect_same_bits(const Mesh& mesh) {
   }
   for (size_t c = 0; c < cases.size(); ++c) {
     const Case& k = cases[c];
-    SCOPED_TRACE(::testing::Message() << "case " << c << " " << k.shape.str() << " mesh axis "
-                                      << k.mesh_axis << " on " << mesh.str());
+    SCOPED_TRACE(::testing::Message()
+                 << "case " << c << " " << k.shape.str() << " mesh axis " << k.mesh_axis);
     const int64_t group = mesh.axes()[k.mesh_axis].size;
     auto operand = [&](int64_t device) {
       return random_values(k.shape, static_cast<uint32_t>(100 * c + device));
     };
-    const HostBuffer mine = operand(me);
-    HostBuffer got = result_shape_of(k.kind, k.shape, k.axis, group);
-    run(across, k.kind, me, k.mesh_axis, k.axis, mine, got);
-    // In place, where the result has the operand's shape.
-    HostBuffer in_place = operand(me);
-    if (k.kind == Kind::all_reduce) {
-      run(across, k.kind, me, k.mesh_axis, k.axis, in_place, in_place);
+    // Every device at once on threads: this process's through MPI and shared memory, and the
+    // whole mesh's in one process.
+    auto run_all = [&](Communicator& comm, int64_t from, int64_t count, bool in_place) {
+      std::vector<HostBuffer> operands, results;
+      for (int64_t d = from; d < from + count; ++d) {
+        operands.push_back(operand(d));
+        results.push_back(result_shape_of(k.kind, k.shape, k.axis, group));
+      }
+      std::vector<std::thread> threads;
+      for (int64_t i = 0; i < count; ++i) {
+        threads.emplace_back([&, i] {
+          HostBuffer& out = in_place ? operands[i] : results[i];
+          run(comm, k.kind, from + i, k.mesh_axis, k.axis, operands[i], out);
+        });
+      }
+      for (auto& t : threads) t.join();
+      return in_place ? operands : results;
+    };
+    const std::vector<HostBuffer> want = run_all(within, 0, mesh.devices(), false);
+    const std::vector<HostBuffer> got = run_all(across, first, local, false);
+    for (int64_t i = 0; i < local; ++i) {
+      ASSERT_EQ(got[i].shape(), want[first + i].shape());
+      EXPECT_EQ(0, std::memcmp(got[i].data(), want[first + i].data(), got[i].shape().bytes()))
+          << "device " << first + i;
     }
-
-    std::vector<HostBuffer> operands, want;
-    for (int64_t d = 0; d < mesh.devices(); ++d) {
-      operands.push_back(operand(d));
-      want.push_back(result_shape_of(k.kind, k.shape, k.axis, group));
-    }
-    std::vector<std::thread> threads;
-    for (int64_t d = 0; d < mesh.devices(); ++d) {
-      threads.emplace_back(
-          [&, d] { run(within, k.kind, d, k.mesh_axis, k.axis, operands[d], want[d]); });
-    }
-    for (auto& t : threads) t.join();
-    ASSERT_EQ(got.shape(), want[me].shape());
-    EXPECT_EQ(0, std::memcmp(got.data(), want[me].data(), got.shape().bytes()));
-    if (k.kind == Kind::all_reduce) {
-      EXPECT_EQ(0, std::memcmp(in_place.data(), want[me].data(), got.shape().bytes()));
+    if (k.kind == Kind::all_reduce) {  // in place: the result in the operand's memory
+      const std::vector<HostBuffer> in_place = run_all(across, first, local, true);
+      for (int64_t i = 0; i < local; ++i) {
+        EXPECT_EQ(
+            0, std::memcmp(in_place[i].data(), want[first + i].data(), in_place[i].shape().bytes()))
+            << "device " << first + i << " in place";
+      }
     }
   }
 }
@@ -116,6 +128,18 @@ TEST(Processes, CollectivesGiveTheBitsOfOneProcess) {
   expect_same_bits(Mesh({{"model", n}}));
   if (n % 2 == 0) expect_same_bits(Mesh({{"data", 2}, {"model", n / 2}}));
   if (n % 2 == 0) expect_same_bits(Mesh({{"model", n / 2}, {"data", 2}}));
+}
+
+// Several devices in each process: groups within a process, groups across processes with
+// one member or several in each.
+TEST(Processes, CollectivesOfSeveralDevicesInEachProcess) {
+  Processes* processes = Processes::get();
+  if (!processes) GTEST_SKIP() << "a run of one process (tests run this under mpirun)";
+  const int n = processes->size();
+  expect_same_bits(Mesh({{"model", 2 * n}}));
+  expect_same_bits(Mesh({{"data", n}, {"model", 2}}));
+  expect_same_bits(Mesh({{"data", 2}, {"model", n}}));
+  expect_same_bits(Mesh({{"model", 3 * n}}));
 }
 
 TEST(Processes, EachKnowsItsPlace) {
@@ -135,16 +159,17 @@ TEST(Processes, EachKnowsItsPlace) {
   EXPECT_EQ(std::string(text.begin(), text.end()), "hello");
 }
 
-// A mesh that is not the run's processes is refused, on every process alike.
-TEST(Processes, AMeshOfOtherSizeIsRefused) {
+// A mesh whose devices do not share out evenly over the processes is refused, on every
+// process alike.
+TEST(Processes, AMeshThatDoesNotShareOutIsRefused) {
   Processes* processes = Processes::get();
   if (!processes) GTEST_SKIP() << "a run of one process (tests run this under mpirun)";
   const int n = processes->size();
   EXPECT_EQ(testing::error_of([&] {
               ProcessCommunicator(Mesh({{"model", n + 1}}), *processes);
             }),
-            fmt::format("collectives: the mesh {{model={}}} has {} devices and the run {} "
-                        "processes (one device each)",
+            fmt::format("collectives: the mesh {{model={}}} has {} devices, which do not share "
+                        "out evenly over the run's {} processes",
                         n + 1, n + 1, n));
 }
 

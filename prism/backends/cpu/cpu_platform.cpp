@@ -165,39 +165,44 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
 }
 
 int64_t CpuPlatform::mesh_capacity() const {
-  if (Processes::asked() > 1) return Processes::asked();
   const int64_t asked = devices_asked("PRISM_CPU_DEVICES");
-  return asked ? asked : pool_.size();
+  // In a run of several processes, each offers its own.
+  return (asked ? asked : pool_.size()) * Processes::asked();
 }
 
 std::vector<Platform*> CpuPlatform::mesh_devices(const Mesh& mesh) {
   PRISM_CHECK(!comm_, "cpu: device {} of a mesh cannot itself be split", device_);
   const int64_t n = mesh.devices();
-  if (Processes* processes = Processes::get(); processes && n > 1) {
-    PRISM_CHECK(n == processes->size(),
-                "cpu: the mesh {} has {} devices, and this run {} processes: each process runs "
-                "one device of the mesh (give --devices={})",
-                mesh.str(), n, processes->size(), processes->size());
-    std::lock_guard lock(process_mutex_);
-    auto& device = process_meshes_[mesh.str()];
-    if (!device) {
-      std::vector<int> cpus = allowed_cpus();
-      if (static_cast<int>(cpus.size()) > pool_.size()) cpus.resize(pool_.size());
-      device = std::make_unique<CpuPlatform>(
-          cpus, std::make_shared<ProcessCommunicator>(mesh, *processes), processes->rank());
-    }
-    return {device.get()};
-  }
   PRISM_CHECK(n <= mesh_capacity(),
               "cpu: the mesh {} needs {} devices, the CPU offers {} (one per core; "
               "PRISM_CPU_DEVICES sets another count)",
               mesh.str(), n, mesh_capacity());
-  if (n == 1) return {this};
   // The threads shared out as evenly as they go, at least one each, on the CPUs of each
   // device's set (a NUMA node's cores where the mesh has one device per node).
   const int threads = pool_.size();
   std::vector<int> allowed = allowed_cpus();
   if (static_cast<int>(allowed.size()) > threads) allowed.resize(threads);  // PRISM_THREADS
+  if (Processes* processes = Processes::get(); processes && n > 1) {
+    // A run of several processes: this process's block of the mesh's devices.
+    PRISM_CHECK(n % processes->size() == 0,
+                "cpu: the mesh {} has {} devices, which do not share out evenly over this run's "
+                "{} processes (give --devices={} or a multiple)",
+                mesh.str(), n, processes->size(), processes->size());
+    std::lock_guard lock(process_mutex_);
+    auto& devices = process_meshes_[mesh.str()];
+    if (devices.empty()) {
+      auto comm = std::make_shared<ProcessCommunicator>(mesh, *processes);
+      const std::vector<std::vector<int>> sets =
+          device_cpus(numa_cpus(allowed), comm->local_devices());
+      for (int64_t k = 0; k < comm->local_devices(); ++k) {
+        devices.push_back(std::make_unique<CpuPlatform>(sets[k], comm, comm->first_device() + k));
+      }
+    }
+    std::vector<Platform*> out;
+    for (auto& d : devices) out.push_back(d.get());
+    return out;
+  }
+  if (n == 1) return {this};
   const std::vector<std::vector<int>> sets = device_cpus(numa_cpus(allowed), n);
   return meshes_.get(mesh, [&](std::shared_ptr<Communicator> comm, int64_t k) {
     return std::make_unique<CpuPlatform>(sets[k], std::move(comm), k);

@@ -58,8 +58,9 @@ class CpuPlatform : public Platform {
   // The CPU as a mesh: one device per core (PRISM_CPU_DEVICES sets another count, for trying
   // meshes on a machine with fewer cores), each a set of cores (topology.h: a NUMA node's
   // where the mesh has one device per node) with a thread on each. In a run of several
-  // processes (processes.h), one device per process: mesh_devices() gives this process's,
-  // with all of its threads, its collectives through MPI.
+  // processes (processes.h) the devices are shared out over them, as many each:
+  // mesh_devices() gives this process's, its cores shared out over them, their collectives
+  // with the other processes' devices through MPI.
   int64_t mesh_capacity() const override;
   std::vector<Platform*> mesh_devices(const Mesh& mesh) override;
   void abort_collectives() override;
@@ -78,7 +79,8 @@ class CpuPlatform : public Platform {
   std::vector<int> cpus_;  // a mesh device's CPUs
   MeshDevices meshes_;
   std::mutex process_mutex_;
-  std::map<std::string, std::unique_ptr<CpuPlatform>> process_meshes_;  // by Mesh::str()
+  // Meshes across processes: this process's devices of each, by Mesh::str().
+  std::map<std::string, std::vector<std::unique_ptr<CpuPlatform>>> process_meshes_;
 };
 
 }  // namespace prism::cpu

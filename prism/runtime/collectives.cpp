@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "prism/core/error.h"
+#include "prism/core/spin.h"
 #include "prism/runtime/processes.h"
 
 namespace prism {
@@ -94,33 +95,47 @@ HostCommunicator::Group& HostCommunicator::group(int64_t device, int mesh_axis, 
   return *groups_[mesh_axis * mesh_.devices() + first];
 }
 
-void HostCommunicator::barrier(Group& g) {
-  std::unique_lock lock(g.mutex);
-  if (aborted_) fail("collectives: another device of the mesh failed");
-  const uint64_t generation = g.generation;
-  if (++g.arrived == static_cast<int64_t>(g.slots.size())) {
-    g.arrived = 0;
-    ++g.generation;
-    g.changed.notify_all();
-    return;
+void Meeting::meet(int64_t members, const std::atomic<bool>& aborted) {
+  uint64_t generation = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (aborted) fail("collectives: another device of the mesh failed");
+    generation = generation_.load(std::memory_order_relaxed);
+    if (++arrived_ == members) {
+      arrived_ = 0;
+      generation_.store(generation + 1, std::memory_order_release);
+      changed_.notify_all();
+      return;
+    }
   }
-  g.changed.wait(lock, [&] { return g.generation != generation || aborted_; });
-  if (g.generation == generation) fail("collectives: another device of the mesh failed");
+  auto met = [&] { return generation_.load(std::memory_order_acquire) != generation; };
+  if (spin_until([&] { return met() || aborted; }) && met()) return;
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return met() || aborted; });
+  if (!met()) fail("collectives: another device of the mesh failed");
+}
+
+void Meeting::wake() {
+  std::lock_guard lock(mutex_);
+  changed_.notify_all();
+}
+
+void Meeting::clear() {
+  std::lock_guard lock(mutex_);
+  arrived_ = 0;
+}
+
+void HostCommunicator::barrier(Group& g) {
+  g.meeting.meet(static_cast<int64_t>(g.slots.size()), aborted_);
 }
 
 void HostCommunicator::abort() {
   aborted_ = true;
-  for (auto& g : groups_) {
-    std::lock_guard lock(g->mutex);
-    g->changed.notify_all();
-  }
+  for (auto& g : groups_) g->meeting.wake();
 }
 
 void HostCommunicator::reset() {
-  for (auto& g : groups_) {
-    std::lock_guard lock(g->mutex);
-    g->arrived = 0;
-  }
+  for (auto& g : groups_) g->meeting.clear();
   aborted_ = false;
 }
 
@@ -214,14 +229,11 @@ void HostCommunicator::reduce_scatter(int64_t device, int mesh_axis, int axis, c
 
 // One group of devices along one mesh axis, with members in this process.
 struct ProcessCommunicator::Group {
-  std::vector<int> owner;              // per place: the member's process, as its rank in `comm`
-  std::vector<int64_t> local;          // the places of this process's members, in order
-  std::vector<int64_t> local_of;       // per place: its index in `local`, or -1
-  std::unique_ptr<ProcessGroup> comm;  // the processes owning members, or null: all here
-  std::mutex mutex;
-  std::condition_variable changed;
-  int64_t arrived = 0;
-  uint64_t generation = 0;
+  std::vector<int> owner;               // per place: the member's process, as its rank in `comm`
+  std::vector<int64_t> local;           // the places of this process's members, in order
+  std::vector<int64_t> local_of;        // per place: its index in `local`, or -1
+  std::unique_ptr<ProcessGroup> comm;   // the processes owning members, or null: all here
+  Meeting meeting;                      // of the members here
   std::vector<const std::byte*> slots;  // per local place: its operand
   std::vector<std::byte*> results;      // per local place: where its result goes
   // What the leader (local[0]) received from the other processes, and where each piece lies:
@@ -300,36 +312,16 @@ ProcessCommunicator::Group& ProcessCommunicator::group(int64_t device, int mesh_
 }
 
 void ProcessCommunicator::barrier(Group& g) {
-  if (g.local.size() == 1) {
-    if (aborted_) fail("collectives: another device of the mesh failed");
-    return;
-  }
-  std::unique_lock lock(g.mutex);
-  if (aborted_) fail("collectives: another device of the mesh failed");
-  const uint64_t generation = g.generation;
-  if (++g.arrived == static_cast<int64_t>(g.local.size())) {
-    g.arrived = 0;
-    ++g.generation;
-    g.changed.notify_all();
-    return;
-  }
-  g.changed.wait(lock, [&] { return g.generation != generation || aborted_; });
-  if (g.generation == generation) fail("collectives: another device of the mesh failed");
+  g.meeting.meet(static_cast<int64_t>(g.local.size()), aborted_);
 }
 
 void ProcessCommunicator::abort() {
   aborted_ = true;
-  for (auto& g : groups_) {
-    std::lock_guard lock(g->mutex);
-    g->changed.notify_all();
-  }
+  for (auto& g : groups_) g->meeting.wake();
 }
 
 void ProcessCommunicator::reset() {
-  for (auto& g : groups_) {
-    std::lock_guard lock(g->mutex);
-    g->arrived = 0;
-  }
+  for (auto& g : groups_) g->meeting.clear();
   aborted_ = false;
 }
 

@@ -27,6 +27,22 @@ namespace prism {
 class Processes;
 class ProcessGroup;
 
+// Where the devices of one group in one process wait for each other: meet() returns once
+// `members` calls have come, or throws once `aborted` is set and wake() called. A device
+// spins briefly before it sleeps: the others of a step come within microseconds.
+class Meeting {
+ public:
+  void meet(int64_t members, const std::atomic<bool>& aborted);
+  void wake();   // wakes those waiting, to see `aborted`
+  void clear();  // forgets who came (after an abort, once every device has returned)
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int64_t arrived_ = 0;
+  std::atomic<uint64_t> generation_{0};  // written under mutex_, read by spinning devices
+};
+
 class Communicator {
  public:
   explicit Communicator(Mesh mesh) : mesh_(std::move(mesh)) {}
@@ -80,10 +96,7 @@ class HostCommunicator : public Communicator {
 
  private:
   struct Group {
-    std::mutex mutex;
-    std::condition_variable changed;
-    int64_t arrived = 0;
-    uint64_t generation = 0;
+    Meeting meeting;
     std::vector<const std::byte*> slots;
     std::vector<std::byte*> results;  // all_reduce: where each device's result goes
   };

@@ -36,7 +36,7 @@ struct ShardedCompileOptions {
   // returns for the next to take as inputs, split as those take them. An empty Sharding here
   // means whole.
   std::vector<std::optional<Sharding>> outputs;
-  std::vector<int> donate;       // as CompileOptions::donate
+  std::vector<int> donate;  // as CompileOptions::donate
   CompileCache* cache = nullptr;
 };
 

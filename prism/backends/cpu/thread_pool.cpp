@@ -8,32 +8,13 @@
 #include <cstdlib>
 #include <exception>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "prism/core/spin.h"
 
 namespace prism::cpu {
 namespace {
 
 // Set while a thread runs a chunk: nested parallel_for calls run serially.
 thread_local bool t_in_chunk = false;
-
-// How long a thread spins for what it waits on before it sleeps: longer than the gap between
-// two kernels of a decode step, far shorter than a scheduler's time slice.
-constexpr auto kSpin = std::chrono::microseconds(100);
-
-// Spins until done() or kSpin has passed; returns done().
-template <typename Done>
-bool spin_until(Done done) {
-  auto until = std::chrono::steady_clock::now() + kSpin;
-  for (int i = 0;; ++i) {
-    if (done()) return true;
-#if defined(__x86_64__)
-    _mm_pause();
-#endif
-    if (i % 64 == 63 && std::chrono::steady_clock::now() > until) return done();
-  }
-}
 
 }  // namespace
 

@@ -69,6 +69,15 @@ bool overlaps(const std::byte* a, size_t an, const std::byte* b, size_t bn) {
   return a < b + bn && b < a + an;
 }
 
+// Where an all-reduce of `bytes` from `in` writes its result: `out`, or `staging` (to be
+// copied to `out` at the end) where `out` overlaps the operand other than exactly.
+std::byte* sum_into(const std::byte* in, std::byte* out, size_t bytes,
+                    std::vector<std::byte>& staging) {
+  if (in == out || !overlaps(in, bytes, out, bytes)) return out;
+  staging.resize(bytes);
+  return staging.data();
+}
+
 }  // namespace
 
 HostCommunicator::HostCommunicator(Mesh mesh) : Communicator(std::move(mesh)) {
@@ -156,13 +165,8 @@ void HostCommunicator::all_reduce(int64_t device, int mesh_axis, const Shape& sh
   const size_t bytes = shape.bytes();
   const int64_t count = shape.numel();
   const int elem = size_of(shape.dtype());
-  // A result that overlaps the operand other than exactly is summed apart.
   std::vector<std::byte> staging;
-  std::byte* dst = out;
-  if (in != out && overlaps(in, bytes, out, bytes)) {
-    staging.resize(bytes);
-    dst = staging.data();
-  }
+  std::byte* dst = sum_into(in, out, bytes, staging);
   int64_t place = 0;
   Group& g = group(device, mesh_axis, &place);
   const int64_t n = static_cast<int64_t>(g.slots.size());
@@ -394,11 +398,7 @@ void ProcessCommunicator::all_reduce(int64_t device, int mesh_axis, const Shape&
   const int64_t count = shape.numel();
   const size_t elem = size_of(shape.dtype());
   std::vector<std::byte> staging;
-  std::byte* dst = out;
-  if (in != out && overlaps(in, bytes, out, bytes)) {
-    staging.resize(bytes);
-    dst = staging.data();
-  }
+  std::byte* dst = sum_into(in, out, bytes, staging);
   int64_t place = 0;
   Group& g = group(device, mesh_axis, &place);
   const int64_t n = static_cast<int64_t>(g.owner.size());

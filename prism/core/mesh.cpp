@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 
 #include "prism/core/error.h"
@@ -12,6 +14,11 @@ namespace prism {
 Mesh::Mesh(std::vector<MeshAxis> axes) : axes_(std::move(axes)) {
   for (size_t i = 0; i < axes_.size(); ++i) {
     PRISM_CHECK(!axes_[i].name.empty(), "mesh: an axis has no name");
+    // Axis names travel into compiled modules (Shardy's meshes) and collective groups' names.
+    const bool word = std::all_of(axes_[i].name.begin(), axes_[i].name.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+    });
+    PRISM_CHECK(word, "mesh: axis name '{}' is not a word (letters, digits and _)", axes_[i].name);
     PRISM_CHECK(axes_[i].size >= 1, "mesh: axis '{}' has size {} (at least 1)", axes_[i].name,
                 axes_[i].size);
     for (size_t j = 0; j < i; ++j) {

@@ -81,6 +81,42 @@ TEST(Pjrt, HloShardingsTileTheMesh) {
   EXPECT_EQ(hlo_sharding({1, 0}, grid), "{devices=[2,2]0,2,1,3}");
 }
 
+// Shardy's form of the same: the mesh declared once by its axes, each dim closed on the axis
+// splitting it (or on none).
+TEST(Pjrt, ShardyShardingsNameTheMeshAxes) {
+  const Mesh grid({{"data", 2}, {"model", 4}});
+  EXPECT_EQ(sdy_mesh(grid), "<[\"data\"=2, \"model\"=4]>");
+  EXPECT_EQ(sdy_sharding({-1, 1}, grid), "#sdy.sharding<@mesh, [{}, {\"model\"}]>");
+  EXPECT_EQ(sdy_sharding({0, 1}, grid), "#sdy.sharding<@mesh, [{\"data\"}, {\"model\"}]>");
+  EXPECT_EQ(sdy_sharding({}, grid), "#sdy.sharding<@mesh, []>");
+
+  // A module for each partitioner: Shardy's declares the mesh and annotates with it, GSPMD's
+  // carries HloSharding texts; both say how many partitions.
+  ir::Graph g;
+  ir::ValueId x = g.add({ir::Op::input, Shape(DType::f32, {{"d", 4}}), {}, ir::InputAttrs{0}});
+  g.outputs().push_back(g.add({ir::Op::add, Shape(DType::f32, {{"d", 4}}), {x, x}, {}}));
+  ModuleSharding sharding{.mesh = Mesh({{"model", 2}}), .arguments = {{0}}, .results = {{-1}}};
+  std::string shardy = to_stablehlo(g, {}, sharding);
+  EXPECT_NE(shardy.find("mhlo.num_partitions = 2"), std::string::npos) << shardy;
+  EXPECT_NE(shardy.find("sdy.mesh @mesh = <[\"model\"=2]>"), std::string::npos) << shardy;
+  EXPECT_NE(shardy.find("%arg0: tensor<4xf32> {sdy.sharding = #sdy.sharding<@mesh, "
+                        "[{\"model\"}]>}"),
+            std::string::npos)
+      << shardy;
+  EXPECT_NE(shardy.find("-> (tensor<4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}]>})"),
+            std::string::npos)
+      << shardy;
+  EXPECT_EQ(shardy.find("mhlo.sharding"), std::string::npos) << shardy;
+  sharding.partitioner = Partitioner::gspmd;
+  std::string gspmd = to_stablehlo(g, {}, sharding);
+  EXPECT_NE(gspmd.find("%arg0: tensor<4xf32> {mhlo.sharding = \"{devices=[2]0,1}\"}"),
+            std::string::npos)
+      << gspmd;
+  EXPECT_NE(gspmd.find("-> (tensor<4xf32> {mhlo.sharding = \"{replicated}\"})"), std::string::npos)
+      << gspmd;
+  EXPECT_EQ(gspmd.find("sdy."), std::string::npos) << gspmd;
+}
+
 // Each shortcut finds its plugin where the vendor's wheel installs it, in the active virtual
 // environment.
 TEST(Pjrt, ShortcutsFindTheirVendorsWheel) {

@@ -3,6 +3,7 @@
 // bad meshes and shardings give.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <random>
 #include <thread>
@@ -42,6 +43,8 @@ TEST(Mesh, ParsesAxesAndCoordinates) {
             "mesh: 'model' is not an axis and its size (as in model:2)");
   EXPECT_EQ(error_of([] { Mesh::parse("model:0"); }), "mesh: axis 'model' has size 0 (at least 1)");
   EXPECT_EQ(error_of([] { Mesh::parse("model:2,model:2"); }), "mesh: axis 'model' is named twice");
+  EXPECT_EQ(error_of([] { Mesh::parse("mo\"del:2"); }),
+            "mesh: axis name 'mo\"del' is not a word (letters, digits and _)");
 }
 
 TEST(Sharding, ResolvesTagsToMeshAxesAndNamesWhatDoesNotDivide) {
@@ -231,6 +234,28 @@ TEST(Partition, TensorParallelMlpMatchesOneDevice) {
       EXPECT_LT(d, 1e-5) << n << " devices of " << p;
     }
   }
+}
+
+// XLA's two partitioners, Shardy (the default) and GSPMD (PRISM_PJRT_PARTITIONER=gspmd), each
+// split the program by the shardings its module carries; another value is one clear error.
+TEST(Partition, BothOfXlasPartitionersMatchOneDevice) {
+  const std::vector<std::string> platforms = mesh_platforms();
+  if (std::find(platforms.begin(), platforms.end(), "xla-cpu") == platforms.end()) {
+    GTEST_SKIP() << "the XLA CPU plugin is not installed";
+  }
+  auto difference = [](int n) {
+    return sharded_difference(mlp, {random_f32(S({{"s", 3}, {"d", 4}}), 1)},
+                              {{"up", random_f32(S({{"f", 8}, {"d", 4}}), 2)},
+                               {"down", random_f32(S({{"o", 4}, {"f", 8}}), 3)}},
+                              n, {}, "xla-cpu");
+  };
+  for (const char* partitioner : {"shardy", "gspmd"}) {
+    testing::ScopedEnv chosen("PRISM_PJRT_PARTITIONER", partitioner);
+    for (int n : {2, 4}) EXPECT_LT(difference(n), 1e-5) << n << " devices, " << partitioner;
+  }
+  testing::ScopedEnv bad("PRISM_PJRT_PARTITIONER", "alpa");
+  EXPECT_EQ(error_of([&] { difference(2); }),
+            "pjrt: PRISM_PJRT_PARTITIONER must be shardy or gspmd, not 'alpa'");
 }
 
 // Ops the partitioner has no rule for read their operands whole: a softmax along a split dim

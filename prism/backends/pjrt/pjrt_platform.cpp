@@ -127,11 +127,22 @@ constexpr KnownPlugin kKnown[] = {
 
 // The serialized CompileOptionsProto for a program split over `partitions` devices by the
 // plugin's SPMD partitioner: executable_build_options (field 3) with num_replicas (4) = 1,
-// num_partitions (5) and use_spmd_partitioning (6).
-std::string mesh_compile_options(int64_t partitions) {
+// num_partitions (5), use_spmd_partitioning (6) and, for Shardy, use_shardy_partitioner (19).
+std::string mesh_compile_options(int64_t partitions, Partitioner partitioner) {
   PRISM_CHECK(partitions > 1 && partitions < 128, "pjrt: a mesh of {} devices", partitions);
-  const char build[] = {0x20, 0x01, 0x28, static_cast<char>(partitions), 0x30, 0x01};
-  return std::string{0x1a, static_cast<char>(sizeof build)} + std::string(build, sizeof build);
+  std::string build = {0x20, 0x01, 0x28, static_cast<char>(partitions), 0x30, 0x01};
+  if (partitioner == Partitioner::shardy) build += std::string{'\x98', 0x01, 0x01};
+  return std::string{0x1a, static_cast<char>(build.size())} + build;
+}
+
+// The partitioner the modules of meshes are written for: PRISM_PJRT_PARTITIONER=shardy (the
+// default) or gspmd, for plugins older than Shardy.
+Partitioner mesh_partitioner() {
+  const char* env = std::getenv("PRISM_PJRT_PARTITIONER");
+  const std::string want = env ? env : "";
+  if (want.empty() || want == "shardy") return Partitioner::shardy;
+  if (want == "gspmd") return Partitioner::gspmd;
+  fail("pjrt: PRISM_PJRT_PARTITIONER must be shardy or gspmd, not '{}'", want);
 }
 
 // A compiled program on one device, or split over the devices of a mesh by the plugin.
@@ -174,8 +185,9 @@ class Program {
     program.code_size = module.size();
     program.format = "mlir";
     program.format_size = 4;
-    const std::string options = sharding ? mesh_compile_options(sharding->partitions)
-                                         : std::string(kCompileOptions, sizeof kCompileOptions);
+    const std::string options =
+        sharding ? mesh_compile_options(sharding->mesh.devices(), sharding->partitioner)
+                 : std::string(kCompileOptions, sizeof kCompileOptions);
     auto a = PRISM_PJRT_ARGS(PJRT_Client_Compile_Args);
     a.client = devices_[0]->client();
     a.program = &program;
@@ -291,7 +303,7 @@ class PjrtMeshExecutable : public MeshExecutableImpl {
   PjrtMeshExecutable(std::vector<PjrtPlatform*> devices, const ir::Graph& graph,
                      const MeshSpec& spec)
       : program_(std::move(devices), graph, CompileSpec{spec.donated_inputs},
-                 local_outputs(graph, spec), sharding(graph, spec).get()) {}
+                 local_outputs(graph, spec), sharding(spec).get()) {}
 
   std::vector<std::vector<Buffer>> call(std::span<const std::vector<Buffer>> params,
                                         std::span<const std::vector<Buffer>> inputs) override {
@@ -307,14 +319,13 @@ class PjrtMeshExecutable : public MeshExecutableImpl {
     }
     return shapes;
   }
-  static std::unique_ptr<ModuleSharding> sharding(const ir::Graph& graph, const MeshSpec& spec) {
+  static std::unique_ptr<ModuleSharding> sharding(const MeshSpec& spec) {
     auto s = std::make_unique<ModuleSharding>();
-    s->partitions = spec.mesh.devices();
-    for (const auto& split : spec.parameters)
-      s->arguments.push_back(hlo_sharding(split, spec.mesh));
-    for (const auto& split : spec.inputs) s->arguments.push_back(hlo_sharding(split, spec.mesh));
-    for (const auto& split : spec.outputs) s->results.push_back(hlo_sharding(split, spec.mesh));
-    (void)graph;
+    s->mesh = spec.mesh;
+    s->partitioner = mesh_partitioner();
+    s->arguments = spec.parameters;
+    s->arguments.insert(s->arguments.end(), spec.inputs.begin(), spec.inputs.end());
+    s->results = spec.outputs;
     return s;
   }
   Program program_;

@@ -194,7 +194,7 @@ class Printer {
         attrs.push_back(fmt::format("tf.aliasing_output = {} : i32", it->second));
       }
       if (sharding_ && k < sharding_->arguments.size()) {
-        attrs.push_back(fmt::format("mhlo.sharding = \"{}\"", sharding_->arguments[k]));
+        attrs.push_back(sharding_attr(sharding_->arguments[k]));
       }
       if (!attrs.empty()) signature += fmt::format(" {{{}}}", fmt::join(attrs, ", "));
     }
@@ -213,15 +213,19 @@ class Printer {
       result_types.push_back(type(out));
       annotated.push_back(
           sharding_ && k < sharding_->results.size()
-              ? fmt::format("{} {{mhlo.sharding = \"{}\"}}", type(out), sharding_->results[k])
+              ? fmt::format("{} {{{}}}", type(out), sharding_attr(sharding_->results[k]))
               : type(out));
     }
-    std::string module = sharding_
-                             ? fmt::format(
-                                   "module @prism attributes {{mhlo.num_partitions = {} : i32, "
-                                   "mhlo.num_replicas = 1 : i32}} {{\n",
-                                   sharding_->partitions)
-                             : "module @prism {\n";
+    std::string module = "module @prism {\n";
+    if (sharding_) {
+      module = fmt::format(
+          "module @prism attributes {{mhlo.num_partitions = {} : i32, "
+          "mhlo.num_replicas = 1 : i32}} {{\n",
+          sharding_->mesh.devices());
+      if (sharding_->partitioner == Partitioner::shardy) {
+        module += fmt::format("  sdy.mesh @mesh = {}\n", sdy_mesh(sharding_->mesh));
+      }
+    }
     module += fmt::format("  func.func public @main({}) -> ({}) {{\n", signature,
                           fmt::join(annotated, ", "));
     module += body_;
@@ -232,6 +236,14 @@ class Printer {
 
  private:
   std::string type(ValueId v) const { return tensor_type(g_.node(v).shape); }
+
+  // The attribute saying how an argument or result split as `split` lies on the mesh.
+  std::string sharding_attr(const std::vector<int>& split) const {
+    if (sharding_->partitioner == Partitioner::shardy) {
+      return "sdy.sharding = " + sdy_sharding(split, sharding_->mesh);
+    }
+    return fmt::format("mhlo.sharding = \"{}\"", hlo_sharding(split, sharding_->mesh));
+  }
 
   // `%id = "stablehlo.<op>"(operands) <attrs> : (operand types) -> result type`
   void emit(ValueId id, const std::string& op, const std::vector<ValueId>& operands,
@@ -932,6 +944,20 @@ std::string hlo_sharding(const std::vector<int>& split, const Mesh& mesh) {
   }
   return fmt::format("{{devices=[{}]{}{}}}", fmt::join(tiles, ","), fmt::join(ids, ","),
                      replicas > 1 ? " last_tile_dim_replicate" : "");
+}
+
+std::string sdy_mesh(const Mesh& mesh) {
+  std::vector<std::string> axes;
+  for (const MeshAxis& axis : mesh.axes())
+    axes.push_back(fmt::format("\"{}\"={}", axis.name, axis.size));
+  return fmt::format("<[{}]>", fmt::join(axes, ", "));
+}
+
+std::string sdy_sharding(const std::vector<int>& split, const Mesh& mesh) {
+  std::vector<std::string> dims;
+  for (int a : split)
+    dims.push_back(a >= 0 ? fmt::format("{{\"{}\"}}", mesh.axes()[a].name) : "{}");
+  return fmt::format("#sdy.sharding<@mesh, [{}]>", fmt::join(dims, ", "));
 }
 
 }  // namespace prism::pjrt

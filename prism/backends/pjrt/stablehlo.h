@@ -19,11 +19,17 @@ namespace prism::pjrt {
 // lowering.
 std::string to_stablehlo(const ir::Graph& graph, const std::map<int, int>& aliases = {});
 
-// A module for the plugin's SPMD partitioner: compiled for `partitions` devices, each argument
-// and result annotated with its HloSharding text (hlo_sharding()).
+// Which of XLA's partitioners a module is written for: Shardy (the `sdy` dialect: a mesh
+// declared once, `sdy.sharding` on each argument and result), or GSPMD (an `mhlo.sharding`
+// HloSharding text on each), which XLA deprecates in Shardy's favour.
+enum class Partitioner { shardy, gspmd };
+
+// A module for the plugin's SPMD partitioner, compiled for `mesh.devices()` partitions: how
+// each argument and result is split (per dim, a mesh axis or -1), written for `partitioner`.
 struct ModuleSharding {
-  int64_t partitions = 1;
-  std::vector<std::string> arguments, results;
+  Mesh mesh;
+  Partitioner partitioner = Partitioner::shardy;
+  std::vector<std::vector<int>> arguments, results;
 };
 std::string to_stablehlo(const ir::Graph& graph, const std::map<int, int>& aliases,
                          const ModuleSharding& sharding);
@@ -32,5 +38,11 @@ std::string to_stablehlo(const ir::Graph& graph, const std::map<int, int>& alias
 // "{replicated}", or "{devices=[tiles per dim]device ids}" with "last_tile_dim_replicate"
 // where mesh axes split nothing of it. Device ids are mesh positions (row-major).
 std::string hlo_sharding(const std::vector<int>& split, const Mesh& mesh);
+
+// The Shardy mesh of `mesh` and the Shardy sharding of a tensor split as `split` over it:
+// `<["data"=2, "model"=4]>` and `#sdy.sharding<@mesh, [{}, {"model"}]>` (each dim closed:
+// the partitioner may not split it further; axes a tensor does not use replicate it).
+std::string sdy_mesh(const Mesh& mesh);
+std::string sdy_sharding(const std::vector<int>& split, const Mesh& mesh);
 
 }  // namespace prism::pjrt

@@ -13,6 +13,12 @@ echo "$info" | grep -q '^  cpu      available, a mesh of up to [0-9]* devices\?$
   { echo "FAIL info: no cpu line"; fail=1; }
 got=$(PRISM_CPU_DEVICES=3 "$prism" info | grep '^  cpu ')
 check "info: the CPU's mesh" "  cpu      available, a mesh of up to 3 devices" "$got"
+# A mesh's devices: each with its CPUs (and, where they lie in one NUMA node, the node).
+got=$(PRISM_CPU_DEVICES=2 "$prism" info --devices=2 | sed -n '/^  cpu /,/^  [a-z]/p' |
+  grep -c '^    - .*device [01] of {model=2} on CPUs [0-9,]*\( (memory on NUMA node [0-9]*)\)\?, ')
+check "info: the devices of a CPU mesh" 2 "$got"
+err=$("$prism" info --devices=0 2>&1 >/dev/null); rc=$?
+[[ $rc -ne 0 && $(echo "$err" | wc -l) -eq 1 ]] || { echo "FAIL info --devices=0: $rc $err"; fail=1; }
 if echo "$info" | grep -q '^  opencl   available'; then
   # PoCL's device is a CPU: auto must not take it.
   if ! clinfo -l 2>/dev/null | grep -qi gpu; then

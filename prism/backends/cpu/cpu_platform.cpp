@@ -73,17 +73,21 @@ class CpuPlatform::BlockCache {
  public:
   static constexpr size_t kHugePage = size_t{2} << 20;
 
-  static void* allocate(size_t bytes) {
+  // A device of a mesh whose CPUs are one NUMA node's places the blocks it holds whole pages
+  // of on that node, before anything touches them: its weights and caches then sit next to
+  // the cores that read them, whichever thread loads them.
+  void* allocate(size_t bytes) const {
     if (bytes < kHugePage) return std::aligned_alloc(64, bytes);
     const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
     void* p = std::aligned_alloc(kHugePage, rounded);
+    if (p && node_ >= 0) prefer_node(p, rounded, node_);  // placement only: failure leaves it
 #ifdef MADV_HUGEPAGE
     if (p) ::madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure leaves small pages
 #endif
     return p;
   }
 
-  explicit BlockCache(size_t limit) : limit_(limit) {}
+  BlockCache(size_t limit, int node) : limit_(limit), node_(node) {}
   ~BlockCache() {
     for (auto& [bytes, p] : free_) std::free(p);
   }
@@ -117,30 +121,39 @@ class CpuPlatform::BlockCache {
   std::multimap<size_t, void*> free_;
   size_t cached_ = 0;
   size_t limit_;
+  int node_;
 };
 
 std::unique_ptr<ExecutableImpl> make_cpu_executable(CpuPlatform& platform, const ir::Graph& graph,
                                                     const CompileSpec& spec);
 
-CpuPlatform::CpuPlatform()
-    : blocks_(std::make_shared<BlockCache>(static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) *
-                                           sysconf(_SC_PAGE_SIZE) / 8)) {
+namespace {
+// The most memory freed blocks may keep for reuse: an eighth of the machine's.
+size_t block_cache_limit() {
+  return static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / 8;
+}
+}  // namespace
+
+CpuPlatform::CpuPlatform() : blocks_(std::make_shared<BlockCache>(block_cache_limit(), -1)) {
   simd::current();  // chooses the SIMD target (PRISM_CPU_TARGET) before any kernel runs
 }
 
-CpuPlatform::CpuPlatform(std::vector<int> cpus, std::shared_ptr<Communicator> comm, int64_t device)
-    : blocks_(std::make_shared<BlockCache>(static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) *
-                                           sysconf(_SC_PAGE_SIZE) / 8)),
+CpuPlatform::CpuPlatform(std::vector<int> cpus, int node, std::shared_ptr<Communicator> comm,
+                         int64_t device)
+    : blocks_(std::make_shared<BlockCache>(block_cache_limit(), node)),
       pool_(static_cast<int>(std::max<size_t>(1, cpus.size())), cpus),
       comm_(std::move(comm)),
       device_(device),
-      cpus_(std::move(cpus)) {}
+      cpus_(std::move(cpus)),
+      node_(node) {}
 
 std::vector<DeviceInfo> CpuPlatform::devices() const {
   int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-  std::string device = comm_ ? fmt::format("device {} of {} on CPUs {}, ", device_,
-                                           comm_->mesh().str(), fmt::join(cpus_, ","))
-                             : "";
+  std::string device =
+      comm_ ? fmt::format("device {} of {} on CPUs {}{}, ", device_, comm_->mesh().str(),
+                          fmt::join(cpus_, ","),
+                          node_ >= 0 ? fmt::format(" (memory on NUMA node {})", node_) : "")
+            : "";
   // Quantized weights' products with 8-bit activations (kernels_quant.cpp), and Q8_0's and
   // Q4_0's and Q4_K's on AMX tiles for batches or for every row count (quant_rows.h), or
   // Q8_0's and Q4_0's on weights kept interleaved (weight_layout.h).
@@ -182,6 +195,7 @@ std::vector<Platform*> CpuPlatform::mesh_devices(const Mesh& mesh) {
   const int threads = pool_.size();
   std::vector<int> allowed = allowed_cpus();
   if (static_cast<int>(allowed.size()) > threads) allowed.resize(threads);  // PRISM_THREADS
+  const std::vector<NumaNode> nodes = numa_nodes(allowed);
   if (Processes* processes = Processes::get(); processes && n > 1) {
     // A run of several processes: this process's block of the mesh's devices.
     PRISM_CHECK(n % processes->size() == 0,
@@ -192,10 +206,10 @@ std::vector<Platform*> CpuPlatform::mesh_devices(const Mesh& mesh) {
     auto& devices = process_meshes_[mesh.str()];
     if (devices.empty()) {
       auto comm = std::make_shared<ProcessCommunicator>(mesh, *processes);
-      const std::vector<std::vector<int>> sets =
-          device_cpus(numa_cpus(allowed), comm->local_devices());
+      const std::vector<std::vector<int>> sets = device_cpus(nodes, comm->local_devices());
       for (int64_t k = 0; k < comm->local_devices(); ++k) {
-        devices.push_back(std::make_unique<CpuPlatform>(sets[k], comm, comm->first_device() + k));
+        devices.push_back(std::make_unique<CpuPlatform>(sets[k], node_of(sets[k], nodes), comm,
+                                                        comm->first_device() + k));
       }
     }
     std::vector<Platform*> out;
@@ -203,9 +217,9 @@ std::vector<Platform*> CpuPlatform::mesh_devices(const Mesh& mesh) {
     return out;
   }
   if (n == 1) return {this};
-  const std::vector<std::vector<int>> sets = device_cpus(numa_cpus(allowed), n);
+  const std::vector<std::vector<int>> sets = device_cpus(nodes, n);
   return meshes_.get(mesh, [&](std::shared_ptr<Communicator> comm, int64_t k) {
-    return std::make_unique<CpuPlatform>(sets[k], std::move(comm), k);
+    return std::make_unique<CpuPlatform>(sets[k], node_of(sets[k], nodes), std::move(comm), k);
   });
 }
 

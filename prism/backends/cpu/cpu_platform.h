@@ -37,8 +37,9 @@ class CpuPlatform : public Platform {
  public:
   CpuPlatform();
   // Device `device` of a mesh: its own threads, one per CPU of `cpus` (their workers kept on
-  // them), collectives through `comm`.
-  CpuPlatform(std::vector<int> cpus, std::shared_ptr<Communicator> comm, int64_t device);
+  // them), its memory on NUMA node `node` (-1: wherever it is first touched), collectives
+  // through `comm`.
+  CpuPlatform(std::vector<int> cpus, int node, std::shared_ptr<Communicator> comm, int64_t device);
   std::string_view name() const override { return "cpu"; }
   std::vector<DeviceInfo> devices() const override;
   Buffer allocate(const Shape& shape) override;
@@ -69,6 +70,8 @@ class CpuPlatform : public Platform {
   Communicator* communicator() const { return comm_.get(); }
   int64_t mesh_device() const { return device_; }
   int64_t mesh_index() const override { return device_; }
+  // The NUMA node a mesh device's memory is placed on, or -1.
+  int numa_node() const { return node_; }
 
  private:
   class BlockCache;
@@ -77,6 +80,7 @@ class CpuPlatform : public Platform {
   std::shared_ptr<Communicator> comm_;
   int64_t device_ = 0;
   std::vector<int> cpus_;  // a mesh device's CPUs
+  int node_ = -1;          // and the NUMA node holding them all, or -1
   MeshDevices meshes_;
   std::mutex process_mutex_;
   // Meshes across processes: this process's devices of each, by Mesh::str().

@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -40,42 +42,41 @@ std::vector<int> allowed_cpus() {
   return cpus;
 }
 
-std::vector<std::vector<int>> numa_cpus(const std::vector<int>& allowed) {
+std::vector<NumaNode> numa_nodes(const std::vector<int>& allowed, const std::string& root) {
   const std::set<int> ok(allowed.begin(), allowed.end());
-  std::vector<std::pair<int, std::vector<int>>> nodes;
+  std::vector<NumaNode> nodes;
   std::set<int> placed;
-  if (DIR* d = opendir("/sys/devices/system/node")) {
+  if (DIR* d = opendir(root.c_str())) {
     while (dirent* e = readdir(d)) {
       const std::string name = e->d_name;
-      if (name.rfind("node", 0) != 0 || name.size() == 4 ||
+      if (name.rfind("node", 0) != 0 || name.size() == 4 || name.size() > 9 ||
           !std::all_of(name.begin() + 4, name.end(), ::isdigit)) {
         continue;
       }
-      std::ifstream f("/sys/devices/system/node/" + name + "/cpulist");
+      std::ifstream f(root + "/" + name + "/cpulist");
       std::string text;
       std::getline(f, text);
-      std::vector<int> cpus;
+      NumaNode node{std::stoi(name.substr(4)), {}};
       for (int c : parse_cpu_list(text)) {
-        if (ok.contains(c)) cpus.push_back(c), placed.insert(c);
+        if (ok.contains(c) && placed.insert(c).second) node.cpus.push_back(c);
       }
-      if (!cpus.empty()) nodes.emplace_back(std::stoi(name.substr(4)), std::move(cpus));
+      if (!node.cpus.empty()) nodes.push_back(std::move(node));
     }
     closedir(d);
   }
-  std::sort(nodes.begin(), nodes.end());
-  std::vector<std::vector<int>> out;
-  for (auto& [id, cpus] : nodes) out.push_back(std::move(cpus));
-  std::vector<int> rest;
+  std::sort(nodes.begin(), nodes.end(),
+            [](const NumaNode& a, const NumaNode& b) { return a.id < b.id; });
+  NumaNode rest;
   for (int c : allowed) {
-    if (!placed.contains(c)) rest.push_back(c);
+    if (!placed.contains(c)) rest.cpus.push_back(c);
   }
-  if (!rest.empty()) out.push_back(std::move(rest));
-  return out;
+  if (!rest.cpus.empty()) nodes.push_back(std::move(rest));
+  return nodes;
 }
 
-std::vector<std::vector<int>> device_cpus(const std::vector<std::vector<int>>& nodes, int64_t n) {
+std::vector<std::vector<int>> device_cpus(const std::vector<NumaNode>& nodes, int64_t n) {
   std::vector<int> all;
-  for (const auto& node : nodes) all.insert(all.end(), node.begin(), node.end());
+  for (const NumaNode& node : nodes) all.insert(all.end(), node.cpus.begin(), node.cpus.end());
   std::vector<std::vector<int>> sets(n);
   if (all.empty()) return sets;
   const int64_t count = static_cast<int64_t>(all.size());
@@ -87,6 +88,47 @@ std::vector<std::vector<int>> device_cpus(const std::vector<std::vector<int>>& n
     for (int64_t i = count * k / n; i < count * (k + 1) / n; ++i) sets[k].push_back(all[i]);
   }
   return sets;
+}
+
+int node_of(const std::vector<int>& cpus, const std::vector<NumaNode>& nodes) {
+  for (const NumaNode& node : nodes) {
+    const bool inside = !cpus.empty() && std::all_of(cpus.begin(), cpus.end(), [&](int c) {
+      return std::find(node.cpus.begin(), node.cpus.end(), c) != node.cpus.end();
+    });
+    if (inside) return node.id;
+  }
+  return -1;
+}
+
+// The kernel's memory policy calls (mbind(2), get_mempolicy(2)) without libnuma: their
+// constants are the kernel's ABI.
+namespace {
+constexpr int kMpolPreferred = 1;
+constexpr unsigned kMpolMfMove = 1u << 1;
+constexpr unsigned long kMpolFAddr = 1ul << 1;
+constexpr unsigned long kMaxNodes = 1024;
+}  // namespace
+
+bool prefer_node(void* p, size_t bytes, int node) {
+  if (node < 0 || node >= static_cast<int>(kMaxNodes)) return false;
+  unsigned long mask[kMaxNodes / (8 * sizeof(unsigned long))] = {};
+  mask[node / (8 * sizeof(unsigned long))] = 1ul << (node % (8 * sizeof(unsigned long)));
+  return syscall(SYS_mbind, p, bytes, kMpolPreferred, mask, kMaxNodes + 1, kMpolMfMove) == 0;
+}
+
+int preferred_node(const void* p) {
+  int mode = 0;
+  unsigned long mask[kMaxNodes / (8 * sizeof(unsigned long))] = {};
+  if (syscall(SYS_get_mempolicy, &mode, mask, kMaxNodes + 1, p, kMpolFAddr) != 0 ||
+      mode != kMpolPreferred) {
+    return -1;
+  }
+  for (size_t node = 0; node < kMaxNodes; ++node) {
+    if (mask[node / (8 * sizeof(unsigned long))] >> (node % (8 * sizeof(unsigned long))) & 1) {
+      return static_cast<int>(node);
+    }
+  }
+  return -1;
 }
 
 std::string cpu_model() {

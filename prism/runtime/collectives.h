@@ -65,20 +65,16 @@ class Communicator {
   virtual void reset() {}
 
   // The time the devices have spent in collectives through this communicator (waiting for
-  // the others included) and the calls, summed over the devices that call it: what
-  // run_collective counts, for benchmarks.
+  // the others included), summed over the devices that call it: what run_collective counts,
+  // for benchmarks.
   double seconds() const { return static_cast<double>(nanoseconds_.load()) * 1e-9; }
-  int64_t calls() const { return calls_.load(); }
-  void count(int64_t nanoseconds) {
-    nanoseconds_ += nanoseconds;
-    ++calls_;
-  }
+  void count(int64_t nanoseconds) { nanoseconds_ += nanoseconds; }
 
  protected:
   Mesh mesh_;
 
  private:
-  std::atomic<int64_t> nanoseconds_{0}, calls_{0};
+  std::atomic<int64_t> nanoseconds_{0};
 };
 
 // The devices of a mesh in one process, meeting in shared memory.

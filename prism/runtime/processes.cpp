@@ -37,7 +37,6 @@ struct Mpi {
   int (*Allgather)(const void*, int, Handle, void*, int, Handle, Handle);
   int (*Alltoallv)(const void*, const int*, const int*, Handle, void*, const int*, const int*,
                    Handle, Handle);
-  int (*Barrier)(Handle);
   int (*Error_string)(int, char*, int*);
   int (*Get_processor_name)(char*, int*);
   Handle comm_world, comm_null, byte, errors_return;
@@ -78,7 +77,6 @@ void load_mpi() {
   fn(m.Bcast, "MPI_Bcast");
   fn(m.Allgather, "MPI_Allgather");
   fn(m.Alltoallv, "MPI_Alltoallv");
-  fn(m.Barrier, "MPI_Barrier");
   fn(m.Error_string, "MPI_Error_string");
   fn(m.Get_processor_name, "MPI_Get_processor_name");
   m.comm_world = symbol("ompi_mpi_comm_world");
@@ -297,7 +295,5 @@ void ProcessGroup::all_to_all(const std::byte* send, std::span<const size_t> sen
                         counts[2].data(), counts[3].data(), mpi().byte, comm_),
         "MPI_Alltoallv");
 }
-
-void ProcessGroup::barrier() { check(mpi().Barrier(comm_), "MPI_Barrier"); }
 
 }  // namespace prism

@@ -112,7 +112,6 @@ class ProcessGroup {
   void all_to_all(const std::byte* send, std::span<const size_t> send_bytes,
                   std::span<const size_t> send_at, std::byte* recv,
                   std::span<const size_t> recv_bytes, std::span<const size_t> recv_at);
-  void barrier();
 
  private:
   friend class Processes;

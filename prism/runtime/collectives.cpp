@@ -87,6 +87,7 @@ HostCommunicator::HostCommunicator(Mesh mesh) : Communicator(std::move(mesh)) {
       auto g = std::make_unique<Group>();
       g->slots.resize(mesh_.axes()[a].size);
       g->results.resize(mesh_.axes()[a].size);
+      add_meeting(g->meeting);
       groups_.push_back(std::move(g));
     }
   }
@@ -134,19 +135,17 @@ void Meeting::clear() {
   arrived_ = 0;
 }
 
-void HostCommunicator::barrier(Group& g) {
-  g.meeting.meet(static_cast<int64_t>(g.slots.size()), aborted_);
-}
-
-void HostCommunicator::abort() {
+void Communicator::abort() {
   aborted_ = true;
-  for (auto& g : groups_) g->meeting.wake();
+  for (Meeting* m : meetings_) m->wake();
 }
 
-void HostCommunicator::reset() {
-  for (auto& g : groups_) g->meeting.clear();
+void Communicator::reset() {
+  for (Meeting* m : meetings_) m->clear();
   aborted_ = false;
 }
+
+void HostCommunicator::barrier(Group& g) { meet(g.meeting, static_cast<int64_t>(g.slots.size())); }
 
 template <typename F>
 void HostCommunicator::exchange(int64_t device, int mesh_axis, const std::byte* in, F&& work) {
@@ -297,6 +296,7 @@ ProcessCommunicator::ProcessCommunicator(Mesh mesh, Processes& processes)
       }
       g->slots.resize(size);
       g->results.resize(size);
+      add_meeting(g->meeting);
       groups_.push_back(std::move(g));
     }
   }
@@ -316,17 +316,7 @@ ProcessCommunicator::Group& ProcessCommunicator::group(int64_t device, int mesh_
 }
 
 void ProcessCommunicator::barrier(Group& g) {
-  g.meeting.meet(static_cast<int64_t>(g.local.size()), aborted_);
-}
-
-void ProcessCommunicator::abort() {
-  aborted_ = true;
-  for (auto& g : groups_) g->meeting.wake();
-}
-
-void ProcessCommunicator::reset() {
-  for (auto& g : groups_) g->meeting.clear();
-  aborted_ = false;
+  meet(g.meeting, static_cast<int64_t>(g.local.size()));
 }
 
 // The leader's exchange with the other processes of `g`: sends each member elsewhere what

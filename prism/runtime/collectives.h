@@ -61,8 +61,8 @@ class Communicator {
                               const std::byte* in, std::byte* out) = 0;
 
   // Every device waiting (or later calling) throws instead of waiting; reset() ends that.
-  virtual void abort() {}
-  virtual void reset() {}
+  void abort();
+  void reset();
 
   // The time the devices have spent in collectives through this communicator (waiting for
   // the others included), summed over the devices that call it: what run_collective counts,
@@ -71,9 +71,16 @@ class Communicator {
   void count(int64_t nanoseconds) { nanoseconds_ += nanoseconds; }
 
  protected:
+  // Each group's meeting, made with the communicator: abort() wakes it, reset() clears it.
+  void add_meeting(Meeting& meeting) { meetings_.push_back(&meeting); }
+  // Waits at `meeting` for `members` devices, or throws once aborted.
+  void meet(Meeting& meeting, int64_t members) { meeting.meet(members, aborted_); }
+
   Mesh mesh_;
 
  private:
+  std::vector<Meeting*> meetings_;
+  std::atomic<bool> aborted_{false};
   std::atomic<int64_t> nanoseconds_{0};
 };
 
@@ -87,8 +94,6 @@ class HostCommunicator : public Communicator {
                   std::byte* out) override;
   void reduce_scatter(int64_t device, int mesh_axis, int axis, const Shape& shape,
                       const std::byte* in, std::byte* out) override;
-  void abort() override;
-  void reset() override;
 
  private:
   struct Group {
@@ -105,7 +110,6 @@ class HostCommunicator : public Communicator {
   void exchange(int64_t device, int mesh_axis, const std::byte* in, F&& work);
 
   std::vector<std::unique_ptr<Group>> groups_;  // [mesh axis][device with that coordinate 0]
-  std::atomic<bool> aborted_{false};
 };
 
 // A mesh whose devices are shared out over the processes of a run (processes.h), as many in
@@ -127,8 +131,6 @@ class ProcessCommunicator : public Communicator {
                   std::byte* out) override;
   void reduce_scatter(int64_t device, int mesh_axis, int axis, const Shape& shape,
                       const std::byte* in, std::byte* out) override;
-  void abort() override;
-  void reset() override;
 
  private:
   struct Group;
@@ -139,7 +141,6 @@ class ProcessCommunicator : public Communicator {
   int64_t first_ = 0, local_ = 1;
   std::vector<std::unique_ptr<Group>> groups_;  // those with devices here
   std::vector<Group*> index_;                   // [mesh axis][device here]: its group
-  std::atomic<bool> aborted_{false};
 };
 
 // The collective node `id` of `graph` (all_reduce, all_gather, reduce_scatter, mesh_coordinate)

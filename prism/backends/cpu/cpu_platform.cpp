@@ -195,7 +195,6 @@ std::vector<Platform*> CpuPlatform::mesh_devices(const Mesh& mesh) {
   const int threads = pool_.size();
   std::vector<int> allowed = allowed_cpus();
   if (static_cast<int>(allowed.size()) > threads) allowed.resize(threads);  // PRISM_THREADS
-  const std::vector<NumaNode> nodes = numa_nodes(allowed);
   if (Processes* processes = Processes::get(); processes && n > 1) {
     // A run of several processes: this process's block of the mesh's devices.
     PRISM_CHECK(n % processes->size() == 0,
@@ -206,6 +205,7 @@ std::vector<Platform*> CpuPlatform::mesh_devices(const Mesh& mesh) {
     auto& devices = process_meshes_[mesh.str()];
     if (devices.empty()) {
       auto comm = std::make_shared<ProcessCommunicator>(mesh, *processes);
+      const std::vector<NumaNode> nodes = numa_nodes(allowed);
       const std::vector<std::vector<int>> sets = device_cpus(nodes, comm->local_devices());
       for (int64_t k = 0; k < comm->local_devices(); ++k) {
         devices.push_back(std::make_unique<CpuPlatform>(sets[k], node_of(sets[k], nodes), comm,
@@ -217,6 +217,7 @@ std::vector<Platform*> CpuPlatform::mesh_devices(const Mesh& mesh) {
     return out;
   }
   if (n == 1) return {this};
+  const std::vector<NumaNode> nodes = numa_nodes(allowed);
   const std::vector<std::vector<int>> sets = device_cpus(nodes, n);
   return meshes_.get(mesh, [&](std::shared_ptr<Communicator> comm, int64_t k) {
     return std::make_unique<CpuPlatform>(sets[k], node_of(sets[k], nodes), std::move(comm), k);

@@ -912,7 +912,8 @@ TEST(QuantRows, Int8VnniAndAmxAgreeBitForBit) {
   }
 }
 
-// Q4_0 and Q8_0 weights kept with the blocks of each 16 rows interleaved (weight_layout.h):
+// Q4_0, Q8_0, Q4_K and Q6_K weights kept with the blocks of each 16 rows interleaved
+// (weight_layout.h):
 // the layout holds every byte where interleaved_index says and copies back to the bytes as
 // stored, and quant_rows_int8_interleaved gives quant_rows_int8's bits on the stored weights
 // for any range of weight rows (whole groups of 16, parts of one, parts of two) and any number
@@ -920,15 +921,16 @@ TEST(QuantRows, Int8VnniAndAmxAgreeBitForBit) {
 // number and many blocks a row.
 TEST(QuantRows, Int8InterleavedWeightsGiveTheStoredBits) {
   cpu::ThreadPool pool(2);
-  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q8_0}) {
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
     if (!cpu::quant_rows_int8_interleaved_native(type)) {
       GTEST_SKIP() << "no kernels for interleaved weights here (AVX-512 VNNI without AMX)";
     }
     const quant::GgmlTypeInfo& t = quant::info(type);
-    for (int64_t k : {32, 96, 512}) {
+    for (int64_t blocks : {1, 3, 16}) {
+      const int64_t k = blocks * t.block_elements;
       SCOPED_TRACE(fmt::format("{} k={}", t.name, k));
       constexpr int64_t n = 48;
-      const int64_t row_bytes = k / 32 * t.block_bytes;
+      const int64_t row_bytes = blocks * t.block_bytes;
       std::mt19937 rng(static_cast<uint32_t>(k) + 41);
       const std::vector<std::byte> w = random_blocks(type, n, k, row_bytes, rng);
       const cpu::WeightLayout layout = *cpu::interleaved_layout(type);
@@ -937,7 +939,7 @@ TEST(QuantRows, Int8InterleavedWeightsGiveTheStoredBits) {
       int misplaced = 0;
       for (int64_t r = 0; r < n; ++r) {
         for (int64_t j = 0; j < row_bytes; ++j) {
-          if (kept[cpu::interleaved_index(r, j, row_bytes, t.block_bytes)] != w[r * row_bytes + j])
+          if (kept[cpu::interleaved_index(r, j, row_bytes, type)] != w[r * row_bytes + j])
             ++misplaced;
         }
       }
@@ -985,9 +987,9 @@ TEST(QuantRows, Int8InterleavedRefusesWhatItCannotRead) {
       cpu::quant_rows_int8_interleaved(type, rows, w.data(), row_bytes, r0, r1, k, out.data(), 16);
     });
   };
-  EXPECT_EQ(error(GgmlType::Q4_K, 36, 0, 16, 64),
-            "quant_rows_int8_interleaved: no kernel for Q4_K weights kept interleaved here");
-  EXPECT_FALSE(cpu::quant_rows_int8_interleaved_native(GgmlType::Q4_K));
+  EXPECT_EQ(error(GgmlType::Q5_K, 176, 0, 16, 256),
+            "quant_rows_int8_interleaved: no kernel for Q5_K weights kept interleaved here");
+  EXPECT_FALSE(cpu::quant_rows_int8_interleaved_native(GgmlType::Q5_K));
   if (!cpu::quant_rows_int8_interleaved_native(GgmlType::Q4_0)) {
     EXPECT_EQ(error(GgmlType::Q4_0, 36, 0, 16, 64),
               "quant_rows_int8_interleaved: no kernel for Q4_0 weights kept interleaved here");

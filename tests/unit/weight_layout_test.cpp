@@ -8,8 +8,11 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
+#include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -258,24 +261,34 @@ TEST(WeightLayout, WeightsInMemoryNotTheirOwnStayAsStored) {
   }
 }
 
-// Weights in Q4_0 and Q8_0 blocks (u8 {n, row_bytes}, as a GGUF file keeps them) that only
-// products and lookups of rows read are kept with each 16 rows' blocks interleaved: the
+// Weights in Q4_0, Q8_0, Q4_K and Q6_K blocks (u8 {n, row_bytes}, as a GGUF file keeps them) that
+// only products and lookups of rows read are kept with each 16 rows' blocks interleaved: the
 // products give the bits they give on the weights as stored (any number of rows: 1-16 on
 // stored weights take the same integer arithmetic, and each row's result does not depend on
 // its batch, so a prefill's rows are compared with decoding's), lookups give the stored rows,
 // downloads the stored bytes, writes land where the layout keeps them, and an executable
 // that reads the bytes otherwise gets them as stored.
 struct QuantCase {
-  static constexpr int64_t N = 48, K = 96;  // three blocks a row: a pair and one alone
+  static constexpr int64_t N = 48;
   quant::GgmlType format;
-  int64_t row_bytes;
+  int64_t K, row_bytes;  // three blocks a row (Q4_0, Q8_0, Q6_K: a pair and one alone)
   HostBuffer stored;
 
   explicit QuantCase(quant::GgmlType f, int seed = 0)
-      : format(f), row_bytes(K / 32 * quant::info(f).block_bytes) {
+      : format(f), K(3 * quant::info(f).block_elements), row_bytes(3 * quant::info(f).block_bytes) {
+    stored = HostBuffer(shape());
+    if (f == quant::GgmlType::Q6_K) {  // no quantizer: random bits, d = 2^-(6..9) a block
+      std::mt19937 rng(static_cast<uint32_t>(seed) + 7);
+      std::span<std::byte> bytes = stored.bytes();
+      for (std::byte& b : bytes) b = static_cast<std::byte>(rng() & 0xff);
+      for (size_t at = 208; at < bytes.size(); at += 210) {
+        const uint16_t d = static_cast<uint16_t>((9 + rng() % 4) << 10);
+        std::memcpy(&bytes[at], &d, 2);
+      }
+      return;
+    }
     std::vector<float> w(N * K);
     for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i * 7 + seed) % 13 - 6) / 4;
-    stored = HostBuffer(shape());
     quant::quantize(f, w, stored.bytes());
   }
   Shape shape() const { return S({{"n", N}, {"k", row_bytes}}, DType::u8); }
@@ -290,8 +303,9 @@ struct QuantCase {
                           },
                           {S({{"m", m}, {"k", K}}), S({{"t", 3}}, DType::i32)});
   }
-  static std::vector<float> x(int64_t m) {
-    std::vector<float> a(m * K);
+  std::vector<float> x(int64_t m) const { return values(m, K); }
+  static std::vector<float> values(int64_t m, int64_t k) {
+    std::vector<float> a(m * k);
     for (size_t i = 0; i < a.size(); ++i) a[i] = float(int(i * 5) % 17 - 8) / 8;
     return a;
   }
@@ -303,7 +317,8 @@ TEST(WeightLayout, QuantizedWeightsReadInterleaved) {
   if (!cpu::quant_rows_int8_interleaved_native(quant::GgmlType::Q4_0))
     GTEST_SKIP() << "quantized weights are kept interleaved only with AVX-512 VNNI (no AMX)";
   Platform& cpu = get_platform("cpu");
-  for (quant::GgmlType format : {quant::GgmlType::Q4_0, quant::GgmlType::Q8_0}) {
+  for (quant::GgmlType format : {quant::GgmlType::Q4_0, quant::GgmlType::Q8_0,
+                                 quant::GgmlType::Q4_K, quant::GgmlType::Q6_K}) {
     SCOPED_TRACE(quant::name(format));
     const QuantCase c(format);
     const Params stored{{"w", cpu.upload(c.stored)}};
@@ -313,13 +328,13 @@ TEST(WeightLayout, QuantizedWeightsReadInterleaved) {
     EXPECT_FALSE(blocked(stored.at("w")));
     const std::vector<int32_t> ids{0, 47, 17};
     std::vector<double> rows;  // the looked-up rows, dequantized from the stored blocks
-    std::vector<float> all(QuantCase::N * QuantCase::K);
+    std::vector<float> all(QuantCase::N * c.K);
     quant::dequantize(format, c.stored.bytes(), all);
     for (int32_t i : ids)
-      for (int64_t k = 0; k < QuantCase::K; ++k) rows.push_back(all[i * QuantCase::K + k]);
+      for (int64_t k = 0; k < c.K; ++k) rows.push_back(all[i * c.K + k]);
     auto run = [&](const Executable& exe, const Params& w, const std::vector<float>& x) {
-      const int64_t m = static_cast<int64_t>(x.size()) / QuantCase::K;
-      std::vector<Buffer> in{cpu.upload(f32(S({{"m", m}, {"k", QuantCase::K}}), x)),
+      const int64_t m = static_cast<int64_t>(x.size()) / c.K;
+      std::vector<Buffer> in{cpu.upload(f32(S({{"m", m}, {"k", c.K}}), x)),
                              cpu.upload(testing::i32(S({{"t", 3}}), ids))};
       std::vector<Buffer> out = exe.call(w, in);
       expect_values(out[1].to_host(), rows, 0);
@@ -327,11 +342,10 @@ TEST(WeightLayout, QuantizedWeightsReadInterleaved) {
     };
     for (int64_t m : {1, 5, 16, 40}) {
       SCOPED_TRACE(m);
-      const std::vector<float> x = QuantCase::x(m);
+      const std::vector<float> x = c.x(m);
       const std::vector<double> got = run(c.compile(cpu, m), bound, x);
       for (int64_t i = 0; i < m; ++i) {  // each row alone, on the stored weights
-        const std::vector<float> xi(x.begin() + i * QuantCase::K,
-                                    x.begin() + (i + 1) * QuantCase::K);
+        const std::vector<float> xi(x.begin() + i * c.K, x.begin() + (i + 1) * c.K);
         const std::vector<double> want = run(one, stored, xi);
         for (int64_t r = 0; r < QuantCase::N; ++r)
           ASSERT_EQ(got[i * QuantCase::N + r], want[r]) << "row " << i << ", weight row " << r;
@@ -351,13 +365,13 @@ TEST(WeightLayout, QuantizedWeightsReadInterleaved) {
     EXPECT_TRUE(interleaved(bound.at("w")));
     HostBuffer back = bound.at("w").to_host();
     EXPECT_EQ(0, std::memcmp(back.data(), other.stored.data(), other.stored.size_bytes()));
-    const std::vector<float> x = QuantCase::x(1);
+    const std::vector<float> x = c.x(1);
     Executable fresh = other.compile(cpu, 1);
     const Params other_stored{{"w", cpu.upload(other.stored)}};
     quant::dequantize(format, other.stored.bytes(), all);
     rows.clear();
     for (int32_t i : ids)
-      for (int64_t k = 0; k < QuantCase::K; ++k) rows.push_back(all[i * QuantCase::K + k]);
+      for (int64_t k = 0; k < c.K; ++k) rows.push_back(all[i * c.K + k]);
     EXPECT_EQ(run(one, bound, x), run(fresh, other_stored, x));
 
     // An executable that also reads the bytes themselves reads a copy as stored.
@@ -385,7 +399,7 @@ TEST(WeightLayout, InterleavedWeightsBesideOthersInOneStep) {
     GTEST_SKIP() << "quantized weights are kept interleaved only with AVX-512 VNNI (no AMX)";
   Platform& cpu = get_platform("cpu");
   const quant::GgmlType format = quant::GgmlType::Q4_0;
-  constexpr int64_t K = QuantCase::K, rows[] = {48, 40};
+  constexpr int64_t K = 96, rows[] = {48, 40};
   const int64_t row_bytes = K / 32 * 18;
   Params stored;
   std::vector<std::vector<float>> values;
@@ -419,7 +433,7 @@ TEST(WeightLayout, InterleavedWeightsBesideOthersInOneStep) {
     EXPECT_FALSE(blocked(bound.at("b")));
     for (int64_t m : {1, 40}) {
       SCOPED_TRACE(m);
-      const std::vector<float> x = QuantCase::x(m);
+      const std::vector<float> x = QuantCase::values(m, K);
       std::vector<Buffer> in{cpu.upload(f32(S({{"m", m}, {"k", K}}), x))};
       Executable exe = compile(m);
       const std::vector<Buffer> got = exe.call(bound, in);
@@ -466,9 +480,9 @@ TEST(WeightLayout, QuantizedLayoutChosenByTheEnvironment) {
   const Params bound = kept.prepare(stored);
   EXPECT_EQ(interleaved(bound.at("w")),
             cpu::quant_rows_int8_interleaved_native(quant::GgmlType::Q8_0));
-  const std::vector<float> x = QuantCase::x(1);
+  const std::vector<float> x = c.x(1);
   auto run = [&](const Executable& exe, const Params& w) {
-    std::vector<Buffer> in{cpu.upload(f32(S({{"m", 1}, {"k", QuantCase::K}}), x)),
+    std::vector<Buffer> in{cpu.upload(f32(S({{"m", 1}, {"k", c.K}}), x)),
                            cpu.upload(testing::i32(S({{"t", 3}}), {0, 1, 2}))};
     return exe.call(w, in)[0].to_host().to_f64();
   };

@@ -167,7 +167,8 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
           ", quantized products on 8-bit activations (Q8_0, Q4_0, Q4_K batches on AMX-INT8)";
     } else if (interleaves(quant::GgmlType::Q4_0)) {
       quantized =
-          ", quantized products on 8-bit activations (Q8_0, Q4_0 weights interleaved by 16 rows)";
+          ", quantized products on 8-bit activations (Q8_0, Q4_0, Q4_K weights interleaved by 16 "
+          "rows)";
     }
   }
   // Which kernels take a prompt's bf16 products (bf16_products.h).
@@ -281,10 +282,9 @@ void CpuPlatform::write(Buffer& buffer, size_t offset, std::span<const std::byte
   const int64_t k = buffer.shape().size(1);
   const auto* from = reinterpret_cast<const std::byte*>(bytes.data());
   if (std::optional<quant::GgmlType> format = interleaved_format(m->layout)) {
-    const int64_t block_bytes = quant::info(*format).block_bytes;
     for (int64_t e = 0; e < static_cast<int64_t>(bytes.size()); ++e) {
       const int64_t at = static_cast<int64_t>(offset) + e;
-      m->data[interleaved_index(at / k, at % k, k, block_bytes)] = from[e];
+      m->data[interleaved_index(at / k, at % k, k, *format)] = from[e];
     }
     return;
   }

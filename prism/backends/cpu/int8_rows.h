@@ -24,7 +24,9 @@ namespace prism::cpu {
 //     d (f32), then each block's -offset * (the sum of its values) (int32), each part 64-byte
 //     aligned.
 //   - Q8_K: a block (256 values) a record. [0, 256): the values. [256, 272): the sums of each
-//     32 values, int16. [320, 352): the sums of each 16 values, int16. [384, 388): d, f32.
+//     32 values, int16. [320, 352): the sums of each 16 values, int16. [352, 384): the same
+//     sums in the order 0, 2, 1, 3, 4, 6, 5, 7, ... (for pairs of sign-extended bytes of
+//     interleaved Q6_K scales). [384, 388): d, f32.
 //   - F32, F16, BF16: the row's k values as f32.
 struct PairRecord {
   static constexpr int64_t kValues = 0, kScales = 64, kExtra = 128, kBytes = 192;
@@ -41,7 +43,8 @@ struct CompactQ8 {
         end(totals + (k / 32 * 4 + 63) / 64 * 64) {}
 };
 struct KRecord {
-  static constexpr int64_t kValues = 0, kSums32 = 256, kSums = 320, kScale = 384, kBytes = 448;
+  static constexpr int64_t kValues = 0, kSums32 = 256, kSums = 320, kSumsPaired = 352, kScale = 384,
+                           kBytes = 448;
 };
 
 // Rows of rounded activations as the integer kernels read them: x.rows() records of `stride`

@@ -219,14 +219,13 @@ Kernel gather(const ir::Graph& g, const ir::Node& n) {
     const WeightLayout layout = rows_of_weights ? layout_of(in[0]) : WeightLayout::stored;
     if (std::optional<quant::GgmlType> format = interleaved_format(layout)) {
       // rows of quantized weights kept interleaved: block by block from their groups
-      const int64_t block_bytes = quant::info(*format).block_bytes;
       pool.parallel_for(count, 16, [&](int64_t b, int64_t e) {
         for (int64_t t = b; t < e; ++t) {
           int64_t i = load_index(idx.dtype(), in[1], t);
           if (i < 0) i += s.middle;
           i = std::clamp<int64_t>(i, 0, s.middle - 1);
           const std::byte* group = in[0] + i / kQuantGroupRows * kQuantGroupRows * row;
-          interleaved_row(group, i % kQuantGroupRows, row, block_bytes, out + t * row);
+          interleaved_row(group, i % kQuantGroupRows, row, *format, out + t * row);
         }
       });
       return;
@@ -261,7 +260,7 @@ Kernel gather(const ir::Graph& g, const ir::Node& n) {
 
 bool gather_reads_blockable_weights(const ir::Graph& g, const ir::Node& n) {
   const Shape& x = g.node(n.inputs[0]).shape;
-  // (bf16 weights, or rows of blocks: the executable interleaves only Q4_0's and Q8_0's)
+  // (bf16 weights, or rows of blocks: the executable interleaves Q4_0's, Q8_0's, Q4_K's, Q6_K's)
   return n.op == Op::gather && n.attr<ir::AxisAttrs>().axis == 0 &&
          (blockable(x) || (x.dtype() == DType::u8 && x.rank() == 2));
 }

@@ -19,7 +19,7 @@
 // integers); or kept in f32 (PRISM_CPU_QUANT_ACTIVATIONS=f32),
 // whose results are the float product of the dequantized weights, as the float reference's.
 //
-// Weights the executable keeps interleaved (Q4_0 and Q8_0 on CPUs with AVX-512 VNNI and no
+// Weights the executable keeps interleaved (Q4_0, Q8_0, Q4_K, Q6_K on CPUs with AVX-512 VNNI and no
 // AMX: weight_layout.h) take the row kernels for any number of rows (quant_rows_int8_interleaved),
 // a prefill's too: their integer products run at several times the speed of the others.
 //

@@ -1375,7 +1375,10 @@ void KRows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n, in
 // the four activations the run's lanes take broadcast from memory: the 16 lanes hold the 16
 // rows' exact integer sums, and nothing is summed across lanes. Each lane then adds
 // fma(float(sum), d_w * d_x) into its row's f32 accumulator, block after block: ExactStep's
-// arithmetic, bit for bit.
+// arithmetic, bit for bit. A thread reads its groups from start to end, one stream that the
+// hardware prefetchers follow: the software prefetches the kernels of weights as stored issue
+// (1 KiB ahead of each of their four streams) made one row of these 15-40 % slower on AMD Zen 4
+// (prism-bench quant, one and two cores), so they issue none.
 
 // sum += q . (the four signed bytes at p, in every lane): vpdpbusd with the bytes broadcast
 // from memory by the instruction itself (GCC loads them with a broadcast of its own first,
@@ -1411,6 +1414,251 @@ struct Q8_0Rows {
   }
 };
 
+// Q4_K: a block of 16 rows is 36 runs: run 0 the rows' d and dmin (f16 each), runs 1-3 their
+// packed scales and minimums, run 4 + 8h + c values 4c..4c+3 of sub-blocks 2h (low nibbles)
+// and 2h + 1 (high nibbles) of each row.
+struct Q4_KRows {
+  static constexpr int64_t kRuns = 36;
+};
+
+// The results of G activation rows, lane r of acc[g] weight row r of a group of 16, into
+// out[g * ldo + r - first] for r in [first, last).
+template <int G>
+PRISM_VNNI_INLINE void StoreGroup(const __m512 (&acc)[G], float* out, int64_t ldo, int first,
+                                  int last) {
+  if (first == 0 && last == kQuantGroupRows) {
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) _mm512_storeu_ps(out + g * ldo, acc[g]);
+    return;
+  }
+  alignas(64) float lanes[kQuantGroupRows];
+  for (int g = 0; g < G; ++g) {
+    _mm512_store_ps(lanes, acc[g]);
+    std::memcpy(out + g * ldo, lanes + first, sizeof(float) * (last - first));
+  }
+}
+
+// sum += pairs of words of a . the two words at p (in every lane): vpdpwssd with the words
+// broadcast from memory by the instruction itself.
+PRISM_VNNI_INLINE void DpwssdBroadcast(__m512i& sum, __m512i a, const uint8_t* p) {
+  asm("vpdpwssd %2%{1to16%}, %1, %0"
+      : "+v"(sum)
+      : "v"(a), "m"(*reinterpret_cast<const int32_t*>(p)));
+}
+
+// The vpshufb indices that take byte j of each 32-bit lane into the lane's low byte (the rest
+// zero: pick[j]), and bytes 2i and 2i + 1 into its two words (pairs[i]).
+struct KPicks {
+  alignas(64) uint8_t pick[4][64];
+  alignas(64) uint8_t pairs[2][64];
+};
+constexpr KPicks MakeKPicks() {
+  KPicks t{};
+  for (int byte = 0; byte < 64; ++byte) {
+    const int lane = byte % 16 / 4 * 4, at = byte % 4;
+    for (int j = 0; j < 4; ++j) t.pick[j][byte] = at == 0 ? lane + j : 0x80;
+    for (int i = 0; i < 2; ++i) t.pairs[i][byte] = at % 2 == 0 ? lane + 2 * i + at / 2 : 0x80;
+  }
+  return t;
+}
+alignas(64) constexpr KPicks kKPicks = MakeKPicks();
+
+// A group of 16 interleaved Q4_K rows at w (`blocks` blocks a row) against G activation rows
+// (Q8_K records at x, `stride` bytes apart): out[g * ldo + r - first] = x[g] . W[r] for the
+// group's rows r in [first, last). Each lane sums its row's products with a sub-block in 32
+// bits (at most 32 * 15 * 127), multiplies them by the sub-block's scale (vpmulld) into T,
+// and the row's minimums (word pairs) by the activations' sums of 32 into M (vpdpwssd): the
+// integers KExactStep makes, scaled and summed in f32 as it does, so the same bits.
+template <int G>
+PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void KInterleavedTile(const uint8_t* x, int64_t stride,
+                                                              const CompactQ8&, const uint8_t* w,
+                                                              int64_t blocks, float* out,
+                                                              int64_t ldo, int first, int last) {
+  constexpr int kChains = G >= 2 ? 1 : 2;  // of each sub-block's sums
+  constexpr int64_t kBlock = Q4_KRows::kRuns * 64;
+  __m512 acc[G];
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+  const __m512i low = Bytes(15);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* p = w + b * kBlock;
+    const __m512i head = _mm512_loadu_si512(p);
+    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
+    const __m512 dminw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16)));
+    // Bytes of each lane: scales 0-3, 4-7, minimums 0-3, 4-7 (k_scale_min's 6-bit fields).
+    const __m512i u0 = _mm512_loadu_si512(p + 64), u1 = _mm512_loadu_si512(p + 128),
+                  u2 = _mm512_loadu_si512(p + 192);
+    const __m512i six = _mm512_set1_epi32(0x3f3f3f3f), four = _mm512_set1_epi32(0x0f0f0f0f),
+                  top = _mm512_set1_epi32(0x30303030);
+    const __m512i sc[2] = {_mm512_and_si512(u0, six),
+                           _mm512_or_si512(_mm512_and_si512(u2, four),
+                                           _mm512_and_si512(_mm512_srli_epi32(u0, 2), top))};
+    const __m512i mn[2] = {_mm512_and_si512(u1, six),
+                           _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), four),
+                                           _mm512_and_si512(_mm512_srli_epi32(u1, 2), top))};
+    const uint8_t* row[G];
+    __m512i t[G];
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      row[g] = x + g * stride + b * KRecord::kBytes;
+      t[g] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < 4; ++h) {
+      __m512i sa[G][kChains], sb[G][kChains];
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 2
+        for (int c = 0; c < kChains; ++c) sa[g][c] = sb[g][c] = _mm512_setzero_si512();
+      }
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) {
+        const __m512i v = _mm512_loadu_si512(p + 64 * (4 + 8 * h + c));
+        const __m512i qa = _mm512_and_si512(v, low);
+        const __m512i qb = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+#pragma GCC unroll 8
+        for (int g = 0; g < G; ++g) {
+          DpbusdBroadcast(sa[g][c % kChains], qa, row[g] + 64 * h + 4 * c);
+          DpbusdBroadcast(sb[g][c % kChains], qb, row[g] + 64 * h + 32 + 4 * c);
+        }
+      }
+      // Sub-blocks 2h and 2h + 1's scales: bytes 2h % 4 and 2h % 4 + 1 of sc[h / 2].
+      const __m512i scale_a = _mm512_shuffle_epi8(sc[h / 2], LoadV(kKPicks.pick[2 * h % 4]));
+      const __m512i scale_b = _mm512_shuffle_epi8(sc[h / 2], LoadV(kKPicks.pick[2 * h % 4 + 1]));
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) {
+        if constexpr (kChains == 2) {
+          sa[g][0] = _mm512_add_epi32(sa[g][0], sa[g][1]);
+          sb[g][0] = _mm512_add_epi32(sb[g][0], sb[g][1]);
+        }
+        t[g] = _mm512_add_epi32(t[g], _mm512_mullo_epi32(sa[g][0], scale_a));
+        t[g] = _mm512_add_epi32(t[g], _mm512_mullo_epi32(sb[g][0], scale_b));
+      }
+    }
+    // The minimums as word pairs (2i, 2i + 1) against the activations' sums of 32 likewise.
+    __m512i pairs[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i)
+      pairs[i] = _mm512_shuffle_epi8(mn[i / 2], LoadV(kKPicks.pairs[i % 2]));
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      __m512i m = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) DpwssdBroadcast(m, pairs[i], row[g] + KRecord::kSums32 + 4 * i);
+      const __m512 dx = _mm512_set1_ps(LoadF32(row[g] + KRecord::kScale));
+      acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t[g]), _mm512_mul_ps(dw, dx), acc[g]);
+      acc[g] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dminw, dx), acc[g]);
+    }
+  }
+  StoreGroup<G>(acc, out, ldo, first, last);
+}
+
+// Q6_K: blocks in pairs as Q4_0's, a block 52 runs (weight_layout.h's q6_k_run): runs 0-3
+// its 16 scales (int8), then three runs for each half h and e < 8: the low bits of values
+// 128h + 4e.. (low nibbles) and 128h + 64 + 4e.. (high nibbles), of 128h + 32 + 4e.. and
+// 128h + 96 + 4e.., and their high bits (bits 2i, 2i + 1 of value 128h + 32i + 4e..); the
+// 16 rows' d (f16) before the pair's runs.
+struct Q6_KRows {
+  static constexpr int64_t kRunBytes = 52 * 64;
+};
+
+// A group of 16 interleaved Q6_K rows at w against G activation rows, as KInterleavedTile:
+// each lane sums its row's products with each 16 values (unsigned, 0-63) in 32 bits,
+// multiplies them by their scale into T, which starts at -32 * sum_j scale_j * (the
+// activations' sum of group j) (vpdpwssd of scale pairs with the records' paired sums): the
+// integer KExactStep makes, then its fma, the same bits.
+template <int G>
+PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void Q6KInterleavedTile(const uint8_t* x, int64_t stride,
+                                                                const CompactQ8&, const uint8_t* w,
+                                                                int64_t blocks, float* out,
+                                                                int64_t ldo, int first, int last) {
+  constexpr int64_t kRunBytes = Q6_KRows::kRunBytes, kPair = 2 * kRunBytes + 64;
+  __m512 acc[G];
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+  const __m512i low = Bytes(15), two = Bytes(0x30);
+  // Block b: its runs at p, its 16 d at `scales`.
+  auto block = [&](int64_t b, const uint8_t* p, const uint8_t* scales) PRISM_QUANT_ROWS_ATTR_VNNI {
+    __m512i sc[4];  // lane r: row r's scales 4q..4q+3, a byte each
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) sc[q] = _mm512_loadu_si512(p + 64 * q);
+    const uint8_t* row[G];
+    __m512i t[G];
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      row[g] = x + g * stride + b * KRecord::kBytes;
+      __m512i offset = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) {
+        // Word pairs (scale 4q, 4q + 2) and (4q + 1, 4q + 3), sign-extended.
+        const __m512i even = _mm512_srai_epi16(_mm512_slli_epi16(sc[q], 8), 8);
+        const __m512i odd = _mm512_srai_epi16(sc[q], 8);
+        DpwssdBroadcast(offset, even, row[g] + KRecord::kSumsPaired + 8 * q);
+        DpwssdBroadcast(offset, odd, row[g] + KRecord::kSumsPaired + 8 * q + 4);
+      }
+      t[g] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(offset, 5));
+    }
+    // For each 16 values (h, i, e / 4): their sums, then times scale 8h + 2i + e / 4.
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+      for (int eh = 0; eh < 2; ++eh) {
+        __m512i sums[G][4];
+#pragma GCC unroll 8
+        for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 4
+          for (int i = 0; i < 4; ++i) sums[g][i] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (int e = 4 * eh; e < 4 * eh + 4; ++e) {
+          const uint8_t* runs = p + 64 * (4 + 3 * (8 * h + e));
+          const __m512i l0 = _mm512_loadu_si512(runs), l1 = _mm512_loadu_si512(runs + 64),
+                        hb = _mm512_loadu_si512(runs + 128);
+          // (l & 15) | (high bits at 4-5): vpternlogd on the masked high bits.
+          auto merge = [&](__m512i l, __m512i hi) PRISM_QUANT_ROWS_ATTR_VNNI {
+            return _mm512_ternarylogic_epi32(l, _mm512_and_si512(hi, two), low, 0xec);
+          };
+          const __m512i v[4] = {merge(l0, _mm512_slli_epi16(hb, 4)),
+                                merge(l1, _mm512_slli_epi16(hb, 2)),
+                                merge(_mm512_srli_epi16(l0, 4), hb),
+                                merge(_mm512_srli_epi16(l1, 4), _mm512_srli_epi16(hb, 2))};
+#pragma GCC unroll 8
+          for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; ++i)
+              DpbusdBroadcast(sums[g][i], v[i], row[g] + 128 * h + 32 * i + 4 * e);
+          }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          const int j = 8 * h + 2 * i + eh;  // the scale's
+          const __m512i scale =
+              _mm512_srai_epi32(_mm512_slli_epi32(sc[j / 4], 24 - 8 * (j % 4)), 24);
+#pragma GCC unroll 8
+          for (int g = 0; g < G; ++g)
+            t[g] = _mm512_add_epi32(t[g], _mm512_mullo_epi32(sums[g][i], scale));
+        }
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      const __m512 dx = _mm512_set1_ps(LoadF32(row[g] + KRecord::kScale));
+      acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t[g]), _mm512_mul_ps(dw, dx), acc[g]);
+    }
+  };
+  for (int64_t b = 0; b + 1 < blocks; b += 2) {
+    const uint8_t* p = w + b / 2 * kPair;
+    block(b, p + 64, p);
+    block(b + 1, p + 64 + kRunBytes, p + 32);
+  }
+  if (blocks % 2) {
+    const uint8_t* p = w + blocks / 2 * kPair;
+    block(blocks - 1, p + 32, p);
+  }
+  StoreGroup<G>(acc, out, ldo, first, last);
+}
+
 // A group of 16 interleaved rows at w (`blocks` blocks a row) against G activation rows (x,
 // `stride` bytes apart, read from their packed copies at `packed`): out[g * ldo + r - first] =
 // x[g] . W[r] for the group's rows r in [first, last).
@@ -1419,7 +1667,7 @@ PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void InterleavedTile(const uint8_t* x, i
                                                              const CompactQ8& packed,
                                                              const uint8_t* w, int64_t blocks,
                                                              float* out, int64_t ldo, int first,
-                                                             int last, bool prefetch) {
+                                                             int last) {
   // Independent chains of vpdpbusd for each activation row, enough to cover their latency.
   constexpr int kChains = G >= 4 ? 1 : G >= 2 ? 2 : 4;
   __m512 acc[G];
@@ -1459,46 +1707,55 @@ PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void InterleavedTile(const uint8_t* x, i
       acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[g][0]), d, acc[g]);
     }
   };
-  const int64_t pair = 2 * F::kRunBytes + 64;  // two blocks' runs, then their d
+  const int64_t pair = 64 + 2 * F::kRunBytes;  // two blocks' d, then their runs
   for (int64_t b = 0; b + 1 < blocks; b += 2) {
     const uint8_t* p = w + b / 2 * pair;
-    if (prefetch) {
-      for (int64_t j = 0; j < pair; j += 64) hwy::Prefetch(p + kPrefetchAhead + j);
-    }
-    block(b, p, p + 2 * F::kRunBytes);
-    block(b + 1, p + F::kRunBytes, p + 2 * F::kRunBytes + 32);
+    block(b, p + 64, p);
+    block(b + 1, p + 64 + F::kRunBytes, p + 32);
   }
   if (blocks % 2) {
     const uint8_t* p = w + blocks / 2 * pair;
-    block(blocks - 1, p, p + F::kRunBytes);
+    block(blocks - 1, p + 32, p);
   }
-  if (first == 0 && last == kQuantGroupRows) {
-#pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) _mm512_storeu_ps(out + g * ldo, acc[g]);
-    return;
-  }
-  alignas(64) float lanes[kQuantGroupRows];
-  for (int g = 0; g < G; ++g) {
-    _mm512_store_ps(lanes, acc[g]);
-    std::memcpy(out + g * ldo, lanes + first, sizeof(float) * (last - first));
-  }
+  StoreGroup<G>(acc, out, ldo, first, last);
 }
 
 // out[i * ldo + r - r0] = x_i . W[r] for rows [r0, r1) of the interleaved weights at w (rows
 // row_bytes apart as stored): a group of 16 rows at a time against the activation rows in
 // chunks of up to 8, the first chunk reading the group from memory, the next ones from cache;
 // many activation rows (a prefill's) in bands of 64, which every group then reads from cache.
+using InterleavedTileFn = void (*)(const uint8_t*, int64_t, const CompactQ8&, const uint8_t*,
+                                   int64_t, float*, int64_t, int, int);
+
+// The tiles of weights of format F kept interleaved (kTiles[g - 1] takes g activation rows,
+// up to kRows).
+template <typename F>
+struct InterleavedTiles {
+  static constexpr InterleavedTileFn kTiles[] = {&InterleavedTile<F, 1>, &InterleavedTile<F, 2>,
+                                                 &InterleavedTile<F, 3>, &InterleavedTile<F, 4>,
+                                                 &InterleavedTile<F, 5>, &InterleavedTile<F, 6>,
+                                                 &InterleavedTile<F, 7>, &InterleavedTile<F, 8>};
+  static constexpr int64_t kRows = 8, kElems = 32;
+};
+template <>
+struct InterleavedTiles<Q4_KRows> {
+  static constexpr InterleavedTileFn kTiles[] = {&KInterleavedTile<1>, &KInterleavedTile<2>,
+                                                 &KInterleavedTile<3>, &KInterleavedTile<4>};
+  static constexpr int64_t kRows = 4, kElems = 256;
+};
+template <>
+struct InterleavedTiles<Q6_KRows> {
+  static constexpr InterleavedTileFn kTiles[] = {&Q6KInterleavedTile<1>, &Q6KInterleavedTile<2>,
+                                                 &Q6KInterleavedTile<3>, &Q6KInterleavedTile<4>};
+  static constexpr int64_t kRows = 4, kElems = 256;
+};
+
 template <typename F>
 void InterleavedRows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
                      int64_t k, float* out, int64_t ldo) {
-  using TileFn = void (*)(const uint8_t*, int64_t, const CompactQ8&, const uint8_t*, int64_t,
-                          float*, int64_t, int, int, bool);
-  static constexpr TileFn kTiles[] = {&InterleavedTile<F, 1>, &InterleavedTile<F, 2>,
-                                      &InterleavedTile<F, 3>, &InterleavedTile<F, 4>,
-                                      &InterleavedTile<F, 5>, &InterleavedTile<F, 6>,
-                                      &InterleavedTile<F, 7>, &InterleavedTile<F, 8>};
-  constexpr int64_t kBand = 64, kTileRows = 8;
-  const int64_t blocks = k / 32;
+  using Tiles = InterleavedTiles<F>;
+  constexpr int64_t kBand = 64, kTileRows = Tiles::kRows;
+  const int64_t blocks = k / Tiles::kElems;
   const CompactQ8 packed(k);
   for (int64_t i0 = 0; i0 < x.m; i0 += kBand) {
     const int64_t i1 = std::min(x.m, i0 + kBand);
@@ -1507,8 +1764,8 @@ void InterleavedRows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int
       const int last = static_cast<int>(std::min(r1, g0 + kQuantGroupRows) - g0);
       for (int64_t i = i0; i < i1; i += kTileRows) {
         const int64_t rows = std::min(kTileRows, i1 - i);
-        kTiles[rows - 1](x.x + i * x.stride, x.stride, packed, w + g0 * row_bytes, blocks,
-                         out + i * ldo + (g0 + first - r0), ldo, first, last, i == i0);
+        Tiles::kTiles[rows - 1](x.x + i * x.stride, x.stride, packed, w + g0 * row_bytes, blocks,
+                                out + i * ldo + (g0 + first - r0), ldo, first, last);
       }
     }
   }
@@ -1577,12 +1834,15 @@ DequantRowsFn NativeDequant(quant::GgmlType type, bool bf16, bool avx512_bf16) {
 
 RoundFns NativeRound() { return {&RoundQ8_0, &RoundQ8_K}; }
 
-// The integer kernel for weights of `type` kept interleaved (Q4_0, Q8_0), with AVX-512 VNNI
+// The integer kernel for weights of `type` kept interleaved (Q4_0, Q8_0, Q4_K, Q6_K), with AVX-512
+// VNNI
 // (`vnni`) under the AVX-512 targets; null elsewhere.
 QuantRowsInterleavedFn NativeInterleaved(quant::GgmlType type, bool vnni) {
 #if PRISM_QUANT_ROWS_VNNI
   if (vnni && type == quant::GgmlType::Q4_0) return vnni::InterleavedRows<vnni::Q4_0Rows>;
   if (vnni && type == quant::GgmlType::Q8_0) return vnni::InterleavedRows<vnni::Q8_0Rows>;
+  if (vnni && type == quant::GgmlType::Q4_K) return vnni::InterleavedRows<vnni::Q4_KRows>;
+  if (vnni && type == quant::GgmlType::Q6_K) return vnni::InterleavedRows<vnni::Q6_KRows>;
 #endif
   (void)type;
   (void)vnni;
@@ -1937,6 +2197,10 @@ void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, 
           for (int j = 0; j < 8; ++j)
             put(rec + KRecord::kSums32 + 2 * j,
                 static_cast<int16_t>(sums[2 * j] + sums[2 * j + 1]));
+          for (int j = 0; j < 16; ++j) {  // 0, 2, 1, 3, 4, 6, 5, 7, ...
+            const int from = j / 4 * 4 + (j % 4 == 1 ? 2 : j % 4 == 2 ? 1 : j % 4);
+            put(rec + KRecord::kSumsPaired + 2 * j, static_cast<int16_t>(sums[from]));
+          }
           put(rec + KRecord::kScale, d);
         }
       } else if (is_pair_format(format)) {
@@ -2067,7 +2331,11 @@ bool quant_rows_on_amx(quant::GgmlType weights, int64_t m) {
 }
 
 bool quant_rows_int8_interleaved_native(quant::GgmlType type) {
-  return native_interleaved(type) != nullptr && !quant_rows_on_amx(type, kAmxMaxRows);
+  // Where AMX tiles take batches (of Q8_0, and of Q4_0 and Q4_K alike), every format stays as
+  // stored: Q6_K's prefill then runs on AMX-BF16 panels, which interleaved integer products
+  // on VNNI would not reach.
+  return native_interleaved(type) != nullptr &&
+         !quant_rows_on_amx(quant::GgmlType::Q8_0, kAmxMaxRows);
 }
 
 void quant_rows_int8_interleaved(quant::GgmlType type, const QuantizedRows& x, const std::byte* w,
@@ -2083,7 +2351,7 @@ void quant_rows_int8_interleaved(quant::GgmlType type, const QuantizedRows& x, c
   PRISM_CHECK(row_bytes == k / t.block_elements * t.block_bytes && k % t.block_elements == 0,
               "quant_rows_int8_interleaved: rows of {} bytes do not hold {} {} values", row_bytes,
               k, t.name);
-  PRISM_CHECK(x.stride() >= CompactQ8(k).end,
+  PRISM_CHECK(x.format() != quant::GgmlType::Q8_0 || x.stride() >= CompactQ8(k).end,
               "quant_rows_int8_interleaved: activations rounded without the packed copy it reads");
   const int64_t m = x.rows();
   PRISM_CHECK(0 <= r0 && r0 <= r1 && (m <= 1 || ldo >= r1 - r0),

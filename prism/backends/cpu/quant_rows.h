@@ -125,12 +125,14 @@ void dequantize_rows(quant::GgmlType type, const std::byte* w, int64_t row_bytes
 //     fma(float(T), d_w * d_x) and fma(float(M), -dmin_w * d_x) in f32, block after block:
 //     amx_k_rows' arithmetic, so Q4_K takes either by its number of rows. Each block is
 //     unpacked once for up to 16 activation rows (in chunks of 4 from cache).
-//   - Q4_0 and Q8_0 weights kept with each 16 rows' blocks interleaved (weight_layout.h;
-//     quant_rows_int8_interleaved): a block of 16 rows is 4 or 8 runs of 64 bytes, four bytes
-//     of each row, and one vpdpbusd multiplies a run by four activations broadcast from memory
-//     (in every lane): the lanes are the rows' exact block sums with no reduction, scaled and
-//     summed as above (the same bits). Up to 8 activation rows a tile, more in tiles over the
-//     same group of 16 rows (from cache), many in bands of 64.
+//   - Q4_0, Q8_0, Q4_K and Q6_K weights kept with each 16 rows' blocks interleaved
+//     (weight_layout.h; quant_rows_int8_interleaved): a block of 16 rows is runs of 64 bytes,
+//     four bytes of each row, and one vpdpbusd multiplies a run by four activations broadcast
+//     from memory (in every lane): the lanes are the rows' exact block sums (the K-quants:
+//     sub-block sums times their scales by vpmulld, the minimums and Q6_K's offset by
+//     vpdpwssd of scale pairs with the activations' sums) with no reduction, scaled and summed
+//     as above (the same bits). Up to 8 activation rows a tile (4 for the K-quants), more in
+//     tiles over the same group of 16 rows (from cache), many in bands of 64.
 // x86 CPUs without VNNI (AVX2; AVX-512 without VNNI) run AVX2 kernels
 // (int8_rows_avx2.cpp): vpmaddubsw and vpmaddwd make the same 32-bit lane sums vpdpbusd does,
 // and every block's sum is reduced to an exact integer and scaled as above, up to 8
@@ -229,9 +231,9 @@ void quant_rows_int8(quant::GgmlType type, const QuantizedRows& x, const std::by
                      int64_t row_bytes, int64_t n, int64_t k, float* out, int64_t ldo);
 
 // Whether weights of this type may be kept with the blocks of each 16 rows interleaved
-// (weight_layout.h) for quant_rows_int8_interleaved: Q4_0 and Q8_0 under the AVX-512 targets on
-// a CPU with VNNI, where AMX tiles do not take their batches (quant_rows_on_amx; the tiles read
-// the weights as stored).
+// (weight_layout.h) for quant_rows_int8_interleaved: Q4_0, Q8_0, Q4_K and Q6_K under the
+// AVX-512 targets on a CPU with VNNI, where AMX tiles do not take batches (quant_rows_on_amx;
+// the tiles read the weights as stored, and AMX-BF16 multiplies a prefill's panels).
 bool quant_rows_int8_interleaved_native(quant::GgmlType type);
 
 // quant_rows_int8 for weights {n, row_bytes} kept interleaved at w (their start): out[i * ldo +

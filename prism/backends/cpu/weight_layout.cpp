@@ -29,6 +29,10 @@ std::optional<WeightLayout> interleaved_layout(quant::GgmlType format) {
       return WeightLayout::q4_0_rows;
     case quant::GgmlType::Q8_0:
       return WeightLayout::q8_0_rows;
+    case quant::GgmlType::Q4_K:
+      return WeightLayout::q4_k_rows;
+    case quant::GgmlType::Q6_K:
+      return WeightLayout::q6_k_rows;
     default:
       return std::nullopt;
   }
@@ -40,6 +44,10 @@ std::optional<quant::GgmlType> interleaved_format(WeightLayout layout) {
       return quant::GgmlType::Q4_0;
     case WeightLayout::q8_0_rows:
       return quant::GgmlType::Q8_0;
+    case WeightLayout::q4_k_rows:
+      return quant::GgmlType::Q4_K;
+    case WeightLayout::q6_k_rows:
+      return quant::GgmlType::Q6_K;
     default:
       return std::nullopt;
   }
@@ -80,13 +88,13 @@ void copy_quant_weights(quant::GgmlType format, const std::byte* from, std::byte
       std::byte* d = to + g * group;
       for (int64_t r = 0; r < kQuantGroupRows; ++r) {
         if (!to_layout) {
-          interleaved_row(copy.data(), r, row_bytes, block_bytes, d + r * row_bytes);
+          interleaved_row(copy.data(), r, row_bytes, format, d + r * row_bytes);
           continue;
         }
         const int64_t blocks = row_bytes / block_bytes;
         for (int64_t b = 0; b < blocks; ++b) {
           const std::byte* row = copy.data() + r * row_bytes + b * block_bytes;
-          for_each_chunk(block_bytes, b, blocks, [&](int64_t from, int64_t bytes, int64_t at) {
+          for_each_chunk(format, b, blocks, [&](int64_t from, int64_t bytes, int64_t at) {
             std::memcpy(d + at + r * bytes, row + from, bytes);
           });
         }

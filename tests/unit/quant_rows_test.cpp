@@ -912,7 +912,7 @@ TEST(QuantRows, Int8VnniAndAmxAgreeBitForBit) {
   }
 }
 
-// Q4_0, Q8_0, Q4_K and Q6_K weights kept with the blocks of each 16 rows interleaved
+// Q4_0, Q8_0, Q4_K, Q5_K and Q6_K weights kept with the blocks of each 16 rows interleaved
 // (weight_layout.h):
 // the layout holds every byte where interleaved_index says and copies back to the bytes as
 // stored, and quant_rows_int8_interleaved gives quant_rows_int8's bits on the stored weights
@@ -921,7 +921,8 @@ TEST(QuantRows, Int8VnniAndAmxAgreeBitForBit) {
 // number and many blocks a row.
 TEST(QuantRows, Int8InterleavedWeightsGiveTheStoredBits) {
   cpu::ThreadPool pool(2);
-  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+  for (GgmlType type :
+       {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
     if (!cpu::quant_rows_int8_interleaved_native(type)) {
       GTEST_SKIP() << "no kernels for interleaved weights here (AVX-512 VNNI without AMX)";
     }
@@ -987,9 +988,9 @@ TEST(QuantRows, Int8InterleavedRefusesWhatItCannotRead) {
       cpu::quant_rows_int8_interleaved(type, rows, w.data(), row_bytes, r0, r1, k, out.data(), 16);
     });
   };
-  EXPECT_EQ(error(GgmlType::Q5_K, 176, 0, 16, 256),
-            "quant_rows_int8_interleaved: no kernel for Q5_K weights kept interleaved here");
-  EXPECT_FALSE(cpu::quant_rows_int8_interleaved_native(GgmlType::Q5_K));
+  EXPECT_EQ(error(GgmlType::Q4_1, 40, 0, 16, 64),
+            "quant_rows_int8_interleaved: no kernel for Q4_1 weights kept interleaved here");
+  EXPECT_FALSE(cpu::quant_rows_int8_interleaved_native(GgmlType::Q4_1));
   if (!cpu::quant_rows_int8_interleaved_native(GgmlType::Q4_0)) {
     EXPECT_EQ(error(GgmlType::Q4_0, 36, 0, 16, 64),
               "quant_rows_int8_interleaved: no kernel for Q4_0 weights kept interleaved here");

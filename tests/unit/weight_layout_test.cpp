@@ -261,8 +261,8 @@ TEST(WeightLayout, WeightsInMemoryNotTheirOwnStayAsStored) {
   }
 }
 
-// Weights in Q4_0, Q8_0, Q4_K and Q6_K blocks (u8 {n, row_bytes}, as a GGUF file keeps them) that
-// only products and lookups of rows read are kept with each 16 rows' blocks interleaved: the
+// Weights in Q4_0, Q8_0, Q4_K, Q5_K and Q6_K blocks (u8 {n, row_bytes}, as a GGUF file keeps them)
+// that only products and lookups of rows read are kept with each 16 rows' blocks interleaved: the
 // products give the bits they give on the weights as stored (any number of rows: 1-16 on
 // stored weights take the same integer arithmetic, and each row's result does not depend on
 // its batch, so a prefill's rows are compared with decoding's), lookups give the stored rows,
@@ -277,13 +277,18 @@ struct QuantCase {
   explicit QuantCase(quant::GgmlType f, int seed = 0)
       : format(f), K(3 * quant::info(f).block_elements), row_bytes(3 * quant::info(f).block_bytes) {
     stored = HostBuffer(shape());
-    if (f == quant::GgmlType::Q6_K) {  // no quantizer: random bits, d = 2^-(6..9) a block
+    if (!quant::can_quantize(f)) {  // Q5_K, Q6_K: random bits, d (and dmin) 2^-(6..9) a block
       std::mt19937 rng(static_cast<uint32_t>(seed) + 7);
       std::span<std::byte> bytes = stored.bytes();
       for (std::byte& b : bytes) b = static_cast<std::byte>(rng() & 0xff);
-      for (size_t at = 208; at < bytes.size(); at += 210) {
-        const uint16_t d = static_cast<uint16_t>((9 + rng() % 4) << 10);
-        std::memcpy(&bytes[at], &d, 2);
+      const int64_t block_bytes = quant::info(f).block_bytes;
+      const std::vector<int64_t> scales =
+          f == quant::GgmlType::Q6_K ? std::vector<int64_t>{208} : std::vector<int64_t>{0, 2};
+      for (int64_t at = 0; at < static_cast<int64_t>(bytes.size()); at += block_bytes) {
+        for (int64_t o : scales) {
+          const uint16_t d = static_cast<uint16_t>((9 + rng() % 4) << 10);
+          std::memcpy(&bytes[at + o], &d, 2);
+        }
       }
       return;
     }

@@ -167,8 +167,8 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
           ", quantized products on 8-bit activations (Q8_0, Q4_0, Q4_K batches on AMX-INT8)";
     } else if (interleaves(quant::GgmlType::Q4_0)) {
       quantized =
-          ", quantized products on 8-bit activations (Q8_0, Q4_0, Q4_K weights interleaved by 16 "
-          "rows)";
+          ", quantized products on 8-bit activations (Q8_0, Q4_0, K-quant weights interleaved "
+          "by 16 rows)";
     }
   }
   // Which kernels take a prompt's bf16 products (bf16_products.h).

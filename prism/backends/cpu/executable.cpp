@@ -182,9 +182,10 @@ class CpuExecutable : public ExecutableImpl {
   using Clock = std::chrono::steady_clock;
 
   // The parameters that only products (and lookups of their rows) read, and the layout each
-  // is read in (weight_layout.h): bf16 weights {n, k} blocked; weights in Q4_0, Q8_0, Q4_K or Q6_K
-  // blocks (u8 {n, row_bytes}, read through dequantizes that the products fold) interleaved, where
-  // those products multiply 8-bit activations (int8_activations). prepare() makes such copies.
+  // is read in (weight_layout.h): bf16 weights {n, k} blocked; weights in Q4_0, Q8_0 or K-quant
+  // blocks (u8 {n, row_bytes}, read through dequantizes that the products fold) interleaved,
+  // where those products multiply 8-bit activations (int8_activations). prepare() makes such
+  // copies.
   void find_blockable_weights() {
     std::vector<WeightLayout> layout(graph_.size(), WeightLayout::stored);
     for (ValueId v = 0; v < static_cast<ValueId>(graph_.size()); ++v) {

@@ -260,7 +260,7 @@ Kernel gather(const ir::Graph& g, const ir::Node& n) {
 
 bool gather_reads_blockable_weights(const ir::Graph& g, const ir::Node& n) {
   const Shape& x = g.node(n.inputs[0]).shape;
-  // (bf16 weights, or rows of blocks: the executable interleaves Q4_0's, Q8_0's, Q4_K's, Q6_K's)
+  // (bf16 weights, or rows of blocks: the executable interleaves Q4_0's, Q8_0's, K-quants')
   return n.op == Op::gather && n.attr<ir::AxisAttrs>().axis == 0 &&
          (blockable(x) || (x.dtype() == DType::u8 && x.rank() == 2));
 }

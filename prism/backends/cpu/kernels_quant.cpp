@@ -19,9 +19,10 @@
 // integers); or kept in f32 (PRISM_CPU_QUANT_ACTIVATIONS=f32),
 // whose results are the float product of the dequantized weights, as the float reference's.
 //
-// Weights the executable keeps interleaved (Q4_0, Q8_0, Q4_K, Q6_K on CPUs with AVX-512 VNNI and no
-// AMX: weight_layout.h) take the row kernels for any number of rows (quant_rows_int8_interleaved),
-// a prefill's too: their integer products run at several times the speed of the others.
+// Weights the executable keeps interleaved (Q4_0, Q8_0 and the K-quants on CPUs with AVX-512
+// VNNI and no AMX: weight_layout.h) take the row kernels for any number of rows
+// (quant_rows_int8_interleaved), a prefill's too: their integer products run at several times
+// the speed of the others.
 //
 // Products of the same activations by several such weights (a layer's q, k and v) run as one
 // step (QuantDotProducts): one rounding of the activations, one parallel loop over all their rows.

@@ -1414,12 +1414,16 @@ struct Q8_0Rows {
   }
 };
 
-// Q4_K: a block of 16 rows is 36 runs: run 0 the rows' d and dmin (f16 each), runs 1-3 their
-// packed scales and minimums, run 4 + 8h + c values 4c..4c+3 of sub-blocks 2h (low nibbles)
-// and 2h + 1 (high nibbles) of each row.
-struct Q4_KRows {
-  static constexpr int64_t kRuns = 36;
+// Q4_K and Q5_K: a block of 16 rows is 36 or 44 runs: run 0 the rows' d and dmin (f16 each),
+// runs 1-3 their packed scales and minimums, Q5_K's runs 4-11 their fifth bits (run 4 + c:
+// bit j of values 4c..4c+3 of sub-block j), then run 8h + c of the quants values 4c..4c+3 of
+// sub-blocks 2h (low nibbles) and 2h + 1 (high nibbles) of each row.
+template <bool kFive>
+struct QKRows {
+  static constexpr int64_t kRuns = kFive ? 44 : 36, kQuants = kFive ? 12 : 4;
 };
+using Q4_KRows = QKRows<false>;
+using Q5_KRows = QKRows<true>;
 
 // The results of G activation rows, lane r of acc[g] weight row r of a group of 16, into
 // out[g * ldo + r - first] for r in [first, last).
@@ -1463,19 +1467,21 @@ constexpr KPicks MakeKPicks() {
 }
 alignas(64) constexpr KPicks kKPicks = MakeKPicks();
 
-// A group of 16 interleaved Q4_K rows at w (`blocks` blocks a row) against G activation rows
-// (Q8_K records at x, `stride` bytes apart): out[g * ldo + r - first] = x[g] . W[r] for the
-// group's rows r in [first, last). Each lane sums its row's products with a sub-block in 32
-// bits (at most 32 * 15 * 127), multiplies them by the sub-block's scale (vpmulld) into T,
+// A group of 16 interleaved Q4_K or Q5_K rows at w (`blocks` blocks a row) against G
+// activation rows (Q8_K records at x, `stride` bytes apart): out[g * ldo + r - first] = x[g] .
+// W[r] for the group's rows r in [first, last). Each lane sums its row's products with a
+// sub-block in 32 bits (at most 32 * 31 * 127), multiplies them by the sub-block's scale
+// (vpmulld) into T,
 // and the row's minimums (word pairs) by the activations' sums of 32 into M (vpdpwssd): the
 // integers KExactStep makes, scaled and summed in f32 as it does, so the same bits.
-template <int G>
+template <bool kFive, int G>
 PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void KInterleavedTile(const uint8_t* x, int64_t stride,
                                                               const CompactQ8&, const uint8_t* w,
                                                               int64_t blocks, float* out,
                                                               int64_t ldo, int first, int last) {
   constexpr int kChains = G >= 2 ? 1 : 2;  // of each sub-block's sums
-  constexpr int64_t kBlock = Q4_KRows::kRuns * 64;
+  using F = QKRows<kFive>;
+  constexpr int64_t kBlock = F::kRuns * 64;
   __m512 acc[G];
 #pragma GCC unroll 8
   for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
@@ -1513,9 +1519,20 @@ PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void KInterleavedTile(const uint8_t* x, 
       }
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
-        const __m512i v = _mm512_loadu_si512(p + 64 * (4 + 8 * h + c));
-        const __m512i qa = _mm512_and_si512(v, low);
-        const __m512i qb = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        const __m512i v = _mm512_loadu_si512(p + 64 * (F::kQuants + 8 * h + c));
+        __m512i qa = _mm512_and_si512(v, low);
+        __m512i qb = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        if constexpr (kFive) {
+          // Bits 2h and 2h + 1 of the fifth bits' run c to bit 4: (q & 15) | bit.
+          const __m512i high = _mm512_loadu_si512(p + 64 * (4 + c)), bit = Bytes(16);
+          auto at4 = [&](int from) PRISM_QUANT_ROWS_ATTR_VNNI {
+            if (from < 4) return _mm512_and_si512(_mm512_slli_epi16(high, 4 - from), bit);
+            if (from > 4) return _mm512_and_si512(_mm512_srli_epi16(high, from - 4), bit);
+            return _mm512_and_si512(high, bit);
+          };
+          qa = _mm512_or_si512(qa, at4(2 * h));
+          qb = _mm512_or_si512(qb, at4(2 * h + 1));
+        }
 #pragma GCC unroll 8
         for (int g = 0; g < G; ++g) {
           DpbusdBroadcast(sa[g][c % kChains], qa, row[g] + 64 * h + 4 * c);
@@ -1737,10 +1754,11 @@ struct InterleavedTiles {
                                                  &InterleavedTile<F, 7>, &InterleavedTile<F, 8>};
   static constexpr int64_t kRows = 8, kElems = 32;
 };
-template <>
-struct InterleavedTiles<Q4_KRows> {
-  static constexpr InterleavedTileFn kTiles[] = {&KInterleavedTile<1>, &KInterleavedTile<2>,
-                                                 &KInterleavedTile<3>, &KInterleavedTile<4>};
+template <bool kFive>
+struct InterleavedTiles<QKRows<kFive> > {
+  static constexpr InterleavedTileFn kTiles[] = {
+      &KInterleavedTile<kFive, 1>, &KInterleavedTile<kFive, 2>, &KInterleavedTile<kFive, 3>,
+      &KInterleavedTile<kFive, 4>};
   static constexpr int64_t kRows = 4, kElems = 256;
 };
 template <>
@@ -1834,14 +1852,14 @@ DequantRowsFn NativeDequant(quant::GgmlType type, bool bf16, bool avx512_bf16) {
 
 RoundFns NativeRound() { return {&RoundQ8_0, &RoundQ8_K}; }
 
-// The integer kernel for weights of `type` kept interleaved (Q4_0, Q8_0, Q4_K, Q6_K), with AVX-512
-// VNNI
-// (`vnni`) under the AVX-512 targets; null elsewhere.
+// The integer kernel for weights of `type` kept interleaved (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K),
+// with AVX-512 VNNI (`vnni`) under the AVX-512 targets; null elsewhere.
 QuantRowsInterleavedFn NativeInterleaved(quant::GgmlType type, bool vnni) {
 #if PRISM_QUANT_ROWS_VNNI
   if (vnni && type == quant::GgmlType::Q4_0) return vnni::InterleavedRows<vnni::Q4_0Rows>;
   if (vnni && type == quant::GgmlType::Q8_0) return vnni::InterleavedRows<vnni::Q8_0Rows>;
   if (vnni && type == quant::GgmlType::Q4_K) return vnni::InterleavedRows<vnni::Q4_KRows>;
+  if (vnni && type == quant::GgmlType::Q5_K) return vnni::InterleavedRows<vnni::Q5_KRows>;
   if (vnni && type == quant::GgmlType::Q6_K) return vnni::InterleavedRows<vnni::Q6_KRows>;
 #endif
   (void)type;

@@ -125,7 +125,7 @@ void dequantize_rows(quant::GgmlType type, const std::byte* w, int64_t row_bytes
 //     fma(float(T), d_w * d_x) and fma(float(M), -dmin_w * d_x) in f32, block after block:
 //     amx_k_rows' arithmetic, so Q4_K takes either by its number of rows. Each block is
 //     unpacked once for up to 16 activation rows (in chunks of 4 from cache).
-//   - Q4_0, Q8_0, Q4_K and Q6_K weights kept with each 16 rows' blocks interleaved
+//   - Q4_0, Q8_0, Q4_K, Q5_K and Q6_K weights kept with each 16 rows' blocks interleaved
 //     (weight_layout.h; quant_rows_int8_interleaved): a block of 16 rows is runs of 64 bytes,
 //     four bytes of each row, and one vpdpbusd multiplies a run by four activations broadcast
 //     from memory (in every lane): the lanes are the rows' exact block sums (the K-quants:
@@ -231,7 +231,7 @@ void quant_rows_int8(quant::GgmlType type, const QuantizedRows& x, const std::by
                      int64_t row_bytes, int64_t n, int64_t k, float* out, int64_t ldo);
 
 // Whether weights of this type may be kept with the blocks of each 16 rows interleaved
-// (weight_layout.h) for quant_rows_int8_interleaved: Q4_0, Q8_0, Q4_K and Q6_K under the
+// (weight_layout.h) for quant_rows_int8_interleaved: Q4_0, Q8_0, Q4_K, Q5_K and Q6_K under the
 // AVX-512 targets on a CPU with VNNI, where AMX tiles do not take batches (quant_rows_on_amx;
 // the tiles read the weights as stored, and AMX-BF16 multiplies a prefill's panels).
 bool quant_rows_int8_interleaved_native(quant::GgmlType type);

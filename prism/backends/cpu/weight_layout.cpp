@@ -31,6 +31,8 @@ std::optional<WeightLayout> interleaved_layout(quant::GgmlType format) {
       return WeightLayout::q8_0_rows;
     case quant::GgmlType::Q4_K:
       return WeightLayout::q4_k_rows;
+    case quant::GgmlType::Q5_K:
+      return WeightLayout::q5_k_rows;
     case quant::GgmlType::Q6_K:
       return WeightLayout::q6_k_rows;
     default:
@@ -46,6 +48,8 @@ std::optional<quant::GgmlType> interleaved_format(WeightLayout layout) {
       return quant::GgmlType::Q8_0;
     case WeightLayout::q4_k_rows:
       return quant::GgmlType::Q4_K;
+    case WeightLayout::q5_k_rows:
+      return quant::GgmlType::Q5_K;
     case WeightLayout::q6_k_rows:
       return quant::GgmlType::Q6_K;
     default:

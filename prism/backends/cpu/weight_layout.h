@@ -5,21 +5,22 @@
 // weights as they are, instead of copying each slice into that layout on every call, and the
 // AVX-512 BF16 matrix-vector kernel reads one 64-row block as one contiguous stream.
 //
-// Weights in ggml's Q4_0, Q8_0, Q4_K and Q6_K block formats (a GGUF file's, u8 {n, row_bytes})
-// that only products read are kept with the blocks of each 16 rows interleaved (kQuantGroupRows):
-// the integer kernels (quant_rows.h) then take a block of 16 rows as a few 64-byte vectors,
-// one 32-bit lane a row, whose products with an activation block need no sums across lanes.
-// A group of 16 rows holds their blocks one after the other as runs of 64 bytes, run c of a
-// block holding bytes 4c..4c+3 of each row's block, row r at 4r:
-//   - Q4_K (144 bytes, 36 runs): run 0 is the 16 rows' d and dmin (f16 each), runs 1-3 their
-//     packed scales and minimums, runs 4-35 their quants (a run: 4 nibble bytes, values
-//     4c..4c+3 of two sub-blocks).
+// Weights in ggml's Q4_0, Q8_0, Q4_K, Q5_K and Q6_K block formats (a GGUF file's, u8 {n,
+// row_bytes}) that only products read are kept with the blocks of each 16 rows interleaved
+// (kQuantGroupRows): the integer kernels (quant_rows.h) then take a block of 16 rows as a few
+// 64-byte vectors, one 32-bit lane a row, whose products with an activation block need no sums
+// across lanes. A group of 16 rows holds their blocks one after the other as runs of 64 bytes,
+// run c of a block holding bytes 4c..4c+3 of each row's block, row r at 4r:
+//   - Q4_K and Q5_K (144 and 176 bytes, 36 and 44 runs): run 0 is the 16 rows' d and dmin (f16
+//     each), runs 1-3 their packed scales and minimums, then Q5_K's 8 runs of fifth bits, then
+//     the quants (a run: 4 nibble bytes, values 4c..4c+3 of two sub-blocks).
 //   - Q4_0, Q8_0 and Q6_K (18, 34 and 210 bytes: a 2-byte d, first or last, and the rest in
 //     runs) in pairs of blocks (the last alone where a row holds an odd number): the 16 rows'
 //     d (f16) of the first block and of the second, then the runs of the first, then of the
-//     second, so that a kernel reads a group in one pass from start to end (Q4_0: 4 runs of its 16
-//     nibble bytes; Q8_0: 8 runs of its 32 values; Q6_K: 4 of its 16 scales, then 48 of its low and
-//     high bits in the order its kernel reads them, q6_k_run).
+//     second (Q4_0: 4 runs of its 16 nibble bytes; Q8_0: 8 runs of its 32 values; Q6_K: 4 of
+//     its 16 scales, then 48 of its low and high bits in the order its kernel reads them,
+//     q6_k_run).
+// So a kernel reads a group in one pass from start to end.
 // A group has the size of its 16 rows as stored, so the layout changes no sizes.
 //
 // The layout belongs to the buffer: `Executable::prepare` returns blocked copies of the
@@ -53,12 +54,15 @@ enum class WeightLayout : uint8_t {
   q4_0_rows,    // Q4_0 u8 {n, row_bytes}, 16 rows interleaved
   q8_0_rows,    // Q8_0 likewise
   q4_k_rows,    // Q4_K likewise
+  q5_k_rows,    // Q5_K likewise
   q6_k_rows,    // Q6_K likewise
 };
 
-// The interleaved layout of weights in `format`, if there is one (Q4_0, Q8_0, Q4_K, Q6_K).
+// The interleaved layout of weights in `format`, if there is one (Q4_0, Q8_0, Q4_K, Q5_K,
+// Q6_K).
 std::optional<WeightLayout> interleaved_layout(quant::GgmlType format);
-// The block format of an interleaved layout (Q4_0, Q8_0, Q4_K, Q6_K), for the others nullopt.
+// The block format of an interleaved layout (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K), for the others
+// nullopt.
 std::optional<quant::GgmlType> interleaved_format(WeightLayout layout);
 
 // Whether weights u8 {n, row_bytes} in `format` can be kept interleaved here: a format with

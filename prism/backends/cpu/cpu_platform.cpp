@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -277,14 +278,26 @@ void CpuPlatform::write(Buffer& buffer, size_t offset, std::span<const std::byte
     std::memcpy(m->data + offset, bytes.data(), bytes.size());
     return;
   }
-  // Weights in a layout of their own take the bytes of the layout they were stored in, byte by
-  // byte (interleaved quantized rows) or element by element (bf16 blocks).
+  // Weights in a layout of their own take the bytes of the layout they were stored in, chunk by
+  // chunk of each block the write touches (interleaved quantized rows) or element by element
+  // (bf16 blocks).
   const int64_t k = buffer.shape().size(1);
   const auto* from = reinterpret_cast<const std::byte*>(bytes.data());
   if (std::optional<quant::GgmlType> format = interleaved_format(m->layout)) {
-    for (int64_t e = 0; e < static_cast<int64_t>(bytes.size()); ++e) {
-      const int64_t at = static_cast<int64_t>(offset) + e;
-      m->data[interleaved_index(at / k, at % k, k, *format)] = from[e];
+    const int64_t block_bytes = quant::info(*format).block_bytes, blocks = k / block_bytes;
+    const int64_t begin = static_cast<int64_t>(offset);
+    const int64_t end = begin + static_cast<int64_t>(bytes.size());
+    for (int64_t at = begin / block_bytes * block_bytes; at < end; at += block_bytes) {
+      const int64_t row = at / k;
+      std::byte* group = m->data + row / kQuantGroupRows * kQuantGroupRows * k;
+      for_each_chunk(*format, at % k / block_bytes, blocks,
+                     [&](int64_t chunk, int64_t n, int64_t to) {
+                       const int64_t lo = std::max(begin, at + chunk);
+                       const int64_t hi = std::min(end, at + chunk + n);
+                       if (lo < hi)
+                         std::memcpy(group + to + row % kQuantGroupRows * n + (lo - at - chunk),
+                                     from + (lo - begin), static_cast<size_t>(hi - lo));
+                     });
     }
     return;
   }

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <random>
 #include <span>
 #include <string>
 #include <thread>
@@ -24,6 +23,7 @@
 #include "prism/quant/dequantize.h"
 #include "prism/quant/quantize.h"
 #include "prism/runtime/compile.h"
+#include "tests/unit/quant_blocks.h"
 #include "tests/unit/test_util.h"
 
 namespace prism {
@@ -276,24 +276,13 @@ struct QuantCase {
 
   explicit QuantCase(quant::GgmlType f, int seed = 0)
       : format(f), K(3 * quant::info(f).block_elements), row_bytes(3 * quant::info(f).block_bytes) {
-    stored = HostBuffer(shape());
-    if (!quant::can_quantize(f)) {  // Q5_K, Q6_K: random bits, d (and dmin) 2^-(6..9) a block
-      std::mt19937 rng(static_cast<uint32_t>(seed) + 7);
-      std::span<std::byte> bytes = stored.bytes();
-      for (std::byte& b : bytes) b = static_cast<std::byte>(rng() & 0xff);
-      const int64_t block_bytes = quant::info(f).block_bytes;
-      const std::vector<int64_t> scales =
-          f == quant::GgmlType::Q6_K ? std::vector<int64_t>{208} : std::vector<int64_t>{0, 2};
-      for (int64_t at = 0; at < static_cast<int64_t>(bytes.size()); at += block_bytes) {
-        for (int64_t o : scales) {
-          const uint16_t d = static_cast<uint16_t>((9 + rng() % 4) << 10);
-          std::memcpy(&bytes[at + o], &d, 2);
-        }
-      }
+    if (!quant::can_quantize(f)) {  // Q5_K, Q6_K: random blocks with finite scales
+      stored = testing::random_blocks(f, N, 3, static_cast<uint32_t>(seed) + 7, "n", "k");
       return;
     }
     std::vector<float> w(N * K);
     for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i * 7 + seed) % 13 - 6) / 4;
+    stored = HostBuffer(shape());
     quant::quantize(f, w, stored.bytes());
   }
   Shape shape() const { return S({{"n", N}, {"k", row_bytes}}, DType::u8); }

@@ -24,9 +24,9 @@ namespace prism::cpu {
 //     d (f32), then each block's -offset * (the sum of its values) (int32), each part 64-byte
 //     aligned.
 //   - Q8_K: a block (256 values) a record. [0, 256): the values. [256, 272): the sums of each
-//     32 values, int16. [320, 352): the sums of each 16 values, int16. [352, 384): the same
-//     sums in the order 0, 2, 1, 3, 4, 6, 5, 7, ... (for pairs of sign-extended bytes of
-//     interleaved Q6_K scales). [384, 388): d, f32.
+//     32 values, int16. [320, 352): the sums of each 16 values, int16. [352, 384): for Q6_K
+//     weights, the same sums in the order 0, 2, 1, 3, 4, 6, 5, 7, ... (for pairs of
+//     sign-extended bytes of interleaved Q6_K scales). [384, 388): d, f32.
 //   - F32, F16, BF16: the row's k values as f32.
 struct PairRecord {
   static constexpr int64_t kValues = 0, kScales = 64, kExtra = 128, kBytes = 192;

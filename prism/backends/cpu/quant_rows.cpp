@@ -1471,9 +1471,9 @@ alignas(64) constexpr KPicks kKPicks = MakeKPicks();
 // activation rows (Q8_K records at x, `stride` bytes apart): out[g * ldo + r - first] = x[g] .
 // W[r] for the group's rows r in [first, last). Each lane sums its row's products with a
 // sub-block in 32 bits (at most 32 * 31 * 127), multiplies them by the sub-block's scale
-// (vpmulld) into T,
-// and the row's minimums (word pairs) by the activations' sums of 32 into M (vpdpwssd): the
-// integers KExactStep makes, scaled and summed in f32 as it does, so the same bits.
+// (vpmulld) into T, and the row's minimums (word pairs) by the activations' sums of 32 into M
+// (vpdpwssd): the integers KExactStep makes, scaled and summed in f32 as it does, so the same
+// bits.
 template <bool kFive, int G>
 PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void KInterleavedTile(const uint8_t* x, int64_t stride,
                                                               const CompactQ8&, const uint8_t* w,
@@ -1737,10 +1737,6 @@ PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void InterleavedTile(const uint8_t* x, i
   StoreGroup<G>(acc, out, ldo, first, last);
 }
 
-// out[i * ldo + r - r0] = x_i . W[r] for rows [r0, r1) of the interleaved weights at w (rows
-// row_bytes apart as stored): a group of 16 rows at a time against the activation rows in
-// chunks of up to 8, the first chunk reading the group from memory, the next ones from cache;
-// many activation rows (a prefill's) in bands of 64, which every group then reads from cache.
 using InterleavedTileFn = void (*)(const uint8_t*, int64_t, const CompactQ8&, const uint8_t*,
                                    int64_t, float*, int64_t, int, int);
 
@@ -1768,6 +1764,11 @@ struct InterleavedTiles<Q6_KRows> {
   static constexpr int64_t kRows = 4, kElems = 256;
 };
 
+// out[i * ldo + r - r0] = x_i . W[r] for rows [r0, r1) of the interleaved weights at w (rows
+// row_bytes apart as stored): a group of 16 rows at a time against the activation rows in
+// chunks of up to Tiles::kRows (8; 4 for the K-quants), the first chunk reading the group from
+// memory, the next ones from cache; many activation rows (a prefill's) in bands of 64, which
+// every group then reads from cache.
 template <typename F>
 void InterleavedRows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
                      int64_t k, float* out, int64_t ldo) {
@@ -2215,7 +2216,7 @@ void quantize_activations(quant::GgmlType weights, const float* x, int64_t ldx, 
           for (int j = 0; j < 8; ++j)
             put(rec + KRecord::kSums32 + 2 * j,
                 static_cast<int16_t>(sums[2 * j] + sums[2 * j + 1]));
-          for (int j = 0; j < 16; ++j) {  // 0, 2, 1, 3, 4, 6, 5, 7, ...
+          for (int j = 0; weights == GgmlType::Q6_K && j < 16; ++j) {  // 0, 2, 1, 3, 4, 6, ...
             const int from = j / 4 * 4 + (j % 4 == 1 ? 2 : j % 4 == 2 ? 1 : j % 4);
             put(rec + KRecord::kSumsPaired + 2 * j, static_cast<int16_t>(sums[from]));
           }

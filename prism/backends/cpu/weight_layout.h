@@ -20,7 +20,8 @@
 //     second (Q4_0: 4 runs of its 16 nibble bytes; Q8_0: 8 runs of its 32 values; Q6_K: 4 of
 //     its 16 scales, then 48 of its low and high bits in the order its kernel reads them,
 //     q6_k_run).
-// So a kernel reads a group in one pass from start to end.
+// So a kernel reads a group in one pass from start to end (Q5_K's fifth bits again, from cache,
+// for each quarter of its quants).
 // A group has the size of its 16 rows as stored, so the layout changes no sizes.
 //
 // The layout belongs to the buffer: `Executable::prepare` returns blocked copies of the

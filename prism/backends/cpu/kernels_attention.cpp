@@ -695,13 +695,22 @@ void attend_block(const Geometry& g, const ir::AttentionAttrs& a,
 
   for (int64_t c0 = lo; c0 < hi; c0 += kChunk) {
     const int64_t n = std::min(kChunk, hi - c0);
-    const T* keys = in_compute_type(
-        reinterpret_cast<const S*>(in[1]) + ((b * g.G + gk) * g.Sk + c0) * D, n * D, w.keys, f32);
-    const T* values = in_compute_type(
-        reinterpret_cast<const S*>(in[2]) + ((b * g.G + gk) * g.Sk + c0) * E, n * E, w.values, f32);
-    // One spare row of scores: GCC 12's code for Highway's SCALAR target loads the next row's
-    // weights in the output sums (and drops them), one row past the last.
-    w.st.resize(static_cast<size_t>((n + 1) * ldq));
+    // GCC 12's code for Highway's SCALAR target (its output sums, vectorized by the compiler
+    // across rows it should not touch) loads weights up to three rows past the last and values
+    // one row past, and drops them. On that target keys and values are read from copies with a
+    // spare row (values straight from the cache would read past the end of its memory), and
+    // the scores keep four spare rows.
+    const bool spare = f32.lanes == 1;
+    auto rows_of = [&](const std::byte* from, int64_t width, std::vector<T>& copy) -> const T* {
+      const S* at = reinterpret_cast<const S*>(from) + ((b * g.G + gk) * g.Sk + c0) * width;
+      if (!spare) return in_compute_type(at, n * width, copy, f32);
+      copy.resize(static_cast<size_t>((n + 1) * width));
+      widen(at, copy.data(), n * width, f32);
+      return copy.data();
+    };
+    const T* keys = rows_of(in[1], D, w.keys);
+    const T* values = rows_of(in[2], E, w.values);
+    w.st.resize(static_cast<size_t>((n + 4) * ldq));
     if constexpr (kF32) {
       if (transposed) {
         f32.transposed(w.qt.data(), ldq, D, keys, n, w.st.data());

@@ -32,6 +32,19 @@ class Rewriter {
  private:
   const Node& get(ValueId id) const { return out_.node(id); }
 
+  // Whether a permutation moves only axes of size 1 (a decoding step's {h, s=1, hd} to
+  // {s=1, h, hd}): the elements stay in memory order, so the transpose is a reshape, which
+  // backends read in place instead of copying.
+  static bool keeps_memory_order(const Shape& in, const std::vector<int>& axes) {
+    int previous = -1;
+    for (int a : axes) {
+      if (in.size(a) == 1) continue;
+      if (a < previous) return false;
+      previous = a;
+    }
+    return true;
+  }
+
   // The value of a scalar constant, or of a broadcast of one.
   std::optional<double> scalar_value(ValueId id) const {
     const Node* n = &get(id);
@@ -65,6 +78,9 @@ class Rewriter {
           n.inputs[0] = inner.inputs[0];
           n.attrs = ir::AxesAttrs{p2};
           if (get(n.inputs[0]).shape == n.shape) return n.inputs[0];
+        }
+        if (keeps_memory_order(get(n.inputs[0]).shape, n.attr<ir::AxesAttrs>().axes)) {
+          return rewrite(Node{Op::reshape, n.shape, {n.inputs[0]}, {}});
         }
         break;
       case Op::mul:

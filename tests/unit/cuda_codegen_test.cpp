@@ -383,6 +383,32 @@ TEST(CudaCodegen, MatmulViews) {
   EXPECT_FALSE(plan_matmul(b.g, b.g.node(pq)));
 }
 
+// Decoding's products (few rows by weights stored {N, K}) take few_rows_product's kernel in
+// f32, f16 and bf16; more rows, other layouts and dtypes, and rows not a whole number of
+// 16-byte loads stay with cuBLASLt or the generic kernel.
+TEST(CudaCodegen, FewRowsProductsCompileWithNvrtc) {
+  std::vector<KernelCode> kernels;
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    for (MatmulShape m :
+         {MatmulShape{t, 1, 1, 512, 2048, false, true}, MatmulShape{t, 2, 5, 24, 64, false, true},
+          MatmulShape{t, 1, 8, 3, 0, false, true}}) {
+      std::optional<KernelCode> k =
+          few_rows_product(m, fmt::format("few_{}_{}_{}", name(t), m.m, m.k));
+      ASSERT_TRUE(k) << name(t) << " " << m.m << "x" << m.n << "x" << m.k;
+      EXPECT_EQ(launch_for(*k).grid, (m.batch * m.n + 3) / 4);
+      kernels.push_back(std::move(*k));
+    }
+  }
+  EXPECT_FALSE(few_rows_product(MatmulShape{DType::bf16, 1, 9, 64, 64, false, true}, "rows"));
+  EXPECT_FALSE(few_rows_product(MatmulShape{DType::bf16, 1, 1, 64, 64, false, false}, "kn"));
+  EXPECT_FALSE(few_rows_product(MatmulShape{DType::bf16, 1, 1, 64, 64, true, true}, "lhsT"));
+  EXPECT_FALSE(few_rows_product(MatmulShape{DType::bf16, 1, 1, 64, 12, false, true}, "k12"));
+  EXPECT_FALSE(few_rows_product(MatmulShape{DType::f64, 1, 1, 64, 64, false, true}, "f64"));
+  if (!nvrtc_library().ok) GTEST_SKIP() << "NVRTC not found: " << nvrtc_library().error;
+  const std::string source = source_of(kernels);
+  EXPECT_NO_THROW(compile_cuda(source, "sm_90")) << source;
+}
+
 TEST(CudaPlatform, ErrorsNameTheCallAndTheCode) {
   EXPECT_EQ(testing::error_of([] { check(CUDA_SUCCESS, "cuInit"); }), "no error");
   std::string driver_error =

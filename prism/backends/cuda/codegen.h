@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "prism/backends/cuda/matmul.h"
 #include "prism/compiler/fusion.h"
 #include "prism/compiler/kernel_c.h"
 #include "prism/compiler/kernel_ir.h"
@@ -58,6 +60,13 @@ std::string compute_type(DType t);
 std::vector<KernelCode> generate(const ir::Graph& graph, const compiler::FusionPlan& plan,
                                  ir::ValueId id, const std::string& name);
 
+// A product of few rows (decoding's: at most 8) by weights stored {N, K} (a linear layer's),
+// in f32, f16 or bf16, as one kernel that streams the weights with 16-byte loads, a warp per
+// output column and all rows at once: cuBLASLt's kernels for such shapes read the weights at
+// a fraction of the bandwidth. Null where the shape is not one (more rows, other layouts or
+// dtypes, rows whose bytes are not a multiple of 16); PRISM_CUDA_FEW_ROWS=0 declines all.
+std::optional<KernelCode> few_rows_product(const MatmulShape& m, const std::string& name);
+
 // The source of one module holding `kernels` after the prelude, each body once: kernels that
 // differ only in their names (the same op on the same shapes in every layer of a model) share
 // the first one's function, which keeps compile times flat in the number of layers.
@@ -87,6 +96,10 @@ std::string ld(DType t);
 std::string st(DType t);
 // An expression reading element 0 of `ptr` (of dtype t) as an index (long long).
 std::string load_index(DType t, const std::string& ptr, const std::string& at = "0");
+// Statements loading `v` consecutive elements (storage t) from element `at` of `ptr` into the
+// compute-type array `into`: one 16-byte load when v is 8 (16-bit storage) or 4 (f32).
+std::string load_run(DType t, int v, const std::string& ptr, const std::string& at,
+                     const std::string& into);
 }  // namespace detail
 
 }  // namespace prism::cuda

@@ -42,7 +42,12 @@ namespace prism::cuda {
   X(cuGraphInstantiateWithFlags)       \
   X(cuGraphLaunch)                     \
   X(cuGraphExecDestroy)                \
-  X(cuGraphDestroy)
+  X(cuGraphDestroy)                    \
+  X(cuEventCreate)                     \
+  X(cuEventDestroy_v2)                 \
+  X(cuEventRecordWithFlags)            \
+  X(cuStreamIsCapturing)               \
+  X(cuEventElapsedTime_v2)
 
 #define PRISM_NVRTC_FUNCTIONS(X) \
   X(nvrtcGetErrorString)         \

@@ -1,11 +1,17 @@
 // The CUDA executable: the compiler's schedule (prism/compiler/schedule.h: fusion groups and
 // one step per other op, outputs written in place into their buffers, one arena for
 // intermediates, donated inputs reused), with every step's kernels generated as CUDA C and compiled
-// in one NVRTC call, and matrix products run by cuBLASLt. A call enqueues every step on the
+// in one NVRTC call, and matrix products run by cuBLASLt (those of few rows, as in decoding, by
+// a kernel of our own: codegen.h's few_rows_product). A call enqueues every step on the
 // platform's stream and waits for it once at the end.
+//
+// PRISM_CUDA_PROFILE=1 times every step on the device (events around each, recorded inside
+// the CUDA graph when the call runs as one, so launch gaps are not counted) and prints, when
+// the executable is destroyed, where a call's device time went (docs/platforms.md).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -54,10 +60,15 @@ class CudaExecutable : public ExecutableImpl {
     for (ValueId id : schedule_.steps()) {
       const ir::Node& n = graph_.node(id);
       Step& step = steps_.emplace_back(Step{id, step_reads(graph_, plan_, id), {}, {}, nullptr});
+      // Products of few rows (decoding) run in our kernel, others in cuBLASLt where it is.
       std::optional<MatmulShape> mm;
-      if (n.op == Op::dot && !kernel::reads_folded(plan_, n) && platform_.cublaslt_handle())
-        mm = plan_matmul(graph_, n);
-      if (mm) {
+      std::optional<KernelCode> few_rows;
+      if (n.op == Op::dot && !kernel::reads_folded(plan_, n)) mm = plan_matmul(graph_, n);
+      if (mm) few_rows = few_rows_product(*mm, fmt::format("k{}", id));
+      if (few_rows || !platform_.cublaslt_handle()) mm.reset();
+      if (few_rows) {
+        step.kernels = {std::move(*few_rows)};
+      } else if (mm) {
         step.matmul = std::make_unique<Matmul>(*mm, platform_.cublaslt_handle(),
                                                CudaPlatform::kWorkspaceBytes);
       } else {
@@ -73,9 +84,12 @@ class CudaExecutable : public ExecutableImpl {
   }
 
   ~CudaExecutable() override {
+    if (profile_calls_ > 0 && !steps_.empty()) print_profile();
     graphs_.clear();  // before the module their kernels live in
     const auto& drv = driver_library();
-    if (module_ && drv.ok) drv.api.cuModuleUnload(module_);
+    if (!drv.ok) return;
+    for (CUevent e : events_) drv.api.cuEventDestroy_v2(e);
+    if (module_) drv.api.cuModuleUnload(module_);
   }
 
   std::vector<Buffer> call(std::span<const Buffer> params,
@@ -108,8 +122,19 @@ class CudaExecutable : public ExecutableImpl {
         });
     std::vector<CUdeviceptr> outs;
     for (const Buffer& b : outputs) outs.push_back(device_ptr(b));
-    if (!run_graph(ptr, outs)) enqueue(ptr, outs);
+    if (profiling() && events_.empty()) {
+      events_.resize(steps_.size() + 1);
+      for (CUevent& e : events_) check(drv.cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
+    }
+    const bool as_graph = run_graph(ptr, outs);
+    if (!as_graph) enqueue(ptr, outs);
     check(drv.cuStreamSynchronize(stream), "running the executable (cuStreamSynchronize)");
+    // A call enqueued step by step counts only where this program runs no graphs: its times
+    // would hold the gaps between launches.
+    const bool graphs = graphs_enabled() && !graphs_failed_ && steps_.size() >= kMinGraphSteps;
+    if (!events_.empty() && !profile_failed_ && (as_graph || !graphs)) {
+      collect_profile(as_graph);
+    }
     return outputs;
   }
 
@@ -121,7 +146,17 @@ class CudaExecutable : public ExecutableImpl {
     CUstream stream = platform_.stream();
     std::vector<CUdeviceptr> args;
     std::vector<void*> arg_ptrs;
-    for (const Step& step : steps_) {
+    // Inside a capture an event is recorded only when marked external.
+    CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+    auto mark = [&](size_t i) {
+      if (events_.empty()) return;
+      unsigned flags = capturing == CU_STREAM_CAPTURE_STATUS_ACTIVE ? CU_EVENT_RECORD_EXTERNAL : 0;
+      check(drv.cuEventRecordWithFlags(events_[i], stream, flags), "cuEventRecord");
+    };
+    if (!events_.empty()) check(drv.cuStreamIsCapturing(stream, &capturing), "cuStreamIsCapturing");
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      mark(i);
+      const Step& step = steps_[i];
       CUdeviceptr out = ptr[step.value];
       args.assign(1, out);
       for (ValueId r : step.reads) args.push_back(ptr[r]);
@@ -150,11 +185,95 @@ class CudaExecutable : public ExecutableImpl {
               code.name.c_str());
       }
     }
+    mark(steps_.size());
     for (auto [k, v] : schedule_.final_copies()) {
       size_t bytes = static_cast<size_t>(graph_.node(v).shape.bytes());
       if (bytes) {
         check(drv.cuMemcpyDtoDAsync_v2(outs[k], ptr[v], bytes, stream), "cuMemcpyDtoDAsync");
       }
+    }
+  }
+
+  static bool profiling() {
+    static const bool on = [] {
+      const char* e = std::getenv("PRISM_CUDA_PROFILE");
+      return e && std::string(e) != "0";
+    }();
+    return on;
+  }
+  static bool graphs_enabled() {
+    static const bool on = [] {
+      const char* e = std::getenv("PRISM_CUDA_GRAPHS");
+      return !(e && std::string(e) == "0");
+    }();
+    return on;
+  }
+
+  // Adds the last call's time per step (the events around each) to the profile.
+  void collect_profile(bool as_graph) {
+    const DriverApi& drv = driver();
+    if (step_ms_.empty()) step_ms_.assign(steps_.size(), 0);
+    std::vector<float> ms(steps_.size());
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      CUresult r = drv.cuEventElapsedTime_v2(&ms[i], events_[i], events_[i + 1]);
+      if (r != CUDA_SUCCESS) {  // a profile is a diagnosis: say why and run on without it
+        const char* what = nullptr;
+        drv.cuGetErrorName(r, &what);
+        std::fprintf(stderr, "cuda profile: cuEventElapsedTime failed (%s); not profiled\n",
+                     what ? what : "?");
+        profile_failed_ = true;
+        return;
+      }
+    }
+    for (size_t i = 0; i < steps_.size(); ++i) step_ms_[i] += ms[i];
+    ++profile_calls_;
+    profile_graphs_ = profile_graphs_ || as_graph;
+  }
+
+  // The profile on stderr: the device time of a call, then its steps grouped by what they do
+  // (the same product or fused loop in every layer is one row), longest first, with the bytes
+  // their operands and results hold per second of the step.
+  void print_profile() const {
+    struct Row {
+      std::string what;
+      int count = 0;
+      double ms = 0, bytes = 0;
+    };
+    std::vector<Row> rows;
+    std::map<std::string, size_t> index;
+    double total = 0;
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      const Step& step = steps_[i];
+      const ir::Node& n = graph_.node(step.value);
+      std::string what;
+      double bytes = static_cast<double>(n.shape.bytes());
+      for (ValueId r : step.reads) bytes += static_cast<double>(graph_.node(r).shape.bytes());
+      if (step.matmul) {
+        const MatmulShape& m = step.matmul->shape();
+        what = fmt::format("cuBLASLt {} {}x{}x{}{}", name(m.dtype), m.m, m.n, m.k,
+                           m.batch > 1 ? fmt::format(" batch {}", m.batch) : "");
+      } else {
+        what = fmt::format("{} {}", ir::op_name(n.op), n.shape.str());
+        if (plan_.group_of[step.value] >= 0) what += " (fused)";
+      }
+      auto [it, added] = index.emplace(what, rows.size());
+      if (added) rows.push_back(Row{what});
+      Row& row = rows[it->second];
+      row.count += 1;
+      row.ms += step_ms_[i] / static_cast<double>(profile_calls_);
+      row.bytes += bytes;
+      total += step_ms_[i] / static_cast<double>(profile_calls_);
+    }
+    std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.ms > b.ms; });
+    std::fprintf(stderr,
+                 "--- cuda profile: %zu steps, %lld calls%s, %.3f ms of device time a call\n"
+                 "%7s %6s %10s %9s  %s\n",
+                 steps_.size(), static_cast<long long>(profile_calls_),
+                 profile_graphs_ ? " as CUDA graphs" : "", total, "share", "steps", "us each",
+                 "GB/s", "step");
+    for (const Row& r : rows) {
+      std::fprintf(stderr, "%6.1f%% %6d %10.1f %9.0f  %s\n", 100 * r.ms / total, r.count,
+                   1e3 * r.ms / r.count, r.ms > 0 ? r.bytes / (r.ms * 1e6) : 0.0, r.what.c_str());
     }
   }
 
@@ -164,11 +283,7 @@ class CudaExecutable : public ExecutableImpl {
   // the same cached blocks): programs whose buffers change every call never pay for capture.
   // PRISM_CUDA_GRAPHS=0 turns them off. Returns false when the steps must be enqueued.
   bool run_graph(const std::vector<CUdeviceptr>& ptr, const std::vector<CUdeviceptr>& outs) {
-    static const bool enabled = [] {
-      const char* e = std::getenv("PRISM_CUDA_GRAPHS");
-      return !(e && std::string(e) == "0");
-    }();
-    if (!enabled || graphs_failed_ || steps_.size() < kMinGraphSteps) return false;
+    if (!graphs_enabled() || graphs_failed_ || steps_.size() < kMinGraphSteps) return false;
     std::vector<CUdeviceptr> key = ptr;
     key.insert(key.end(), outs.begin(), outs.end());
     const DriverApi& drv = driver();
@@ -291,6 +406,12 @@ class CudaExecutable : public ExecutableImpl {
   uint64_t clock_ = 0;
   bool graphs_failed_ = false;
   std::mutex mutex_;
+  // PRISM_CUDA_PROFILE: an event before each step and one after the last; per step, the
+  // milliseconds summed over the calls counted.
+  std::vector<CUevent> events_;
+  std::vector<double> step_ms_;
+  int64_t profile_calls_ = 0;
+  bool profile_graphs_ = false, profile_failed_ = false;
 };
 
 }  // namespace

@@ -17,6 +17,42 @@
 #include "prism/runtime/sharded.h"
 
 namespace prism::bench {
+namespace {
+
+// A device's limits, measured with prism's own programs on it: a copy of 1 GiB (a program
+// that returns its input: the platform's own copy; bytes counted read and written), the same
+// through a generated loop (x + 1 over bf16), and a bf16 product of 8192 x 8192 x 8192 on
+// random values. Best of 5 calls each.
+struct DeviceLimits {
+  double copy_gbps = 0, loop_gbps = 0, bf16_gflops = 0;
+};
+
+DeviceLimits measure_device_limits(Platform& p) {
+  DeviceLimits limits;
+  auto seconds = [&](const Executable& exe, const std::vector<Buffer>& in) {
+    return best_seconds([&] {
+      exe.call(std::span<const Buffer>{}, in);
+      exe.platform().synchronize();
+    });
+  };
+  {
+    const Shape big(DType::bf16, {{"n", int64_t{1} << 29}});
+    const std::vector<Buffer> in{p.allocate(big)};
+    const double bytes = 2.0 * static_cast<double>(big.bytes());
+    Executable copy = compile(p, [](Tensor x) { return x; }, {big});
+    limits.copy_gbps = bytes / seconds(copy, in) / 1e9;
+    Executable add = compile(p, [](Tensor x) { return x + 1; }, {big});
+    limits.loop_gbps = bytes / seconds(add, in) / 1e9;
+  }
+  const int64_t n = 8192;
+  const Shape a(DType::bf16, {{"m", n}, {"k", n}}), b(DType::bf16, {{"k", n}, {"n", n}});
+  Executable dot = compile(p, [](Tensor x, Tensor y) { return x.dot(y, "k"); }, {a, b});
+  const double s = seconds(dot, {random_buffer(p, a), random_buffer(p, b)});
+  limits.bf16_gflops = 2.0 * static_cast<double>(n * n * n) / s / 1e9;
+  return limits;
+}
+
+}  // namespace
 
 void llm_steps_bench(const std::string& title,
                      const std::function<std::unique_ptr<models::CausalLM>(DType)>& make,
@@ -36,7 +72,10 @@ void llm_steps_bench(const std::string& title,
                           : fmt::format("{}: {}", target.name(), target.devices().at(0).name);
   struct Row {
     DType dtype;
-    double prefill_tok_s, decode_tok_s, bytes;
+    // `flops`: a prefill's products with the weights, 2 x tokens x each matrix's elements
+    // (the vocabulary's matrix once: only the last row's logits are computed); attention not
+    // counted.
+    double prefill_tok_s, decode_tok_s, bytes, flops;
     // The time a device spends in collectives per step (mean over the devices, waits for
     // the others included), or -1 without a mesh.
     double prefill_collectives = -1, decode_collectives = -1;
@@ -57,12 +96,16 @@ void llm_steps_bench(const std::string& title,
       ShardedExecutable prefill = llm::compile_sharded_step(on, *model, window, seqlen, mesh);
       const std::vector<Platform*>& devs = decode.devices();
       std::vector<NamedBuffers> weights(devs.size());
-      double bytes = 0;
+      double bytes = 0, flops = 0;
       for (const auto& p : decode.parameters()) {
         for (size_t k = 0; k < devs.size(); ++k) {
           weights[k].emplace(p.name, devs[k]->allocate(local_shape(p.shape, p.split, mesh)));
         }
         bytes += p.shape.bytes();
+        if (p.shape.rank() == 2) {
+          flops += 2.0 * static_cast<double>(p.shape.numel()) *
+                   static_cast<double>(p.shape.has("voc") ? 1 : window);
+        }
       }
       weights = decode.prepare(std::move(weights));  // as the engine does after loading
       std::vector<std::vector<Buffer>> states(devs.size());
@@ -99,7 +142,7 @@ void llm_steps_bench(const std::string& title,
       int32_t pos = static_cast<int32_t>(window);
       before = comm ? comm->seconds() : 0;
       double d = median_seconds([&] { step(decode, 1, pos++); }, 9);
-      rows.push_back({dtype, static_cast<double>(window) / p, 1 / d, bytes, p_collectives,
+      rows.push_back({dtype, static_cast<double>(window) / p, 1 / d, bytes, flops, p_collectives,
                       per_step(before, 10)});
       if (sample_between) sample();
     }
@@ -114,30 +157,45 @@ void llm_steps_bench(const std::string& title,
   sample();
   std::vector<Row> rows = measure(target, mesh, true);
   // Another platform, or a mesh, is put beside prism's own CPU backend on one device,
-  // measured in the same run.
+  // measured in the same run (--beside=0: not).
   std::vector<Row> cpu_rows;
-  const bool beside = (!cpu || devices > 1) && processes == 1;
+  const bool beside = (!cpu || devices > 1) && processes == 1 && option("beside", "1") != "0";
   if (beside) cpu_rows = measure(get_platform("cpu"), Mesh(), false);
-  double bandwidth = 0;
+  double bandwidth = 0, peak = 0;
   if (cpu) {
     bandwidth = *std::max_element(samples.begin(), samples.end());
     std::printf("%s, %s, read bandwidth %.1f GB/s (best of %zu samples, %.1f-%.1f)\n",
                 title.c_str(), where.c_str(), bandwidth, samples.size(),
                 *std::min_element(samples.begin(), samples.end()), bandwidth);
   } else {
-    bandwidth = target.devices().at(0).memory_gbps;
-    std::printf("%s, %s, nominal bandwidth %.0f GB/s\n", title.c_str(), where.c_str(), bandwidth);
+    // A device: its limits measured with prism's programs, beside the nominal ones.
+    const DeviceInfo nominal = target.devices().at(0);
+    const DeviceLimits measured = measure_device_limits(target);
+    bandwidth = std::max(measured.copy_gbps, measured.loop_gbps);
+    peak = measured.bf16_gflops;
+    std::printf(
+        "%s, %s\nmeasured (bytes read + written over 1 GiB): copy %.0f GB/s, x + 1 in a generated "
+        "loop %.0f GB/s (nominal %.0f); bf16 product %.1f TFLOP/s (8192^3; nominal %.1f)\n",
+        title.c_str(), where.c_str(), measured.copy_gbps, measured.loop_gbps, nominal.memory_gbps,
+        peak / 1e3, nominal.bf16_gflops / 1e3);
   }
   if (beside) {
     std::printf("ratios against prism's cpu backend as one device on %s\n",
                 get_platform("cpu").devices().at(0).name.c_str());
   }
   std::printf("%-6s %-8s %10s %12s %19s%s\n", "dtype", "step", "tokens", "tok/s",
-              "of bandwidth bound", beside ? "   vs prism's cpu" : "");
+              peak > 0 ? "of bw bound / peak" : "of bandwidth bound",
+              beside ? "   vs prism's cpu" : "");
   auto bound = [&](const Row& r) {
     return bandwidth > 0
                ? fmt::format("{:.0f}%", 100 * r.decode_tok_s / (bandwidth * 1e9 / r.bytes))
                : std::string("-");
+  };
+  // A prefill's products as a share of the measured bf16 peak (on a device).
+  auto of_peak = [&](const Row& r) {
+    return peak > 0 ? fmt::format("{:.0f}%", 100 * r.flops * r.prefill_tok_s /
+                                                 static_cast<double>(window) / (peak * 1e9))
+                    : std::string("");
   };
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
@@ -148,7 +206,8 @@ void llm_steps_bench(const std::string& title,
       vs_decode = fmt::format("{:17.2f}x", r.decode_tok_s / cpu_rows[i].decode_tok_s);
     }
     std::printf("%-6s %-8s %10lld %12.1f %19s%s\n", dt.c_str(), "prefill",
-                static_cast<long long>(window), r.prefill_tok_s, "", vs_prefill.c_str());
+                static_cast<long long>(window), r.prefill_tok_s, of_peak(r).c_str(),
+                vs_prefill.c_str());
     std::printf("%-6s %-8s %10d %12.2f %19s%s\n", dt.c_str(), "decode", 1, r.decode_tok_s,
                 bound(r).c_str(), vs_decode.c_str());
   }

@@ -29,9 +29,17 @@ from safetensors.torch import load_file
 
 
 class Llama:
-    def __init__(self, directory, dtype, max_positions):
+    """The forward over weights in memory: `cfg` as config.json holds it, `weights` by their
+    safetensors names (moved to `device` and `dtype` one by one)."""
+
+    @staticmethod
+    def from_directory(directory, dtype, max_positions):
         with open(os.path.join(directory, "config.json")) as f:
             cfg = json.load(f)
+        return Llama(cfg, load_file(os.path.join(directory, "model.safetensors")), dtype,
+                     max_positions)
+
+    def __init__(self, cfg, weights, dtype, max_positions, device="cpu"):
         self.layers = cfg["num_hidden_layers"]
         self.heads = cfg["num_attention_heads"]
         self.kv_heads = cfg["num_key_value_heads"]
@@ -40,20 +48,21 @@ class Llama:
         assert cfg.get("tie_word_embeddings", False), "the bench checkpoint ties its embeddings"
         assert not cfg.get("rope_scaling"), "the bench checkpoint has no rope scaling"
         self.dtype = dtype
-        weights = load_file(os.path.join(directory, "model.safetensors"))
+        self.device = device
         # Converted one by one, so that a f32 copy never sits beside all of the bf16 one.
         self.w = {}
         for name in list(weights):
-            self.w[name] = weights.pop(name).to(dtype).contiguous()
+            self.w[name] = weights.pop(name).to(device=device, dtype=dtype).contiguous()
         theta = cfg["rope_theta"]
         inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) /
                                     self.head_dim))
         angles = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
         angles = torch.cat([angles, angles], dim=-1)
-        self.cos, self.sin = angles.cos().to(dtype), angles.sin().to(dtype)
+        self.cos = angles.cos().to(device=device, dtype=dtype)
+        self.sin = angles.sin().to(device=device, dtype=dtype)
         shape = (self.layers, self.kv_heads, max_positions, self.head_dim)
-        self.k_cache = torch.zeros(shape, dtype=dtype)
-        self.v_cache = torch.zeros(shape, dtype=dtype)
+        self.k_cache = torch.zeros(shape, dtype=dtype, device=device)
+        self.v_cache = torch.zeros(shape, dtype=dtype, device=device)
         self.length = 0
 
     def reset(self):
@@ -73,11 +82,11 @@ class Llama:
         """Appends `ids` to the cache; the logits (f32) of the positions from first_out on."""
         n, start = len(ids), self.length
         end = start + n
-        x = self.w["model.embed_tokens.weight"][torch.tensor(ids)]
+        x = self.w["model.embed_tokens.weight"][torch.tensor(ids, device=self.device)]
         cos, sin = self.cos[start:end], self.sin[start:end]
         mask = None
         if n > 1 and start > 0:  # queries after cached keys: causal over the whole range
-            mask = torch.ones(n, end, dtype=torch.bool).tril(diagonal=start)
+            mask = torch.ones(n, end, dtype=torch.bool, device=self.device).tril(diagonal=start)
         for i in range(self.layers):
             p = "model.layers.%d." % i
             h = self.norm(x, self.w[p + "input_layernorm.weight"])
@@ -145,7 +154,7 @@ def main():
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     positions = max(len(prompt) + args.decode + 1, len(short) + args.short_steps)
     with torch.inference_mode():
-        model = Llama(args.model, dtype, positions)
+        model = Llama.from_directory(args.model, dtype, positions)
         prefill = []
         for _ in range(args.prefill_runs):
             model.reset()

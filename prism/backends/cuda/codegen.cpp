@@ -175,9 +175,10 @@ std::string load_index(DType t, const std::string& ptr, const std::string& at) {
 }
 
 std::string signature(const std::string& name, DType out, const std::vector<DType>& ins,
-                      bool launch_bounds_256) {
-  std::string s = fmt::format("extern \"C\" __global__ void {}{}(char* out_",
-                              launch_bounds_256 ? "__launch_bounds__(256) " : "", name);
+                      int threads) {
+  std::string s =
+      fmt::format("extern \"C\" __global__ void {}{}(char* out_",
+                  threads > 0 ? fmt::format("__launch_bounds__({}) ", threads) : "", name);
   for (size_t k = 0; k < ins.size(); ++k) s += fmt::format(", const char* in{}_", k);
   s += ") {\n";
   s += fmt::format("  {}* out = ({}*)out_;\n", storage_type(out), storage_type(out));

@@ -85,10 +85,11 @@ namespace detail {
 std::vector<KernelCode> generate_nn(const ir::Graph& graph, ir::ValueId id,
                                     const std::string& name);
 
-// "extern \"C\" __global__ void name(char* out_, const char* in0_, ...) {" with typed
-// pointers `out`, `in0`... declared from the dtypes given.
+// "extern \"C\" __global__ void __launch_bounds__(T) name(char* out_, const char* in0_, ...) {"
+// with typed pointers `out`, `in0`... declared from the dtypes given. `threads` (T), the most
+// threads a block is launched with, bounds the registers the compiler may use; 0 leaves it out.
 std::string signature(const std::string& name, DType out, const std::vector<DType>& ins,
-                      bool launch_bounds_256 = true);
+                      int threads = 256);
 // A grid-stride loop over i in [0, n) around `body`.
 std::string grid_stride(int64_t n, const std::string& body);
 // "ld_f32", "st_bf16"...: the prelude's conversions.

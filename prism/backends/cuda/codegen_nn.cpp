@@ -129,10 +129,7 @@ KernelCode attention(const ir::Graph& g, const ir::Node& n, const std::string& n
                : fmt::format("        sc += ({}){}(in3[{}]);\n", T, ld(mt), at);
   }
   // The launch's size bounds the registers: a block of 32 warps (1024 threads) must fit.
-  std::string src = signature(name, n.shape.dtype(), ins, false);
-  const std::string global = "__global__ void ";
-  src.replace(src.find(global), global.size(),
-              fmt::format("{}__launch_bounds__({}) ", global, 32 * W));
+  std::string src = signature(name, n.shape.dtype(), ins, static_cast<int>(32 * W));
   src += fmt::format(
       "  constexpr int R = {R}, W = {W}, ET = {ET}, D = {D}, E = {E}, VB = {VB};\n"
       "  __shared__ {T} q_s[R][D];\n"
@@ -306,10 +303,7 @@ std::optional<KernelCode> few_rows_product(const MatmulShape& m, const std::stri
   if (m.k % vk != 0 || m.batch * m.m * m.n == 0) return std::nullopt;
   constexpr int kWarps = 4;
   std::vector<DType> ins{t, t};
-  std::string src = detail::signature(name, t, ins, false);
-  const std::string global = "__global__ void ";
-  src.replace(src.find(global), global.size(),
-              fmt::format("{}__launch_bounds__({}) ", global, 32 * kWarps));
+  std::string src = detail::signature(name, t, ins, 32 * kWarps);
   src += fmt::format(
       "  constexpr int M = {M}, VK = {VK};\n"
       "  constexpr i64 N = {N}LL, K = {K}LL;\n"

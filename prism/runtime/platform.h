@@ -166,6 +166,9 @@ struct PlatformStatus {
   bool available = false;
   std::string reason;    // why not available
   bool has_gpu = false;  // a GPU among its devices: `auto` prefers such a platform
+  // The devices the platform opens by default, where its probe can tell without opening it
+  // (OpenCL: creating a context takes memory on a GPU); empty where only the platform can.
+  std::vector<DeviceInfo> devices;
 };
 
 }  // namespace prism

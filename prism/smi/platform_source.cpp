@@ -1,5 +1,7 @@
 // Devices of prism's platforms as prism sees them (smi.h): what a platform's own API tells
-// without a vendor monitoring library, read once: the name and the memory in all.
+// without a vendor monitoring library, read once: the name and the memory in all. Where the
+// platform's probe lists its devices (OpenCL), the platform is not opened: an OpenCL context
+// on a GPU takes memory there and would list the monitor among the GPU's processes.
 #include "prism/backends/registry.h"
 #include "prism/runtime/platform.h"
 #include "prism/smi/smi.h"
@@ -9,8 +11,9 @@ namespace {
 
 class PlatformSource final : public Source {
  public:
-  explicit PlatformSource(std::string platform) : platform_(std::move(platform)) {
-    const std::vector<DeviceInfo> infos = get_platform(platform_).devices();
+  explicit PlatformSource(const PlatformStatus& status) : platform_(status.name) {
+    const std::vector<DeviceInfo> infos =
+        status.devices.empty() ? get_platform(platform_).devices() : status.devices;
     for (size_t i = 0; i < infos.size(); ++i) {
       Device d;
       d.source = platform_;
@@ -38,7 +41,7 @@ std::vector<std::unique_ptr<Source>> platform_sources(bool cuda, std::vector<std
       if (absent) absent->push_back(s.name + ": " + s.reason);
       continue;
     }
-    sources.push_back(std::make_unique<PlatformSource>(s.name));
+    sources.push_back(std::make_unique<PlatformSource>(s));
   }
   return sources;
 }

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 
+#include "prism/backends/registry.h"
 #include "prism/smi/activity.h"
 
 namespace prism::smi {
@@ -255,6 +256,31 @@ TEST(SmiActivity, PublishedReadAndRemoved) {
   Publisher nowhere({.command = "llm"}, (dir / "file" / "activity").string());
   nowhere.update(1, 1, 1);
   fs::remove_all(dir);
+}
+
+// The OpenCL platform's device comes from its probe, as the platform itself describes it, so
+// that `prism smi` lists it without opening a context on it (on a GPU a context takes memory
+// and made the monitor one of the GPU's processes).
+TEST(SmiPlatforms, OpenClDeviceListedWithoutOpeningThePlatform) {
+  PlatformStatus opencl;
+  for (const PlatformStatus& s : platform_statuses()) {
+    if (s.name == "opencl") opencl = s;
+  }
+  if (!opencl.available) GTEST_SKIP() << "no OpenCL device here: " << opencl.reason;
+  ASSERT_EQ(opencl.devices.size(), 1u);
+  std::vector<Device> listed;
+  for (auto& source : platform_sources(false)) {
+    for (Device& d : source->sample()) {
+      if (d.source == "opencl") listed.push_back(d);
+    }
+  }
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].name, opencl.devices[0].name);
+  EXPECT_EQ(listed[0].memory_total, static_cast<uint64_t>(opencl.devices[0].memory_bytes));
+  const std::vector<DeviceInfo> opened = get_platform("opencl").devices();
+  ASSERT_EQ(opened.size(), 1u);
+  EXPECT_EQ(opened[0].name, opencl.devices[0].name);
+  EXPECT_EQ(opened[0].memory_bytes, opencl.devices[0].memory_bytes);
 }
 
 // Activities join the devices they run on: the CPU platform's and the XLA CPU plugin's the one

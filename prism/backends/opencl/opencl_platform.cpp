@@ -52,6 +52,40 @@ std::string device_string(const ClApi& api, cl_device_id d, cl_device_info what)
   return s;
 }
 
+bool has_fp64(const ClApi& api, cl_device_id d) {
+  return device_string(api, d, CL_DEVICE_EXTENSIONS).find("cl_khr_fp64") != std::string::npos;
+}
+
+int64_t global_memory(const ClApi& api, cl_device_id d) {
+  cl_ulong memory = 0;
+  api.clGetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(memory), &memory, nullptr);
+  return static_cast<int64_t>(memory);
+}
+
+// A device as `prism info` and `prism smi` show it: "name (OpenCL version[, fp64])", memory.
+DeviceInfo describe(const ClApi& api, cl_device_id d) {
+  return {fmt::format("{} ({}{})", device_string(api, d, CL_DEVICE_NAME),
+                      device_string(api, d, CL_DEVICE_VERSION), has_fp64(api, d) ? ", fp64" : ""),
+          global_memory(api, d)};
+}
+
+// The device the platform opens: PRISM_OPENCL_DEVICE=<n>, else the first GPU, else the first.
+// Throws prism::Error for an index that is not one.
+size_t default_device(const std::vector<FoundDevice>& devices) {
+  if (const char* env = std::getenv("PRISM_OPENCL_DEVICE"); env && *env) {
+    char* end = nullptr;
+    long n = std::strtol(env, &end, 10);
+    PRISM_CHECK(*end == '\0' && n >= 0 && n < static_cast<long>(devices.size()),
+                "opencl: PRISM_OPENCL_DEVICE={} is not a device index (0..{})", env,
+                devices.size() - 1);
+    return static_cast<size_t>(n);
+  }
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (devices[i].gpu) return i;
+  }
+  return 0;
+}
+
 }  // namespace
 
 ClMemory::~ClMemory() {
@@ -65,6 +99,12 @@ PlatformStatus probe() {
   std::vector<FoundDevice> devices = all_devices(*api, &s.reason);
   s.available = !devices.empty();
   for (const FoundDevice& d : devices) s.has_gpu = s.has_gpu || d.gpu;
+  if (s.available) {
+    try {
+      s.devices = {describe(*api, devices[default_device(devices)].device)};
+    } catch (const Error&) {  // a bad PRISM_OPENCL_DEVICE: opening the platform says so
+    }
+  }
   return s;
 }
 
@@ -74,22 +114,7 @@ OpenClPlatform::OpenClPlatform() {
   if (!api_) fail("opencl: {}", why);
   std::vector<FoundDevice> devices = all_devices(*api_, &why);
   if (devices.empty()) fail("opencl: {}", why);
-  size_t pick = 0;
-  if (const char* env = std::getenv("PRISM_OPENCL_DEVICE"); env && *env) {
-    char* end = nullptr;
-    long n = std::strtol(env, &end, 10);
-    PRISM_CHECK(*end == '\0' && n >= 0 && n < static_cast<long>(devices.size()),
-                "opencl: PRISM_OPENCL_DEVICE={} is not a device index (0..{})", env,
-                devices.size() - 1);
-    pick = static_cast<size_t>(n);
-  } else {
-    for (size_t i = 0; i < devices.size(); ++i) {
-      if (devices[i].gpu) {
-        pick = i;
-        break;
-      }
-    }
-  }
+  const size_t pick = default_device(devices);
   open(devices[pick].platform, devices[pick].device);
 }
 
@@ -113,11 +138,8 @@ void OpenClPlatform::open(cl_platform_id platform, cl_device_id device) {
   queue_ = api_->clCreateCommandQueue(context_, device_, 0, &err);
   check_cl(err, "creating a command queue");
   traits_.name = device_string(*api_, device_, CL_DEVICE_NAME);
-  traits_.fp64 =
-      device_string(*api_, device_, CL_DEVICE_EXTENSIONS).find("cl_khr_fp64") != std::string::npos;
-  cl_ulong memory = 0;
-  api_->clGetDeviceInfo(device_, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(memory), &memory, nullptr);
-  memory_bytes_ = static_cast<int64_t>(memory);
+  traits_.fp64 = has_fp64(*api_, device_);
+  memory_bytes_ = global_memory(*api_, device_);
 }
 
 int64_t OpenClPlatform::mesh_capacity() const {
@@ -165,11 +187,7 @@ OpenClPlatform::~OpenClPlatform() {
   if (context_) api_->clReleaseContext(context_);
 }
 
-std::vector<DeviceInfo> OpenClPlatform::devices() const {
-  std::string version = device_string(*api_, device_, CL_DEVICE_VERSION);
-  return {{fmt::format("{} ({}{})", traits_.name, version, traits_.fp64 ? ", fp64" : ""),
-           memory_bytes_}};
-}
+std::vector<DeviceInfo> OpenClPlatform::devices() const { return {describe(*api_, device_)}; }
 
 Buffer OpenClPlatform::allocate_for_write(const Shape& shape) {
   auto m = std::make_shared<ClMemory>();

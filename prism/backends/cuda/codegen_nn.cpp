@@ -2,7 +2,6 @@
 // grouped-query heads, causal and sliding-window masks, an explicit mask and a position
 // offset: attention() below says how the work is laid out.
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -292,10 +291,7 @@ std::vector<KernelCode> generate_nn(const ir::Graph& g, ir::ValueId id, const st
 namespace prism::cuda {
 
 std::optional<KernelCode> few_rows_product(const MatmulShape& m, const std::string& name) {
-  static const bool enabled = [] {
-    const char* e = std::getenv("PRISM_CUDA_FEW_ROWS");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool enabled = env_switch("PRISM_CUDA_FEW_ROWS", true);
   const DType t = m.dtype;
   if (!enabled || m.m > 8 || m.lhs_transposed || !m.rhs_transposed) return std::nullopt;
   if (t != DType::f32 && t != DType::f16 && t != DType::bf16) return std::nullopt;
@@ -339,13 +335,7 @@ std::optional<KernelCode> few_rows_product(const MatmulShape& m, const std::stri
       fmt::arg("W", kWarps), fmt::arg("B", m.batch),
       fmt::arg("load_w", detail::load_run(t, vk, "w", "k0", "wv")),
       fmt::arg("load_x", detail::load_run(t, vk, "xr", "k0", "xv")), fmt::arg("ST", detail::st(t)));
-  KernelCode k;
-  k.name = name;
-  k.source = src;
-  k.work = (m.batch * m.n + kWarps - 1) / kWarps;
-  k.block_per_item = true;
-  k.block = 32 * kWarps;
-  return k;
+  return detail::block_per_row(name, src, (m.batch * m.n + kWarps - 1) / kWarps, 32 * kWarps);
 }
 
 }  // namespace prism::cuda

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <initializer_list>
 #include <mutex>
 
@@ -94,6 +95,11 @@ const CublasLtApi& cublaslt() {
   const auto& lib = cublaslt_library();
   PRISM_CHECK(lib.ok, "cuda: no cuBLASLt ({})", lib.error);
   return lib.api;
+}
+
+bool env_switch(const char* name, bool fallback) {
+  const char* e = std::getenv(name);
+  return e ? std::string(e) != "0" : fallback;
 }
 
 std::string unavailable_reason() {

@@ -107,6 +107,10 @@ const DriverApi& driver();
 const NvrtcApi& nvrtc();
 const CublasLtApi& cublaslt();
 
+// The backend's switches (PRISM_CUDA_GRAPHS, _CUBLASLT, _FEW_ROWS, _PROFILE): `fallback` when
+// the variable is unset, else whether it is anything but "0".
+bool env_switch(const char* name, bool fallback);
+
 // Whether CUDA can run here: the driver and NVRTC load, cuInit succeeds and there is a
 // device. Empty when usable, else the reason ("no driver (libcuda.so.1 not found)").
 // cuBLASLt is optional: without it matrix products run in generated kernels.

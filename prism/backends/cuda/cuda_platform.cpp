@@ -1,6 +1,5 @@
 #include "prism/backends/cuda/cuda_platform.h"
 
-#include <cstdlib>
 #include <cstring>
 
 #include "prism/backends/cuda/nvrtc_compiler.h"
@@ -66,8 +65,7 @@ CudaPlatform::CudaPlatform() {
   info_.memory_bytes = static_cast<int64_t>(total);
   check(drv.cuStreamCreate(&stream_, CU_STREAM_DEFAULT), "cuStreamCreate");
   // cuBLASLt when it is there (PRISM_CUDA_CUBLASLT=0 declines it, to compare with our kernels).
-  const char* use_lt = std::getenv("PRISM_CUDA_CUBLASLT");
-  if (cublaslt_library().ok && !(use_lt && std::string(use_lt) == "0")) {
+  if (cublaslt_library().ok && env_switch("PRISM_CUDA_CUBLASLT", true)) {
     check(cublaslt().cublasLtCreate(&lt_handle_), "cublasLtCreate");
     check(drv.cuMemAlloc_v2(&workspace_, kWorkspaceBytes), "cuMemAlloc (cuBLASLt workspace)");
   } else {

@@ -131,8 +131,7 @@ class CudaExecutable : public ExecutableImpl {
     check(drv.cuStreamSynchronize(stream), "running the executable (cuStreamSynchronize)");
     // A call enqueued step by step counts only where this program runs no graphs: its times
     // would hold the gaps between launches.
-    const bool graphs = graphs_enabled() && !graphs_failed_ && steps_.size() >= kMinGraphSteps;
-    if (!events_.empty() && !profile_failed_ && (as_graph || !graphs)) {
+    if (!events_.empty() && !profile_failed_ && (as_graph || !runs_graphs())) {
       collect_profile(as_graph);
     }
     return outputs;
@@ -195,18 +194,15 @@ class CudaExecutable : public ExecutableImpl {
   }
 
   static bool profiling() {
-    static const bool on = [] {
-      const char* e = std::getenv("PRISM_CUDA_PROFILE");
-      return e && std::string(e) != "0";
-    }();
+    static const bool on = env_switch("PRISM_CUDA_PROFILE", false);
     return on;
   }
-  static bool graphs_enabled() {
-    static const bool on = [] {
-      const char* e = std::getenv("PRISM_CUDA_GRAPHS");
-      return !(e && std::string(e) == "0");
-    }();
-    return on;
+
+  // Whether calls may replay CUDA graphs: PRISM_CUDA_GRAPHS is not 0, no capture has failed,
+  // and the program has steps enough for graphs to pay.
+  bool runs_graphs() const {
+    static const bool enabled = env_switch("PRISM_CUDA_GRAPHS", true);
+    return enabled && !graphs_failed_ && steps_.size() >= kMinGraphSteps;
   }
 
   // Adds the last call's time per step (the events around each) to the profile.
@@ -283,7 +279,7 @@ class CudaExecutable : public ExecutableImpl {
   // the same cached blocks): programs whose buffers change every call never pay for capture.
   // PRISM_CUDA_GRAPHS=0 turns them off. Returns false when the steps must be enqueued.
   bool run_graph(const std::vector<CUdeviceptr>& ptr, const std::vector<CUdeviceptr>& outs) {
-    if (!graphs_enabled() || graphs_failed_ || steps_.size() < kMinGraphSteps) return false;
+    if (!runs_graphs()) return false;
     std::vector<CUdeviceptr> key = ptr;
     key.insert(key.end(), outs.begin(), outs.end());
     const DriverApi& drv = driver();

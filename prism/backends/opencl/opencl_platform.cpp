@@ -139,7 +139,6 @@ void OpenClPlatform::open(cl_platform_id platform, cl_device_id device) {
   check_cl(err, "creating a command queue");
   traits_.name = device_string(*api_, device_, CL_DEVICE_NAME);
   traits_.fp64 = has_fp64(*api_, device_);
-  memory_bytes_ = global_memory(*api_, device_);
 }
 
 int64_t OpenClPlatform::mesh_capacity() const {

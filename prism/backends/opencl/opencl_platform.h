@@ -74,7 +74,6 @@ class OpenClPlatform : public Platform {
   cl_context context_ = nullptr;
   cl_command_queue queue_ = nullptr;
   DeviceTraits traits_;
-  int64_t memory_bytes_ = 0;
   std::mutex programs_mutex_;
   std::map<std::string, cl_program, std::less<>> programs_;
 };

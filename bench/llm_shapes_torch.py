@@ -115,13 +115,19 @@ def main():
     ap.add_argument("--dtypes", default="bf16,f32")
     ap.add_argument("--compile", action="store_true")
     args = ap.parse_args()
+    dtypes = {"bf16": torch.bfloat16, "f32": torch.float32}
+    for name in args.dtypes.split(","):
+        if name not in dtypes:
+            ap.error("--dtypes: %r is not bf16 or f32" % name)
+    if not torch.cuda.is_available():
+        ap.error("needs a CUDA GPU: torch.cuda.is_available() is false here")
     torch.backends.cuda.matmul.allow_tf32 = False  # f32 products in f32, as prism's
     with torch.inference_mode():
         gbps, tflops = limits(args.device)
         print("limits copy_gbps %.0f bf16_tflops %.1f (%s)" %
               (gbps, tflops, torch.cuda.get_device_name()), flush=True)
         for name in args.dtypes.split(","):
-            dtype = {"bf16": torch.bfloat16, "f32": torch.float32}[name]
+            dtype = dtypes[name]
             model = Llama(dict(CONFIG), random_weights(args.device), dtype, SEQLEN,
                           device=args.device)
             prompt = [int(i) for i in torch.randint(0, CONFIG["vocab_size"], (WINDOW,))]

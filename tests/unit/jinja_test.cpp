@@ -364,6 +364,68 @@ TEST(Jinja, SandboxBoundsTimeAndDepth) {
             "12345");
 }
 
+// Few steps that each read a lot: what the builtins read in one render is bounded too
+// (RenderLimits::work_bytes), so each of these ends in an error within a second, not hours.
+TEST(Jinja, SandboxBoundsWhatEachStepReads) {
+  const std::string spent = "read more than the sandbox's limit of 536870912 bytes";
+  // A search of a 30 MB string, 10000 times.
+  EXPECT_NE(error_of("{% set s = 'x' * 30000000 %}{% for i in range(10000) %}"
+                     "{% if 'y' in s %}{% endif %}{% endfor %}")
+                .find(spent),
+            std::string::npos);
+  // Its length and a method on it, in a loop.
+  EXPECT_NE(error_of("{% set s = 'x' * 30000000 %}{% for i in range(10000) %}"
+                     "{{ s.count('y') }}{% endfor %}")
+                .find(spent),
+            std::string::npos);
+  // The first character of a 1.5 MB string, 1000 times: each splits it into a value a character.
+  EXPECT_NE(error_of("{% set s = 'x' * 1500000 %}{% for i in range(1000) %}{{ s | first }}"
+                     "{% endfor %}")
+                .find(spent),
+            std::string::npos);
+  // One `in` that compares a list of 4 shared 20 MB strings with 100000 lists that differ from
+  // it only in their last item.
+  EXPECT_NE(error_of("{% set s = 'x' * 20000000 %}{{ [s] * 4 in [[s] * 3 + ['y']] * 100000 }}")
+                .find(spent),
+            std::string::npos);
+  // Python's sum() refuses strings: summing them copies the total at each item.
+  EXPECT_EQ(error_of("{{ ('x' * 1000000) | list | sum(start='') }}"),
+            "test.jinja:1:29: sum() can't sum strings, use join instead");
+  EXPECT_EQ(render("{{ [[1], [2, 3]] | sum(start=[]) }} {{ [1, 2.5] | sum }}"), "[1, 2, 3] 3.5");
+  // Joins of joins multiply a string's length: each is checked as it grows (fuzz seed
+  // regression-join-growth), not after building gigabytes.
+  EXPECT_NE(error_of("{{ ('x' * 1000) | join('y' * 1000) | join('z' * 1000) }}").find("join"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ ('y' * 1000).join('x' * 1000000) }}").find("join()"), std::string::npos);
+  // The same work under the budget renders as before.
+  EXPECT_EQ(render("{% set s = 'x' * 1000000 %}{% for i in range(100) %}{% if 'y' in s %}"
+                   "{% endif %}{% endfor %}{{ s | length }}"),
+            "1000000");
+}
+
+// A caller may render with smaller budgets (the fuzz target does, to keep each input short
+// under the sanitizers); the error names the limit it was given.
+TEST(Jinja, RenderLimitsAreTheCallers) {
+  const Template t("{% for i in range(100) %}{{ i in [1, 2, 3] }}{% endfor %}", "test.jinja");
+  Dict context;
+  EXPECT_EQ(t.render(context).size(), 100 * 4 + 97);
+  try {
+    t.render(context, RenderLimits{.steps = 50});
+    ADD_FAILURE() << "no error";
+  } catch (const prism::Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "test.jinja:1:38: the template ran past the sandbox's limit of 50 steps");
+  }
+  try {
+    t.render(context, RenderLimits{.work_bytes = 1000});
+    ADD_FAILURE() << "no error";
+  } catch (const prism::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("read more than the sandbox's limit of 1000 bytes"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // As in jinja2's ImmutableSandboxedEnvironment: lists do not change; namespace() holds state,
 // and may not come to hold itself or nest values without end.
 TEST(Jinja, SandboxKeepsValuesFinite) {

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "prism/llm/unicode.h"
@@ -22,6 +23,40 @@ void check_value_size(size_t bytes, std::string_view what) {
   if (bytes > limits::kValueBytes) {
     throw BuiltinError(fmt::format("{} would build {} bytes, past the sandbox's limit of {}", what,
                                    bytes, limits::kValueBytes));
+  }
+}
+
+namespace {
+thread_local WorkBudget* t_work_budget = nullptr;
+}  // namespace
+
+WorkBudget::WorkBudget(int64_t bytes) : limit_(bytes), left_(bytes), previous_(t_work_budget) {
+  t_work_budget = this;
+}
+WorkBudget::~WorkBudget() { t_work_budget = previous_; }
+
+void charge_work(size_t bytes) {
+  WorkBudget* budget = t_work_budget;
+  if (!budget) return;
+  budget->left_ -= static_cast<int64_t>(std::min<size_t>(bytes, INT64_MAX / 2));
+  if (budget->left_ < 0) {
+    throw BuiltinError(
+        fmt::format("the template's filters, tests and operators read more than "
+                    "the sandbox's limit of {} bytes",
+                    budget->limit_));
+  }
+}
+
+void charge_operand(const Value& value) {
+  if (value.is_string()) {
+    charge_work(value.as_string().size());
+  } else if (value.is_list()) {
+    size_t bytes = 0;
+    for (const Value& item : value.as_list())
+      bytes += sizeof(Value) + (item.is_string() ? item.as_string().size() : 0);
+    charge_work(bytes);
+  } else if (value.is_dict()) {
+    charge_work(value.as_dict().entries.size() * sizeof(Value));
   }
 }
 
@@ -63,6 +98,7 @@ int64_t integer_power(int64_t base, int64_t exponent) {
 // bound their count), so a long string's characters are checked against the one-value limit.
 std::vector<std::string> characters(const std::string& s) {
   check_value_size(s.size() * sizeof(std::string), "a string's characters");
+  charge_work(s.size() * sizeof(std::string));
   std::vector<std::string> chars;
   size_t pos = 0;
   while (pos < s.size()) {
@@ -85,6 +121,7 @@ bool is_numeric(const Value& v) { return v.is_number() || v.is_bool(); }
 bool is_integral(const Value& v) { return v.is_int() || v.is_bool(); }
 
 int compare(const Value& a, const Value& b, std::string_view op) {
+  charge_work(sizeof(Value));
   if (is_numeric(a) && is_numeric(b)) {
     if (is_integral(a) && is_integral(b)) {
       int64_t x = as_integer(a), y = as_integer(b);
@@ -94,8 +131,10 @@ int compare(const Value& a, const Value& b, std::string_view op) {
     double y = is_integral(b) ? static_cast<double>(as_integer(b)) : b.as_number();
     return x < y ? -1 : x > y ? 1 : 0;
   }
-  if (a.is_string() && b.is_string())
+  if (a.is_string() && b.is_string()) {
+    charge_work(std::min(a.as_string().size(), b.as_string().size()));
     return a.as_string().compare(b.as_string()) < 0 ? -1 : a.as_string() == b.as_string() ? 0 : 1;
+  }
   if (a.is_list() && b.is_list()) {
     const List &x = a.as_list(), &y = b.as_list();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
@@ -260,6 +299,8 @@ std::string title_filter(const std::string& s) {
 }
 
 Value binary_operation(std::string_view op, const Value& a, const Value& b) {
+  charge_operand(a);
+  charge_operand(b);
   if (op == "<") return Value(compare(a, b, op) < 0);
   if (op == ">") return Value(compare(a, b, op) > 0);
   if (op == "<=") return Value(compare(a, b, op) <= 0);
@@ -350,6 +391,8 @@ Value binary_operation(std::string_view op, const Value& a, const Value& b) {
 }
 
 bool contains(const Value& container, const Value& item) {
+  charge_operand(container);
+  charge_operand(item);
   if (container.is_string()) {
     if (!item.is_string()) {
       throw BuiltinError(
@@ -368,6 +411,7 @@ bool contains(const Value& container, const Value& item) {
 }
 
 List iterate(const Value& value) {
+  charge_operand(value);
   if (value.is_list()) return value.as_list();
   if (value.is_dict()) {
     List keys;
@@ -376,6 +420,7 @@ List iterate(const Value& value) {
   }
   if (value.is_string()) {
     check_value_size(value.as_string().size() * sizeof(Value), "iterating a string");
+    charge_work(value.as_string().size() * sizeof(Value));
     List chars;
     for (auto& c : characters(value.as_string())) chars.push_back(Value(std::move(c)));
     return chars;
@@ -455,6 +500,9 @@ Value slice(const Value& object, const Value* start, const Value* stop, const Va
 }
 
 bool call_method(const Value& object, std::string_view name, const Arguments& args, Value& result) {
+  charge_operand(object);
+  for (const Value& v : args.positional) charge_operand(v);
+  for (const auto& [key, v] : args.keyword) charge_operand(v);
   if (object.is_string()) {
     const std::string& s = object.as_string();
     if (name == "startswith" || name == "endswith") {
@@ -498,6 +546,7 @@ bool call_method(const Value& object, std::string_view name, const Arguments& ar
         if (i) out += s;
         if (!list[i].is_string()) throw BuiltinError("join(): sequence items must be strings");
         out += list[i].as_string();
+        check_value_size(out.size(), "join()");
       }
       result = Value(std::move(out));
     } else if (name == "splitlines") {

@@ -32,8 +32,6 @@ inline constexpr size_t kValueBytes = size_t{64} << 20;
 inline constexpr int64_t kPrintedItems = 1'000'000;
 // Bytes of all strings, lists and output that one render builds.
 inline constexpr size_t kRenderBytes = size_t{256} << 20;
-// Nodes rendered plus expressions evaluated in one render (a loop's body counts each time).
-inline constexpr int64_t kSteps = 2'000'000;
 // Parse nesting: brackets, operators chained on one value, blocks inside blocks.
 inline constexpr int kNesting = 128;
 // Evaluation nesting at run time: expressions inside expressions and macro calls inside macros.
@@ -43,6 +41,28 @@ inline constexpr int kValueDepth = 256;
 // tojson(indent=): each line repeats the indent once per level, so a huge one is only memory.
 inline constexpr int64_t kJsonIndent = 1024;
 }  // namespace limits
+
+// The work budget (RenderLimits::work_bytes) of the render on this thread while one is alive:
+// each render holds one. Without one, charge_work() counts nothing.
+class WorkBudget {
+ public:
+  explicit WorkBudget(int64_t bytes);
+  ~WorkBudget();
+  WorkBudget(const WorkBudget&) = delete;
+  WorkBudget& operator=(const WorkBudget&) = delete;
+
+ private:
+  friend void charge_work(size_t bytes);
+  int64_t limit_;
+  int64_t left_;
+  WorkBudget* previous_;
+};
+
+// Charges `bytes` read or copied to this thread's budget; throws BuiltinError once it is spent.
+void charge_work(size_t bytes);
+// Charges what reading or copying `value` once costs: a string's bytes, a list's items and their
+// strings, a dict's entries.
+void charge_operand(const Value& value);
 
 // Throws BuiltinError for an integer result of `op` past 64 bits (Python's would be a big
 // integer, which prism does not have).

@@ -167,7 +167,16 @@ std::string html_escape(const std::string& s) {
 
 }  // namespace
 
+namespace {
+void charge_operands(const Value& value, const Arguments& args) {
+  charge_operand(value);
+  for (const Value& v : args.positional) charge_operand(v);
+  for (const auto& [key, v] : args.keyword) charge_operand(v);
+}
+}  // namespace
+
 Value apply_filter(std::string_view name, const Value& value, const Arguments& args) {
+  charge_operands(value, args);
   if (name == "default" || name == "d") {
     bool boolean = bool_of(argument(args, "boolean", 1), false);
     bool use_fallback = value.is_undefined() || (boolean && !value.truthy());
@@ -224,6 +233,7 @@ Value apply_filter(std::string_view name, const Value& value, const Arguments& a
     for (size_t i = 0; i < items.size(); ++i) {
       if (i) out += separator;
       out += (attribute ? attribute_of(items[i], attribute->str()) : items[i]).str();
+      check_value_size(out.size(), "join");
     }
     return Value(std::move(out));
   }
@@ -360,6 +370,8 @@ Value apply_filter(std::string_view name, const Value& value, const Arguments& a
     List items = iterate(value);
     if (name == "sum") {
       Value total = argument(args, "start", 1) ? *argument(args, "start", 1) : Value(int64_t{0});
+      // As Python's sum(): strings are joined, not summed (each '+' would copy the total).
+      if (total.is_string()) throw BuiltinError("sum() can't sum strings, use join instead");
       for (const Value& item : items) total = binary_operation("+", total, item);
       return total;
     }
@@ -380,6 +392,7 @@ Value apply_filter(std::string_view name, const Value& value, const Arguments& a
 }
 
 bool apply_test(std::string_view name, const Value& value, const Arguments& args) {
+  charge_operands(value, args);
   const Value* other = argument(args, "value", 0);
   auto need_other = [&]() -> const Value& {
     if (!other) throw BuiltinError(fmt::format("test '{}' needs an argument", name));

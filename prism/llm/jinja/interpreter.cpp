@@ -15,7 +15,8 @@ namespace {
 
 class Interpreter {
  public:
-  Interpreter(const std::string& source_name, const Dict& context) : source_name_(source_name) {
+  Interpreter(const std::string& source_name, const Dict& context, int64_t step_limit)
+      : source_name_(source_name), step_limit_(step_limit) {
     add_global_functions(globals_);
     for (const auto& [key, value] : context.entries) globals_.set(key, value);
     frames_.emplace_back();
@@ -32,9 +33,8 @@ class Interpreter {
 
   // The sandbox's budgets (limits:: in builtins.h): steps, nesting and bytes built.
   void step(Location at) {
-    if (++steps_ > limits::kSteps) {
-      error(at,
-            fmt::format("the template ran past the sandbox's limit of {} steps", limits::kSteps));
+    if (++steps_ > step_limit_) {
+      error(at, fmt::format("the template ran past the sandbox's limit of {} steps", step_limit_));
     }
   }
   void charge(size_t bytes, Location at) {
@@ -465,6 +465,7 @@ class Interpreter {
   }
 
   const std::string& source_name_;
+  int64_t step_limit_;
   int64_t steps_ = 0;
   int depth_ = 0;
   size_t built_bytes_ = 0;
@@ -481,9 +482,14 @@ Template::~Template() = default;
 Template::Template(Template&&) noexcept = default;
 Template& Template::operator=(Template&&) noexcept = default;
 
-std::string Template::render(const Dict& context) const {
-  Interpreter interpreter(source_name_, context);
-  return interpreter.render(parsed_->body);
+std::string Template::render(const Dict& context, const RenderLimits& limits) const {
+  WorkBudget budget(limits.work_bytes);
+  Interpreter interpreter(source_name_, context, limits.steps);
+  try {
+    return interpreter.render(parsed_->body);
+  } catch (const BuiltinError& e) {  // one raised where no expression's location was at hand
+    fail("{}: {}", source_name_, e.what());
+  }
 }
 
 }  // namespace prism::llm::jinja

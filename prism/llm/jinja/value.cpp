@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -326,6 +327,7 @@ std::string Value::to_json(int indent) const {
 }
 
 bool operator==(const Value& a, const Value& b) {
+  charge_work(sizeof(Value));
   if (a.is_number() && b.is_number()) {
     if (a.is_int() && b.is_int()) return a.as_int() == b.as_int();
     return a.as_number() == b.as_number();
@@ -336,7 +338,10 @@ bool operator==(const Value& a, const Value& b) {
   if (a.storage_.index() != b.storage_.index()) return false;
   if (a.is_undefined() || a.is_none()) return true;
   if (a.is_bool()) return a.as_bool() == b.as_bool();
-  if (a.is_string()) return a.as_string() == b.as_string();
+  if (a.is_string()) {
+    charge_work(std::min(a.as_string().size(), b.as_string().size()));
+    return a.as_string() == b.as_string();
+  }
   if (a.is_list()) return a.as_list() == b.as_list();
   if (a.is_dict()) {
     const Dict &x = a.as_dict(), &y = b.as_dict();

@@ -2,10 +2,13 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <thread>
 
@@ -37,6 +40,11 @@ struct Mpi {
   int (*Allgather)(const void*, int, Handle, void*, int, Handle, Handle);
   int (*Alltoallv)(const void*, const int*, const int*, Handle, void*, const int*, const int*,
                    Handle, Handle);
+  int (*Comm_dup)(Handle, Handle*);
+  int (*Isend)(const void*, int, Handle, int, int, Handle, Handle*);
+  int (*Irecv)(void*, int, Handle, int, int, Handle, Handle*);
+  int (*Test)(Handle*, int*, void*);
+  int (*Cancel)(Handle*);
   int (*Error_string)(int, char*, int*);
   int (*Get_processor_name)(char*, int*);
   Handle comm_world, comm_null, byte, errors_return;
@@ -77,6 +85,11 @@ void load_mpi() {
   fn(m.Bcast, "MPI_Bcast");
   fn(m.Allgather, "MPI_Allgather");
   fn(m.Alltoallv, "MPI_Alltoallv");
+  fn(m.Comm_dup, "MPI_Comm_dup");
+  fn(m.Isend, "MPI_Isend");
+  fn(m.Irecv, "MPI_Irecv");
+  fn(m.Test, "MPI_Test");
+  fn(m.Cancel, "MPI_Cancel");
   fn(m.Error_string, "MPI_Error_string");
   fn(m.Get_processor_name, "MPI_Get_processor_name");
   m.comm_world = symbol("ompi_mpi_comm_world");
@@ -121,7 +134,133 @@ Processes*& made() {
 thread_local int commands_inside = 0;  // this thread's nested Leads
 constexpr uint64_t kEnd = ~uint64_t{0};
 
+// PRISM_PROCESS_TIMEOUT: seconds a process may go without answering (Processes::Watch).
+double timeout_from_environment() {
+  const char* v = std::getenv("PRISM_PROCESS_TIMEOUT");
+  if (!v || !*v) return 30;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  PRISM_CHECK(*end == '\0' && s >= 0 && s <= 86400,
+              "processes: PRISM_PROCESS_TIMEOUT={} is not a number of seconds from 0 (no watch) "
+              "to 86400",
+              v);
+  return s;
+}
+
 }  // namespace
+
+// A thread that keeps the processes of the run answering each other: rank 0 and each follower
+// send each other a byte every interval on a communicator of their own, and a process that
+// has heard nothing from the other for the timeout (stopped, its host hung or cut off) ends
+// the run with one line naming it. Without it, every other process would wait for it in the
+// next collective forever. A busy process still answers (the thread is not the one computing);
+// only one that runs no code at all, or whose messages no longer arrive, falls silent.
+class Processes::Watch {
+ public:
+  Watch(Processes& processes, Handle comm, double timeout_s, std::vector<std::string> hosts)
+      : processes_(processes),
+        comm_(comm),
+        timeout_(std::chrono::duration<double>(timeout_s)),
+        interval_(std::chrono::duration<double>(std::clamp(timeout_s / 8, 0.02, 1.0))),
+        hosts_(std::move(hosts)) {
+    const int me = processes_.rank();
+    for (int r = 0; r < processes_.size(); ++r) {
+      if (r != me && (me == 0 || r == 0)) peers_.push_back(Peer{r});
+    }
+    thread_ = std::thread([this] { run(); });
+  }
+
+  ~Watch() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+    Mpi& m = mpi();
+    // What is still posted: a receive is cancelled; a send of one byte completes without its
+    // receiver (MPI sends so small a message eagerly). Neither may keep the run from ending.
+    for (Peer& peer : peers_) {
+      if (peer.receiving) m.Cancel(&peer.receive);
+      for (Handle* request : {&peer.receive, &peer.send}) {
+        if (!(request == &peer.receive ? peer.receiving : peer.sending)) continue;
+        int done = 0;
+        const auto deadline = Clock::now() + std::chrono::seconds(1);
+        while (m.Test(request, &done, nullptr) == kSuccess && !done && Clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    m.Comm_free(&comm_);
+  }
+
+  Watch(const Watch&) = delete;
+  Watch& operator=(const Watch&) = delete;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Peer {
+    int rank;
+    Handle receive = nullptr, send = nullptr;
+    bool receiving = false, sending = false;
+    std::byte in{}, out{};
+    Clock::time_point heard{}, sent{};
+  };
+
+  void run() {
+    Mpi& m = mpi();
+    const auto start = Clock::now();
+    for (Peer& peer : peers_) peer.heard = start;
+    std::unique_lock lock(mutex_);
+    while (!stop_) {
+      const auto now = Clock::now();
+      for (Peer& peer : peers_) {
+        int done = 0;
+        if (peer.receiving && m.Test(&peer.receive, &done, nullptr) == kSuccess && done) {
+          peer.receiving = false;
+          peer.heard = now;
+        }
+        if (!peer.receiving) {
+          peer.receiving =
+              m.Irecv(&peer.in, 1, m.byte, peer.rank, 0, comm_, &peer.receive) == kSuccess;
+        }
+        if (peer.sending && m.Test(&peer.send, &done, nullptr) == kSuccess && done) {
+          peer.sending = false;
+        }
+        if (!peer.sending && now - peer.sent >= interval_) {
+          peer.sending = m.Isend(&peer.out, 1, m.byte, peer.rank, 0, comm_, &peer.send) == kSuccess;
+          peer.sent = now;
+        }
+        if (now - peer.heard > timeout_) silent(peer, now);
+      }
+      wake_.wait_for(
+          lock, std::min<Clock::duration>(std::chrono::duration_cast<Clock::duration>(interval_),
+                                          std::chrono::milliseconds(50)));
+    }
+  }
+
+  [[noreturn]] void silent(const Peer& peer, Clock::time_point now) {
+    const double seconds = std::chrono::duration<double>(now - peer.heard).count();
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "prism: error: rank %d on %s has not answered %s for %.0f s (stopped, or its "
+                 "host hung or cut off; PRISM_PROCESS_TIMEOUT): ending the run\n",
+                 peer.rank, hosts_[static_cast<size_t>(peer.rank)].c_str(),
+                 processes_.name().c_str(), seconds);
+    std::fflush(stderr);
+    mpi().Abort(mpi().comm_world, 1);  // does not return
+    std::_Exit(1);
+  }
+
+  Processes& processes_;
+  Handle comm_;
+  const std::chrono::duration<double> timeout_, interval_;
+  const std::vector<std::string> hosts_;
+  std::vector<Peer> peers_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
 
 int Processes::asked() {
   if (int n = env_size("OMPI_COMM_WORLD_SIZE")) return n;  // Open MPI's mpirun
@@ -171,6 +310,23 @@ Processes::Processes() {
   int length = 0;
   check(m.Get_processor_name(host, &length), "MPI_Get_processor_name");
   host_.assign(host, std::min(length, kMaxString));
+
+  // The watch: rank 0's timeout for every process (a follower's own setting would make the
+  // two ends disagree), and every process's host for the line that names one.
+  double timeout_s = timeout_from_environment();
+  world_->broadcast(&timeout_s, sizeof timeout_s, 0);
+  std::vector<char> hosts(static_cast<size_t>(size_) * kMaxString);
+  world_->all_gather(host, kMaxString, hosts.data());
+  if (timeout_s > 0 && thread_level_ == ThreadLevel::multiple) {
+    std::vector<std::string> names;
+    for (int r = 0; r < size_; ++r) {
+      const char* name = hosts.data() + static_cast<size_t>(r) * kMaxString;
+      names.emplace_back(name, strnlen(name, kMaxString - 1));
+    }
+    Handle comm = nullptr;
+    check(m.Comm_dup(m.comm_world, &comm), "MPI_Comm_dup");
+    watch_ = std::make_unique<Watch>(*this, comm, timeout_s, std::move(names));
+  }
 }
 
 Processes::~Processes() = default;
@@ -253,6 +409,7 @@ int Processes::finish(int code) {
     std::fprintf(stderr, "prism: error: %s: %s\n", name().c_str(), e.what());
     m.Abort(m.comm_world, code ? code : 1);
   }
+  watch_.reset();
   world_.reset();
   m.Finalize();
   return code;

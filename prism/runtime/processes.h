@@ -73,9 +73,9 @@ class Processes {
   // this process cannot go on in step with the others).
   void follow(const std::function<void(std::span<const std::byte>)>& handle);
   // Ends the run in this process with exit code `code`, and returns it: rank 0 tells the
-  // followers to stop following, then every process leaves MPI. A follower that ends with an
-  // error, or rank 0 after an error inside a command (others may be waiting for it in a
-  // collective), aborts the run instead: mpirun then stops every process.
+  // followers to stop following, then every process stops its watch and leaves MPI. A follower that
+  // ends with an error, or rank 0 after an error inside a command (others may be waiting for it in
+  // a collective), aborts the run instead: mpirun then stops every process.
   int finish(int code);
 
   Processes(const Processes&) = delete;
@@ -83,11 +83,16 @@ class Processes {
   ~Processes();
 
  private:
+  class Watch;
   Processes();
   int rank_ = 0, size_ = 1;
   ThreadLevel thread_level_ = ThreadLevel::serialized;
   std::string host_;
   std::unique_ptr<ProcessGroup> world_;
+  // Rank 0 and each follower hear from each other every so often, or one ends the run naming
+  // the other (PRISM_PROCESS_TIMEOUT, 30 s by default; 0 turns it off). Needs MPI's multiple
+  // thread level; null without it.
+  std::unique_ptr<Watch> watch_;
   std::recursive_mutex commands_;
   bool failed_in_command_ = false;
   bool ended_ = false;  // a follower took rank 0's end in follow()

@@ -3,7 +3,7 @@
 # this machine: the tiny Llama, Qwen 3.5 and LFM 2 checkpoints' greedy ids as one process
 # gives them (one device in each process, or two), speculation, chat turns read by rank 0,
 # prism serve, the errors of a mesh that does not fit the run, and the end of a run whose
-# rank dies mid-generation.
+# rank dies mid-generation or stops answering.
 set -u
 prism="$1"
 data="$PRISM_SOURCE_DIR/tests/data"
@@ -157,4 +157,44 @@ exec 3>&-
 grep -q "rank 1 .* on node .* exited on signal 9" "$tmp/killed" \
   || { echo "FAIL the end does not name rank 1: $(cat "$tmp/killed")"; fail=1; }
 echo "ok rank 1 killed: the run ended in $((SECONDS - start)) s, exit $rc"
+
+# A rank that stops answering without dying (SIGSTOP: as a hung host, or one cut off): the
+# process that watches it (rank 0 watches the followers, they watch rank 0) ends the run
+# naming it once PRISM_PROCESS_TIMEOUT passes without a word from it, never waits.
+for stopped in 1 0; do
+  mkfifo "$tmp/turns.$stopped"
+  PRISM_PROCESS_TIMEOUT=2 mpirun -n 2 --oversubscribe "$prism" llm --model="$tmp" \
+    --max-tokens=2000 --seqlen=2048 <"$tmp/turns.$stopped" >/dev/null 2>"$tmp/stopped" &
+  launcher=$!
+  exec 3>"$tmp/turns.$stopped"
+  echo hello >&3
+  victim=""
+  for _ in $(seq 100); do
+    victim=$(rank_pid "$launcher" "$stopped")
+    [[ -n "$victim" ]] && grep -q "^loaded" "$tmp/stopped" && break
+    sleep 0.1
+  done
+  sleep 0.5
+  kill -STOP "$victim" 2>/dev/null || { echo "FAIL no rank $stopped to stop"; fail=1; }
+  start=$SECONDS
+  for _ in $(seq 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$launcher" 2>/dev/null; then
+    echo "FAIL the run goes on after rank $stopped stopped"; fail=1
+    kill -9 "$victim" "$launcher"
+  fi
+  wait "$launcher"; rc=$?
+  exec 3>&-
+  [[ $rc != 0 ]] || { echo "FAIL the run ended well after rank $stopped stopped"; fail=1; }
+  grep -Eq "^prism: error: rank $stopped on [^ ]+ has not answered rank $((1 - stopped)) on [^ ]+ for [0-9]+ s" \
+    "$tmp/stopped" || { echo "FAIL the end does not name rank $stopped: $(cat "$tmp/stopped")"; fail=1; }
+  echo "ok rank $stopped stopped: the run ended in $((SECONDS - start)) s, exit $rc"
+  kill -9 "$victim" 2>/dev/null  # where mpirun left it stopped
+done
+
+# A timeout that is not a number of seconds: rank 0's error line, before anything runs.
+err=$(PRISM_PROCESS_TIMEOUT=soon mpi 2 "$prism" llm --model="$data/llama/tiny-f32" \
+  --prompt-ids=1 --print-ids --seqlen=64 2>&1 >/dev/null); rc=$?
+[[ $rc != 0 && $rc != 124 ]] || { echo "FAIL PRISM_PROCESS_TIMEOUT=soon: exit $rc"; fail=1; }
+echo "$err" | grep -q "PRISM_PROCESS_TIMEOUT=soon is not a number of seconds" \
+  || { echo "FAIL PRISM_PROCESS_TIMEOUT=soon: $err"; fail=1; }
 exit $fail

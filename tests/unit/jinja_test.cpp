@@ -305,6 +305,17 @@ TEST(Jinja, SandboxBoundsMemory) {
   EXPECT_EQ(error_of("a{{[[ 4 ** 10 ]* 4 ** 10 ]*+37}}2"),
             "test.jinja:1:27: a value whose text holds more than the sandbox's limit of 1000000 "
             "items");
+  // The same for tojson: its text stops at the limits, not after 37 million numbers of it, and
+  // an indent repeated on every line of a deep value stops there too.
+  EXPECT_EQ(error_of("{{ ([[4 ** 10] * 4 ** 10] * 37) | tojson }}"),
+            "test.jinja:1:35: a value whose JSON holds more than the sandbox's limit of 1000000 "
+            "items");
+  EXPECT_EQ(error_of("{% set ns = namespace(v=[1] * 1000) %}{% for i in range(200) %}"
+                     "{% set ns.v = [ns.v] %}{% endfor %}{{ ns.v | tojson(indent=1024) }}"),
+            "test.jinja:1:109: a list whose JSON is longer than the sandbox's limit of 67108864 "
+            "bytes");
+  EXPECT_EQ(render("{{ [[1, 2], {'a': [3]}] | tojson(indent=2) }}"),
+            "[\n  [\n    1,\n    2\n  ],\n  {\n    \"a\": [\n      3\n    ]\n  }\n]");
   EXPECT_EQ(error_of("{{ {'a': ['x' * 10000000] * 10} }}"),
             "test.jinja:1:4: a dict whose text is longer than the sandbox's limit of 67108864 "
             "bytes");

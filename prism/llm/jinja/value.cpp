@@ -179,11 +179,18 @@ void append_int(std::string& out, int64_t n) {
   out.append(digits, std::to_chars(digits, digits + sizeof digits, n).ptr);
 }
 
-void append_json(std::string& out, const Value& v, int indent, int depth) {
+// Appends `v`'s JSON to `out`, or as much of it as fits `limit` bytes: false where it stopped
+// there (as append_repr: a few characters of template make a list of millions of items, and
+// an indent repeats once per level on every line). Throws BuiltinError past `items` items of
+// lists and dicts.
+bool append_json(std::string& out, const Value& v, int indent, int depth, size_t limit,
+                 int64_t& items) {
   auto newline = [&](int level) {
     if (indent < 0) return;
     out += '\n';
-    out.append(static_cast<size_t>(indent * level), ' ');
+    out.append(std::min(static_cast<size_t>(indent) * static_cast<size_t>(level),
+                        limit + 1 - std::min(limit + 1, out.size())),
+               ' ');
   };
   const char* item_separator = indent < 0 ? ", " : ",";
   if (v.is_none() || v.is_undefined()) {
@@ -199,39 +206,38 @@ void append_json(std::string& out, const Value& v, int indent, int depth) {
                            : float_repr(d);
   } else if (v.is_string()) {
     append_json_string(out, v.as_string());
-  } else if (v.is_list()) {
-    const List& list = v.as_list();
-    if (list.empty()) {
-      out += "[]";
-      return;
+  } else if (v.is_list() || v.is_dict()) {
+    const bool list = v.is_list();
+    const size_t n = list ? v.as_list().size() : v.as_dict().entries.size();
+    if (n == 0) {
+      out += list ? "[]" : "{}";
+      return out.size() <= limit;
     }
-    out += '[';
-    for (size_t i = 0; i < list.size(); ++i) {
+    out += list ? '[' : '{';
+    for (size_t i = 0; i < n; ++i) {
+      if (--items < 0) {
+        throw BuiltinError(
+            fmt::format("a value whose JSON holds more than the sandbox's limit of {} items",
+                        limits::kPrintedItems));
+      }
       if (i) out += item_separator;
       newline(depth + 1);
-      append_json(out, list[i], indent, depth + 1);
+      if (list) {
+        if (!append_json(out, v.as_list()[i], indent, depth + 1, limit, items)) return false;
+      } else {
+        append_json_string(out, v.as_dict().entries[i].first);
+        out += ": ";
+        if (!append_json(out, v.as_dict().entries[i].second, indent, depth + 1, limit, items))
+          return false;
+      }
+      if (out.size() > limit) return false;
     }
     newline(depth);
-    out += ']';
-  } else if (v.is_dict()) {
-    const Dict& dict = v.as_dict();
-    if (dict.entries.empty()) {
-      out += "{}";
-      return;
-    }
-    out += '{';
-    for (size_t i = 0; i < dict.entries.size(); ++i) {
-      if (i) out += item_separator;
-      newline(depth + 1);
-      append_json_string(out, dict.entries[i].first);
-      out += ": ";
-      append_json(out, dict.entries[i].second, indent, depth + 1);
-    }
-    newline(depth);
-    out += '}';
+    out += list ? ']' : '}';
   } else {
     out += "null";
   }
+  return out.size() <= limit;
 }
 
 }  // namespace
@@ -322,7 +328,11 @@ std::string Value::type_name() const {
 
 std::string Value::to_json(int indent) const {
   std::string out;
-  append_json(out, *this, indent, 0);
+  int64_t items = limits::kPrintedItems;
+  if (!append_json(out, *this, indent, 0, limits::kValueBytes, items)) {
+    throw BuiltinError(fmt::format("a {} whose JSON is longer than the sandbox's limit of {} bytes",
+                                   type_name(), limits::kValueBytes));
+  }
   return out;
 }
 

@@ -99,6 +99,8 @@ class Value {
   std::string repr() const;
   std::string type_name() const;
   // Python's json.dumps(value, ensure_ascii=False, indent=indent) (indent < 0: one line).
+  // Throws BuiltinError where the text would pass the sandbox's limits on one value (bytes,
+  // and items of lists and dicts: builtins.h), before building more than that.
   std::string to_json(int indent = -1) const;
 
   friend bool operator==(const Value& a, const Value& b);

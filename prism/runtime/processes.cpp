@@ -180,15 +180,18 @@ class Processes::Watch {
     Mpi& m = mpi();
     // What is still posted: a receive is cancelled; a send of one byte completes without its
     // receiver (MPI sends so small a message eagerly). Neither may keep the run from ending.
+    auto settle = [&m](Handle& request) {
+      int done = 0;
+      const auto deadline = Clock::now() + std::chrono::seconds(1);
+      while (m.Test(&request, &done, nullptr) == kSuccess && !done && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    };
     for (Peer& peer : peers_) {
-      if (peer.receiving) m.Cancel(&peer.receive);
-      for (Handle* request : {&peer.receive, &peer.send}) {
-        if (!(request == &peer.receive ? peer.receiving : peer.sending)) continue;
-        int done = 0;
-        const auto deadline = Clock::now() + std::chrono::seconds(1);
-        while (m.Test(request, &done, nullptr) == kSuccess && !done && Clock::now() < deadline)
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (peer.receiving) {
+        m.Cancel(&peer.receive);
+        settle(peer.receive);
       }
+      if (peer.sending) settle(peer.send);
     }
     m.Comm_free(&comm_);
   }

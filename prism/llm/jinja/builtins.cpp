@@ -60,6 +60,12 @@ void charge_operand(const Value& value) {
   }
 }
 
+void charge_operands(const Value& value, const Arguments& args) {
+  charge_operand(value);
+  for (const Value& v : args.positional) charge_operand(v);
+  for (const auto& [key, v] : args.keyword) charge_operand(v);
+}
+
 void integer_overflow(std::string_view op) {
   throw BuiltinError(
       fmt::format("integer overflow: the result of '{}' does not fit in 64 bits", op));
@@ -500,9 +506,7 @@ Value slice(const Value& object, const Value* start, const Value* stop, const Va
 }
 
 bool call_method(const Value& object, std::string_view name, const Arguments& args, Value& result) {
-  charge_operand(object);
-  for (const Value& v : args.positional) charge_operand(v);
-  for (const auto& [key, v] : args.keyword) charge_operand(v);
+  charge_operands(object, args);
   if (object.is_string()) {
     const std::string& s = object.as_string();
     if (name == "startswith" || name == "endswith") {

@@ -63,6 +63,8 @@ void charge_work(size_t bytes);
 // Charges what reading or copying `value` once costs: a string's bytes, a list's items and their
 // strings, a dict's entries.
 void charge_operand(const Value& value);
+// charge_operand() of a filter's, test's or method's value and each of its arguments.
+void charge_operands(const Value& value, const Arguments& args);
 
 // Throws BuiltinError for an integer result of `op` past 64 bits (Python's would be a big
 // integer, which prism does not have).

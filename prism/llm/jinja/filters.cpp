@@ -167,14 +167,6 @@ std::string html_escape(const std::string& s) {
 
 }  // namespace
 
-namespace {
-void charge_operands(const Value& value, const Arguments& args) {
-  charge_operand(value);
-  for (const Value& v : args.positional) charge_operand(v);
-  for (const auto& [key, v] : args.keyword) charge_operand(v);
-}
-}  // namespace
-
 Value apply_filter(std::string_view name, const Value& value, const Arguments& args) {
   charge_operands(value, args);
   if (name == "default" || name == "d") {

@@ -4,12 +4,13 @@
 // integers with AVX-512 VNNI or AVX2 (quant_rows_int8, "int8"), on AMX-INT8 tiles, and, where
 // the CPU executable keeps Q4_0 and Q8_0 weights interleaved by 16 rows (weight_layout.h), on
 // that layout (quant_rows_int8_interleaved, "int8x16"). Each product
-// is an 8192 x 2048 matrix, as Llama 3.2 1B's MLP has, copied to fill 1 GiB so that every pass
-// streams the weights from memory; the activations are rounded once per product, as the executable
-// does. Printed: GB/s of weights as stored, that speed as a fraction of a plain read of memory
-// measured in the same run (the ceiling of a product that reads each weight once), and
-// billions of multiply-adds a second. Options: --threads=N (default: every core), --types=q4_k,q6_k
-// and --batches=1,16 (some of the products only).
+// is an 8192 x 2048 matrix, as Llama 3.2 1B's MLP has (--n and --k change it), copied to fill 1 GiB
+// so that every pass streams the weights from memory; the activations are rounded once per product,
+// as the executable does. Printed: GB/s of weights as stored, that speed as a fraction of a plain
+// read of memory measured in the same run (the ceiling of a product that reads each weight once),
+// and billions of multiply-adds a second. Options: --threads=N (default: every core),
+// --types=q4_k,q6_k and --batches=1,16 (some of the products only), --k=8192 (rows of another
+// length).
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -37,8 +38,6 @@ namespace {
 
 using quant::GgmlType;
 
-constexpr int64_t kK = 2048;
-
 // "a,b,c" as its items.
 std::vector<std::string> split_list(std::string_view list) {
   std::vector<std::string> items;
@@ -65,6 +64,9 @@ void quant_bench() {
   // arithmetic alone).
   const int64_t rows = std::stoll(option("n", "8192"));
   const int64_t total = std::stoll(option("bytes", std::to_string(int64_t{1} << 30)));
+  // --k=N: the length of a row (default 2048, the MLP's gate and up; 8192 is its down).
+  const int64_t kK = std::stoll(option("k", "2048"));
+  PRISM_CHECK(kK >= 256 && kK % 256 == 0, "quant: --k takes a multiple of 256, not {}", kK);
   // --types and --batches are read before anything is measured, so a bad one fails at once.
   std::vector<GgmlType> types;
   for (const std::string& name : split_list(option("types", "q8_0,q4_0,q4_k,q6_k"))) {

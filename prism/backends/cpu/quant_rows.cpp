@@ -1376,9 +1376,22 @@ void KRows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n, in
 // rows' exact integer sums, and nothing is summed across lanes. Each lane then adds
 // fma(float(sum), d_w * d_x) into its row's f32 accumulator, block after block: ExactStep's
 // arithmetic, bit for bit. A thread reads its groups from start to end, one stream that the
-// hardware prefetchers follow: the software prefetches the kernels of weights as stored issue
-// (1 KiB ahead of each of their four streams) made one row of these 15-40 % slower on AMD Zen 4
-// (prism-bench quant, one and two cores), so they issue none.
+// hardware prefetchers follow for a tile of up to four activation rows: the software
+// prefetches the kernels of weights as stored issue (1 KiB ahead of each of their four
+// streams) made one row of these 15-40 % slower on AMD Zen 4 (prism-bench quant, one and two
+// cores), and 2 KiB ahead made a tile of four Q8_0 rows 25 % slower. A tile of five rows or
+// more takes its weights too slowly for them, and the stream stalls on memory: for those,
+// InterleavedTile, on the first chunk of activation rows (the one that reads the group from
+// memory), asks for each line of a block pair 4 KiB ahead, into L2 (_MM_HINT_T1). On
+// two cores of an AMD EPYC (Zen 4), 1 GiB of Q4_0 or Q8_0 weights of 8192 x 2048 streamed
+// (prism-bench quant, medians; billions of multiply-adds a second, without -> with): Q4_0
+// against 5 rows 219 -> 274, 8 rows 189 -> 296, 16 rows 231 -> 306; Q8_0 against 5 rows
+// 142 -> 179, 8 rows 133 -> 257, 16 rows 182 -> 282. 1-2 KiB ahead did less, and into L1
+// (_MM_HINT_T0) less for Q8_0 (16 rows were measured with both chunks of 8 prefetching; the
+// second's lines are the first's, in cache by then). The K-quant tiles (at most four rows)
+// issue none.
+constexpr int64_t kInterleavedAhead = 4096;
+constexpr int kInterleavedPrefetchRows = 5;
 
 // sum += q . (the four signed bytes at p, in every lane): vpdpbusd with the bytes broadcast
 // from memory by the instruction itself (GCC loads them with a broadcast of its own first,
@@ -1478,7 +1491,8 @@ template <bool kFive, int G>
 PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void KInterleavedTile(const uint8_t* x, int64_t stride,
                                                               const CompactQ8&, const uint8_t* w,
                                                               int64_t blocks, float* out,
-                                                              int64_t ldo, int first, int last) {
+                                                              int64_t ldo, int first, int last,
+                                                              bool) {
   constexpr int kChains = G >= 2 ? 1 : 2;  // of each sub-block's sums
   using F = QKRows<kFive>;
   constexpr int64_t kBlock = F::kRuns * 64;
@@ -1588,7 +1602,8 @@ template <int G>
 PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void Q6KInterleavedTile(const uint8_t* x, int64_t stride,
                                                                 const CompactQ8&, const uint8_t* w,
                                                                 int64_t blocks, float* out,
-                                                                int64_t ldo, int first, int last) {
+                                                                int64_t ldo, int first, int last,
+                                                                bool) {
   constexpr int64_t kRunBytes = Q6_KRows::kRunBytes, kPair = 2 * kRunBytes + 64;
   __m512 acc[G];
 #pragma GCC unroll 8
@@ -1678,13 +1693,14 @@ PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void Q6KInterleavedTile(const uint8_t* x
 
 // A group of 16 interleaved rows at w (`blocks` blocks a row) against G activation rows (x,
 // `stride` bytes apart, read from their packed copies at `packed`): out[g * ldo + r - first] =
-// x[g] . W[r] for the group's rows r in [first, last).
+// x[g] . W[r] for the group's rows r in [first, last); `stream` when the group comes from
+// memory (the first chunk of activation rows), not from cache.
 template <typename F, int G>
 PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void InterleavedTile(const uint8_t* x, int64_t stride,
                                                              const CompactQ8& packed,
                                                              const uint8_t* w, int64_t blocks,
                                                              float* out, int64_t ldo, int first,
-                                                             int last) {
+                                                             int last, bool stream) {
   // Independent chains of vpdpbusd for each activation row, enough to cover their latency.
   constexpr int kChains = G >= 4 ? 1 : G >= 2 ? 2 : 4;
   __m512 acc[G];
@@ -1727,6 +1743,12 @@ PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void InterleavedTile(const uint8_t* x, i
   const int64_t pair = 64 + 2 * F::kRunBytes;  // two blocks' d, then their runs
   for (int64_t b = 0; b + 1 < blocks; b += 2) {
     const uint8_t* p = w + b / 2 * pair;
+    if (G >= kInterleavedPrefetchRows && stream) {
+      // Past the group's end lies the next group, the stream's next bytes; a prefetch does
+      // not fault.
+      for (int64_t line = 0; line < pair; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p + kInterleavedAhead + line), _MM_HINT_T1);
+    }
     block(b, p + 64, p);
     block(b + 1, p + 64 + F::kRunBytes, p + 32);
   }
@@ -1738,7 +1760,7 @@ PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void InterleavedTile(const uint8_t* x, i
 }
 
 using InterleavedTileFn = void (*)(const uint8_t*, int64_t, const CompactQ8&, const uint8_t*,
-                                   int64_t, float*, int64_t, int, int);
+                                   int64_t, float*, int64_t, int, int, bool);
 
 // The tiles of weights of format F kept interleaved (kTiles[g - 1] takes g activation rows,
 // up to kRows).
@@ -1784,7 +1806,7 @@ void InterleavedRows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int
       for (int64_t i = i0; i < i1; i += kTileRows) {
         const int64_t rows = std::min(kTileRows, i1 - i);
         Tiles::kTiles[rows - 1](x.x + i * x.stride, x.stride, packed, w + g0 * row_bytes, blocks,
-                                out + i * ldo + (g0 + first - r0), ldo, first, last);
+                                out + i * ldo + (g0 + first - r0), ldo, first, last, i == i0);
       }
     }
   }

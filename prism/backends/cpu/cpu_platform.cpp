@@ -157,7 +157,8 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
             : "";
   // Quantized weights' products with 8-bit activations (kernels_quant.cpp), and Q8_0's and
   // Q4_0's and Q4_K's on AMX tiles for batches or for every row count (quant_rows.h), or
-  // Q8_0's and Q4_0's on weights kept interleaved (weight_layout.h).
+  // Q8_0's, Q4_0's and the K-quants' (or Q4_0's alone) on weights kept interleaved
+  // (weight_layout.h).
   const char* quantized = "";
   if (int8_activations(quant::GgmlType::Q4_K)) {
     quantized = ", quantized products on 8-bit activations";
@@ -166,10 +167,12 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
     } else if (quant_rows_on_amx(quant::GgmlType::Q8_0, kAmxMaxRows)) {
       quantized =
           ", quantized products on 8-bit activations (Q8_0, Q4_0, Q4_K batches on AMX-INT8)";
-    } else if (interleaves(quant::GgmlType::Q4_0)) {
+    } else if (interleaves(quant::GgmlType::Q8_0)) {
       quantized =
           ", quantized products on 8-bit activations (Q8_0, Q4_0, K-quant weights interleaved "
           "by 16 rows)";
+    } else if (interleaves(quant::GgmlType::Q4_0)) {
+      quantized = ", quantized products on 8-bit activations (Q4_0 weights interleaved by 16 rows)";
     }
   }
   // Which kernels take a prompt's bf16 products (bf16_products.h).

@@ -78,4 +78,8 @@ using QuantRowsInterleavedFn = void (*)(const Int8Rows& x, const uint8_t* w, int
 // CPU has AVX2, FMA and F16C (the Highway target in use is AVX2 or better).
 QuantRowsInt8Fn int8_rows_avx2(quant::GgmlType type);
 
+// The AVX2 kernel for weights of `type` kept interleaved (Q4_0), or null for another type or
+// where this binary has none; the same caller's promise.
+QuantRowsInterleavedFn int8_interleaved_avx2(quant::GgmlType type);
+
 }  // namespace prism::cpu

@@ -20,9 +20,9 @@
 // whose results are the float product of the dequantized weights, as the float reference's.
 //
 // Weights the executable keeps interleaved (Q4_0, Q8_0 and the K-quants on CPUs with AVX-512
-// VNNI and no AMX: weight_layout.h) take the row kernels for any number of rows
-// (quant_rows_int8_interleaved), a prefill's too: their integer products run at several times
-// the speed of the others.
+// VNNI and no AMX, Q4_0 on CPUs with AVX2 but not VNNI: weight_layout.h) take the row kernels for
+// any number of rows (quant_rows_int8_interleaved), a prefill's too: their integer products run at
+// several times the speed of the others.
 //
 // Products of the same activations by several such weights (a layer's q, k and v) run as one
 // step (QuantDotProducts): one rounding of the activations, one parallel loop over all their rows.

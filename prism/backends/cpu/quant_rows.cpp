@@ -1875,19 +1875,28 @@ DequantRowsFn NativeDequant(quant::GgmlType type, bool bf16, bool avx512_bf16) {
 
 RoundFns NativeRound() { return {&RoundQ8_0, &RoundQ8_K}; }
 
-// The integer kernel for weights of `type` kept interleaved (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K),
-// with AVX-512 VNNI (`vnni`) under the AVX-512 targets; null elsewhere.
+// The integer kernel for weights of `type` kept interleaved: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K with
+// AVX-512 VNNI (`vnni`) under the AVX-512 targets, else Q4_0 with AVX2 (int8_rows_avx2.cpp)
+// under any x86 target that has it (NativeInt8's choice); null elsewhere.
 QuantRowsInterleavedFn NativeInterleaved(quant::GgmlType type, bool vnni) {
 #if PRISM_QUANT_ROWS_VNNI
-  if (vnni && type == quant::GgmlType::Q4_0) return vnni::InterleavedRows<vnni::Q4_0Rows>;
-  if (vnni && type == quant::GgmlType::Q8_0) return vnni::InterleavedRows<vnni::Q8_0Rows>;
-  if (vnni && type == quant::GgmlType::Q4_K) return vnni::InterleavedRows<vnni::Q4_KRows>;
-  if (vnni && type == quant::GgmlType::Q5_K) return vnni::InterleavedRows<vnni::Q5_KRows>;
-  if (vnni && type == quant::GgmlType::Q6_K) return vnni::InterleavedRows<vnni::Q6_KRows>;
-#endif
-  (void)type;
+  if (vnni) {
+    if (type == quant::GgmlType::Q4_0) return vnni::InterleavedRows<vnni::Q4_0Rows>;
+    if (type == quant::GgmlType::Q8_0) return vnni::InterleavedRows<vnni::Q8_0Rows>;
+    if (type == quant::GgmlType::Q4_K) return vnni::InterleavedRows<vnni::Q4_KRows>;
+    if (type == quant::GgmlType::Q5_K) return vnni::InterleavedRows<vnni::Q5_KRows>;
+    if (type == quant::GgmlType::Q6_K) return vnni::InterleavedRows<vnni::Q6_KRows>;
+    return nullptr;
+  }
+#else
   (void)vnni;
+#endif
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  return int8_interleaved_avx2(type);
+#else
+  (void)type;
   return nullptr;
+#endif
 }
 
 // The integer kernel for `type`: with AVX-512 VNNI (`vnni`: the CPU has it) under the AVX-512

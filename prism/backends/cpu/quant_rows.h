@@ -233,7 +233,8 @@ void quant_rows_int8(quant::GgmlType type, const QuantizedRows& x, const std::by
 // Whether weights of this type may be kept with the blocks of each 16 rows interleaved
 // (weight_layout.h) for quant_rows_int8_interleaved: Q4_0, Q8_0, Q4_K, Q5_K and Q6_K under the
 // AVX-512 targets on a CPU with VNNI, where AMX tiles do not take batches (quant_rows_on_amx;
-// the tiles read the weights as stored, and AMX-BF16 multiplies a prefill's panels).
+// the tiles read the weights as stored, and AMX-BF16 multiplies a prefill's panels); Q4_0 on
+// an x86 CPU with AVX2 but not VNNI (int8_rows_avx2.cpp).
 bool quant_rows_int8_interleaved_native(quant::GgmlType type);
 
 // quant_rows_int8 for weights {n, row_bytes} kept interleaved at w (their start): out[i * ldo +

@@ -68,7 +68,8 @@ std::optional<quant::GgmlType> interleaved_format(WeightLayout layout);
 
 // Whether weights u8 {n, row_bytes} in `format` can be kept interleaved here: a format with
 // that layout, n a multiple of 16, rows of whole blocks, and products that read it (the
-// integer kernels with AVX-512 VNNI, quant_rows_int8_interleaved_native); never with
+// integer kernels with AVX-512 VNNI, or Q4_0's with AVX2 alone:
+// quant_rows_int8_interleaved_native); never with
 // PRISM_CPU_QUANT_LAYOUT=stored (the default: interleaved; another value throws).
 // interleaves(format): whether weights in `format` of a shape that fits are.
 bool interleaves(quant::GgmlType format);

@@ -59,6 +59,7 @@
 
 #include "prism/backends/cpu/dot_rows.h"
 #include "prism/backends/cpu/int8_rows.h"
+#include "prism/backends/cpu/weight_layout.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define PRISM_HAVE_INT8_AVX2 1
@@ -888,14 +889,14 @@ void InterleavedQ4_0Rows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes,
   static constexpr Q4_0TileFn kHalf[kHalfTileRows] = {&Q4_0Tile<1, 1>, &Q4_0Tile<2, 1>,
                                                       &Q4_0Tile<3, 1>, &Q4_0Tile<4, 1>};
   static constexpr Q4_0TileFn kBoth[2] = {&Q4_0Tile<1, 2>, &Q4_0Tile<2, 2>};
-  constexpr int64_t kBand = 64, kGroupRows = 16;
+  constexpr int64_t kBand = 64;
   const int64_t blocks = k / 32;
   const CompactQ8 packed(k);
   for (int64_t i0 = 0; i0 < x.m; i0 += kBand) {
     const int64_t i1 = std::min(x.m, i0 + kBand);
-    for (int64_t g0 = r0 / kGroupRows * kGroupRows; g0 < r1; g0 += kGroupRows) {
+    for (int64_t g0 = r0 / kQuantGroupRows * kQuantGroupRows; g0 < r1; g0 += kQuantGroupRows) {
       const int first = static_cast<int>(std::max(r0, g0) - g0);
-      const int last = static_cast<int>(std::min(r1, g0 + kGroupRows) - g0);
+      const int last = static_cast<int>(std::min(r1, g0 + kQuantGroupRows) - g0);
       const int half0 = first / 8, half1 = (last - 1) / 8;
       const uint8_t* group = w + g0 * row_bytes;
       float* at = out + (g0 + first - r0);

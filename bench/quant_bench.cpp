@@ -38,6 +38,15 @@ namespace {
 
 using quant::GgmlType;
 
+// An option's text as a count (a positive integer), or one error line naming the option.
+int64_t count_of(const std::string& text, std::string_view name) {
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  PRISM_CHECK(error == std::errc() && end == text.data() + text.size() && value >= 1,
+              "quant: --{} takes a positive count, not '{}'", name, text);
+  return value;
+}
+
 // "a,b,c" as its items.
 std::vector<std::string> split_list(std::string_view list) {
   std::vector<std::string> items;
@@ -57,15 +66,16 @@ struct Kernel {
 };
 
 void quant_bench() {
-  const int threads = std::stoi(
-      option("threads", std::to_string(std::max(1u, std::thread::hardware_concurrency()))));
+  const int threads = static_cast<int>(
+      count_of(option("threads", std::to_string(std::max(1u, std::thread::hardware_concurrency()))),
+               "threads"));
   cpu::ThreadPool pool(threads);
   // --n=ROWS and --bytes=TOTAL: smaller products, or ones that stay in cache (the kernels'
   // arithmetic alone).
-  const int64_t rows = std::stoll(option("n", "8192"));
-  const int64_t total = std::stoll(option("bytes", std::to_string(int64_t{1} << 30)));
+  const int64_t rows = count_of(option("n", "8192"), "n");
+  const int64_t total = count_of(option("bytes", std::to_string(int64_t{1} << 30)), "bytes");
   // --k=N: the length of a row (default 2048, the MLP's gate and up; 8192 is its down).
-  const int64_t kK = std::stoll(option("k", "2048"));
+  const int64_t kK = count_of(option("k", "2048"), "k");
   PRISM_CHECK(kK >= 256 && kK % 256 == 0, "quant: --k takes a multiple of 256, not {}", kK);
   // --types and --batches are read before anything is measured, so a bad one fails at once.
   std::vector<GgmlType> types;
@@ -77,13 +87,8 @@ void quant_bench() {
     types.push_back(*parsed);
   }
   std::vector<int64_t> batches;
-  for (const std::string& b : split_list(option("batches", "1,4,6,8,16"))) {
-    int64_t m = 0;
-    const auto [end, error] = std::from_chars(b.data(), b.data() + b.size(), m);
-    PRISM_CHECK(error == std::errc() && end == b.data() + b.size() && m >= 1,
-                "quant: --batches takes counts of rows, not '{}'", b);
-    batches.push_back(m);
-  }
+  for (const std::string& b : split_list(option("batches", "1,4,6,8,16")))
+    batches.push_back(count_of(b, "batches"));
   const double read = ReadProbe(threads).best_gbps();
   std::printf("%s; %d threads here; plain read %.1f GB/s\n",
               get_platform("cpu").devices().at(0).name.c_str(), threads, read);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <bit>
 #include <queue>
 
 #include "prism/core/error.h"
@@ -15,9 +17,27 @@ using pipeline::JsonPath;
 namespace {
 constexpr size_t kCacheCapacity = 1 << 18;
 constexpr size_t kLongestCachedPiece = 256;
+
+// The smallest power of two with at least twice `n` slots (at most half of them full).
+size_t slot_count(size_t n) { return std::bit_ceil(std::max<size_t>(2 * n, 16)); }
+
+// A pair's first slot among `slots` (a power of two): the high bits of a multiplicative hash
+// (its low bits would depend on the right id's low bits alone).
+size_t pair_slot(uint64_t key, size_t slots) {
+  return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - std::countr_zero(slots)));
+}
+
 }  // namespace
 
-BpeModel::BpeModel(const json& model, const JsonPath& where) {
+std::optional<std::pair<std::string_view, std::string_view>> split_merge(std::string_view text) {
+  const size_t space = text.find(' ');
+  if (space == std::string_view::npos || text.find(' ', space + 1) != std::string_view::npos) {
+    return std::nullopt;
+  }
+  return std::pair(text.substr(0, space), text.substr(space + 1));
+}
+
+BpeModel::BpeModel(const json& model, const JsonPath& where, const BpeTables* tables) {
   std::string type = pipeline::optional_string(model, "type", "BPE", where);
   if (type != "BPE") fail("{}: unsupported model type \"{}\" (only BPE)", where.str(), type);
   if (model.contains("dropout") && !model["dropout"].is_null()) {
@@ -34,77 +54,127 @@ BpeModel::BpeModel(const json& model, const JsonPath& where) {
   byte_fallback_ = pipeline::optional_bool(model, "byte_fallback", false, where);
   fuse_unk_ = pipeline::optional_bool(model, "fuse_unk", false, where);
 
-  const json& vocab = pipeline::require(model, "vocab", where);
-  if (!vocab.is_object()) fail("{}: expected an object of token: id", (where / "vocab").str());
-  vocab_.reserve(vocab.size());
-  for (const auto& [token, id] : vocab.items()) {
-    const int32_t value = pipeline::token_id(id, where / "vocab" / token);
-    vocab_.emplace(token, value);
-    if (static_cast<size_t>(value) >= id_to_token_.size()) {
-      id_to_token_.resize(static_cast<size_t>(value) + 1);
-      id_known_.resize(static_cast<size_t>(value) + 1);
+  BpeTables from_json;
+  if (!tables) {
+    const json& vocab = pipeline::require(model, "vocab", where);
+    if (!vocab.is_object()) fail("{}: expected an object of token: id", (where / "vocab").str());
+    from_json.vocab.reserve(vocab.size());
+    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+      // The path named only for an id that is not one (a path per token costs a tenth of the
+      // build).
+      const bool plain = it->is_number_unsigned() &&
+                         it->get<uint64_t>() <= static_cast<uint64_t>(pipeline::kMaxTokenId);
+      from_json.vocab.emplace_back(it.key(),
+                                   plain ? static_cast<int32_t>(it->get<uint64_t>())
+                                         : pipeline::token_id(*it, where / "vocab" / it.key()));
     }
-    id_to_token_[value] = token;
-    id_known_[value] = true;
+    const json& merges = pipeline::require(model, "merges", where);
+    if (!merges.is_array()) fail("{}: expected a list", (where / "merges").str());
+    from_json.merges.reserve(merges.size());
+    for (size_t rank = 0; rank < merges.size(); ++rank) {
+      const json& merge = merges[rank];
+      // Two spellings exist: "a b" (older files) and ["a", "b"] (newer, allows spaces in tokens).
+      if (merge.is_string()) {
+        const auto& text = merge.get_ref<const std::string&>();
+        auto halves = split_merge(text);
+        if (!halves) {
+          fail("{}: expected \"left right\", got \"{}\"", (where / "merges")[rank].str(), text);
+        }
+        from_json.merges.push_back(*halves);
+      } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
+                 merge[1].is_string()) {
+        from_json.merges.emplace_back(merge[0].get_ref<const std::string&>(),
+                                      merge[1].get_ref<const std::string&>());
+      } else {
+        fail("{}: expected \"left right\" or [\"left\", \"right\"]",
+             (where / "merges")[rank].str());
+      }
+    }
+    tables = &from_json;
   }
+
+  entries_.reserve(tables->vocab.size());
+  text_slots_.assign(slot_count(tables->vocab.size()), 0);
+  for (const auto& [text, id] : tables->vocab) add_token(text, id);
 
   std::string unk = pipeline::optional_string(model, "unk_token", "", where);
   if (!unk.empty()) {
-    auto it = vocab_.find(unk);
-    if (it == vocab_.end()) fail("{}: unk_token \"{}\" is not in the vocabulary", where.str(), unk);
-    unk_id_ = it->second;
+    const int32_t id = find_token(unk);
+    if (id < 0) fail("{}: unk_token \"{}\" is not in the vocabulary", where.str(), unk);
+    unk_id_ = id;
   }
 
-  const json& merges = pipeline::require(model, "merges", where);
-  if (!merges.is_array()) fail("{}: expected a list", (where / "merges").str());
-  merges_.reserve(merges.size());
-  const size_t prefix = continuing_subword_prefix_.size();
-  for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const json& merge = merges[rank];
-    std::string left, right;
-    // Two spellings exist: "a b" (older files) and ["a", "b"] (newer, allows spaces in tokens).
-    if (merge.is_string()) {
-      const auto& text = merge.get_ref<const std::string&>();
-      size_t space = text.find(' ');
-      if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos) {
-        fail("{}: expected \"left right\", got \"{}\"", (where / "merges")[rank].str(), text);
-      }
-      left = text.substr(0, space);
-      right = text.substr(space + 1);
-    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
-               merge[1].is_string()) {
-      left = merge[0].get<std::string>();
-      right = merge[1].get<std::string>();
-    } else {
-      fail("{}: expected \"left right\" or [\"left\", \"right\"]", (where / "merges")[rank].str());
-    }
-    std::string merged = left + (prefix && right.compare(0, prefix, continuing_subword_prefix_) == 0
-                                     ? right.substr(prefix)
-                                     : right);
-    auto lookup = [&](const std::string& token) {
-      auto it = vocab_.find(token);
-      if (it == vocab_.end()) {
+  merge_slots_.resize(slot_count(tables->merges.size()));
+  const size_t mask = merge_slots_.size() - 1;
+  const std::string_view prefix = continuing_subword_prefix_;
+  std::string merged;
+  for (size_t rank = 0; rank < tables->merges.size(); ++rank) {
+    const auto [left, right] = tables->merges[rank];
+    merged.assign(left);
+    merged += !prefix.empty() && right.starts_with(prefix) ? right.substr(prefix.size()) : right;
+    auto lookup = [&](std::string_view token) {
+      const int32_t id = find_token(token);
+      if (id < 0) {
         fail("{}: merge uses \"{}\", which is not in the vocabulary",
              (where / "merges")[rank].str(), token);
       }
-      return it->second;
+      return id;
     };
-    int32_t left_id = lookup(left);
-    int32_t right_id = lookup(right);
-    int32_t merged_id = lookup(merged);
-    merges_.try_emplace(pair_key(left_id, right_id), Merge{static_cast<int32_t>(rank), merged_id});
+    const uint64_t key = pair_key(lookup(left), lookup(right));
+    const int32_t merged_id = lookup(merged);
+    for (size_t i = pair_slot(key, merge_slots_.size());; i = (i + 1) & mask) {
+      if (merge_slots_[i].key == key) break;  // the same pair again: the first rank stands
+      if (merge_slots_[i].key == kNoPair) {
+        merge_slots_[i] = {key, Merge{static_cast<int32_t>(rank), merged_id}};
+        break;
+      }
+    }
   }
 }
 
+void BpeModel::add_token(std::string_view text, int32_t id) {
+  const size_t mask = text_slots_.size() - 1;
+  const size_t hash = StringHash{}(text);
+  size_t i = hash & mask;
+  for (; text_slots_[i] != 0; i = (i + 1) & mask) {
+    if (entries_[text_slots_[i] - 1].first == text) break;
+  }
+  text_slots_[i] = static_cast<uint32_t>(entries_.size() + 1);
+  entries_.emplace_back(text, id);
+  if (static_cast<size_t>(id) >= id_entry_.size())
+    id_entry_.resize(static_cast<size_t>(id) + 1, -1);
+  id_entry_[id] = static_cast<int32_t>(entries_.size() - 1);
+}
+
+int32_t BpeModel::find_token(std::string_view text) const {
+  const size_t mask = text_slots_.size() - 1;
+  const size_t hash = StringHash{}(text);
+  for (size_t i = hash & mask; text_slots_[i] != 0; i = (i + 1) & mask) {
+    const auto& [t, id] = entries_[text_slots_[i] - 1];
+    if (t == text) return id;
+  }
+  return -1;
+}
+
+const BpeModel::Merge* BpeModel::find_merge(int32_t left, int32_t right) const {
+  const uint64_t key = pair_key(left, right);
+  const size_t mask = merge_slots_.size() - 1;
+  for (size_t i = pair_slot(key, merge_slots_.size()); merge_slots_[i].key != kNoPair;
+       i = (i + 1) & mask) {
+    if (merge_slots_[i].key == key) return &merge_slots_[i].merge;
+  }
+  return nullptr;
+}
+
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
-  auto it = vocab_.find(token);
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
+  const int32_t id = find_token(token);
+  if (id < 0) return std::nullopt;
+  return id;
 }
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
-  if (id < 0 || static_cast<size_t>(id) >= id_to_token_.size() || !id_known_[id]) return nullptr;
-  return &id_to_token_[id];
+  if (id < 0 || static_cast<size_t>(id) >= id_entry_.size() || id_entry_[id] < 0) return nullptr;
+  return &entries_[id_entry_[id]].first;
 }
 
 void BpeModel::initial_symbols(std::string_view piece, std::vector<int32_t>& symbols) const {
@@ -125,8 +195,8 @@ void BpeModel::initial_symbols(std::string_view piece, std::vector<int32_t>& sym
       if (pos == piece.size()) buffer += end_of_word_suffix_;
       lookup = buffer;
     }
-    if (auto it = vocab_.find(lookup); it != vocab_.end()) {
-      symbols.push_back(it->second);
+    if (const int32_t id = find_token(lookup); id >= 0) {
+      symbols.push_back(id);
       previous_unknown = false;
       continue;
     }
@@ -134,9 +204,9 @@ void BpeModel::initial_symbols(std::string_view piece, std::vector<int32_t>& sym
       // Each byte as its <0xAB> token, when the vocabulary has all of them.
       std::vector<int32_t> bytes;
       for (unsigned char c : character) {
-        auto it = vocab_.find(fmt::format("<0x{:02X}>", c));
-        if (it == vocab_.end()) break;
-        bytes.push_back(it->second);
+        const int32_t id = find_token(fmt::format("<0x{:02X}>", c));
+        if (id < 0) break;
+        bytes.push_back(id);
       }
       if (bytes.size() == character.size()) {
         symbols.insert(symbols.end(), bytes.begin(), bytes.end());
@@ -175,8 +245,9 @@ void BpeModel::apply_merges(std::vector<int32_t>& symbols) const {
   auto consider = [&](int32_t left) {
     int32_t right = next[left];
     if (right < 0) return;
-    auto it = merges_.find(pair_key(symbols[left], symbols[right]));
-    if (it != merges_.end()) heap.push({it->second.rank, left, it->second.merged_id});
+    if (const Merge* m = find_merge(symbols[left], symbols[right])) {
+      heap.push({m->rank, left, m->merged_id});
+    }
   };
   for (size_t i = 0; i + 1 < n; ++i) consider(static_cast<int32_t>(i));
   while (!heap.empty()) {
@@ -187,8 +258,8 @@ void BpeModel::apply_merges(std::vector<int32_t>& symbols) const {
     int32_t right = next[left];
     if (right < 0) continue;
     // Stale entry: the pair at this position changed since it was queued.
-    auto it = merges_.find(pair_key(symbols[left], symbols[right]));
-    if (it == merges_.end() || it->second.merged_id != top.merged_id) continue;
+    const Merge* m = find_merge(symbols[left], symbols[right]);
+    if (!m || m->merged_id != top.merged_id) continue;
     symbols[left] = top.merged_id;
     alive[right] = false;
     next[left] = next[right];
@@ -206,8 +277,8 @@ void BpeModel::apply_merges(std::vector<int32_t>& symbols) const {
 void BpeModel::tokenize(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.empty()) return;
   if (ignore_merges_) {
-    if (auto it = vocab_.find(piece); it != vocab_.end()) {
-      out.push_back(it->second);
+    if (const int32_t id = find_token(piece); id >= 0) {
+      out.push_back(id);
       return;
     }
   }

@@ -22,9 +22,24 @@ struct StringHash {
 };
 using StringToId = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
+// A BPE model's vocabulary (each token's text and id) and its merges (the two halves, by rank),
+// as views of text that outlives the model's construction: a parsed tokenizer.json, or a GGUF
+// file's arrays (which then need no JSON document of their own).
+struct BpeTables {
+  std::vector<std::pair<std::string_view, int32_t>> vocab;
+  std::vector<std::pair<std::string_view, std::string_view>> merges;
+};
+
+// A merge as older tokenizer files spell it, "left right": its halves, or nothing when the text
+// is not two parts with one space between them.
+std::optional<std::pair<std::string_view, std::string_view>> split_merge(std::string_view text);
+
 class BpeModel {
  public:
-  BpeModel(const nlohmann::json& model, const pipeline::JsonPath& where);
+  // tokenizer.json's "model": its options, and its "vocab" and "merges" unless `tables` has
+  // them.
+  BpeModel(const nlohmann::json& model, const pipeline::JsonPath& where,
+           const BpeTables* tables = nullptr);
 
   // Appends the ids of one pre-tokenized piece to `out`.
   void tokenize(std::string_view piece, std::vector<int32_t>& out) const;
@@ -33,7 +48,7 @@ class BpeModel {
   // nullptr for ids the vocabulary does not have.
   const std::string* id_to_token(int32_t id) const;
   // One past the largest id in the vocabulary.
-  size_t vocab_size() const { return id_to_token_.size(); }
+  size_t vocab_size() const { return id_entry_.size(); }
 
  private:
   struct Merge {
@@ -44,13 +59,28 @@ class BpeModel {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
            static_cast<uint32_t>(right);
   }
+  void add_token(std::string_view text, int32_t id);
+  // The id of a token's text, or -1.
+  int32_t find_token(std::string_view text) const;
+  const Merge* find_merge(int32_t left, int32_t right) const;
   void initial_symbols(std::string_view piece, std::vector<int32_t>& symbols) const;
   void apply_merges(std::vector<int32_t>& symbols) const;
 
-  StringToId vocab_;
-  std::vector<std::string> id_to_token_;
-  std::vector<bool> id_known_;
-  std::unordered_map<uint64_t, Merge> merges_;
+  // The vocabulary, as flat tables rather than a node per token, so that a tokenizer of 150k
+  // tokens and 300k merges is built in tens of milliseconds: each token's text and id in the
+  // order given (a text given twice keeps its last id), the entry of each id (-1: none), and
+  // the entries by their texts' hashes (open addressing, entry + 1 in each slot, 0 empty).
+  std::vector<std::pair<std::string, int32_t>> entries_;
+  std::vector<int32_t> id_entry_;
+  std::vector<uint32_t> text_slots_;
+  // The merges by the key of their pair (open addressing, kNoPair empty); a pair given twice
+  // keeps its first (lowest) rank.
+  static constexpr uint64_t kNoPair = ~uint64_t{0};
+  struct MergeSlot {
+    uint64_t key = kNoPair;
+    Merge merge{};
+  };
+  std::vector<MergeSlot> merge_slots_;
   std::optional<int32_t> unk_id_;
   std::string continuing_subword_prefix_;
   std::string end_of_word_suffix_;

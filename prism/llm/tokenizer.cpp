@@ -185,12 +185,14 @@ Tokenizer Tokenizer::from_documents(const nlohmann::json& tokenizer, std::string
 
 Tokenizer Tokenizer::build(const json& root, std::string_view root_text,
                            std::string_view source_name, const json& config_document,
-                           std::string_view config_text, std::string_view config_source_name) {
+                           std::string_view config_text, std::string_view config_source_name,
+                           const BpeTables* tables) {
   auto impl = std::make_unique<Impl>();
   JsonPath top{std::string(source_name), "", root_text};
   if (!root.is_object()) fail("{}: expected a JSON object at the top", source_name);
 
-  impl->model = std::make_unique<BpeModel>(pipeline::require(root, "model", top), top / "model");
+  impl->model =
+      std::make_unique<BpeModel>(pipeline::require(root, "model", top), top / "model", tables);
   auto stage = [&](const char* key) -> const json& {
     static const json null;
     auto it = root.find(key);

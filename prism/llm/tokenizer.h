@@ -25,6 +25,8 @@ struct GgufHeader;
 
 namespace prism::llm {
 
+struct BpeTables;
+
 struct AddedToken {
   int32_t id = 0;
   std::string content;
@@ -103,9 +105,11 @@ class Tokenizer {
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   // from_json and from_documents: `*_text` is the document's text when there is one, so that
   // errors give a line and column.
+  // `tables`: the model's vocabulary and merges, when `root` does not hold them (from_gguf).
   static Tokenizer build(const nlohmann::json& root, std::string_view root_text,
                          std::string_view source_name, const nlohmann::json& config,
-                         std::string_view config_text, std::string_view config_source_name);
+                         std::string_view config_text, std::string_view config_source_name,
+                         const BpeTables* tables = nullptr);
   std::unique_ptr<Impl> impl_;
 };
 

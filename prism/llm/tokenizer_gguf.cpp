@@ -1,7 +1,8 @@
 // A tokenizer from a GGUF file's tokenizer section: llama.cpp's converter writes the Hugging Face
 // tokenizer out as arrays (tokens, their types, merges) and a few names (the model, the
 // pre-tokenizer); here they become the tokenizer.json and tokenizer_config.json documents they
-// came from, which Tokenizer::from_documents builds as it builds any other. What llama.cpp
+// came from, which Tokenizer::build builds as it builds any other, the BPE model's vocabulary
+// and merges given as views of the file's arrays (BpeTables) rather than as JSON. What llama.cpp
 // leaves implicit in a name (the pre-tokenizer's split pattern, whether merges are ignored for
 // whole words in the vocabulary) is written out per name, and a name not listed is refused.
 //
@@ -15,10 +16,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "prism/core/error.h"
 #include "prism/io/gguf.h"
+#include "prism/llm/bpe.h"
 #include "prism/llm/tokenizer.h"
 
 namespace prism::llm {
@@ -116,8 +119,9 @@ std::optional<std::string_view> Tokenizer::gguf_pre_tokenizer(const json& pre_to
 namespace {
 
 // What the tokenizer.json of a byte-level BPE model (tokenizer.ggml.model "gpt2") holds besides
-// its tokens: the normalizer, pre-tokenizer, decoder and model of the `tokenizer.ggml.pre` name.
-json byte_level_bpe(const io::GgufHeader& h, json vocab) {
+// its tokens: the normalizer, pre-tokenizer, decoder and model options of the
+// `tokenizer.ggml.pre` name; the merges into `tables`.
+json byte_level_bpe(const io::GgufHeader& h, BpeTables& tables) {
   const std::string_view pre_name =
       h.find("tokenizer.ggml.pre") ? h.get_string("tokenizer.ggml.pre") : "(none)";
   const PreTokenizer* pre = find_pre_tokenizer(pre_name);
@@ -130,8 +134,14 @@ json byte_level_bpe(const io::GgufHeader& h, json vocab) {
   const io::GgufValue& merges = h.get_array("tokenizer.ggml.merges");
   PRISM_CHECK(merges.element_type() == io::GgufValueType::STRING,
               "{}: tokenizer.ggml.merges must be an array of strings", h.uri);
-  json merge_list = json::array();
-  for (size_t i = 0; i < merges.size(); ++i) merge_list.push_back(merges.string_at(i));
+  tables.merges.reserve(merges.size());
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const std::string_view text = merges.string_at(i);
+    const auto halves = split_merge(text);
+    PRISM_CHECK(halves, "{}: tokenizer.ggml.merges[{}]: expected \"left right\", got \"{}\"", h.uri,
+                i, text);
+    tables.merges.push_back(*halves);
+  }
   return {{"normalizer", pre->normalizer},
           {"pre_tokenizer", pre->pre_tokenizer},
           {"decoder",
@@ -139,11 +149,7 @@ json byte_level_bpe(const io::GgufHeader& h, json vocab) {
             {"add_prefix_space", true},
             {"trim_offsets", true},
             {"use_regex", true}}},
-          {"model",
-           {{"type", "BPE"},
-            {"ignore_merges", pre->ignore_merges},
-            {"vocab", std::move(vocab)},
-            {"merges", std::move(merge_list)}}}};
+          {"model", {{"type", "BPE"}, {"ignore_merges", pre->ignore_merges}}}};
 }
 
 // The same for a SentencePiece BPE model (tokenizer.ggml.model "llama"), as Hugging Face's
@@ -151,7 +157,7 @@ json byte_level_bpe(const io::GgufHeader& h, json vocab) {
 // after each special token, as llama.cpp does) unless tokenizer.ggml.add_space_prefix is
 // false, unknown characters fall back to <0xAB> byte tokens, and decoding undoes it all.
 json sentencepiece_bpe(const io::GgufHeader& h, const io::GgufValue& tokens,
-                       const std::vector<int64_t>& types, json vocab) {
+                       const std::vector<int64_t>& types, BpeTables& tables) {
   const io::GgufValue& scores = h.get_array("tokenizer.ggml.scores");
   PRISM_CHECK(scores.element_type() == io::GgufValueType::FLOAT32 && scores.size() == tokens.size(),
               "{}: tokenizer.ggml.scores must list an f32 score for each of the {} tokens", h.uri,
@@ -164,6 +170,8 @@ json sentencepiece_bpe(const io::GgufHeader& h, const io::GgufValue& tokens,
     int64_t left, right;
     std::string_view a, b;
   };
+  std::unordered_map<std::string_view, int64_t> vocab;
+  for (const auto& [text, id] : tables.vocab) vocab[text] = id;
   std::vector<Merge> merges;
   bool bytes = false;
   for (size_t id = 0; id < tokens.size(); ++id) {
@@ -174,10 +182,9 @@ json sentencepiece_bpe(const io::GgufHeader& h, const io::GgufValue& tokens,
     for (size_t cut = 1; cut < t.size(); ++cut) {
       if ((static_cast<unsigned char>(t[cut]) & 0xc0) == 0x80) continue;  // inside a character
       const std::string_view a = t.substr(0, cut), b = t.substr(cut);
-      const auto l = vocab.find(std::string(a)), r = vocab.find(std::string(b));
+      const auto l = vocab.find(a), r = vocab.find(b);
       if (l == vocab.end() || r == vocab.end()) continue;
-      merges.push_back(
-          {static_cast<float>(scores.float_at(id)), l->get<int64_t>(), r->get<int64_t>(), a, b});
+      merges.push_back({static_cast<float>(scores.float_at(id)), l->second, r->second, a, b});
     }
     std::sort(merges.begin() + static_cast<std::ptrdiff_t>(first), merges.end(),
               [](const Merge& x, const Merge& y) {
@@ -186,8 +193,8 @@ json sentencepiece_bpe(const io::GgufHeader& h, const io::GgufValue& tokens,
   }
   std::stable_sort(merges.begin(), merges.end(),
                    [](const Merge& x, const Merge& y) { return x.score > y.score; });
-  json merge_list = json::array();
-  for (const Merge& m : merges) merge_list.push_back({m.a, m.b});
+  tables.merges.reserve(merges.size());
+  for (const Merge& m : merges) tables.merges.emplace_back(m.a, m.b);
 
   std::optional<int64_t> unk = optional_id(h, "tokenizer.ggml.unknown_token_id", tokens.size());
   for (size_t id = 0; !unk && id < tokens.size(); ++id) {
@@ -211,8 +218,6 @@ json sentencepiece_bpe(const io::GgufHeader& h, const io::GgufValue& tokens,
               {{"type", "Strip"}, {"content", " "}, {"start", prefix ? 1u : 0u}, {"stop", 0u}}}}}},
           {"model",
            {{"type", "BPE"},
-            {"vocab", std::move(vocab)},
-            {"merges", std::move(merge_list)},
             {"byte_fallback", bytes},
             {"fuse_unk", true},
             {"unk_token", unk ? json(std::string(tokens.string_at(*unk))) : json(nullptr)}}}};
@@ -247,10 +252,14 @@ Tokenizer Tokenizer::from_gguf(const io::GgufHeader& h) {
   // matches in the text too) are tokenizer.json's added tokens, matched in the text before it
   // is split. A byte-level BPE vocabulary holds the others; a SentencePiece one every token, as
   // Hugging Face's converter writes it.
-  json vocab = json::object();
+  PRISM_CHECK(tokens.size() <= static_cast<size_t>(pipeline::kMaxTokenId) + 1,
+              "{}: tokenizer.ggml.tokens has {} tokens, more than the {} a tokenizer may have",
+              h.uri, tokens.size(), pipeline::kMaxTokenId + 1);
+  BpeTables tables;
+  tables.vocab.reserve(tokens.size());
   json added = json::array();
   for (size_t id = 0; id < tokens.size(); ++id) {
-    const std::string text(tokens.string_at(id));
+    const std::string_view text = tokens.string_at(id);
     const int64_t type = types[id];
     const bool special = type == kControl || (spm && type == kUnknown);
     if (special || type == kUserDefined) {
@@ -263,7 +272,7 @@ Tokenizer Tokenizer::from_gguf(const io::GgufHeader& h) {
                        {"special", special}});
       if (!spm) continue;
     }
-    vocab[text] = id;
+    tables.vocab.emplace_back(text, static_cast<int32_t>(id));
   }
 
   const std::optional<int64_t> bos = optional_id(h, "tokenizer.ggml.bos_token_id", tokens.size());
@@ -290,8 +299,7 @@ Tokenizer Tokenizer::from_gguf(const io::GgufHeader& h) {
         {"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", special}};
   }
 
-  json document = spm ? sentencepiece_bpe(h, tokens, types, std::move(vocab))
-                      : byte_level_bpe(h, std::move(vocab));
+  json document = spm ? sentencepiece_bpe(h, tokens, types, tables) : byte_level_bpe(h, tables);
   document["added_tokens"] = std::move(added);
   document["post_processor"] = std::move(post_processor);
   // The names of special tokens a chat template reads, and the template itself.
@@ -302,7 +310,7 @@ Tokenizer Tokenizer::from_gguf(const io::GgufHeader& h) {
   if (bos) config["bos_token"] = std::string(tokens.string_at(*bos));
   if (eos) config["eos_token"] = std::string(tokens.string_at(*eos));
   if (pad) config["pad_token"] = std::string(tokens.string_at(*pad));
-  return from_documents(document, h.uri + " (tokenizer.ggml)", config, h.uri);
+  return build(document, {}, h.uri + " (tokenizer.ggml)", config, {}, h.uri, &tables);
 }
 
 }  // namespace prism::llm

@@ -458,6 +458,36 @@ TEST(GgufModelTokenizers, Qwen35PreTokenizerKeepsCombiningMarks) {
             (std::vector<int32_t>{127382, 125451, 220, 35884, 47171, 20184, 47171}));
 }
 
+// A byte-level vocabulary of a few tokens with the merges given: the tokenizer, or its error.
+std::string tokenizer_error(const std::vector<std::string>& merges) {
+  io::GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_string("tokenizer.ggml.model", "gpt2");
+  w.set_string("tokenizer.ggml.pre", "llama-bpe");
+  w.set_strings("tokenizer.ggml.tokens", std::vector<std::string>{"a", "b", "ab", "Ġ"});
+  w.set_strings("tokenizer.ggml.merges", merges);
+  test::TempDir dir;
+  w.write(dir.str("t.gguf"), [](size_t, const io::GgufWriter::Sink&) {});
+  const std::string error =
+      testing::error_of([&] { llm::Tokenizer::load(dir.str("t.gguf")).encode("ab a"); });
+  const std::string at = dir.str("t.gguf");
+  return error.starts_with(at) ? "FILE" + error.substr(at.size()) : error;
+}
+
+TEST(GgufModelTokenizers, BadMergesAreErrors) {
+  EXPECT_EQ(tokenizer_error({"a b", "a b"}), "no error");  // a pair again: its first rank
+  EXPECT_EQ(tokenizer_error({"ab"}),
+            "FILE: tokenizer.ggml.merges[0]: expected \"left right\", got \"ab\"");
+  EXPECT_EQ(tokenizer_error({"a b", "a  b"}),
+            "FILE: tokenizer.ggml.merges[1]: expected \"left right\", got \"a  b\"");
+  EXPECT_EQ(tokenizer_error({"a c"}),
+            "FILE (tokenizer.ggml): model.merges[0]: merge uses \"c\", which is not in the "
+            "vocabulary");
+  EXPECT_EQ(tokenizer_error({"b a"}),
+            "FILE (tokenizer.ggml): model.merges[0]: merge uses \"ba\", which is not in the "
+            "vocabulary");
+}
+
 TEST(GgufModelTokenizers, UnknownPreTokenizersNameTheKnownOnes) {
   EXPECT_EQ(testing::error_of([] { llm::Tokenizer::load(gguf("bad-pre.gguf")); }),
             gguf("bad-pre.gguf") +

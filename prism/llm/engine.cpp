@@ -24,13 +24,31 @@ nlohmann::json read_json(const std::string& uri) {
   }
 }
 
-// Window sizes compiled for prefill; a window is padded up to the next one that fits.
+// Window sizes compiled for prefill; a window is padded up to the next one that fits. Padding
+// costs as much as real tokens where a window's rows are bound by arithmetic (a prompt of 24
+// tokens ran as 64 rows: 670 ms, the 1B shape's Q4_0 file on two Zen 2 cores), so platforms
+// that compile in milliseconds (the CPU: 7 ms for 32 layers) get every power of two; the
+// others, whose compilers take seconds, a few sizes.
 constexpr int64_t kWindows[] = {1, 16, 64, 256, 512, 1024};
+constexpr int64_t kFineWindows[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
 // Window sizes for steps that return every token's logits (speculative decoding's checks of a
 // few guessed tokens): every size up to 16, as padding costs as much as real tokens and each
 // size compiles in about 0.1 s (the 1B shape on a Zen 4 core pair), then a few larger ones.
 constexpr int64_t kCheckWindows[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
                                      11, 12, 13, 14, 15, 16, 24, 32, 48, 64};
+
+// The first of `windows` (ascending) that holds `remaining` tokens and fits in `room`, at most
+// the largest; `remaining` itself where none does.
+int64_t padded_window(std::span<const int64_t> windows, int64_t remaining, int64_t room) {
+  int64_t window = remaining;
+  for (int64_t w : windows) {
+    if (w >= remaining && w <= room) {
+      window = w;
+      break;
+    }
+  }
+  return std::min(window, windows.back());
+}
 
 // The engines whose meshes span processes, by the order this process made them in: rank 0's
 // calls name them so (follow_leader).
@@ -505,6 +523,15 @@ void Engine::reset(int slot_index) {
   }
 }
 
+int64_t prefill_window(int64_t remaining, int64_t room, bool compiles_quickly) {
+  if (!compiles_quickly) return padded_window(kWindows, remaining, room);
+  int64_t window = padded_window(kFineWindows, remaining, room);
+  if (4 * remaining < 3 * window) {
+    for (int64_t w : kFineWindows) window = w <= remaining ? w : window;
+  }
+  return window;
+}
+
 ShardedExecutable& Engine::executable(int64_t window, models::Logits which) {
   auto it = executables_.find({window, which});
   if (it != executables_.end()) return it->second;
@@ -570,19 +597,11 @@ std::vector<float> Engine::run(int slot_index, std::span<const int32_t> given, m
     slot.since = tokens;
   }
   int64_t& position = slot.position;
-  const std::span<const int64_t> windows =
-      every ? std::span<const int64_t>(kCheckWindows) : std::span<const int64_t>(kWindows);
   std::vector<float> logits;
   for (int64_t done = 0; done < n;) {
-    int64_t remaining = n - done, room = options_.seqlen - position;
-    int64_t window = remaining;  // exact, unless a compiled size fits
-    for (int64_t w : windows) {
-      if (w >= remaining && w <= room) {
-        window = w;
-        break;
-      }
-    }
-    window = std::min(window, windows.back());
+    const int64_t remaining = n - done, room = options_.seqlen - position;
+    const int64_t window = every ? padded_window(kCheckWindows, remaining, room)
+                                 : prefill_window(remaining, room, platform_.compiles_quickly());
     int64_t chunk = std::min(remaining, window);
     HostBuffer ids(Shape(DType::i32, {{"s", window}}));
     std::copy(tokens.begin() + done, tokens.begin() + done + chunk, ids.as<int32_t>().begin());

@@ -75,6 +75,14 @@ std::optional<quant::GgmlType> quantize_type(std::string_view name, std::string_
 // anything else throws a prism::Error that starts with `command`.
 std::optional<bool> keep_quantized(std::string_view name, std::string_view command);
 
+// The window the next step of a prompt runs in, with `remaining` of its tokens left to feed and
+// `room` positions left in the cache (remaining <= room): its first min(remaining, window)
+// tokens, padded up to the window. Where the platform compiles quickly, from every power of two
+// up to 1024, a window the rest fills less than three quarters of giving way to the largest
+// one it fills (40 tokens as 32 + 8 rows, not 64); elsewhere from 1, 16, 64, 256, 512 and
+// 1024, padded. A rest no compiled window fits gets a window of its own size.
+int64_t prefill_window(int64_t remaining, int64_t room, bool compiles_quickly);
+
 // The model's step over a window of `window` tokens for conversations of up to `seqlen`
 // positions, compiled with the states donated. Inputs: tokens {s} (i32), start and last (i32
 // scalars), then the states; outputs: the logits at `last`, then the updated states.

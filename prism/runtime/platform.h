@@ -129,6 +129,10 @@ class Platform {
                                            std::shared_ptr<const void> owner) {
     return std::nullopt;
   }
+  // Whether compiling a program takes milliseconds (the CPU's own backend) rather than the
+  // seconds a GPU compiler or XLA may take: callers then compile a program for each of many
+  // input sizes rather than pad inputs up to a few (the LLM engine's prefill windows).
+  virtual bool compiles_quickly() const { return false; }
 
   // How many devices this platform offers a mesh (`prism info` shows it).
   virtual int64_t mesh_capacity() const { return 1; }

@@ -33,6 +33,35 @@ std::vector<int32_t> continue_greedy(llm::Engine& e, int slot, std::vector<float
   return ids;
 }
 
+// The windows a prompt's tokens run in: on the CPU (quick compiles) padded by at most a quarter
+// or cut into powers of two; elsewhere padded up to the few compiled sizes.
+TEST(PrefillWindows, PadLittleWhereCompilingIsQuick) {
+  auto plan = [](int64_t n, int64_t room, bool quick) {
+    std::vector<int64_t> windows;
+    for (int64_t done = 0; done < n;) {
+      const int64_t w = llm::prefill_window(n - done, room - done, quick);
+      EXPECT_LE(w, room - done);
+      windows.push_back(w);
+      done += std::min(w, n - done);
+    }
+    return windows;
+  };
+  using W = std::vector<int64_t>;
+  EXPECT_EQ(plan(1, 4096, true), W{1});
+  EXPECT_EQ(plan(8, 4096, true), W{8});
+  EXPECT_EQ(plan(9, 4096, true), (W{8, 1}));
+  EXPECT_EQ(plan(24, 4096, true), W{32});
+  EXPECT_EQ(plan(40, 4096, true), (W{32, 8}));
+  EXPECT_EQ(plan(48, 4096, true), W{64});
+  EXPECT_EQ(plan(300, 4096, true), (W{256, 32, 16}));
+  EXPECT_EQ(plan(2100, 4096, true), (W{1024, 1024, 64}));
+  EXPECT_EQ(plan(24, 30, true), W{24});  // 32 would not fit: a window of its own size
+  EXPECT_EQ(plan(8, 4096, false), W{16});
+  EXPECT_EQ(plan(40, 4096, false), W{64});
+  EXPECT_EQ(plan(300, 4096, false), W{512});
+  EXPECT_EQ(plan(24, 30, false), W{24});  // no compiled size fits: its own
+}
+
 TEST(EngineSlots, InterleavedConversationsMatchEachAlone) {
   for (const char* dir : {"llama/tiny-f32", "qwen3_5/tiny-bf16-untied", "lfm2/tiny-bf16-untied"}) {
     SCOPED_TRACE(dir);

@@ -41,6 +41,7 @@ class CpuPlatform : public Platform {
   // through `comm`.
   CpuPlatform(std::vector<int> cpus, int node, std::shared_ptr<Communicator> comm, int64_t device);
   std::string_view name() const override { return "cpu"; }
+  bool compiles_quickly() const override { return true; }
   std::vector<DeviceInfo> devices() const override;
   Buffer allocate(const Shape& shape) override;
   Buffer upload(const HostBuffer& host) override;

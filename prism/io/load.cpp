@@ -35,6 +35,12 @@ std::optional<quant::GgmlType> kept_blocks(const StoredTensor& t, DType want) {
   return t.round_trip ? t.round_trip : t.blocks;
 }
 
+// Whether a parameter of dtype `want` takes `t`'s bytes as they are stored: blocks kept as the
+// file has them (the others are decoded row by row as they load).
+bool verbatim(const StoredTensor& t, DType want) {
+  return kept_blocks(t, want) && t.blocks_as_stored();
+}
+
 // Bytes of one row of `t` loaded for a parameter of dtype `want`.
 uint64_t loaded_row_bytes(const StoredTensor& t, DType want) {
   if (std::optional<quant::GgmlType> kept = kept_blocks(t, want)) {
@@ -278,6 +284,8 @@ Weights load_whole(const Store& store, std::span<const Executable::Parameter> pa
     const Executable::Parameter* param;
     StoredTensor stored;
     DType file_dtype;
+    // Blocks kept as the file stores them: copied as bytes, like a tensor in the model's dtype.
+    bool verbatim = false;
     // A local file's bytes of the tensor, mapped: chunks are copied from them, not read into a
     // staging chunk first.
     std::span<const std::byte> mapped;
@@ -295,7 +303,9 @@ Weights load_whole(const Store& store, std::span<const Executable::Parameter> pa
   // aligned. With zero_copy off, copying more of them than the memory available holds would
   // get the process killed halfway through the load: past the limit they are used in place.
   auto mappable = [&](const Executable::Parameter& p, std::span<const std::byte> mapped) {
-    std::optional<DType> file_dtype = to_core_dtype(store.rows(p.name).info.dtype);
+    const StoredTensor st = store.rows(p.name);
+    if (st.blocks) return !mapped.empty() && verbatim(st, p.shape.dtype());
+    std::optional<DType> file_dtype = to_core_dtype(st.info.dtype);
     return !mapped.empty() && file_dtype == p.shape.dtype() &&
            reinterpret_cast<uintptr_t>(mapped.data()) % size_of(p.shape.dtype()) == 0;
   };
@@ -328,7 +338,8 @@ Weights load_whole(const Store& store, std::span<const Executable::Parameter> pa
     t.param = &p;
     t.stored = st;
     t.file_dtype = *file_dtype;
-    if (!st.decoded()) t.mapped = store.mapped_bytes(p.name);
+    t.verbatim = verbatim(st, p.shape.dtype());
+    if (!st.decoded() || t.verbatim) t.mapped = store.mapped_bytes(p.name);
     if (in_place) {
       t.buffer = platform.allocate_for_write(p.shape);
     } else {
@@ -342,7 +353,7 @@ Weights load_whole(const Store& store, std::span<const Executable::Parameter> pa
   uint64_t to_read = 0;
   for (size_t t = 0; t < targets.size(); ++t) {
     const StoredTensor& st = targets[t].stored;
-    if (st.decoded()) {
+    if (st.decoded() && !targets[t].verbatim) {
       const uint64_t row = std::max<uint64_t>(1, st.row_elements() * sizeof(float));
       const int64_t step = std::max<int64_t>(1, options.chunk_size / row);
       for (int64_t r = 0; r < st.rows(); r += step) {
@@ -353,7 +364,7 @@ Weights load_whole(const Store& store, std::span<const Executable::Parameter> pa
       to_read += st.rows() * st.stored_row_bytes();
       continue;
     }
-    uint64_t elem = size_of(targets[t].file_dtype);
+    uint64_t elem = targets[t].verbatim ? 1 : size_of(targets[t].file_dtype);
     uint64_t step = std::max<uint64_t>(elem, options.chunk_size / elem * elem);
     uint64_t bytes = targets[t].stored.bytes;
     for (uint64_t off = 0; off < bytes; off += step) {
@@ -374,7 +385,7 @@ Weights load_whole(const Store& store, std::span<const Executable::Parameter> pa
     std::span<const std::byte> bytes;
     size_t offset = 0;
     uint64_t read = 0;
-    if (t.stored.decoded()) {
+    if (t.stored.decoded() && !t.verbatim) {
       const size_t out_row = loaded_row_bytes(t.stored, want);
       converted.resize(c.size * out_row);
       read_decoded_rows(t.stored, c.first, c.size, want, converted);
@@ -389,13 +400,17 @@ Weights load_whole(const Store& store, std::span<const Executable::Parameter> pa
         t.stored.file->read_at(t.stored.offset + c.first, staging);
         bytes = staging;
       }
-      if (t.file_dtype != want) {
-        int64_t n = static_cast<int64_t>(c.size / size_of(t.file_dtype));
-        converted.resize(n * size_of(want));
-        convert_elements(t.file_dtype, bytes.data(), want, converted.data(), n);
-        bytes = converted;
+      if (t.verbatim) {
+        offset = c.first;
+      } else {
+        if (t.file_dtype != want) {
+          int64_t n = static_cast<int64_t>(c.size / size_of(t.file_dtype));
+          converted.resize(n * size_of(want));
+          convert_elements(t.file_dtype, bytes.data(), want, converted.data(), n);
+          bytes = converted;
+        }
+        offset = c.first / size_of(t.file_dtype) * size_of(want);
       }
-      offset = c.first / size_of(t.file_dtype) * size_of(want);
       read = c.size;
     }
     if (in_place) {
@@ -475,6 +490,8 @@ std::vector<Weights> load_sharded(const Store& store,
     const ShardedExecutable::Parameter* param;
     StoredTensor stored;
     DType file_dtype;
+    // Blocks kept as the file stores them: copied as bytes, like a tensor in the model's dtype.
+    bool verbatim = false;
     std::vector<ShardBox> boxes;
     std::vector<Buffer> buffers;
     std::vector<std::optional<HostBuffer>> staged;  // where buffers cannot be written in place

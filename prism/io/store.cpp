@@ -358,7 +358,7 @@ void Store::read_tensors(std::span<const TensorRead> reads, const ReadOptions& o
 std::span<const std::byte> Store::mapped_bytes(std::string_view name) const {
   const StoredTensor t = rows(name);
   auto mapped = t.file->mapped();
-  if (mapped.empty() || t.decoded()) return {};
+  if (mapped.empty() || (t.decoded() && !t.blocks_as_stored())) return {};
   return mapped.subspan(t.offset, t.bytes);
 }
 

@@ -60,6 +60,11 @@ struct StoredTensor {
   // Whether its values, or their order within a row, differ from the model's: its blocks
   // cannot then be kept as they are (CausalLM::set_quantized_weights).
   bool rearranged() const { return !column_order.empty() || stored_as != Stored::as_is; }
+  // Whether it is blocks that a model keeping them (a parameter of bytes) reads exactly as
+  // stored: no rows, columns or values moved or changed, nothing quantized on the way.
+  bool blocks_as_stored() const {
+    return blocks && !round_trip && row_order.empty() && !rearranged();
+  }
   // "Q8_0" for blocks, else the dtype's name ("BF16").
   std::string type_name() const;
   int64_t rows() const;               // along the first dim, 1 for fewer than two dims
@@ -121,7 +126,8 @@ class Store {
   // Reads many tensors with one bound on reads in flight across all of them.
   void read_tensors(std::span<const TensorRead> reads, const ReadOptions& options = {}) const;
   // The tensor's (or block of rows') bytes in place when its file is mapped (local files) and
-  // it needs no decoding; empty otherwise.
+  // it needs no decoding, or is blocks as stored (for a parameter that keeps them); empty
+  // otherwise.
   std::span<const std::byte> mapped_bytes(std::string_view name) const;
 
   // The shared, immutable tables behind a store and all of its views (defined in store.cpp).

@@ -71,6 +71,45 @@ std::vector<int32_t> prompt_of(const Pair& p) {
 // ---------------------------------------------------------------------------------------------
 // The loader's decoding.
 
+// Blocks a parameter keeps as the file stores them are its bytes: used in place from the
+// mapped file where the load allows it (the fast start), else copied as bytes in one pass; the
+// same tensor as f32, or its blocks with rows in another order, is decoded and never mapped.
+TEST(GgufStore, BlocksKeptAsStoredAreMappedOrCopiedAsBytes) {
+  const std::string fixture = data("gguf/quant_types.gguf");
+  const io::Store store = io::Store::open(fixture);
+  const io::StoredTensor t = store.at("q4_0");  // Q4_0 [10, 64]
+  std::vector<std::byte> stored(t.bytes);
+  t.file->read_at(t.offset, stored);
+  ASSERT_EQ(store.mapped_bytes("q4_0").size(), t.bytes);
+  const Shape blocks(DType::u8, {{"r", 10}, {"c", 64 / 32 * 18}});
+  for (bool zero_copy : {true, false}) {
+    SCOPED_TRACE(zero_copy);
+    io::LoadStats stats;
+    const io::Weights w =
+        io::load(store, {{{"q4_0", blocks}}}, get_platform("cpu"),
+                 {.chunk_size = 64, .report = false, .zero_copy = zero_copy}, &stats);
+    EXPECT_EQ(stats.zero_copy, zero_copy ? 1u : 0u);
+    const HostBuffer got = w.at("q4_0").to_host();
+    EXPECT_TRUE(std::equal(stored.begin(), stored.end(), got.data()));
+  }
+  io::LoadStats stats;
+  io::load(store, {{{"q4_0", store.shape("q4_0")}}}, get_platform("cpu"),
+           {.report = false, .zero_copy = true}, &stats);
+  EXPECT_EQ(stats.zero_copy, 0u);
+  io::StoredTensor reordered = t;
+  for (int64_t r = 9; r >= 0; --r) reordered.row_order.push_back(r);
+  const io::Store other = io::Store::from_tensors("reordered", {{"w", reordered}});
+  EXPECT_TRUE(other.mapped_bytes("w").empty());
+  const io::Weights w = io::load(other, {{{"w", blocks}}}, get_platform("cpu"),
+                                 {.report = false, .zero_copy = true}, &stats);
+  EXPECT_EQ(stats.zero_copy, 0u);
+  const HostBuffer got = w.at("w").to_host();
+  for (int64_t r = 0; r < 10; ++r) {
+    EXPECT_TRUE(std::equal(stored.begin() + (9 - r) * 36, stored.begin() + (10 - r) * 36,
+                           got.data() + r * 36));
+  }
+}
+
 // A column order picks each row's stored elements, and a value stored as w + 1 loads as w: of
 // a Q4_0 tensor, its dequantized values (the .ref beside it) with each row reversed, minus one.
 // Its blocks then hold other columns than the model's, which a model cannot keep as they are.

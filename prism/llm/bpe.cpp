@@ -29,6 +29,190 @@ size_t pair_slot(uint64_t key, size_t slots) {
 
 }  // namespace
 
+namespace {
+
+// nlohmann's SAX events of a tokenizer.json: all but those of the model's "vocab" and "merges"
+// go to a DOM builder; those two fill the tables. Returning false stops the parse (the caller
+// then parses the text whole).
+class TablesSax {
+ public:
+  using json = nlohmann::json;
+  explicit TablesSax(TokenizerJson& out) : out_(out), dom_(out.root, false) {}
+
+  bool null() { return flush() && dom_.null(); }
+  bool boolean(bool v) { return flush() && dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return flush() && dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) {
+    if (mode_ == Mode::vocab) {
+      if (!have_token_ || v > static_cast<uint64_t>(pipeline::kMaxTokenId)) return false;
+      out_.vocab.emplace_back(token_, static_cast<int32_t>(v));
+      have_token_ = false;
+      return true;
+    }
+    return flush() && dom_.number_unsigned(v);
+  }
+  bool number_float(json::number_float_t v, const json::string_t& text) {
+    return flush() && dom_.number_float(v, text);
+  }
+  bool string(json::string_t& v) {
+    if (mode_ == Mode::merges) {
+      const auto halves = split_merge(v);
+      if (!halves) return false;
+      out_.merges.emplace_back(add(halves->first), add(halves->second));
+      return true;
+    }
+    if (mode_ == Mode::pair) {
+      if (halves_ == 2) return false;
+      pair_[halves_++] = add(v);
+      return true;
+    }
+    return flush() && dom_.string(v);
+  }
+  bool binary(json::binary_t& v) { return flush() && dom_.binary(v); }
+  bool key(json::string_t& k) {
+    if (mode_ == Mode::vocab) {
+      if (have_token_) return false;
+      token_ = add(k);
+      have_token_ = true;
+      return true;
+    }
+    if (!flush()) return false;
+    if (depth_ == 1) {
+      model_key_ = k == "model";
+      if (model_key_ && ++models_ > 1) return false;  // given twice: the DOM keeps the last
+    }
+    if (depth_ == 2 && in_model_ && (k == "vocab" || k == "merges")) {
+      bool& seen = k == "vocab" ? seen_vocab_ : seen_merges_;
+      if (seen) return false;
+      seen = true;
+      held_ = k;  // a table, unless its value says otherwise
+      return true;
+    }
+    return dom_.key(k);
+  }
+  bool start_object(std::size_t n) {
+    if (held_ == "vocab") {
+      held_.clear();
+      mode_ = Mode::vocab;
+      return true;
+    }
+    if (!flush()) return false;
+    if (depth_ == 1 && model_key_) in_model_ = true;
+    ++depth_;
+    return dom_.start_object(n);
+  }
+  bool end_object() {
+    if (mode_ == Mode::vocab) {
+      if (have_token_) return false;
+      mode_ = Mode::plain;
+      vocab_done_ = true;
+      return true;
+    }
+    if (mode_ != Mode::plain) return false;
+    if (--depth_ == 1) in_model_ = false;
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) {
+    if (held_ == "merges") {
+      held_.clear();
+      mode_ = Mode::merges;
+      return true;
+    }
+    if (mode_ == Mode::merges) {
+      mode_ = Mode::pair;
+      halves_ = 0;
+      return true;
+    }
+    if (!flush()) return false;
+    ++depth_;
+    return dom_.start_array(n);
+  }
+  bool end_array() {
+    if (mode_ == Mode::pair) {
+      if (halves_ != 2) return false;
+      out_.merges.emplace_back(pair_[0], pair_[1]);
+      mode_ = Mode::merges;
+      return true;
+    }
+    if (mode_ == Mode::merges) {
+      mode_ = Mode::plain;
+      merges_done_ = true;
+      return true;
+    }
+    if (mode_ != Mode::plain) return false;
+    --depth_;
+    return dom_.end_array();
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
+    return false;
+  }
+
+  // Both tables read, and the rest of the document whole.
+  bool complete() const { return vocab_done_ && merges_done_ && depth_ == 0; }
+
+ private:
+  enum class Mode { plain, vocab, merges, pair };
+  using Span = std::pair<uint32_t, uint32_t>;
+
+  Span add(std::string_view text) {
+    const Span span{static_cast<uint32_t>(out_.texts.size()), static_cast<uint32_t>(text.size())};
+    out_.texts += text;
+    return span;
+  }
+  // Outside the tables: a held "vocab" or "merges" key goes to the DOM before the value that
+  // showed it is not a table. Inside them: false, as nothing else belongs there.
+  bool flush() {
+    if (mode_ != Mode::plain) return false;
+    if (held_.empty()) return true;
+    json::string_t key = std::move(held_);
+    held_.clear();
+    return dom_.key(key);
+  }
+
+  TokenizerJson& out_;
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  Mode mode_ = Mode::plain;
+  int depth_ = 0;  // containers open in the DOM
+  int models_ = 0;
+  bool model_key_ = false, in_model_ = false;
+  bool seen_vocab_ = false, seen_merges_ = false, vocab_done_ = false, merges_done_ = false;
+  json::string_t held_;
+  Span token_{};
+  bool have_token_ = false;
+  Span pair_[2]{};
+  int halves_ = 0;
+};
+
+}  // namespace
+
+std::optional<TokenizerJson> parse_tokenizer_json(std::string_view text) {
+  // Past 4 GiB the tables' offsets would not fit: the whole document then.
+  if (text.size() >= (uint64_t{1} << 32)) return std::nullopt;
+  TokenizerJson out;
+  out.texts.reserve(text.size() / 2);
+  TablesSax sax(out);
+  try {
+    if (!nlohmann::json::sax_parse(text.begin(), text.end(), &sax) || !sax.complete()) {
+      return std::nullopt;
+    }
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+  return out;
+}
+
+BpeTables TokenizerJson::tables() const {
+  auto view = [&](std::pair<uint32_t, uint32_t> at) {
+    return std::string_view(texts).substr(at.first, at.second);
+  };
+  BpeTables t;
+  t.vocab.reserve(vocab.size());
+  for (const auto& [at, id] : vocab) t.vocab.emplace_back(view(at), id);
+  t.merges.reserve(merges.size());
+  for (const auto& [a, b] : merges) t.merges.emplace_back(view(a), view(b));
+  return t;
+}
+
 std::optional<std::pair<std::string_view, std::string_view>> split_merge(std::string_view text) {
   const size_t space = text.find(' ');
   if (space == std::string_view::npos || text.find(' ', space + 1) != std::string_view::npos) {

@@ -34,6 +34,23 @@ struct BpeTables {
 // is not two parts with one space between them.
 std::optional<std::pair<std::string_view, std::string_view>> split_merge(std::string_view text);
 
+// A tokenizer.json document parsed with its BPE model's "vocab" and "merges" read into tables
+// as they stream past, rather than into a JSON object of 100k+ keys and an array of as many
+// strings: `root` holds the rest of the document (its "model" without those two fields).
+struct TokenizerJson {
+  nlohmann::json root;
+  // The tables' texts back to back, and where each lies in them.
+  std::string texts;
+  std::vector<std::pair<std::pair<uint32_t, uint32_t>, int32_t>> vocab;
+  std::vector<std::pair<std::pair<uint32_t, uint32_t>, std::pair<uint32_t, uint32_t>>> merges;
+  // Views into `texts`: valid while this lives, unmoved.
+  BpeTables tables() const;
+};
+// nullopt where the text is not a document read this way (malformed JSON; a model without an
+// object of token ids and a list of merges as strings or pairs of strings; a field given
+// twice): the caller parses it whole then, for the errors that name what is wrong and where.
+std::optional<TokenizerJson> parse_tokenizer_json(std::string_view text);
+
 class BpeModel {
  public:
   // tokenizer.json's "model": its options, and its "vocab" and "merges" unless `tables` has

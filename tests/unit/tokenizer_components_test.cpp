@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "prism/core/error.h"
+#include "prism/llm/bpe.h"
 #include "prism/llm/tokenizer.h"
 #include "prism/llm/tokenizer_pipeline.h"
 
@@ -103,6 +104,52 @@ TEST(TokenizerComponents, BpeOptions) {
           "ab</w>": 4}, "merges": ["a b</w>"]}})",
       "suffix.json");
   EXPECT_EQ(suffixed.encode("ab a ba"), (std::vector<int32_t>{4, 2, 1, 2}));
+}
+
+// tokenizer.json's vocabulary and merges are read into tables as the text streams past; a
+// document that is not read that way is parsed whole instead, and either way the tokenizer is
+// the same.
+TEST(TokenizerComponents, BpeTablesReadAsTheyStreamPast) {
+  const std::string doc = small_bpe(R"(, "continuing_subword_prefix": "##")");
+  const std::optional<TokenizerJson> parsed = parse_tokenizer_json(doc);
+  ASSERT_TRUE(parsed);
+  const BpeTables tables = parsed->tables();
+  ASSERT_EQ(tables.vocab.size(), 14u);
+  EXPECT_EQ(tables.vocab[8], (std::pair<std::string_view, int32_t>{"abc", 8}));
+  ASSERT_EQ(tables.merges.size(), 4u);
+  EXPECT_EQ(tables.merges[1], (std::pair<std::string_view, std::string_view>{"ab", "##c"}));
+  EXPECT_EQ(tables.merges[3], (std::pair<std::string_view, std::string_view>{"a", "b</w>"}));
+  EXPECT_FALSE(parsed->root["model"].contains("vocab"));
+  EXPECT_EQ(parsed->root["model"]["continuing_subword_prefix"], "##");
+  EXPECT_EQ(parsed->root["pre_tokenizer"]["type"], "WhitespaceSplit");
+  // Merges spelled "a b", and a "vocab" elsewhere than the model's left in the document.
+  const std::optional<TokenizerJson> spelled = parse_tokenizer_json(
+      R"({"decoder": {"vocab": {"q": 1}}, "model": {"vocab": {"a": 0, "b": 1, "ab": 2},
+          "merges": ["a b"], "type": "BPE"}})");
+  ASSERT_TRUE(spelled);
+  EXPECT_EQ(spelled->tables().merges.at(0),
+            (std::pair<std::string_view, std::string_view>{"a", "b"}));
+  EXPECT_EQ(spelled->root["decoder"]["vocab"]["q"], 1);
+  const char* whole[] = {
+      R"({"model": {"vocab": {"a": 0}, "vocab": {"a": 0}, "merges": []}})",  // given twice
+      R"({"model": {"vocab": {"a": 0}, "merges": []}, "model": {}})",
+      R"({"model": {"vocab": ["a"], "merges": []}})",
+      R"({"model": {"vocab": {"a": -1}, "merges": []}})",
+      R"({"model": {"vocab": {"a": 1.5}, "merges": []}})",
+      R"({"model": {"vocab": {"a": 16777216}, "merges": []}})",
+      R"({"model": {"vocab": {"a": 0}, "merges": [1]}})",
+      R"({"model": {"vocab": {"a": 0}, "merges": ["a"]}})",
+      R"({"model": {"vocab": {"a": 0}, "merges": [["a", "b", "c"]]}})",
+      R"({"model": {"vocab": {"a": 0}}})",               // no merges
+      R"({"model": {"vocab": {"a": 0}, "merges": []})",  // malformed
+  };
+  for (const char* text : whole) EXPECT_FALSE(parse_tokenizer_json(text)) << text;
+  // The same tokenizer from the tables and from the whole document.
+  const Tokenizer fast = Tokenizer::from_json(doc, "doc.json");
+  const Tokenizer slow = Tokenizer::from_documents(json::parse(doc), "doc.json");
+  for (const char* text : {"abc ca cab", "ab abab cc", "xyz"}) {
+    EXPECT_EQ(fast.encode(text), slow.encode(text)) << text;
+  }
 }
 
 TEST(TokenizerComponents, AddedTokenFlags) {

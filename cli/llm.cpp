@@ -231,7 +231,15 @@ int run(const Options& o) {
   options.quantize = prism::llm::quantize_type(o.quantize, "llm");
   options.keep_quantized = prism::llm::keep_quantized(o.keep_quantized, "llm");
   options.draft_head = prism::llm::uses_draft_head(o.speculate);
-  prism::llm::Engine engine(o.model, platform, options);
+  std::optional<prism::llm::Engine> made;
+  try {
+    made.emplace(o.model, platform, options);
+  } catch (...) {
+    // The tokenizer's error first, as when it was built before the engine.
+    if (tokenizer_job.valid()) tokenizer_job.get();
+    throw;
+  }
+  prism::llm::Engine& engine = *made;
   if (tokenizer_job.valid()) tokenizer = tokenizer_job.get();
   const prism::llm::Speculation speculation =
       prism::llm::make_speculation(o.speculate, o.draft_model, platform, options, "llm", &engine);

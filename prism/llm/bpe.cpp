@@ -27,10 +27,6 @@ size_t pair_slot(uint64_t key, size_t slots) {
   return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - std::countr_zero(slots)));
 }
 
-}  // namespace
-
-namespace {
-
 // nlohmann's SAX events of a tokenizer.json: all but those of the model's "vocab" and "merges"
 // go to a DOM builder; those two fill the tables. Returning false stops the parse (the caller
 // then parses the text whole).
@@ -244,13 +240,7 @@ BpeModel::BpeModel(const json& model, const JsonPath& where, const BpeTables* ta
     if (!vocab.is_object()) fail("{}: expected an object of token: id", (where / "vocab").str());
     from_json.vocab.reserve(vocab.size());
     for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-      // The path named only for an id that is not one (a path per token costs a tenth of the
-      // build).
-      const bool plain = it->is_number_unsigned() &&
-                         it->get<uint64_t>() <= static_cast<uint64_t>(pipeline::kMaxTokenId);
-      from_json.vocab.emplace_back(it.key(),
-                                   plain ? static_cast<int32_t>(it->get<uint64_t>())
-                                         : pipeline::token_id(*it, where / "vocab" / it.key()));
+      from_json.vocab.emplace_back(it.key(), pipeline::token_id(*it, where / "vocab" / it.key()));
     }
     const json& merges = pipeline::require(model, "merges", where);
     if (!merges.is_array()) fail("{}: expected a list", (where / "merges").str());
@@ -289,7 +279,6 @@ BpeModel::BpeModel(const json& model, const JsonPath& where, const BpeTables* ta
   }
 
   merge_slots_.resize(slot_count(tables->merges.size()));
-  const size_t mask = merge_slots_.size() - 1;
   const std::string_view prefix = continuing_subword_prefix_;
   std::string merged;
   for (size_t rank = 0; rank < tables->merges.size(); ++rank) {
@@ -306,24 +295,29 @@ BpeModel::BpeModel(const json& model, const JsonPath& where, const BpeTables* ta
     };
     const uint64_t key = pair_key(lookup(left), lookup(right));
     const int32_t merged_id = lookup(merged);
-    for (size_t i = pair_slot(key, merge_slots_.size());; i = (i + 1) & mask) {
-      if (merge_slots_[i].key == key) break;  // the same pair again: the first rank stands
-      if (merge_slots_[i].key == kNoPair) {
-        merge_slots_[i] = {key, Merge{static_cast<int32_t>(rank), merged_id}};
-        break;
-      }
-    }
+    MergeSlot& slot = merge_slots_[merge_slot(key)];
+    // The same pair again keeps its first rank.
+    if (slot.key == kNoPair) slot = {key, Merge{static_cast<int32_t>(rank), merged_id}};
   }
 }
 
-void BpeModel::add_token(std::string_view text, int32_t id) {
+size_t BpeModel::text_slot(std::string_view text) const {
   const size_t mask = text_slots_.size() - 1;
   const size_t hash = StringHash{}(text);
   size_t i = hash & mask;
-  for (; text_slots_[i] != 0; i = (i + 1) & mask) {
-    if (entries_[text_slots_[i] - 1].first == text) break;
-  }
-  text_slots_[i] = static_cast<uint32_t>(entries_.size() + 1);
+  while (text_slots_[i] != 0 && entries_[text_slots_[i] - 1].first != text) i = (i + 1) & mask;
+  return i;
+}
+
+size_t BpeModel::merge_slot(uint64_t key) const {
+  const size_t mask = merge_slots_.size() - 1;
+  size_t i = pair_slot(key, merge_slots_.size());
+  while (merge_slots_[i].key != kNoPair && merge_slots_[i].key != key) i = (i + 1) & mask;
+  return i;
+}
+
+void BpeModel::add_token(std::string_view text, int32_t id) {
+  text_slots_[text_slot(text)] = static_cast<uint32_t>(entries_.size() + 1);
   entries_.emplace_back(text, id);
   if (static_cast<size_t>(id) >= id_entry_.size())
     id_entry_.resize(static_cast<size_t>(id) + 1, -1);
@@ -331,23 +325,14 @@ void BpeModel::add_token(std::string_view text, int32_t id) {
 }
 
 int32_t BpeModel::find_token(std::string_view text) const {
-  const size_t mask = text_slots_.size() - 1;
-  const size_t hash = StringHash{}(text);
-  for (size_t i = hash & mask; text_slots_[i] != 0; i = (i + 1) & mask) {
-    const auto& [t, id] = entries_[text_slots_[i] - 1];
-    if (t == text) return id;
-  }
-  return -1;
+  const uint32_t entry = text_slots_[text_slot(text)];
+  return entry == 0 ? -1 : entries_[entry - 1].second;
 }
 
 const BpeModel::Merge* BpeModel::find_merge(int32_t left, int32_t right) const {
   const uint64_t key = pair_key(left, right);
-  const size_t mask = merge_slots_.size() - 1;
-  for (size_t i = pair_slot(key, merge_slots_.size()); merge_slots_[i].key != kNoPair;
-       i = (i + 1) & mask) {
-    if (merge_slots_[i].key == key) return &merge_slots_[i].merge;
-  }
-  return nullptr;
+  const MergeSlot& slot = merge_slots_[merge_slot(key)];
+  return slot.key == key ? &slot.merge : nullptr;
 }
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {

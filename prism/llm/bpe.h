@@ -76,6 +76,9 @@ class BpeModel {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
            static_cast<uint32_t>(right);
   }
+  // The slot of a token's text, or the empty slot where it would go; the same for a pair.
+  size_t text_slot(std::string_view text) const;
+  size_t merge_slot(uint64_t key) const;
   void add_token(std::string_view text, int32_t id);
   // The id of a token's text, or -1.
   int32_t find_token(std::string_view text) const;

@@ -490,8 +490,6 @@ std::vector<Weights> load_sharded(const Store& store,
     const ShardedExecutable::Parameter* param;
     StoredTensor stored;
     DType file_dtype;
-    // Blocks kept as the file stores them: copied as bytes, like a tensor in the model's dtype.
-    bool verbatim = false;
     std::vector<ShardBox> boxes;
     std::vector<Buffer> buffers;
     std::vector<std::optional<HostBuffer>> staged;  // where buffers cannot be written in place

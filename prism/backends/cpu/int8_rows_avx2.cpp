@@ -803,74 +803,124 @@ void Rows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n, int
 // --- Q4_0 weights kept with the blocks of 16 rows interleaved (weight_layout.h): the VNNI
 // kernels' layout and arithmetic (quant_rows.cpp's InterleavedTile) on 256-bit vectors. Each
 // 64-byte run of a block (bytes 4c..4c+3 of each of the 16 rows) is two vectors of 8 rows, a row
-// in each 32-bit lane; a tile takes one of them, the group's rows 8h to 8h + 7, against up to
-// kHalfTileRows activation rows. vpmaddubsw of a run's nibbles (the values 4c..4c+3, or 16 +
+// in each 32-bit lane, the group's rows 0-7 and 8-15; a tile takes both against up to
+// kQ4_0TileRows activation rows. vpmaddubsw of a run's nibbles (the values 4c..4c+3, or 16 +
 // 4c.. from the high nibbles) against the activations' four values broadcast to every lane
 // leaves each row's pair sums in its own lane: a block's eight of them add in 16 bits (at most
 // 8 * 2 * 15 * 127, no overflow), one vpmaddwd by ones makes each lane its row's exact integer
 // sum, and nothing is summed across lanes. Then, as InterleavedTile: the record's total (-8 *
 // the activations' sum) added, fma(float(sum), d_w * d_x) into the row's f32 accumulator, block
-// after block: the stored kernels' bits. Up to four activation rows keep their accumulators
-// and the block's 8 runs of nibbles in the 16 registers; more go in chunks of four, the later
-// ones reading the group from cache. A group's first chunk asks for its lines kPrefetchAhead
-// bytes ahead (one row, one core streamed: 64 -> 73 % of a plain read; 2 and 4 KiB did less).
+// after block: the stored kernels' bits. A block goes run by run (Q4_0Block): each run is loaded
+// and split into nibbles once, each broadcast of the activations serves both halves, and only
+// the 16-bit running sums stay in registers across the block, so up to four activation rows
+// take the whole group in one pass; more go in chunks of four, the later ones reading the group
+// from cache. A group's first chunk asks for its lines kPrefetchAhead bytes ahead (one row, one
+// core streamed: 64 -> 73 % of a plain read; 2 and 4 KiB did less).
 // Q8_0 stays as stored here: interleaved, it takes vpsignb and a vpmaddwd for every run (its
 // 16-bit sums cannot add up), and so ran at 0.55-0.62x the stored kernels' speed for one row,
-// 0.8x for four and 1.1x for 16 (same bench, same run). Taking the value groups in the outer
-// loop (an activation's broadcast shared by both halves) made no measurable difference.
+// 0.8x for four and 1.1x for 16 (same bench, same run).
+//
+// Tried for one row and not kept: walking a thread's groups as 2-4 streams side by side, with
+// T0 or NTA prefetches 0.5-8 KiB ahead. On weights in 4 KiB pages that read 20-50 % faster
+// (TLB misses, it seems, held one stream back); on the 2 MiB pages an executable keeps its
+// weights in, one stream read 2-5 % faster than four (Zen 2, 75 MB of weights, two threads).
+// Prefetching the next group while a batch's later chunks run from cache gave nothing either.
 //
 // prism-bench quant on an AMD EPYC (Zen 2, AVX2 only; 2 cores, plain read 47 GB/s), 8192 x
 // 2048 weights streamed from 1 GiB, billions of multiply-adds a second, Q4_0 as stored (the
 // pair tiles) -> interleaved: one row 35.2 -> 54.0 (42 -> 65 % of the read), 2 rows 48.5 ->
 // 87.1, 4 rows 53.9 -> 103.5, 16 rows 58.4 -> 113.3. One row from cache runs at 118 % of the
 // read, so a decoding step's 65 % is its stalls on memory, not its arithmetic.
+// Both halves in one pass for 2-4 rows (before, 3-4 rows took a half at a time, and 1-2 rows
+// held a half's 8 vectors of nibbles): the same kernels on 75 MB of weights in 2 MiB pages, two
+// threads, weight bytes a second, alternating old and new: 2 rows +6-20 %, 3 rows +20 %,
+// 4 rows +16 %, 8 rows +10 %, 16 rows +5-8 %; one row unchanged.
 
-constexpr int kHalfTileRows = 4;
+constexpr int kQ4_0TileRows = 4;  // activation rows a tile takes
 
-// Rows [8 half, 8 half + 8 kHalves) of a group of 16 interleaved Q4_0 rows at w (`blocks`
-// blocks a row) against G activation rows (their packed Q8_0 copies at x, `stride` bytes
-// apart): out[g * ldo + r - first] = x[g] . W[r] for those of the group's rows r in [first,
-// last).
-template <int G, int kHalves>
-PRISM_AVX2 __attribute__((noinline)) void Q4_0Tile(const uint8_t* x, int64_t stride,
-                                                   const CompactQ8& packed, const uint8_t* w,
-                                                   int64_t blocks, int half, float* out,
-                                                   int64_t ldo, int first, int last, bool stream) {
-  __m256 acc[kHalves][G];
-#pragma GCC unroll 8
-  for (int i = 0; i < kHalves * G; ++i) acc[i / G][i % G] = _mm256_setzero_ps();
+// Block b of a group of 16 interleaved Q4_0 rows (its runs at `runs`, its 16 d at `scales`)
+// against G activation rows, into acc[0][g] (the group's rows 0-7) and acc[1][g] (rows 8-15),
+// run by run: each run's two vectors are loaded and split into nibbles once, and each
+// activation's broadcast serves both halves, so that only the running sums stay in registers
+// across the block.
+template <int G>
+PRISM_AVX2_INLINE void Q4_0Block(const uint8_t* x, int64_t stride, const CompactQ8& packed,
+                                 int64_t b, const uint8_t* runs, const uint8_t* scales,
+                                 __m256 (*acc)[G]) {
   const __m256i low = Bytes(15), ones = _mm256_set1_epi16(1);
-  // Block b: its runs at `runs`, its 16 d at `scales`.
-  auto block = [&](int64_t b, const uint8_t* runs, const uint8_t* scales) PRISM_AVX2 {
+  __m256i sums[2][G];
+  if constexpr (G == 1) {
+    // One row (a decoding step): a half at a time, its 8 vectors of nibbles first. The same
+    // sums; a decoding step read its weights 2-4 % faster in this order.
+    const uint8_t* values = x + packed.values + 32 * b;
 #pragma GCC unroll 2
-    for (int h = 0; h < kHalves; ++h) {
+    for (int h = 0; h < 2; ++h) {
       __m256i q[8];
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
-        const __m256i v = Load(runs + 64 * c + 32 * (half + h));
+        const __m256i v = Load(runs + 64 * c + 32 * h);
         q[c] = _mm256_and_si256(v, low);
         q[4 + c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
       }
-      const __m256 dw = _mm256_cvtph_ps(Load128(scales + 16 * (half + h)));
-#pragma GCC unroll 4
-      for (int g = 0; g < G; ++g) {
-        const uint8_t* row = x + g * stride;
-        const uint8_t* values = row + packed.values + 32 * b;
-        __m256i sum = _mm256_maddubs_epi16(q[0], _mm256_set1_epi32(Scalar<int32_t>(values)));
+      sums[h][0] = _mm256_maddubs_epi16(q[0], _mm256_set1_epi32(Scalar<int32_t>(values)));
 #pragma GCC unroll 8
-        for (int j = 1; j < 8; ++j) {
-          sum = _mm256_add_epi16(
-              sum, _mm256_maddubs_epi16(q[j], _mm256_set1_epi32(Scalar<int32_t>(values + 4 * j))));
-        }
-        const __m256i total =
-            _mm256_add_epi32(_mm256_madd_epi16(sum, ones),
-                             _mm256_set1_epi32(Scalar<int32_t>(row + packed.totals + 4 * b)));
-        const __m256 d =
-            _mm256_mul_ps(dw, _mm256_set1_ps(Scalar<float>(row + packed.scales + 4 * b)));
-        acc[h][g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), d, acc[h][g]);
+      for (int j = 1; j < 8; ++j) {
+        sums[h][0] = _mm256_add_epi16(
+            sums[h][0],
+            _mm256_maddubs_epi16(q[j], _mm256_set1_epi32(Scalar<int32_t>(values + 4 * j))));
       }
     }
-  };
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < (G == 1 ? 0 : 4); ++c) {
+    __m256i lo[2], hi[2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i v = Load(runs + 64 * c + 32 * h);
+      lo[h] = _mm256_and_si256(v, low);
+      hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* values = x + g * stride + packed.values + 32 * b;
+      const __m256i xl = _mm256_set1_epi32(Scalar<int32_t>(values + 4 * c));
+      const __m256i xh = _mm256_set1_epi32(Scalar<int32_t>(values + 16 + 4 * c));
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i p =
+            _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], xl), _mm256_maddubs_epi16(hi[h], xh));
+        sums[h][g] = c == 0 ? p : _mm256_add_epi16(sums[h][g], p);
+      }
+    }
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m256 dw = _mm256_cvtph_ps(Load128(scales + 16 * h));
+#pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* row = x + g * stride;
+      const __m256i total =
+          _mm256_add_epi32(_mm256_madd_epi16(sums[h][g], ones),
+                           _mm256_set1_epi32(Scalar<int32_t>(row + packed.totals + 4 * b)));
+      const __m256 d =
+          _mm256_mul_ps(dw, _mm256_set1_ps(Scalar<float>(row + packed.scales + 4 * b)));
+      acc[h][g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), d, acc[h][g]);
+    }
+  }
+}
+
+// A group of 16 interleaved Q4_0 rows at w (`blocks` blocks a row) against G activation rows
+// (their packed Q8_0 copies at x, `stride` bytes apart): out[g * ldo + r - first] = x[g] . W[r]
+// for the group's rows r in [first, last); with `stream`, the weights come from memory and are
+// prefetched kPrefetchAhead bytes ahead.
+template <int G>
+PRISM_AVX2 __attribute__((noinline)) void Q4_0Tile(const uint8_t* x, int64_t stride,
+                                                   const CompactQ8& packed, const uint8_t* w,
+                                                   int64_t blocks, float* out, int64_t ldo,
+                                                   int first, int last, bool stream) {
+  __m256 acc[2][G];
+#pragma GCC unroll 8
+  for (int i = 0; i < 2 * G; ++i) acc[i / G][i % G] = _mm256_setzero_ps();
   constexpr int64_t kRun = 64, kPair = 64 + 2 * 4 * kRun;  // two blocks' d, then their runs
   for (int64_t b = 0; b + 1 < blocks; b += 2) {
     const uint8_t* p = w + b / 2 * kPair;
@@ -878,17 +928,18 @@ PRISM_AVX2 __attribute__((noinline)) void Q4_0Tile(const uint8_t* x, int64_t str
       for (int64_t line = 0; line < kPair; line += 64)
         _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + line), _MM_HINT_T0);
     }
-    block(b, p + 64, p);
-    block(b + 1, p + 64 + 4 * kRun, p + 32);
+    Q4_0Block<G>(x, stride, packed, b, p + 64, p, acc);
+    Q4_0Block<G>(x, stride, packed, b + 1, p + 64 + 4 * kRun, p + 32, acc);
   }
   if (blocks % 2) {
     const uint8_t* p = w + blocks / 2 * kPair;
-    block(blocks - 1, p + 32, p);
+    Q4_0Block<G>(x, stride, packed, blocks - 1, p + 32, p, acc);
   }
-  // Lane l of acc[h] is the group's row 8 (half + h) + l.
+  // Lane l of acc[h] is the group's row 8 h + l.
 #pragma GCC unroll 2
-  for (int h = 0; h < kHalves; ++h) {
-    const int at = 8 * (half + h), from = std::max(first, at), to = std::min(last, at + 8);
+  for (int h = 0; h < 2; ++h) {
+    const int at = 8 * h, from = std::max(first, at), to = std::min(last, at + 8);
+    if (from >= to) continue;
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       alignas(32) float lanes[8];
@@ -899,21 +950,17 @@ PRISM_AVX2 __attribute__((noinline)) void Q4_0Tile(const uint8_t* x, int64_t str
   }
 }
 
-using Q4_0TileFn = void (*)(const uint8_t*, int64_t, const CompactQ8&, const uint8_t*, int64_t, int,
+using Q4_0TileFn = void (*)(const uint8_t*, int64_t, const CompactQ8&, const uint8_t*, int64_t,
                             float*, int64_t, int, int, bool);
 
 // QuantRowsInterleavedFn for Q4_0: each group of 16 rows (or its part in [r0, r1)) against the
-// activation rows in chunks of up to kHalfTileRows, the first chunk reading the group from
+// activation rows in chunks of up to kQ4_0TileRows, the first chunk reading the group from
 // memory, the rest from cache; many activation rows (a prefill's) in bands of 64, which every
-// group then reads from cache. Chunks of one or two rows take both halves of the group in one
-// pass, block by block, so that a decoding step reads its weights as one even stream; chunks
-// of three or four (whose accumulators and a block's runs fill the registers) take a half at a
-// time, the second from cache.
+// group then reads from cache.
 void InterleavedQ4_0Rows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t r0,
                          int64_t r1, int64_t k, float* out, int64_t ldo) {
-  static constexpr Q4_0TileFn kHalf[kHalfTileRows] = {&Q4_0Tile<1, 1>, &Q4_0Tile<2, 1>,
-                                                      &Q4_0Tile<3, 1>, &Q4_0Tile<4, 1>};
-  static constexpr Q4_0TileFn kBoth[2] = {&Q4_0Tile<1, 2>, &Q4_0Tile<2, 2>};
+  static constexpr Q4_0TileFn kTiles[kQ4_0TileRows] = {&Q4_0Tile<1>, &Q4_0Tile<2>, &Q4_0Tile<3>,
+                                                       &Q4_0Tile<4>};
   constexpr int64_t kBand = 64;
   const int64_t blocks = k / 32;
   const CompactQ8 packed(k);
@@ -922,20 +969,10 @@ void InterleavedQ4_0Rows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes,
     for (int64_t g0 = r0 / kQuantGroupRows * kQuantGroupRows; g0 < r1; g0 += kQuantGroupRows) {
       const int first = static_cast<int>(std::max(r0, g0) - g0);
       const int last = static_cast<int>(std::min(r1, g0 + kQuantGroupRows) - g0);
-      const int half0 = first / 8, half1 = (last - 1) / 8;
-      const uint8_t* group = w + g0 * row_bytes;
-      float* at = out + (g0 + first - r0);
-      for (int64_t i = i0; i < i1; i += kHalfTileRows) {
-        const int64_t rows = std::min<int64_t>(kHalfTileRows, i1 - i);
-        if (rows <= 2 && half0 != half1) {
-          kBoth[rows - 1](x.x + i * x.stride, x.stride, packed, group, blocks, 0, at + i * ldo, ldo,
-                          first, last, i == i0);
-          continue;
-        }
-        for (int half = half0; half <= half1; ++half) {
-          kHalf[rows - 1](x.x + i * x.stride, x.stride, packed, group, blocks, half, at + i * ldo,
-                          ldo, first, last, i == i0 && half == half0);
-        }
+      for (int64_t i = i0; i < i1; i += kQ4_0TileRows) {
+        const int64_t rows = std::min<int64_t>(kQ4_0TileRows, i1 - i);
+        kTiles[rows - 1](x.x + i * x.stride, x.stride, packed, w + g0 * row_bytes, blocks,
+                         out + i * ldo + (g0 + first - r0), ldo, first, last, i == i0);
       }
     }
   }

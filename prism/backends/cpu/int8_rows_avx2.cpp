@@ -870,26 +870,27 @@ PRISM_AVX2_INLINE void Q4_0Block(const uint8_t* x, int64_t stride, const Compact
             _mm256_maddubs_epi16(q[j], _mm256_set1_epi32(Scalar<int32_t>(values + 4 * j))));
       }
     }
-  }
+  } else {
 #pragma GCC unroll 4
-  for (int c = 0; c < (G == 1 ? 0 : 4); ++c) {
-    __m256i lo[2], hi[2];
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m256i v = Load(runs + 64 * c + 32 * h);
-      lo[h] = _mm256_and_si256(v, low);
-      hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-    }
-#pragma GCC unroll 2
-    for (int g = 0; g < G; ++g) {
-      const uint8_t* values = x + g * stride + packed.values + 32 * b;
-      const __m256i xl = _mm256_set1_epi32(Scalar<int32_t>(values + 4 * c));
-      const __m256i xh = _mm256_set1_epi32(Scalar<int32_t>(values + 16 + 4 * c));
+    for (int c = 0; c < 4; ++c) {
+      __m256i lo[2], hi[2];
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
-        const __m256i p =
-            _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], xl), _mm256_maddubs_epi16(hi[h], xh));
-        sums[h][g] = c == 0 ? p : _mm256_add_epi16(sums[h][g], p);
+        const __m256i v = Load(runs + 64 * c + 32 * h);
+        lo[h] = _mm256_and_si256(v, low);
+        hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+      }
+#pragma GCC unroll 2
+      for (int g = 0; g < G; ++g) {
+        const uint8_t* values = x + g * stride + packed.values + 32 * b;
+        const __m256i xl = _mm256_set1_epi32(Scalar<int32_t>(values + 4 * c));
+        const __m256i xh = _mm256_set1_epi32(Scalar<int32_t>(values + 16 + 4 * c));
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m256i p =
+              _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], xl), _mm256_maddubs_epi16(hi[h], xh));
+          sums[h][g] = c == 0 ? p : _mm256_add_epi16(sums[h][g], p);
+        }
       }
     }
   }

@@ -27,6 +27,16 @@ if echo "$info" | grep -q '^  opencl   available'; then
   fi
   got=$(PRISM_PLATFORM=opencl "$prism" mnist --index=3 | sed -n 's/^model [a-z]* on \([a-z]*\) .*/\1/p')
   check "PRISM_PLATFORM" opencl "$got"
+  # A platform named is the only one probed: --platform=cpu loads no OpenCL driver (glibc's
+  # LD_DEBUG names each library a process loads), where auto loads it to look for a GPU.
+  icd=$(ls /etc/OpenCL/vendors/*.icd 2>/dev/null | head -1)
+  if [[ -n "$icd" && -z "${OCL_ICD_VENDORS:-}" ]]; then
+    driver=$(basename "$(head -1 "$icd")")
+    loads() { LD_DEBUG=libs "$prism" mnist --index=3 --platform="$1" 2>&1 >/dev/null |
+      grep -cE "(library|file)=[^ ]*$driver"; }
+    check "--platform=cpu loads no OpenCL driver ($driver)" 0 "$(loads cpu)"
+    [[ $(loads auto) -ge 1 ]] || { echo "FAIL auto: did not load $driver"; fail=1; }
+  fi
   # With the ICD loader pointed at no drivers, OpenCL says why it cannot run, in one line.
   err=$(OCL_ICD_VENDORS=/nonexistent "$prism" mnist --platform=opencl 2>&1 >/dev/null); rc=$?
   check "no OpenCL driver" \

@@ -96,15 +96,22 @@ const std::vector<Backend>& backends() {
   return all;
 }
 
+// Backend `index`'s probe. Probing loads drivers: once per process, whether `auto`, `prism
+// info` or a platform named asks first.
+const PlatformStatus& probed(size_t index) {
+  static std::mutex mutex;
+  static auto& done = *new std::map<size_t, PlatformStatus>;  // (references stay valid)
+  std::lock_guard lock(mutex);
+  auto it = done.find(index);
+  if (it == done.end()) it = done.emplace(index, backends()[index].probe()).first;
+  return it->second;
+}
+
 }  // namespace
 
 std::vector<PlatformStatus> platform_statuses() {
-  // Probing loads drivers: once per process.
-  static const std::vector<PlatformStatus> all = [] {
-    std::vector<PlatformStatus> s;
-    for (const Backend& b : backends()) s.push_back(b.probe());
-    return s;
-  }();
+  std::vector<PlatformStatus> all;
+  for (size_t i = 0; i < backends().size(); ++i) all.push_back(probed(i));
   return all;
 }
 
@@ -132,9 +139,10 @@ Platform& get_platform(std::string_view name) {
   std::lock_guard lock(mutex);
   auto it = platforms.find(chosen);
   if (it != platforms.end()) return *it->second;
-  for (const Backend& b : backends()) {
+  for (size_t i = 0; i < backends().size(); ++i) {
+    const Backend& b = backends()[i];
     if (b.name != chosen) continue;
-    const PlatformStatus status = b.probe();
+    const PlatformStatus& status = probed(i);
     if (!status.available) fail("platform {} is not available: {}", chosen, status.reason);
     return *platforms.emplace(chosen, b.make()).first->second;
   }

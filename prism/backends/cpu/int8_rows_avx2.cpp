@@ -640,14 +640,14 @@ struct LaneCached {
 };
 
 // KTile's contract for the first g rows of a chunk of int8_lanes' layout: values at xi, KSide
-// records at side. With `cache` (blocks * kRows entries), the first chunk (`fill`) keeps each
-// block's unpacked rows there and the others read them back rather than unpack them again.
+// records at side. The `first` chunk of a band reads the weights from memory (prefetching);
+// with `cache` (blocks * kRows entries) it keeps each block's unpacked rows there, and the
+// others read them back rather than unpack them again.
 template <typename F>
 PRISM_AVX2 __attribute__((noinline)) void KLaneTile(const uint8_t* xi, const uint8_t* side,
                                                     const uint8_t* const* w, int64_t blocks,
                                                     float* out, int64_t ldo, const int64_t* rows,
-                                                    int g, bool prefetch, LaneCached<F>* cache,
-                                                    bool fill) {
+                                                    int g, bool first, LaneCached<F>* cache) {
   using L = LaneFormat<F>;
   constexpr int kScales = 256 / L::kScaleValues, kGroups = L::kScaleValues / 4;
   __m256 acc[kRows];
@@ -664,8 +664,8 @@ PRISM_AVX2 __attribute__((noinline)) void KLaneTile(const uint8_t* xi, const uin
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
       p[r] = w[r] + b * F::kBytes;
-      if (!cache || fill) {
-        c[r].row = Fetch<F>(p[r], prefetch);
+      if (!cache || first) {
+        c[r].row = Fetch<F>(p[r], first);
         Unpack<F>(c[r].row, c[r].block);
       }
       lb[r] = &c[r].block;
@@ -779,7 +779,7 @@ void Rows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n, int
             const uint8_t* at = x.lanes + i / kMaxG * LaneChunkBytes(k);
             KLaneTile<F>(at, at + LaneValueBytes(k), group.ptrs, blocks, out + i * ldo, ldo,
                          group.rows, static_cast<int>(g), i == 0,
-                         caching ? cache.data() + b * kRows * blocks : nullptr, i == 0);
+                         caching ? cache.data() + b * kRows * blocks : nullptr);
             continue;
           }
         }

@@ -825,12 +825,17 @@ void Rows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n, int
 // (TLB misses, it seems, held one stream back); on the 2 MiB pages an executable keeps its
 // weights in, one stream read 2-5 % faster than four (Zen 2, 75 MB of weights, two threads).
 // Prefetching the next group while a batch's later chunks run from cache gave nothing either.
-// For batches, GCC's code for Q4_0Block keeps up to 5 of a 4-row tile's 8 running sums on the
-// stack (more when fully unrolled: every run's nibbles and broadcasts hoisted and spilled); a
-// 16-row batch runs at about 62 billion multiply-adds a second a core from memory or cache
-// alike, two thirds of what one vpmaddubsw a cycle allows. Not unrolling the runs' loop took
-// 2 and 3 rows 5-12 % faster and 4 rows 3 % slower; a half at a time for 4 rows (fewer sums
-// live) was slower; not kept.
+// For batches, GCC's code for Q4_0Block from intrinsics kept a 4-row tile's running sums on the
+// stack (asm barriers, a loop over the runs and keeping the accumulators in memory did not
+// stop it); a 16-row batch ran at about 62 billion multiply-adds a second a core from memory or
+// cache alike. Each run's products and adds are now a few lines of assembly (Q4_0Run) with the
+// sums in registers: prism-bench quant, two threads, from memory, median of 3 alternating
+// runs: 4 rows 111 -> 125, 8 rows 115 -> 125, 16 rows 116 -> 131 billion a second (Zen 2);
+// still about 70 % of one vpmaddubsw a cycle, which the block's 64 vpaddw share a pipe with.
+// The same for one row was 3-4 % slower from memory (eight alternating runs), so one row keeps
+// its own order. Adding a block's 16-bit pairs with shifts instead of vpmaddwd (off that pipe)
+// was slower (4 rows 113 -> 103). Not unrolling the runs' loop took 2 and 3 rows 5-12 % faster
+// and 4 rows 3 % slower (intrinsics); a half at a time for 4 rows was slower; not kept.
 //
 // prism-bench quant on an AMD EPYC (Zen 2, AVX2 only; 2 cores, plain read 47 GB/s), 8192 x
 // 2048 weights streamed from 1 GiB, billions of multiply-adds a second, Q4_0 as stored (the
@@ -843,6 +848,46 @@ void Rows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n, int
 // 4 rows +16 %, 8 rows +10 %, 16 rows +5-8 %; one row unchanged.
 
 constexpr int kQ4_0TileRows = 4;  // activation rows a tile takes
+
+// One run of a block against one activation row (its four values 4c.. at `values`, and 16 +
+// 4c.. after them): s0 and s1 (the group's rows 0-7 and 8-15) add the products with the run's
+// low nibbles lo and high nibbles hi; kFirst starts them. In assembly so that each product is
+// added into its running sum at once: from intrinsics GCC kept a 4-row tile's sums on the
+// stack (asm barriers did not stop it), every add a load and a store.
+template <bool kFirst>
+PRISM_AVX2_INLINE void Q4_0Run(const __m256i (&lo)[2], const __m256i (&hi)[2],
+                               const uint8_t* values, __m256i& s0, __m256i& s1) {
+  __m256i t, u;
+  const int32_t& xl = *reinterpret_cast<const int32_t*>(values);
+  const int32_t& xh = *reinterpret_cast<const int32_t*>(values + 16);
+  if constexpr (kFirst) {
+    asm("vpbroadcastd %[xl], %[t]\n\t"
+        "vpmaddubsw %[t], %[lo0], %[s0]\n\t"
+        "vpmaddubsw %[t], %[lo1], %[s1]\n\t"
+        "vpbroadcastd %[xh], %[t]\n\t"
+        "vpmaddubsw %[t], %[hi0], %[u]\n\t"
+        "vpaddw %[u], %[s0], %[s0]\n\t"
+        "vpmaddubsw %[t], %[hi1], %[u]\n\t"
+        "vpaddw %[u], %[s1], %[s1]"
+        : [s0] "=&x"(s0), [s1] "=&x"(s1), [t] "=&x"(t), [u] "=&x"(u)
+        : [lo0] "x"(lo[0]), [lo1] "x"(lo[1]), [hi0] "x"(hi[0]), [hi1] "x"(hi[1]), [xl] "m"(xl),
+          [xh] "m"(xh));
+  } else {
+    asm("vpbroadcastd %[xl], %[t]\n\t"
+        "vpmaddubsw %[t], %[lo0], %[u]\n\t"
+        "vpaddw %[u], %[s0], %[s0]\n\t"
+        "vpmaddubsw %[t], %[lo1], %[u]\n\t"
+        "vpaddw %[u], %[s1], %[s1]\n\t"
+        "vpbroadcastd %[xh], %[t]\n\t"
+        "vpmaddubsw %[t], %[hi0], %[u]\n\t"
+        "vpaddw %[u], %[s0], %[s0]\n\t"
+        "vpmaddubsw %[t], %[hi1], %[u]\n\t"
+        "vpaddw %[u], %[s1], %[s1]"
+        : [s0] "+x"(s0), [s1] "+x"(s1), [t] "=&x"(t), [u] "=&x"(u)
+        : [lo0] "x"(lo[0]), [lo1] "x"(lo[1]), [hi0] "x"(hi[0]), [hi1] "x"(hi[1]), [xl] "m"(xl),
+          [xh] "m"(xh));
+  }
+}
 
 // Block b of a group of 16 interleaved Q4_0 rows (its runs at `runs`, its 16 d at `scales`)
 // against G activation rows, into acc[0][g] (the group's rows 0-7) and acc[1][g] (rows 8-15),
@@ -886,16 +931,13 @@ PRISM_AVX2_INLINE void Q4_0Block(const uint8_t* x, int64_t stride, const Compact
         lo[h] = _mm256_and_si256(v, low);
         hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
       }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
       for (int g = 0; g < G; ++g) {
-        const uint8_t* values = x + g * stride + packed.values + 32 * b;
-        const __m256i xl = _mm256_set1_epi32(Scalar<int32_t>(values + 4 * c));
-        const __m256i xh = _mm256_set1_epi32(Scalar<int32_t>(values + 16 + 4 * c));
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          const __m256i p =
-              _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], xl), _mm256_maddubs_epi16(hi[h], xh));
-          sums[h][g] = c == 0 ? p : _mm256_add_epi16(sums[h][g], p);
+        const uint8_t* values = x + g * stride + packed.values + 32 * b + 4 * c;
+        if (c == 0) {
+          Q4_0Run<true>(lo, hi, values, sums[0][g], sums[1][g]);
+        } else {
+          Q4_0Run<false>(lo, hi, values, sums[0][g], sums[1][g]);
         }
       }
     }
@@ -903,7 +945,7 @@ PRISM_AVX2_INLINE void Q4_0Block(const uint8_t* x, int64_t stride, const Compact
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     const __m256 dw = _mm256_cvtph_ps(Load128(scales + 16 * h));
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const uint8_t* row = x + g * stride;
       const __m256i total =

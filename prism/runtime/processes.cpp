@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 #include "prism/core/error.h"
@@ -146,6 +148,37 @@ double timeout_from_environment() {
               v);
   return s;
 }
+
+// Calls `expired` on a thread of its own if it is still alive `timeout_s` seconds after it was
+// made (never with 0).
+class Deadline {
+ public:
+  Deadline(double timeout_s, std::function<void()> expired) {
+    if (timeout_s <= 0) return;
+    thread_ = std::thread([this, timeout_s, expired = std::move(expired)] {
+      std::unique_lock lock(mutex_);
+      if (!wake_.wait_for(lock, std::chrono::duration<double>(timeout_s), [this] { return done_; }))
+        expired();
+    });
+  }
+  ~Deadline() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  Deadline(const Deadline&) = delete;
+  Deadline& operator=(const Deadline&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -318,6 +351,7 @@ Processes::Processes() {
   // two ends disagree), and every process's host for the line that names one.
   double timeout_s = timeout_from_environment();
   world_->broadcast(&timeout_s, sizeof timeout_s, 0);
+  timeout_s_ = timeout_s;
   std::vector<char> hosts(static_cast<size_t>(size_) * kMaxString);
   world_->all_gather(host, kMaxString, hosts.data());
   if (timeout_s > 0 && thread_level_ == ThreadLevel::multiple) {
@@ -414,6 +448,19 @@ int Processes::finish(int code) {
   }
   watch_.reset();
   world_.reset();
+  // MPI_Finalize waits for every process of the run, and the watch is gone by then: a process
+  // that stopped, or whose host hung or was cut off, after the last command would keep this
+  // one there for ever.
+  const Deadline deadline(timeout_s_, [this, code] {
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "prism: error: %s waited %.0f s for the other processes to end the run (one "
+                 "stopped, or its host hung or cut off; PRISM_PROCESS_TIMEOUT): leaving without "
+                 "them\n",
+                 name().c_str(), timeout_s_);
+    std::fflush(stderr);
+    std::_Exit(code ? code : 1);
+  });
   m.Finalize();
   return code;
 }

@@ -73,9 +73,11 @@ class Processes {
   // this process cannot go on in step with the others).
   void follow(const std::function<void(std::span<const std::byte>)>& handle);
   // Ends the run in this process with exit code `code`, and returns it: rank 0 tells the
-  // followers to stop following, then every process stops its watch and leaves MPI. A follower that
-  // ends with an error, or rank 0 after an error inside a command (others may be waiting for it in
-  // a collective), aborts the run instead: mpirun then stops every process.
+  // followers to stop following, then every process stops its watch and leaves MPI (a process
+  // that waits there longer than the watch's timeout for the others exits with an error line
+  // and code 1, or `code`). A follower that ends with an error, or rank 0 after an error inside
+  // a command (others may be waiting for it in a collective), aborts the run instead: mpirun
+  // then stops every process.
   int finish(int code);
 
   Processes(const Processes&) = delete;
@@ -93,6 +95,7 @@ class Processes {
   // the other (PRISM_PROCESS_TIMEOUT, 30 s by default; 0 turns it off). Needs MPI's multiple
   // thread level; null without it.
   std::unique_ptr<Watch> watch_;
+  double timeout_s_ = 0;  // the watch's; finish() waits as long for the others to leave MPI
   std::recursive_mutex commands_;
   bool failed_in_command_ = false;
   bool ended_ = false;  // a follower took rank 0's end in follow()

@@ -3,7 +3,7 @@
 # this machine: the tiny Llama, Qwen 3.5 and LFM 2 checkpoints' greedy ids as one process
 # gives them (one device in each process, or two), speculation, chat turns read by rank 0,
 # prism serve, the errors of a mesh that does not fit the run, and the end of a run whose
-# rank dies mid-generation or stops answering.
+# rank dies mid-generation or stops answering (mid-answer, or as the run ends).
 set -u
 prism="$1"
 data="$PRISM_SOURCE_DIR/tests/data"
@@ -190,6 +190,32 @@ for stopped in 1 0; do
   echo "ok rank $stopped stopped: the run ended in $((SECONDS - start)) s, exit $rc"
   kill -9 "$victim" 2>/dev/null  # where mpirun left it stopped
 done
+
+# A rank that stops once the last command is done, as rank 0 ends the run: MPI_Finalize waits
+# for every process and the watch is gone by then; rank 0 still leaves once
+# PRISM_PROCESS_TIMEOUT passes, saying so.
+mkfifo "$tmp/turns.end"
+PRISM_PROCESS_TIMEOUT=2 mpirun -n 2 --oversubscribe "$prism" llm --model="$tmp" --max-tokens=3 \
+  --dtype=f32 --seqlen=128 <"$tmp/turns.end" >"$tmp/end.out" 2>"$tmp/end.err" &
+launcher=$!
+exec 3>"$tmp/turns.end"
+echo hello >&3
+for _ in $(seq 300); do [[ -s "$tmp/end.out" ]] && break; sleep 0.1; done  # the answer
+victim=$(rank_pid "$launcher" 1)
+kill -STOP "$victim" 2>/dev/null || { echo "FAIL no rank 1 to stop"; fail=1; }
+exec 3>&-  # the end of input: rank 0 ends the run
+start=$SECONDS
+for _ in $(seq 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$launcher" 2>/dev/null; then
+  echo "FAIL rank 0 waits for ever for rank 1 to end the run"; fail=1
+  kill -9 "$victim" "$launcher"
+fi
+wait "$launcher"; rc=$?
+[[ $rc != 0 ]] || { echo "FAIL the run ended well with rank 1 stopped at its end"; fail=1; }
+grep -Eq "^prism: error: rank 0 on [^ ]+ waited 2 s for the other processes to end the run" \
+  "$tmp/end.err" || { echo "FAIL the end does not say why: $(cat "$tmp/end.err")"; fail=1; }
+echo "ok rank 1 stopped at the end: rank 0 left in $((SECONDS - start)) s, exit $rc"
+kill -9 "$victim" 2>/dev/null
 
 # A timeout that is not a number of seconds: rank 0's error line, before anything runs.
 err=$(PRISM_PROCESS_TIMEOUT=soon mpi 2 "$prism" llm --model="$data/llama/tiny-f32" \

@@ -930,7 +930,7 @@ TEST(QuantRows, Int8InterleavedWeightsGiveTheStoredBits) {
     for (int64_t blocks : {1, 3, 16}) {
       const int64_t k = blocks * t.block_elements;
       SCOPED_TRACE(fmt::format("{} k={}", t.name, k));
-      constexpr int64_t n = 48;
+      constexpr int64_t n = 112;  // 7 groups: one row reads 4 or more as streams
       const int64_t row_bytes = blocks * t.block_bytes;
       std::mt19937 rng(static_cast<uint32_t>(k) + 41);
       const std::vector<std::byte> w = random_blocks(type, n, k, row_bytes, rng);
@@ -955,7 +955,12 @@ TEST(QuantRows, Int8InterleavedWeightsGiveTheStoredBits) {
         cpu::quantize_activations(type, x.data(), k, m, k, rows);
         std::vector<float> want(static_cast<size_t>(m * n));
         cpu::quant_rows_int8(type, rows, w.data(), row_bytes, n, k, want.data(), n);
-        for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 48}, {16, 32}, {5, 37}, {47, 48}}) {
+        for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 112},
+                              {16, 32},
+                              {5, 37},
+                              {16, 80},
+                              {5, 109},
+                              {111, 112}}) {
           SCOPED_TRACE(fmt::format("m={} rows [{}, {})", m, r0, r1));
           const int64_t ldo = r1 - r0 + 3;
           std::vector<float> got(static_cast<size_t>(m * ldo), NAN);

@@ -820,11 +820,16 @@ void Rows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n, int
 // 16-bit sums cannot add up), and so ran at 0.55-0.62x the stored kernels' speed for one row,
 // 0.8x for four and 1.1x for 16 (same bench, same run).
 //
-// Tried for one row and not kept: walking a thread's groups as 2-4 streams side by side, with
-// T0 or NTA prefetches 0.5-8 KiB ahead. On weights in 4 KiB pages that read 20-50 % faster
-// (TLB misses, it seems, held one stream back); on the 2 MiB pages an executable keeps its
-// weights in, one stream read 2-5 % faster than four (Zen 2, 75 MB of weights, two threads).
-// Prefetching the next group while a batch's later chunks run from cache gave nothing either.
+// One row walks a thread's whole groups as kDecodeStreams streams side by side (Q4_0Streams),
+// each prefetched kStreamAhead bytes ahead. How much more than one stream a core reads at once
+// varies on the same host from hour to hour (a Zen 2 virtual machine, weights in 2 MiB pages:
+// a plain read of one stream a core at 21-32 GB/s when four read 34-42, and an earlier day
+// one stream as fast as four, when this was tried and not kept). Measured in one process,
+// alternating, a decoding step's Q4_0 products (16 layers of the 1B shape, the threads meeting
+// after each product): one stream 27.4-27.9 GB/s, 2 streams +5 %, 3 +27 %, 4 +29 %, 8 -10 %;
+// 4 KiB ahead +14 %, 512 bytes +17 %. prism llm on the Q4_0 file, 128 tokens, eight
+// alternating runs: 29.8 -> 32.9 tok/s (median; faster in 7 of 8).
+// Prefetching the next group while a batch's later chunks run from cache gave nothing.
 // For batches, GCC's code for Q4_0Block from intrinsics kept a 4-row tile's running sums on the
 // stack (asm barriers, a loop over the runs and keeping the accumulators in memory did not
 // stop it); a 16-row batch ran at about 62 billion multiply-adds a second a core from memory or
@@ -999,32 +1004,84 @@ PRISM_AVX2 __attribute__((noinline)) void Q4_0Tile(const uint8_t* x, int64_t str
   }
 }
 
+// One activation row against kDecodeStreams groups of 16 interleaved Q4_0 rows, those at w +
+// s * step for s < kDecodeStreams, side by side a pair of blocks at a time, each prefetched
+// kStreamAhead bytes ahead: out[s * ostep + r] = x . (group s's row r) for r < 16. The same
+// bits as Q4_0Tile<1> on each group.
+constexpr int kDecodeStreams = 4;
+constexpr int64_t kStreamAhead = 2048;
+PRISM_AVX2 __attribute__((noinline)) void Q4_0Streams(const uint8_t* x, const CompactQ8& packed,
+                                                      const uint8_t* w, int64_t step,
+                                                      int64_t blocks, float* out, int64_t ostep) {
+  constexpr int S = kDecodeStreams;
+  __m256 acc[S][2][1];
+#pragma GCC unroll 4
+  for (int s = 0; s < S; ++s) acc[s][0][0] = acc[s][1][0] = _mm256_setzero_ps();
+  constexpr int64_t kRun = 64, kPair = 64 + 2 * 4 * kRun;  // as in Q4_0Tile
+  for (int64_t b = 0; b + 1 < blocks; b += 2) {
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) {
+      const uint8_t* p = w + s * step + b / 2 * kPair;
+      for (int64_t line = 0; line < kPair; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p + kStreamAhead + line), _MM_HINT_T0);
+      Q4_0Block<1>(x, 0, packed, b, p + 64, p, acc[s]);
+      Q4_0Block<1>(x, 0, packed, b + 1, p + 64 + 4 * kRun, p + 32, acc[s]);
+    }
+  }
+  if (blocks % 2) {
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) {
+      const uint8_t* p = w + s * step + blocks / 2 * kPair;
+      Q4_0Block<1>(x, 0, packed, blocks - 1, p + 32, p, acc[s]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int s = 0; s < S; ++s) {
+    _mm256_storeu_ps(out + s * ostep, acc[s][0][0]);
+    _mm256_storeu_ps(out + s * ostep + 8, acc[s][1][0]);
+  }
+}
+
 using Q4_0TileFn = void (*)(const uint8_t*, int64_t, const CompactQ8&, const uint8_t*, int64_t,
                             float*, int64_t, int, int, bool);
 
 // QuantRowsInterleavedFn for Q4_0: each group of 16 rows (or its part in [r0, r1)) against the
 // activation rows in chunks of up to kQ4_0TileRows, the first chunk reading the group from
 // memory, the rest from cache; many activation rows (a prefill's) in bands of 64, which every
-// group then reads from cache.
+// group then reads from cache. One row (a decoding step) reads the whole groups of its range as
+// kDecodeStreams streams, one from each quarter (Q4_0Streams).
 void InterleavedQ4_0Rows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t r0,
                          int64_t r1, int64_t k, float* out, int64_t ldo) {
   static constexpr Q4_0TileFn kTiles[kQ4_0TileRows] = {&Q4_0Tile<1>, &Q4_0Tile<2>, &Q4_0Tile<3>,
                                                        &Q4_0Tile<4>};
-  constexpr int64_t kBand = 64;
+  constexpr int64_t kBand = 64, kGroup = kQuantGroupRows;
   const int64_t blocks = k / 32;
   const CompactQ8 packed(k);
-  for (int64_t i0 = 0; i0 < x.m; i0 += kBand) {
-    const int64_t i1 = std::min(x.m, i0 + kBand);
-    for (int64_t g0 = r0 / kQuantGroupRows * kQuantGroupRows; g0 < r1; g0 += kQuantGroupRows) {
-      const int first = static_cast<int>(std::max(r0, g0) - g0);
-      const int last = static_cast<int>(std::min(r1, g0 + kQuantGroupRows) - g0);
-      for (int64_t i = i0; i < i1; i += kQ4_0TileRows) {
-        const int64_t rows = std::min<int64_t>(kQ4_0TileRows, i1 - i);
-        kTiles[rows - 1](x.x + i * x.stride, x.stride, packed, w + g0 * row_bytes, blocks,
-                         out + i * ldo + (g0 + first - r0), ldo, first, last, i == i0);
+  // Rows [from, to) of one group or of whole groups, one tile a group and chunk of rows.
+  auto tiles = [&](int64_t from, int64_t to) {
+    for (int64_t i0 = 0; i0 < x.m; i0 += kBand) {
+      const int64_t i1 = std::min(x.m, i0 + kBand);
+      for (int64_t g0 = from / kGroup * kGroup; g0 < to; g0 += kGroup) {
+        const int first = static_cast<int>(std::max(from, g0) - g0);
+        const int last = static_cast<int>(std::min(to, g0 + kGroup) - g0);
+        for (int64_t i = i0; i < i1; i += kQ4_0TileRows) {
+          const int64_t rows = std::min<int64_t>(kQ4_0TileRows, i1 - i);
+          kTiles[rows - 1](x.x + i * x.stride, x.stride, packed, w + g0 * row_bytes, blocks,
+                           out + i * ldo + (g0 + first - r0), ldo, first, last, i == i0);
+        }
       }
     }
+  };
+  const int64_t whole0 = (r0 + kGroup - 1) / kGroup * kGroup, whole1 = r1 / kGroup * kGroup;
+  const int64_t per = (whole1 - whole0) / kGroup / kDecodeStreams;  // groups a stream
+  if (x.m > 1 || per == 0) return tiles(r0, r1);
+  if (r0 < whole0) tiles(r0, whole0);
+  const int64_t step = per * kGroup;  // rows from one stream to the next
+  for (int64_t g = 0; g < per; ++g) {
+    Q4_0Streams(x.x, packed, w + (whole0 + g * kGroup) * row_bytes, step * row_bytes, blocks,
+                out + (whole0 - r0) + g * kGroup, step);
   }
+  tiles(whole0 + kDecodeStreams * step, r1);
 }
 
 #undef PRISM_AVX2_INLINE

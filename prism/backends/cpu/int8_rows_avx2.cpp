@@ -963,6 +963,38 @@ PRISM_AVX2_INLINE void Q4_0Block(const uint8_t* x, int64_t stride, const Compact
   }
 }
 
+// S groups of 16 interleaved Q4_0 rows, those at w + s * step (`blocks` blocks a row), against
+// G activation rows (their packed Q8_0 copies at x, `stride` bytes apart), into acc[s] (as
+// Q4_0Block's acc), side by side a pair of blocks at a time; each group's lines asked for
+// `ahead` bytes ahead where `ahead` is not 0 (the weights come from memory).
+template <int G, int S>
+PRISM_AVX2_INLINE void Q4_0Groups(const uint8_t* x, int64_t stride, const CompactQ8& packed,
+                                  const uint8_t* w, int64_t step, int64_t blocks, int64_t ahead,
+                                  __m256 (&acc)[S][2][G]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < S * 2 * G; ++i) acc[i / (2 * G)][i / G % 2][i % G] = _mm256_setzero_ps();
+  constexpr int64_t kRun = 64, kPair = 64 + 2 * 4 * kRun;  // two blocks' d, then their runs
+  for (int64_t b = 0; b + 1 < blocks; b += 2) {
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) {
+      const uint8_t* p = w + s * step + b / 2 * kPair;
+      if (ahead) {
+        for (int64_t line = 0; line < kPair; line += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(p + ahead + line), _MM_HINT_T0);
+      }
+      Q4_0Block<G>(x, stride, packed, b, p + 64, p, acc[s]);
+      Q4_0Block<G>(x, stride, packed, b + 1, p + 64 + 4 * kRun, p + 32, acc[s]);
+    }
+  }
+  if (blocks % 2) {
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) {
+      const uint8_t* p = w + s * step + blocks / 2 * kPair;
+      Q4_0Block<G>(x, stride, packed, blocks - 1, p + 32, p, acc[s]);
+    }
+  }
+}
+
 // A group of 16 interleaved Q4_0 rows at w (`blocks` blocks a row) against G activation rows
 // (their packed Q8_0 copies at x, `stride` bytes apart): out[g * ldo + r - first] = x[g] . W[r]
 // for the group's rows r in [first, last); with `stream`, the weights come from memory and are
@@ -972,24 +1004,9 @@ PRISM_AVX2 __attribute__((noinline)) void Q4_0Tile(const uint8_t* x, int64_t str
                                                    const CompactQ8& packed, const uint8_t* w,
                                                    int64_t blocks, float* out, int64_t ldo,
                                                    int first, int last, bool stream) {
-  __m256 acc[2][G];
-#pragma GCC unroll 8
-  for (int i = 0; i < 2 * G; ++i) acc[i / G][i % G] = _mm256_setzero_ps();
-  constexpr int64_t kRun = 64, kPair = 64 + 2 * 4 * kRun;  // two blocks' d, then their runs
-  for (int64_t b = 0; b + 1 < blocks; b += 2) {
-    const uint8_t* p = w + b / 2 * kPair;
-    if (stream) {
-      for (int64_t line = 0; line < kPair; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + line), _MM_HINT_T0);
-    }
-    Q4_0Block<G>(x, stride, packed, b, p + 64, p, acc);
-    Q4_0Block<G>(x, stride, packed, b + 1, p + 64 + 4 * kRun, p + 32, acc);
-  }
-  if (blocks % 2) {
-    const uint8_t* p = w + blocks / 2 * kPair;
-    Q4_0Block<G>(x, stride, packed, blocks - 1, p + 32, p, acc);
-  }
-  // Lane l of acc[h] is the group's row 8 h + l.
+  __m256 acc[1][2][G];
+  Q4_0Groups<G, 1>(x, stride, packed, w, 0, blocks, stream ? kPrefetchAhead : 0, acc);
+  // Lane l of acc[0][h] is the group's row 8 h + l.
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     const int at = 8 * h, from = std::max(first, at), to = std::min(last, at + 8);
@@ -997,7 +1014,7 @@ PRISM_AVX2 __attribute__((noinline)) void Q4_0Tile(const uint8_t* x, int64_t str
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       alignas(32) float lanes[8];
-      _mm256_store_ps(lanes, acc[h][g]);
+      _mm256_store_ps(lanes, acc[0][h][g]);
       std::memcpy(out + g * ldo + from - first, lanes + from - at,
                   sizeof(float) * static_cast<size_t>(to - from));
     }
@@ -1005,38 +1022,17 @@ PRISM_AVX2 __attribute__((noinline)) void Q4_0Tile(const uint8_t* x, int64_t str
 }
 
 // One activation row against kDecodeStreams groups of 16 interleaved Q4_0 rows, those at w +
-// s * step for s < kDecodeStreams, side by side a pair of blocks at a time, each prefetched
-// kStreamAhead bytes ahead: out[s * ostep + r] = x . (group s's row r) for r < 16. The same
-// bits as Q4_0Tile<1> on each group.
+// s * step, read side by side, kStreamAhead bytes prefetched ahead: out[s * ostep + r] = x .
+// (group s's row r) for r < 16. The same bits as Q4_0Tile<1> on each group.
 constexpr int kDecodeStreams = 4;
 constexpr int64_t kStreamAhead = 2048;
 PRISM_AVX2 __attribute__((noinline)) void Q4_0Streams(const uint8_t* x, const CompactQ8& packed,
                                                       const uint8_t* w, int64_t step,
                                                       int64_t blocks, float* out, int64_t ostep) {
-  constexpr int S = kDecodeStreams;
-  __m256 acc[S][2][1];
+  __m256 acc[kDecodeStreams][2][1];
+  Q4_0Groups<1, kDecodeStreams>(x, 0, packed, w, step, blocks, kStreamAhead, acc);
 #pragma GCC unroll 4
-  for (int s = 0; s < S; ++s) acc[s][0][0] = acc[s][1][0] = _mm256_setzero_ps();
-  constexpr int64_t kRun = 64, kPair = 64 + 2 * 4 * kRun;  // as in Q4_0Tile
-  for (int64_t b = 0; b + 1 < blocks; b += 2) {
-#pragma GCC unroll 4
-    for (int s = 0; s < S; ++s) {
-      const uint8_t* p = w + s * step + b / 2 * kPair;
-      for (int64_t line = 0; line < kPair; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(p + kStreamAhead + line), _MM_HINT_T0);
-      Q4_0Block<1>(x, 0, packed, b, p + 64, p, acc[s]);
-      Q4_0Block<1>(x, 0, packed, b + 1, p + 64 + 4 * kRun, p + 32, acc[s]);
-    }
-  }
-  if (blocks % 2) {
-#pragma GCC unroll 4
-    for (int s = 0; s < S; ++s) {
-      const uint8_t* p = w + s * step + blocks / 2 * kPair;
-      Q4_0Block<1>(x, 0, packed, blocks - 1, p + 32, p, acc[s]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int s = 0; s < S; ++s) {
+  for (int s = 0; s < kDecodeStreams; ++s) {
     _mm256_storeu_ps(out + s * ostep, acc[s][0][0]);
     _mm256_storeu_ps(out + s * ostep + 8, acc[s][1][0]);
   }
@@ -1057,7 +1053,7 @@ void InterleavedQ4_0Rows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes,
   constexpr int64_t kBand = 64, kGroup = kQuantGroupRows;
   const int64_t blocks = k / 32;
   const CompactQ8 packed(k);
-  // Rows [from, to) of one group or of whole groups, one tile a group and chunk of rows.
+  // Rows [from, to): a tile for each group (or its part in the range) and chunk of rows.
   auto tiles = [&](int64_t from, int64_t to) {
     for (int64_t i0 = 0; i0 < x.m; i0 += kBand) {
       const int64_t i1 = std::min(x.m, i0 + kBand);

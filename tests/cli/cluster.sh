@@ -80,6 +80,15 @@ rank_pid() {  # launcher pid, rank: that rank's process
     tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && echo "$p"
   done
 }
+ended() {  # launcher pid, its rank to kill too, what failed: waits up to 30 s for the run to
+  # end (killing both if it has not), and leaves its exit status in rc
+  for _ in $(seq 300); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$1" 2>/dev/null; then
+    echo "FAIL $3"; fail=1
+    kill -9 "$2" "$1" 2>/dev/null
+  fi
+  wait "$1"; rc=$?
+}
 serve_port() {  # stderr file: the port the server says it listens on
   for _ in $(seq 300); do
     port=$(sed -n 's|^prism serve: .* on http://127.0.0.1:\([0-9]*\)/v1$|\1|p' "$1")
@@ -147,11 +156,7 @@ done
 sleep 0.5
 kill -9 "$victim" 2>/dev/null || { echo "FAIL no rank 1 to kill"; fail=1; }
 start=$SECONDS
-for _ in $(seq 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
-if kill -0 "$launcher" 2>/dev/null; then
-  echo "FAIL the run goes on after rank 1 died"; fail=1; kill -9 "$launcher"
-fi
-wait "$launcher"; rc=$?
+ended "$launcher" "$victim" "the run goes on after rank 1 died"
 exec 3>&-
 [[ $rc != 0 ]] || { echo "FAIL the run ended well after rank 1 died"; fail=1; }
 grep -q "rank 1 .* on node .* exited on signal 9" "$tmp/killed" \
@@ -177,12 +182,7 @@ for stopped in 1 0; do
   sleep 0.5
   kill -STOP "$victim" 2>/dev/null || { echo "FAIL no rank $stopped to stop"; fail=1; }
   start=$SECONDS
-  for _ in $(seq 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$launcher" 2>/dev/null; then
-    echo "FAIL the run goes on after rank $stopped stopped"; fail=1
-    kill -9 "$victim" "$launcher"
-  fi
-  wait "$launcher"; rc=$?
+  ended "$launcher" "$victim" "the run goes on after rank $stopped stopped"
   exec 3>&-
   [[ $rc != 0 ]] || { echo "FAIL the run ended well after rank $stopped stopped"; fail=1; }
   grep -Eq "^prism: error: rank $stopped on [^ ]+ has not answered rank $((1 - stopped)) on [^ ]+ for [0-9]+ s" \
@@ -205,12 +205,7 @@ victim=$(rank_pid "$launcher" 1)
 kill -STOP "$victim" 2>/dev/null || { echo "FAIL no rank 1 to stop"; fail=1; }
 exec 3>&-  # the end of input: rank 0 ends the run
 start=$SECONDS
-for _ in $(seq 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
-if kill -0 "$launcher" 2>/dev/null; then
-  echo "FAIL rank 0 waits for ever for rank 1 to end the run"; fail=1
-  kill -9 "$victim" "$launcher"
-fi
-wait "$launcher"; rc=$?
+ended "$launcher" "$victim" "rank 0 waits for ever for rank 1 to end the run"
 [[ $rc != 0 ]] || { echo "FAIL the run ended well with rank 1 stopped at its end"; fail=1; }
 grep -Eq "^prism: error: rank 0 on [^ ]+ waited 2 s for the other processes to end the run" \
   "$tmp/end.err" || { echo "FAIL the end does not say why: $(cat "$tmp/end.err")"; fail=1; }

@@ -349,12 +349,11 @@ Processes::Processes() {
 
   // The watch: rank 0's timeout for every process (a follower's own setting would make the
   // two ends disagree), and every process's host for the line that names one.
-  double timeout_s = timeout_from_environment();
-  world_->broadcast(&timeout_s, sizeof timeout_s, 0);
-  timeout_s_ = timeout_s;
+  timeout_s_ = timeout_from_environment();
+  world_->broadcast(&timeout_s_, sizeof timeout_s_, 0);
   std::vector<char> hosts(static_cast<size_t>(size_) * kMaxString);
   world_->all_gather(host, kMaxString, hosts.data());
-  if (timeout_s > 0 && thread_level_ == ThreadLevel::multiple) {
+  if (timeout_s_ > 0 && thread_level_ == ThreadLevel::multiple) {
     std::vector<std::string> names;
     for (int r = 0; r < size_; ++r) {
       const char* name = hosts.data() + static_cast<size_t>(r) * kMaxString;
@@ -362,7 +361,7 @@ Processes::Processes() {
     }
     Handle comm = nullptr;
     check(m.Comm_dup(m.comm_world, &comm), "MPI_Comm_dup");
-    watch_ = std::make_unique<Watch>(*this, comm, timeout_s, std::move(names));
+    watch_ = std::make_unique<Watch>(*this, comm, timeout_s_, std::move(names));
   }
 }
 

@@ -95,7 +95,7 @@ class Processes {
   // the other (PRISM_PROCESS_TIMEOUT, 30 s by default; 0 turns it off). Needs MPI's multiple
   // thread level; null without it.
   std::unique_ptr<Watch> watch_;
-  double timeout_s_ = 0;  // the watch's; finish() waits as long for the others to leave MPI
+  double timeout_s_ = 0;  // rank 0's PRISM_PROCESS_TIMEOUT: the watch's, finish()'s wait
   std::recursive_mutex commands_;
   bool failed_in_command_ = false;
   bool ended_ = false;  // a follower took rank 0's end in follow()

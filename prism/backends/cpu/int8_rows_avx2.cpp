@@ -856,9 +856,10 @@ constexpr int kQ4_0TileRows = 4;  // activation rows a tile takes
 
 // One run of a block against one activation row (its four values 4c.. at `values`, and 16 +
 // 4c.. after them): s0 and s1 (the group's rows 0-7 and 8-15) add the products with the run's
-// low nibbles lo and high nibbles hi; kFirst starts them. In assembly so that each product is
-// added into its running sum at once: from intrinsics GCC kept a 4-row tile's sums on the
-// stack (asm barriers did not stop it), every add a load and a store.
+// low nibbles lo and high nibbles hi; kFirst starts them (rather than adding to zeros: two
+// vpaddw fewer a row and block, 1-2 % faster on 4-16 rows, nine alternating runs). In assembly
+// so that each product is added into its running sum at once: from intrinsics GCC kept a 4-row
+// tile's sums on the stack (asm barriers did not stop it), every add a load and a store.
 template <bool kFirst>
 PRISM_AVX2_INLINE void Q4_0Run(const __m256i (&lo)[2], const __m256i (&hi)[2],
                                const uint8_t* values, __m256i& s0, __m256i& s1) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "prism/quant/ggml_type.h"
 
@@ -72,6 +73,22 @@ using QuantRowsInt8Fn = void (*)(const Int8Rows& x, const uint8_t* w, int64_t ro
 // records with their packed copies). Single-threaded.
 using QuantRowsInterleavedFn = void (*)(const Int8Rows& x, const uint8_t* w, int64_t row_bytes,
                                         int64_t r0, int64_t r1, int64_t k, float* out, int64_t ldo);
+
+// A tile of weights kept interleaved: the group of 16 rows at w (`blocks` blocks a row) against
+// some activation rows (records `stride` bytes apart at x, packed as `packed` says):
+// out[g * ldo + r - first] = x_g . W[r] for the group's rows r in [first, last); `stream` for
+// the first chunk of rows, which reads the group from memory.
+using InterleavedTileFn = void (*)(const uint8_t* x, int64_t stride, const CompactQ8& packed,
+                                   const uint8_t* w, int64_t blocks, float* out, int64_t ldo,
+                                   int first, int last, bool stream);
+
+// QuantRowsInterleavedFn's work through tiles (tiles[j] takes j + 1 activation rows): each group
+// of 16 rows (or its part in [r0, r1)) against the rows in chunks of up to tiles.size(), the
+// first chunk reading the group from memory, the rest from cache; many rows (a prefill's) in
+// bands of 64, which every group then reads from cache.
+void interleaved_tiles(std::span<const InterleavedTileFn> tiles, const Int8Rows& x,
+                       const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, int64_t blocks,
+                       const CompactQ8& packed, float* out, int64_t ldo);
 
 // The AVX2 kernel for weights of `type` (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), or
 // null for another type or where this binary has none (not x86). The caller makes sure the

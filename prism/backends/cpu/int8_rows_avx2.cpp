@@ -128,6 +128,25 @@ void int8_lanes(const Int8Rows& x, int64_t k, uint8_t* out) {
   }
 }
 
+void interleaved_tiles(std::span<const InterleavedTileFn> tiles, const Int8Rows& x,
+                       const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, int64_t blocks,
+                       const CompactQ8& packed, float* out, int64_t ldo) {
+  constexpr int64_t kBand = 64, kGroup = kQuantGroupRows;
+  const int64_t chunk = static_cast<int64_t>(tiles.size());
+  for (int64_t i0 = 0; i0 < x.m; i0 += kBand) {
+    const int64_t i1 = std::min(x.m, i0 + kBand);
+    for (int64_t g0 = r0 / kGroup * kGroup; g0 < r1; g0 += kGroup) {
+      const int first = static_cast<int>(std::max(r0, g0) - g0);
+      const int last = static_cast<int>(std::min(r1, g0 + kGroup) - g0);
+      for (int64_t i = i0; i < i1; i += chunk) {
+        const int64_t rows = std::min(chunk, i1 - i);
+        tiles[rows - 1](x.x + i * x.stride, x.stride, packed, w + g0 * row_bytes, blocks,
+                        out + i * ldo + (g0 + first - r0), ldo, first, last, i == i0);
+      }
+    }
+  }
+}
+
 #if PRISM_HAVE_INT8_AVX2
 namespace {
 
@@ -1039,35 +1058,19 @@ PRISM_AVX2 __attribute__((noinline)) void Q4_0Streams(const uint8_t* x, const Co
   }
 }
 
-using Q4_0TileFn = void (*)(const uint8_t*, int64_t, const CompactQ8&, const uint8_t*, int64_t,
-                            float*, int64_t, int, int, bool);
-
-// QuantRowsInterleavedFn for Q4_0: each group of 16 rows (or its part in [r0, r1)) against the
-// activation rows in chunks of up to kQ4_0TileRows, the first chunk reading the group from
-// memory, the rest from cache; many activation rows (a prefill's) in bands of 64, which every
-// group then reads from cache. One row (a decoding step) reads the whole groups of its range as
+// QuantRowsInterleavedFn for Q4_0: interleaved_tiles with chunks of up to kQ4_0TileRows
+// activation rows. One row (a decoding step) reads the whole groups of its range as
 // kDecodeStreams streams, one from each quarter (Q4_0Streams).
 void InterleavedQ4_0Rows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t r0,
                          int64_t r1, int64_t k, float* out, int64_t ldo) {
-  static constexpr Q4_0TileFn kTiles[kQ4_0TileRows] = {&Q4_0Tile<1>, &Q4_0Tile<2>, &Q4_0Tile<3>,
-                                                       &Q4_0Tile<4>};
-  constexpr int64_t kBand = 64, kGroup = kQuantGroupRows;
+  static constexpr InterleavedTileFn kTiles[kQ4_0TileRows] = {&Q4_0Tile<1>, &Q4_0Tile<2>,
+                                                              &Q4_0Tile<3>, &Q4_0Tile<4>};
+  constexpr int64_t kGroup = kQuantGroupRows;
   const int64_t blocks = k / 32;
   const CompactQ8 packed(k);
-  // Rows [from, to): a tile for each group (or its part in the range) and chunk of rows.
+  // Rows [from, to), their results at out + from - r0.
   auto tiles = [&](int64_t from, int64_t to) {
-    for (int64_t i0 = 0; i0 < x.m; i0 += kBand) {
-      const int64_t i1 = std::min(x.m, i0 + kBand);
-      for (int64_t g0 = from / kGroup * kGroup; g0 < to; g0 += kGroup) {
-        const int first = static_cast<int>(std::max(from, g0) - g0);
-        const int last = static_cast<int>(std::min(to, g0 + kGroup) - g0);
-        for (int64_t i = i0; i < i1; i += kQ4_0TileRows) {
-          const int64_t rows = std::min<int64_t>(kQ4_0TileRows, i1 - i);
-          kTiles[rows - 1](x.x + i * x.stride, x.stride, packed, w + g0 * row_bytes, blocks,
-                           out + i * ldo + (g0 + first - r0), ldo, first, last, i == i0);
-        }
-      }
-    }
+    interleaved_tiles(kTiles, x, w, row_bytes, from, to, blocks, packed, out + (from - r0), ldo);
   };
   const int64_t whole0 = (r0 + kGroup - 1) / kGroup * kGroup, whole1 = r1 / kGroup * kGroup;
   const int64_t per = (whole1 - whole0) / kGroup / kDecodeStreams;  // groups a stream

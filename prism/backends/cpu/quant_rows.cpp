@@ -1759,57 +1759,39 @@ PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void InterleavedTile(const uint8_t* x, i
   StoreGroup<G>(acc, out, ldo, first, last);
 }
 
-using InterleavedTileFn = void (*)(const uint8_t*, int64_t, const CompactQ8&, const uint8_t*,
-                                   int64_t, float*, int64_t, int, int, bool);
-
-// The tiles of weights of format F kept interleaved (kTiles[g - 1] takes g activation rows,
-// up to kRows).
+// The tiles of weights of format F kept interleaved (kTiles[g - 1] takes g activation rows),
+// and the values a block holds (kElems).
 template <typename F>
 struct InterleavedTiles {
   static constexpr InterleavedTileFn kTiles[] = {&InterleavedTile<F, 1>, &InterleavedTile<F, 2>,
                                                  &InterleavedTile<F, 3>, &InterleavedTile<F, 4>,
                                                  &InterleavedTile<F, 5>, &InterleavedTile<F, 6>,
                                                  &InterleavedTile<F, 7>, &InterleavedTile<F, 8>};
-  static constexpr int64_t kRows = 8, kElems = 32;
+  static constexpr int64_t kElems = 32;
 };
 template <bool kFive>
 struct InterleavedTiles<QKRows<kFive> > {
   static constexpr InterleavedTileFn kTiles[] = {
       &KInterleavedTile<kFive, 1>, &KInterleavedTile<kFive, 2>, &KInterleavedTile<kFive, 3>,
       &KInterleavedTile<kFive, 4>};
-  static constexpr int64_t kRows = 4, kElems = 256;
+  static constexpr int64_t kElems = 256;
 };
 template <>
 struct InterleavedTiles<Q6_KRows> {
   static constexpr InterleavedTileFn kTiles[] = {&Q6KInterleavedTile<1>, &Q6KInterleavedTile<2>,
                                                  &Q6KInterleavedTile<3>, &Q6KInterleavedTile<4>};
-  static constexpr int64_t kRows = 4, kElems = 256;
+  static constexpr int64_t kElems = 256;
 };
 
 // out[i * ldo + r - r0] = x_i . W[r] for rows [r0, r1) of the interleaved weights at w (rows
-// row_bytes apart as stored): a group of 16 rows at a time against the activation rows in
-// chunks of up to Tiles::kRows (8; 4 for the K-quants), the first chunk reading the group from
-// memory, the next ones from cache; many activation rows (a prefill's) in bands of 64, which
-// every group then reads from cache.
+// row_bytes apart as stored), through interleaved_tiles: chunks of up to 8 activation rows (4
+// for the K-quants).
 template <typename F>
 void InterleavedRows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
                      int64_t k, float* out, int64_t ldo) {
   using Tiles = InterleavedTiles<F>;
-  constexpr int64_t kBand = 64, kTileRows = Tiles::kRows;
-  const int64_t blocks = k / Tiles::kElems;
-  const CompactQ8 packed(k);
-  for (int64_t i0 = 0; i0 < x.m; i0 += kBand) {
-    const int64_t i1 = std::min(x.m, i0 + kBand);
-    for (int64_t g0 = r0 / kQuantGroupRows * kQuantGroupRows; g0 < r1; g0 += kQuantGroupRows) {
-      const int first = static_cast<int>(std::max(r0, g0) - g0);
-      const int last = static_cast<int>(std::min(r1, g0 + kQuantGroupRows) - g0);
-      for (int64_t i = i0; i < i1; i += kTileRows) {
-        const int64_t rows = std::min(kTileRows, i1 - i);
-        Tiles::kTiles[rows - 1](x.x + i * x.stride, x.stride, packed, w + g0 * row_bytes, blocks,
-                                out + i * ldo + (g0 + first - r0), ldo, first, last, i == i0);
-      }
-    }
-  }
+  interleaved_tiles(Tiles::kTiles, x, w, row_bytes, r0, r1, k / Tiles::kElems, CompactQ8(k), out,
+                    ldo);
 }
 
 using Q4_0 = Q4<false>;

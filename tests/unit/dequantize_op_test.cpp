@@ -132,6 +132,37 @@ TEST(DequantizeOp, ProductsOverSeveralPanels) {
   check_products(GgmlType::Q8_0, 1024 + 37, 8, {20}, "int8");  // prefill: f32 all the same
 }
 
+// A prefill's product over quantized weights (panels of weight rows dequantized to bf16, then
+// multiplied) gives the bits of the same bf16 product over the whole dequantized matrix: the
+// panels take the float products' own path (gemm.h's sums do not depend on the columns).
+TEST(DequantizeOp, PanelsGiveTheBitsOfTheDequantizedProduct) {
+  const testing::QuantActivations f32_activations("f32");  // every format through the panels
+  Platform& cpu = get_platform("cpu");
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K}) {
+    SCOPED_TRACE(quant::info(t).name);
+    const int64_t n = 1024 + 96, m = 20, blocks = t == GgmlType::Q8_0 ? 24 : 3;
+    const int64_t k = blocks * quant::info(t).block_elements;
+    const HostBuffer w = testing::random_blocks(t, n, blocks, 5, "n", "k");
+    const HostBuffer wd =
+        testing::f32(S({{"n", n}, {"k", k}}), reference(t, w)).convert(DType::bf16);
+    std::vector<float> xv(static_cast<size_t>(m * k));
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::cos(0.21 * i);
+    const HostBuffer x = testing::f32(S({{"m", m}, {"k", k}}), xv).convert(DType::bf16);
+    const HostBuffer quantized =
+        run(TraceFn([t](std::span<const Tensor> in) {
+              return std::vector<Tensor>{in[0].dot(in[1].dequantize(t, DType::bf16), "k")};
+            }),
+            std::vector<HostBuffer>{x, w}, &cpu)[0];
+    const HostBuffer plain = run(TraceFn([](std::span<const Tensor> in) {
+                                   return std::vector<Tensor>{in[0].dot(in[1], "k")};
+                                 }),
+                                 std::vector<HostBuffer>{x, wd}, &cpu)[0];
+    ASSERT_EQ(quantized.shape().bytes(), plain.shape().bytes());
+    EXPECT_EQ(std::memcmp(quantized.bytes().data(), plain.bytes().data(), plain.shape().bytes()),
+              0);
+  }
+}
+
 // The executable reads the blocks: a folded dequantize has no memory of its own (the arena
 // holds no copy of the weights), and a lookup in a quantized table dequantizes the rows it
 // picks (simplify moves the gather before the dequantize).

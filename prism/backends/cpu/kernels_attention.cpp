@@ -49,13 +49,19 @@ namespace prism::cpu::HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Tile sizes held in registers: AVX-512 has 32 vector registers, AVX2 16.
+// Tile sizes held in registers: AVX-512 has 32 vector registers, AVX2 16. AVX2's take 12
+// running sums (6 keys x 2 vectors of rows; 6 rows x 2 vectors of values), enough chains to
+// keep both FMA pipes busy through an FMA's latency: with 8 (4 keys; 2 rows x 4 vectors), one
+// Llama-1B layer's 512-token prefill (`prism-bench attention`, Zen 2, 2 threads) ran at 67
+// GFLOP/s in bf16 and 71 in f32, with 12 at 99 and 113. The same sums in the same order.
 #if HWY_TARGET <= HWY_AVX3
 constexpr int kTileKeys = 8;  // scores: keys x 2 vectors of rows
-constexpr int kSumRows = 6;   // sums: rows x 4 vectors of values
+constexpr int kSumRows = 6;   // sums: rows x kSumVectors vectors of values
+constexpr int kSumVectors = 4;
 #else
-constexpr int kTileKeys = 4;
-constexpr int kSumRows = 2;
+constexpr int kTileKeys = 6;
+constexpr int kSumRows = 6;
+constexpr int kSumVectors = 2;
 #endif
 
 // The layout of a chunk: scores transposed, st[j][r], with rows padded to a multiple of the
@@ -202,7 +208,8 @@ void SumRows(const float* pt, int64_t ldq, const float* v, int64_t E, int64_t n,
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   int64_t e = 0;
-  for (; e + 4 * L <= E; e += 4 * L) SumTile<R, 4>(pt, ldq, v, E, n, o, e);
+  for (; e + kSumVectors * L <= E; e += kSumVectors * L)
+    SumTile<R, kSumVectors>(pt, ldq, v, E, n, o, e);
   for (; e + L <= E; e += L) SumTile<R, 1>(pt, ldq, v, E, n, o, e);
   for (; e < E; ++e) {
     for (int r = 0; r < R; ++r) {

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "prism/backends/cpu/bf16_products.h"
 #include "prism/backends/cpu/quant_rows.h"
 #include "prism/compiler/passes.h"
 #include "prism/quant/dequantize.h"
@@ -133,9 +134,14 @@ TEST(DequantizeOp, ProductsOverSeveralPanels) {
 }
 
 // A prefill's product over quantized weights (panels of weight rows dequantized to bf16, then
-// multiplied) gives the bits of the same bf16 product over the whole dequantized matrix: the
-// panels take the float products' own path (gemm.h's sums do not depend on the columns).
+// multiplied) gives the bits of the same bf16 product over the whole dequantized matrix where
+// bf16 products run on f32 FMAs: the panels take gemm.h's products, whose sums do not depend
+// on the columns.
 TEST(DequantizeOp, PanelsGiveTheBitsOfTheDequantizedProduct) {
+  if (cpu::bf16_products().path != cpu::Bf16Products::fma) {
+    GTEST_SKIP() << "bf16 products go to oneDNN on this CPU, whose sums need not keep their bits "
+                    "from one width of columns to another";
+  }
   const testing::QuantActivations f32_activations("f32");  // every format through the panels
   Platform& cpu = get_platform("cpu");
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K}) {

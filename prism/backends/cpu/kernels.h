@@ -36,6 +36,12 @@ Kernel make_data_kernel(const ir::Graph& graph, ir::ValueId id);  // kernels_dat
 bool gather_reads_blockable_weights(const ir::Graph& graph, const ir::Node& node);
 Kernel make_reduce_kernel(const ir::Graph& graph, ir::ValueId id);  // kernels_reduce.cpp
 Kernel make_dot_kernel(const ir::Graph& graph, ir::ValueId id);     // kernels_dot.cpp
+// bf16 activations x[m][k] (at x + m * row_stride + k * col_stride) laid out for gemm.h's
+// products (gemm_pack_lhs) on the pool, in a buffer of the calling thread that the next call on
+// it reuses: fresh pages would fault in on every call (16 MiB for a 512-token prefill's down
+// projection at Llama 1B's shapes). kernels_dot.cpp; the quantized products' panels use it too.
+const float* widened_activations(const uint16_t* x, int64_t row_stride, int64_t col_stride,
+                                 int64_t M, int64_t K, ThreadPool& pool);
 // Dot products of the same activations by different weights, as one step that reads the
 // activations, then each product's weights, and writes each product's output; null when the
 // products cannot share one (kernels_dot.cpp).

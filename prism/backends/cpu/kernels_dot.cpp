@@ -417,20 +417,12 @@ class DotKernel {
   }
 
  public:
-  // The activations of a widened product as gemm_pack_lhs lays them out, once for all its
-  // slices (and for all the products of a group, which share them), in a buffer of the
-  // calling thread kept for its next product: fresh pages would fault in on every call (16 MiB
-  // for a 512-token prefill's down projection at Llama 1B's shapes).
+  // The activations of a widened product (widened_activations), once for all its slices (and
+  // for all the products of a group, which share them).
   const float* widened_lhs(const std::byte* l, ThreadPool& pool) const {
     const auto ls = lhs_.strides();
-    const int64_t M = lhs_.rows, K = lhs_.cols;
-    thread_local std::vector<float> packed;
-    packed.resize(std::max(packed.size(), static_cast<size_t>(gemm_lhs_floats(M, K))));
-    float* out = packed.data();  // the pool's threads have thread_locals of their own
-    pool.parallel_for((M + kGemmPanelRows - 1) / kGemmPanelRows, 2, [&](int64_t p0, int64_t p1) {
-      gemm_pack_lhs(reinterpret_cast<const uint16_t*>(l), ls[1], ls[2], M, K, p0, p1, out);
-    });
-    return out;
+    return widened_activations(reinterpret_cast<const uint16_t*>(l), ls[1], ls[2], lhs_.rows,
+                               lhs_.cols, pool);
   }
   bool widened() const { return widened_; }
 
@@ -654,6 +646,17 @@ class DotKernel {
 bool dot_reads_blockable_weights(const ir::Graph& g, ir::ValueId id) {
   const ir::Node& n = g.node(id);
   return n.op == ir::Op::dot && DotKernel(g, n).blockable();
+}
+
+const float* widened_activations(const uint16_t* x, int64_t row_stride, int64_t col_stride,
+                                 int64_t M, int64_t K, ThreadPool& pool) {
+  thread_local std::vector<float> packed;
+  packed.resize(std::max(packed.size(), static_cast<size_t>(gemm_lhs_floats(M, K))));
+  float* out = packed.data();  // the pool's threads have thread_locals of their own
+  pool.parallel_for((M + kGemmPanelRows - 1) / kGemmPanelRows, 2, [&](int64_t p0, int64_t p1) {
+    gemm_pack_lhs(x, row_stride, col_stride, M, K, p0, p1, out);
+  });
+  return out;
 }
 
 Kernel make_dot_kernel(const ir::Graph& g, ir::ValueId id) {

@@ -164,16 +164,9 @@ class QuantDot {
     const bool widened = x_dtype_ == DType::bf16 && out_dtype_ == DType::bf16 &&
                          bf16_products().path == Bf16Products::fma;
     std::vector<std::byte> weights(panel_ * k_ * xe), product(widened ? 0 : m_ * panel_ * oe);
-    const float* packed = nullptr;
-    if (widened) {
-      thread_local std::vector<float> lhs;  // (kept: fresh pages would fault in every call)
-      lhs.resize(std::max(lhs.size(), static_cast<size_t>(gemm_lhs_floats(m_, k_))));
-      float* to = lhs.data();  // the pool's threads have thread_locals of their own
-      pool.parallel_for((m_ + kGemmPanelRows - 1) / kGemmPanelRows, 2, [&](int64_t q0, int64_t q1) {
-        gemm_pack_lhs(reinterpret_cast<const uint16_t*>(x), k_, 1, m_, k_, q0, q1, to);
-      });
-      packed = to;
-    }
+    const float* packed =
+        widened ? widened_activations(reinterpret_cast<const uint16_t*>(x), k_, 1, m_, k_, pool)
+                : nullptr;
     for (int64_t p0 = 0; p0 < n_; p0 += panel_) {
       const int64_t rows = std::min(panel_, n_ - p0);
       pool.parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {

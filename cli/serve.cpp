@@ -134,6 +134,10 @@ const prism::cli::RegisterCommand kServe{
                      "generations at once (each keeps a KV cache of --seqlen positions)")
           ->capture_default_str();
       app.add_option("--seqlen", o->seqlen, "context length")->capture_default_str();
+      app.add_option("--prompt-cache", o->serve.prompt_cache,
+                     "true: a request takes the slot whose last conversation shares the longest "
+                     "start with its prompt and prefills only the rest (docs/serving.md)")
+          ->capture_default_str();
       app.add_option("--platform", o->platform, "cpu, opencl, cuda, xla-cpu, ... auto");
       app.add_option("--dtype", o->dtype,
                      "auto (the checkpoint's: bf16 for a bf16 checkpoint), f32 or bf16")

@@ -65,7 +65,7 @@ struct Histogram {
 struct Metrics {
   std::mutex mutex;
   std::map<int, uint64_t> requests;  // by status
-  uint64_t prompt_tokens = 0, generated_tokens = 0, cancelled = 0;
+  uint64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0, cancelled = 0;
   uint64_t guesses = 0, guesses_kept = 0;  // speculative decoding's
   Histogram first_token, per_token;
 };
@@ -74,6 +74,7 @@ struct Metrics {
 struct Outcome {
   std::string text;
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = 0;  // of the prompt's, taken from a slot's earlier conversation
   std::string finish = "stop";
   bool cancelled = false;
   std::string error;  // the engine failed
@@ -350,7 +351,8 @@ class Server::Impl {
   static Json usage(const Outcome& o) {
     return {{"prompt_tokens", o.prompt_tokens},
             {"completion_tokens", o.completion_tokens},
-            {"total_tokens", o.prompt_tokens + o.completion_tokens}};
+            {"total_tokens", o.prompt_tokens + o.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
   }
 
   static int64_t unix_time() {
@@ -372,7 +374,8 @@ class Server::Impl {
   struct Running {
     std::shared_ptr<Job> job;
     int slot = 0;
-    size_t fed = 0;
+    size_t fed = 0;     // of the prompt's tokens, in the slot's states
+    size_t cached = 0;  // of those, the ones an earlier conversation left there
     std::vector<float> logits;
     std::optional<llm::Sampler> sampler;
     std::vector<int32_t> history;
@@ -391,6 +394,19 @@ class Server::Impl {
     std::vector<Running> running;
     std::vector<int> free_slots;
     for (int k = engine_.slots() - 1; k >= 0; --k) free_slots.push_back(k);
+    held_.assign(static_cast<size_t>(engine_.slots()), {});
+    last_use_.assign(static_cast<size_t>(engine_.slots()), 0);
+    // A generation leaves its slot: what its states hold stays there for the next prompt.
+    auto leave = [&](Running& r, bool kept) {
+      std::vector<int32_t>& held = held_[static_cast<size_t>(r.slot)];
+      held.clear();
+      if (kept && options_.prompt_cache) {
+        const size_t n = std::min(r.history.size(), static_cast<size_t>(engine_.position(r.slot)));
+        held.assign(r.history.begin(), r.history.begin() + static_cast<std::ptrdiff_t>(n));
+      }
+      last_use_[static_cast<size_t>(r.slot)] = ++uses_;
+      free_slots.push_back(r.slot);
+    };
     for (;;) {
       {
         std::unique_lock lock(queue_mutex_);
@@ -402,23 +418,25 @@ class Server::Impl {
           std::shared_ptr<Job> job = std::move(queue_.front());
           queue_.pop_front();
           Running r;
+          const size_t pick = pick_slot(free_slots, job->prompt);
           r.job = std::move(job);
-          r.slot = free_slots.back();
-          free_slots.pop_back();
+          r.slot = free_slots[pick];
+          free_slots.erase(free_slots.begin() + static_cast<std::ptrdiff_t>(pick));
           running.push_back(std::move(r));
         }
         waiting_ = static_cast<int>(queue_.size());
         generating_ = static_cast<int>(running.size());
       }
       for (size_t i = 0; i < running.size();) {
-        bool done = true;
+        bool done = true, failed = false;
         try {
           done = step(running[i], static_cast<int>(running.size()));
         } catch (const std::exception& e) {
           finish(running[i], "stop", false, e.what());
+          failed = true;
         }
         if (done) {
-          free_slots.push_back(running[i].slot);
+          leave(running[i], !failed);
           running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
         } else {
           ++i;
@@ -442,13 +460,44 @@ class Server::Impl {
         } catch (const std::exception& e) {
           for (size_t k = batch.size(); k-- > 0;) {
             finish(running[batch[k]], "stop", false, e.what());
-            free_slots.push_back(running[batch[k]].slot);
+            leave(running[batch[k]], false);
             running.erase(running.begin() + static_cast<std::ptrdiff_t>(batch[k]));
           }
         }
       }
       generating_ = static_cast<int>(running.size());
     }
+  }
+
+  // The tokens at the start of `prompt` that `slot` holds from its last conversation and can
+  // keep (Engine::can_rewind): all but the prompt's last token at most, whose logits the
+  // first step needs.
+  size_t reusable(int slot, const std::vector<int32_t>& prompt) const {
+    const std::vector<int32_t>& held = held_[static_cast<size_t>(slot)];
+    const size_t most = std::min(held.size(), prompt.empty() ? 0 : prompt.size() - 1);
+    const size_t n = static_cast<size_t>(
+        std::mismatch(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(most),
+                      prompt.begin())
+            .first -
+        held.begin());
+    return n > 0 && engine_.can_rewind(slot, static_cast<int64_t>(n)) ? n : 0;
+  }
+
+  // Which of `free_slots` a request for `prompt` takes: the one that keeps most of it; among
+  // equals (none, say), the one whose conversation was left longest ago, so that recent
+  // conversations stay for their next turns.
+  size_t pick_slot(const std::vector<int>& free_slots, const std::vector<int32_t>& prompt) const {
+    size_t best = 0, best_kept = 0;
+    for (size_t i = 0; i < free_slots.size(); ++i) {
+      const size_t kept = reusable(free_slots[i], prompt);
+      const bool older = last_use_[static_cast<size_t>(free_slots[i])] <
+                         last_use_[static_cast<size_t>(free_slots[best])];
+      if (kept > best_kept || (kept == best_kept && older)) {
+        best = i;
+        best_kept = kept;
+      }
+    }
+    return best;
   }
 
   // One step of `r`, one of `running` generations; true when it has finished.
@@ -459,9 +508,14 @@ class Server::Impl {
       finish(r, "stop", false);
       return true;
     }
-    if (!r.sampler) {  // its first turn: a fresh slot
-      engine_.reset(r.slot);
+    if (!r.sampler) {  // its first turn: the slot's earlier conversation, as far as it is shared
       r.start = Clock::now();
+      r.fed = r.cached = reusable(r.slot, job.prompt);
+      if (r.fed > 0) {
+        engine_.rewind(r.slot, static_cast<int64_t>(r.fed));
+      } else {
+        engine_.reset(r.slot);
+      }
       r.sampler.emplace(q.sampling);
       r.detok.emplace(tokenizer_, true);
       r.history = job.prompt;
@@ -570,13 +624,15 @@ class Server::Impl {
     Outcome o;
     o.text = r.text;
     o.prompt_tokens = static_cast<int64_t>(job.prompt.size());
+    o.cached_tokens = static_cast<int64_t>(r.cached);
     o.completion_tokens = r.produced;
     o.finish = reason;
     o.cancelled = job.cancelled;
     o.error = error;
     {
       std::lock_guard lock(metrics_.mutex);
-      metrics_.prompt_tokens += r.fed;
+      metrics_.prompt_tokens += r.fed - r.cached;
+      metrics_.cached_tokens += r.cached;
       metrics_.generated_tokens += r.produced;
       metrics_.cancelled += o.cancelled;
       if (r.first > 0) metrics_.first_token.add(r.first);
@@ -618,6 +674,9 @@ class Server::Impl {
       s += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, v);
     };
     counter("prism_prompt_tokens_total", "Prompt tokens prefilled.", metrics_.prompt_tokens);
+    counter("prism_prompt_tokens_cached_total",
+            "Prompt tokens taken from a slot's earlier conversation instead (--prompt-cache).",
+            metrics_.cached_tokens);
     counter("prism_generated_tokens_total", "Tokens generated.", metrics_.generated_tokens);
     counter("prism_cancelled_total", "Generations stopped because the client went away.",
             metrics_.cancelled);
@@ -650,6 +709,11 @@ class Server::Impl {
   bool stopping_ = false;
   std::atomic<int> waiting_{0}, generating_{0};
   Metrics metrics_;
+  // The scheduler's: the tokens each slot's states hold from its last conversation (empty
+  // without --prompt-cache), and when each slot was last left.
+  std::vector<std::vector<int32_t>> held_;
+  std::vector<uint64_t> last_use_;
+  uint64_t uses_ = 0;
 };
 
 Server::Server(llm::Engine& engine, const llm::Tokenizer& tokenizer, ServeOptions options)

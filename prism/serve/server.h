@@ -32,6 +32,13 @@ struct ServeOptions {
   // draft_tokens a step. With several running, their tokens share one batched step instead.
   llm::Drafter* drafter = nullptr;
   int64_t draft_tokens = 4;
+  // Prompt caching: a slot keeps its last conversation's states after it ends, and a new
+  // request takes the free slot whose conversation shares the longest start with its prompt,
+  // going back to where they part (Engine::rewind) and prefilling only the rest. A chat
+  // client resends the whole conversation each turn, an agent the same long system prompt:
+  // their turns then prefill the new tokens alone. Models with recurrent or convolution
+  // states reuse a conversation only where the prompt continues all of it.
+  bool prompt_cache = true;
 };
 
 class Server {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # prism serve through the official OpenAI client (tests/serve/openai_client_test.py), on the
 # tiny Llama checkpoint beside the Llama 3.1 tokenizer and its chat template; its chat page in
-# headless Chromium (tests/serve/chat_page_test.py); a tiny Qwen 3.5 checkpoint; speculative
+# headless Chromium (tests/serve/chat_page_test.py); its prompt cache
+# (tests/serve/prompt_cache_test.py); a tiny Qwen 3.5 checkpoint; speculative
 # decoding (tests/serve/speculate_test.py); a Q8_0 GGUF file; bad options.
 set -u
 prism="$1"
@@ -16,6 +17,8 @@ done
 fail=0
 "$python" "$PRISM_SOURCE_DIR/tests/serve/openai_client_test.py" "$prism" "$tmp" || fail=1
 "$python" "$PRISM_SOURCE_DIR/tests/serve/chat_page_test.py" "$prism" "$tmp" || fail=1
+"$python" "$PRISM_SOURCE_DIR/tests/serve/prompt_cache_test.py" "$prism" "$tmp" --reuses-any-start \
+  || fail=1
 # Qwen 3.5 (attention beside gated delta rule layers, their states per slot) beside the
 # Qwen3 tokenizer.
 mkdir "$tmp/qwen3_5"
@@ -26,6 +29,7 @@ for f in tokenizer.json tokenizer_config.json; do
   ln -s "$PRISM_TOKENIZERS_DIR/qwen3/$f" "$tmp/qwen3_5/$f"
 done
 "$python" "$PRISM_SOURCE_DIR/tests/serve/architecture_test.py" "$prism" "$tmp/qwen3_5" || fail=1
+"$python" "$PRISM_SOURCE_DIR/tests/serve/prompt_cache_test.py" "$prism" "$tmp/qwen3_5" || fail=1
 
 # Speculative decoding: prompt lookup, a draft model (the model itself, on Qwen 3.5: its
 # states go back when a guess is rejected), and Qwen 3.5's own multi-token prediction head.

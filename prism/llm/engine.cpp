@@ -366,6 +366,9 @@ void Engine::obey(Call op, std::span<const int64_t> args, std::span<const int32_
     case Call::draft:
       draft(static_cast<int>(arg(0)), static_cast<int32_t>(arg(1)), arg(2));
       return;
+    case Call::share:
+      share(static_cast<int>(arg(0)), static_cast<int>(arg(1)), arg(2));
+      return;
   }
   fail("llm: rank 0 made call {}, which this process does not know", static_cast<int>(op));
 }
@@ -672,6 +675,80 @@ void Engine::rewind(int slot_index, int64_t to) {
   slot.position = slot.before_position;
   slot.since.resize(static_cast<size_t>(to - slot.before_position));
   slot.pending = slot.since;
+}
+
+bool Engine::can_share(int from, int64_t to) const {
+  PRISM_CHECK(from >= 0 && from < slots(), "llm: no slot {} ({} slots)", from, slots());
+  const Slot& slot = slots_[from];
+  if (to <= 0 || to > position(from)) return false;
+  return carried_.empty() || (to == slot.position && slot.pending.empty());
+}
+
+void Engine::share(int from, int to, int64_t position) {
+  PRISM_CHECK(from >= 0 && from < slots() && to >= 0 && to < slots() && from != to,
+              "llm: cannot share slot {}'s conversation with slot {} ({} slots)", from, to,
+              slots());
+  const int64_t holds = this->position(from);
+  PRISM_CHECK(position > 0 && position <= holds,
+              "llm: slot {} cannot share its first {} tokens: it holds {}", from, position, holds);
+  PRISM_CHECK(can_share(from, position),
+              "llm: slot {} cannot share its first {} of {} tokens: its recurrent states hold the "
+              "end of its conversation",
+              from, position, holds);
+  const int64_t args[] = {from, to, position};
+  auto leading = lead(Call::share, args);
+  // The positions copied: a power of two from 16 on, so that few programs serve every length.
+  int64_t window = 16;
+  while (window < position) window *= 2;
+  window = std::min(window, options_.seqlen);
+  auto it = share_.find(window);
+  if (it == share_.end()) {
+    // Inputs: `from`'s states, then `to`'s (donated). Outputs: `to`'s, its positional states
+    // with their first `window` positions from `from`'s, the others `from`'s.
+    ShardedCompileOptions options{.mesh = options_.mesh, .cache = options_.compile_cache.get()};
+    std::vector<Shape> shapes;
+    for (int side = 0; side < 2; ++side) {
+      for (const models::StateSpec& spec : state_specs_) {
+        if (side == 1) options.donate.push_back(static_cast<int>(shapes.size()));
+        shapes.push_back(spec.shape);
+        options.inputs.push_back(spec.sharding);
+      }
+    }
+    for (const models::StateSpec& spec : state_specs_) options.outputs.push_back(spec.sharding);
+    const std::vector<models::StateSpec> specs = state_specs_;
+    TraceFn copy = [specs, window](std::span<const Tensor> in) {
+      const size_t n = specs.size();
+      std::vector<Tensor> out;
+      for (size_t i = 0; i < n; ++i) {
+        const Tensor& source = in[i];
+        const Tensor& into = in[n + i];
+        if (specs[i].positional) {
+          const Tensor start = Tensor::scalar(0, DType::i32);
+          out.push_back(into.dynamic_update_slice(source.slice(models::kPositionAxis, 0, window),
+                                                  {{models::kPositionAxis, start}}));
+        } else {
+          // Computed from `into` too, so that the result takes its donated buffer.
+          out.push_back(select(into.is_nan(), source, source));
+        }
+      }
+      return out;
+    };
+    it = share_.emplace(window, compile_sharded(platform_, copy, shapes, options)).first;
+  }
+  Slot& dst = slots_[to];
+  const Slot& src = slots_[from];
+  std::vector<std::vector<Buffer>> in(devices_.size());
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    in[d] = src.states[d];
+    in[d].insert(in[d].end(), dst.states[d].begin(), dst.states[d].end());
+  }
+  std::vector<io::Weights> none(devices_.size());
+  std::vector<std::vector<Buffer>> out = it->second.call(none, in);
+  for (size_t d = 0; d < devices_.size(); ++d) dst.states[d] = std::move(out[d]);
+  dst.position = position;
+  dst.pending.clear();
+  dst.before.clear();
+  dst.since.clear();
 }
 
 ShardedExecutable compile_draft_step(Platform& platform, const models::CausalLM& model,

@@ -173,6 +173,16 @@ class Engine {
   void rewind(int slot, int64_t position);
   // Whether rewind(slot, position) can go there.
   bool can_rewind(int slot, int64_t position) const;
+  // Slot `to` takes the first `position` tokens of slot `from`'s conversation: copies of the
+  // states that hold them (for KV caches, their positions up to `position`, rounded up to a
+  // power of two: a copy that costs what those positions weigh, however long the caches).
+  // `from` keeps its conversation. A prompt cache's way to start a conversation from another
+  // slot's start (a shared system prompt) instead of prefilling it again.
+  void share(int from, int to, int64_t position);
+  // Whether share(from, ..., position) can copy that start: 0 < position <= position(from)
+  // (models with recurrent or convolution states: their states hold the conversation's end
+  // alone, so position must be all of it, with no tokens a rewind kept waiting).
+  bool can_share(int from, int64_t position) const;
   // One token for each of `slots` (distinct), at each slot's position: with a model that
   // batches (CausalLM::batches), one step for all, each weight read once; else slot by slot.
   // Returns each slot's logits, in order.
@@ -201,7 +211,7 @@ class Engine {
   // Where the engine's mesh spans processes: on rank 0, tells the others the call `op`
   // (args, tokens) this thread is about to make, and keeps other threads' calls waiting
   // until the returned Lead goes; nothing elsewhere.
-  enum class Call : int32_t { set_slots, feed, feed_every, reset, rewind, decode, draft };
+  enum class Call : int32_t { set_slots, feed, feed_every, reset, rewind, decode, draft, share };
   Processes::Lead lead(Call op, std::span<const int64_t> args,
                        std::span<const int32_t> tokens = {});
   // A follower: runs rank 0's call on this engine.
@@ -247,8 +257,9 @@ class Engine {
   std::vector<Slot> slots_;
   std::map<std::pair<int64_t, models::Logits>, ShardedExecutable> executables_;
   std::map<int64_t, ShardedExecutable> batch_executables_;  // decode steps, by batch size
-  std::optional<ShardedExecutable> reset_;  // zeros into the non-positional states, on use
-  std::optional<ShardedExecutable> draft_;  // the draft head's step (EngineOptions::draft_head)
+  std::optional<ShardedExecutable> reset_;      // zeros into the non-positional states, on use
+  std::map<int64_t, ShardedExecutable> share_;  // share()'s copies, by positions copied
+  std::optional<ShardedExecutable> draft_;      // the draft head's step (EngineOptions::draft_head)
 };
 
 }  // namespace prism::llm

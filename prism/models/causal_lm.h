@@ -37,6 +37,8 @@ struct ModelInfo {
 // other state (a recurrent or convolution state) is cleared when a conversation starts over.
 // The mesh axis the models split over for tensor parallelism (`--devices=N` is {model: N}).
 inline constexpr const char* kModelAxis = "model";
+// The tag of a positional state's positions (a KV cache's {h, k, hd}).
+inline constexpr const char* kPositionAxis = "k";
 
 struct StateSpec {
   Shape shape;

@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 
 #include "prism/llm/chat_template.h"
@@ -376,6 +377,8 @@ class Server::Impl {
     int slot = 0;
     size_t fed = 0;     // of the prompt's tokens, in the slot's states
     size_t cached = 0;  // of those, the ones an earlier conversation left there
+    // Until its first step: the tokens the slot's states hold from its last conversation.
+    std::vector<int32_t> held;
     std::vector<float> logits;
     std::optional<llm::Sampler> sampler;
     std::vector<int32_t> history;
@@ -421,6 +424,8 @@ class Server::Impl {
           const size_t pick = pick_slot(free_slots, job->prompt);
           r.job = std::move(job);
           r.slot = free_slots[pick];
+          r.held = std::move(held_[static_cast<size_t>(r.slot)]);
+          held_[static_cast<size_t>(r.slot)].clear();
           free_slots.erase(free_slots.begin() + static_cast<std::ptrdiff_t>(pick));
           running.push_back(std::move(r));
         }
@@ -430,7 +435,7 @@ class Server::Impl {
       for (size_t i = 0; i < running.size();) {
         bool done = true, failed = false;
         try {
-          done = step(running[i], static_cast<int>(running.size()));
+          done = step(running[i], running);
         } catch (const std::exception& e) {
           finish(running[i], "stop", false, e.what());
           failed = true;
@@ -469,18 +474,52 @@ class Server::Impl {
     }
   }
 
-  // The tokens at the start of `prompt` that `slot` holds from its last conversation and can
-  // keep (Engine::can_rewind): all but the prompt's last token at most, whose logits the
-  // first step needs.
-  size_t reusable(int slot, const std::vector<int32_t>& prompt) const {
-    const std::vector<int32_t>& held = held_[static_cast<size_t>(slot)];
+  // How many tokens at the start of `prompt` `held` has too: all but the prompt's last token
+  // at most, whose logits the first step needs.
+  static size_t shared_start(std::span<const int32_t> held, const std::vector<int32_t>& prompt) {
     const size_t most = std::min(held.size(), prompt.empty() ? 0 : prompt.size() - 1);
-    const size_t n = static_cast<size_t>(
-        std::mismatch(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(most),
-                      prompt.begin())
-            .first -
-        held.begin());
+    return static_cast<size_t>(std::mismatch(held.begin(),
+                                             held.begin() + static_cast<std::ptrdiff_t>(most),
+                                             prompt.begin())
+                                   .first -
+                               held.begin());
+  }
+
+  // The tokens at the start of `prompt` that `slot`, holding `held`, can keep
+  // (Engine::can_rewind).
+  size_t reusable(int slot, std::span<const int32_t> held,
+                  const std::vector<int32_t>& prompt) const {
+    const size_t n = shared_start(held, prompt);
     return n > 0 && engine_.can_rewind(slot, static_cast<int64_t>(n)) ? n : 0;
+  }
+  size_t reusable(int slot, const std::vector<int32_t>& prompt) const {
+    return reusable(slot, held_[static_cast<size_t>(slot)], prompt);
+  }
+
+  // Another slot whose conversation starts as `prompt` does, further than `own` tokens, and
+  // how far (Engine::can_share): a free slot's last conversation, or a running one's tokens so
+  // far. {-1, 0} where none does.
+  std::pair<int, size_t> share_source(const Running& r, const std::vector<Running>& running,
+                                      size_t own) const {
+    std::pair<int, size_t> best{-1, own};
+    auto consider = [&](int slot, std::span<const int32_t> tokens) {
+      const size_t n = shared_start(tokens, r.job->prompt);
+      if (n > best.second && engine_.can_share(slot, static_cast<int64_t>(n))) best = {slot, n};
+    };
+    for (size_t slot = 0; slot < held_.size(); ++slot) {
+      if (!held_[slot].empty()) consider(static_cast<int>(slot), held_[slot]);
+    }
+    for (const Running& other : running) {
+      if (&other == &r) continue;
+      if (!other.sampler) {  // not started: its slot still holds its last conversation
+        consider(other.slot, other.held);
+        continue;
+      }
+      const size_t n =
+          std::min(other.history.size(), static_cast<size_t>(engine_.position(other.slot)));
+      consider(other.slot, std::span(other.history).first(n));
+    }
+    return best.first >= 0 ? best : std::pair<int, size_t>{-1, 0};
   }
 
   // Which of `free_slots` a request for `prompt` takes: the one that keeps most of it; among
@@ -501,17 +540,26 @@ class Server::Impl {
   }
 
   // One step of `r`, one of `running` generations; true when it has finished.
-  bool step(Running& r, int running) {
+  bool step(Running& r, const std::vector<Running>& all) {
+    const size_t running = all.size();
     Job& job = *r.job;
     const CompletionRequest& q = job.request;
     if (job.cancelled) {
       finish(r, "stop", false);
       return true;
     }
-    if (!r.sampler) {  // its first turn: the slot's earlier conversation, as far as it is shared
+    if (!r.sampler) {
+      // Its first turn: the prompt's start from the slot's last conversation, or copied from
+      // another slot that has more of it, as far as they share it.
       r.start = Clock::now();
-      r.fed = r.cached = reusable(r.slot, job.prompt);
-      if (r.fed > 0) {
+      r.fed = r.cached = reusable(r.slot, r.held, job.prompt);
+      r.held.clear();
+      const auto [source, shared] =
+          options_.prompt_cache ? share_source(r, all, r.fed) : std::pair<int, size_t>{-1, 0};
+      if (source >= 0) {
+        engine_.share(source, r.slot, static_cast<int64_t>(shared));
+        r.fed = r.cached = shared;
+      } else if (r.fed > 0) {
         engine_.rewind(r.slot, static_cast<int64_t>(r.fed));
       } else {
         engine_.reset(r.slot);
@@ -526,7 +574,7 @@ class Server::Impl {
     }
     if (r.fed < job.prompt.size()) {
       const size_t left = job.prompt.size() - r.fed;
-      if (left <= kBatchedPrompt && static_cast<size_t>(running) > left) {
+      if (left <= kBatchedPrompt && running > left) {
         // With more generations running than prompt tokens left, those tokens go one a round
         // with the others' tokens, in the batched step: the prompt shares the weight reads
         // instead of a forward pass of its own (left rounds against a pass per prompt).

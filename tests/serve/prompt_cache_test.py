@@ -3,7 +3,8 @@ longest start with its prompt and prefills only the rest. Two servers on the sam
 with the cache (the default) and one without (--prompt-cache=false), must give the same greedy
 answers to the same conversations: a request repeated, a chat's second and third turns (the
 whole conversation sent again, as chat clients do), and conversations that share only their
-start, from several clients at once. The cached server says in each answer's usage how many
+start, from several clients at once, and a request beside a running one, which copies the
+running conversation's start into its fresh slot. The cached server says in each answer's usage how many
 prompt tokens it took from a slot (OpenAI's usage.prompt_tokens_details.cached_tokens) and
 counts them in its metrics. Usage: prompt_cache_test.py PRISM MODEL [--reuses-any-start]
 (a model of KV caches alone goes back to any point of a slot's conversation, so a repeated
@@ -102,6 +103,30 @@ try:
         want = list(pool.map(lambda m: ask(plain, m)[0], conversations))
     check("4 clients sharing a system prompt = without the cache", got == want,
           str([(a, b) for a, b in zip(got, want) if a != b][:2]))
+
+    # A request while another runs: it starts in the other slot, fresh, and copies the running
+    # conversation's start (Engine::share) instead of prefilling it.
+    share_proc, share_port = serve_util.start(PRISM, MODEL, "--parallel=2")
+    try:
+        sharing = client(share_port)
+        story = [system, {"role": "user", "content": "Tell me a long story."}]
+        stream = sharing.chat.completions.create(model="tiny", messages=story, max_tokens=160,
+                                                 temperature=0, stream=True)
+        chunks = iter(stream)
+        told = next(chunks).choices[0].delta.content or ""
+        beside = [system, {"role": "user", "content": "Name a color."}]
+        answer, u = ask(sharing, beside)
+        told += "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        check("a request beside a running one = without the cache",
+              answer == ask(plain, beside)[0])
+        if ANY_START:
+            check("it copies the running conversation's start", cached_tokens(u) > 0, str(u))
+        want = plain.chat.completions.create(model="tiny", messages=story, max_tokens=160,
+                                             temperature=0).choices[0].message.content
+        check("and the running one goes on unchanged", told == want, f"{told!r} vs {want!r}")
+    finally:
+        share_proc.terminate()
+        share_proc.wait(timeout=30)
 
     reused = metric(cached_port, "prism_prompt_tokens_cached_total")
     check("the metrics count the cached tokens", reused is not None and

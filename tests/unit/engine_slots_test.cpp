@@ -144,5 +144,56 @@ TEST(EngineSlots, BatchedDecodeMatchesOneSlotAtATime) {
   }
 }
 
+// A slot that takes another's conversation start (Engine::share) continues as a slot that
+// ran those tokens itself: the same greedy ids, logits within 1e-4, on one device and split
+// over two; the source slot goes on unchanged. Models with recurrent or convolution states
+// share only a whole conversation; bad calls get one clear error.
+TEST(EngineSlots, SharedConversationStartMatchesItsOwn) {
+  const std::vector<int32_t> start{1, 9906, 11, 1268, 40, 1093, 279, 3363, 13, 500, 77, 88};
+  const std::vector<int32_t> rest{99, 1000, 42};
+  for (const char* dir : {"llama/tiny-f32", "qwen3_5/tiny-bf16-untied", "lfm2/tiny-bf16-untied"}) {
+    const std::string path = std::string(PRISM_TEST_DATA) + "/" + dir;
+    for (int devices : {1, 2}) {
+      SCOPED_TRACE(std::string(dir) + " on " + std::to_string(devices) + " devices");
+      setenv("PRISM_CPU_DEVICES", "2", 1);
+      llm::EngineOptions o = options();
+      if (devices > 1) o.mesh = Mesh({{"model", devices}});
+      llm::Engine e(path, get_platform("cpu"), o);
+      unsetenv("PRISM_CPU_DEVICES");
+      e.set_slots(3);
+      const bool kv_only = std::string(dir).starts_with("llama");
+      // Slot 0 runs the start and the rest; slot 2 holds another conversation first.
+      e.feed(0, start);
+      e.feed(2, std::vector<int32_t>{1, 500, 600, 700, 800});
+      EXPECT_FALSE(e.can_share(0, 0));
+      EXPECT_FALSE(e.can_share(0, static_cast<int64_t>(start.size()) + 1));
+      EXPECT_EQ(e.can_share(0, 5), kv_only);
+      ASSERT_TRUE(e.can_share(0, static_cast<int64_t>(start.size())));
+      // Where the model can, from part of the conversation; else all of it.
+      const size_t shared = kv_only ? 7 : start.size();
+      e.share(0, 2, static_cast<int64_t>(shared));
+      EXPECT_EQ(e.position(2), static_cast<int64_t>(shared));
+      std::vector<int32_t> tail(start.begin() + static_cast<std::ptrdiff_t>(shared), start.end());
+      tail.insert(tail.end(), rest.begin(), rest.end());
+      std::vector<float> got = e.feed(2, tail);
+      std::vector<float> want = e.feed(0, rest);
+      double worst = 0;
+      for (size_t v = 0; v < got.size(); ++v)
+        worst = std::max(worst, double(std::abs(got[v] - want[v])));
+      EXPECT_LT(worst, 1e-4);
+      EXPECT_EQ(continue_greedy(e, 2, got, 5), continue_greedy(e, 0, want, 5));
+      if (!kv_only) {
+        EXPECT_EQ(testing::error_of([&] { e.share(0, 1, 5); }),
+                  "llm: slot 0 cannot share its first 5 of 20 tokens: its recurrent states "
+                  "hold the end of its conversation");
+      }
+      EXPECT_EQ(testing::error_of([&] { e.share(0, 0, 1); }),
+                "llm: cannot share slot 0's conversation with slot 0 (3 slots)");
+      EXPECT_EQ(testing::error_of([&] { e.share(1, 0, 1); }),
+                "llm: slot 1 cannot share its first 1 tokens: it holds 0");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace prism

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 
 #include "prism/backends/registry.h"
 #include "prism/llm/engine.h"
@@ -20,6 +21,22 @@ llm::EngineOptions options() {
   o.seqlen = 64;
   o.load.report = false;
   return o;
+}
+
+// The tiny checkpoints of each architecture.
+constexpr const char* kArchitectures[] = {"llama/tiny-f32", "qwen3_5/tiny-bf16-untied",
+                                          "lfm2/tiny-bf16-untied"};
+
+// An engine for the tiny checkpoint `dir` on `devices` devices of the CPU (one, or split over
+// two).
+std::unique_ptr<llm::Engine> engine_on(const char* dir, int devices) {
+  setenv("PRISM_CPU_DEVICES", "2", 1);
+  llm::EngineOptions o = options();
+  if (devices > 1) o.mesh = Mesh({{"model", devices}});
+  auto e = std::make_unique<llm::Engine>(std::string(PRISM_TEST_DATA) + "/" + dir,
+                                         get_platform("cpu"), o);
+  unsetenv("PRISM_CPU_DEVICES");
+  return e;
 }
 
 // Greedy ids from `logits` on, `steps` of them, feeding each back into `slot`.
@@ -63,7 +80,7 @@ TEST(PrefillWindows, PadLittleWhereCompilingIsQuick) {
 }
 
 TEST(EngineSlots, InterleavedConversationsMatchEachAlone) {
-  for (const char* dir : {"llama/tiny-f32", "qwen3_5/tiny-bf16-untied", "lfm2/tiny-bf16-untied"}) {
+  for (const char* dir : kArchitectures) {
     SCOPED_TRACE(dir);
     const std::string path = std::string(PRISM_TEST_DATA) + "/" + dir;
     const std::vector<int32_t> a{1, 9906, 11, 1268}, b{1, 40, 1093, 279, 3363, 13};
@@ -99,15 +116,12 @@ TEST(EngineSlots, InterleavedConversationsMatchEachAlone) {
 TEST(EngineSlots, BatchedDecodeMatchesOneSlotAtATime) {
   const std::vector<std::vector<int32_t>> prompts{
       {1, 9906, 11}, {1, 40, 1093, 279, 3363, 13}, {1, 500}, {1, 77, 88, 99, 1000}};
-  for (const char* dir : {"llama/tiny-f32", "qwen3_5/tiny-bf16-untied", "lfm2/tiny-bf16-untied"}) {
-    const std::string path = std::string(PRISM_TEST_DATA) + "/" + dir;
+  for (const char* dir : kArchitectures) {
     for (int devices : {1, 2}) {
       SCOPED_TRACE(std::string(dir) + " on " + std::to_string(devices) + " devices");
-      setenv("PRISM_CPU_DEVICES", "2", 1);
-      llm::EngineOptions o = options();
-      if (devices > 1) o.mesh = Mesh({{"model", devices}});
-      llm::Engine one(path, get_platform("cpu"), o), batched(path, get_platform("cpu"), o);
-      unsetenv("PRISM_CPU_DEVICES");
+      const std::unique_ptr<llm::Engine> engines[] = {engine_on(dir, devices),
+                                                      engine_on(dir, devices)};
+      llm::Engine &one = *engines[0], &batched = *engines[1];
       one.set_slots(4);
       batched.set_slots(4);
       std::vector<std::vector<float>> la, lb;
@@ -151,15 +165,11 @@ TEST(EngineSlots, BatchedDecodeMatchesOneSlotAtATime) {
 TEST(EngineSlots, SharedConversationStartMatchesItsOwn) {
   const std::vector<int32_t> start{1, 9906, 11, 1268, 40, 1093, 279, 3363, 13, 500, 77, 88};
   const std::vector<int32_t> rest{99, 1000, 42};
-  for (const char* dir : {"llama/tiny-f32", "qwen3_5/tiny-bf16-untied", "lfm2/tiny-bf16-untied"}) {
-    const std::string path = std::string(PRISM_TEST_DATA) + "/" + dir;
+  for (const char* dir : kArchitectures) {
     for (int devices : {1, 2}) {
       SCOPED_TRACE(std::string(dir) + " on " + std::to_string(devices) + " devices");
-      setenv("PRISM_CPU_DEVICES", "2", 1);
-      llm::EngineOptions o = options();
-      if (devices > 1) o.mesh = Mesh({{"model", devices}});
-      llm::Engine e(path, get_platform("cpu"), o);
-      unsetenv("PRISM_CPU_DEVICES");
+      const std::unique_ptr<llm::Engine> engine = engine_on(dir, devices);
+      llm::Engine& e = *engine;
       e.set_slots(3);
       const bool kv_only = std::string(dir).starts_with("llama");
       // Slot 0 runs the start and the rest; slot 2 holds another conversation first.

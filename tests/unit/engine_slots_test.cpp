@@ -205,5 +205,31 @@ TEST(EngineSlots, SharedConversationStartMatchesItsOwn) {
   }
 }
 
+// The copy Engine::share compiles runs on the other platforms too (OpenCL, the XLA CPU
+// plugin, where this machine has them): Llama's slot that took another's start continues as
+// the one that ran it.
+TEST(EngineSlots, SharedStartOnEveryPlatform) {
+  const std::vector<int32_t> start{1, 9906, 11, 1268, 40, 1093, 279, 3363, 13, 500, 77, 88};
+  const std::vector<int32_t> tail{3363, 13, 500, 77, 88, 99, 1000, 42}, rest{99, 1000, 42};
+  int ran = 0;
+  for (const PlatformStatus& s : platform_statuses()) {
+    if (!s.available || (s.name != "opencl" && s.name != "xla-cpu")) continue;
+    SCOPED_TRACE(s.name);
+    ++ran;
+    llm::Engine e(std::string(PRISM_TEST_DATA) + "/llama/tiny-f32", get_platform(s.name),
+                  options());
+    e.set_slots(2);
+    e.feed(0, start);
+    e.share(0, 1, static_cast<int64_t>(start.size() - 5));
+    std::vector<float> got = e.feed(1, tail), want = e.feed(0, rest);
+    double worst = 0;
+    for (size_t v = 0; v < got.size(); ++v) {
+      worst = std::max(worst, double(std::abs(got[v] - want[v])));
+    }
+    EXPECT_LT(worst, 1e-4);
+  }
+  if (ran == 0) GTEST_SKIP() << "neither OpenCL nor the XLA CPU plugin here";
+}
+
 }  // namespace
 }  // namespace prism

@@ -5,7 +5,11 @@
 // time to first token and time per token after it (p50, p99) per side. --format=q8_0|q4_0|
 // q4_k_m serves a quantized GGUF of the same weights on both sides instead (as `llm` makes it).
 //
+// prism keeps the prompt in its prompt cache (docs/serving.md), as llama-server does;
+// --prompt-cache=0 runs prism without it.
+//
 //   prism-bench serve [--model=DIR] [--llamacpp=0] [--format=bf16|q8_0|q4_0|q4_k_m]
+//                     [--prompt-cache=0]
 #include <cpuid.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -20,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <map>
@@ -200,7 +205,8 @@ void serve_bench() {
   sides.push_back({"prism",
                    {PRISM_BINARY_DIR "/bin/prism", "serve", "--model=" + prism_model,
                     fmt::format("--port={}", prism_port), fmt::format("--parallel={}", kSlots),
-                    "--seqlen=256", "--dtype=bf16", "--model-id=bench"},
+                    "--seqlen=256", "--dtype=bf16", "--model-id=bench",
+                    fmt::format("--prompt-cache={}", option("prompt-cache", "1") != "0")},
                    prism_port});
   const std::string server = PRISM_LLAMACPP_DIR "/bin/llama-server";
   if (option("llamacpp", "1") != "0" && std::filesystem::exists(server)) {
@@ -246,6 +252,22 @@ void serve_bench() {
                   r.tok_s, r.ttft50 * 1e3, r.ttft99 * 1e3, r.tpot50 * 1e3, r.tpot99 * 1e3,
                   vs.c_str());
       std::fflush(stdout);
+    }
+    if (side.name == "prism") {
+      // Every client sends the same prompt: how much of it the prompt cache kept.
+      httplib::Client cli("127.0.0.1", side.port);
+      const auto metrics = cli.Get("/metrics");
+      auto counter = [&](const std::string& name) -> int64_t {
+        const std::string& text = metrics ? metrics->body : std::string();
+        const size_t at = text.find("\n" + name + " ");
+        return at == std::string::npos ? -1 : std::atoll(text.c_str() + at + name.size() + 2);
+      };
+      const int64_t cached = counter("prism_prompt_tokens_cached_total");
+      const int64_t prefilled = counter("prism_prompt_tokens_total");
+      if (cached >= 0 && prefilled >= 0) {
+        std::printf("%-13s of the prompts' %lld tokens, %lld from its prompt cache\n", "",
+                    static_cast<long long>(cached + prefilled), static_cast<long long>(cached));
+      }
     }
   }
   if (prism_rate.count(1) && prism_rate.count(16)) {

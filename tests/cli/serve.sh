@@ -59,6 +59,8 @@ err=$("$prism" serve --model="$tmp" --quantize=q5_k 2>&1); rc=$?
 check "bad --quantize" "1 prism: error: serve: --quantize=q5_k is not one of q8_0, q4_0, q4_k" "$rc $err"
 err=$("$prism" serve --model="$tmp" --devices=2 --mesh=model:2 2>&1); rc=$?
 check "--devices and --mesh" "1 prism: error: serve: give --devices or --mesh, not both" "$rc $err"
+err=$("$prism" serve --model="$tmp" --prompt-cache=maybe 2>&1); rc=$?
+check "bad --prompt-cache" "1 prism: error: Could not convert: --prompt-cache = maybe (--help lists the options)" "$((rc != 0)) $err"
 err=$("$prism" serve --model="$tmp" --speculate=draft 2>&1); rc=$?
 check "--speculate=draft alone" "1 prism: error: serve: --speculate=draft needs --draft-model=URI" "$rc $err"
 exit $fail

@@ -404,8 +404,8 @@ class Server::Impl {
       std::vector<int32_t>& held = held_[static_cast<size_t>(r.slot)];
       held.clear();
       if (kept && options_.prompt_cache) {
-        const size_t n = std::min(r.history.size(), static_cast<size_t>(engine_.position(r.slot)));
-        held.assign(r.history.begin(), r.history.begin() + static_cast<std::ptrdiff_t>(n));
+        const std::span<const int32_t> tokens = in_states(r);
+        held.assign(tokens.begin(), tokens.end());
       }
       last_use_[static_cast<size_t>(r.slot)] = ++uses_;
       free_slots.push_back(r.slot);
@@ -474,6 +474,13 @@ class Server::Impl {
     }
   }
 
+  // The tokens of a started generation that its slot's states hold: its conversation (prompt,
+  // then answer) as far as the engine has run it.
+  std::span<const int32_t> in_states(const Running& r) const {
+    const size_t n = std::min(r.history.size(), static_cast<size_t>(engine_.position(r.slot)));
+    return std::span(r.history).first(n);
+  }
+
   // How many tokens at the start of `prompt` `held` has too: all but the prompt's last token
   // at most, whose logits the first step needs.
   static size_t shared_start(std::span<const int32_t> held, const std::vector<int32_t>& prompt) {
@@ -498,7 +505,7 @@ class Server::Impl {
 
   // Another slot whose conversation starts as `prompt` does, further than `own` tokens, and
   // how far (Engine::can_share): a free slot's last conversation, or a running one's tokens so
-  // far. {-1, 0} where none does.
+  // far. Slot -1 where none does.
   std::pair<int, size_t> share_source(const Running& r, const std::vector<Running>& running,
                                       size_t own) const {
     std::pair<int, size_t> best{-1, own};
@@ -511,15 +518,10 @@ class Server::Impl {
     }
     for (const Running& other : running) {
       if (&other == &r) continue;
-      if (!other.sampler) {  // not started: its slot still holds its last conversation
-        consider(other.slot, other.held);
-        continue;
-      }
-      const size_t n =
-          std::min(other.history.size(), static_cast<size_t>(engine_.position(other.slot)));
-      consider(other.slot, std::span(other.history).first(n));
+      // (One not started yet: its slot still holds its last conversation.)
+      consider(other.slot, other.sampler ? in_states(other) : std::span(other.held));
     }
-    return best.first >= 0 ? best : std::pair<int, size_t>{-1, 0};
+    return best;
   }
 
   // Which of `free_slots` a request for `prompt` takes: the one that keeps most of it; among

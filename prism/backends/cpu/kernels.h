@@ -42,6 +42,10 @@ Kernel make_dot_kernel(const ir::Graph& graph, ir::ValueId id);     // kernels_d
 // projection at Llama 1B's shapes). kernels_dot.cpp; the quantized products' panels use it too.
 const float* widened_activations(const uint16_t* x, int64_t row_stride, int64_t col_stride,
                                  int64_t M, int64_t K, ThreadPool& pool);
+// Whether a product of `lhs` activations into `out` runs on gemm.h's f32 FMAs with the
+// activations widened (bf16 into bf16 where bf16_products.h chose FMAs; kernels_dot.cpp), the
+// path the quantized products' panels take too, so that both give the same bits.
+bool widens_bf16_product(DType lhs, DType out);
 // Dot products of the same activations by different weights, as one step that reads the
 // activations, then each product's weights, and writes each product's output; null when the
 // products cannot share one (kernels_dot.cpp).

@@ -342,9 +342,7 @@ class DotKernel {
   const std::vector<Slice>& planned(ThreadPool& pool) const {
     if (use_dnnl_) {
       std::call_once(planned_, [&] {
-        const bool widenable =
-            lhs_.shape.dtype() == DType::bf16 && out_.dtype() == DType::bf16 && lhs_.batch == 1;
-        if (widenable && bf16_products().path == Bf16Products::fma) {
+        if (lhs_.batch == 1 && widens_bf16_product(lhs_.shape.dtype(), out_.dtype())) {
           make_widened_slices();
           widened_ = true;
           return;
@@ -657,6 +655,10 @@ const float* widened_activations(const uint16_t* x, int64_t row_stride, int64_t 
     gemm_pack_lhs(x, row_stride, col_stride, M, K, p0, p1, out);
   });
   return out;
+}
+
+bool widens_bf16_product(DType lhs, DType out) {
+  return lhs == DType::bf16 && out == DType::bf16 && bf16_products().path == Bf16Products::fma;
 }
 
 Kernel make_dot_kernel(const ir::Graph& g, ir::ValueId id) {

@@ -36,7 +36,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "prism/backends/cpu/bf16_products.h"
 #include "prism/backends/cpu/gemm.h"
 #include "prism/backends/cpu/kernels.h"
 #include "prism/backends/cpu/nn_rows.h"
@@ -154,15 +153,14 @@ class QuantDot {
   }
 
   // More rows: panel by panel, dequantized (in parallel), multiplied, and copied into the
-  // panel's columns of the output. Where the float product is bf16 on f32 FMAs (bf16_products.h:
-  // gemm.h's products, as kernels_dot.cpp runs them), the activations are laid out for them
-  // once for all the panels rather than once a panel, and each panel's products go straight
-  // into its columns of the output: the same bits.
+  // panel's columns of the output. Where the float product is bf16 on f32 FMAs
+  // (widens_bf16_product: gemm.h's products, as kernels_dot.cpp runs them), the activations are
+  // laid out for them once for all the panels rather than once a panel, and each panel's products
+  // go straight into its columns of the output: the same bits.
   void panels(const std::byte* x, const std::byte* w, std::byte* out, ThreadPool& pool) const {
     const int64_t xe = static_cast<int64_t>(size_of(x_dtype_));
     const int64_t oe = static_cast<int64_t>(size_of(out_dtype_));
-    const bool widened = x_dtype_ == DType::bf16 && out_dtype_ == DType::bf16 &&
-                         bf16_products().path == Bf16Products::fma;
+    const bool widened = widens_bf16_product(x_dtype_, out_dtype_);
     std::vector<std::byte> weights(panel_ * k_ * xe), product(widened ? 0 : m_ * panel_ * oe);
     const float* packed =
         widened ? widened_activations(reinterpret_cast<const uint16_t*>(x), k_, 1, m_, k_, pool)

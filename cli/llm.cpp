@@ -194,6 +194,7 @@ int run(const Options& o) {
   PRISM_CHECK(o.max_tokens >= 0, "llm: --max-tokens must be >= 0, got {}", o.max_tokens);
   const std::optional<prism::DType> dtype = prism::llm::compute_dtype(o.dtype, "llm");
   prism::llm::check_speculation(o.speculate, o.draft_model, o.draft_tokens, "llm");
+  prism::llm::Sampler sampler(o.sampling);  // checks the sampling options before the load
   std::vector<int32_t> prompt_ids;
   if (!o.prompt_ids.empty()) prompt_ids = parse_ids(o.prompt_ids);
   std::optional<prism::llm::Tokenizer> tokenizer;
@@ -249,7 +250,6 @@ int run(const Options& o) {
     return 0;
   }
   prism::llm::Drafter* drafter = speculation.drafter.get();
-  prism::llm::Sampler sampler(o.sampling);
   Stats stats;
   stats.speculating = drafter != nullptr;
   std::vector<int> device_indices;
@@ -360,7 +360,13 @@ const prism::cli::RegisterCommand kLlm{
       app.add_option("--top-k", o->sampling.top_k, "0 = all");
       app.add_option("--top-p", o->sampling.top_p);
       app.add_option("--min-p", o->sampling.min_p);
-      app.add_option("--repetition-penalty", o->sampling.repetition_penalty);
+      app.add_option("--repetition-penalty", o->sampling.repetition_penalty,
+                     "> 1 discourages every token already in the conversation (Hugging Face's)");
+      app.add_option("--frequency-penalty", o->sampling.frequency_penalty,
+                     "-2..2: taken from a token's logit once for each time the answer has it "
+                     "(OpenAI's)");
+      app.add_option("--presence-penalty", o->sampling.presence_penalty,
+                     "-2..2: taken from the logit of a token the answer has (OpenAI's)");
       app.add_option("--seed", o->sampling.seed);
       app.add_option("--seqlen", o->seqlen, "KV cache length")->capture_default_str();
       app.add_option("--platform", o->platform, "cpu, opencl, cuda, auto");

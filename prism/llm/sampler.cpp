@@ -15,19 +15,54 @@ Sampler::Sampler(SamplerOptions options) : o_(options), rng_(options.seed) {
   PRISM_CHECK(o_.min_p >= 0 && o_.min_p < 1, "sampler: min-p must be in [0, 1), got {}", o_.min_p);
   PRISM_CHECK(o_.repetition_penalty > 0, "sampler: repetition penalty must be > 0, got {}",
               o_.repetition_penalty);
+  PRISM_CHECK(std::abs(o_.frequency_penalty) <= 2,
+              "sampler: frequency penalty must be in [-2, 2], got {}", o_.frequency_penalty);
+  PRISM_CHECK(std::abs(o_.presence_penalty) <= 2,
+              "sampler: presence penalty must be in [-2, 2], got {}", o_.presence_penalty);
+  for (const auto& [token, bias] : o_.logit_bias) {
+    PRISM_CHECK(token >= 0, "sampler: logit bias for token {}: ids are >= 0", token);
+    PRISM_CHECK(std::abs(bias) <= 100,
+                "sampler: logit bias {} for token {}: must be in [-100, 100]", bias, token);
+  }
+}
+
+void Sampler::adjust(std::span<const int32_t> history) {
+  const size_t vocab = scratch_.size();
+  for (const auto& [token, bias] : o_.logit_bias) {
+    if (static_cast<size_t>(token) < vocab) scratch_[token] += bias;
+  }
+  const bool repeat = o_.repetition_penalty != 1;
+  const bool counted = o_.frequency_penalty != 0 || o_.presence_penalty != 0;
+  if (!repeat && !counted) return;
+  seen_.resize(vocab, 0);
+  count_.resize(vocab, 0);
+  touched_.clear();
+  for (size_t i = 0; i < history.size(); ++i) {
+    const int32_t t = history[i];
+    if (t < 0 || static_cast<size_t>(t) >= vocab) continue;
+    if (!seen_[t]) {
+      seen_[t] = 1;
+      touched_.push_back(t);
+    }
+    count_[t] += i >= prompt_tokens_;
+  }
+  const auto rp = static_cast<float>(o_.repetition_penalty);
+  for (const int32_t t : touched_) {
+    float& l = scratch_[t];
+    // Hugging Face's, once per distinct token however often it occurs.
+    if (repeat) l = l > 0 ? l / rp : l * rp;
+    if (count_[t] > 0) {
+      l -= static_cast<float>(count_[t] * o_.frequency_penalty + o_.presence_penalty);
+    }
+    seen_[t] = 0;
+    count_[t] = 0;
+  }
 }
 
 void Sampler::candidates(std::span<const float> logits, std::span<const int32_t> history) {
   PRISM_CHECK(!logits.empty(), "sampler: no logits");
   scratch_.assign(logits.begin(), logits.end());
-  if (o_.repetition_penalty != 1) {  // as Hugging Face: divide positive logits, multiply others
-    for (int32_t t : history) {
-      if (t < 0 || static_cast<size_t>(t) >= scratch_.size()) continue;
-      float& l = scratch_[t];
-      l = l > 0 ? l / static_cast<float>(o_.repetition_penalty)
-                : l * static_cast<float>(o_.repetition_penalty);
-    }
-  }
+  adjust(history);
   if (o_.temperature == 0) {
     order_.assign(1, static_cast<int32_t>(std::max_element(scratch_.begin(), scratch_.end()) -
                                           scratch_.begin()));

@@ -159,6 +159,7 @@ Generator::Generator(Engine& engine, Sampler& sampler, std::vector<int32_t>& con
   PRISM_CHECK(options.draft_tokens >= 1 && options.draft_tokens <= kMaxDraftTokens,
               "llm: --draft-tokens must be between 1 and {}, got {}", kMaxDraftTokens,
               options.draft_tokens);
+  sampler_.start_generation(context_.size());
 }
 
 int32_t Generator::next() {

@@ -144,7 +144,9 @@ std::vector<int32_t> check_guesses(Engine& engine, int slot, Sampler& sampler, D
 // The tokens of one answer after the conversation `context` (the engine slot's tokens, and
 // maybe a few it has not run yet), one at a time. Each next() token joins `context`; the
 // engine may run ahead of what was taken (a step decides several tokens), so end an answer
-// with stop(), which takes the engine back to `context`.
+// with stop(), which takes the engine back to `context`. The answer starts after `context`
+// as given: the sampler's frequency and presence penalties count its tokens alone
+// (Sampler::start_generation).
 class Generator {
  public:
   Generator(Engine& engine, Sampler& sampler, std::vector<int32_t>& context,

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <random>
 
 namespace prism::serve {
@@ -144,6 +145,42 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
   if (has("repetition_penalty")) {
     r.sampling.repetition_penalty =
         number(j["repetition_penalty"], "repetition_penalty", 0.01, 100);
+  }
+  if (has("frequency_penalty")) {
+    r.sampling.frequency_penalty = number(j["frequency_penalty"], "frequency_penalty", -2, 2);
+  }
+  if (has("presence_penalty")) {
+    r.sampling.presence_penalty = number(j["presence_penalty"], "presence_penalty", -2, 2);
+  }
+  if (has("logit_bias")) {
+    const Json& b = j["logit_bias"];
+    if (!b.is_object()) bad("logit_bias", "'logit_bias' must be an object of token ids to numbers");
+    for (const auto& [key, value] : b.items()) {
+      int32_t id = -1;
+      const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (ec != std::errc() || end != key.data() + key.size() || id < 0) {
+        bad("logit_bias", fmt::format("'logit_bias' keys must be token ids, got '{}'", key));
+      }
+      r.sampling.logit_bias.emplace_back(
+          id, static_cast<float>(number(value, "logit_bias", -100, 100)));
+    }
+  }
+  // Chat: logprobs (a boolean) and top_logprobs (0-20); completions: logprobs (0-5), the
+  // number of likely tokens beside each chosen one.
+  if (chat) {
+    if (has("logprobs")) {
+      if (!j["logprobs"].is_boolean()) bad("logprobs", "'logprobs' must be a boolean");
+      r.logprobs = j["logprobs"].get<bool>();
+    }
+    if (has("top_logprobs")) {
+      r.top_logprobs = static_cast<int>(integer(j["top_logprobs"], "top_logprobs", 0));
+      if (r.top_logprobs > 20) bad("top_logprobs", "'top_logprobs' must be at most 20");
+      if (!r.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    }
+  } else if (has("logprobs")) {
+    r.logprobs = true;
+    r.top_logprobs = static_cast<int>(integer(j["logprobs"], "logprobs", 0));
+    if (r.top_logprobs > 5) bad("logprobs", "'logprobs' must be at most 5");
   }
   if (has("seed")) {
     if (!j["seed"].is_number_integer()) bad("seed", "'seed' must be an integer");

@@ -32,6 +32,10 @@ struct CompletionRequest {
   int64_t max_tokens = -1;     // -1: until an end token or the context is full
   std::vector<std::string> stop;
   llm::SamplerOptions sampling;
+  // Log-probabilities of the generated tokens (chat: `logprobs: true`; completions:
+  // `logprobs: N`), each with the `top_logprobs` most likely tokens at its step.
+  bool logprobs = false;
+  int top_logprobs = 0;
 };
 
 // Parses and checks a request body for `model_id` (a request naming another model is a 404);

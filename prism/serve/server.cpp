@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -71,9 +72,51 @@ struct Metrics {
   Histogram first_token, per_token;
 };
 
+// A generated token's log-probability under the model (its logits' log-softmax, before the
+// sampler's biases, penalties and temperature), the most likely tokens at its step beside it,
+// and where its text starts in the answer (bytes; characters, as OpenAI counts them).
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+  size_t byte_offset = 0, text_offset = 0;
+};
+
+// `chosen`'s log-probability among `logits`, and the `top` most likely tokens' (most likely
+// first; the lower id first among equals).
+TokenLogprob score(std::span<const float> logits, int32_t chosen, int top) {
+  const float most = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (const float l : logits) sum += std::exp(static_cast<double>(l) - most);
+  const double log_sum = most + std::log(sum);
+  auto logprob = [&](int32_t t) { return static_cast<float>(logits[t] - log_sum); };
+  TokenLogprob r;
+  r.id = chosen;
+  r.logprob = logprob(chosen);
+  std::vector<int32_t> best;  // the most likely so far, in order
+  const auto k = static_cast<size_t>(std::min<int64_t>(top, std::ssize(logits)));
+  for (int32_t t = 0; k > 0 && t < std::ssize(logits); ++t) {
+    if (best.size() == k && logits[t] <= logits[best.back()]) continue;
+    if (best.size() == k) best.pop_back();
+    auto at = std::upper_bound(best.begin(), best.end(), t,
+                               [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    best.insert(at, t);
+  }
+  for (const int32_t t : best) r.top.emplace_back(t, logprob(t));
+  return r;
+}
+
+// A piece of an answer's text as it streams, with the log-probabilities of the tokens that
+// start in it (where asked for).
+struct Piece {
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+};
+
 // What a generation gave.
 struct Outcome {
   std::string text;
+  std::vector<TokenLogprob> logprobs;  // where asked for: one a token of the text
   int64_t prompt_tokens = 0, completion_tokens = 0;
   int64_t cached_tokens = 0;  // of the prompt's, taken from a slot's earlier conversation
   std::string finish = "stop";
@@ -88,7 +131,7 @@ struct Job {
   std::vector<int32_t> prompt;
   std::atomic<bool> cancelled{false};  // the client went away
 
-  void push(std::string piece) {
+  void push(Piece piece) {
     {
       std::lock_guard lock(mutex);
       pieces.push_back(std::move(piece));
@@ -104,11 +147,11 @@ struct Job {
     changed.notify_all();
   }
   // The next piece of text, or nullopt once the generation has ended (outcome() is then set).
-  std::optional<std::string> next() {
+  std::optional<Piece> next() {
     std::unique_lock lock(mutex);
     changed.wait(lock, [&] { return !pieces.empty() || finished; });
     if (pieces.empty()) return std::nullopt;
-    std::string piece = std::move(pieces.front());
+    Piece piece = std::move(pieces.front());
     pieces.pop_front();
     return piece;
   }
@@ -121,7 +164,7 @@ struct Job {
  private:
   std::mutex mutex;
   std::condition_variable changed;
-  std::deque<std::string> pieces;
+  std::deque<Piece> pieces;
   bool finished = false;
   Outcome outcome;
 };
@@ -258,6 +301,14 @@ class Server::Impl {
 
   void complete(const httplib::Request& req, httplib::Response& res, bool chat) {
     CompletionRequest r = parse_request(req.body, chat, options_.model_id);
+    for (const auto& [token, bias] : r.sampling.logit_bias) {
+      if (token >= engine_.info().vocab_size) {
+        throw ApiError(400,
+                       fmt::format("'logit_bias' names token {}; this model's ids are below {}",
+                                   token, engine_.info().vocab_size),
+                       "invalid_request_error", "logit_bias");
+      }
+    }
     std::vector<int32_t> prompt = prompt_ids(r);
     const int64_t room = engine_.seqlen() - static_cast<int64_t>(prompt.size());
     if (prompt.empty() || room < 1) {
@@ -271,6 +322,7 @@ class Server::Impl {
     const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", ++requests_);
     const int64_t created = unix_time();
     const std::string object = chat ? "chat.completion" : "text_completion";
+    const bool want_logprobs = r.logprobs;
     if (!r.stream) {
       std::shared_ptr<Job> job = submit(std::move(r), std::move(prompt));
       const Outcome& o = job->outcome_when_done();
@@ -279,7 +331,8 @@ class Server::Impl {
                    {"object", object},
                    {"created", created},
                    {"model", options_.model_id},
-                   {"choices", Json::array({choice(chat, false, o.text, o.finish)})},
+                   {"choices", Json::array({choice(chat, false, o.text, o.finish,
+                                                   logprobs(chat, o.logprobs, want_logprobs))})},
                    {"usage", usage(o)}};
       res.set_content(dump(body), "application/json");
       return;
@@ -289,64 +342,110 @@ class Server::Impl {
     const bool include_usage = r.include_usage;
     std::shared_ptr<Job> job = submit(std::move(r), std::move(prompt));
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, job, id, created, chat, include_usage](size_t, httplib::DataSink& sink) {
-          const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
-          auto send = [&](const Json& choices, const Json* use) {
-            Json c = {{"id", id},
-                      {"object", chunk_object},
-                      {"created", created},
-                      {"model", options_.model_id},
-                      {"choices", choices}};
-            if (use) c["usage"] = *use;
-            const std::string event = "data: " + dump(c) + "\n\n";
-            return sink.is_writable() && sink.write(event.data(), event.size());
-          };
-          auto piece = [&](const std::string& text, const Json& finish) {
-            return send(Json::array({choice(chat, true, text, finish)}), nullptr);
-          };
-          auto gone = [&] {
-            job->cancelled = true;
-            return false;
-          };
-          if (chat) {
-            Json first = {{"index", 0},
-                          {"delta", {{"role", "assistant"}, {"content", ""}}},
-                          {"finish_reason", nullptr}};
-            if (!send(Json::array({first}), nullptr)) return gone();
-          }
-          while (std::optional<std::string> text = job->next()) {
-            if (!piece(*text, nullptr)) return gone();
-          }
-          const Outcome& o = job->outcome_when_done();
-          if (!o.error.empty()) {
-            const std::string event =
-                "data: " + ApiError(500, o.error, "server_error").body() + "\n\n";
-            sink.write(event.data(), event.size());
-            sink.done();
-            return true;
-          }
-          if (!piece("", o.finish)) return gone();
-          if (include_usage) {
-            const Json u = usage(o);
-            if (!send(Json::array(), &u)) return gone();
-          }
-          const std::string done = "data: [DONE]\n\n";
-          sink.write(done.data(), done.size());
-          sink.done();
-          return true;
-        });
+    res.set_chunked_content_provider("text/event-stream", [this, job, id, created, chat,
+                                                           include_usage, want_logprobs](
+                                                              size_t, httplib::DataSink& sink) {
+      const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
+      auto send = [&](const Json& choices, const Json* use) {
+        Json c = {{"id", id},
+                  {"object", chunk_object},
+                  {"created", created},
+                  {"model", options_.model_id},
+                  {"choices", choices}};
+        if (use) c["usage"] = *use;
+        const std::string event = "data: " + dump(c) + "\n\n";
+        return sink.is_writable() && sink.write(event.data(), event.size());
+      };
+      auto piece = [&](const Piece& p, const Json& finish) {
+        return send(Json::array({choice(chat, true, p.text, finish,
+                                        logprobs(chat, p.logprobs, want_logprobs))}),
+                    nullptr);
+      };
+      auto gone = [&] {
+        job->cancelled = true;
+        return false;
+      };
+      if (chat) {
+        Json first = {{"index", 0},
+                      {"delta", {{"role", "assistant"}, {"content", ""}}},
+                      {"finish_reason", nullptr}};
+        if (!send(Json::array({first}), nullptr)) return gone();
+      }
+      while (std::optional<Piece> p = job->next()) {
+        if (!piece(*p, nullptr)) return gone();
+      }
+      const Outcome& o = job->outcome_when_done();
+      if (!o.error.empty()) {
+        const std::string event = "data: " + ApiError(500, o.error, "server_error").body() + "\n\n";
+        sink.write(event.data(), event.size());
+        sink.done();
+        return true;
+      }
+      if (!piece({}, o.finish)) return gone();
+      if (include_usage) {
+        const Json u = usage(o);
+        if (!send(Json::array(), &u)) return gone();
+      }
+      const std::string done = "data: [DONE]\n\n";
+      sink.write(done.data(), done.size());
+      sink.done();
+      return true;
+    });
   }
 
   // A choice of a response, or of a streamed chunk: the chat's message (its delta in a
-  // chunk), or a completion's text.
-  static Json choice(bool chat, bool chunk, const std::string& text, const Json& finish) {
+  // chunk), or a completion's text; and its tokens' log-probabilities (logprobs()).
+  static Json choice(bool chat, bool chunk, const std::string& text, const Json& finish,
+                     Json logprobs) {
     if (!chat) {
-      return {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}};
+      return {{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish}};
     }
     Json message = chunk ? Json{{"content", text}} : Json{{"role", "assistant"}, {"content", text}};
-    return {{"index", 0}, {chunk ? "delta" : "message", message}, {"finish_reason", finish}};
+    return {{"index", 0},
+            {chunk ? "delta" : "message", message},
+            {"logprobs", logprobs},
+            {"finish_reason", finish}};
+  }
+
+  // A choice's "logprobs" (null where not asked for) in OpenAI's shapes: for a chat, each
+  // token with its text, bytes and top_logprobs; for a completion, parallel lists of the
+  // tokens, their log-probabilities, their top_logprobs (text to log-probability, the chosen
+  // token among them) and where each starts in the text.
+  Json logprobs(bool chat, const std::vector<TokenLogprob>& tokens, bool wanted) const {
+    if (!wanted) return nullptr;
+    auto text = [&](int32_t id) { return tokenizer_.decode(std::span(&id, 1)); };
+    if (chat) {
+      auto entry = [&](int32_t id, float logprob) {
+        const std::string t = text(id);
+        Json bytes = Json::array();
+        for (const char c : t) bytes.push_back(static_cast<unsigned char>(c));
+        return Json{{"token", t}, {"logprob", logprob}, {"bytes", bytes}};
+      };
+      Json content = Json::array();
+      for (const TokenLogprob& t : tokens) {
+        Json e = entry(t.id, t.logprob);
+        Json top = Json::array();
+        for (const auto& [id, logprob] : t.top) top.push_back(entry(id, logprob));
+        e["top_logprobs"] = std::move(top);
+        content.push_back(std::move(e));
+      }
+      return {{"content", std::move(content)}, {"refusal", nullptr}};
+    }
+    Json texts = Json::array(), values = Json::array(), tops = Json::array(),
+         offsets = Json::array();
+    for (const TokenLogprob& t : tokens) {
+      texts.push_back(text(t.id));
+      values.push_back(t.logprob);
+      Json top = Json::object();
+      for (const auto& [id, logprob] : t.top) top[text(id)] = logprob;
+      top[text(t.id)] = t.logprob;
+      tops.push_back(std::move(top));
+      offsets.push_back(t.text_offset);
+    }
+    return {{"tokens", std::move(texts)},
+            {"token_logprobs", std::move(values)},
+            {"top_logprobs", std::move(tops)},
+            {"text_offset", std::move(offsets)}};
   }
 
   static Json usage(const Outcome& o) {
@@ -385,6 +484,9 @@ class Server::Impl {
     std::optional<llm::StreamingDetokenizer> detok;
     std::string text;
     size_t sent = 0, hold = 0;
+    size_t chars = 0;                    // in text (UTF-8 characters)
+    std::vector<TokenLogprob> logprobs;  // where asked for: a token each, in order
+    size_t logprobs_sent = 0;            // of those, the ones handed out with text
     int64_t limit = 0, produced = 0;
     Clock::time_point start, decode_start;
     double first = 0;
@@ -567,6 +669,7 @@ class Server::Impl {
         engine_.reset(r.slot);
       }
       r.sampler.emplace(q.sampling);
+      r.sampler->start_generation(job.prompt.size());
       r.detok.emplace(tokenizer_, true);
       r.history = job.prompt;
       r.limit = std::min<int64_t>(q.max_tokens > 0 ? q.max_tokens : INT64_MAX,
@@ -596,17 +699,21 @@ class Server::Impl {
     // The token a speculative step decided, or one picked from the logits.
     const int32_t next = r.decided ? *r.decided : r.sampler->next(r.logits, r.history);
     r.decided.reset();
-    if (emit(r, next)) return true;
+    std::optional<TokenLogprob> logprob;
+    if (q.logprobs) logprob = score(r.logits, next, q.top_logprobs);
+    if (emit(r, next, std::move(logprob))) return true;
     // Alone, with guesses to check: a speculative step (docs/speculative.md); else the token
-    // is fed with the other generations' tokens, in one step.
-    if (running == 1 && options_.drafter) return speculate(r, next);
+    // is fed with the other generations' tokens, in one step. (A step decides its guesses
+    // without their logits: not where log-probabilities are asked for.)
+    if (running == 1 && options_.drafter && !q.logprobs) return speculate(r, next);
     r.pending = next;
     return false;
   }
 
-  // Hands `token` to the client (as far as no stop string can still claim it); true when the
-  // generation has finished (an end-of-sequence id, a stop string, its length).
-  bool emit(Running& r, int32_t token) {
+  // Hands `token` to the client (as far as no stop string can still claim it), with its
+  // log-probability where asked for; true when the generation has finished (an
+  // end-of-sequence id, a stop string, its length).
+  bool emit(Running& r, int32_t token, std::optional<TokenLogprob> logprob = std::nullopt) {
     Job& job = *r.job;
     const CompletionRequest& q = job.request;
     const auto& eos = engine_.info().eos_token_ids;
@@ -617,7 +724,13 @@ class Server::Impl {
     r.history.push_back(token);
     ++r.produced;
     const size_t before = r.text.size();
+    if (logprob) {
+      logprob->byte_offset = before;
+      logprob->text_offset = r.chars;
+      r.logprobs.push_back(std::move(*logprob));
+    }
     r.text += r.detok->push(token);
+    r.chars += characters(std::string_view(r.text).substr(before));
     size_t cut = std::string::npos;
     for (const std::string& stop : q.stop) {
       if (stop.empty()) continue;
@@ -626,15 +739,17 @@ class Server::Impl {
     }
     if (cut != std::string::npos) {
       r.text.resize(cut);
+      // The tokens of the stop string (and after it) are not the answer's.
+      while (!r.logprobs.empty() && r.logprobs.back().byte_offset >= cut) r.logprobs.pop_back();
       finish(r, "stop", true);
       return true;
     }
-    // Text that can no longer become a stop string goes out, whole characters only.
+    // Text that can no longer become a stop string goes out, whole characters only, with the
+    // log-probabilities of the tokens that start in it.
     size_t upto = r.text.size() > r.hold ? r.text.size() - r.hold : 0;
     while (upto > r.sent && upto < r.text.size() && (r.text[upto] & 0xC0) == 0x80) --upto;
     if (upto > r.sent) {
-      job.push(r.text.substr(r.sent, upto - r.sent));
-      r.sent = upto;
+      job.push(take(r, upto));
     }
     if (r.produced == r.limit) {
       finish(r, "length", false);
@@ -667,12 +782,36 @@ class Server::Impl {
     return false;
   }
 
+  // The text of `r` from what was sent up to `upto`, and the log-probabilities of the tokens
+  // that start in it (with `rest`, all that are left).
+  static Piece take(Running& r, size_t upto, bool rest = false) {
+    Piece p;
+    p.text = r.text.substr(r.sent, upto - r.sent);
+    r.sent = upto;
+    size_t n = r.logprobs_sent;
+    while (n < r.logprobs.size() && (rest || r.logprobs[n].byte_offset < upto)) {
+      ++n;
+    }
+    p.logprobs.assign(r.logprobs.begin() + static_cast<std::ptrdiff_t>(r.logprobs_sent),
+                      r.logprobs.begin() + static_cast<std::ptrdiff_t>(n));
+    r.logprobs_sent = n;
+    return p;
+  }
+
+  static size_t characters(std::string_view utf8) {
+    return static_cast<size_t>(
+        std::count_if(utf8.begin(), utf8.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+  }
+
   void finish(Running& r, const std::string& reason, bool stopped, const std::string& error = "") {
     Job& job = *r.job;
     if (r.detok && !stopped && !job.cancelled && error.empty()) r.text += r.detok->finish();
-    if (r.sent < r.text.size() && !job.cancelled) job.push(r.text.substr(r.sent));
+    if ((r.sent < r.text.size() || r.logprobs_sent < r.logprobs.size()) && !job.cancelled) {
+      job.push(take(r, r.text.size(), true));
+    }
     Outcome o;
     o.text = r.text;
+    o.logprobs = std::move(r.logprobs);
     o.prompt_tokens = static_cast<int64_t>(job.prompt.size());
     o.cached_tokens = static_cast<int64_t>(r.cached);
     o.completion_tokens = r.produced;

@@ -30,7 +30,8 @@ class Model:
         return list(self._native.eos_token_ids)
 
     def _start(self, prompt, ids, max_tokens, temperature, top_p, top_k, min_p,
-               repetition_penalty, seed, stop, speculate, draft_model, draft_tokens):
+               repetition_penalty, frequency_penalty, presence_penalty, seed, stop, speculate,
+               draft_model, draft_tokens):
         if (prompt is None) == (ids is None):
             raise ValueError("prism.llm: give a prompt or ids, not both or neither")
         if ids is None:
@@ -41,6 +42,7 @@ class Model:
             stop = [stop]
         return _prism.Model._generate(self._native, list(ids), float(temperature), int(top_k),
                                       float(top_p), float(min_p), float(repetition_penalty),
+                                      float(frequency_penalty), float(presence_penalty),
                                       int(seed), int(max_tokens), list(stop or []),
                                       str(speculate),
                                       draft_model._native if draft_model is not None else None,
@@ -48,16 +50,20 @@ class Model:
 
     def generate_ids(self, prompt=None, ids=None, max_tokens=256, temperature=0.0, top_p=1.0,
                      top_k=0, min_p=0.0, repetition_penalty=1.0, seed=0, stop=None,
-                     speculate="none", draft_model=None, draft_tokens=4):
+                     speculate="none", draft_model=None, draft_tokens=4, frequency_penalty=0.0,
+                     presence_penalty=0.0):
         """The generated ids after `prompt` (text, BOS added as the tokenizer says) or `ids` (as
         they are), as `prism llm --print-ids` prints them: greedy by default (temperature 0),
         up to max_tokens, ending before an end-of-sequence id. speculate="lookup", "draft"
         (with draft_model, another Model sharing the tokenizer) or "mtp" (the model's own
         multi-token prediction head: load it with draft_head=True) guesses up to draft_tokens
         tokens a step and checks them in one (docs/speculative.md): the same greedy ids, the
-        same distribution when sampling."""
+        same distribution when sampling. repetition_penalty is Hugging Face's (each distinct
+        token of the prompt and answer), frequency_penalty and presence_penalty OpenAI's (-2 to
+        2, the answer's tokens alone), as `prism llm` takes them."""
         run = self._start(prompt, ids, max_tokens, temperature, top_p, top_k, min_p,
-                          repetition_penalty, seed, stop, speculate, draft_model, draft_tokens)
+                          repetition_penalty, frequency_penalty, presence_penalty, seed, stop,
+                          speculate, draft_model, draft_tokens)
         out = []
         while (step := run.next()) is not None:
             if step[0] is not None:
@@ -66,14 +72,16 @@ class Model:
 
     def generate(self, prompt=None, ids=None, max_tokens=256, temperature=0.0, top_p=1.0,
                  top_k=0, min_p=0.0, repetition_penalty=1.0, seed=0, stop=None, stream=False,
-                 speculate="none", draft_model=None, draft_tokens=4):
+                 speculate="none", draft_model=None, draft_tokens=4, frequency_penalty=0.0,
+                 presence_penalty=0.0):
         """The text generated after `prompt` or `ids` (see generate_ids), ending before a stop
         string. stream=True returns an iterator of text pieces instead, each a whole number
         of characters, as they are generated."""
         if self.tokenizer is None:
             raise Error("prism.llm: this model has no tokenizer: use generate_ids")
         run = self._start(prompt, ids, max_tokens, temperature, top_p, top_k, min_p,
-                          repetition_penalty, seed, stop, speculate, draft_model, draft_tokens)
+                          repetition_penalty, frequency_penalty, presence_penalty, seed, stop,
+                          speculate, draft_model, draft_tokens)
         pieces = _pieces(run, [stop] if isinstance(stop, str) else list(stop or []))
         return pieces if stream else "".join(pieces)
 

@@ -580,15 +580,18 @@ NB_MODULE(_prism, m) {
       .def(
           "_generate",
           [](Model& model, std::vector<int32_t> prompt, double temperature, int64_t top_k,
-             double top_p, double min_p, double repetition_penalty, uint64_t seed,
-             int64_t max_tokens, std::vector<std::string> stop, const std::string& speculate,
-             Model* draft_model, int64_t draft_tokens) {
+             double top_p, double min_p, double repetition_penalty, double frequency_penalty,
+             double presence_penalty, uint64_t seed, int64_t max_tokens,
+             std::vector<std::string> stop, const std::string& speculate, Model* draft_model,
+             int64_t draft_tokens) {
             llm::SamplerOptions s;
             s.temperature = temperature;
             s.top_k = top_k;
             s.top_p = top_p;
             s.min_p = min_p;
             s.repetition_penalty = repetition_penalty;
+            s.frequency_penalty = frequency_penalty;
+            s.presence_penalty = presence_penalty;
             s.seed = seed;
             PRISM_CHECK(speculate == "draft" || !draft_model,
                         "prism.llm: draft_model is for speculate=\"draft\"");
@@ -609,9 +612,10 @@ NB_MODULE(_prism, m) {
             return new Generation(model, std::move(prompt), s, max_tokens, std::move(stop),
                                   std::move(drafter), draft_tokens);
           },
-          nb::keep_alive<0, 1>(), nb::keep_alive<0, 12>(), "prompt"_a, "temperature"_a, "top_k"_a,
-          "top_p"_a, "min_p"_a, "repetition_penalty"_a, "seed"_a, "max_tokens"_a, "stop"_a,
-          "speculate"_a, "draft_model"_a.none(), "draft_tokens"_a);
+          nb::keep_alive<0, 1>(), nb::keep_alive<0, 14>(), "prompt"_a, "temperature"_a, "top_k"_a,
+          "top_p"_a, "min_p"_a, "repetition_penalty"_a, "frequency_penalty"_a, "presence_penalty"_a,
+          "seed"_a, "max_tokens"_a, "stop"_a, "speculate"_a, "draft_model"_a.none(),
+          "draft_tokens"_a);
 
   nb::class_<Generation>(m, "Generation")
       .def("next", &Generation::next)

@@ -64,6 +64,8 @@ for draft in "$data/tiny-f32" "$data/tiny-bf16-tied"; do
 done
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --speculate=lookup --draft-tokens=0 2>&1 >/dev/null); rc=$?
 check "bad --draft-tokens" "1 prism: error: llm: --draft-tokens must be between 1 and 32, got 0" "$rc $err"
+err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --frequency-penalty=3 2>&1 >/dev/null); rc=$?
+check "bad --frequency-penalty" "1 prism: error: sampler: frequency penalty must be in [-2, 2], got 3" "$rc $err"
 
 # The same ids on every other platform this binary has available (OpenCL on PoCL in CI), chosen
 # with --platform and with PRISM_PLATFORM.

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # prism serve through the official OpenAI client (tests/serve/openai_client_test.py), on the
 # tiny Llama checkpoint beside the Llama 3.1 tokenizer and its chat template; its chat page in
-# headless Chromium (tests/serve/chat_page_test.py); its prompt cache
-# (tests/serve/prompt_cache_test.py); a tiny Qwen 3.5 checkpoint; speculative
-# decoding (tests/serve/speculate_test.py); a Q8_0 GGUF file; bad options.
+# headless Chromium (tests/serve/chat_page_test.py); log-probabilities, penalties and logit
+# biases (tests/serve/sampling_test.py, against transformers' logits in the checkpoint's
+# reference); its prompt cache (tests/serve/prompt_cache_test.py); a tiny Qwen 3.5 checkpoint;
+# speculative decoding (tests/serve/speculate_test.py); a Q8_0 GGUF file; bad options.
 set -u
 prism="$1"
 python="${PRISM_VENV_PYTHON:?}"
@@ -17,6 +18,8 @@ done
 fail=0
 "$python" "$PRISM_SOURCE_DIR/tests/serve/openai_client_test.py" "$prism" "$tmp" || fail=1
 "$python" "$PRISM_SOURCE_DIR/tests/serve/chat_page_test.py" "$prism" "$tmp" || fail=1
+"$python" "$PRISM_SOURCE_DIR/tests/serve/sampling_test.py" "$prism" "$tmp" \
+  "$PRISM_SOURCE_DIR/tests/data/llama/tiny-f32/reference_hf.json" || fail=1
 "$python" "$PRISM_SOURCE_DIR/tests/serve/prompt_cache_test.py" "$prism" "$tmp" --reuses-any-start \
   || fail=1
 # Qwen 3.5 (attention beside gated delta rule layers, their states per slot) beside the

@@ -112,7 +112,8 @@ def test_speculative_decoding_gives_the_same_ids():
                           draft_tokens=3) == want
     # A draft model: the same checkpoint loaded again guesses every token right.
     draft = prism.llm.Model.load(TINY, dtype="f32", seqlen=64)
-    run = m._start(None, PROMPT_IDS, 24, 0.0, 1.0, 0, 0.0, 1.0, 0, None, "draft", draft, 4)
+    run = m._start(None, PROMPT_IDS, 24, 0.0, 1.0, 0, 0.0, 1.0, 0.0, 0.0, 0, None, "draft", draft,
+                   4)
     got = []
     while (step := run.next()) is not None:
         got.append(step[0])
@@ -134,7 +135,7 @@ def test_multi_token_prediction_head_gives_the_same_ids():
     m = prism.llm.Model.load(qwen, dtype="f32", seqlen=64, draft_head=True)
     ids = [151644, 872, 198, 3838, 374]
     want = m.generate_ids(ids=ids, max_tokens=20)
-    run = m._start(None, ids, 20, 0.0, 1.0, 0, 0.0, 1.0, 0, None, "mtp", None, 3)
+    run = m._start(None, ids, 20, 0.0, 1.0, 0, 0.0, 1.0, 0.0, 0.0, 0, None, "mtp", None, 3)
     got = []
     while (step := run.next()) is not None:
         got.append(step[0])
@@ -145,6 +146,22 @@ def test_multi_token_prediction_head_gives_the_same_ids():
         without.generate_ids(ids=ids, speculate="mtp")
     with pytest.raises(prism.Error, match="no multi-token prediction head"):
         prism.llm.Model.load(TINY, seqlen=64, draft_head=True)
+
+
+def test_penalties_as_the_cli():
+    ids = "--prompt-ids=" + ",".join(map(str, PROMPT_IDS))
+    m = prism.llm.Model.load(TINY, platform="cpu", dtype="f32", seqlen=64)
+    plain = m.generate_ids(ids=PROMPT_IDS, max_tokens=24)
+    for flags, kwargs in [(["--frequency-penalty=1.5"], {"frequency_penalty": 1.5}),
+                          (["--presence-penalty=2", "--repetition-penalty=1.3"],
+                           {"presence_penalty": 2.0, "repetition_penalty": 1.3})]:
+        want = cli("llm", f"--model={TINY}", ids, "--max-tokens=24", "--print-ids",
+                   "--seqlen=64", "--dtype=f32", *flags)
+        got = m.generate_ids(ids=PROMPT_IDS, max_tokens=24, **kwargs)
+        assert got == [int(i) for i in want.split()]
+        assert got != plain
+    with pytest.raises(prism.Error, match="frequency penalty must be in"):
+        m.generate_ids(ids=PROMPT_IDS, frequency_penalty=2.5)
 
 
 def test_sampling_is_seeded(tiny_with_tokenizer):

@@ -97,12 +97,27 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
     }
   } else {
     if (!j.contains("prompt")) bad("prompt", "'prompt' is required");
-    if (j["prompt"].is_string()) {
-      r.prompt = j["prompt"].get<std::string>();
-    } else if (j["prompt"].is_array() && j["prompt"].size() == 1 && j["prompt"][0].is_string()) {
-      r.prompt = j["prompt"][0].get<std::string>();
+    // A string, token ids, or a list of one of those.
+    const Json& p = j["prompt"].is_array() && j["prompt"].size() == 1 &&
+                            (j["prompt"][0].is_string() || j["prompt"][0].is_array())
+                        ? j["prompt"][0]
+                        : j["prompt"];
+    if (p.is_string()) {
+      r.prompt = p.get<std::string>();
+    } else if (p.is_array() && !p.empty()) {
+      for (const Json& id : p) {
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+          bad("prompt", "a prompt of token ids must list non-negative integers");
+        }
+        r.prompt_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+      }
     } else {
-      bad("prompt", "'prompt' must be a string (or a list of one)");
+      bad("prompt",
+          "'prompt' must be a string or a non-empty list of token ids (or a list of one)");
+    }
+    if (j.contains("echo") && !j["echo"].is_null()) {
+      if (!j["echo"].is_boolean()) bad("echo", "'echo' must be a boolean");
+      r.echo = j["echo"].get<bool>();
     }
   }
   auto has = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
@@ -120,7 +135,8 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
       r.include_usage = o["include_usage"].get<bool>();
     }
   }
-  if (has("max_tokens")) r.max_tokens = integer(j["max_tokens"], "max_tokens", 1);
+  // 0 only for a prompt echoed: scoring it, as evaluation harnesses do.
+  if (has("max_tokens")) r.max_tokens = integer(j["max_tokens"], "max_tokens", r.echo ? 0 : 1);
   if (has("max_completion_tokens")) {
     r.max_tokens = integer(j["max_completion_tokens"], "max_completion_tokens", 1);
   }

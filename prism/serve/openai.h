@@ -26,10 +26,13 @@ struct ApiError : Error {
 struct CompletionRequest {
   bool chat = true;
   nlohmann::ordered_json messages;  // chat
-  std::string prompt;               // completions
+  std::string prompt;               // completions: text, or
+  std::vector<int32_t> prompt_ids;  // token ids as they are (a list of integers), not empty
+  bool echo = false;                // completions: the answer starts with the prompt
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
-  int64_t max_tokens = -1;     // -1: until an end token or the context is full
+  // -1: until an end token or the context is full; 0 (with echo) scores the prompt alone.
+  int64_t max_tokens = -1;
   std::vector<std::string> stop;
   llm::SamplerOptions sampling;
   // Log-probabilities of the generated tokens (chat: `logprobs: true`; completions:

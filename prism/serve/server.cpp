@@ -77,6 +77,7 @@ struct Metrics {
 // and where its text starts in the answer (bytes; characters, as OpenAI counts them).
 struct TokenLogprob {
   int32_t id = 0;
+  bool known = true;  // false for an echoed prompt's first token, which nothing predicts
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top;
   size_t byte_offset = 0, text_offset = 0;
@@ -285,6 +286,17 @@ class Server::Impl {
   }
 
   std::vector<int32_t> prompt_ids(const CompletionRequest& r) const {
+    if (!r.prompt_ids.empty()) {
+      for (const int32_t id : r.prompt_ids) {
+        if (id >= engine_.info().vocab_size) {
+          throw ApiError(400,
+                         fmt::format("the prompt has token {}; this model's ids are below {}", id,
+                                     engine_.info().vocab_size),
+                         "invalid_request_error", "prompt");
+        }
+      }
+      return r.prompt_ids;
+    }
     if (!r.chat) return tokenizer_.encode(r.prompt, {.add_special_tokens = true});
     if (!chat_) {
       throw ApiError(400, "this model's tokenizer has no chat template: use /v1/completions");
@@ -435,12 +447,17 @@ class Server::Impl {
          offsets = Json::array();
     for (const TokenLogprob& t : tokens) {
       texts.push_back(text(t.id));
+      offsets.push_back(t.text_offset);
+      if (!t.known) {  // an echoed prompt's first token
+        values.push_back(nullptr);
+        tops.push_back(nullptr);
+        continue;
+      }
       values.push_back(t.logprob);
       Json top = Json::object();
       for (const auto& [id, logprob] : t.top) top[text(id)] = logprob;
       top[text(t.id)] = t.logprob;
       tops.push_back(std::move(top));
-      offsets.push_back(t.text_offset);
     }
     return {{"tokens", std::move(texts)},
             {"token_logprobs", std::move(values)},
@@ -487,6 +504,11 @@ class Server::Impl {
     size_t chars = 0;                    // in text (UTF-8 characters)
     std::vector<TokenLogprob> logprobs;  // where asked for: a token each, in order
     size_t logprobs_sent = 0;            // of those, the ones handed out with text
+    // echo: the prompt's text, which the answer starts with, and where asked for its tokens'
+    // log-probabilities (the prompt then runs whole, each token's logits kept: scoring).
+    std::string echo;
+    size_t echo_chars = 0;
+    std::vector<TokenLogprob> prompt_logprobs;
     int64_t limit = 0, produced = 0;
     Clock::time_point start, decode_start;
     double first = 0;
@@ -652,14 +674,17 @@ class Server::Impl {
       finish(r, "stop", false);
       return true;
     }
+    const bool scoring = q.echo && q.logprobs;
     if (!r.sampler) {
       // Its first turn: the prompt's start from the slot's last conversation, or copied from
-      // another slot that has more of it, as far as they share it.
+      // another slot that has more of it, as far as they share it (not where the prompt is
+      // scored: all of it runs then).
       r.start = Clock::now();
-      r.fed = r.cached = reusable(r.slot, r.held, job.prompt);
+      r.fed = r.cached = scoring ? 0 : reusable(r.slot, r.held, job.prompt);
       r.held.clear();
-      const auto [source, shared] =
-          options_.prompt_cache ? share_source(r, all, r.fed) : std::pair<int, size_t>{-1, 0};
+      const auto [source, shared] = options_.prompt_cache && !scoring
+                                        ? share_source(r, all, r.fed)
+                                        : std::pair<int, size_t>{-1, 0};
       if (source >= 0) {
         engine_.share(source, r.slot, static_cast<int64_t>(shared));
         r.fed = r.cached = shared;
@@ -672,13 +697,18 @@ class Server::Impl {
       r.sampler->start_generation(job.prompt.size());
       r.detok.emplace(tokenizer_, true);
       r.history = job.prompt;
-      r.limit = std::min<int64_t>(q.max_tokens > 0 ? q.max_tokens : INT64_MAX,
+      r.limit = std::min<int64_t>(q.max_tokens >= 0 ? q.max_tokens : INT64_MAX,
                                   engine_.seqlen() - static_cast<int64_t>(job.prompt.size()));
+      if (q.echo) echo_prompt(r);
       for (const std::string& stop : q.stop) r.hold = std::max(r.hold, stop.size());
       r.hold = r.hold > 0 ? r.hold - 1 : 0;
     }
     if (r.fed < job.prompt.size()) {
       const size_t left = job.prompt.size() - r.fed;
+      if (scoring) {
+        score_prompt(r, std::min(kChunk, left));
+        return false;
+      }
       if (left <= kBatchedPrompt && running > left) {
         // With more generations running than prompt tokens left, those tokens go one a round
         // with the others' tokens, in the batched step: the prompt shares the weight reads
@@ -695,6 +725,11 @@ class Server::Impl {
     if (r.first == 0) {  // the prompt's logits are in: the first token comes now
       r.decode_start = Clock::now();
       r.first = std::chrono::duration<double>(r.decode_start - r.start).count();
+      if (q.echo) job.push({r.echo, r.prompt_logprobs});
+      if (r.limit == 0) {  // the prompt scored alone
+        finish(r, "length", false);
+        return true;
+      }
     }
     // The token a speculative step decided, or one picked from the logits.
     const int32_t next = r.decided ? *r.decided : r.sampler->next(r.logits, r.history);
@@ -726,7 +761,7 @@ class Server::Impl {
     const size_t before = r.text.size();
     if (logprob) {
       logprob->byte_offset = before;
-      logprob->text_offset = r.chars;
+      logprob->text_offset = r.echo_chars + r.chars;
       r.logprobs.push_back(std::move(*logprob));
     }
     r.text += r.detok->push(token);
@@ -782,6 +817,50 @@ class Server::Impl {
     return false;
   }
 
+  // The text of an echoed prompt, and where log-probabilities are asked for, an entry for each
+  // of its tokens (their values come as the prompt runs, score_prompt).
+  void echo_prompt(Running& r) const {
+    const std::vector<int32_t>& prompt = r.job->prompt;
+    llm::StreamingDetokenizer detok(tokenizer_, true);
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      if (r.job->request.logprobs) {
+        TokenLogprob t;
+        t.id = prompt[i];
+        t.known = i > 0;
+        t.text_offset = r.echo_chars;
+        r.prompt_logprobs.push_back(std::move(t));
+      }
+      const std::string piece = detok.push(prompt[i]);
+      r.echo += piece;
+      r.echo_chars += characters(piece);
+    }
+    const std::string rest = detok.finish();
+    r.echo += rest;
+    r.echo_chars += characters(rest);
+  }
+
+  // The next `n` tokens of a prompt being scored, in one pass that keeps the logits after each
+  // (Engine::feed_every): each gives the next prompt token's log-probability, the last the
+  // logits the answer starts from.
+  void score_prompt(Running& r, size_t n) {
+    const std::vector<int32_t>& prompt = r.job->prompt;
+    const std::vector<float> rows = engine_.feed_every(r.slot, std::span(prompt).subspan(r.fed, n));
+    const size_t vocab = rows.size() / n;
+    for (size_t i = 0; i < n; ++i) {
+      const std::span<const float> row(rows.data() + i * vocab, vocab);
+      const size_t next = r.fed + i + 1;  // the token these logits predict
+      if (next < prompt.size()) {
+        TokenLogprob& t = r.prompt_logprobs[next];
+        const TokenLogprob s = score(row, prompt[next], r.job->request.top_logprobs);
+        t.logprob = s.logprob;
+        t.top = s.top;
+      } else {
+        r.logits.assign(row.begin(), row.end());
+      }
+    }
+    r.fed += n;
+  }
+
   // The text of `r` from what was sent up to `upto`, and the log-probabilities of the tokens
   // that start in it (with `rest`, all that are left).
   static Piece take(Running& r, size_t upto, bool rest = false) {
@@ -810,8 +889,9 @@ class Server::Impl {
       job.push(take(r, r.text.size(), true));
     }
     Outcome o;
-    o.text = r.text;
-    o.logprobs = std::move(r.logprobs);
+    o.text = r.echo + r.text;
+    o.logprobs = std::move(r.prompt_logprobs);
+    o.logprobs.insert(o.logprobs.end(), r.logprobs.begin(), r.logprobs.end());
     o.prompt_tokens = static_cast<int64_t>(job.prompt.size());
     o.cached_tokens = static_cast<int64_t>(r.cached);
     o.completion_tokens = r.produced;

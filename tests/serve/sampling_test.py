@@ -66,6 +66,32 @@ def same(a, b):
 check("streamed completion logprobs = not",
       same(streamed, list(zip(lp.tokens, lp.token_logprobs))), f"{streamed} {lp.tokens}")
 
+# Scoring a text, as evaluation harnesses do: the prompt as token ids, echoed with each token's
+# log-probability given the ones before it, nothing generated. The prompt continued by the
+# greedy answer scores each answer token as the generation did.
+ids = reference["prompt_ids"] + greedy[:5]
+e = client.completions.create(model="tiny", prompt=ids, max_tokens=0, echo=True, logprobs=1,
+                              temperature=0)
+elp = e.choices[0].logprobs
+check("echo: the prompt's text and tokens", e.choices[0].text == "The capital of France is" +
+      "".join(texts[:5]) and elp.tokens == [tokenizer.decode([t], skip_special_tokens=False) for t in ids] and
+      e.usage.completion_tokens == 0, f"{e.choices[0].text!r} {elp.tokens}")
+check("echo: the first token has no log-probability", elp.token_logprobs[0] is None and
+      elp.top_logprobs[0] is None, str(elp.token_logprobs[:2]))
+check("echo: the answer's tokens score as generated (1e-4), each the most likely",
+      all(abs(a - b) < 1e-4 for a, b in zip(elp.token_logprobs[6:], lp.token_logprobs[:5])) and
+      all(elp.token_logprobs[i] == max(elp.top_logprobs[i].values()) for i in range(6, 11)),
+      f"{elp.token_logprobs[6:]} {lp.token_logprobs[:5]}")
+check("echo: text_offset", elp.text_offset[6:] == [len("The capital of France is") + o
+                                                    for o in lp.text_offset[:5]],
+      str(elp.text_offset))
+chunks = [x.choices[0].text for x in client.completions.create(
+    model="tiny", prompt="The capital of France is", max_tokens=3, echo=True, temperature=0,
+    stream=True) if x.choices]
+check("echo streamed: the prompt first, then the answer",
+      chunks[0] == "The capital of France is" and "".join(chunks[1:]) == "".join(texts[:3]),
+      str(chunks))
+
 
 def chat(stream=False, max_tokens=16, **fields):
     """The greedy reply to one message and its tokens' logprobs (content entries)."""
@@ -160,12 +186,15 @@ for fields, param in [({"top_logprobs": 3}, "top_logprobs"),
                       ({"logit_bias": {"5": 101}}, "logit_bias"),
                       ({"logit_bias": {"99999999": 1}}, "logit_bias")]:
     check(f"bad {fields}: 400", error_of(**fields) == (400, param), str(error_of(**fields)))
-try:
-    client.completions.create(model="tiny", prompt="x", max_tokens=1, logprobs=6)
-    status = None
-except openai.APIStatusError as e:
-    status = e.status_code
-check("completions logprobs=6: 400", status == 400, str(status))
+for fields, param in [({"logprobs": 6}, "logprobs"), ({"max_tokens": 0}, "max_tokens"),
+                      ({"prompt": []}, "prompt"), ({"prompt": [1, "a"]}, "prompt"),
+                      ({"prompt": [12, 99999999]}, "prompt"), ({"echo": "yes"}, "echo")]:
+    try:
+        client.completions.create(**{"model": "tiny", "prompt": "x", "max_tokens": 1, **fields})
+        status = None
+    except openai.APIStatusError as err:
+        status = err.status_code, err.body.get("param")
+    check(f"bad completion {fields}: 400", status == (400, param), str(status))
 check("still serving", chat()[0] == text)
 
 proc.terminate()

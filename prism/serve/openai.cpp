@@ -50,6 +50,7 @@ int64_t integer(const Json& j, const char* key, int64_t low) {
 }  // namespace
 
 CompletionRequest parse_request(std::string_view body, bool chat, const std::string& model_id) {
+  constexpr size_t kMaxPrompts = 256;
   Json j;
   try {
     j = Json::parse(body);
@@ -97,23 +98,37 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
     }
   } else {
     if (!j.contains("prompt")) bad("prompt", "'prompt' is required");
-    // A string, token ids, or a list of one of those.
-    const Json& p = j["prompt"].is_array() && j["prompt"].size() == 1 &&
-                            (j["prompt"][0].is_string() || j["prompt"][0].is_array())
-                        ? j["prompt"][0]
-                        : j["prompt"];
-    if (p.is_string()) {
-      r.prompt = p.get<std::string>();
-    } else if (p.is_array() && !p.empty()) {
-      for (const Json& id : p) {
+    // A string, token ids, or a list of either.
+    const Json& p = j["prompt"];
+    auto ids = [&](const Json& list) {
+      CompletionRequest::Prompt one;
+      for (const Json& id : list) {
         if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
           bad("prompt", "a prompt of token ids must list non-negative integers");
         }
-        r.prompt_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+        one.ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+      }
+      if (one.ids.empty()) bad("prompt", "a prompt of token ids must not be empty");
+      r.prompts.push_back(std::move(one));
+    };
+    if (p.is_string()) {
+      r.prompts.push_back({p.get<std::string>(), {}});
+    } else if (p.is_array() && !p.empty() && !p[0].is_string() && !p[0].is_array()) {
+      ids(p);
+    } else if (p.is_array() && !p.empty() && p.size() <= kMaxPrompts) {
+      for (const Json& one : p) {
+        if (one.is_string() && p[0].is_string()) {
+          r.prompts.push_back({one.get<std::string>(), {}});
+        } else if (one.is_array() && p[0].is_array()) {
+          ids(one);
+        } else {
+          bad("prompt", "a list of prompts must hold strings alone or lists of token ids alone");
+        }
       }
     } else {
-      bad("prompt",
-          "'prompt' must be a string or a non-empty list of token ids (or a list of one)");
+      bad("prompt", fmt::format("'prompt' must be a string, a non-empty list of token ids, or a "
+                                "list of up to {} of either",
+                                kMaxPrompts));
     }
     if (j.contains("echo") && !j["echo"].is_null()) {
       if (!j["echo"].is_boolean()) bad("echo", "'echo' must be a boolean");
@@ -124,6 +139,7 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
   if (has("stream")) {
     if (!j["stream"].is_boolean()) bad("stream", "'stream' must be a boolean");
     r.stream = j["stream"].get<bool>();
+    if (r.stream && r.prompts.size() > 1) bad("prompt", "a streamed completion takes one prompt");
   }
   if (has("stream_options")) {
     const Json& o = j["stream_options"];

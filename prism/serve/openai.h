@@ -26,9 +26,14 @@ struct ApiError : Error {
 struct CompletionRequest {
   bool chat = true;
   nlohmann::ordered_json messages;  // chat
-  std::string prompt;               // completions: text, or
-  std::vector<int32_t> prompt_ids;  // token ids as they are (a list of integers), not empty
-  bool echo = false;                // completions: the answer starts with the prompt
+  // Completions: the prompts, each text or token ids as they are (not empty); several get a
+  // choice each (not streamed).
+  struct Prompt {
+    std::string text;
+    std::vector<int32_t> ids;
+  };
+  std::vector<Prompt> prompts;
+  bool echo = false;  // completions: the answer starts with the prompt
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   // -1: until an end token or the context is full; 0 (with echo) scores the prompt alone.

@@ -285,9 +285,10 @@ class Server::Impl {
     }
   }
 
-  std::vector<int32_t> prompt_ids(const CompletionRequest& r) const {
-    if (!r.prompt_ids.empty()) {
-      for (const int32_t id : r.prompt_ids) {
+  // The token ids of a chat's conversation, or of a completion's prompt `i`.
+  std::vector<int32_t> prompt_ids(const CompletionRequest& r, size_t i = 0) const {
+    if (!r.chat && !r.prompts[i].ids.empty()) {
+      for (const int32_t id : r.prompts[i].ids) {
         if (id >= engine_.info().vocab_size) {
           throw ApiError(400,
                          fmt::format("the prompt has token {}; this model's ids are below {}", id,
@@ -295,9 +296,9 @@ class Server::Impl {
                          "invalid_request_error", "prompt");
         }
       }
-      return r.prompt_ids;
+      return r.prompts[i].ids;
     }
-    if (!r.chat) return tokenizer_.encode(r.prompt, {.add_special_tokens = true});
+    if (!r.chat) return tokenizer_.encode(r.prompts[i].text, {.add_special_tokens = true});
     if (!chat_) {
       throw ApiError(400, "this model's tokenizer has no chat template: use /v1/completions");
     }
@@ -321,34 +322,52 @@ class Server::Impl {
                        "invalid_request_error", "logit_bias");
       }
     }
-    std::vector<int32_t> prompt = prompt_ids(r);
-    const int64_t room = engine_.seqlen() - static_cast<int64_t>(prompt.size());
-    if (prompt.empty() || room < 1) {
-      throw ApiError(400,
-                     fmt::format("the prompt is {} tokens; this server's context holds {} "
-                                 "(--seqlen), with at least one to generate",
-                                 prompt.size(), engine_.seqlen()),
-                     "invalid_request_error", chat ? "messages" : "prompt",
-                     "context_length_exceeded");
+    std::vector<std::vector<int32_t>> prompts;
+    for (size_t i = 0; i < (chat ? 1 : r.prompts.size()); ++i) {
+      prompts.push_back(prompt_ids(r, i));
+      const std::vector<int32_t>& prompt = prompts.back();
+      const int64_t room = engine_.seqlen() - static_cast<int64_t>(prompt.size());
+      if (prompt.empty() || room < 1) {
+        throw ApiError(400,
+                       fmt::format("the prompt is {} tokens; this server's context holds {} "
+                                   "(--seqlen), with at least one to generate",
+                                   prompt.size(), engine_.seqlen()),
+                       "invalid_request_error", chat ? "messages" : "prompt",
+                       "context_length_exceeded");
+      }
     }
     const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", ++requests_);
     const int64_t created = unix_time();
     const std::string object = chat ? "chat.completion" : "text_completion";
     const bool want_logprobs = r.logprobs;
     if (!r.stream) {
-      std::shared_ptr<Job> job = submit(std::move(r), std::move(prompt));
-      const Outcome& o = job->outcome_when_done();
-      if (!o.error.empty()) throw ApiError(500, o.error, "server_error");
+      // Each prompt a generation of its own, all queued at once (they run side by side as
+      // slots allow); a choice each, in the prompts' order.
+      std::vector<std::shared_ptr<Job>> jobs;
+      for (std::vector<int32_t>& prompt : prompts) jobs.push_back(submit(r, std::move(prompt)));
+      Json choices = Json::array();
+      Outcome total;
+      std::string error;
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        const Outcome& o = jobs[i]->outcome_when_done();
+        if (!o.error.empty()) error = o.error;
+        choices.push_back(choice(chat, false, o.text, o.finish,
+                                 logprobs(chat, o.logprobs, want_logprobs), static_cast<int>(i)));
+        total.prompt_tokens += o.prompt_tokens;
+        total.completion_tokens += o.completion_tokens;
+        total.cached_tokens += o.cached_tokens;
+      }
+      if (!error.empty()) throw ApiError(500, error, "server_error");
       Json body = {{"id", id},
                    {"object", object},
                    {"created", created},
                    {"model", options_.model_id},
-                   {"choices", Json::array({choice(chat, false, o.text, o.finish,
-                                                   logprobs(chat, o.logprobs, want_logprobs))})},
-                   {"usage", usage(o)}};
+                   {"choices", std::move(choices)},
+                   {"usage", usage(total)}};
       res.set_content(dump(body), "application/json");
       return;
     }
+    std::vector<int32_t> prompt = std::move(prompts.front());
     // Server-sent events: a chunk per piece of text, the finish reason, usage when asked,
     // then [DONE]. A client gone cancels its generation.
     const bool include_usage = r.include_usage;
@@ -408,12 +427,12 @@ class Server::Impl {
   // A choice of a response, or of a streamed chunk: the chat's message (its delta in a
   // chunk), or a completion's text; and its tokens' log-probabilities (logprobs()).
   static Json choice(bool chat, bool chunk, const std::string& text, const Json& finish,
-                     Json logprobs) {
+                     Json logprobs, int index = 0) {
     if (!chat) {
-      return {{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish}};
+      return {{"index", index}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish}};
     }
     Json message = chunk ? Json{{"content", text}} : Json{{"role", "assistant"}, {"content", text}};
-    return {{"index", 0},
+    return {{"index", index},
             {chunk ? "delta" : "message", message},
             {"logprobs", logprobs},
             {"finish_reason", finish}};

@@ -85,6 +85,22 @@ check("echo: the answer's tokens score as generated (1e-4), each the most likely
 check("echo: text_offset", elp.text_offset[6:] == [len("The capital of France is") + o
                                                     for o in lp.text_offset[:5]],
       str(elp.text_offset))
+# Several prompts in one request, as a harness batches them: a choice each, in order, each
+# what that prompt gets alone.
+batch = [ids, reference["prompt_ids"], ids[:3]]
+b = client.completions.create(model="tiny", prompt=batch, max_tokens=1, echo=True, logprobs=1,
+                              temperature=0)
+alone = [client.completions.create(model="tiny", prompt=p, max_tokens=1, echo=True, logprobs=1,
+                                   temperature=0).choices[0] for p in batch]
+check("several prompts: a choice each, each as alone",
+      [x.index for x in b.choices] == [0, 1, 2] and
+      [x.text for x in b.choices] == [x.text for x in alone] and
+      all(x.logprobs.tokens == y.logprobs.tokens and
+          all((u is None and v is None) or abs(u - v) < 1e-5 for u, v in
+              zip(x.logprobs.token_logprobs, y.logprobs.token_logprobs))
+          for x, y in zip(b.choices, alone)) and
+      b.usage.prompt_tokens == sum(len(p) for p in batch) and b.usage.completion_tokens == 3,
+      f"{[x.text for x in b.choices]} {[x.text for x in alone]} {b.usage}")
 chunks = [x.choices[0].text for x in client.completions.create(
     model="tiny", prompt="The capital of France is", max_tokens=3, echo=True, temperature=0,
     stream=True) if x.choices]
@@ -188,7 +204,9 @@ for fields, param in [({"top_logprobs": 3}, "top_logprobs"),
     check(f"bad {fields}: 400", error_of(**fields) == (400, param), str(error_of(**fields)))
 for fields, param in [({"logprobs": 6}, "logprobs"), ({"max_tokens": 0}, "max_tokens"),
                       ({"prompt": []}, "prompt"), ({"prompt": [1, "a"]}, "prompt"),
-                      ({"prompt": [12, 99999999]}, "prompt"), ({"echo": "yes"}, "echo")]:
+                      ({"prompt": [12, 99999999]}, "prompt"), ({"echo": "yes"}, "echo"),
+                      ({"prompt": ["a", [1]]}, "prompt"), ({"prompt": [[1], []]}, "prompt"),
+                      ({"prompt": ["a", "b"], "stream": True}, "prompt")]:
     try:
         client.completions.create(**{"model": "tiny", "prompt": "x", "max_tokens": 1, **fields})
         status = None

@@ -96,6 +96,51 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
       }
       m["content"] = text;
     }
+    // Earlier calls of the conversation: their arguments as objects, as chat templates
+    // (transformers') take them, where OpenAI's clients send them as JSON text.
+    for (Json& m : r.messages) {
+      if (!m.contains("tool_calls") || m["tool_calls"].is_null()) continue;
+      if (!m["tool_calls"].is_array()) bad("messages", "a message's 'tool_calls' must be a list");
+      for (Json& call : m["tool_calls"]) {
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
+            !call["function"].contains("name") || !call["function"]["name"].is_string()) {
+          bad("messages", "each tool call must have a 'function' with a string 'name'");
+        }
+        Json& args = call["function"]["arguments"];
+        if (args.is_string()) {
+          Json parsed = Json::parse(args.get<std::string>(), nullptr, false);
+          if (!parsed.is_discarded() && parsed.is_object()) args = std::move(parsed);
+        }
+      }
+    }
+    if (j.contains("tools") && !j["tools"].is_null()) {
+      const Json& tools = j["tools"];
+      if (!tools.is_array()) bad("tools", "'tools' must be a list");
+      for (const Json& t : tools) {
+        if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+            !t["function"].is_object() || !t["function"].contains("name") ||
+            !t["function"]["name"].is_string()) {
+          bad("tools", "each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        }
+        if (t["function"].contains("parameters") && !t["function"]["parameters"].is_object() &&
+            !t["function"]["parameters"].is_null()) {
+          bad("tools", "a function's 'parameters' must be a JSON Schema object");
+        }
+      }
+      if (!tools.empty()) r.tools = tools;
+    }
+    // "auto" (the default with tools) and "none" (the tools are not shown to the model); a
+    // call cannot be forced without constrained decoding, which prism does not have.
+    if (j.contains("tool_choice") && !j["tool_choice"].is_null()) {
+      const Json& choice = j["tool_choice"];
+      if (choice == "none") {
+        r.tools = nullptr;
+      } else if (choice != "auto") {
+        bad("tool_choice",
+            "'tool_choice' may be \"auto\" or \"none\": prism cannot force a call (it has no "
+            "constrained decoding)");
+      }
+    }
   } else {
     if (!j.contains("prompt")) bad("prompt", "'prompt' is required");
     // A string, token ids, or a list of either.

@@ -26,6 +26,9 @@ struct ApiError : Error {
 struct CompletionRequest {
   bool chat = true;
   nlohmann::ordered_json messages;  // chat
+  // Chat: the functions the model may call (a list, rendered by its chat template), or null
+  // (none given, or tool_choice "none").
+  nlohmann::ordered_json tools;
   // Completions: the prompts, each text or token ids as they are (not empty); several get a
   // choice each (not streamed).
   struct Prompt {

@@ -23,6 +23,7 @@
 #include "prism/llm/tokenizer.h"
 #include "prism/serve/chat_page.h"
 #include "prism/serve/openai.h"
+#include "prism/serve/tool_calls.h"
 
 namespace prism::serve {
 namespace {
@@ -118,6 +119,7 @@ struct Piece {
 struct Outcome {
   std::string text;
   std::vector<TokenLogprob> logprobs;  // where asked for: one a token of the text
+  std::vector<ToolCall> tool_calls;    // the calls read out of the answer, where tools were given
   int64_t prompt_tokens = 0, completion_tokens = 0;
   int64_t cached_tokens = 0;  // of the prompt's, taken from a slot's earlier conversation
   std::string finish = "stop";
@@ -179,6 +181,7 @@ class Server::Impl {
     engine_.set_slots(std::max(1, options_.parallel));
     if (!tokenizer_.config().chat_template.empty()) {
       chat_.emplace(llm::ChatTemplate::from_tokenizer(tokenizer_));
+      tool_format_ = tool_call_format(tokenizer_.config().chat_template);
     }
     const int threads = std::max(1, options_.threads);
     server_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -304,6 +307,7 @@ class Server::Impl {
     }
     llm::ChatTemplateOptions t;
     t.add_generation_prompt = true;
+    t.tools = r.tools;
     try {
       return tokenizer_.encode(chat_->apply(r.messages, t));
     } catch (const Error& e) {
@@ -321,6 +325,12 @@ class Server::Impl {
                                    token, engine_.info().vocab_size),
                        "invalid_request_error", "logit_bias");
       }
+    }
+    if (!r.tools.is_null() && tool_format_ == ToolCallFormat::none) {
+      throw ApiError(400,
+                     "this model's chat template shows no tool calls (prism reads Hermes-style "
+                     "<tool_call>, Llama 3.1's JSON and LFM 2's Python calls)",
+                     "invalid_request_error", "tools");
     }
     std::vector<std::vector<int32_t>> prompts;
     for (size_t i = 0; i < (chat ? 1 : r.prompts.size()); ++i) {
@@ -351,8 +361,13 @@ class Server::Impl {
       for (size_t i = 0; i < jobs.size(); ++i) {
         const Outcome& o = jobs[i]->outcome_when_done();
         if (!o.error.empty()) error = o.error;
-        choices.push_back(choice(chat, false, o.text, o.finish,
-                                 logprobs(chat, o.logprobs, want_logprobs), static_cast<int>(i)));
+        Json c = choice(chat, false, o.text, o.finish, logprobs(chat, o.logprobs, want_logprobs),
+                        static_cast<int>(i));
+        if (!o.tool_calls.empty()) {
+          c["message"]["tool_calls"] = tool_calls_json(o.tool_calls, id, false);
+          if (o.text.empty()) c["message"]["content"] = nullptr;
+        }
+        choices.push_back(std::move(c));
         total.prompt_tokens += o.prompt_tokens;
         total.completion_tokens += o.completion_tokens;
         total.cached_tokens += o.cached_tokens;
@@ -412,6 +427,13 @@ class Server::Impl {
         sink.done();
         return true;
       }
+      if (!o.tool_calls.empty()) {
+        Json calls = {{"index", 0},
+                      {"delta", {{"tool_calls", tool_calls_json(o.tool_calls, id, true)}}},
+                      {"logprobs", nullptr},
+                      {"finish_reason", nullptr}};
+        if (!send(Json::array({calls}), nullptr)) return gone();
+      }
       if (!piece({}, o.finish)) return gone();
       if (include_usage) {
         const Json u = usage(o);
@@ -422,6 +444,21 @@ class Server::Impl {
       sink.done();
       return true;
     });
+  }
+
+  // A message's tool_calls as OpenAI gives them (in a streamed chunk's delta, each with its
+  // index); ids from the response's.
+  static Json tool_calls_json(const std::vector<ToolCall>& calls, const std::string& id,
+                              bool chunk) {
+    Json out = Json::array();
+    for (size_t i = 0; i < calls.size(); ++i) {
+      Json c = {{"id", fmt::format("call_{}_{}", id, i)},
+                {"type", "function"},
+                {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+      if (chunk) c["index"] = i;
+      out.push_back(std::move(c));
+    }
+    return out;
   }
 
   // A choice of a response, or of a streamed chunk: the chat's message (its delta in a
@@ -528,6 +565,7 @@ class Server::Impl {
     std::string echo;
     size_t echo_chars = 0;
     std::vector<TokenLogprob> prompt_logprobs;
+    bool tools = false;  // the request gave tools: calls are read out of the answer
     int64_t limit = 0, produced = 0;
     Clock::time_point start, decode_start;
     double first = 0;
@@ -714,7 +752,10 @@ class Server::Impl {
       }
       r.sampler.emplace(q.sampling);
       r.sampler->start_generation(job.prompt.size());
-      r.detok.emplace(tokenizer_, true);
+      // With tools, the answer's special tokens stay in its text: some formats mark calls with
+      // them (LFM 2's <|tool_call_start|>).
+      r.tools = !q.tools.is_null();
+      r.detok.emplace(tokenizer_, !r.tools);
       r.history = job.prompt;
       r.limit = std::min<int64_t>(q.max_tokens >= 0 ? q.max_tokens : INT64_MAX,
                                   engine_.seqlen() - static_cast<int64_t>(job.prompt.size()));
@@ -801,6 +842,8 @@ class Server::Impl {
     // Text that can no longer become a stop string goes out, whole characters only, with the
     // log-probabilities of the tokens that start in it.
     size_t upto = r.text.size() > r.hold ? r.text.size() - r.hold : 0;
+    // With tools, what may be a call waits for the end of the answer (finish() reads it).
+    if (r.tools) upto = std::min(upto, tool_call_start(tool_format_, r.text));
     while (upto > r.sent && upto < r.text.size() && (r.text[upto] & 0xC0) == 0x80) --upto;
     if (upto > r.sent) {
       job.push(take(r, upto));
@@ -904,6 +947,18 @@ class Server::Impl {
   void finish(Running& r, const std::string& reason, bool stopped, const std::string& error = "") {
     Job& job = *r.job;
     if (r.detok && !stopped && !job.cancelled && error.empty()) r.text += r.detok->finish();
+    // The calls in an answer to a request with tools; the text around them stays its content
+    // (what was sent of it came before the first call).
+    std::vector<ToolCall> calls;
+    std::string why = reason;
+    if (r.tools && !job.cancelled && error.empty()) {
+      ToolCallAnswer answer = parse_tool_calls(tool_format_, r.text);
+      if (!answer.calls.empty()) {
+        r.text = std::move(answer.content);
+        calls = std::move(answer.calls);
+        why = "tool_calls";
+      }
+    }
     if ((r.sent < r.text.size() || r.logprobs_sent < r.logprobs.size()) && !job.cancelled) {
       job.push(take(r, r.text.size(), true));
     }
@@ -914,7 +969,8 @@ class Server::Impl {
     o.prompt_tokens = static_cast<int64_t>(job.prompt.size());
     o.cached_tokens = static_cast<int64_t>(r.cached);
     o.completion_tokens = r.produced;
-    o.finish = reason;
+    o.finish = why;
+    o.tool_calls = std::move(calls);
     o.cancelled = job.cancelled;
     o.error = error;
     {
@@ -987,6 +1043,7 @@ class Server::Impl {
   ServeOptions options_;
   socket_t socket_ = -1;  // the listening socket
   std::optional<llm::ChatTemplate> chat_;
+  ToolCallFormat tool_format_ = ToolCallFormat::none;  // how its template has the model call
   httplib::Server server_;
   int port_ = 0;
   const int64_t created_ = unix_time();

@@ -3,8 +3,9 @@
 # tiny Llama checkpoint beside the Llama 3.1 tokenizer and its chat template; its chat page in
 # headless Chromium (tests/serve/chat_page_test.py); log-probabilities, penalties and logit
 # biases (tests/serve/sampling_test.py, against transformers' logits in the checkpoint's
-# reference); its prompt cache (tests/serve/prompt_cache_test.py); a tiny Qwen 3.5 checkpoint;
-# speculative decoding (tests/serve/speculate_test.py); a Q8_0 GGUF file; bad options.
+# reference); its prompt cache (tests/serve/prompt_cache_test.py); a tiny Qwen 3.5 checkpoint,
+# with tools (tests/serve/tools_test.py); speculative decoding (tests/serve/speculate_test.py);
+# a Q8_0 GGUF file; bad options.
 set -u
 prism="$1"
 python="${PRISM_VENV_PYTHON:?}"
@@ -32,6 +33,8 @@ for f in tokenizer.json tokenizer_config.json; do
   ln -s "$PRISM_TOKENIZERS_DIR/qwen3/$f" "$tmp/qwen3_5/$f"
 done
 "$python" "$PRISM_SOURCE_DIR/tests/serve/architecture_test.py" "$prism" "$tmp/qwen3_5" || fail=1
+"$python" "$PRISM_SOURCE_DIR/tests/serve/tools_test.py" "$prism" "$tmp/qwen3_5" "$tmp" \
+  "$PRISM_SOURCE_DIR/tests/data/tokenizers/qwen3.json" || fail=1
 "$python" "$PRISM_SOURCE_DIR/tests/serve/prompt_cache_test.py" "$prism" "$tmp/qwen3_5" || fail=1
 
 # Speculative decoding: prompt lookup, a draft model (the model itself, on Qwen 3.5: its

@@ -259,6 +259,21 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
     r.top_logprobs = static_cast<int>(integer(j["logprobs"], "logprobs", 0));
     if (r.top_logprobs > 5) bad("logprobs", "'logprobs' must be at most 5");
   }
+  if (has("response_format")) {
+    const Json& f = j["response_format"];
+    if (!f.is_object() || !f.contains("type") || !f["type"].is_string()) {
+      bad("response_format", "'response_format' must be an object with a string 'type'");
+    }
+    const std::string type = f["type"].get<std::string>();
+    if (type == "json_object") {
+      r.json = true;
+    } else if (type != "text") {
+      bad("response_format",
+          fmt::format("'response_format' may be text or json_object, not {} (JSON Schemas are "
+                      "not supported)",
+                      type));
+    }
+  }
   if (has("seed")) {
     if (!j["seed"].is_number_integer()) bad("seed", "'seed' must be an integer");
     r.sampling.seed = static_cast<uint64_t>(j["seed"].get<int64_t>());

@@ -47,6 +47,8 @@ struct CompletionRequest {
   // `logprobs: N`), each with the `top_logprobs` most likely tokens at its step.
   bool logprobs = false;
   int top_logprobs = 0;
+  // response_format json_object: the answer is held to a JSON object, token by token.
+  bool json = false;
 };
 
 // Parses and checks a request body for `model_id` (a request naming another model is a 404);

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -18,6 +19,7 @@
 #include <thread>
 
 #include "prism/llm/chat_template.h"
+#include "prism/llm/json_prefix.h"
 #include "prism/llm/sampler.h"
 #include "prism/llm/speculative.h"
 #include "prism/llm/tokenizer.h"
@@ -566,6 +568,7 @@ class Server::Impl {
     size_t echo_chars = 0;
     std::vector<TokenLogprob> prompt_logprobs;
     bool tools = false;  // the request gave tools: calls are read out of the answer
+    std::optional<llm::JsonPrefix> json;  // json_object: the answer so far, as JSON
     int64_t limit = 0, produced = 0;
     Clock::time_point start, decode_start;
     double first = 0;
@@ -755,6 +758,7 @@ class Server::Impl {
       // With tools, the answer's special tokens stay in its text: some formats mark calls with
       // them (LFM 2's <|tool_call_start|>).
       r.tools = !q.tools.is_null();
+      if (q.json) r.json.emplace();
       r.detok.emplace(tokenizer_, !r.tools);
       r.history = job.prompt;
       r.limit = std::min<int64_t>(q.max_tokens >= 0 ? q.max_tokens : INT64_MAX,
@@ -791,8 +795,19 @@ class Server::Impl {
         return true;
       }
     }
-    // The token a speculative step decided, or one picked from the logits.
-    const int32_t next = r.decided ? *r.decided : r.sampler->next(r.logits, r.history);
+    // The token a speculative step decided, or one picked from the logits (for a JSON answer,
+    // from those of the tokens that keep it JSON).
+    std::span<const float> logits = r.logits;
+    std::vector<float> masked;
+    if (r.json) {
+      masked = r.logits;
+      if (!json_mask(*r.json, masked)) {
+        finish(r, "stop", false, "response_format json_object: no token continues the JSON");
+        return true;
+      }
+      logits = masked;
+    }
+    const int32_t next = r.decided ? *r.decided : r.sampler->next(logits, r.history);
     r.decided.reset();
     std::optional<TokenLogprob> logprob;
     if (q.logprobs) logprob = score(r.logits, next, q.top_logprobs);
@@ -800,7 +815,7 @@ class Server::Impl {
     // Alone, with guesses to check: a speculative step (docs/speculative.md); else the token
     // is fed with the other generations' tokens, in one step. (A step decides its guesses
     // without their logits: not where log-probabilities are asked for.)
-    if (running == 1 && options_.drafter && !q.logprobs) return speculate(r, next);
+    if (running == 1 && options_.drafter && !q.logprobs && !r.json) return speculate(r, next);
     r.pending = next;
     return false;
   }
@@ -818,6 +833,7 @@ class Server::Impl {
     }
     r.history.push_back(token);
     ++r.produced;
+    if (r.json) r.json->feed(token_bytes(token));
     const size_t before = r.text.size();
     if (logprob) {
       logprob->byte_offset = before;
@@ -877,6 +893,45 @@ class Server::Impl {
     }
     r.decided = decided.back();
     return false;
+  }
+
+  // The bytes of each token alone, and whether it may be part of a JSON answer (not a special
+  // token, not empty); made at the first JSON request.
+  const std::string& token_bytes(int32_t token) {
+    if (token_bytes_.empty()) {
+      const auto vocab = static_cast<size_t>(engine_.info().vocab_size);
+      token_bytes_.resize(vocab);
+      for (size_t t = 0; t < vocab; ++t) {
+        const auto id = static_cast<int32_t>(t);
+        if (t >= tokenizer_.vocab_size() || tokenizer_.is_special(id)) continue;
+        try {
+          token_bytes_[t] = tokenizer_.decode(std::span(&id, 1));
+        } catch (const Error&) {  // an id the tokenizer does not have
+        }
+      }
+    }
+    return token_bytes_[static_cast<size_t>(token)];
+  }
+
+  // Sets to -infinity the logits of the tokens that would not keep `json` a JSON object's
+  // start: an end token only once it is complete, and only then. False where none would.
+  bool json_mask(const llm::JsonPrefix& json, std::vector<float>& logits) {
+    const auto& eos = engine_.info().eos_token_ids;
+    size_t allowed = 0;
+    for (size_t t = 0; t < logits.size(); ++t) {
+      const auto id = static_cast<int32_t>(t);
+      bool ok = false;
+      if (std::find(eos.begin(), eos.end(), id) != eos.end()) {
+        ok = json.complete();
+      } else if (!json.complete()) {
+        const std::string& bytes = token_bytes(id);
+        llm::JsonPrefix next = json;
+        ok = !bytes.empty() && next.feed(bytes);
+      }
+      if (!ok) logits[t] = -std::numeric_limits<float>::infinity();
+      allowed += ok;
+    }
+    return allowed > 0;
   }
 
   // The text of an echoed prompt, and where log-probabilities are asked for, an entry for each
@@ -1044,6 +1099,7 @@ class Server::Impl {
   socket_t socket_ = -1;  // the listening socket
   std::optional<llm::ChatTemplate> chat_;
   ToolCallFormat tool_format_ = ToolCallFormat::none;  // how its template has the model call
+  std::vector<std::string> token_bytes_;               // token_bytes()'s table, once made
   httplib::Server server_;
   int port_ = 0;
   const int64_t created_ = unix_time();

@@ -1,7 +1,8 @@
 """`prism serve`'s log-probabilities and the sampling fields around them, through the official
 OpenAI client: completions' logprobs against transformers' logits for the same prompt (the
 checkpoint's reference.json), chat's logprobs streamed and not, frequency and presence
-penalties and logit_bias checked step by step against the model's own log-probabilities, and
+penalties and logit_bias checked step by step against the model's own log-probabilities,
+scoring prompts (echo), several prompts in one request, JSON answers (response_format), and
 bad values as 400s. Usage: sampling_test.py PRISM MODEL_DIR REFERENCE_JSON (the tiny Llama
 checkpoint beside the Llama 3.1 tokenizer, and transformers' reference for it)."""
 import json
@@ -184,6 +185,34 @@ ftext, fentries = chat(max_tokens=4, logit_bias={"9906": 100})
 check("logit_bias +100 forces one", [e.token for e in fentries] == [tokenizer.decode([9906])] * 4,
       ftext)
 
+# response_format json_object: every answer is the start of a JSON object, and one that ends
+# is one. The biases (toward '"' and '}') make these random weights close their objects.
+json_object = {"type": "json_object"}
+closing = {str(tokenizer.token_to_id('"')): 30, str(tokenizer.token_to_id("}")): 20}
+jtext, _ = chat(max_tokens=40, response_format=json_object, logit_bias=closing)
+r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "JSON"}],
+                                   max_tokens=40, temperature=0, response_format=json_object,
+                                   logit_bias=closing)
+check("json_object: a JSON object, then the end", r.choices[0].finish_reason == "stop" and
+      isinstance(json.loads(r.choices[0].message.content), dict), str(r.choices[0]))
+sjtext, _ = chat(stream=True, max_tokens=40, response_format=json_object, logit_bias=closing)
+check("json_object streamed = not", sjtext == jtext, f"{sjtext!r} {jtext!r}")
+ended = 0
+for seed in range(6):
+    r = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "JSON"}], max_tokens=40,
+        temperature=1.0, seed=seed, response_format=json_object,
+        logit_bias={k: v / 4 for k, v in closing.items()})
+    content, finish = r.choices[0].message.content, r.choices[0].finish_reason
+    if finish == "stop":
+        ended += 1
+        check(f"json_object sampled (seed {seed}): a JSON object",
+              isinstance(json.loads(content), dict), content)
+    else:
+        check(f"json_object sampled (seed {seed}): not JSON yet at the length",
+              content.lstrip().startswith("{"), content)
+check("json_object sampled: some answers end", ended > 0, str(ended))
+
 
 def error_of(**fields):
     try:
@@ -200,7 +229,10 @@ for fields, param in [({"top_logprobs": 3}, "top_logprobs"),
                       ({"presence_penalty": "a lot"}, "presence_penalty"),
                       ({"logit_bias": {"x": 1}}, "logit_bias"),
                       ({"logit_bias": {"5": 101}}, "logit_bias"),
-                      ({"logit_bias": {"99999999": 1}}, "logit_bias")]:
+                      ({"logit_bias": {"99999999": 1}}, "logit_bias"),
+                      ({"response_format": {"type": "json_schema", "json_schema": {}}},
+                       "response_format"),
+                      ({"response_format": "json"}, "response_format")]:
     check(f"bad {fields}: 400", error_of(**fields) == (400, param), str(error_of(**fields)))
 for fields, param in [({"logprobs": 6}, "logprobs"), ({"max_tokens": 0}, "max_tokens"),
                       ({"prompt": []}, "prompt"), ({"prompt": [1, "a"]}, "prompt"),

@@ -35,8 +35,14 @@ bool JsonPrefix::number_may_end(Number n) {
          n == Number::exponent;
 }
 
+bool JsonPrefix::open(char c) {
+  if (depth_ == kMaxDepth) return false;
+  stack_[depth_++] = c;
+  return true;
+}
+
 bool JsonPrefix::end_value() {
-  if (stack_.empty()) {
+  if (depth_ == 0) {
     state_ = State::done;
   } else {
     state_ = State::after_value;
@@ -48,12 +54,12 @@ bool JsonPrefix::end_value() {
 bool JsonPrefix::begin_value(char c) {
   switch (c) {
     case '{':
-      stack_ += '{';
+      if (!open('{')) return false;
       state_ = State::key;
       empty_ok_ = true;
       return true;
     case '[':
-      stack_ += '[';
+      if (!open('[')) return false;
       state_ = State::value;
       empty_ok_ = true;
       return true;
@@ -121,7 +127,7 @@ bool JsonPrefix::step(char c) {
         return true;
       }
       if (c == '}' && empty_ok_) {
-        stack_.pop_back();
+        --depth_;
         return end_value();
       }
       return blank(c);
@@ -134,23 +140,24 @@ bool JsonPrefix::step(char c) {
       return blank(c);
     case State::value:
       if (c == ']' && empty_ok_) {
-        stack_.pop_back();
+        --depth_;
         return end_value();
       }
       if (is_blank(c)) return blank(c);
       return begin_value(c);
     case State::after_value:
       if (c == ',') {
-        state_ = stack_.back() == '{' ? State::key : State::value;
+        state_ = top() == '{' ? State::key : State::value;
         empty_ok_ = false;
         return true;
       }
-      if (c == (stack_.back() == '{' ? '}' : ']')) {
-        stack_.pop_back();
+      if (c == (top() == '{' ? '}' : ']')) {
+        --depth_;
         return end_value();
       }
       return blank(c);
     case State::string:
+      if (want_low_ && c != '\\') return false;  // a high surrogate's pair must follow
       if (utf8_left_ > 0 || byte >= 0x80) return string_byte(byte);
       if (c == '"') {
         if (in_key_) {
@@ -168,15 +175,26 @@ bool JsonPrefix::step(char c) {
       if (c == 'u') {
         state_ = State::hex;
         hex_left_ = 4;
+        code_ = 0;
         return true;
       }
+      if (want_low_) return false;
       if (std::string_view("\"\\/bfnrt").find(c) == std::string_view::npos) return false;
       state_ = State::string;
       return true;
-    case State::hex:
+    case State::hex: {
       if (!is_hex(c)) return false;
-      if (--hex_left_ == 0) state_ = State::string;
+      const int digit = is_digit(c) ? c - '0' : (c | 0x20) - 'a' + 10;
+      code_ = static_cast<uint16_t>(code_ * 16 + digit);
+      if (--hex_left_ > 0) return true;
+      // UTF-16 surrogates come in pairs: a high one, then a low one.
+      const bool high = code_ >= 0xD800 && code_ <= 0xDBFF;
+      const bool low = code_ >= 0xDC00 && code_ <= 0xDFFF;
+      if (low != want_low_) return false;
+      want_low_ = high;
+      state_ = State::string;
       return true;
+    }
     case State::number:
       switch (number_) {
         case Number::minus:

@@ -1,12 +1,14 @@
 // Whether a text is the start of a JSON object (RFC 8259), byte by byte: what constrains an
 // answer to JSON (`prism serve`'s response_format json_object). Each byte either keeps the
-// text a prefix of some valid JSON object text (strings in valid UTF-8) or is refused; complete()
-// says when the object has closed. Whitespace between tokens is allowed up to a limit, so that a
-// constrained model cannot spin on blanks; nothing may follow the closed object.
+// text a prefix of some valid JSON object text (strings in valid UTF-8, \u escapes of UTF-16
+// surrogates in pairs) or is refused;
+// complete() says when the object has closed. Whitespace between tokens is allowed up to a
+// limit, so that a constrained model cannot spin on blanks, and nesting up to a depth; nothing
+// may follow the closed object.
 #pragma once
 
+#include <array>
 #include <cstdint>
-#include <string>
 #include <string_view>
 
 namespace prism::llm {
@@ -22,6 +24,7 @@ class JsonPrefix {
   bool complete() const { return state_ == State::done; }
 
   static constexpr int kMaxBlanks = 16;  // consecutive whitespace bytes allowed
+  static constexpr int kMaxDepth = 64;   // containers open at once
 
  private:
   enum class State : uint8_t {
@@ -54,12 +57,19 @@ class JsonPrefix {
   bool empty_ok_ = false;  // a '}' or ']' may come now: the container is still empty
   int blanks_ = 0;
   int hex_left_ = 0;
+  uint16_t code_ = 0;      // a \u escape's value so far
+  bool want_low_ = false;  // after a high surrogate's escape: its low one must come
   // A string's UTF-8: continuation bytes to go, and the range the next must be in.
   int utf8_left_ = 0;
   uint8_t utf8_low_ = 0x80, utf8_high_ = 0xBF;
   const char* literal_ = nullptr;
   int literal_at_ = 0;
-  std::string stack_;  // the open containers, '{' or '['
+  // The open containers, '{' or '[' (fixed, so that a copy, made for each token of the
+  // vocabulary each step, costs no allocation).
+  std::array<char, kMaxDepth> stack_{};
+  int depth_ = 0;
+  char top() const { return stack_[depth_ - 1]; }
+  bool open(char c);
 };
 
 }  // namespace prism::llm

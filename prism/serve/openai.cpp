@@ -122,6 +122,14 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
             !t["function"]["name"].is_string()) {
           bad("tools", "each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
         }
+        const std::string name = t["function"]["name"].get<std::string>();
+        if (name.empty() || name.size() > 64 ||
+            name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                   "0123456789_-") != std::string::npos) {
+          bad("tools", fmt::format("a function's name must be 1 to 64 letters, digits, '_' or "
+                                   "'-', got '{}'",
+                                   name));
+        }
         if (t["function"].contains("parameters") && !t["function"]["parameters"].is_object() &&
             !t["function"]["parameters"].is_null()) {
           bad("tools", "a function's 'parameters' must be a JSON Schema object");
@@ -129,16 +137,35 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
       }
       if (!tools.empty()) r.tools = tools;
     }
-    // "auto" (the default with tools) and "none" (the tools are not shown to the model); a
-    // call cannot be forced without constrained decoding, which prism does not have.
+    // "auto" (the default with tools), "none" (the tools are not shown to the model),
+    // "required" (a call to one of them) or one function by name (a call to it).
     if (j.contains("tool_choice") && !j["tool_choice"].is_null()) {
       const Json& choice = j["tool_choice"];
       if (choice == "none") {
         r.tools = nullptr;
+      } else if (choice == "required") {
+        r.call_required = true;
+      } else if (choice.is_object() && choice.value("type", "") == "function" &&
+                 choice.contains("function") && choice["function"].is_object() &&
+                 choice["function"].contains("name") && choice["function"]["name"].is_string()) {
+        r.call_required = true;
+        r.call_function = choice["function"]["name"].get<std::string>();
       } else if (choice != "auto") {
         bad("tool_choice",
-            "'tool_choice' may be \"auto\" or \"none\": prism cannot force a call (it has no "
-            "constrained decoding)");
+            "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": "
+            "\"function\", \"function\": {\"name\": ...}}");
+      }
+      if (r.call_required) {
+        if (r.tools.is_null()) bad("tool_choice", "'tool_choice' asks for a call without 'tools'");
+        bool known = r.call_function.empty();
+        for (const Json& t : r.tools) known |= t["function"]["name"] == r.call_function;
+        if (!known) {
+          bad("tool_choice", fmt::format("'tool_choice' names '{}', which 'tools' does not have",
+                                         r.call_function));
+        }
+        if (r.tools.size() > 64 && r.call_function.empty()) {
+          bad("tool_choice", "'tool_choice' \"required\" takes at most 64 tools");
+        }
       }
     }
   } else {
@@ -250,14 +277,16 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
       r.logprobs = j["logprobs"].get<bool>();
     }
     if (has("top_logprobs")) {
-      r.top_logprobs = static_cast<int>(integer(j["top_logprobs"], "top_logprobs", 0));
-      if (r.top_logprobs > 20) bad("top_logprobs", "'top_logprobs' must be at most 20");
+      const int64_t top = integer(j["top_logprobs"], "top_logprobs", 0);
+      if (top > 20) bad("top_logprobs", "'top_logprobs' must be at most 20");
+      r.top_logprobs = static_cast<int>(top);
       if (!r.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     }
   } else if (has("logprobs")) {
     r.logprobs = true;
-    r.top_logprobs = static_cast<int>(integer(j["logprobs"], "logprobs", 0));
-    if (r.top_logprobs > 5) bad("logprobs", "'logprobs' must be at most 5");
+    const int64_t top = integer(j["logprobs"], "logprobs", 0);
+    if (top > 5) bad("logprobs", "'logprobs' must be at most 5");
+    r.top_logprobs = static_cast<int>(top);
   }
   if (has("response_format")) {
     const Json& f = j["response_format"];

@@ -29,6 +29,10 @@ struct CompletionRequest {
   // Chat: the functions the model may call (a list, rendered by its chat template), or null
   // (none given, or tool_choice "none").
   nlohmann::ordered_json tools;
+  // tool_choice "required" (a call to one of the tools) or {"type": "function", "function":
+  // {"name": ...}} (a call to that one): the answer is held to a call.
+  bool call_required = false;
+  std::string call_function;  // empty: any of the tools
   // Completions: the prompts, each text or token ids as they are (not empty); several get a
   // choice each (not streamed).
   struct Prompt {

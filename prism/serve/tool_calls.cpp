@@ -140,8 +140,10 @@ class Pythonic {
     if (i_ >= s_.size()) return std::nullopt;
     const char c = s_[i_];
     if (c == '\'' || c == '"') return string();
-    if (c == '[' || c == '(') return sequence(c == '[' ? ']' : ')');
-    if (c == '{') return mapping();
+    // Containers nest up to a depth: a model's text must not run the parser out of stack.
+    if ((c == '[' || c == '(' || c == '{') && depth_ == kMaxDepth) return std::nullopt;
+    if (c == '[' || c == '(') return nested([&] { return sequence(c == '[' ? ']' : ')'); });
+    if (c == '{') return nested([&] { return mapping(); });
     for (auto [word, v] : {std::pair{"True", Json(true)}, std::pair{"False", Json(false)},
                            std::pair{"None", Json(nullptr)}}) {
       if (s_.substr(i_).starts_with(word)) {
@@ -222,8 +224,18 @@ class Pythonic {
     return false;
   }
 
+  template <typename F>
+  std::optional<Json> nested(F&& f) {
+    ++depth_;
+    std::optional<Json> v = f();
+    --depth_;
+    return v;
+  }
+
+  static constexpr int kMaxDepth = 64;
   std::string_view s_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 // Llama's: JSON objects joined by ';' (outside strings), or a JSON list of them.

@@ -70,6 +70,23 @@ TEST(JsonPrefix, StringsInValidUtf8) {
   }
 }
 
+TEST(JsonPrefix, SurrogateEscapesInPairs) {
+  EXPECT_TRUE(run("{\"a\":\"\\ud83e\\udd99\"}").second);
+  for (const char* bad : {"{\"a\":\"\\ud83e\"}", "{\"a\":\"\\udd99\"}", "{\"a\":\"\\ud83e\\n\"}",
+                          "{\"a\":\"\\ud83ex\"}", "{\"a\":\"\\ud83e\\ud83e\"}"}) {
+    EXPECT_FALSE(run(bad).second) << bad;
+    EXPECT_FALSE(nlohmann::json::accept(bad)) << bad;  // as nlohmann's parser has it
+  }
+}
+
+TEST(JsonPrefix, BoundsNesting) {
+  // The object and 63 arrays in it: the deepest allowed; one more is refused.
+  const std::string deep = "{\"a\":" + std::string(JsonPrefix::kMaxDepth - 1, '[');
+  EXPECT_EQ(run(deep + "[").first, deep.size());
+  const std::string closed = deep + std::string(JsonPrefix::kMaxDepth - 1, ']') + "}";
+  EXPECT_EQ(run(closed), std::pair(closed.size(), true));
+}
+
 TEST(JsonPrefix, BoundsWhitespaceOutsideStrings) {
   const std::string blanks(JsonPrefix::kMaxBlanks, ' ');
   EXPECT_EQ(run("{" + blanks + "}"), std::pair(blanks.size() + 2, true));

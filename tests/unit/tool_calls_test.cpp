@@ -128,6 +128,13 @@ TEST(ToolCalls, PythonicCallsWithPythonLiterals) {
         "<|tool_call_start|>[f(a=1)]", "[f(a=1)]"}) {
     EXPECT_TRUE(parse_tool_calls(ToolCallFormat::pythonic, text).calls.empty()) << text;
   }
+  // Nesting past a depth is not read (and the parser goes no deeper).
+  const std::string deep = "<|tool_call_start|>[f(a=" + std::string(100000, '[') +
+                           std::string(100000, ']') + ")]<|tool_call_end|>";
+  EXPECT_TRUE(parse_tool_calls(ToolCallFormat::pythonic, deep).calls.empty());
+  const std::string nested = "<|tool_call_start|>[f(a=" + std::string(60, '[') +
+                             std::string(60, ']') + ")]<|tool_call_end|>";
+  EXPECT_EQ(parse_tool_calls(ToolCallFormat::pythonic, nested).calls.size(), 1u);
 }
 
 TEST(ToolCalls, WhereAStreamHoldsBack) {

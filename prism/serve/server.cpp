@@ -18,8 +18,8 @@
 #include <span>
 #include <thread>
 
+#include "prism/llm/answer_grammar.h"
 #include "prism/llm/chat_template.h"
-#include "prism/llm/json_prefix.h"
 #include "prism/llm/sampler.h"
 #include "prism/llm/speculative.h"
 #include "prism/llm/tokenizer.h"
@@ -134,6 +134,9 @@ struct Outcome {
 struct Job {
   CompletionRequest request;
   std::vector<int32_t> prompt;
+  // What the answer is held to (response_format json_object, a tool call it must make), or
+  // null.
+  std::shared_ptr<const llm::AnswerGrammar> grammar;
   std::atomic<bool> cancelled{false};  // the client went away
 
   void push(Piece piece) {
@@ -334,6 +337,7 @@ class Server::Impl {
                      "<tool_call>, Llama 3.1's JSON and LFM 2's Python calls)",
                      "invalid_request_error", "tools");
     }
+    const std::shared_ptr<const llm::AnswerGrammar> grammar = grammar_of(r);
     std::vector<std::vector<int32_t>> prompts;
     for (size_t i = 0; i < (chat ? 1 : r.prompts.size()); ++i) {
       prompts.push_back(prompt_ids(r, i));
@@ -355,8 +359,12 @@ class Server::Impl {
     if (!r.stream) {
       // Each prompt a generation of its own, all queued at once (they run side by side as
       // slots allow); a choice each, in the prompts' order.
+      // (Each job's copy of the request without the prompts: its own ids are all it needs.)
+      r.prompts.clear();
       std::vector<std::shared_ptr<Job>> jobs;
-      for (std::vector<int32_t>& prompt : prompts) jobs.push_back(submit(r, std::move(prompt)));
+      for (std::vector<int32_t>& prompt : prompts) {
+        jobs.push_back(submit(r, std::move(prompt), grammar));
+      }
       Json choices = Json::array();
       Outcome total;
       std::string error;
@@ -388,7 +396,7 @@ class Server::Impl {
     // Server-sent events: a chunk per piece of text, the finish reason, usage when asked,
     // then [DONE]. A client gone cancels its generation.
     const bool include_usage = r.include_usage;
-    std::shared_ptr<Job> job = submit(std::move(r), std::move(prompt));
+    std::shared_ptr<Job> job = submit(std::move(r), std::move(prompt), grammar);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider("text/event-stream", [this, job, id, created, chat,
                                                            include_usage, want_logprobs](
@@ -446,6 +454,46 @@ class Server::Impl {
       sink.done();
       return true;
     });
+  }
+
+  // What a request's answer is held to: a JSON object (response_format json_object), or a
+  // call in the model's format to one of the tools or the one named (tool_choice), the
+  // arguments a JSON object; null for a free answer.
+  std::shared_ptr<const llm::AnswerGrammar> grammar_of(const CompletionRequest& r) const {
+    using Part = llm::AnswerGrammar::Part;
+    if (r.call_required && r.json) {
+      throw ApiError(400, "a forced tool call and response_format json_object cannot both hold",
+                     "invalid_request_error", "response_format");
+    }
+    if (r.json) return json_object_;
+    if (!r.call_required) return nullptr;
+    std::vector<std::string> names;
+    for (const Json& t : r.tools) {
+      const std::string name = t["function"]["name"].get<std::string>();
+      if (r.call_function.empty() || name == r.call_function) names.push_back(name);
+    }
+    std::vector<Part> parts;
+    if (tool_format_ == ToolCallFormat::hermes) {
+      parts = {{Part::Kind::literal, "<tool_call>\n{\"name\": \""},
+               {Part::Kind::one_of, "", names},
+               {Part::Kind::literal, "\", \"arguments\": "},
+               {Part::Kind::json_object},
+               {Part::Kind::literal, "}\n</tool_call>"}};
+    } else if (tool_format_ == ToolCallFormat::llama_json) {
+      parts = {{Part::Kind::literal, "{\"name\": \""},
+               {Part::Kind::one_of, "", names},
+               {Part::Kind::literal, "\", \"parameters\": "},
+               {Part::Kind::json_object},
+               {Part::Kind::literal, "}"}};
+    } else {
+      throw ApiError(
+          400,
+          fmt::format("this model calls tools in the {} format, where prism cannot force "
+                      "a call: use tool_choice \"auto\"",
+                      tool_call_format_name(tool_format_)),
+          "invalid_request_error", "tool_choice");
+    }
+    return std::make_shared<const llm::AnswerGrammar>(std::move(parts));
   }
 
   // A message's tool_calls as OpenAI gives them (in a streamed chunk's delta, each with its
@@ -567,8 +615,8 @@ class Server::Impl {
     std::string echo;
     size_t echo_chars = 0;
     std::vector<TokenLogprob> prompt_logprobs;
-    bool tools = false;  // the request gave tools: calls are read out of the answer
-    std::optional<llm::JsonPrefix> json;  // json_object: the answer so far, as JSON
+    bool tools = false;                 // the request gave tools: calls are read out of the answer
+    llm::AnswerGrammar::State grammar;  // the answer so far, against the job's grammar
     int64_t limit = 0, produced = 0;
     Clock::time_point start, decode_start;
     double first = 0;
@@ -758,7 +806,6 @@ class Server::Impl {
       // With tools, the answer's special tokens stay in its text: some formats mark calls with
       // them (LFM 2's <|tool_call_start|>).
       r.tools = !q.tools.is_null();
-      if (q.json) r.json.emplace();
       r.detok.emplace(tokenizer_, !r.tools);
       r.history = job.prompt;
       r.limit = std::min<int64_t>(q.max_tokens >= 0 ? q.max_tokens : INT64_MAX,
@@ -795,14 +842,14 @@ class Server::Impl {
         return true;
       }
     }
-    // The token a speculative step decided, or one picked from the logits (for a JSON answer,
-    // from those of the tokens that keep it JSON).
+    // The token a speculative step decided, or one picked from the logits (for an answer held
+    // to a grammar, from those of the tokens it allows).
     std::span<const float> logits = r.logits;
     std::vector<float> masked;
-    if (r.json) {
+    if (job.grammar) {
       masked = r.logits;
-      if (!json_mask(*r.json, masked)) {
-        finish(r, "stop", false, "response_format json_object: no token continues the JSON");
+      if (!grammar_mask(*job.grammar, r.grammar, masked)) {
+        finish(r, "stop", false, "no token continues the answer's grammar");
         return true;
       }
       logits = masked;
@@ -815,7 +862,9 @@ class Server::Impl {
     // Alone, with guesses to check: a speculative step (docs/speculative.md); else the token
     // is fed with the other generations' tokens, in one step. (A step decides its guesses
     // without their logits: not where log-probabilities are asked for.)
-    if (running == 1 && options_.drafter && !q.logprobs && !r.json) return speculate(r, next);
+    if (running == 1 && options_.drafter && !q.logprobs && !job.grammar) {
+      return speculate(r, next);
+    }
     r.pending = next;
     return false;
   }
@@ -833,7 +882,7 @@ class Server::Impl {
     }
     r.history.push_back(token);
     ++r.produced;
-    if (r.json) r.json->feed(token_bytes(token));
+    if (job.grammar) job.grammar->feed(r.grammar, token_bytes(token));
     const size_t before = r.text.size();
     if (logprob) {
       logprob->byte_offset = before;
@@ -913,20 +962,23 @@ class Server::Impl {
     return token_bytes_[static_cast<size_t>(token)];
   }
 
-  // Sets to -infinity the logits of the tokens that would not keep `json` a JSON object's
-  // start: an end token only once it is complete, and only then. False where none would.
-  bool json_mask(const llm::JsonPrefix& json, std::vector<float>& logits) {
+  // Sets to -infinity the logits of the tokens whose bytes `grammar` refuses after `state`:
+  // an end token only once the grammar is complete, and then only it. False where none is
+  // left.
+  bool grammar_mask(const llm::AnswerGrammar& grammar, const llm::AnswerGrammar::State& state,
+                    std::vector<float>& logits) {
     const auto& eos = engine_.info().eos_token_ids;
+    const bool complete = grammar.complete(state);
     size_t allowed = 0;
     for (size_t t = 0; t < logits.size(); ++t) {
       const auto id = static_cast<int32_t>(t);
       bool ok = false;
       if (std::find(eos.begin(), eos.end(), id) != eos.end()) {
-        ok = json.complete();
-      } else if (!json.complete()) {
+        ok = complete;
+      } else if (!complete) {
         const std::string& bytes = token_bytes(id);
-        llm::JsonPrefix next = json;
-        ok = !bytes.empty() && next.feed(bytes);
+        llm::AnswerGrammar::State next = state;
+        ok = !bytes.empty() && grammar.feed(next, bytes);
       }
       if (!ok) logits[t] = -std::numeric_limits<float>::infinity();
       allowed += ok;
@@ -1045,10 +1097,12 @@ class Server::Impl {
   }
 
   // Queues a generation for the scheduler.
-  std::shared_ptr<Job> submit(CompletionRequest request, std::vector<int32_t> prompt) {
+  std::shared_ptr<Job> submit(CompletionRequest request, std::vector<int32_t> prompt,
+                              std::shared_ptr<const llm::AnswerGrammar> grammar = nullptr) {
     auto job = std::make_shared<Job>();
     job->request = std::move(request);
     job->prompt = std::move(prompt);
+    job->grammar = std::move(grammar);
     {
       std::lock_guard lock(queue_mutex_);
       queue_.push_back(job);
@@ -1100,6 +1154,8 @@ class Server::Impl {
   std::optional<llm::ChatTemplate> chat_;
   ToolCallFormat tool_format_ = ToolCallFormat::none;  // how its template has the model call
   std::vector<std::string> token_bytes_;               // token_bytes()'s table, once made
+  const std::shared_ptr<const llm::AnswerGrammar> json_object_ =
+      std::make_shared<const llm::AnswerGrammar>(llm::AnswerGrammar::json_object());
   httplib::Server server_;
   int port_ = 0;
   const int64_t created_ = unix_time();

@@ -1,8 +1,9 @@
 """`prism serve`'s tools: a conversation with tools, an earlier call (its arguments sent as JSON
 text, as OpenAI's clients do) and the tools' results reaches the model as transformers renders
 it through Qwen 3's template (the prompt's token count against the committed rendering); an
-answer without calls streams as without tools; tool_choice "none" leaves the tools out; a model
-whose template shows no tool calls, and bad tools, get 400s. Usage: tools_test.py PRISM
+answer without calls streams as without tools; tool_choice "none" leaves the tools out, and
+"required" or a named function gets one call, streamed or not; a model whose template shows no
+tool calls, and bad tools, get 400s. Usage: tools_test.py PRISM
 QWEN_DIR LLAMA_DIR REFERENCE_JSON (tiny checkpoints beside their tokenizers, and the Qwen 3
 tokenizer's reference renderings)."""
 import json
@@ -47,6 +48,34 @@ try:
     check("tool_choice none: the tools left out", n.usage.prompt_tokens < want,
           str(n.usage.prompt_tokens))
 
+    # tool_choice "required", or one function by name: the answer is held to a call in the
+    # template's format (the bias toward '}' closes the arguments early on these weights).
+    more_tools = chat["tools"] + [{"type": "function", "function": {
+        "name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
+    closing = {str(tokenizer.token_to_id("}")): 20}
+    for choice, names in [("required", {"get_weather", "get_time"}),
+                          ({"type": "function", "function": {"name": "get_time"}}, {"get_time"})]:
+        r = client.chat.completions.create(model="tiny", messages=messages[:2], tools=more_tools,
+                                           tool_choice=choice, max_tokens=60, temperature=0,
+                                           logit_bias=closing)
+        calls = r.choices[0].message.tool_calls or []
+        check(f"tool_choice {choice}: one call", r.choices[0].finish_reason == "tool_calls" and
+              len(calls) == 1 and calls[0].function.name in names and
+              isinstance(json.loads(calls[0].function.arguments), dict) and
+              calls[0].id.startswith("call_") and r.choices[0].message.content is None,
+              str(r.choices[0]))
+        chunks = list(client.chat.completions.create(
+            model="tiny", messages=messages[:2], tools=more_tools, tool_choice=choice,
+            max_tokens=60, temperature=0, logit_bias=closing, stream=True))
+        streamed = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]
+        finish = [c.choices[0].finish_reason for c in chunks if c.choices][-1]
+        check(f"tool_choice {choice} streamed: the same call in one chunk",
+              finish == "tool_calls" and len(streamed) == 1 and streamed[0].index == 0 and
+              (streamed[0].function.name, streamed[0].function.arguments) ==
+              (calls[0].function.name, calls[0].function.arguments) and
+              "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "",
+              str(chunks[-3:]))
+
     def error_of(**fields):
         try:
             client.chat.completions.create(model="tiny", max_tokens=1, **{
@@ -58,10 +87,15 @@ try:
     tool = chat["tools"][0]
     for fields, param in [({"tools": [{"type": "function"}]}, "tools"),
                           ({"tools": {"a": 1}}, "tools"),
-                          ({"tools": [tool], "tool_choice": "required"}, "tool_choice"),
+                          ({"tool_choice": "required"}, "tool_choice"),
                           ({"tools": [tool], "tool_choice": {"type": "function",
                                                              "function": {"name": "x"}}},
                            "tool_choice"),
+                          ({"tools": [tool], "tool_choice": "always"}, "tool_choice"),
+                          ({"tools": [tool], "tool_choice": "required",
+                            "response_format": {"type": "json_object"}}, "response_format"),
+                          ({"tools": [{"type": "function", "function": {"name": "a b"}}]},
+                           "tools"),
                           ({"messages": [{"role": "assistant", "tool_calls": [{"id": "1"}]}]},
                            "messages")]:
         check(f"bad {list(fields)}: 400", error_of(**fields) == (400, param),

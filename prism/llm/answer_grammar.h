@@ -1,0 +1,53 @@
+// A grammar an answer is held to, byte by byte: parts in order, each a literal text, one of a
+// few names, or a JSON object (JsonPrefix). `prism serve` builds one for response_format
+// json_object (a JSON object alone) and for a tool call it must make (the model's call format
+// around the function's name and a JSON object of arguments), and before each token masks the
+// tokens whose bytes the grammar refuses (docs/serving.md).
+//
+// The grammar is immutable and shared; what an answer has matched so far is a State, small and
+// copied freely (a mask copies it for every token of the vocabulary).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "prism/llm/json_prefix.h"
+
+namespace prism::llm {
+
+class AnswerGrammar {
+ public:
+  struct Part {
+    enum class Kind { literal, one_of, json_object } kind;
+    std::string text;                // literal
+    std::vector<std::string> names;  // one_of: at most kMaxNames, none empty
+  };
+  static constexpr size_t kMaxNames = 64;
+
+  explicit AnswerGrammar(std::vector<Part> parts);  // throws for a bad part
+  static AnswerGrammar json_object();
+
+  struct State {
+    size_t part = 0;
+    size_t offset = 0;     // bytes of the part matched (a literal's, or a name's)
+    uint64_t alive = 0;    // one_of: the names the bytes so far begin (bit i: names[i])
+    bool started = false;  // one_of: `alive` is set
+    JsonPrefix json;
+  };
+
+  // Feeds one byte (false, and `s` unchanged, where the grammar refuses it), or bytes in turn
+  // (false at the first refused; `s` then undefined: feed a copy).
+  bool feed(State& s, char c) const;
+  bool feed(State& s, std::string_view bytes) const;
+  // Whether the answer so far matches the whole grammar (nothing more may come).
+  bool complete(const State& s) const { return s.part == parts_.size(); }
+
+ private:
+  bool step(State& s, char c) const;
+
+  std::vector<Part> parts_;
+};
+
+}  // namespace prism::llm

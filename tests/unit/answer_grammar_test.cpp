@@ -1,0 +1,86 @@
+// AnswerGrammar: the grammar `prism serve` holds a forced tool call to (Hermes's format around
+// one of the tools' names and a JSON object of arguments) takes the calls the tool-call reader
+// reads back, and refuses other names, other formats and anything after the call.
+#include "prism/llm/answer_grammar.h"
+
+#include <gtest/gtest.h>
+
+#include "prism/core/error.h"
+#include "prism/serve/tool_calls.h"
+
+namespace prism {
+namespace {
+
+using llm::AnswerGrammar;
+using Part = AnswerGrammar::Part;
+
+AnswerGrammar hermes(std::vector<std::string> names) {
+  return AnswerGrammar({{Part::Kind::literal, "<tool_call>\n{\"name\": \""},
+                        {Part::Kind::one_of, "", std::move(names)},
+                        {Part::Kind::literal, "\", \"arguments\": "},
+                        {Part::Kind::json_object},
+                        {Part::Kind::literal, "}\n</tool_call>"}});
+}
+
+// How many bytes of `text` the grammar takes, and whether it is then complete.
+std::pair<size_t, bool> run(const AnswerGrammar& g, std::string_view text) {
+  AnswerGrammar::State s;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (!g.feed(s, text[i])) return {i, false};
+  }
+  return {text.size(), g.complete(s)};
+}
+
+TEST(AnswerGrammar, AForcedCallReadsBackAsThatCall) {
+  const AnswerGrammar g = hermes({"get", "get_weather", "time"});
+  for (const char* name : {"get", "get_weather", "time"}) {
+    const std::string call = std::string("<tool_call>\n{\"name\": \"") + name +
+                             "\", \"arguments\": {\"city\": \"Paris\", \"days\": [1, 2]}}\n"
+                             "</tool_call>";
+    EXPECT_EQ(run(g, call), std::pair(call.size(), true)) << call;
+    const serve::ToolCallAnswer answer =
+        serve::parse_tool_calls(serve::ToolCallFormat::hermes, call);
+    ASSERT_EQ(answer.calls.size(), 1u);
+    EXPECT_EQ(answer.calls[0].name, name);
+    EXPECT_EQ(answer.calls[0].arguments, R"({"city":"Paris","days":[1,2]})");
+  }
+}
+
+TEST(AnswerGrammar, RefusesWhatIsNotTheCall) {
+  const AnswerGrammar g = hermes({"get", "get_weather"});
+  const std::string head = "<tool_call>\n{\"name\": \"";
+  EXPECT_EQ(run(g, "Sure: <tool_call>").first, 0u);            // text before it
+  EXPECT_EQ(run(g, head + "gex").first, head.size() + 2);      // another name
+  EXPECT_EQ(run(g, head + "get_w\"").first, head.size() + 5);  // a name's start only
+  const std::string before = head + "get\", \"arguments\": ";
+  EXPECT_EQ(run(g, before + "[").first, before.size());  // arguments not an object
+  const std::string whole = head + "get\", \"arguments\": {}}\n</tool_call>";
+  EXPECT_EQ(run(g, whole + "\n").first, whole.size());  // nothing after it
+  // Bytes a token at a time: one token may span parts.
+  AnswerGrammar::State s;
+  EXPECT_TRUE(g.feed(s, head + "get_weather\", \"arg"));
+  EXPECT_TRUE(g.feed(s, "uments\": {\"a\": 1}}\n</tool"));
+  EXPECT_FALSE(g.complete(s));
+  EXPECT_TRUE(g.feed(s, "_call>"));
+  EXPECT_TRUE(g.complete(s));
+}
+
+TEST(AnswerGrammar, JsonObjectAlone) {
+  const AnswerGrammar g = AnswerGrammar::json_object();
+  EXPECT_EQ(run(g, " {\"a\": [true]}"), std::pair(size_t{14}, true));
+  EXPECT_EQ(run(g, "[1]").first, 0u);
+}
+
+TEST(AnswerGrammar, BadPartsAreRefused) {
+  EXPECT_THROW(AnswerGrammar({{Part::Kind::literal, ""}}), Error);
+  EXPECT_THROW(AnswerGrammar({{Part::Kind::one_of, "", {}}, {Part::Kind::literal, "x"}}), Error);
+  EXPECT_THROW(AnswerGrammar({{Part::Kind::one_of, "", {"a", ""}}, {Part::Kind::literal, "x"}}),
+               Error);
+  EXPECT_THROW(AnswerGrammar({{Part::Kind::one_of, "", {"a"}}}), Error);  // nothing after it
+  EXPECT_THROW(AnswerGrammar({{Part::Kind::one_of, "", std::vector<std::string>(65, "n")},
+                              {Part::Kind::literal, "x"}}),
+               Error);
+}
+
+}  // namespace
+}  // namespace prism

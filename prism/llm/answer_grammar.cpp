@@ -85,4 +85,41 @@ bool AnswerGrammar::step(State& s, char c) const {
   return false;
 }
 
+GrammarMask::GrammarMask(std::vector<std::string> bytes)
+    : bytes_(std::move(bytes)), by_first_(256), plain_(bytes_.size(), 0) {
+  for (size_t t = 0; t < bytes_.size(); ++t) {
+    const std::string& b = bytes_[t];
+    if (b.empty()) continue;
+    by_first_[static_cast<unsigned char>(b[0])].push_back(static_cast<int32_t>(t));
+    // Plain string text: what a JSON string, between characters, takes and stays in.
+    JsonPrefix probe;
+    probe.feed(std::string_view("{\""));
+    plain_[t] = probe.feed(b) && probe.in_plain_string();
+  }
+}
+
+size_t GrammarMask::allowed(const AnswerGrammar& grammar, const AnswerGrammar::State& state,
+                            std::vector<uint8_t>& allowed) const {
+  allowed.assign(bytes_.size(), 0);
+  if (grammar.complete(state)) return 0;
+  const bool in_string = grammar.in_plain_string(state);
+  size_t n = 0;
+  for (size_t first = 0; first < by_first_.size(); ++first) {
+    const std::vector<int32_t>& tokens = by_first_[first];
+    if (tokens.empty()) continue;
+    AnswerGrammar::State probe = state;
+    if (!grammar.feed(probe, static_cast<char>(first))) continue;  // none of them
+    for (const int32_t t : tokens) {
+      bool ok = in_string && plain_[static_cast<size_t>(t)];
+      if (!ok) {
+        AnswerGrammar::State next = state;
+        ok = grammar.feed(next, bytes_[static_cast<size_t>(t)]);
+      }
+      allowed[static_cast<size_t>(t)] = ok;
+      n += ok;
+    }
+  }
+  return n;
+}
+
 }  // namespace prism::llm

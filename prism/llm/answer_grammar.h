@@ -43,11 +43,38 @@ class AnswerGrammar {
   bool feed(State& s, std::string_view bytes) const;
   // Whether the answer so far matches the whole grammar (nothing more may come).
   bool complete(const State& s) const { return s.part == parts_.size(); }
+  // Whether the answer is inside a JSON string, between characters (JsonPrefix).
+  bool in_plain_string(const State& s) const {
+    return s.part < parts_.size() && parts_[s.part].kind == Part::Kind::json_object &&
+           s.json.in_plain_string();
+  }
 
  private:
   bool step(State& s, char c) const;
 
   std::vector<Part> parts_;
+};
+
+// Which tokens of a vocabulary a grammar takes next: a mask over the logits before a token is
+// picked. Tokens are indexed by their first byte, so that a byte the grammar refuses rules
+// out every token that starts with it with one test, and marked where they are plain string
+// text (printable, no quote or backslash, whole UTF-8 characters), which a JSON string takes
+// whole: the two cases that cover most of a large vocabulary at most steps.
+class GrammarMask {
+ public:
+  // bytes[t]: token t's bytes alone; empty for a token no answer may hold (a special one).
+  explicit GrammarMask(std::vector<std::string> bytes);
+  const std::string& bytes(int32_t token) const { return bytes_[static_cast<size_t>(token)]; }
+  size_t size() const { return bytes_.size(); }
+  // allowed[t] = 1 where `grammar` takes token t after `state`, else 0 (resized to size());
+  // returns how many it takes. End tokens are the caller's (complete() says when).
+  size_t allowed(const AnswerGrammar& grammar, const AnswerGrammar::State& state,
+                 std::vector<uint8_t>& allowed) const;
+
+ private:
+  std::vector<std::string> bytes_;
+  std::vector<std::vector<int32_t>> by_first_;  // 256 lists of token ids
+  std::vector<uint8_t> plain_;
 };
 
 }  // namespace prism::llm

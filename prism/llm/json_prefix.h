@@ -22,6 +22,9 @@ class JsonPrefix {
   // copy).
   bool feed(std::string_view bytes);
   bool complete() const { return state_ == State::done; }
+  // Inside a string, between characters: any printable text without a quote or backslash, in
+  // whole UTF-8 characters, keeps it there.
+  bool in_plain_string() const { return state_ == State::string && utf8_left_ == 0 && !want_low_; }
 
   static constexpr int kMaxBlanks = 16;  // consecutive whitespace bytes allowed
   static constexpr int kMaxDepth = 64;   // containers open at once

@@ -882,7 +882,7 @@ class Server::Impl {
     }
     r.history.push_back(token);
     ++r.produced;
-    if (job.grammar) job.grammar->feed(r.grammar, token_bytes(token));
+    if (job.grammar) job.grammar->feed(r.grammar, vocabulary().bytes(token));
     const size_t before = r.text.size();
     if (logprob) {
       logprob->byte_offset = before;
@@ -944,22 +944,22 @@ class Server::Impl {
     return false;
   }
 
-  // The bytes of each token alone, and whether it may be part of a JSON answer (not a special
-  // token, not empty); made at the first JSON request.
-  const std::string& token_bytes(int32_t token) {
-    if (token_bytes_.empty()) {
-      const auto vocab = static_cast<size_t>(engine_.info().vocab_size);
-      token_bytes_.resize(vocab);
-      for (size_t t = 0; t < vocab; ++t) {
+  // The vocabulary's tokens as bytes, indexed for grammar masks (llm::GrammarMask), made at
+  // the first request with a grammar: special tokens are no answer's text.
+  const llm::GrammarMask& vocabulary() {
+    if (!vocabulary_) {
+      std::vector<std::string> bytes(static_cast<size_t>(engine_.info().vocab_size));
+      for (size_t t = 0; t < bytes.size(); ++t) {
         const auto id = static_cast<int32_t>(t);
         if (t >= tokenizer_.vocab_size() || tokenizer_.is_special(id)) continue;
         try {
-          token_bytes_[t] = tokenizer_.decode(std::span(&id, 1));
+          bytes[t] = tokenizer_.decode(std::span(&id, 1));
         } catch (const Error&) {  // an id the tokenizer does not have
         }
       }
+      vocabulary_.emplace(std::move(bytes));
     }
-    return token_bytes_[static_cast<size_t>(token)];
+    return *vocabulary_;
   }
 
   // Sets to -infinity the logits of the tokens whose bytes `grammar` refuses after `state`:
@@ -967,23 +967,18 @@ class Server::Impl {
   // left.
   bool grammar_mask(const llm::AnswerGrammar& grammar, const llm::AnswerGrammar::State& state,
                     std::vector<float>& logits) {
-    const auto& eos = engine_.info().eos_token_ids;
-    const bool complete = grammar.complete(state);
-    size_t allowed = 0;
-    for (size_t t = 0; t < logits.size(); ++t) {
-      const auto id = static_cast<int32_t>(t);
-      bool ok = false;
-      if (std::find(eos.begin(), eos.end(), id) != eos.end()) {
-        ok = complete;
-      } else if (!complete) {
-        const std::string& bytes = token_bytes(id);
-        llm::AnswerGrammar::State next = state;
-        ok = !bytes.empty() && grammar.feed(next, bytes);
+    std::vector<uint8_t>& allowed = allowed_;
+    size_t n = vocabulary().allowed(grammar, state, allowed);
+    for (const int64_t eos : engine_.info().eos_token_ids) {
+      if (grammar.complete(state) && eos >= 0 && static_cast<size_t>(eos) < allowed.size()) {
+        n += !allowed[static_cast<size_t>(eos)];
+        allowed[static_cast<size_t>(eos)] = 1;
       }
-      if (!ok) logits[t] = -std::numeric_limits<float>::infinity();
-      allowed += ok;
     }
-    return allowed > 0;
+    for (size_t t = 0; t < logits.size(); ++t) {
+      if (t >= allowed.size() || !allowed[t]) logits[t] = -std::numeric_limits<float>::infinity();
+    }
+    return n > 0;
   }
 
   // The text of an echoed prompt, and where log-probabilities are asked for, an entry for each
@@ -1153,7 +1148,8 @@ class Server::Impl {
   socket_t socket_ = -1;  // the listening socket
   std::optional<llm::ChatTemplate> chat_;
   ToolCallFormat tool_format_ = ToolCallFormat::none;  // how its template has the model call
-  std::vector<std::string> token_bytes_;               // token_bytes()'s table, once made
+  std::optional<llm::GrammarMask> vocabulary_;         // vocabulary()'s, once made
+  std::vector<uint8_t> allowed_;                       // grammar_mask()'s
   const std::shared_ptr<const llm::AnswerGrammar> json_object_ =
       std::make_shared<const llm::AnswerGrammar>(llm::AnswerGrammar::json_object());
   httplib::Server server_;

@@ -14,6 +14,12 @@ constexpr std::string_view kPythonicOpen = "<|tool_call_start|>",
                            kPythonicClose = "<|tool_call_end|>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 
+// A JSON value's text; bytes of a string that are not UTF-8 (a model's text may hold any)
+// become U+FFFD rather than an exception.
+std::string text_of(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 bool blank(std::string_view s) {
   for (const char c : s) {
     if (!std::isspace(static_cast<unsigned char>(c))) return false;
@@ -46,7 +52,7 @@ std::optional<ToolCall> call_of(const Json& j, std::initializer_list<const char*
       args = std::move(*parsed);
     }
     if (!args.is_object()) return std::nullopt;
-    call.arguments = args.dump();
+    call.arguments = text_of(args);
     break;
   }
   return call;
@@ -131,7 +137,7 @@ class Pythonic {
       } while (eat(','));
       if (!eat(')')) return std::nullopt;
     }
-    call.arguments = args.dump();
+    call.arguments = text_of(args);
     return call;
   }
 

@@ -1,9 +1,12 @@
 // AnswerGrammar: the grammar `prism serve` holds a forced tool call to (Hermes's format around
 // one of the tools' names and a JSON object of arguments) takes the calls the tool-call reader
-// reads back, and refuses other names, other formats and anything after the call.
+// reads back, and refuses other names, other formats and anything after the call; GrammarMask
+// gives what feeding every token would.
 #include "prism/llm/answer_grammar.h"
 
 #include <gtest/gtest.h>
+
+#include <random>
 
 #include "prism/core/error.h"
 #include "prism/serve/tool_calls.h"
@@ -69,6 +72,43 @@ TEST(AnswerGrammar, JsonObjectAlone) {
   const AnswerGrammar g = AnswerGrammar::json_object();
   EXPECT_EQ(run(g, " {\"a\": [true]}"), std::pair(size_t{14}, true));
   EXPECT_EQ(run(g, "[1]").first, 0u);
+}
+
+// The mask's shortcuts (a first byte refused, plain string text) give what feeding every
+// token does, at states along random JSON answers and a forced call, over a vocabulary of
+// random pieces (with quotes, escapes, blanks, brackets and parts of UTF-8 characters).
+TEST(GrammarMask, AsFeedingEveryToken) {
+  std::mt19937 rng(5);
+  const std::vector<std::string> atoms = {
+      "\"",   "\\",           "{",    "}",           "[",   "]",     ":",     ",",    " ", "\n",
+      "a",    "Paris",        "1",    "-",           ".",   "e",     "true",  "null", "u", "\xc3",
+      "\xa9", "\xe2\x82\xac", "\x01", "<tool_call>", "get", "_time", "\"name"};
+  std::vector<std::string> vocab(3000);
+  for (size_t t = 1; t < vocab.size(); ++t) {  // token 0 stays empty: a special one
+    for (int n = 1 + static_cast<int>(rng() % 3); n > 0; --n)
+      vocab[t] += atoms[rng() % atoms.size()];
+  }
+  const llm::GrammarMask mask(vocab);
+  const AnswerGrammar json = AnswerGrammar::json_object(), call = hermes({"get", "get_time"});
+  for (const AnswerGrammar* g : {&json, &call}) {
+    for (int answer = 0; answer < 20; ++answer) {
+      AnswerGrammar::State s;
+      std::vector<uint8_t> allowed;
+      for (int step = 0; step < 30 && !g->complete(s); ++step) {
+        const size_t n = mask.allowed(*g, s, allowed);
+        std::vector<int32_t> ok;
+        for (size_t t = 0; t < vocab.size(); ++t) {
+          AnswerGrammar::State next = s;
+          const bool want = !vocab[t].empty() && g->feed(next, vocab[t]);
+          ASSERT_EQ(allowed[t], want) << "token " << t << " at step " << step;
+          if (want) ok.push_back(static_cast<int32_t>(t));
+        }
+        ASSERT_EQ(n, ok.size());
+        if (ok.empty()) break;
+        ASSERT_TRUE(g->feed(s, vocab[ok[rng() % ok.size()]]));
+      }
+    }
+  }
 }
 
 TEST(AnswerGrammar, BadPartsAreRefused) {

@@ -128,6 +128,11 @@ TEST(ToolCalls, PythonicCallsWithPythonLiterals) {
         "<|tool_call_start|>[f(a=1)]", "[f(a=1)]"}) {
     EXPECT_TRUE(parse_tool_calls(ToolCallFormat::pythonic, text).calls.empty()) << text;
   }
+  // Bytes that are not UTF-8 in a string (a model may write any): U+FFFD in the arguments.
+  const auto bad_utf8 = parse_tool_calls(ToolCallFormat::pythonic,
+                                         "<|tool_call_start|>[f(a='x\xffy')]<|tool_call_end|>");
+  ASSERT_EQ(bad_utf8.calls.size(), 1u);
+  EXPECT_EQ(bad_utf8.calls[0].arguments, "{\"a\":\"x\xef\xbf\xbdy\"}");
   // Nesting past a depth is not read (and the parser goes no deeper).
   const std::string deep = "<|tool_call_start|>[f(a=" + std::string(100000, '[') +
                            std::string(100000, ']') + ")]<|tool_call_end|>";

@@ -531,7 +531,9 @@ class Server::Impl {
   // token among them) and where each starts in the text.
   Json logprobs(bool chat, const std::vector<TokenLogprob>& tokens, bool wanted) const {
     if (!wanted) return nullptr;
-    auto text = [&](int32_t id) { return tokenizer_.decode(std::span(&id, 1)); };
+    auto text = [&](int32_t id) {
+      return has_text(id) ? tokenizer_.decode(std::span(&id, 1)) : std::string();
+    };
     if (chat) {
       auto entry = [&](int32_t id, float logprob) {
         const std::string t = text(id);
@@ -889,7 +891,7 @@ class Server::Impl {
       logprob->text_offset = r.echo_chars + r.chars;
       r.logprobs.push_back(std::move(*logprob));
     }
-    r.text += r.detok->push(token);
+    if (has_text(token)) r.text += r.detok->push(token);
     r.chars += characters(std::string_view(r.text).substr(before));
     size_t cut = std::string::npos;
     for (const std::string& stop : q.stop) {
@@ -944,6 +946,19 @@ class Server::Impl {
     return false;
   }
 
+  // Whether the tokenizer has text for a model's token id: a model's vocabulary may be larger
+  // than its tokenizer's (Qwen's rows padded to a multiple of 128), and a model with untrained
+  // or random rows may pick one of those. They make no text (as transformers decodes them).
+  bool has_text(int32_t id) const {
+    if (id < 0 || static_cast<size_t>(id) >= tokenizer_.vocab_size()) return false;
+    try {
+      tokenizer_.id_to_token(id);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }
+
   // The vocabulary's tokens as bytes, indexed for grammar masks (llm::GrammarMask), made at
   // the first request with a grammar: special tokens are no answer's text.
   const llm::GrammarMask& vocabulary() {
@@ -994,7 +1009,7 @@ class Server::Impl {
         t.text_offset = r.echo_chars;
         r.prompt_logprobs.push_back(std::move(t));
       }
-      const std::string piece = detok.push(prompt[i]);
+      const std::string piece = has_text(prompt[i]) ? detok.push(prompt[i]) : std::string();
       r.echo += piece;
       r.echo_chars += characters(piece);
     }

@@ -76,6 +76,20 @@ try:
               "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "",
               str(chunks[-3:]))
 
+    # Qwen's vocabulary is padded past its tokenizer's (151936 rows, 151669 tokens): a row
+    # with no token, picked, makes no text (as transformers decodes it) rather than an error.
+    padded = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3, temperature=0,
+        logit_bias={"151800": 100}, logprobs=True, top_logprobs=2)
+    check("a padded row picked: no text, no error",
+          padded.choices[0].message.content == "" and
+          [e.token for e in padded.choices[0].logprobs.content] == [""] * 3,
+          str(padded.choices[0]))
+    scored = client.completions.create(model="tiny", prompt=[9707, 151800, 11], max_tokens=0,
+                                       echo=True, logprobs=1)
+    check("a padded row in a scored prompt", scored.choices[0].logprobs.tokens[1] == "" and
+          scored.choices[0].logprobs.token_logprobs[1] is not None, str(scored.choices[0]))
+
     def error_of(**fields):
         try:
             client.chat.completions.create(model="tiny", max_tokens=1, **{

@@ -65,8 +65,7 @@ class GrammarMask {
   // bytes[t]: token t's bytes alone; empty for a token no answer may hold (a special one).
   explicit GrammarMask(std::vector<std::string> bytes);
   const std::string& bytes(int32_t token) const { return bytes_[static_cast<size_t>(token)]; }
-  size_t size() const { return bytes_.size(); }
-  // allowed[t] = 1 where `grammar` takes token t after `state`, else 0 (resized to size());
+  // allowed[t] = 1 where `grammar` takes token t after `state`, else 0 (one per token);
   // returns how many it takes. End tokens are the caller's (complete() says when).
   size_t allowed(const AnswerGrammar& grammar, const AnswerGrammar::State& state,
                  std::vector<uint8_t>& allowed) const;

@@ -238,10 +238,10 @@ bool JsonPrefix::step(char c) {
           if (is_digit(c)) return true;
           break;
       }
-      // The number ends here: c belongs to what follows it.
+      // The number ends here (inside a container: the object opened first), and c belongs to
+      // what follows it.
       if (!number_may_end(number_)) return false;
       end_value();
-      if (state_ == State::done) return false;  // (a number is never the object itself)
       return step(c);
     case State::literal:
       if (c != literal_[literal_at_]) return false;

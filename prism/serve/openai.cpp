@@ -5,6 +5,8 @@
 #include <charconv>
 #include <random>
 
+#include "prism/llm/answer_grammar.h"
+
 namespace prism::serve {
 
 ApiError::ApiError(int status, std::string message, std::string type, std::string param,
@@ -60,7 +62,8 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
   if (!j.is_object()) throw ApiError(400, "the body must be a JSON object");
   CompletionRequest r;
   r.chat = chat;
-  if (j.contains("model") && !j["model"].is_null()) {
+  auto has = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
+  if (has("model")) {
     if (!j["model"].is_string()) bad("model", "'model' must be a string");
     const std::string model = j["model"].get<std::string>();
     if (model != model_id) {
@@ -113,7 +116,7 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
         }
       }
     }
-    if (j.contains("tools") && !j["tools"].is_null()) {
+    if (has("tools")) {
       const Json& tools = j["tools"];
       if (!tools.is_array()) bad("tools", "'tools' must be a list");
       for (const Json& t : tools) {
@@ -139,7 +142,7 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
     }
     // "auto" (the default with tools), "none" (the tools are not shown to the model),
     // "required" (a call to one of them) or one function by name (a call to it).
-    if (j.contains("tool_choice") && !j["tool_choice"].is_null()) {
+    if (has("tool_choice")) {
       const Json& choice = j["tool_choice"];
       if (choice == "none") {
         r.tools = nullptr;
@@ -163,8 +166,9 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
           bad("tool_choice", fmt::format("'tool_choice' names '{}', which 'tools' does not have",
                                          r.call_function));
         }
-        if (r.tools.size() > 64 && r.call_function.empty()) {
-          bad("tool_choice", "'tool_choice' \"required\" takes at most 64 tools");
+        if (r.tools.size() > llm::AnswerGrammar::kMaxNames && r.call_function.empty()) {
+          bad("tool_choice", fmt::format("'tool_choice' \"required\" takes at most {} tools",
+                                         llm::AnswerGrammar::kMaxNames));
         }
       }
     }
@@ -202,12 +206,11 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
                                 "list of up to {} of either",
                                 kMaxPrompts));
     }
-    if (j.contains("echo") && !j["echo"].is_null()) {
+    if (has("echo")) {
       if (!j["echo"].is_boolean()) bad("echo", "'echo' must be a boolean");
       r.echo = j["echo"].get<bool>();
     }
   }
-  auto has = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
   if (has("stream")) {
     if (!j["stream"].is_boolean()) bad("stream", "'stream' must be a boolean");
     r.stream = j["stream"].get<bool>();

@@ -617,7 +617,6 @@ class Server::Impl {
     std::string echo;
     size_t echo_chars = 0;
     std::vector<TokenLogprob> prompt_logprobs;
-    bool tools = false;                 // the request gave tools: calls are read out of the answer
     llm::AnswerGrammar::State grammar;  // the answer so far, against the job's grammar
     int64_t limit = 0, produced = 0;
     Clock::time_point start, decode_start;
@@ -807,8 +806,7 @@ class Server::Impl {
       r.sampler->start_generation(job.prompt.size());
       // With tools, the answer's special tokens stay in its text: some formats mark calls with
       // them (LFM 2's <|tool_call_start|>).
-      r.tools = !q.tools.is_null();
-      r.detok.emplace(tokenizer_, !r.tools);
+      r.detok.emplace(tokenizer_, q.tools.is_null());
       r.history = job.prompt;
       r.limit = std::min<int64_t>(q.max_tokens >= 0 ? q.max_tokens : INT64_MAX,
                                   engine_.seqlen() - static_cast<int64_t>(job.prompt.size()));
@@ -910,7 +908,7 @@ class Server::Impl {
     // log-probabilities of the tokens that start in it.
     size_t upto = r.text.size() > r.hold ? r.text.size() - r.hold : 0;
     // With tools, what may be a call waits for the end of the answer (finish() reads it).
-    if (r.tools) upto = std::min(upto, tool_call_start(tool_format_, r.text));
+    if (!q.tools.is_null()) upto = std::min(upto, tool_call_start(tool_format_, r.text));
     while (upto > r.sent && upto < r.text.size() && (r.text[upto] & 0xC0) == 0x80) --upto;
     if (upto > r.sent) {
       job.push(take(r, upto));
@@ -966,11 +964,8 @@ class Server::Impl {
       std::vector<std::string> bytes(static_cast<size_t>(engine_.info().vocab_size));
       for (size_t t = 0; t < bytes.size(); ++t) {
         const auto id = static_cast<int32_t>(t);
-        if (t >= tokenizer_.vocab_size() || tokenizer_.is_special(id)) continue;
-        try {
+        if (has_text(id) && !tokenizer_.is_special(id))
           bytes[t] = tokenizer_.decode(std::span(&id, 1));
-        } catch (const Error&) {  // an id the tokenizer does not have
-        }
       }
       vocabulary_.emplace(std::move(bytes));
     }
@@ -1068,7 +1063,7 @@ class Server::Impl {
     // (what was sent of it came before the first call).
     std::vector<ToolCall> calls;
     std::string why = reason;
-    if (r.tools && !job.cancelled && error.empty()) {
+    if (!job.request.tools.is_null() && !job.cancelled && error.empty()) {
       ToolCallAnswer answer = parse_tool_calls(tool_format_, r.text);
       if (!answer.calls.empty()) {
         r.text = std::move(answer.content);

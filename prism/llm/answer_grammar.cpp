@@ -91,10 +91,12 @@ GrammarMask::GrammarMask(std::vector<std::string> bytes)
     const std::string& b = bytes_[t];
     if (b.empty()) continue;
     by_first_[static_cast<unsigned char>(b[0])].push_back(static_cast<int32_t>(t));
-    // Plain string text: what a JSON string, between characters, takes and stays in.
+    // Plain string text: what a JSON string, between characters, takes and stays in all along
+    // (no quote or backslash, which would leave it or escape; the probe checks the rest).
     JsonPrefix probe;
     probe.feed(std::string_view("{\""));
-    plain_[t] = probe.feed(b) && probe.in_plain_string();
+    plain_[t] =
+        b.find_first_of("\"\\") == std::string::npos && probe.feed(b) && probe.in_plain_string();
   }
 }
 

@@ -45,23 +45,35 @@ void grammar_bench() {
   std::printf("%s; %zu tokens (%s); the mask's index built in %.0f ms\n",
               get_platform("cpu").devices().at(0).name.c_str(), bytes.size(), dir.c_str(),
               build_ms);
-  std::printf("%-12s %7s %12s %14s %7s\n", "answer", "tokens", "mask, ms", "every token, ms",
+  std::printf("%-15s %7s %12s %14s %7s\n", "answer", "tokens", "mask, ms", "every token, ms",
               "ratio");
 
   using Part = AnswerGrammar::Part;
   const AnswerGrammar json = AnswerGrammar::json_object();
+  // The arguments' schema, as a client would send it.
+  const auto schema = llm::JsonSchema::compile(nlohmann::ordered_json::parse(R"({
+      "type": "object", "additionalProperties": false,
+      "properties": {"city": {"type": "string"}, "days": {"type": "array",
+        "items": {"type": "integer"}}, "units": {"enum": ["metric", "imperial"]},
+        "note": {"type": "string"}, "ok": {"type": "boolean"}},
+      "required": ["city", "days", "units", "note", "ok"]})"));
+  const auto any_object = llm::JsonSchema::compile({{"type", "object"}});
+  const AnswerGrammar held({{Part::Kind::json_schema, "", {}, {schema}}});
+  const AnswerGrammar any({{Part::Kind::json_schema, "", {}, {any_object}}});
   const AnswerGrammar call({{Part::Kind::literal, "<tool_call>\n{\"name\": \""},
                             {Part::Kind::one_of, "", {"get_weather", "get_time", "search"}},
                             {Part::Kind::literal, "\", \"arguments\": "},
-                            {Part::Kind::json_object},
+                            {Part::Kind::json_schema, "", {}, {schema, any_object, any_object}},
                             {Part::Kind::literal, "}\n</tool_call>"}});
   const std::string args =
       "{\"city\": \"Paris\", \"days\": [1, 2, 3], \"units\": \"metric\", \"note\": \"Bring an "
       "umbrella; it may rain in the afternoon, and the evening will be cool.\", \"ok\": true}";
   const std::pair<const char*, const AnswerGrammar*> runs[] = {{"json_object", &json},
+                                                               {"schema: object", &any},
+                                                               {"json_schema", &held},
                                                                {"tool call", &call}};
   for (const auto& [name, grammar] : runs) {
-    const std::string text = grammar == &json ? args
+    const std::string text = grammar != &call ? args
                                               : "<tool_call>\n{\"name\": \"get_weather\", "
                                                 "\"arguments\": " +
                                                     args + "}\n</tool_call>";
@@ -87,7 +99,7 @@ void grammar_bench() {
     }
     PRISM_CHECK(grammar->complete(state), "grammar: the answer does not complete its grammar");
     const double mm = median_of(masked), em = median_of(every);
-    std::printf("%-12s %7zu %12.2f %14.2f %6.1fx\n", name, ids.size(), mm, em, em / mm);
+    std::printf("%-15s %7zu %12.2f %14.2f %6.1fx\n", name, ids.size(), mm, em, em / mm);
     std::fflush(stdout);
   }
 }

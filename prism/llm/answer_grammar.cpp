@@ -1,5 +1,7 @@
 #include "prism/llm/answer_grammar.h"
 
+#include <algorithm>
+
 #include "prism/core/error.h"
 
 namespace prism::llm {
@@ -19,10 +21,45 @@ AnswerGrammar::AnswerGrammar(std::vector<Part> parts) : parts_(std::move(parts))
       // What follows says where a name ends.
       PRISM_CHECK(i + 1 < parts_.size(), "answer grammar: part {}, a choice of names, is last", i);
     }
+    if (p.kind == Part::Kind::json_schema) {
+      PRISM_CHECK(!p.schemas.empty() &&
+                      std::find(p.schemas.begin(), p.schemas.end(), nullptr) == p.schemas.end(),
+                  "answer grammar: part {} is a JSON Schema without one", i);
+      // Several: one for each name of the choice before.
+      size_t names = 1;
+      for (size_t k = i; k-- > 0;) {
+        if (parts_[k].kind == Part::Kind::one_of) {
+          names = parts_[k].names.size();
+          break;
+        }
+      }
+      PRISM_CHECK(p.schemas.size() == 1 || p.schemas.size() == names,
+                  "answer grammar: part {} has {} schemas for a choice of {} names", i,
+                  p.schemas.size(), names);
+    }
   }
 }
 
 AnswerGrammar AnswerGrammar::json_object() { return AnswerGrammar({{Part::Kind::json_object}}); }
+
+const JsonSchema& AnswerGrammar::schema_of(const State& s) const {
+  const Part& p = parts_[s.part];
+  return *p.schemas[p.schemas.size() == 1 ? 0 : s.chosen];
+}
+
+bool AnswerGrammar::complete(const State& s) const {
+  if (s.part == parts_.size()) return true;
+  const Part& p = parts_[s.part];
+  return s.part + 1 == parts_.size() && p.kind == Part::Kind::json_schema && s.started &&
+         schema_of(s).complete(s.schema);
+}
+
+bool AnswerGrammar::in_plain_string(const State& s) const {
+  if (s.part == parts_.size()) return false;
+  const Part& p = parts_[s.part];
+  if (p.kind == Part::Kind::json_object) return s.json.in_plain_string();
+  return p.kind == Part::Kind::json_schema && s.started && schema_of(s).in_plain_string(s.schema);
+}
 
 bool AnswerGrammar::feed(State& s, char c) const {
   const State before = s;
@@ -46,6 +83,7 @@ bool AnswerGrammar::step(State& s, char c) const {
     s.offset = 0;
     s.started = false;
     s.json = {};
+    s.schema = {};
   };
   switch (p.kind) {
     case Part::Kind::literal:
@@ -56,6 +94,19 @@ bool AnswerGrammar::step(State& s, char c) const {
       if (!s.json.feed(c)) return false;
       if (s.json.complete()) next_part();
       return true;
+    case Part::Kind::json_schema: {
+      const JsonSchema& schema = schema_of(s);
+      if (!s.started) {
+        s.schema = schema.start();
+        s.started = true;
+      }
+      // A whole value (a number ends only here): a byte it refuses is the next part's.
+      const bool whole = s.part + 1 < parts_.size() && schema.complete(s.schema);
+      if (schema.advance(s.schema, c)) return true;
+      if (!whole) return false;
+      next_part();
+      return step(s, c);
+    }
     case Part::Kind::one_of: {
       if (!s.started) {
         s.alive = p.names.size() == 64 ? ~uint64_t{0} : (uint64_t{1} << p.names.size()) - 1;
@@ -78,6 +129,10 @@ bool AnswerGrammar::step(State& s, char c) const {
         return true;
       }
       if (!ended) return false;
+      for (size_t i = 0; i < p.names.size(); ++i) {
+        if ((s.alive >> i & 1) && p.names[i].size() == s.offset)
+          s.chosen = static_cast<uint32_t>(i);
+      }
       next_part();  // the byte is the next part's
       return step(s, c);
     }
@@ -103,7 +158,6 @@ GrammarMask::GrammarMask(std::vector<std::string> bytes)
 size_t GrammarMask::allowed(const AnswerGrammar& grammar, const AnswerGrammar::State& state,
                             std::vector<uint8_t>& allowed) const {
   allowed.assign(bytes_.size(), 0);
-  if (grammar.complete(state)) return 0;
   const bool in_string = grammar.in_plain_string(state);
   size_t n = 0;
   for (size_t first = 0; first < by_first_.size(); ++first) {

@@ -1,28 +1,33 @@
 // A grammar an answer is held to, byte by byte: parts in order, each a literal text, one of a
-// few names, or a JSON object (JsonPrefix). `prism serve` builds one for response_format
-// json_object (a JSON object alone) and for a tool call it must make (the model's call format
-// around the function's name and a JSON object of arguments), and before each token masks the
-// tokens whose bytes the grammar refuses (docs/serving.md).
+// few names, a JSON object (JsonPrefix) or a value of a JSON Schema (JsonSchema). `prism serve`
+// builds one for response_format json_object or json_schema (the JSON alone) and for a tool
+// call it must make (the model's call format around the function's name and its arguments),
+// and before each token masks the tokens whose bytes the grammar refuses (docs/serving.md).
 //
 // The grammar is immutable and shared; what an answer has matched so far is a State, small and
 // copied freely (a mask copies it for every token of the vocabulary).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "prism/llm/json_prefix.h"
+#include "prism/llm/json_schema.h"
 
 namespace prism::llm {
 
 class AnswerGrammar {
  public:
   struct Part {
-    enum class Kind { literal, one_of, json_object } kind;
+    enum class Kind { literal, one_of, json_object, json_schema } kind;
     std::string text;                // literal
     std::vector<std::string> names;  // one_of: at most kMaxNames, none empty
+    // json_schema: one schema, or one for each name of the choice before it (the name chosen
+    // picks the schema: a function's arguments).
+    std::vector<std::shared_ptr<const JsonSchema>> schemas{};
   };
   static constexpr size_t kMaxNames = 64;
 
@@ -33,24 +38,26 @@ class AnswerGrammar {
     size_t part = 0;
     size_t offset = 0;     // bytes of the part matched (a literal's, or a name's)
     uint64_t alive = 0;    // one_of: the names the bytes so far begin (bit i: names[i])
-    bool started = false;  // one_of: `alive` is set
+    bool started = false;  // one_of: `alive` is set; json_schema: `schema` is
+    uint32_t chosen = 0;   // the name the last choice took
     JsonPrefix json;
+    JsonSchema::State schema;
   };
 
   // Feeds one byte (false, and `s` unchanged, where the grammar refuses it), or bytes in turn
   // (false at the first refused; `s` then undefined: feed a copy).
   bool feed(State& s, char c) const;
   bool feed(State& s, std::string_view bytes) const;
-  // Whether the answer so far matches the whole grammar (nothing more may come).
-  bool complete(const State& s) const { return s.part == parts_.size(); }
-  // Whether the answer is inside a JSON string, between characters (JsonPrefix).
-  bool in_plain_string(const State& s) const {
-    return s.part < parts_.size() && parts_[s.part].kind == Part::Kind::json_object &&
-           s.json.in_plain_string();
-  }
+  // Whether the answer so far matches the whole grammar (where it ends in a JSON Schema's
+  // number, more digits may yet come).
+  bool complete(const State& s) const;
+  // Whether the answer is inside a JSON string of any text, between characters (JsonPrefix,
+  // JsonSchema).
+  bool in_plain_string(const State& s) const;
 
  private:
   bool step(State& s, char c) const;
+  const JsonSchema& schema_of(const State& s) const;
 
   std::vector<Part> parts_;
 };

@@ -49,6 +49,22 @@ int64_t integer(const Json& j, const char* key, int64_t low) {
   return v;
 }
 
+// A function's arguments as its `parameters` schema has them: none (no parameters) is `{}`;
+// a schema prism cannot hold an answer to, any object (the call is still parsed as JSON).
+std::shared_ptr<const llm::JsonSchema> arguments_schema(const Json& function) {
+  static const auto any_object = llm::JsonSchema::compile({{"type", "object"}});
+  static const auto no_arguments = llm::JsonSchema::compile(
+      {{"type", "object"}, {"properties", Json::object()}, {"additionalProperties", false}});
+  if (!function.contains("parameters") || function["parameters"].is_null()) return no_arguments;
+  const Json& parameters = function["parameters"];
+  if (parameters.contains("type") && parameters["type"] != "object") return any_object;
+  try {
+    return llm::JsonSchema::compile(function["parameters"]);
+  } catch (const Error&) {
+    return any_object;
+  }
+}
+
 }  // namespace
 
 CompletionRequest parse_request(std::string_view body, bool chat, const std::string& model_id) {
@@ -169,6 +185,13 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
         if (r.tools.size() > llm::AnswerGrammar::kMaxNames && r.call_function.empty()) {
           bad("tool_choice", fmt::format("'tool_choice' \"required\" takes at most {} tools",
                                          llm::AnswerGrammar::kMaxNames));
+        }
+        for (const Json& t : r.tools) {
+          const Json& f = t["function"];
+          const std::string name = f["name"].get<std::string>();
+          if (!r.call_function.empty() && name != r.call_function) continue;
+          r.call_names.push_back(name);
+          r.call_arguments.push_back(arguments_schema(f));
         }
       }
     }
@@ -297,13 +320,38 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
       bad("response_format", "'response_format' must be an object with a string 'type'");
     }
     const std::string type = f["type"].get<std::string>();
-    if (type == "json_object") {
+    // OpenAI's {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}, and
+    // llama.cpp's {"type": "json_object", "schema": ...}.
+    const Json* schema = nullptr;
+    if (type == "json_schema") {
+      if (!f.contains("json_schema") || !f["json_schema"].is_object() ||
+          !f["json_schema"].contains("schema")) {
+        bad("response_format",
+            "'response_format' json_schema needs {\"json_schema\": {\"name\": ..., \"schema\": "
+            "{...}}}");
+      }
+      const Json& js = f["json_schema"];
+      if (js.contains("name") && !js["name"].is_string()) {
+        bad("response_format", "'response_format' json_schema's 'name' must be a string");
+      }
+      if (js.contains("strict") && !js["strict"].is_boolean() && !js["strict"].is_null()) {
+        bad("response_format", "'response_format' json_schema's 'strict' must be a boolean");
+      }
+      schema = &js["schema"];
+    } else if (type == "json_object") {
       r.json = true;
+      if (f.contains("schema") && !f["schema"].is_null()) schema = &f["schema"];
     } else if (type != "text") {
       bad("response_format",
-          fmt::format("'response_format' may be text or json_object, not {} (JSON Schemas are "
-                      "not supported)",
-                      type));
+          fmt::format("'response_format' may be text, json_object or json_schema, not {}", type));
+    }
+    if (schema != nullptr) {
+      try {
+        r.schema = llm::JsonSchema::compile(*schema);
+      } catch (const Error& e) {
+        bad("response_format", e.what());
+      }
+      r.json = false;
     }
   }
   if (has("seed")) {

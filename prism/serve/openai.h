@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "prism/core/error.h"
+#include "prism/llm/json_schema.h"
 #include "prism/llm/sampler.h"
 
 namespace prism::serve {
@@ -33,6 +34,10 @@ struct CompletionRequest {
   // {"name": ...}} (a call to that one): the answer is held to a call.
   bool call_required = false;
   std::string call_function;  // empty: any of the tools
+  // A forced call's choices: the functions' names, and each one's parameters schema compiled
+  // (where a schema asks for what prism cannot hold to, `{"type": "object"}`'s).
+  std::vector<std::string> call_names;
+  std::vector<std::shared_ptr<const llm::JsonSchema>> call_arguments;
   // Completions: the prompts, each text or token ids as they are (not empty); several get a
   // choice each (not streamed).
   struct Prompt {
@@ -51,8 +56,10 @@ struct CompletionRequest {
   // `logprobs: N`), each with the `top_logprobs` most likely tokens at its step.
   bool logprobs = false;
   int top_logprobs = 0;
-  // response_format json_object: the answer is held to a JSON object, token by token.
+  // response_format json_object: the answer is held to a JSON object, token by token;
+  // json_schema (or json_object with a schema): to a value of the schema.
   bool json = false;
+  std::shared_ptr<const llm::JsonSchema> schema;
 };
 
 // Parses and checks a request body for `model_id` (a request naming another model is a 404);

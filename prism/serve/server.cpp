@@ -456,34 +456,34 @@ class Server::Impl {
     });
   }
 
-  // What a request's answer is held to: a JSON object (response_format json_object), or a
-  // call in the model's format to one of the tools or the one named (tool_choice), the
-  // arguments a JSON object; null for a free answer.
+  // What a request's answer is held to: a JSON object (response_format json_object), a value
+  // of a JSON Schema (json_schema), or a call in the model's format to one of the tools or the
+  // one named (tool_choice), the arguments held to its parameters; null for a free answer.
   std::shared_ptr<const llm::AnswerGrammar> grammar_of(const CompletionRequest& r) const {
     using Part = llm::AnswerGrammar::Part;
-    if (r.call_required && r.json) {
-      throw ApiError(400, "a forced tool call and response_format json_object cannot both hold",
+    if (r.call_required && (r.json || r.schema)) {
+      throw ApiError(400, "a forced tool call and a response_format of JSON cannot both hold",
                      "invalid_request_error", "response_format");
     }
     if (r.json) return json_object_;
-    if (!r.call_required) return nullptr;
-    std::vector<std::string> names;
-    for (const Json& t : r.tools) {
-      const std::string name = t["function"]["name"].get<std::string>();
-      if (r.call_function.empty() || name == r.call_function) names.push_back(name);
+    if (r.schema) {
+      return std::make_shared<const llm::AnswerGrammar>(
+          std::vector<Part>{{Part::Kind::json_schema, "", {}, {r.schema}}});
     }
+    if (!r.call_required) return nullptr;
+    const std::vector<std::string>& names = r.call_names;
     std::vector<Part> parts;
     if (tool_format_ == ToolCallFormat::hermes) {
       parts = {{Part::Kind::literal, "<tool_call>\n{\"name\": \""},
                {Part::Kind::one_of, "", names},
                {Part::Kind::literal, "\", \"arguments\": "},
-               {Part::Kind::json_object},
+               {Part::Kind::json_schema, "", {}, r.call_arguments},
                {Part::Kind::literal, "}\n</tool_call>"}};
     } else if (tool_format_ == ToolCallFormat::llama_json) {
       parts = {{Part::Kind::literal, "{\"name\": \""},
                {Part::Kind::one_of, "", names},
                {Part::Kind::literal, "\", \"parameters\": "},
-               {Part::Kind::json_object},
+               {Part::Kind::json_schema, "", {}, r.call_arguments},
                {Part::Kind::literal, "}"}};
     } else {
       throw ApiError(

@@ -3,7 +3,8 @@
 # tiny Llama checkpoint beside the Llama 3.1 tokenizer and its chat template; its chat page in
 # headless Chromium (tests/serve/chat_page_test.py); log-probabilities, penalties and logit
 # biases (tests/serve/sampling_test.py, against transformers' logits in the checkpoint's
-# reference); its prompt cache (tests/serve/prompt_cache_test.py); a tiny Qwen 3.5 checkpoint,
+# reference); structured outputs (tests/serve/structured_test.py, answers checked by the
+# jsonschema package); its prompt cache (tests/serve/prompt_cache_test.py); a tiny Qwen 3.5 checkpoint,
 # with tools (tests/serve/tools_test.py); speculative decoding (tests/serve/speculate_test.py);
 # a Q8_0 GGUF file; bad options.
 set -u
@@ -21,6 +22,7 @@ fail=0
 "$python" "$PRISM_SOURCE_DIR/tests/serve/chat_page_test.py" "$prism" "$tmp" || fail=1
 "$python" "$PRISM_SOURCE_DIR/tests/serve/sampling_test.py" "$prism" "$tmp" \
   "$PRISM_SOURCE_DIR/tests/data/llama/tiny-f32/reference_hf.json" || fail=1
+"$python" "$PRISM_SOURCE_DIR/tests/serve/structured_test.py" "$prism" "$tmp" || fail=1
 "$python" "$PRISM_SOURCE_DIR/tests/serve/prompt_cache_test.py" "$prism" "$tmp" --reuses-any-start \
   || fail=1
 # Qwen 3.5 (attention beside gated delta rule layers, their states per slot) beside the

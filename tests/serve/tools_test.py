@@ -2,13 +2,15 @@
 text, as OpenAI's clients do) and the tools' results reaches the model as transformers renders
 it through Qwen 3's template (the prompt's token count against the committed rendering); an
 answer without calls streams as without tools; tool_choice "none" leaves the tools out, and
-"required" or a named function gets one call, streamed or not; a model whose template shows no
-tool calls, and bad tools, get 400s. Usage: tools_test.py PRISM
+"required" or a named function gets one call, streamed or not, its arguments valid against the
+function's parameters (by the jsonschema package); a model whose template shows no tool calls,
+and bad tools, get 400s. Usage: tools_test.py PRISM
 QWEN_DIR LLAMA_DIR REFERENCE_JSON (tiny checkpoints beside their tokenizers, and the Qwen 3
 tokenizer's reference renderings)."""
 import json
 import sys
 
+import jsonschema
 import openai
 from tokenizers import Tokenizer
 
@@ -49,14 +51,16 @@ try:
           str(n.usage.prompt_tokens))
 
     # tool_choice "required", or one function by name: the answer is held to a call in the
-    # template's format (the bias toward '}' closes the arguments early on these weights).
+    # template's format, its arguments to the function's parameters (the biases toward '"' and
+    # '}' close the strings and objects early on these weights).
     more_tools = chat["tools"] + [{"type": "function", "function": {
         "name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
-    closing = {str(tokenizer.token_to_id("}")): 20}
+    parameters = {t["function"]["name"]: t["function"]["parameters"] for t in more_tools}
+    closing = {str(tokenizer.token_to_id('"')): 30, str(tokenizer.token_to_id("}")): 20}
     for choice, names in [("required", {"get_weather", "get_time"}),
                           ({"type": "function", "function": {"name": "get_time"}}, {"get_time"})]:
         r = client.chat.completions.create(model="tiny", messages=messages[:2], tools=more_tools,
-                                           tool_choice=choice, max_tokens=60, temperature=0,
+                                           tool_choice=choice, max_tokens=150, temperature=0,
                                            logit_bias=closing)
         calls = r.choices[0].message.tool_calls or []
         check(f"tool_choice {choice}: one call", r.choices[0].finish_reason == "tool_calls" and
@@ -64,9 +68,14 @@ try:
               isinstance(json.loads(calls[0].function.arguments), dict) and
               calls[0].id.startswith("call_") and r.choices[0].message.content is None,
               str(r.choices[0]))
+        if calls:
+            errors = list(jsonschema.Draft202012Validator(parameters[calls[0].function.name])
+                          .iter_errors(json.loads(calls[0].function.arguments)))
+            check(f"tool_choice {choice}: the arguments valid", not errors,
+                  f"{calls[0].function.arguments} {errors}")
         chunks = list(client.chat.completions.create(
             model="tiny", messages=messages[:2], tools=more_tools, tool_choice=choice,
-            max_tokens=60, temperature=0, logit_bias=closing, stream=True))
+            max_tokens=150, temperature=0, logit_bias=closing, stream=True))
         streamed = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]
         finish = [c.choices[0].finish_reason for c in chunks if c.choices][-1]
         check(f"tool_choice {choice} streamed: the same call in one chunk",

@@ -1,0 +1,307 @@
+// JsonSchema: the grammar a JSON Schema compiles to takes the texts it should (properties in
+// order, optional ones passed over, unions parted by a const, lengths and counts, recursion)
+// and refuses the rest; random walks through it never reach a prefix with no way on, and end
+// in JSON that parses; schemas it cannot hold to are refused at compile time with one line.
+#include "prism/llm/json_schema.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "prism/core/error.h"
+#include "prism/llm/answer_grammar.h"
+
+namespace prism {
+namespace {
+
+using llm::JsonSchema;
+using Json = nlohmann::ordered_json;
+
+std::shared_ptr<const JsonSchema> compile(std::string_view schema) {
+  return JsonSchema::compile(Json::parse(schema));
+}
+
+// How many bytes of `text` the grammar takes, and whether it is then a whole value.
+std::pair<size_t, bool> run(const JsonSchema& g, std::string_view text) {
+  JsonSchema::State s = g.start();
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (!g.feed(s, text[i])) return {i, false};
+  }
+  return {text.size(), g.complete(s)};
+}
+
+bool takes(const JsonSchema& g, std::string_view text) {
+  return run(g, text) == std::pair(text.size(), true);
+}
+
+TEST(JsonSchema, ObjectPropertiesInOrder) {
+  const auto g = compile(R"({"type": "object", "properties": {
+      "a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"}},
+      "required": ["b"], "additionalProperties": false})");
+  EXPECT_TRUE(takes(*g, R"({"b": "x"})"));
+  EXPECT_TRUE(takes(*g, R"({"a": -12, "b": "", "c": false})"));
+  EXPECT_TRUE(takes(*g, " {\n  \"a\":1,\"b\":\"y\"\n}"));
+  EXPECT_FALSE(takes(*g, R"({})"));                    // b is required
+  EXPECT_FALSE(takes(*g, R"({"b": "x", "a": 1})"));    // out of order
+  EXPECT_FALSE(takes(*g, R"({"b": "x", "b": "y"})"));  // twice
+  EXPECT_FALSE(takes(*g, R"({"b": "x", "d": 1})"));    // not declared
+  EXPECT_FALSE(takes(*g, R"({"a": 1.5, "b": "x"})"));  // not an integer
+  EXPECT_FALSE(takes(*g, R"({"b": 1})"));
+  EXPECT_EQ(run(*g, R"({"b": "x"} )").first, 10u);  // nothing after the value
+  // Whitespace as pretty-printers write it: a space, or a line break and an indent.
+  EXPECT_TRUE(takes(*g, "{\n\t\t\"b\": \"x\"\n}"));
+  EXPECT_EQ(run(*g, "{\"b\":  ").first, 6u);
+  EXPECT_EQ(run(*g, "{\"b\":\r\n").first, 5u);
+  EXPECT_EQ(run(*g, "{\"b\": \n").first, 6u);
+  EXPECT_EQ(run(*g, "{\n" + std::string(JsonSchema::kMaxIndent + 1, ' ')).first,
+            2 + JsonSchema::kMaxIndent);
+  // After "b", only "c" may come: a ',' with nothing to follow is refused.
+  const auto last = compile(R"({"properties": {"a": {}}, "required": ["a"]})");
+  EXPECT_EQ(run(*last, R"({"a": 1,)").first, 7u);
+}
+
+TEST(JsonSchema, UnionsPartWhereTheirTextsDo) {
+  // pydantic's discriminated union: two objects that start alike.
+  const auto g = compile(R"({"anyOf": [
+      {"type": "object", "properties": {"kind": {"const": "cat"}, "lives": {"type": "integer"}},
+       "required": ["kind", "lives"]},
+      {"type": "object", "properties": {"kind": {"const": "dog"}, "good": {"type": "boolean"}},
+       "required": ["kind"]},
+      {"type": "null"}]})");
+  EXPECT_TRUE(takes(*g, R"({"kind": "cat", "lives": 9})"));
+  EXPECT_TRUE(takes(*g, R"({"kind": "dog"})"));
+  EXPECT_TRUE(takes(*g, R"({"kind": "dog", "good": true})"));
+  EXPECT_TRUE(takes(*g, "null"));
+  EXPECT_FALSE(takes(*g, R"({"kind": "cat"})"));
+  EXPECT_FALSE(takes(*g, R"({"kind": "cat", "good": true})"));
+  EXPECT_FALSE(takes(*g, R"({"kind": "cow"})"));
+  const auto types = compile(R"({"type": ["string", "null", "integer"], "maxLength": 2})");
+  EXPECT_TRUE(takes(*types, R"("ab")"));
+  EXPECT_TRUE(takes(*types, "null"));
+  EXPECT_FALSE(takes(*types, R"("abc")"));
+  EXPECT_FALSE(takes(*types, "true"));
+}
+
+TEST(JsonSchema, StringLengthsInCharacters) {
+  const auto g = compile(R"({"type": "string", "minLength": 2, "maxLength": 3})");
+  EXPECT_FALSE(takes(*g, R"("a")"));
+  EXPECT_TRUE(takes(*g, R"("ab")"));
+  EXPECT_TRUE(takes(*g, "\"\xC3\xA9t\xC3\xA9\""));  // été: 3 characters, 5 bytes
+  EXPECT_TRUE(takes(*g, R"("\ud83d\ude00\n")"));    // a surrogate pair is one
+  EXPECT_FALSE(takes(*g, R"("abcd")"));
+  EXPECT_FALSE(takes(*g, R"("\ude00a")"));  // a low surrogate alone
+  EXPECT_FALSE(takes(*g, "\"\xC0\x80\""));  // overlong
+  EXPECT_FALSE(takes(*g, "\"a\tb\""));      // a control character
+  const auto free = compile(R"({"type": "string"})");
+  JsonSchema::State s = free->start();
+  EXPECT_FALSE(free->in_plain_string(s));
+  ASSERT_TRUE(free->feed(s, "\"ab"));
+  EXPECT_TRUE(free->in_plain_string(s));
+  ASSERT_TRUE(free->feed(s, "\xE2\x82"));  // inside a character
+  EXPECT_FALSE(free->in_plain_string(s));
+  const auto bounded = compile(R"({"type": "string", "maxLength": 9})");
+  JsonSchema::State t = bounded->start();
+  ASSERT_TRUE(bounded->feed(t, "\"ab"));
+  EXPECT_FALSE(bounded->in_plain_string(t));  // its characters are counted
+}
+
+TEST(JsonSchema, ArraysNumbersAndLiterals) {
+  const auto g = compile(R"({"type": "array", "items": {"enum": [1, 10, "x", null]},
+                             "minItems": 1, "maxItems": 2})");
+  EXPECT_TRUE(takes(*g, "[10]"));
+  EXPECT_TRUE(takes(*g, R"([1, "x"])"));
+  EXPECT_TRUE(takes(*g, "[null,1]"));
+  EXPECT_FALSE(takes(*g, "[]"));
+  EXPECT_FALSE(takes(*g, "[1, 1, 1]"));
+  EXPECT_FALSE(takes(*g, "[100]"));
+  const auto n = compile(R"({"type": "number"})");
+  for (const char* ok : {"0", "-0.5", "12e3", "1.25E-7", "-9"}) EXPECT_TRUE(takes(*n, ok)) << ok;
+  for (const char* no : {"01", "-", "1.", ".5", "1e", "+1", "1e+"}) EXPECT_FALSE(takes(*n, no));
+  const auto i = compile(R"({"type": "integer"})");
+  EXPECT_TRUE(takes(*i, "-120"));
+  EXPECT_FALSE(takes(*i, "1.0"));
+  EXPECT_FALSE(takes(*i, "1e3"));
+  // A number is whole as soon as it may end, and more digits may still come.
+  JsonSchema::State s = i->start();
+  ASSERT_TRUE(i->feed(s, "12"));
+  EXPECT_TRUE(i->complete(s));
+  EXPECT_TRUE(i->feed(s, '3'));
+  // At most kMaxNumber bytes, and none that would leave it unable to end.
+  EXPECT_TRUE(takes(*i, std::string(JsonSchema::kMaxNumber, '7')));
+  EXPECT_FALSE(takes(*i, std::string(JsonSchema::kMaxNumber + 1, '7')));
+  EXPECT_EQ(run(*n, std::string(JsonSchema::kMaxNumber - 1, '7') + ".").first,
+            JsonSchema::kMaxNumber - 1);
+  const auto b = compile(R"({"type": "boolean"})");
+  EXPECT_TRUE(takes(*b, "true"));
+  EXPECT_FALSE(takes(*b, "tru"));
+  const auto c = compile(R"({"const": {"a": [1, "é"]}})");
+  EXPECT_TRUE(takes(*c, "{\"a\":[1,\"\xC3\xA9\"]}"));
+  EXPECT_FALSE(takes(*c, "{\"a\": [1, \"\xC3\xA9\"]}"));  // its one text alone
+}
+
+TEST(JsonSchema, MapsAndAnyValue) {
+  const auto m = compile(R"({"type": "object", "additionalProperties": {"type": "integer"}})");
+  EXPECT_TRUE(takes(*m, R"({})"));
+  EXPECT_TRUE(takes(*m, R"({"x": 1, "y \"q\"": 2})"));
+  EXPECT_FALSE(takes(*m, R"({"x": "1"})"));
+  const auto any = compile("{}");
+  for (const char* ok : {"1", "\"s\"", "[]", "{\"a\": [true, null, {\"b\": -1.5}]}", "false"}) {
+    EXPECT_TRUE(takes(*any, ok)) << ok;
+  }
+  EXPECT_FALSE(takes(*any, "{\"a\" 1}"));
+  EXPECT_FALSE(takes(*any, "[1,]"));
+  const auto none = compile(R"({"properties": {"a": false, "b": {}}, "items": false,
+                                "required": ["b"]})");
+  EXPECT_TRUE(takes(*none, R"({"b": 1})"));
+  EXPECT_FALSE(takes(*none, R"({"a": 1, "b": 1})"));
+  EXPECT_TRUE(takes(*compile(R"({"type": "array", "items": false})"), "[]"));
+  EXPECT_FALSE(takes(*compile(R"({"type": "array", "items": false})"), "[1]"));
+  const auto closed = compile(R"({"type": "object", "additionalProperties": false})");
+  EXPECT_TRUE(takes(*closed, "{ }"));
+  EXPECT_FALSE(takes(*closed, R"({"a": 1})"));
+}
+
+TEST(JsonSchema, ReferencesAndRecursion) {
+  const auto g = compile(R"({"$ref": "#/$defs/node", "$defs": {"node": {
+      "type": "object", "properties": {"v": {"type": "integer"},
+                                       "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+      "required": ["v"]}}})");
+  EXPECT_TRUE(takes(*g, R"({"v": 1, "kids": [{"v": 2}, {"v": 3, "kids": []}]})"));
+  EXPECT_FALSE(takes(*g, R"({"v": 1, "kids": [{}]})"));
+  // Nesting stops where no more frames fit; what was taken can always be closed.
+  std::string deep = "{\"v\": 0";
+  size_t taken = 0;
+  JsonSchema::State s = g->start();
+  for (int level = 0; level < 64; ++level) {
+    const std::string more = ", \"kids\": [{\"v\": 0";
+    JsonSchema::State t = s;
+    if (!g->feed(t, level == 0 ? deep : more)) break;
+    s = std::move(t);
+    taken = static_cast<size_t>(level) + 1;
+  }
+  EXPECT_GT(taken, 10u);
+  EXPECT_LT(taken, 64u);
+  for (size_t level = 1; level < taken; ++level) ASSERT_TRUE(g->feed(s, "}]"));
+  ASSERT_TRUE(g->feed(s, '}'));
+  EXPECT_TRUE(g->complete(s));
+  // allOf of one, with annotations beside, and a reference to the root.
+  const auto list = compile(R"({"title": "list", "anyOf": [{"type": "null"},
+      {"type": "object", "properties": {"next": {"$ref": "#"}}, "required": ["next"]}]})");
+  EXPECT_TRUE(takes(*list, R"({"next": {"next": null}})"));
+  EXPECT_TRUE(takes(*compile(R"({"allOf": [{"type": "integer"}], "description": "n"})"), "3"));
+}
+
+TEST(JsonSchema, RefusesWhatItCannotHoldTo) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"type": "string", "pattern": "^a"})", "'pattern' is not supported"},
+      {R"({"properties": {"n": {"type": "integer", "minimum": 1}}})",
+       "at /properties/n: 'minimum' is not supported"},
+      {R"({"type": "strin"})", "unknown type 'strin'"},
+      {R"({"$ref": "#/$defs/missing"})", "refers to nothing"},
+      {R"({"$ref": "https://example.com/s.json"})", "refer into the schema itself"},
+      {R"({"$ref": "#/$defs/a", "$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}]}}})",
+       "refers to itself"},
+      {R"({"properties": {"a": {"$ref": "#"}}, "required": ["a"]})", "has no value"},
+      {R"({"enum": []})", "non-empty"},
+      {R"({"type": "integer", "enum": ["a"]})", "no value of 'enum'"},
+      {R"({"required": ["x"]})", "does not declare"},
+      {R"({"type": "array", "minItems": 3, "maxItems": 2})", "more than"},
+      {R"({"allOf": [{}, {}]})", "more than one"},
+      {R"({"type": "object", "anyOf": [{}]})", "beside"},
+      {R"(false)", "no value"},
+      {R"(3)", "must be an object"},
+  };
+  for (const auto& [schema, message] : cases) {
+    try {
+      compile(schema);
+      ADD_FAILURE() << schema << " compiled";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+    }
+  }
+}
+
+// Random walks: at every prefix some byte goes on or the value is whole, and each whole text
+// parses as JSON.
+TEST(JsonSchema, RandomWalksNeverStrand) {
+  const char* schemas[] = {
+      R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 4},
+          "n": {"type": "number"}, "tags": {"type": "array", "items": {"enum": ["a", "b"]},
+          "maxItems": 3}, "pet": {"anyOf": [{"const": "cat"}, {"type": "integer"},
+          {"type": "null"}]}}, "required": ["name", "pet"]})",
+      R"({"$ref": "#/$defs/t", "$defs": {"t": {"type": "object", "properties": {
+          "v": {"type": "boolean"}, "k": {"type": "array", "items": {"$ref": "#/$defs/t"},
+          "maxItems": 2}}, "required": ["v"]}}})",
+      R"({"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 2},
+          "minItems": 2, "maxItems": 4})",
+  };
+  // Bytes the walk picks from: printable ASCII, a newline, a UTF-8 character's; half the time
+  // one that closes or separates, where one may come.
+  std::string alphabet = "\n\xC3\xA9";
+  for (char c = ' '; c <= '~'; ++c) alphabet += c;
+  const std::string closing = "\"}],:";
+  std::mt19937 rng(7);
+  for (const char* text : schemas) {
+    const auto g = compile(text);
+    for (int walk = 0; walk < 200; ++walk) {
+      JsonSchema::State s = g->start();
+      std::string out;
+      for (int step = 0; step < 400; ++step) {
+        std::vector<char> next;
+        for (const char c : alphabet) {
+          JsonSchema::State t = s;
+          if (g->feed(t, c)) next.push_back(c);
+        }
+        const bool whole = g->complete(s);
+        ASSERT_TRUE(whole || !next.empty()) << text << "\nstranded after: " << out;
+        // Close quickly: past a few bytes, stop wherever the value is whole.
+        if (whole && (next.empty() || rng() % 4 == 0)) break;
+        std::vector<char> closers;
+        for (const char c : next) {
+          if (closing.find(c) != std::string::npos) closers.push_back(c);
+        }
+        const std::vector<char>& pick = !closers.empty() && rng() % 2 ? closers : next;
+        const char c = pick[rng() % pick.size()];
+        ASSERT_TRUE(g->feed(s, c));
+        out += c;
+      }
+      if (!g->complete(s)) continue;  // (a long walk; its prefixes were checked)
+      EXPECT_TRUE(Json::accept(out)) << out;
+    }
+  }
+}
+
+// In an AnswerGrammar: a forced call's arguments held to the schema of the function named.
+TEST(JsonSchema, ArgumentsOfTheFunctionNamed) {
+  using Part = llm::AnswerGrammar::Part;
+  const llm::AnswerGrammar g({{Part::Kind::literal, "{\"name\": \""},
+                              {Part::Kind::one_of, "", {"add", "echo"}},
+                              {Part::Kind::literal, "\", \"arguments\": "},
+                              {Part::Kind::json_schema,
+                               "",
+                               {},
+                               {compile(R"({"properties": {"a": {"type": "integer"}},
+           "required": ["a"]})"),
+                                compile(R"({"properties": {"s": {"type": "string"}},
+           "required": ["s"]})")}},
+                              {Part::Kind::literal, "}"}});
+  auto whole = [&](std::string_view text) {
+    llm::AnswerGrammar::State s;
+    return g.feed(s, text) && g.complete(s);
+  };
+  EXPECT_TRUE(whole(R"({"name": "add", "arguments": {"a": 2}})"));
+  EXPECT_TRUE(whole(R"({"name": "echo", "arguments": {"s": "hi"}})"));
+  EXPECT_FALSE(whole(R"({"name": "add", "arguments": {"s": "hi"}})"));
+  EXPECT_FALSE(whole(R"({"name": "echo", "arguments": {"a": 2}})"));
+  // A schema whose value is a number ends where the next part starts.
+  const llm::AnswerGrammar n(
+      {{Part::Kind::json_schema, "", {}, {compile(R"({"type": "integer"})")}},
+       {Part::Kind::literal, "!"}});
+  llm::AnswerGrammar::State s;
+  EXPECT_TRUE(n.feed(s, "42!"));
+  EXPECT_TRUE(n.complete(s));
+}
+
+}  // namespace
+}  // namespace prism

@@ -20,9 +20,10 @@ trap 'rm -rf "$work"' EXIT
 failed=0
 declare -A runs_of=([safetensors]=150000 [gguf]=40000 [tokenizer]=30000 [jinja]=40000
                     [config]=300000 [s3_listing]=450000 [hf_listing]=300000
-                    [serve_request]=300000 [answers]=300000 [tpu_metrics]=600000)
+                    [serve_request]=300000 [answers]=300000 [json_schema]=100000
+                    [tpu_metrics]=600000)
 all="safetensors gguf tokenizer jinja config s3_listing hf_listing serve_request answers
-     tpu_metrics"
+     json_schema tpu_metrics"
 for target in ${FUZZ_TARGETS:-$all}; do
   if [[ -z "${runs_of[$target]:-}" ]]; then
     echo "smoke.sh: no fuzz target '$target' (targets: $all)" >&2

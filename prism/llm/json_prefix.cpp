@@ -186,6 +186,10 @@ bool JsonPrefix::step(char c) {
       if (!is_hex(c)) return false;
       const int digit = is_digit(c) ? c - '0' : (c | 0x20) - 'a' + 10;
       code_ = static_cast<uint16_t>(code_ * 16 + digit);
+      // A low surrogate (DC00-DFFF) must come after a high one and nowhere else: said by the
+      // first two digits, so that no prefix taken is left without a way on.
+      if (hex_left_ == 4 && want_low_ && code_ != 0xD) return false;
+      if (hex_left_ == 3 && (code_ >= 0xDC && code_ <= 0xDF) != want_low_) return false;
       if (--hex_left_ > 0) return true;
       // UTF-16 surrogates come in pairs: a high one, then a low one.
       const bool high = code_ >= 0xD800 && code_ <= 0xDBFF;

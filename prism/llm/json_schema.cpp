@@ -98,7 +98,7 @@ class SchemaCompiler {
 
   uint32_t compile(const Json& s, const std::string& where) {
     const uint32_t id = add();
-    JsonSchema::Node n = build(s, where);
+    JsonSchema::Node n = nested([&] { return build(s, where); });
     out_.nodes_[id] = std::move(n);
     return id;
   }
@@ -124,6 +124,17 @@ class SchemaCompiler {
   }
 
  private:
+  // build() one level deeper (bounded: the compiler recurses as schemas nest).
+  template <typename F>
+  JsonSchema::Node nested(F build) {
+    if (++nesting_ > JsonSchema::kMaxNesting) {
+      fail("json_schema: schemas nest more than {} levels deep", JsonSchema::kMaxNesting);
+    }
+    JsonSchema::Node n = build();
+    --nesting_;
+    return n;
+  }
+
   [[noreturn]] static void bad(const std::string& where, const std::string& what) {
     fail("json_schema: at {}: {}", where.empty() ? "the root" : where, what);
   }
@@ -290,6 +301,10 @@ class SchemaCompiler {
       if (std::string_view(list) == "allOf" && schemas.size() > 1) {
         bad(where, "'allOf' of more than one schema is not supported");
       }
+      if (schemas.size() > JsonSchema::kMaxThreads) {
+        bad(where, fmt::format("'{}' of more than {} schemas is not supported", list,
+                               JsonSchema::kMaxThreads));
+      }
       // oneOf as anyOf: the texts an answer may take are those of its alternatives.
       std::vector<uint32_t> alternatives;
       for (size_t i = 0; i < schemas.size(); ++i) {
@@ -368,7 +383,7 @@ class SchemaCompiler {
     }
     const uint32_t id = add();
     refs_[pointer] = id;
-    JsonSchema::Node n = build(*target, pointer);
+    JsonSchema::Node n = nested([&] { return build(*target, pointer); });
     out_.nodes_[id] = std::move(n);
     return id;
   }
@@ -400,12 +415,17 @@ class SchemaCompiler {
   const Json& root_;
   std::map<std::string, uint32_t> refs_;
   uint32_t any_ = UINT32_MAX, string_ = UINT32_MAX;
+  size_t nesting_ = 0;
 };
 
 std::shared_ptr<const JsonSchema> JsonSchema::compile(const nlohmann::ordered_json& schema) {
   std::shared_ptr<JsonSchema> g(new JsonSchema());
   SchemaCompiler compiler(*g, schema);
   g->root_ = compiler.compile(schema, "");
+  for (Node& n : g->nodes_) {  // a literal's texts sorted (as bytes), each once
+    std::sort(n.texts.begin(), n.texts.end());
+    n.texts.erase(std::unique(n.texts.begin(), n.texts.end()), n.texts.end());
+  }
   g->string_ = compiler.string();
   compiler.measure();
   // Alternatives that lead back to their union without a container between would be entered
@@ -442,15 +462,7 @@ void JsonSchema::enter(Thread t, uint32_t node, std::vector<Thread>& out) const 
   }
   Frame f;
   f.node = node;
-  if (n.kind == Node::Kind::literal) {
-    for (size_t i = 0; i < n.texts.size(); ++i) {
-      f.x = static_cast<uint32_t>(i);
-      Thread copy = t;
-      copy.stack.push_back(f);
-      out.push_back(std::move(copy));
-    }
-    return;
-  }
+  if (n.kind == Node::Kind::literal) f.z = static_cast<uint32_t>(n.texts.size());
   t.stack.push_back(f);
   out.push_back(std::move(t));
 }
@@ -492,8 +504,11 @@ bool JsonSchema::feed(State& s, std::string_view bytes) const {
 bool JsonSchema::complete(const State& s) const {
   for (const Thread& t : s.threads) {
     if (t.stack.empty()) return true;
-    if (t.stack.size() == 1 && nodes_[t.stack[0].node].kind == Node::Kind::number &&
-        number_may_end(t.stack[0].phase)) {
+    if (t.stack.size() != 1) continue;
+    const Frame& f = t.stack[0];
+    const Node& n = nodes_[f.node];
+    if ((n.kind == Node::Kind::number && number_may_end(f.phase)) ||
+        (n.kind == Node::Kind::literal && n.texts[f.x].size() == f.y)) {
       return true;
     }
   }
@@ -559,18 +574,28 @@ void JsonSchema::step(Thread t, char c, std::vector<Thread>& out) const {
       const bool map = n.kind == Node::Kind::map;
       const auto props = static_cast<uint32_t>(n.properties.size());
       auto may_close = [&] { return map || n.required_from[f.x] == props; };
-      // Calls `take(q)` for each property that may come next, while it returns false.
-      auto next_keys = [&](auto take) {
-        for (uint32_t q = f.x; q < props; ++q) {
-          if (fits(t, n.properties[q].node) && take(q)) return;
-          if (n.properties[q].required) return;
+      // The first property from `from` on that may come next and whose key has the bytes of
+      // property y's key before `at`, then c (from x up to the first required one, whose
+      // value fits); props if none. (Keys are JSON texts, quotes and all, so none is the
+      // start of another: a key's bytes so far are those of the first that has them.)
+      auto next_key = [&](uint32_t from, uint32_t at) {
+        for (uint32_t q = from; q < props; ++q) {
+          const std::string& key = n.properties[q].key;
+          if (fits(t, n.properties[q].node) && key.size() > at && key[at] == c &&
+              (at == 0 || key.compare(0, at, n.properties[f.y].key, 0, at) == 0)) {
+            return q;
+          }
+          if (n.properties[q].required) break;
         }
+        return props;
       };
       auto may_continue = [&] {
         if (map) return fits(t, n.child);
-        bool any = false;
-        next_keys([&](uint32_t) { return any = true; });
-        return any;
+        for (uint32_t q = f.x; q < props; ++q) {
+          if (fits(t, n.properties[q].node)) return true;
+          if (n.properties[q].required) break;
+        }
+        return false;
       };
       switch (f.phase) {
         case o_start:
@@ -591,26 +616,22 @@ void JsonSchema::step(Thread t, char c, std::vector<Thread>& out) const {
               t.stack.push_back(key);
               return keep();
             }
-            next_keys([&](uint32_t q) {
-              Thread copy = t;
-              Frame& g = copy.stack.back();
-              g.phase = o_key_text;
-              g.y = q;
-              g.z = 1;  // the key's opening quote came
-              copy.blanks = 0;
-              out.push_back(std::move(copy));
-              return false;
-            });
-            return;
+            const uint32_t q = next_key(f.x, 0);
+            if (q == props) return;
+            f.phase = o_key_text;
+            f.y = q;
+            f.z = 1;  // the key's opening quote came
+            return keep();
           }
           if (c == '}' && f.phase == o_first && may_close()) return pop();
           return blank();
         case o_key_text: {
-          const std::string& key = n.properties[f.y].key;
-          if (key[f.z] != c) return;
-          if (++f.z == key.size()) {
+          const uint32_t q = next_key(f.y, f.z);
+          if (q == props) return;
+          f.y = q;
+          if (++f.z == n.properties[q].key.size()) {
             f.phase = o_colon;
-            f.x = f.y + 1;
+            f.x = q + 1;
           }
           return keep();
         }
@@ -737,6 +758,10 @@ void JsonSchema::step(Thread t, char c, std::vector<Thread>& out) const {
           f.y = f.y * 16 + static_cast<uint32_t>(is_digit(c) ? c - '0' : (c | 0x20) - 'a' + 10);
           const uint32_t left = (f.z & 0xFF) - 1;
           f.z = (f.z & 0x100) | left;
+          // A low surrogate (DC00-DFFF) must come after a high one and nowhere else: said by
+          // the first two digits, so that no prefix taken is left without a way on.
+          if (left == 3 && want_low && f.y != 0xD) return;
+          if (left == 2 && (f.y >= 0xDC && f.y <= 0xDF) != want_low) return;
           if (left > 0) return keep();
           // UTF-16 surrogates come in pairs: a high one, then a low one.
           const bool high = f.y >= 0xD800 && f.y <= 0xDBFF;
@@ -797,10 +822,27 @@ void JsonSchema::step(Thread t, char c, std::vector<Thread>& out) const {
       return step(std::move(t), c, out);
     }
     case Node::Kind::literal: {
-      const std::string& text = n.texts[f.x];
+      // The texts x to z (sorted) have the bytes so far, y of them; a text that is whole
+      // (the shortest, first) ends the value where c does not go on with another.
       if (f.y == 0 && is_blank(c)) return blank();
-      if (text[f.y] != c) return;
-      if (++f.y == text.size()) return pop();
+      const std::vector<std::string>& texts = n.texts;
+      const bool whole = texts[f.x].size() == f.y;
+      if (whole) {
+        Thread ended = t;
+        ended.stack.pop_back();
+        step(std::move(ended), c, out);
+      }
+      const auto at = [&](const std::string& text) {
+        return static_cast<unsigned char>(text[f.y]);
+      };
+      const auto first = texts.begin() + f.x + (whole ? 1 : 0), last = texts.begin() + f.z;
+      const auto lo =
+          std::partition_point(first, last, [&](const auto& x) { return at(x) < byte; });
+      const auto hi = std::partition_point(lo, last, [&](const auto& x) { return at(x) == byte; });
+      if (lo == hi) return;
+      f.x = static_cast<uint32_t>(lo - texts.begin());
+      f.z = static_cast<uint32_t>(hi - texts.begin());
+      if (++f.y == texts[f.x].size() && f.z - f.x == 1) return pop();
       return keep();
     }
     case Node::Kind::one_of:

@@ -33,7 +33,8 @@ class JsonSchema {
 
   static constexpr size_t kMaxNodes = 4096;
   static constexpr size_t kMaxDepth = 64;     // open frames a thread may have
-  static constexpr size_t kMaxThreads = 256;  // more are dropped (the first are kept)
+  static constexpr size_t kMaxThreads = 64;   // more are dropped (the first are kept)
+  static constexpr size_t kMaxNesting = 128;  // schemas inside schemas
   static constexpr int kMaxIndent = 32;       // spaces or tabs after a line break
   static constexpr uint32_t kMaxNumber = 32;  // bytes of a number
 

@@ -77,6 +77,10 @@ TEST(JsonPrefix, SurrogateEscapesInPairs) {
     EXPECT_FALSE(run(bad).second) << bad;
     EXPECT_FALSE(nlohmann::json::accept(bad)) << bad;  // as nlohmann's parser has it
   }
+  // Refused as soon as the digits say so, so that no prefix taken is a dead end: a low
+  // surrogate alone at its second digit, a high one's pair not a low one at its first.
+  EXPECT_EQ(run("{\"a\":\"\\uDd").first, 9u);
+  EXPECT_EQ(run("{\"a\":\"\\ud83e\\u0").first, 14u);
 }
 
 TEST(JsonPrefix, BoundsNesting) {

@@ -90,8 +90,11 @@ TEST(JsonSchema, StringLengthsInCharacters) {
   EXPECT_TRUE(takes(*g, R"("\ud83d\ude00\n")"));    // a surrogate pair is one
   EXPECT_FALSE(takes(*g, R"("abcd")"));
   EXPECT_FALSE(takes(*g, R"("\ude00a")"));  // a low surrogate alone
-  EXPECT_FALSE(takes(*g, "\"\xC0\x80\""));  // overlong
-  EXPECT_FALSE(takes(*g, "\"a\tb\""));      // a control character
+  // ... refused at its second digit, so that no prefix taken is a dead end
+  EXPECT_EQ(run(*g, R"("\uDE)").first, 4u);
+  EXPECT_EQ(run(*g, R"("\ud83d\u0)").first, 9u);  // a high one's pair must be a low one
+  EXPECT_FALSE(takes(*g, "\"\xC0\x80\""));        // overlong
+  EXPECT_FALSE(takes(*g, "\"a\tb\""));            // a control character
   const auto free = compile(R"({"type": "string"})");
   JsonSchema::State s = free->start();
   EXPECT_FALSE(free->in_plain_string(s));
@@ -137,6 +140,32 @@ TEST(JsonSchema, ArraysNumbersAndLiterals) {
   const auto c = compile(R"({"const": {"a": [1, "é"]}})");
   EXPECT_TRUE(takes(*c, "{\"a\":[1,\"\xC3\xA9\"]}"));
   EXPECT_FALSE(takes(*c, "{\"a\": [1, \"\xC3\xA9\"]}"));  // its one text alone
+}
+
+TEST(JsonSchema, LargeEnumsAndManyProperties) {
+  // Every value of a large enum, and every property of a large object, stays reachable (an
+  // enum is one frame over its sorted texts, not a thread a text).
+  Json values = Json::array(), properties = Json::object();
+  for (int i = 0; i < 1000; ++i) {
+    values.push_back(fmt::format("v{}", i));
+    properties[fmt::format("p{}", i)] = {{"type", "integer"}};
+  }
+  values.push_back(1);
+  values.push_back(10);
+  values.push_back(100);
+  const auto e = JsonSchema::compile({{"type", "array"}, {"items", {{"enum", values}}}});
+  EXPECT_TRUE(takes(*e, R"(["v0", "v999", "v500", 1, 100, 10])"));
+  EXPECT_FALSE(takes(*e, R"(["v1000"])"));
+  EXPECT_FALSE(takes(*e, "[1000]"));
+  const auto root = JsonSchema::compile({{"enum", values}});
+  EXPECT_TRUE(takes(*root, "1"));
+  EXPECT_TRUE(takes(*root, "10"));
+  EXPECT_FALSE(takes(*root, "1000"));
+  const auto o = JsonSchema::compile({{"type", "object"}, {"properties", properties}});
+  EXPECT_TRUE(takes(*o, R"({"p999": 1})"));
+  EXPECT_TRUE(takes(*o, R"({"p1": 1, "p10": 2, "p100": 3, "p998": 4})"));
+  EXPECT_FALSE(takes(*o, R"({"p10": 1, "p1": 2})"));
+  EXPECT_FALSE(takes(*o, R"({"p1000": 1})"));
 }
 
 TEST(JsonSchema, MapsAndAnyValue) {
@@ -220,6 +249,17 @@ TEST(JsonSchema, RefusesWhatItCannotHoldTo) {
       EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
     }
   }
+}
+
+TEST(JsonSchema, BoundsWhatARequestCanAskFor) {
+  Json deep = {{"type", "integer"}};
+  for (int i = 0; i < 200; ++i) deep = {{"type", "array"}, {"items", deep}};
+  EXPECT_THROW(JsonSchema::compile(deep), Error);  // (the compiler recurses as schemas nest)
+  Json many = Json::array();
+  for (size_t i = 0; i <= JsonSchema::kMaxThreads; ++i) many.push_back({{"const", i}});
+  EXPECT_THROW(JsonSchema::compile({{"anyOf", many}}), Error);
+  many.erase(many.begin());
+  EXPECT_NO_THROW(JsonSchema::compile({{"anyOf", many}}));
 }
 
 // Random walks: at every prefix some byte goes on or the value is whole, and each whole text

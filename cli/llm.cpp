@@ -7,6 +7,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <future>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 #include "prism/backends/registry.h"
 #include "prism/core/error.h"
 #include "prism/io/vfs.h"
+#include "prism/llm/answer_grammar.h"
 #include "prism/llm/chat_template.h"
 #include "prism/llm/engine.h"
 #include "prism/llm/gguf_model.h"
@@ -52,7 +54,31 @@ struct Options {
   std::string speculate = "none";
   std::string draft_model;
   int64_t draft_tokens = 4;
+  bool json = false;        // each answer held to a JSON object
+  std::string json_schema;  // ... to a value of this JSON Schema (a file, or the JSON itself)
 };
+
+// What --json or --json-schema holds each answer to (null: nothing), made before the load so
+// that a bad schema fails at once.
+std::shared_ptr<const prism::llm::AnswerGrammar> answer_grammar(const Options& o) {
+  if (!o.json && o.json_schema.empty()) return nullptr;
+  PRISM_CHECK(!o.json || o.json_schema.empty(), "llm: give --json or --json-schema, not both");
+  PRISM_CHECK(o.speculate == "none",
+              "llm: --speculate with --json or --json-schema is not supported");
+  std::string schema = o.json_schema;
+  if (!schema.empty() && schema.find_first_not_of(" \t\n") != std::string::npos &&
+      schema[schema.find_first_not_of(" \t\n")] != '{') {
+    std::ifstream in(schema, std::ios::binary);
+    PRISM_CHECK(in, "llm: cannot read the --json-schema file {}", o.json_schema);
+    schema.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    PRISM_CHECK(!schema.empty(), "llm: the --json-schema file {} is empty", o.json_schema);
+  }
+  try {
+    return prism::llm::json_answer_grammar(schema);
+  } catch (const prism::Error& e) {
+    prism::fail("{} (--json-schema)", e.what());
+  }
+}
 
 std::vector<int32_t> parse_ids(const std::string& text) {
   std::vector<int32_t> ids;
@@ -125,11 +151,13 @@ double ms_since(Clock::time_point t) {
 std::vector<int32_t> generate(prism::llm::Engine& engine, prism::llm::Sampler& sampler,
                               prism::llm::Drafter* drafter, std::span<const int32_t> prompt,
                               const Options& o, prism::llm::StreamingDetokenizer* detok,
-                              std::vector<int32_t>& history, Stats& stats) {
+                              std::vector<int32_t>& history, Stats& stats,
+                              std::optional<prism::llm::HeldAnswer> held) {
   const auto& eos = engine.info().eos_token_ids;
   history.insert(history.end(), prompt.begin(), prompt.end());
-  prism::llm::Generator generator(engine, sampler, history,
-                                  {.drafter = drafter, .draft_tokens = o.draft_tokens});
+  prism::llm::GeneratorOptions options{.drafter = drafter, .draft_tokens = o.draft_tokens};
+  if (held) options.constrain = [&](std::span<float> logits) { held->mask(logits); };
+  prism::llm::Generator generator(engine, sampler, history, options);
   // Time spent waiting for the weights' copy (--fast-start) counts apart.
   const double w0 = engine.copy_wait_seconds();
   auto t0 = Clock::now();
@@ -144,6 +172,7 @@ std::vector<int32_t> generate(prism::llm::Engine& engine, prism::llm::Sampler& s
       break;
     }
     const int32_t next = generator.next();
+    if (held) held->take(next);
     if (i == 0) {  // the first token: the prompt's step
       w1 = engine.copy_wait_seconds();
       stats.prefill_ms += ms_since(t0) - (w1 - w0) * 1e3;
@@ -173,6 +202,9 @@ std::vector<int32_t> generate(prism::llm::Engine& engine, prism::llm::Sampler& s
     }
   }
   generator.stop();
+  if (held && !held->complete() && !g_interrupted) {
+    std::fprintf(stderr, "\nllm: the answer stopped before its JSON was whole\n");
+  }
   // Decoding: the steps after the first token's.
   const double w2 = engine.copy_wait_seconds();
   const double decode_ms = generated.size() > 1 ? ms_since(t0) - (w2 - w1) * 1e3 : 0;
@@ -195,6 +227,7 @@ int run(const Options& o) {
   const std::optional<prism::DType> dtype = prism::llm::compute_dtype(o.dtype, "llm");
   prism::llm::check_speculation(o.speculate, o.draft_model, o.draft_tokens, "llm");
   prism::llm::Sampler sampler(o.sampling);  // checks the sampling options before the load
+  const std::shared_ptr<const prism::llm::AnswerGrammar> grammar = answer_grammar(o);
   std::vector<int32_t> prompt_ids;
   if (!o.prompt_ids.empty()) prompt_ids = parse_ids(o.prompt_ids);
   std::optional<prism::llm::Tokenizer> tokenizer;
@@ -202,7 +235,7 @@ int run(const Options& o) {
   // answer waits for the longer of the two rather than for both in turn (the Llama 3 tokenizer
   // takes 0.1-0.35 s to build, as long as the rest of a fast start).
   std::future<prism::llm::Tokenizer> tokenizer_job;
-  if (o.prompt_ids.empty() || !o.print_ids) {
+  if (o.prompt_ids.empty() || !o.print_ids || grammar) {
     if (!prism::llm::is_gguf_uri(o.model) &&  // a GGUF file carries its tokenizer
         !prism::io::exists(prism::io::join(o.model, "tokenizer.json"))) {
       prism::fail("llm: {} has no tokenizer.json: use --prompt-ids=... with --print-ids", o.model);
@@ -262,12 +295,22 @@ int run(const Options& o) {
                                    .memory_bytes = engine.device_bytes()});
   stats.publisher = &publisher;
   std::vector<int32_t> history;
+  // Each answer held to the grammar, over the vocabulary's tokens as bytes.
+  std::shared_ptr<const prism::llm::GrammarMask> vocabulary;
+  if (grammar) {
+    vocabulary = std::make_shared<const prism::llm::GrammarMask>(
+        prism::llm::GrammarMask::of(*tokenizer, engine.info().vocab_size));
+  }
+  auto held = [&]() -> std::optional<prism::llm::HeldAnswer> {
+    if (!grammar) return std::nullopt;
+    return prism::llm::HeldAnswer(grammar, vocabulary, engine.info().eos_token_ids);
+  };
 
   if (!o.prompt_ids.empty()) {  // ids as they are: no template, no BOS added
     std::optional<prism::llm::StreamingDetokenizer> detok;
     if (!o.print_ids) detok.emplace(*tokenizer, true);
     std::vector<int32_t> out = generate(engine, sampler, drafter, prompt_ids, o,
-                                        detok ? &*detok : nullptr, history, stats);
+                                        detok ? &*detok : nullptr, history, stats, held());
     if (o.print_ids) {
       for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? " " : "", out[i]);
     }
@@ -304,7 +347,7 @@ int run(const Options& o) {
     std::vector<int32_t> fresh(ids.begin() + history.size(), ids.end());
     prism::llm::StreamingDetokenizer detok(*tokenizer, true);
     std::vector<int32_t> reply =
-        generate(engine, sampler, drafter, fresh, o, &detok, history, stats);
+        generate(engine, sampler, drafter, fresh, o, &detok, history, stats, held());
     std::printf("\n");
     messages.push_back({{"role", "assistant"},
                         {"content", tokenizer->decode(reply, {.skip_special_tokens = true})}});
@@ -395,6 +438,10 @@ const prism::cli::RegisterCommand kLlm{
                      "--speculate=draft's model: a smaller one that shares the tokenizer");
       app.add_option("--draft-tokens", o->draft_tokens, "the most guesses checked in one step")
           ->capture_default_str();
+      app.add_flag("--json", o->json, "hold each answer to a JSON object, token by token");
+      app.add_option("--json-schema", o->json_schema,
+                     "hold each answer to a value of this JSON Schema, token by token: a file, "
+                     "or the schema's JSON itself (docs/llm.md)");
       return [o] { return run(*o); };
     }};
 

@@ -1,6 +1,7 @@
 #include "prism/llm/answer_grammar.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "prism/core/error.h"
 
@@ -153,6 +154,62 @@ GrammarMask::GrammarMask(std::vector<std::string> bytes)
     plain_[t] =
         b.find_first_of("\"\\") == std::string::npos && probe.feed(b) && probe.in_plain_string();
   }
+}
+
+GrammarMask GrammarMask::of(const Tokenizer& tokenizer, int64_t vocab_size) {
+  std::vector<std::string> bytes(static_cast<size_t>(vocab_size));
+  for (size_t t = 0; t < bytes.size() && t < tokenizer.vocab_size(); ++t) {
+    const auto id = static_cast<int32_t>(t);
+    try {
+      tokenizer.id_to_token(id);  // (a row past the tokenizer's, or a gap in its ids: none)
+    } catch (const Error&) {
+      continue;
+    }
+    if (!tokenizer.is_special(id)) bytes[t] = tokenizer.decode(std::span(&id, 1));
+  }
+  return GrammarMask(std::move(bytes));
+}
+
+bool GrammarMask::apply(const AnswerGrammar& grammar, const AnswerGrammar::State& state,
+                        std::span<const int64_t> eos, std::span<float> logits,
+                        std::vector<uint8_t>& allowed) const {
+  size_t n = this->allowed(grammar, state, allowed);
+  if (grammar.complete(state)) {
+    for (const int64_t id : eos) {
+      if (id >= 0 && static_cast<size_t>(id) < allowed.size()) {
+        n += !allowed[static_cast<size_t>(id)];
+        allowed[static_cast<size_t>(id)] = 1;
+      }
+    }
+  }
+  for (size_t t = 0; t < logits.size(); ++t) {
+    if (t >= allowed.size() || !allowed[t]) logits[t] = -std::numeric_limits<float>::infinity();
+  }
+  return n > 0;
+}
+
+std::shared_ptr<const AnswerGrammar> json_answer_grammar(std::string_view schema) {
+  if (schema.empty()) return std::make_shared<const AnswerGrammar>(AnswerGrammar::json_object());
+  const auto parsed = nlohmann::ordered_json::parse(schema, nullptr, false);
+  PRISM_CHECK(!parsed.is_discarded(), "llm: the JSON Schema is not valid JSON");
+  return std::make_shared<const AnswerGrammar>(std::vector<AnswerGrammar::Part>{
+      {AnswerGrammar::Part::Kind::json_schema, "", {}, {JsonSchema::compile(parsed)}}});
+}
+
+HeldAnswer::HeldAnswer(std::shared_ptr<const AnswerGrammar> grammar,
+                       std::shared_ptr<const GrammarMask> vocabulary, std::vector<int64_t> eos)
+    : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), eos_(std::move(eos)) {}
+
+void HeldAnswer::mask(std::span<float> logits) {
+  PRISM_CHECK(vocabulary_->apply(*grammar_, state_, eos_, logits, allowed_),
+              "llm: the answer's grammar leaves no token of the vocabulary to go on with");
+}
+
+void HeldAnswer::take(int32_t token) {
+  if (std::find(eos_.begin(), eos_.end(), token) != eos_.end()) return;
+  PRISM_CHECK(token >= 0 && static_cast<size_t>(token) < vocabulary_->size() &&
+                  grammar_->feed(state_, vocabulary_->bytes(token)),
+              "llm: token {} leaves the answer's grammar", token);
 }
 
 size_t GrammarMask::allowed(const AnswerGrammar& grammar, const AnswerGrammar::State& state,

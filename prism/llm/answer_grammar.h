@@ -10,12 +10,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "prism/llm/json_prefix.h"
 #include "prism/llm/json_schema.h"
+#include "prism/llm/tokenizer.h"
 
 namespace prism::llm {
 
@@ -71,16 +73,54 @@ class GrammarMask {
  public:
   // bytes[t]: token t's bytes alone; empty for a token no answer may hold (a special one).
   explicit GrammarMask(std::vector<std::string> bytes);
+  // A model's vocabulary of `vocab_size` tokens (its rows, which may be more than the
+  // tokenizer's) as `tokenizer` spells them: special tokens and rows without a token are no
+  // answer's text.
+  static GrammarMask of(const Tokenizer& tokenizer, int64_t vocab_size);
   const std::string& bytes(int32_t token) const { return bytes_[static_cast<size_t>(token)]; }
+  size_t size() const { return bytes_.size(); }
   // allowed[t] = 1 where `grammar` takes token t after `state`, else 0 (one per token);
   // returns how many it takes. End tokens are the caller's (complete() says when).
   size_t allowed(const AnswerGrammar& grammar, const AnswerGrammar::State& state,
                  std::vector<uint8_t>& allowed) const;
+  // Sets to -infinity the logits of the tokens `grammar` refuses after `state`, and of the end
+  // tokens `eos` until it is complete (then they may come); `allowed` is scratch. False where
+  // no token is left.
+  bool apply(const AnswerGrammar& grammar, const AnswerGrammar::State& state,
+             std::span<const int64_t> eos, std::span<float> logits,
+             std::vector<uint8_t>& allowed) const;
 
  private:
   std::vector<std::string> bytes_;
   std::vector<std::vector<int32_t>> by_first_;  // 256 lists of token ids
   std::vector<uint8_t> plain_;
+};
+
+// The grammar of an answer held to JSON: a value of the JSON Schema whose text is `schema`, or
+// any JSON object where `schema` is empty. Throws prism::Error, one line, for a schema that is
+// not JSON or that JsonSchema refuses.
+std::shared_ptr<const AnswerGrammar> json_answer_grammar(std::string_view schema);
+
+// An answer held to a grammar as it is generated (`prism llm --json-schema`, the Python
+// package's json_schema): mask() the logits before each token is picked, take() the token
+// picked.
+class HeldAnswer {
+ public:
+  HeldAnswer(std::shared_ptr<const AnswerGrammar> grammar,
+             std::shared_ptr<const GrammarMask> vocabulary, std::vector<int64_t> eos);
+  // Throws prism::Error where the grammar leaves no token (a prefix the model cannot finish
+  // within its vocabulary).
+  void mask(std::span<float> logits);
+  // A token mask() left (an end token once the grammar is complete).
+  void take(int32_t token);
+  bool complete() const { return grammar_->complete(state_); }
+
+ private:
+  std::shared_ptr<const AnswerGrammar> grammar_;
+  std::shared_ptr<const GrammarMask> vocabulary_;
+  std::vector<int64_t> eos_;
+  AnswerGrammar::State state_;
+  std::vector<uint8_t> allowed_;
 };
 
 }  // namespace prism::llm

@@ -159,6 +159,8 @@ Generator::Generator(Engine& engine, Sampler& sampler, std::vector<int32_t>& con
   PRISM_CHECK(options.draft_tokens >= 1 && options.draft_tokens <= kMaxDraftTokens,
               "llm: --draft-tokens must be between 1 and {}, got {}", kMaxDraftTokens,
               options.draft_tokens);
+  PRISM_CHECK(!options.drafter || !options.constrain,
+              "llm: speculative decoding of an answer held to a grammar is not supported");
   sampler_.start_generation(context_.size());
 }
 
@@ -196,8 +198,9 @@ void Generator::step() {
     }
   }
   ++stats_.passes;
-  decided_.push_back(
-      sampler_.next(engine_.feed(slot_, std::span<const int32_t>(context_).subspan(at)), context_));
+  std::vector<float> logits = engine_.feed(slot_, std::span<const int32_t>(context_).subspan(at));
+  if (options_.constrain) options_.constrain(logits);
+  decided_.push_back(sampler_.next(logits, context_));
 }
 
 std::vector<int32_t> check_guesses(Engine& engine, int slot, Sampler& sampler, Drafter& drafter,

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -101,6 +102,9 @@ struct GeneratorOptions {
   Drafter* drafter = nullptr;  // none: plain decoding
   // The most guesses a step checks; fewer after steps that kept few (GuessBudget).
   int64_t draft_tokens = 4;
+  // Called on each step's logits before a token is picked (HeldAnswer::mask: an answer held
+  // to a grammar); not with a drafter.
+  std::function<void(std::span<float>)> constrain;
 };
 
 // How many guesses a step asks for: two more after a step that kept all (up to `most`), one

@@ -958,37 +958,18 @@ class Server::Impl {
   }
 
   // The vocabulary's tokens as bytes, indexed for grammar masks (llm::GrammarMask), made at
-  // the first request with a grammar: special tokens are no answer's text.
+  // the first request with a grammar.
   const llm::GrammarMask& vocabulary() {
-    if (!vocabulary_) {
-      std::vector<std::string> bytes(static_cast<size_t>(engine_.info().vocab_size));
-      for (size_t t = 0; t < bytes.size(); ++t) {
-        const auto id = static_cast<int32_t>(t);
-        if (has_text(id) && !tokenizer_.is_special(id))
-          bytes[t] = tokenizer_.decode(std::span(&id, 1));
-      }
-      vocabulary_.emplace(std::move(bytes));
-    }
+    if (!vocabulary_)
+      vocabulary_.emplace(llm::GrammarMask::of(tokenizer_, engine_.info().vocab_size));
     return *vocabulary_;
   }
 
-  // Sets to -infinity the logits of the tokens whose bytes `grammar` refuses after `state`:
-  // an end token only once the grammar is complete, and then only it. False where none is
-  // left.
+  // Masks the logits of the tokens `grammar` refuses after `state` (an end token only once it
+  // is complete). False where none is left.
   bool grammar_mask(const llm::AnswerGrammar& grammar, const llm::AnswerGrammar::State& state,
                     std::vector<float>& logits) {
-    std::vector<uint8_t>& allowed = allowed_;
-    size_t n = vocabulary().allowed(grammar, state, allowed);
-    for (const int64_t eos : engine_.info().eos_token_ids) {
-      if (grammar.complete(state) && eos >= 0 && static_cast<size_t>(eos) < allowed.size()) {
-        n += !allowed[static_cast<size_t>(eos)];
-        allowed[static_cast<size_t>(eos)] = 1;
-      }
-    }
-    for (size_t t = 0; t < logits.size(); ++t) {
-      if (t >= allowed.size() || !allowed[t]) logits[t] = -std::numeric_limits<float>::infinity();
-    }
-    return n > 0;
+    return vocabulary().apply(grammar, state, engine_.info().eos_token_ids, logits, allowed_);
   }
 
   // The text of an echoed prompt, and where log-probabilities are asked for, an entry for each

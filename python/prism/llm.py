@@ -1,5 +1,7 @@
 """prism.llm: language models (Llama 3.x, Qwen 3.5, LFM 2, from safetensors checkpoints or GGUF
 files) with prism's engine, as `prism llm` runs them (docs/llm.md, docs/python.md)."""
+import json as _json
+
 from prism import _prism
 from prism._prism import Error
 from prism.tokenizer import Tokenizer
@@ -31,7 +33,7 @@ class Model:
 
     def _start(self, prompt, ids, max_tokens, temperature, top_p, top_k, min_p,
                repetition_penalty, frequency_penalty, presence_penalty, seed, stop, speculate,
-               draft_model, draft_tokens):
+               draft_model, draft_tokens, json=False, json_schema=None):
         if (prompt is None) == (ids is None):
             raise ValueError("prism.llm: give a prompt or ids, not both or neither")
         if ids is None:
@@ -40,18 +42,20 @@ class Model:
             ids = self.tokenizer.encode(prompt, add_special_tokens=True)
         if isinstance(stop, str):
             stop = [stop]
+        if json_schema is not None and not isinstance(json_schema, str):
+            json_schema = _json.dumps(json_schema)
         return _prism.Model._generate(self._native, list(ids), float(temperature), int(top_k),
                                       float(top_p), float(min_p), float(repetition_penalty),
                                       float(frequency_penalty), float(presence_penalty),
                                       int(seed), int(max_tokens), list(stop or []),
                                       str(speculate),
                                       draft_model._native if draft_model is not None else None,
-                                      int(draft_tokens))
+                                      int(draft_tokens), bool(json), json_schema or "")
 
     def generate_ids(self, prompt=None, ids=None, max_tokens=256, temperature=0.0, top_p=1.0,
                      top_k=0, min_p=0.0, repetition_penalty=1.0, seed=0, stop=None,
                      speculate="none", draft_model=None, draft_tokens=4, frequency_penalty=0.0,
-                     presence_penalty=0.0):
+                     presence_penalty=0.0, json=False, json_schema=None):
         """The generated ids after `prompt` (text, BOS added as the tokenizer says) or `ids` (as
         they are), as `prism llm --print-ids` prints them: greedy by default (temperature 0),
         up to max_tokens, ending before an end-of-sequence id. speculate="lookup", "draft"
@@ -60,10 +64,12 @@ class Model:
         tokens a step and checks them in one (docs/speculative.md): the same greedy ids, the
         same distribution when sampling. repetition_penalty is Hugging Face's (each distinct
         token of the prompt and answer), frequency_penalty and presence_penalty OpenAI's (-2 to
-        2, the answer's tokens alone), as `prism llm` takes them."""
+        2, the answer's tokens alone), as `prism llm` takes them. json=True holds the answer to a
+        JSON object, json_schema (a dict, or its JSON text) to a value of that JSON Schema,
+        token by token, as `prism serve`'s response_format does (docs/serving.md)."""
         run = self._start(prompt, ids, max_tokens, temperature, top_p, top_k, min_p,
                           repetition_penalty, frequency_penalty, presence_penalty, seed, stop,
-                          speculate, draft_model, draft_tokens)
+                          speculate, draft_model, draft_tokens, json, json_schema)
         out = []
         while (step := run.next()) is not None:
             if step[0] is not None:
@@ -73,7 +79,7 @@ class Model:
     def generate(self, prompt=None, ids=None, max_tokens=256, temperature=0.0, top_p=1.0,
                  top_k=0, min_p=0.0, repetition_penalty=1.0, seed=0, stop=None, stream=False,
                  speculate="none", draft_model=None, draft_tokens=4, frequency_penalty=0.0,
-                 presence_penalty=0.0):
+                 presence_penalty=0.0, json=False, json_schema=None):
         """The text generated after `prompt` or `ids` (see generate_ids), ending before a stop
         string. stream=True returns an iterator of text pieces instead, each a whole number
         of characters, as they are generated."""
@@ -81,7 +87,7 @@ class Model:
             raise Error("prism.llm: this model has no tokenizer: use generate_ids")
         run = self._start(prompt, ids, max_tokens, temperature, top_p, top_k, min_p,
                           repetition_penalty, frequency_penalty, presence_penalty, seed, stop,
-                          speculate, draft_model, draft_tokens)
+                          speculate, draft_model, draft_tokens, json, json_schema)
         pieces = _pieces(run, [stop] if isinstance(stop, str) else list(stop or []))
         return pieces if stream else "".join(pieces)
 

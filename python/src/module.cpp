@@ -27,6 +27,7 @@
 #include "prism/core/error.h"
 #include "prism/io/load.h"
 #include "prism/io/store.h"
+#include "prism/llm/answer_grammar.h"
 #include "prism/llm/chat_template.h"
 #include "prism/llm/engine.h"
 #include "prism/llm/gguf_model.h"
@@ -226,33 +227,50 @@ class Model {
   }
   bool has_tokenizer() const { return tokenizer_.has_value(); }
   const std::optional<llm::ChatTemplate>& chat() const { return chat_; }
+  // The vocabulary's tokens as bytes, for answers held to a grammar (made at the first).
+  std::shared_ptr<const llm::GrammarMask> vocabulary() {
+    if (!vocabulary_) {
+      vocabulary_ = std::make_shared<const llm::GrammarMask>(
+          llm::GrammarMask::of(tokenizer(), engine_->info().vocab_size));
+    }
+    return vocabulary_;
+  }
 
  private:
   std::unique_ptr<llm::Engine> engine_;
   std::optional<llm::Tokenizer> tokenizer_;
   std::optional<llm::ChatTemplate> chat_;
+  std::shared_ptr<const llm::GrammarMask> vocabulary_;
 };
 
 // One generation, token by token: next() returns the next id and the text it completes (a
 // whole number of UTF-8 characters, possibly empty), then, at the end (an end-of-sequence id, a
 // stop string, max_tokens, or a full cache), any text still pending with no id, then None. The
 // tokens come from llm::Generator, as `prism llm`'s do: plainly, or with guesses from
-// `drafter` checked in one step (speculative decoding).
+// `drafter` checked in one step (speculative decoding); each held to `grammar` where there is
+// one (json_schema).
 class Generation {
  public:
   using Step = std::optional<std::pair<std::optional<int32_t>, std::string>>;
 
   Generation(Model& model, std::vector<int32_t> prompt, const llm::SamplerOptions& sampling,
              int64_t max_tokens, std::vector<std::string> stop,
-             std::unique_ptr<llm::Drafter> drafter, int64_t draft_tokens)
+             std::unique_ptr<llm::Drafter> drafter, int64_t draft_tokens,
+             std::shared_ptr<const llm::AnswerGrammar> grammar)
       : model_(model),
         context_(std::move(prompt)),
         sampler_(sampling),
         max_tokens_(max_tokens),
         stop_(std::move(stop)),
         drafter_(std::move(drafter)),
+        held_(grammar ? std::optional(llm::HeldAnswer(grammar, model.vocabulary(),
+                                                      model.engine().info().eos_token_ids))
+                      : std::nullopt),
         generator_(model.engine(), sampler_, context_,
-                   {.drafter = drafter_.get(), .draft_tokens = draft_tokens}) {
+                   {.drafter = drafter_.get(),
+                    .draft_tokens = draft_tokens,
+                    .constrain = held_ ? [this](std::span<float> logits) { held_->mask(logits); }
+                                       : std::function<void(std::span<float>)>()}) {
     PRISM_CHECK(max_tokens >= 0, "prism.llm: max_tokens must be >= 0, got {}", max_tokens);
     PRISM_CHECK(!context_.empty(), "prism.llm: the prompt is empty");
     const int64_t vocab = model.engine().info().vocab_size;
@@ -279,6 +297,7 @@ class Generation {
         started_ = true;
       }
       id = generator_.next();
+      if (held_) held_->take(id);
     }
     const auto& eos = engine.info().eos_token_ids;
     if (std::find(eos.begin(), eos.end(), id) != eos.end()) return finish();
@@ -316,6 +335,7 @@ class Generation {
   int64_t max_tokens_, generated_ = 0;
   std::vector<std::string> stop_;
   std::unique_ptr<llm::Drafter> drafter_;
+  std::optional<llm::HeldAnswer> held_;
   llm::Generator generator_;
   std::optional<llm::StreamingDetokenizer> detok_;
   std::string text_;
@@ -583,7 +603,7 @@ NB_MODULE(_prism, m) {
              double top_p, double min_p, double repetition_penalty, double frequency_penalty,
              double presence_penalty, uint64_t seed, int64_t max_tokens,
              std::vector<std::string> stop, const std::string& speculate, Model* draft_model,
-             int64_t draft_tokens) {
+             int64_t draft_tokens, bool json, const std::string& json_schema) {
             llm::SamplerOptions s;
             s.temperature = temperature;
             s.top_k = top_k;
@@ -609,13 +629,21 @@ NB_MODULE(_prism, m) {
             std::unique_ptr<llm::Drafter> drafter =
                 llm::make_drafter(speculate, "prism.llm",
                                   draft_model ? &draft_model->engine() : nullptr, &model.engine());
+            PRISM_CHECK(!json || json_schema.empty(),
+                        "prism.llm: give json=True or json_schema, not both");
+            std::shared_ptr<const llm::AnswerGrammar> grammar;
+            if (json || !json_schema.empty()) {
+              PRISM_CHECK(speculate == "none",
+                          "prism.llm: speculate with json or json_schema is not supported");
+              grammar = llm::json_answer_grammar(json_schema);
+            }
             return new Generation(model, std::move(prompt), s, max_tokens, std::move(stop),
-                                  std::move(drafter), draft_tokens);
+                                  std::move(drafter), draft_tokens, std::move(grammar));
           },
           nb::keep_alive<0, 1>(), nb::keep_alive<0, 14>(), "prompt"_a, "temperature"_a, "top_k"_a,
           "top_p"_a, "min_p"_a, "repetition_penalty"_a, "frequency_penalty"_a, "presence_penalty"_a,
           "seed"_a, "max_tokens"_a, "stop"_a, "speculate"_a, "draft_model"_a.none(),
-          "draft_tokens"_a);
+          "draft_tokens"_a, "json"_a, "json_schema"_a);
 
   nb::class_<Generation>(m, "Generation")
       .def("next", &Generation::next)

@@ -66,6 +66,17 @@ err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --speculate=lookup --
 check "bad --draft-tokens" "1 prism: error: llm: --draft-tokens must be between 1 and 32, got 0" "$rc $err"
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --frequency-penalty=3 2>&1 >/dev/null); rc=$?
 check "bad --frequency-penalty" "1 prism: error: sampler: frequency penalty must be in [-2, 2], got 3" "$rc $err"
+# --json-schema: a schema it cannot hold to, a file it cannot read, with --json or --speculate:
+# one line, before the model loads.
+err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --json-schema='{"type": "strin"}' 2>&1 >/dev/null); rc=$?
+check "bad --json-schema" "1 prism: error: json_schema: at the root: unknown type 'strin' (--json-schema)" "$rc $err"
+err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --json-schema="$tmp/none.json" 2>&1 >/dev/null); rc=$?
+check "missing --json-schema file" "1 prism: error: llm: cannot read the --json-schema file $tmp/none.json" "$rc $err"
+echo '{"type": "object", "properties": {"a": {"type": "integer", "minimum": 1}}}' >"$tmp/schema.json"
+err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --json-schema="$tmp/schema.json" 2>&1 >/dev/null); rc=$?
+check "--json-schema file with minimum" "1 prism: error: json_schema: at /properties/a: 'minimum' is not supported (--json-schema)" "$rc $err"
+err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --json --speculate=lookup 2>&1 >/dev/null); rc=$?
+check "--json with --speculate" "1 prism: error: llm: --speculate with --json or --json-schema is not supported" "$rc $err"
 
 # The same ids on every other platform this binary has available (OpenCL on PoCL in CI), chosen
 # with --platform and with PRISM_PLATFORM.

@@ -164,6 +164,35 @@ def test_penalties_as_the_cli():
         m.generate_ids(ids=PROMPT_IDS, frequency_penalty=2.5)
 
 
+# Bounded strings, an enum, a boolean, an integer (at most 32 bytes): every answer ends.
+WEATHER = {"type": "object", "additionalProperties": False, "required": ["sky", "wind", "ok"],
+           "properties": {"sky": {"enum": ["clear", "cloudy", "rain"]},
+                          "wind": {"type": "integer"}, "ok": {"type": "boolean"},
+                          "notes": {"type": "array", "maxItems": 2,
+                                    "items": {"type": "string", "maxLength": 4}}}}
+
+
+def test_json_schema_as_the_cli(tiny_with_tokenizer):
+    jsonschema = pytest.importorskip("jsonschema")
+    m = prism.llm.Model.load(tiny_with_tokenizer, dtype="f32", seqlen=256)
+    text = m.generate(ids=PROMPT_IDS, max_tokens=200, json_schema=WEATHER)
+    jsonschema.validate(json.loads(text), WEATHER)
+    ids = m.generate_ids(ids=PROMPT_IDS, max_tokens=200, json_schema=json.dumps(WEATHER))
+    want = cli("llm", f"--model={tiny_with_tokenizer}", "--prompt-ids=" +
+               ",".join(map(str, PROMPT_IDS)), "--max-tokens=200", "--print-ids", "--seqlen=256",
+               "--dtype=f32", f"--json-schema={json.dumps(WEATHER)}")
+    assert ids == [int(i) for i in want.split()]
+    assert ids != m.generate_ids(ids=PROMPT_IDS, max_tokens=len(ids))  # the schema changed them
+    sampled = m.generate(ids=PROMPT_IDS, max_tokens=200, temperature=1.0, seed=3, json=True)
+    assert sampled.lstrip().startswith("{")
+    with pytest.raises(prism.Error, match="unknown type 'strin'"):
+        m.generate(ids=PROMPT_IDS, json_schema={"type": "strin"})
+    with pytest.raises(prism.Error, match="not both"):
+        m.generate(ids=PROMPT_IDS, json=True, json_schema=WEATHER)
+    with pytest.raises(prism.Error, match="not supported"):
+        m.generate(ids=PROMPT_IDS, json=True, speculate="lookup")
+
+
 def test_sampling_is_seeded(tiny_with_tokenizer):
     m = prism.llm.Model.load(tiny_with_tokenizer, dtype="f32", seqlen=128)
     a = m.generate_ids(ids=PROMPT_IDS, max_tokens=12, temperature=1.0, top_p=0.9, seed=7)

@@ -141,19 +141,25 @@ bool AnswerGrammar::step(State& s, char c) const {
   return false;
 }
 
-GrammarMask::GrammarMask(std::vector<std::string> bytes)
-    : bytes_(std::move(bytes)), by_first_(256), plain_(bytes_.size(), 0) {
+GrammarMask::GrammarMask(std::vector<std::string> bytes) : bytes_(std::move(bytes)) {
   for (size_t t = 0; t < bytes_.size(); ++t) {
     const std::string& b = bytes_[t];
     if (b.empty()) continue;
-    by_first_[static_cast<unsigned char>(b[0])].push_back(static_cast<int32_t>(t));
     // Plain string text: what a JSON string, between characters, takes and stays in all along
     // (no quote or backslash, which would leave it or escape; the probe checks the rest).
     JsonPrefix probe;
     probe.feed(std::string_view("{\""));
-    plain_[t] =
+    const bool plain =
         b.find_first_of("\"\\") == std::string::npos && probe.feed(b) && probe.in_plain_string();
+    (plain ? plain_ : rough_).push_back(static_cast<int32_t>(t));
+    sorted_.push_back(static_cast<int32_t>(t));
   }
+  // Sorted by their bytes, tokens that share a start are neighbours: a trie, walked in order.
+  auto by_bytes = [&](int32_t a, int32_t b) {
+    return bytes_[static_cast<size_t>(a)] < bytes_[static_cast<size_t>(b)];
+  };
+  std::sort(sorted_.begin(), sorted_.end(), by_bytes);
+  std::sort(rough_.begin(), rough_.end(), by_bytes);
 }
 
 GrammarMask GrammarMask::of(const Tokenizer& tokenizer, int64_t vocab_size) {
@@ -215,24 +221,36 @@ void HeldAnswer::take(int32_t token) {
 size_t GrammarMask::allowed(const AnswerGrammar& grammar, const AnswerGrammar::State& state,
                             std::vector<uint8_t>& allowed) const {
   allowed.assign(bytes_.size(), 0);
-  const bool in_string = grammar.in_plain_string(state);
   size_t n = 0;
-  for (size_t first = 0; first < by_first_.size(); ++first) {
-    const std::vector<int32_t>& tokens = by_first_[first];
-    if (tokens.empty()) continue;
-    AnswerGrammar::State probe = state;
-    if (!grammar.feed(probe, static_cast<char>(first))) continue;  // none of them
-    for (const int32_t t : tokens) {
-      bool ok = in_string && plain_[static_cast<size_t>(t)];
-      if (!ok) {
-        AnswerGrammar::State next = state;
-        ok = grammar.feed(next, bytes_[static_cast<size_t>(t)]);
-      }
-      allowed[static_cast<size_t>(t)] = ok;
-      n += ok;
-    }
+  if (grammar.in_plain_string(state)) {
+    for (const int32_t t : plain_) allowed[static_cast<size_t>(t)] = 1;
+    n = plain_.size();
+    walk(grammar, state, rough_, 0, allowed, n);
+  } else {
+    walk(grammar, state, sorted_, 0, allowed, n);
   }
   return n;
+}
+
+// The tokens `ids` (sorted by their bytes) share their first `depth` bytes, which the grammar
+// took (`state` after them): those that end there are taken; the rest go on in runs that share
+// their next byte, each fed once for the run.
+void GrammarMask::walk(const AnswerGrammar& grammar, const AnswerGrammar::State& state,
+                       std::span<const int32_t> ids, size_t depth, std::vector<uint8_t>& allowed,
+                       size_t& n) const {
+  size_t i = 0;
+  for (; i < ids.size() && bytes_[static_cast<size_t>(ids[i])].size() == depth; ++i) {
+    n += !allowed[static_cast<size_t>(ids[i])];
+    allowed[static_cast<size_t>(ids[i])] = 1;
+  }
+  while (i < ids.size()) {
+    const char c = bytes_[static_cast<size_t>(ids[i])][depth];
+    size_t j = i + 1;
+    while (j < ids.size() && bytes_[static_cast<size_t>(ids[j])][depth] == c) ++j;
+    AnswerGrammar::State next = state;
+    if (grammar.feed(next, c)) walk(grammar, next, ids.subspan(i, j - i), depth + 1, allowed, n);
+    i = j;
+  }
 }
 
 }  // namespace prism::llm

@@ -65,10 +65,12 @@ class AnswerGrammar {
 };
 
 // Which tokens of a vocabulary a grammar takes next: a mask over the logits before a token is
-// picked. Tokens are indexed by their first byte, so that a byte the grammar refuses rules
-// out every token that starts with it with one test, and marked where they are plain string
-// text (printable, no quote or backslash, whole UTF-8 characters), which a JSON string takes
-// whole: the two cases that cover most of a large vocabulary at most steps.
+// picked. The tokens are kept sorted by their bytes and walked as a trie: a start they share is
+// fed to the grammar once, and a byte it refuses rules out every token that starts with it.
+// Tokens that are plain string text (printable, no quote or backslash, whole UTF-8
+// characters), which a JSON string takes whole, are marked at once inside one; the walk then
+// covers the others alone. Most of a large vocabulary is settled by those two cases at most
+// steps.
 class GrammarMask {
  public:
   // bytes[t]: token t's bytes alone; empty for a token no answer may hold (a special one).
@@ -91,9 +93,14 @@ class GrammarMask {
              std::vector<uint8_t>& allowed) const;
 
  private:
+  void walk(const AnswerGrammar& grammar, const AnswerGrammar::State& state,
+            std::span<const int32_t> ids, size_t depth, std::vector<uint8_t>& allowed,
+            size_t& n) const;
+
   std::vector<std::string> bytes_;
-  std::vector<std::vector<int32_t>> by_first_;  // 256 lists of token ids
-  std::vector<uint8_t> plain_;
+  std::vector<int32_t> sorted_;  // the tokens with bytes, sorted by them
+  std::vector<int32_t> plain_;   // those that are plain string text
+  std::vector<int32_t> rough_;   // the others, sorted by their bytes
 };
 
 // The grammar of an answer held to JSON: a value of the JSON Schema whose text is `schema`, or

@@ -1,7 +1,9 @@
 #include "prism/llm/json_schema.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <tuple>
 
 #include "prism/core/error.h"
 
@@ -54,13 +56,35 @@ bool number_may_end(uint8_t phase) {
   return phase == n_zero || phase == n_integer || phase == n_fraction || phase == n_exponent;
 }
 
+bool bounded(const JsonSchema::Node& n) {
+  return n.integer && (n.low != INT64_MIN || n.high != INT64_MAX);
+}
+
+// An integer's digits so far (`magnitude`, `negative` or not): whether some value in
+// [low, high] starts with them, with at most `more` digits after them (none after a leading
+// 0), or (more < 0) whether they are one as they stand.
+bool integer_reachable(const JsonSchema::Node& n, bool negative, uint64_t magnitude, int more) {
+  using Wide = __int128;
+  Wide scale = 1;
+  for (int k = 0; k <= std::max(more, 0); ++k) {
+    Wide a = Wide(magnitude) * scale, b = a + scale - 1;
+    if (negative) std::tie(a, b) = std::pair(-b, -a);
+    if (a <= n.high && b >= n.low) return true;
+    if (more < 0 || magnitude == 0 || a > Wide(UINT64_MAX) * 10 || -a > Wide(UINT64_MAX) * 10) {
+      break;
+    }
+    scale *= 10;
+  }
+  return false;
+}
+
+// The bounds keywords, which the grammar holds integers to.
+constexpr std::string_view kBounds[] = {"minimum", "maximum", "exclusiveMinimum",
+                                        "exclusiveMaximum"};
+
 // Keywords that assert what the grammar cannot hold an answer to: refused, not ignored.
 constexpr std::string_view kUnsupported[] = {"pattern",
                                              "patternProperties",
-                                             "minimum",
-                                             "maximum",
-                                             "exclusiveMinimum",
-                                             "exclusiveMaximum",
                                              "multipleOf",
                                              "not",
                                              "if",
@@ -249,6 +273,7 @@ class SchemaCompiler {
     if (type == "number" || type == "integer") {
       n.kind = Kind::number;
       n.integer = type == "integer";
+      if (n.integer) bound(s, n, where);
       return n;
     }
     if (type == "boolean") {
@@ -260,6 +285,37 @@ class SchemaCompiler {
       return n;
     }
     bad(where, fmt::format("unknown type '{}'", type));
+  }
+
+  // An integer's minimum, maximum, exclusiveMinimum and exclusiveMaximum (numbers; draft 4's
+  // boolean exclusive ones too), as inclusive integer bounds.
+  static void bound(const Json& s, JsonSchema::Node& n, const std::string& where) {
+    auto value = [&](const char* key) {
+      if (!s[key].is_number()) bad(where, fmt::format("'{}' must be a number", key));
+      return s[key].get<double>();
+    };
+    auto clamp = [](double v) {
+      return v <= -9.2e18 ? INT64_MIN : v >= 9.2e18 ? INT64_MAX : static_cast<int64_t>(v);
+    };
+    const bool draft4_low = s.contains("exclusiveMinimum") && s["exclusiveMinimum"].is_boolean();
+    const bool draft4_high = s.contains("exclusiveMaximum") && s["exclusiveMaximum"].is_boolean();
+    if (s.contains("minimum")) {
+      const double m = value("minimum");
+      const bool open = draft4_low && s["exclusiveMinimum"].get<bool>();
+      n.low = std::max(n.low, clamp(open ? std::floor(m) + 1 : std::ceil(m)));
+    }
+    if (s.contains("maximum")) {
+      const double m = value("maximum");
+      const bool open = draft4_high && s["exclusiveMaximum"].get<bool>();
+      n.high = std::min(n.high, clamp(open ? std::ceil(m) - 1 : std::floor(m)));
+    }
+    if (s.contains("exclusiveMinimum") && !draft4_low) {
+      n.low = std::max(n.low, clamp(std::floor(value("exclusiveMinimum")) + 1));
+    }
+    if (s.contains("exclusiveMaximum") && !draft4_high) {
+      n.high = std::min(n.high, clamp(std::ceil(value("exclusiveMaximum")) - 1));
+    }
+    if (n.low > n.high) bad(where, "no integer is within the bounds");
   }
 
   static bool has_type(const Json& v, const std::string& type) {
@@ -327,6 +383,10 @@ class SchemaCompiler {
       }
     }
     if (s.contains("enum") || s.contains("const")) {
+      for (const std::string_view key : kBounds) {
+        if (s.contains(key))
+          bad(where, fmt::format("'{}' beside 'enum' or 'const' is not supported", key));
+      }
       JsonSchema::Node n{Kind::literal};
       const Json values = s.contains("const") ? Json::array({s["const"]}) : s["enum"];
       if (!values.is_array() || values.empty()) bad(where, "'enum' must be a non-empty list");
@@ -342,6 +402,12 @@ class SchemaCompiler {
       }
       if (n.texts.empty()) bad(where, "no value of 'enum' or 'const' has the schema's type");
       return n;
+    }
+    // Bounds hold an integer; on other numbers the grammar cannot hold to them.
+    for (const std::string_view key : kBounds) {
+      if (s.contains(key) && std::find(types.begin(), types.end(), "integer") == types.end()) {
+        bad(where, fmt::format("'{}' is supported on integers alone ('type': 'integer')", key));
+      }
     }
     if (types.empty()) {
       // No type: what the keywords present apply to, else any value.
@@ -507,7 +573,8 @@ bool JsonSchema::complete(const State& s) const {
     if (t.stack.size() != 1) continue;
     const Frame& f = t.stack[0];
     const Node& n = nodes_[f.node];
-    if ((n.kind == Node::Kind::number && number_may_end(f.phase)) ||
+    if ((n.kind == Node::Kind::number && number_may_end(f.phase) &&
+         (!bounded(n) || integer_reachable(n, f.a != 0, uint64_t{f.z} << 32 | f.y, -1))) ||
         (n.kind == Node::Kind::literal && n.texts[f.x].size() == f.y)) {
       return true;
     }
@@ -775,26 +842,47 @@ void JsonSchema::step(Thread t, char c, std::vector<Thread>& out) const {
       return;
     }
     case Node::Kind::number: {
-      // Bytes so far: x. A byte that leaves the number unable to end needs room for one more.
+      // Bytes so far: x; an integer's sign: a, its digits' value: z and y (high and low
+      // halves). A byte that leaves the number unable to end needs room for one more; an
+      // integer's digit, some value within its bounds that starts with the digits.
+      const bool bounded = prism::llm::bounded(n);
       auto go = [&](Phase to) {
         if (f.x + 1 + (number_may_end(to) ? 0 : 1) > kMaxNumber) return;
         ++f.x;
         f.phase = to;
         keep();
       };
+      auto magnitude = [&] { return uint64_t{f.z} << 32 | f.y; };
+      auto go_digit = [&](Phase to) {
+        if (bounded) {
+          const uint64_t m = magnitude();
+          if (m > (UINT64_MAX - 9) / 10) return;
+          const uint64_t next = m * 10 + static_cast<uint64_t>(c - '0');
+          const int more =
+              to == n_zero ? 0 : static_cast<int>(kMaxNumber) - static_cast<int>(f.x) - 1;
+          if (!integer_reachable(n, f.a != 0, next, more)) return;
+          f.y = static_cast<uint32_t>(next);
+          f.z = static_cast<uint32_t>(next >> 32);
+        }
+        go(to);
+      };
       const bool digit = is_digit(c);
       const bool fraction_ok = !n.integer;
       switch (f.phase) {
         case n_start:
-          if (c == '-') return go(n_minus);
-          if (digit) return go(c == '0' ? n_zero : n_integer);
+          if (c == '-') {
+            if (bounded && n.low > 0) return;  // (-0 is 0)
+            f.a = 1;
+            return go(n_minus);
+          }
+          if (digit) return go_digit(c == '0' ? n_zero : n_integer);
           return blank();
         case n_minus:
-          if (digit) return go(c == '0' ? n_zero : n_integer);
+          if (digit) return go_digit(c == '0' ? n_zero : n_integer);
           return;
         case n_zero:
         case n_integer:
-          if (digit && f.phase == n_integer) return go(n_integer);
+          if (digit && f.phase == n_integer) return go_digit(n_integer);
           if (c == '.' && fraction_ok) return go(n_dot);
           if ((c == 'e' || c == 'E') && fraction_ok) return go(n_e);
           break;
@@ -817,7 +905,10 @@ void JsonSchema::step(Thread t, char c, std::vector<Thread>& out) const {
           break;
       }
       // The number has ended before c, which is its container's.
-      if (!number_may_end(f.phase)) return;
+      if (!number_may_end(f.phase) ||
+          (bounded && !integer_reachable(n, f.a != 0, magnitude(), -1))) {
+        return;
+      }
       t.stack.pop_back();
       return step(std::move(t), c, out);
     }

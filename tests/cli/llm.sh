@@ -72,9 +72,9 @@ err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --json-schema='{"type
 check "bad --json-schema" "1 prism: error: json_schema: at the root: unknown type 'strin' (--json-schema)" "$rc $err"
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --json-schema="$tmp/none.json" 2>&1 >/dev/null); rc=$?
 check "missing --json-schema file" "1 prism: error: llm: cannot read the --json-schema file $tmp/none.json" "$rc $err"
-echo '{"type": "object", "properties": {"a": {"type": "integer", "minimum": 1}}}' >"$tmp/schema.json"
+echo '{"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2}}}' >"$tmp/schema.json"
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --json-schema="$tmp/schema.json" 2>&1 >/dev/null); rc=$?
-check "--json-schema file with minimum" "1 prism: error: json_schema: at /properties/a: 'minimum' is not supported (--json-schema)" "$rc $err"
+check "--json-schema file with multipleOf" "1 prism: error: json_schema: at /properties/a: 'multipleOf' is not supported (--json-schema)" "$rc $err"
 err=$("$prism" llm --model="$data/tiny-f32" --prompt-ids=1 --json --speculate=lookup 2>&1 >/dev/null); rc=$?
 check "--json with --speculate" "1 prism: error: llm: --speculate with --json or --json-schema is not supported" "$rc $err"
 

@@ -31,12 +31,12 @@ class Mood(str, enum.Enum):
 class Pet(pydantic.BaseModel):
     kind: Literal["cat", "dog"]
     name: str = pydantic.Field(max_length=6)
-    lives: int
+    lives: int = pydantic.Field(ge=0, le=9)
 
 
 class Report(pydantic.BaseModel):
     city: str = pydantic.Field(max_length=8)
-    days: list[int] = pydantic.Field(max_length=3)
+    days: list[pydantic.conint(gt=-10, lt=400)] = pydantic.Field(max_length=3)
     mood: Mood
     pet: Optional[Pet]
     ok: bool
@@ -126,8 +126,10 @@ try:
     for response_format, words in [
             ({"type": "json_schema", "json_schema": {"name": "x"}}, "needs"),
             (schema_format({"type": "string", "pattern": "^a+$"}), "'pattern' is not supported"),
-            (schema_format({"properties": {"n": {"type": "integer", "minimum": 0}}}),
-             "at /properties/n: 'minimum'"),
+            (schema_format({"properties": {"n": {"type": "number", "minimum": 0}}}),
+             "at /properties/n: 'minimum' is supported on integers alone"),
+            (schema_format({"properties": {"n": {"type": "integer", "multipleOf": 3}}}),
+             "at /properties/n: 'multipleOf' is not supported"),
             (schema_format({"$ref": "https://example.com/s.json"}), "refer into the schema"),
             (schema_format({"$ref": "#/$defs/gone"}), "refers to nothing"),
             (schema_format({"type": "object", "required": ["a"]}), "does not declare"),

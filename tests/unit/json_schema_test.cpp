@@ -168,6 +168,43 @@ TEST(JsonSchema, LargeEnumsAndManyProperties) {
   EXPECT_FALSE(takes(*o, R"({"p1000": 1})"));
 }
 
+TEST(JsonSchema, IntegerBounds) {
+  const auto teens = compile(R"({"type": "integer", "minimum": 10, "maximum": 20})");
+  for (const char* ok : {"10", "15", "20"}) EXPECT_TRUE(takes(*teens, ok)) << ok;
+  EXPECT_FALSE(takes(*teens, "1"));        // a start of 10-19, not a value
+  EXPECT_EQ(run(*teens, "21").first, 1u);  // refused at the digit that leaves the range
+  EXPECT_EQ(run(*teens, "3").first, 0u);
+  EXPECT_EQ(run(*teens, "0").first, 0u);
+  EXPECT_EQ(run(*teens, "-").first, 0u);
+  const auto natural = compile(R"({"type": "integer", "minimum": 0})");
+  EXPECT_TRUE(takes(*natural, "12345678901234"));
+  EXPECT_TRUE(takes(*natural, "-0"));  // 0
+  EXPECT_EQ(run(*natural, "-1").first, 1u);
+  const auto negative = compile(R"({"type": "integer", "minimum": -5, "maximum": -3})");
+  for (const char* ok : {"-3", "-4", "-5"}) EXPECT_TRUE(takes(*negative, ok)) << ok;
+  EXPECT_EQ(run(*negative, "-2").first, 1u);
+  EXPECT_EQ(run(*negative, "-6").first, 1u);
+  EXPECT_EQ(run(*negative, "3").first, 0u);
+  const auto open =
+      compile(R"({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 100})");
+  EXPECT_TRUE(takes(*open, "99"));
+  EXPECT_EQ(run(*open, "100").first, 2u);
+  EXPECT_EQ(run(*open, "0").first, 0u);  // a leading 0 is 0 alone
+  // Draft 4's boolean exclusiveMinimum, and bounds that are not integers.
+  const auto draft4 = compile(R"({"type": "integer", "minimum": 0, "exclusiveMinimum": true})");
+  EXPECT_FALSE(takes(*draft4, "0"));
+  EXPECT_TRUE(takes(*draft4, "1"));
+  const auto half = compile(R"({"type": ["integer", "null"], "minimum": 1.5, "maximum": 2.5})");
+  EXPECT_TRUE(takes(*half, "2"));
+  EXPECT_TRUE(takes(*half, "null"));
+  EXPECT_FALSE(takes(*half, "1"));
+  EXPECT_FALSE(takes(*half, "3"));
+  // In a list: the number ends where the list goes on, within its bounds only.
+  const auto list = compile(R"({"type": "array", "items": {"type": "integer", "maximum": 7}})");
+  EXPECT_TRUE(takes(*list, "[7, -100, 0]"));
+  EXPECT_EQ(run(*list, "[7, 8").first, 4u);
+}
+
 TEST(JsonSchema, MapsAndAnyValue) {
   const auto m = compile(R"({"type": "object", "additionalProperties": {"type": "integer"}})");
   EXPECT_TRUE(takes(*m, R"({})"));
@@ -223,8 +260,11 @@ TEST(JsonSchema, ReferencesAndRecursion) {
 TEST(JsonSchema, RefusesWhatItCannotHoldTo) {
   const std::pair<const char*, const char*> cases[] = {
       {R"({"type": "string", "pattern": "^a"})", "'pattern' is not supported"},
-      {R"({"properties": {"n": {"type": "integer", "minimum": 1}}})",
-       "at /properties/n: 'minimum' is not supported"},
+      {R"({"properties": {"n": {"type": "integer", "multipleOf": 2}}})",
+       "at /properties/n: 'multipleOf' is not supported"},
+      {R"({"type": "number", "minimum": 0})", "'minimum' is supported on integers alone"},
+      {R"({"maximum": 3})", "'maximum' is supported on integers alone"},
+      {R"({"type": "integer", "minimum": 2, "maximum": 1.5})", "no integer is within"},
       {R"({"type": "strin"})", "unknown type 'strin'"},
       {R"({"$ref": "#/$defs/missing"})", "refers to nothing"},
       {R"({"$ref": "https://example.com/s.json"})", "refer into the schema itself"},
@@ -269,7 +309,8 @@ TEST(JsonSchema, RandomWalksNeverStrand) {
       R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 4},
           "n": {"type": "number"}, "tags": {"type": "array", "items": {"enum": ["a", "b"]},
           "maxItems": 3}, "pet": {"anyOf": [{"const": "cat"}, {"type": "integer"},
-          {"type": "null"}]}}, "required": ["name", "pet"]})",
+          {"type": "null"}]}, "age": {"type": "integer", "minimum": -3, "maximum": 120}},
+          "required": ["name", "pet", "age"]})",
       R"({"$ref": "#/$defs/t", "$defs": {"t": {"type": "object", "properties": {
           "v": {"type": "boolean"}, "k": {"type": "array", "items": {"$ref": "#/$defs/t"},
           "maxItems": 2}}, "required": ["v"]}}})",

@@ -83,8 +83,7 @@ constexpr std::string_view kBounds[] = {"minimum", "maximum", "exclusiveMinimum"
                                         "exclusiveMaximum"};
 
 // Keywords that assert what the grammar cannot hold an answer to: refused, not ignored.
-constexpr std::string_view kUnsupported[] = {"pattern",
-                                             "patternProperties",
+constexpr std::string_view kUnsupported[] = {"patternProperties",
                                              "multipleOf",
                                              "not",
                                              "if",
@@ -268,6 +267,17 @@ class SchemaCompiler {
       n.min = count(s, "minLength", where, 0);
       n.max = count(s, "maxLength", where, UINT32_MAX);
       if (n.min > n.max) bad(where, "'minLength' is more than 'maxLength'");
+      if (s.contains("pattern")) {
+        if (!s["pattern"].is_string()) bad(where, "'pattern' must be a string");
+        if (s.contains("minLength") || s.contains("maxLength")) {
+          bad(where, "'minLength' or 'maxLength' beside 'pattern' is not supported");
+        }
+        try {
+          n.pattern = AsciiPattern::compile(s["pattern"].get<std::string>());
+        } catch (const Error& e) {
+          bad(where, e.what());
+        }
+      }
       return n;
     }
     if (type == "number" || type == "integer") {
@@ -416,7 +426,7 @@ class SchemaCompiler {
         types.push_back("object");
       } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
         types.push_back("array");
-      } else if (s.contains("minLength") || s.contains("maxLength")) {
+      } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) {
         types.push_back("string");
       } else {
         return one_of({any()});
@@ -587,8 +597,8 @@ bool JsonSchema::in_plain_string(const State& s) const {
     if (t.stack.empty()) continue;
     const Frame& f = t.stack.back();
     const Node& n = nodes_[f.node];
-    if (n.kind == Node::Kind::string && n.max == UINT32_MAX && f.phase == s_text && f.a == 0 &&
-        (f.z >> 8) == 0) {
+    if (n.kind == Node::Kind::string && n.max == UINT32_MAX && !n.pattern && f.phase == s_text &&
+        f.a == 0 && (f.z >> 8) == 0) {
       return true;
     }
   }
@@ -765,6 +775,17 @@ void JsonSchema::step(Thread t, char c, std::vector<Thread>& out) const {
           }
           return blank();
         case s_text:
+          if (n.pattern) {  // printable ASCII alone, each character a step of the pattern's DFA
+            if (c == '"') {
+              if (!n.pattern->accepting(f.y)) return;
+              return pop();
+            }
+            const int32_t next = n.pattern->next(f.y, c);
+            if (next == AsciiPattern::kRefused) return;
+            f.y = static_cast<uint32_t>(next);
+            ++f.x;
+            return keep();
+          }
           if (want_low && c != '\\') return;
           if (f.a > 0) {  // RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF
             if (byte < f.b || byte > f.c) return;

@@ -23,6 +23,8 @@
 #include <string_view>
 #include <vector>
 
+#include "prism/llm/ascii_pattern.h"
+
 namespace prism::llm {
 
 class JsonSchema {
@@ -76,14 +78,15 @@ class JsonSchema {
       uint32_t node;
       bool required;
     };
-    std::vector<Property> properties;           // object
-    std::vector<uint32_t> required_from;        // object: the first required property at or after i
-    uint32_t child = 0;                         // map: the values; array: the items
-    uint32_t min = 0, max = UINT32_MAX;         // array: items; string: characters
-    bool integer = false;                       // number
-    int64_t low = INT64_MIN, high = INT64_MAX;  // integer: the bounds (inclusive)
-    std::vector<std::string> texts;             // literal: JSON texts, one of which comes
-    std::vector<uint32_t> alternatives;         // one_of
+    std::vector<Property> properties;     // object
+    std::vector<uint32_t> required_from;  // object: the first required property at or after i
+    uint32_t child = 0;                   // map: the values; array: the items
+    uint32_t min = 0, max = UINT32_MAX;   // array: items; string: characters
+    std::shared_ptr<const AsciiPattern> pattern;  // string: what its text must match
+    bool integer = false;                         // number
+    int64_t low = INT64_MIN, high = INT64_MAX;    // integer: the bounds (inclusive)
+    std::vector<std::string> texts;               // literal: JSON texts, one of which comes
+    std::vector<uint32_t> alternatives;           // one_of
     // The fewest frames a value of this node needs open at once (UINT32_MAX: it has no finite
     // value): a node is entered only where that many still fit.
     uint32_t depth = UINT32_MAX;

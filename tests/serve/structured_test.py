@@ -36,6 +36,7 @@ class Pet(pydantic.BaseModel):
 
 class Report(pydantic.BaseModel):
     city: str = pydantic.Field(max_length=8)
+    code: str = pydantic.Field(pattern=r"^[A-Z]{3}-\d{2,4}$")
     days: list[pydantic.conint(gt=-10, lt=400)] = pydantic.Field(max_length=3)
     mood: Mood
     pet: Optional[Pet]
@@ -125,7 +126,8 @@ try:
 
     for response_format, words in [
             ({"type": "json_schema", "json_schema": {"name": "x"}}, "needs"),
-            (schema_format({"type": "string", "pattern": "^a+$"}), "'pattern' is not supported"),
+            (schema_format({"type": "string", "pattern": "^(a+"}), "'(' without ')'"),
+            (schema_format({"type": "string", "pattern": r"(a)\1"}), "back references"),
             (schema_format({"properties": {"n": {"type": "number", "minimum": 0}}}),
              "at /properties/n: 'minimum' is supported on integers alone"),
             (schema_format({"properties": {"n": {"type": "integer", "multipleOf": 3}}}),

@@ -205,6 +205,25 @@ TEST(JsonSchema, IntegerBounds) {
   EXPECT_EQ(run(*list, "[7, 8").first, 4u);
 }
 
+TEST(JsonSchema, Patterns) {
+  const auto g = compile(R"({"type": "object", "properties": {
+      "date": {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"},
+      "code": {"pattern": "[A-Z]{3}"}}, "required": ["date", "code"]})");
+  EXPECT_TRUE(takes(*g, R"({"date": "2026-12-05", "code": "xxABCyy"})"));
+  EXPECT_EQ(run(*g, R"({"date": "2026-1x)").first, 16u);               // refused where the DFA is
+  EXPECT_FALSE(takes(*g, R"({"date": "2026-12-05", "code": "AB"})"));  // not closed before a match
+  EXPECT_FALSE(takes(*g, R"({"date": "2026-12-5", "code": "ABC"})"));
+  // Printable ASCII alone, written as it is: no escapes, no UTF-8.
+  const auto any = compile(R"({"type": "string", "pattern": "^.+$"})");
+  EXPECT_TRUE(takes(*any, R"("a b")"));
+  EXPECT_FALSE(takes(*any, R"("a
+b")"));
+  EXPECT_FALSE(takes(*any, "\"\xC3\xA9\""));
+  JsonSchema::State s = any->start();
+  ASSERT_TRUE(any->feed(s, "\"a"));
+  EXPECT_FALSE(any->in_plain_string(s));  // each character is the DFA's
+}
+
 TEST(JsonSchema, MapsAndAnyValue) {
   const auto m = compile(R"({"type": "object", "additionalProperties": {"type": "integer"}})");
   EXPECT_TRUE(takes(*m, R"({})"));
@@ -259,7 +278,9 @@ TEST(JsonSchema, ReferencesAndRecursion) {
 
 TEST(JsonSchema, RefusesWhatItCannotHoldTo) {
   const std::pair<const char*, const char*> cases[] = {
-      {R"({"type": "string", "pattern": "^a"})", "'pattern' is not supported"},
+      {R"({"type": "string", "pattern": "^a("})", "at the root: pattern /^a(/: '(' without ')'"},
+      {R"({"type": "string", "pattern": "a", "maxLength": 3})", "beside 'pattern'"},
+      {R"({"type": "string", "pattern": 3})", "'pattern' must be a string"},
       {R"({"properties": {"n": {"type": "integer", "multipleOf": 2}}})",
        "at /properties/n: 'multipleOf' is not supported"},
       {R"({"type": "number", "minimum": 0})", "'minimum' is supported on integers alone"},
@@ -308,7 +329,8 @@ TEST(JsonSchema, RandomWalksNeverStrand) {
   const char* schemas[] = {
       R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 4},
           "n": {"type": "number"}, "tags": {"type": "array", "items": {"enum": ["a", "b"]},
-          "maxItems": 3}, "pet": {"anyOf": [{"const": "cat"}, {"type": "integer"},
+          "maxItems": 3}, "id": {"type": "string", "pattern": "^[a-f0-9]{2}(-[a-f0-9]{2})?$"},
+          "pet": {"anyOf": [{"const": "cat"}, {"type": "integer"},
           {"type": "null"}]}, "age": {"type": "integer", "minimum": -3, "maximum": 120}},
           "required": ["name", "pet", "age"]})",
       R"({"$ref": "#/$defs/t", "$defs": {"t": {"type": "object", "properties": {

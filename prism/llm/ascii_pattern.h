@@ -1,0 +1,46 @@
+// A JSON Schema `pattern` (an ECMA-262 regular expression) as a DFA over the characters a
+// string held to it is written in: printable ASCII, less the quote and the backslash (which a
+// JSON string would have to escape). Its states are small numbers, so that a grammar's frame
+// holds one; a state with no way to a match is never entered, so that no prefix the DFA takes
+// is left without a way on.
+//
+// The expressions taken: characters and escaped ones, `.`, classes (`[a-z_]`, `[^,]`, `\d`,
+// `\w`, `\s` and their negations), groups (`(...)`, `(?:...)`, `(?<name>...)`), alternation,
+// the quantifiers `*`, `+`, `?`, `{n}`, `{n,}`, `{n,m}` (lazy ones match the same strings),
+// `^` at the start and `$` at the end. A pattern without `^` or `$` matches anywhere in the
+// string, as JSON Schema says. Back references, lookaround, `\b` and Unicode properties are
+// refused, and so is a pattern that takes no string of those characters.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace prism::llm {
+
+class AsciiPattern {
+ public:
+  // Throws prism::Error ("pattern /.../: ...") for an expression it does not take.
+  static std::shared_ptr<const AsciiPattern> compile(std::string_view pattern);
+
+  // Bounds on the work a pattern may ask for (a request's): the NFA's states, and the DFA's.
+  static constexpr size_t kMaxNfaStates = 1024, kMaxStates = 512;
+  static constexpr int32_t kRefused = -1;
+
+  uint32_t start() const { return 0; }
+  // The state after `c` (kRefused where c is not written here, or leads to no match).
+  int32_t next(uint32_t state, char c) const {
+    const auto b = static_cast<unsigned char>(c);
+    return b < 128 ? table_[state][b] : kRefused;
+  }
+  bool accepting(uint32_t state) const { return accepting_[state] != 0; }
+
+ private:
+  std::vector<std::array<int32_t, 128>> table_;
+  std::vector<uint8_t> accepting_;
+  friend class PatternCompiler;
+};
+
+}  // namespace prism::llm

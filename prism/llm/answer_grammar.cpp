@@ -248,7 +248,7 @@ void GrammarMask::walk(const AnswerGrammar& grammar, const AnswerGrammar::State&
     size_t j = i + 1;
     while (j < ids.size() && bytes_[static_cast<size_t>(ids[j])][depth] == c) ++j;
     AnswerGrammar::State next = state;
-    if (grammar.feed(next, c)) walk(grammar, next, ids.subspan(i, j - i), depth + 1, allowed, n);
+    if (grammar.advance(next, c)) walk(grammar, next, ids.subspan(i, j - i), depth + 1, allowed, n);
     i = j;
   }
 }

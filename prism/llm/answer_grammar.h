@@ -50,6 +50,8 @@ class AnswerGrammar {
   // (false at the first refused; `s` then undefined: feed a copy).
   bool feed(State& s, char c) const;
   bool feed(State& s, std::string_view bytes) const;
+  // feed() of one byte, leaving `s` undefined where it is refused (no copy kept).
+  bool advance(State& s, char c) const { return step(s, c); }
   // Whether the answer so far matches the whole grammar (where it ends in a JSON Schema's
   // number, more digits may yet come).
   bool complete(const State& s) const;

@@ -465,6 +465,46 @@ class PatternCompiler {
   int accept_ = 0;
 };
 
+AsciiPattern::Lengths AsciiPattern::lengths(size_t limit) const {
+  const size_t n = table_.size();
+  PRISM_CHECK(n * (limit + 1) <= (size_t{1} << 22),
+              "pattern: its DFA's {} states and lengths up to {} are too many to follow", n, limit);
+  Lengths out;
+  out.limit = limit;
+  out.words = (limit + 1 + 63) / 64;
+  out.bits.assign(n * out.words, 0);
+  // Each state's distinct next states.
+  std::vector<std::vector<uint32_t>> next(n);
+  for (size_t q = 0; q < n; ++q) {
+    for (const int32_t t : table_[q]) {
+      if (t >= 0) next[q].push_back(static_cast<uint32_t>(t));
+    }
+    std::sort(next[q].begin(), next[q].end());
+    next[q].erase(std::unique(next[q].begin(), next[q].end()), next[q].end());
+  }
+  auto bit = [&](size_t q, size_t l) { return out.bits[q * out.words + l / 64] >> (l % 64) & 1; };
+  for (size_t q = 0; q < n; ++q) out.bits[q * out.words] |= accepting_[q];
+  for (size_t l = 1; l <= limit; ++l) {
+    for (size_t q = 0; q < n; ++q) {
+      for (const uint32_t t : next[q]) {
+        if (bit(t, l - 1)) {
+          out.bits[q * out.words + l / 64] |= uint64_t{1} << (l % 64);
+          break;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+bool AsciiPattern::Lengths::any(uint32_t state, size_t low, size_t high) const {
+  high = std::min(high, limit);
+  for (size_t l = low; l <= high; ++l) {
+    if (bits[state * words + l / 64] >> (l % 64) & 1) return true;
+  }
+  return false;
+}
+
 std::shared_ptr<const AsciiPattern> AsciiPattern::compile(std::string_view pattern) {
   Parser parser(pattern);
   return PatternCompiler(pattern).build(parser.top());

@@ -36,6 +36,19 @@ class AsciiPattern {
     return b < 128 ? table_[state][b] : kRefused;
   }
   bool accepting(uint32_t state) const { return accepting_[state] != 0; }
+  size_t states() const { return table_.size(); }
+
+  // Which lengths the rest of a match may have from each state: bit l of lengths[state] (words
+  // of 64 bits, `limit` + 1 bits a state) says some match ends l characters on. Throws
+  // prism::Error where the table would be too large.
+  struct Lengths {
+    size_t limit = 0, words = 0;
+    std::vector<uint64_t> bits;
+    // Whether some match from `state` ends between `low` and `high` characters on (high
+    // clipped to limit).
+    bool any(uint32_t state, size_t low, size_t high) const;
+  };
+  Lengths lengths(size_t limit) const;
 
  private:
   std::vector<std::array<int32_t, 128>> table_;

@@ -269,11 +269,21 @@ class SchemaCompiler {
       if (n.min > n.max) bad(where, "'minLength' is more than 'maxLength'");
       if (s.contains("pattern")) {
         if (!s["pattern"].is_string()) bad(where, "'pattern' must be a string");
-        if (s.contains("minLength") || s.contains("maxLength")) {
-          bad(where, "'minLength' or 'maxLength' beside 'pattern' is not supported");
-        }
         try {
           n.pattern = AsciiPattern::compile(s["pattern"].get<std::string>());
+          // With lengths: a character only where some match of a length within them goes
+          // on from it. Lengths up to min + the DFA's states tell (a longer match has a cycle
+          // to leave out), so the table stops there, or at max.
+          if (n.min > 0 || n.max != UINT32_MAX) {
+            if (n.min > 4096) bad(where, "a 'minLength' over 4096 beside 'pattern'");
+            const size_t states = n.pattern->states();
+            n.lengths = n.pattern->lengths(std::min<size_t>(n.max, n.min + states));
+            if (!n.lengths.any(n.pattern->start(), n.min, n.max)) {
+              bad(where,
+                  "no string of the pattern has a length within 'minLength' and "
+                  "'maxLength'");
+            }
+          }
         } catch (const Error& e) {
           bad(where, e.what());
         }
@@ -777,11 +787,16 @@ void JsonSchema::step(Thread t, char c, std::vector<Thread>& out) const {
         case s_text:
           if (n.pattern) {  // printable ASCII alone, each character a step of the pattern's DFA
             if (c == '"') {
-              if (!n.pattern->accepting(f.y)) return;
+              if (!n.pattern->accepting(f.y) || f.x < n.min) return;
               return pop();
             }
             const int32_t next = n.pattern->next(f.y, c);
-            if (next == AsciiPattern::kRefused) return;
+            if (next == AsciiPattern::kRefused || f.x >= n.max) return;
+            if (!n.lengths.bits.empty() &&
+                !n.lengths.any(static_cast<uint32_t>(next), n.min > f.x + 1 ? n.min - f.x - 1 : 0,
+                               n.max - f.x - 1)) {
+              return;
+            }
             f.y = static_cast<uint32_t>(next);
             ++f.x;
             return keep();

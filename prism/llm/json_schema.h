@@ -83,6 +83,7 @@ class JsonSchema {
     uint32_t child = 0;                   // map: the values; array: the items
     uint32_t min = 0, max = UINT32_MAX;   // array: items; string: characters
     std::shared_ptr<const AsciiPattern> pattern;  // string: what its text must match
+    AsciiPattern::Lengths lengths;                // ... with min and max: how long it may go
     bool integer = false;                         // number
     int64_t low = INT64_MIN, high = INT64_MAX;    // integer: the bounds (inclusive)
     std::vector<std::string> texts;               // literal: JSON texts, one of which comes

@@ -36,7 +36,7 @@ class Pet(pydantic.BaseModel):
 
 class Report(pydantic.BaseModel):
     city: str = pydantic.Field(max_length=8)
-    code: str = pydantic.Field(pattern=r"^[A-Z]{3}-\d{2,4}$")
+    code: str = pydantic.Field(pattern=r"^[A-Z]{3}-\d{2,4}$", max_length=7)
     days: list[pydantic.conint(gt=-10, lt=400)] = pydantic.Field(max_length=3)
     mood: Mood
     pet: Optional[Pet]

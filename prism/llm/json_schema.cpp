@@ -78,6 +78,134 @@ bool integer_reachable(const JsonSchema::Node& n, bool negative, uint64_t magnit
   return false;
 }
 
+// A number with bounds (not an integer) is written without an exponent, in at most
+// kSignificant significant digits: decimals that short compare with the bounds (doubles
+// written in their shortest form) as doubles do, so a text the grammar takes is within the
+// bounds for any validator.
+constexpr int kSignificant = 15;
+
+bool decimal_bounded(const JsonSchema::Node& n) {
+  return !n.integer && (n.below.present || n.above.present);
+}
+
+using Wide = __int128;
+constexpr Wide kHuge = Wide(1000000000000000000) * 1000000000000;  // 1e30, past any J below
+
+Wide power_of_ten(int e) {  // 10^e, clamped at kHuge
+  Wide p = 1;
+  for (int i = 0; i < e && p < kHuge; ++i) p *= 10;
+  return std::min(p, kHuge);
+}
+
+// The smallest integer j with j >= b * 10^f (j > where `open`), clamped to +-kHuge.
+Wide ceil_scaled(const JsonSchema::Node::Bound& b, int f, bool negative, bool open) {
+  const int e = b.e + f;
+  Wide q = 0;
+  bool exact = true;
+  if (b.k == 0) {
+    q = 0;
+  } else if (e >= 0) {
+    const Wide p = power_of_ten(e);
+    q = p >= kHuge || Wide(b.k) >= kHuge / p ? kHuge : Wide(b.k) * p;
+  } else if (-e > 30) {
+    exact = b.k == 0;
+  } else {
+    const Wide d = power_of_ten(-e);
+    q = Wide(b.k) / d;
+    exact = Wide(b.k) % d == 0;
+  }
+  // The value is +-(q + a fraction, none where exact).
+  if (!negative) return q + (!exact || open ? 1 : 0);
+  return -q + (exact && open ? 1 : 0);
+}
+
+// The largest integer j with j <= b * 10^f (j < where `open`).
+Wide floor_scaled(const JsonSchema::Node::Bound& b, int f, bool negative, bool open) {
+  return -ceil_scaled(b, f, !negative, open);
+}
+
+// Whether some value +-J / 10^f, J in [first, last], is within the number's bounds.
+bool grid_within(const JsonSchema::Node& n, bool negative, Wide first, Wide last, int f) {
+  Wide low = first, high = last;
+  const JsonSchema::Node::Bound &below = n.below, &above = n.above;
+  if (!negative) {  // J / 10^f >= below, <= above
+    if (below.present) low = std::max(low, ceil_scaled(below, f, below.negative, below.open));
+    if (above.present) high = std::min(high, floor_scaled(above, f, above.negative, above.open));
+  } else {  // -J / 10^f >= below: J <= -below; <= above: J >= -above
+    if (below.present) high = std::min(high, floor_scaled(below, f, !below.negative, below.open));
+    if (above.present) low = std::max(low, ceil_scaled(above, f, !above.negative, above.open));
+  }
+  return low <= high;
+}
+
+int digits_of(uint64_t v) {
+  int d = 0;
+  for (; v > 0; v /= 10) ++d;
+  return d;
+}
+
+// Whether a bounded number whose fraction so far is `fraction` zeros (after "0."), with `bytes`
+// left, can still reach its bounds with a first nonzero digit z zeros on and up to
+// kSignificant digits from it (zeros before it are not significant).
+bool zeros_reachable(const JsonSchema::Node& n, bool negative, int fraction, int bytes) {
+  for (int z = 0; z < bytes; ++z) {
+    const int k = std::min(bytes - z, kSignificant);
+    if (grid_within(n, negative, power_of_ten(k - 1), power_of_ten(k) - 1, fraction + z + k)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether a bounded number whose text so far is at `phase` (its digits' value `value`, `fraction`
+// of them after the point, `length` bytes) can still become, or (`now`) is, a value within
+// its bounds.
+bool decimal_reachable(const JsonSchema::Node& n, uint8_t phase, bool negative, uint64_t value,
+                       int fraction, uint32_t length, bool now) {
+  if (now) return grid_within(n, negative, Wide(value), Wide(value), fraction);
+  const int bytes = static_cast<int>(JsonSchema::kMaxNumber) - static_cast<int>(length);
+  const int significant = kSignificant - digits_of(value);
+  const int more = std::min(bytes, significant);  // digits that may still come
+  switch (phase) {
+    case n_start:
+    case n_minus:  // the first digit still to come: 0 (then a fraction) or another
+      for (uint64_t d = 0; d <= 9; ++d) {
+        if (decimal_reachable(n, d == 0 ? n_zero : n_integer, negative, d, 0, length + 1, false)) {
+          return true;
+        }
+      }
+      return false;
+    case n_zero:  // "0": 0 itself, or a fraction after a point
+      return grid_within(n, negative, 0, 0, 0) ||
+             (bytes >= 2 && zeros_reachable(n, negative, 0, bytes - 1));
+    case n_integer:
+      // m more integer digits, then as many fraction digits as fit (all significant).
+      for (int m = 0; m <= more; ++m) {
+        const int f = std::max(std::min(bytes - m - 1, significant - m), 0);
+        const Wide scale = power_of_ten(m + f);
+        if (grid_within(n, negative, Wide(value) * scale, Wide(value + 1) * scale - 1, f)) {
+          return true;
+        }
+      }
+      return false;
+    case n_dot:
+    case n_fraction: {
+      if (value == 0) {  // only zeros after "0." so far: 0 itself, or a first digit further on
+        const bool zero = phase == n_fraction || bytes >= 1;
+        return (zero && grid_within(n, negative, 0, 0, fraction + (phase == n_dot))) ||
+               zeros_reachable(n, negative, fraction, bytes);
+      }
+      const int k = std::max(more, 0);
+      if (phase == n_dot && k == 0) return false;  // a digit must come
+      const Wide scale = power_of_ten(k);
+      return grid_within(n, negative, Wide(value) * scale, Wide(value + 1) * scale - 1,
+                         fraction + k);
+    }
+    default:
+      return false;
+  }
+}
+
 // The bounds keywords, which the grammar holds integers to.
 constexpr std::string_view kBounds[] = {"minimum", "maximum", "exclusiveMinimum",
                                         "exclusiveMaximum"};
@@ -293,7 +421,11 @@ class SchemaCompiler {
     if (type == "number" || type == "integer") {
       n.kind = Kind::number;
       n.integer = type == "integer";
-      if (n.integer) bound(s, n, where);
+      if (n.integer) {
+        bound(s, n, where);
+      } else {
+        decimal_bounds(s, n, where);
+      }
       return n;
     }
     if (type == "boolean") {
@@ -336,6 +468,68 @@ class SchemaCompiler {
       n.high = std::min(n.high, clamp(std::ceil(value("exclusiveMaximum")) - 1));
     }
     if (n.low > n.high) bad(where, "no integer is within the bounds");
+  }
+
+  // A number's bounds, as decimals (a double's shortest form); a bound no text of kSignificant
+  // digits in kMaxNumber bytes can meet is refused.
+  static void decimal_bounds(const Json& s, JsonSchema::Node& n, const std::string& where) {
+    auto decimal = [&](const char* key, bool open) {
+      if (!s[key].is_number()) bad(where, fmt::format("'{}' must be a number", key));
+      const std::string text = fmt::format("{}", s[key].get<double>());
+      JsonSchema::Node::Bound b;
+      b.present = true;
+      b.open = open;
+      size_t i = 0;
+      if (text[i] == '-') {
+        b.negative = true;
+        ++i;
+      }
+      int fraction = 0, exponent = 0;
+      bool point = false;
+      for (; i < text.size() && text[i] != 'e'; ++i) {
+        if (text[i] == '.') {
+          point = true;
+          continue;
+        }
+        b.k = b.k * 10 + static_cast<uint64_t>(text[i] - '0');
+        fraction += point;
+      }
+      if (i < text.size()) exponent = std::stoi(text.substr(i + 1));
+      b.e = exponent - fraction;
+      if (b.k == 0) b.negative = false;
+      return b;
+    };
+    auto tighter = [](JsonSchema::Node::Bound& to, JsonSchema::Node::Bound b, bool lower) {
+      // (Both present: keep one; a value must be within both, and the grammar's check of one
+      // at a time is exact only for the tighter.)
+      if (!to.present) {
+        to = b;
+        return;
+      }
+      const long double x = (b.negative ? -1.0L : 1.0L) * b.k * std::pow(10.0L, b.e);
+      const long double y = (to.negative ? -1.0L : 1.0L) * to.k * std::pow(10.0L, to.e);
+      if (lower ? (x > y || (x == y && b.open)) : (x < y || (x == y && b.open))) to = b;
+    };
+    const bool draft4_low = s.contains("exclusiveMinimum") && s["exclusiveMinimum"].is_boolean();
+    const bool draft4_high = s.contains("exclusiveMaximum") && s["exclusiveMaximum"].is_boolean();
+    if (s.contains("minimum")) {
+      tighter(n.below, decimal("minimum", draft4_low && s["exclusiveMinimum"].get<bool>()), true);
+    }
+    if (s.contains("maximum")) {
+      tighter(n.above, decimal("maximum", draft4_high && s["exclusiveMaximum"].get<bool>()), false);
+    }
+    if (s.contains("exclusiveMinimum") && !draft4_low) {
+      tighter(n.below, decimal("exclusiveMinimum", true), true);
+    }
+    if (s.contains("exclusiveMaximum") && !draft4_high) {
+      tighter(n.above, decimal("exclusiveMaximum", true), false);
+    }
+    if (decimal_bounded(n) && !decimal_reachable(n, n_start, false, 0, 0, 0, false) &&
+        !decimal_reachable(n, n_minus, true, 0, 0, 1, false)) {
+      bad(where, fmt::format("no number within the bounds is written in {} significant digits "
+                             "and {} bytes",
+                             kSignificant, JsonSchema::kMaxNumber));
+    }
   }
 
   static bool has_type(const Json& v, const std::string& type) {
@@ -423,10 +617,11 @@ class SchemaCompiler {
       if (n.texts.empty()) bad(where, "no value of 'enum' or 'const' has the schema's type");
       return n;
     }
-    // Bounds hold an integer; on other numbers the grammar cannot hold to them.
+    // Bounds hold a number (with no type: what they apply to is not said).
     for (const std::string_view key : kBounds) {
-      if (s.contains(key) && std::find(types.begin(), types.end(), "integer") == types.end()) {
-        bad(where, fmt::format("'{}' is supported on integers alone ('type': 'integer')", key));
+      if (s.contains(key) && std::find(types.begin(), types.end(), "integer") == types.end() &&
+          std::find(types.begin(), types.end(), "number") == types.end()) {
+        bad(where, fmt::format("'{}' needs 'type' 'number' or 'integer'", key));
       }
     }
     if (types.empty()) {
@@ -593,8 +788,10 @@ bool JsonSchema::complete(const State& s) const {
     if (t.stack.size() != 1) continue;
     const Frame& f = t.stack[0];
     const Node& n = nodes_[f.node];
+    const uint64_t value = uint64_t{f.z} << 32 | f.y;
     if ((n.kind == Node::Kind::number && number_may_end(f.phase) &&
-         (!bounded(n) || integer_reachable(n, f.a != 0, uint64_t{f.z} << 32 | f.y, -1))) ||
+         (!bounded(n) || integer_reachable(n, f.a != 0, value, -1)) &&
+         (!decimal_bounded(n) || decimal_reachable(n, f.phase, f.a != 0, value, f.b, f.x, true))) ||
         (n.kind == Node::Kind::literal && n.texts[f.x].size() == f.y)) {
       return true;
     }
@@ -889,6 +1086,20 @@ void JsonSchema::step(Thread t, char c, std::vector<Thread>& out) const {
         keep();
       };
       auto magnitude = [&] { return uint64_t{f.z} << 32 | f.y; };
+      // A bounded number's digit or point: its digits' value so far (z and y) and how many
+      // are after the point (b).
+      const bool decimal = decimal_bounded(n);
+      auto go_decimal = [&](Phase to, uint64_t value, int fraction) {
+        if (digits_of(value) > kSignificant ||
+            !decimal_reachable(n, to, f.a != 0, value, fraction, f.x + 1, false)) {
+          return;
+        }
+        f.y = static_cast<uint32_t>(value);
+        f.z = static_cast<uint32_t>(value >> 32);
+        f.b = static_cast<uint8_t>(fraction);
+        go(to);
+      };
+      const auto d = static_cast<uint64_t>(c - '0');
       auto go_digit = [&](Phase to) {
         if (bounded) {
           const uint64_t m = magnitude();
@@ -908,26 +1119,35 @@ void JsonSchema::step(Thread t, char c, std::vector<Thread>& out) const {
         case n_start:
           if (c == '-') {
             if (bounded && n.low > 0) return;  // (-0 is 0)
+            if (decimal && !decimal_reachable(n, n_minus, true, 0, 0, f.x + 1, false)) return;
             f.a = 1;
             return go(n_minus);
           }
+          if (digit && decimal) return go_decimal(c == '0' ? n_zero : n_integer, d, 0);
           if (digit) return go_digit(c == '0' ? n_zero : n_integer);
           return blank();
         case n_minus:
+          if (digit && decimal) return go_decimal(c == '0' ? n_zero : n_integer, d, 0);
           if (digit) return go_digit(c == '0' ? n_zero : n_integer);
           return;
         case n_zero:
         case n_integer:
+          if (digit && f.phase == n_integer && decimal) {
+            return go_decimal(n_integer, magnitude() * 10 + d, 0);
+          }
           if (digit && f.phase == n_integer) return go_digit(n_integer);
+          if (c == '.' && decimal) return go_decimal(n_dot, magnitude(), 0);
           if (c == '.' && fraction_ok) return go(n_dot);
-          if ((c == 'e' || c == 'E') && fraction_ok) return go(n_e);
+          if ((c == 'e' || c == 'E') && fraction_ok && !decimal) return go(n_e);
           break;
         case n_dot:
+          if (digit && decimal) return go_decimal(n_fraction, magnitude() * 10 + d, 1);
           if (digit) return go(n_fraction);
           return;
         case n_fraction:
+          if (digit && decimal) return go_decimal(n_fraction, magnitude() * 10 + d, f.b + 1);
           if (digit) return go(n_fraction);
-          if (c == 'e' || c == 'E') return go(n_e);
+          if ((c == 'e' || c == 'E') && !decimal) return go(n_e);
           break;
         case n_e:
           if (c == '+' || c == '-') return go(n_e_sign);
@@ -942,7 +1162,8 @@ void JsonSchema::step(Thread t, char c, std::vector<Thread>& out) const {
       }
       // The number has ended before c, which is its container's.
       if (!number_may_end(f.phase) ||
-          (bounded && !integer_reachable(n, f.a != 0, magnitude(), -1))) {
+          (bounded && !integer_reachable(n, f.a != 0, magnitude(), -1)) ||
+          (decimal && !decimal_reachable(n, f.phase, f.a != 0, magnitude(), f.b, f.x, true))) {
         return;
       }
       t.stack.pop_back();

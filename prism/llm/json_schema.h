@@ -86,8 +86,16 @@ class JsonSchema {
     AsciiPattern::Lengths lengths;                // ... with min and max: how long it may go
     bool integer = false;                         // number
     int64_t low = INT64_MIN, high = INT64_MAX;    // integer: the bounds (inclusive)
-    std::vector<std::string> texts;               // literal: JSON texts, one of which comes
-    std::vector<uint32_t> alternatives;           // one_of
+    // A number's bounds (not an integer's): a decimal k * 10^e, negative or not, that values
+    // must be above and below (or at, where not open).
+    struct Bound {
+      bool present = false, open = false, negative = false;
+      uint64_t k = 0;
+      int e = 0;
+    };
+    Bound below, above;
+    std::vector<std::string> texts;      // literal: JSON texts, one of which comes
+    std::vector<uint32_t> alternatives;  // one_of
     // The fewest frames a value of this node needs open at once (UINT32_MAX: it has no finite
     // value): a node is entered only where that many still fit.
     uint32_t depth = UINT32_MAX;

@@ -218,6 +218,84 @@ TEST(JsonSchema, IntegerBounds) {
   EXPECT_EQ(run(*list, "[7, 8").first, 4u);
 }
 
+TEST(JsonSchema, NumberBounds) {
+  const auto unit = compile(R"({"type": "number", "minimum": 0, "maximum": 1})");
+  for (const char* ok : {"0", "1", "0.5", "0.999", "1.0", "1.000", "-0", "-0.0", "0.0000001"}) {
+    EXPECT_TRUE(takes(*unit, ok)) << ok;
+  }
+  EXPECT_EQ(run(*unit, "1.5").first, 2u);  // refused at the digit that leaves the bounds
+  EXPECT_EQ(run(*unit, "2").first, 0u);
+  EXPECT_EQ(run(*unit, "-0.1").first, 3u);
+  EXPECT_EQ(run(*unit, "10").first, 1u);
+  EXPECT_EQ(run(*unit, "1e0").first, 1u);  // no exponent where there are bounds
+  const auto open = compile(R"({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1})");
+  EXPECT_FALSE(takes(*open, "0"));  // a start of 0.x, not a value
+  EXPECT_TRUE(takes(*open, "0.01"));
+  EXPECT_FALSE(takes(*open, "0.0"));
+  EXPECT_EQ(run(*open, "1").first, 0u);
+  const auto negative = compile(R"({"type": "number", "minimum": -2.5, "maximum": -1.25})");
+  for (const char* ok : {"-2.5", "-1.25", "-1.3", "-2", "-1.2500"}) {
+    EXPECT_TRUE(takes(*negative, ok)) << ok;
+  }
+  EXPECT_FALSE(takes(*negative, "-1.2"));  // a start of -1.25 to -1.29
+  EXPECT_EQ(run(*negative, "-1.24").first, 4u);
+  EXPECT_EQ(run(*negative, "-2.6").first, 3u);
+  EXPECT_EQ(run(*negative, "1").first, 0u);
+  // At most 15 significant digits (so that the bounds compare as a validator's doubles do).
+  EXPECT_TRUE(takes(*unit, "0.123456789012345"));
+  EXPECT_EQ(run(*unit, "0.1234567890123456").first, 17u);
+  // A bound far below 1 is reached within the number's bytes; one past them is refused.
+  const auto tiny = compile(R"({"type": "number", "exclusiveMinimum": 0, "maximum": 1e-20})");
+  EXPECT_TRUE(takes(*tiny, "0.00000000000000000001"));
+  EXPECT_FALSE(takes(*tiny, "0.0000000000000000001"));
+  // In a list, beside an integer's.
+  const auto list = compile(R"({"type": "array", "items": {"type": ["number", "null"],
+                                "minimum": 0.5, "exclusiveMaximum": 100}})");
+  EXPECT_TRUE(takes(*list, "[0.5, 99.99, null, 1]"));
+  EXPECT_EQ(run(*list, "[0.4").first, 3u);
+  EXPECT_EQ(run(*list, "[100").first, 3u);
+}
+
+// Random bounds and random walks through the numbers they allow: each walk's prefix has a way
+// on, and each number it ends in is within the bounds as the C library reads it (strtod, the
+// doubles a validator compares).
+TEST(JsonSchema, NumberBoundsAsDoublesCompare) {
+  const double points[] = {-1000, -2.5,   -1,  -0.125, -0.001, 0, 1e-7,  0.001,
+                           0.1,   0.3333, 0.5, 1,      2.25,   7, 99.99, 1e6};
+  std::mt19937 rng(3);
+  const std::string bytes = "-0123456789.";
+  for (int round = 0; round < 300; ++round) {
+    double lo = points[rng() % std::size(points)], hi = points[rng() % std::size(points)];
+    if (lo > hi) std::swap(lo, hi);
+    const bool lo_open = rng() % 2, hi_open = rng() % 2;
+    if (lo == hi && (lo_open || hi_open)) continue;
+    Json schema = {{"type", "number"}};
+    schema[lo_open ? "exclusiveMinimum" : "minimum"] = lo;
+    schema[hi_open ? "exclusiveMaximum" : "maximum"] = hi;
+    const auto g = JsonSchema::compile(schema);
+    for (int walk = 0; walk < 40; ++walk) {
+      JsonSchema::State st = g->start();
+      std::string text;
+      for (;;) {
+        std::vector<char> next;
+        for (const char c : bytes) {
+          JsonSchema::State t = st;
+          if (g->feed(t, c)) next.push_back(c);
+        }
+        const bool whole = g->complete(st);
+        ASSERT_TRUE(whole || !next.empty()) << schema.dump() << " stranded after " << text;
+        if (whole && (next.empty() || rng() % 3 == 0)) break;
+        const char c = next[rng() % next.size()];
+        ASSERT_TRUE(g->feed(st, c));
+        text += c;
+      }
+      const double v = std::strtod(text.c_str(), nullptr);
+      EXPECT_TRUE((lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi))
+          << schema.dump() << ": " << text;
+    }
+  }
+}
+
 TEST(JsonSchema, Patterns) {
   const auto g = compile(R"({"type": "object", "properties": {
       "date": {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"},
@@ -312,8 +390,10 @@ TEST(JsonSchema, RefusesWhatItCannotHoldTo) {
       {R"({"type": "string", "pattern": 3})", "'pattern' must be a string"},
       {R"({"properties": {"n": {"type": "integer", "multipleOf": 2}}})",
        "at /properties/n: 'multipleOf' is not supported"},
-      {R"({"type": "number", "minimum": 0})", "'minimum' is supported on integers alone"},
-      {R"({"maximum": 3})", "'maximum' is supported on integers alone"},
+      {R"({"type": "string", "minimum": 0})", "'minimum' needs 'type' 'number' or 'integer'"},
+      {R"({"maximum": 3})", "'maximum' needs 'type'"},
+      {R"({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1e-31})",
+       "no number within the bounds"},
       {R"({"type": "integer", "minimum": 2, "maximum": 1.5})", "no integer is within"},
       {R"({"type": "strin"})", "unknown type 'strin'"},
       {R"({"$ref": "#/$defs/missing"})", "refers to nothing"},
@@ -361,7 +441,8 @@ TEST(JsonSchema, RandomWalksNeverStrand) {
           "maxItems": 3}, "id": {"type": "string", "pattern": "^[a-f0-9]{2}(-[a-f0-9]{2})?$"},
           "tag": {"type": "string", "pattern": "^(ab|c)+$", "minLength": 2, "maxLength": 5},
           "pet": {"anyOf": [{"const": "cat"}, {"type": "integer"},
-          {"type": "null"}]}, "age": {"type": "integer", "minimum": -3, "maximum": 120}},
+          {"type": "null"}]}, "age": {"type": "integer", "minimum": -3, "maximum": 120},
+          "p": {"type": "number", "minimum": -0.5, "exclusiveMaximum": 2.25}},
           "required": ["name", "pet", "age"]})",
       R"({"$ref": "#/$defs/t", "$defs": {"t": {"type": "object", "properties": {
           "v": {"type": "boolean"}, "k": {"type": "array", "items": {"$ref": "#/$defs/t"},

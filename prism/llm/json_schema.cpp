@@ -206,6 +206,36 @@ bool decimal_reachable(const JsonSchema::Node& n, uint8_t phase, bool negative, 
   }
 }
 
+// The pattern a string of a `format` is held to, for the formats whose texts a pattern says
+// exactly as validators check them (RFC 3339's date, time and date-time, days within their
+// months and February 29 in leap years alone, hours to 23 and seconds to 59; UUIDs; IPv4
+// addresses; e-mail addresses as local@domain in plain ASCII); empty for another (an
+// annotation, as JSON Schema has formats by default).
+std::string format_pattern(std::string_view format) {
+  const std::string year = "([1-9]\\d{3}|0[1-9]\\d{2}|00[1-9]\\d|000[1-9])";
+  const std::string leap =
+      "(\\d{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)";
+  const std::string day_of_month =
+      "((0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|(0[469]|11)-(0[1-9]|[12]\\d|30)|02-(0[1-9]|1\\d|2["
+      "0-8]))";
+  const std::string date = "(" + year + "-" + day_of_month + "|" + leap + "-02-29)";
+  const std::string time =
+      "([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(\\.\\d{1,6})?(Z|[+-]([01]\\d|2[0-3]):[0-5]\\d)";
+  const std::string octet = "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
+  if (format == "date") return "^" + date + "$";
+  if (format == "time") return "^" + time + "$";
+  if (format == "date-time") return "^" + date + "T" + time + "$";
+  if (format == "uuid") {
+    return "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+  }
+  if (format == "ipv4") return "^(" + octet + "\\.){3}" + octet + "$";
+  if (format == "email") {
+    return "^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@"
+           "[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+$";
+  }
+  return "";
+}
+
 // The bounds keywords, which the grammar holds integers to.
 constexpr std::string_view kBounds[] = {"minimum", "maximum", "exclusiveMinimum",
                                         "exclusiveMaximum"};
@@ -395,10 +425,17 @@ class SchemaCompiler {
       n.min = count(s, "minLength", where, 0);
       n.max = count(s, "maxLength", where, UINT32_MAX);
       if (n.min > n.max) bad(where, "'minLength' is more than 'maxLength'");
+      // A pattern, or where there is none, the one of a format prism knows.
+      std::string pattern;
       if (s.contains("pattern")) {
         if (!s["pattern"].is_string()) bad(where, "'pattern' must be a string");
+        pattern = s["pattern"].get<std::string>();
+      } else if (s.contains("format") && s["format"].is_string()) {
+        pattern = format_pattern(s["format"].get<std::string>());
+      }
+      if (!pattern.empty()) {
         try {
-          n.pattern = AsciiPattern::compile(s["pattern"].get<std::string>());
+          n.pattern = AsciiPattern::compile(pattern);
           // With lengths: a character only where some match of a length within them goes
           // on from it. Lengths up to min + the DFA's states tell (a longer match has a cycle
           // to leave out), so the table stops there, or at max.

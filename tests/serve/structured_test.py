@@ -1,14 +1,18 @@
 """`prism serve`'s structured outputs (response_format json_schema). Through the official OpenAI
-client's `chat.completions.parse` with pydantic models: the strict schema the client makes of
-them, and the answer read back into the model by pydantic. Schemas sent as they are (pydantic's
+client's `chat.completions.parse` with pydantic models (enums, literals, nested optional models,
+bounds, patterns, datetimes, dates, UUIDs, IPv4 addresses): the strict schema the client makes
+of them, and the answer read back into the model by pydantic. Schemas sent as they are (pydantic's
 own, with optional fields; a recursive one; a list at the root; through /v1/completions): every
 answer the sampled random weights finish is valid against its schema by the jsonschema package,
 and none is left with no token to pick. Greedy streamed = not; schemas prism cannot hold to
 get 400s. Usage: structured_test.py PRISM MODEL_DIR (the tiny Llama checkpoint beside the
 Llama 3.1 tokenizer)."""
+import datetime
 import enum
+import ipaddress
 import json
 import sys
+import uuid
 from typing import Literal, Optional
 
 import jsonschema
@@ -42,6 +46,10 @@ class Report(pydantic.BaseModel):
     pet: Optional[Pet]
     ok: bool
     score: float = pydantic.Field(ge=-1, lt=2.5)
+    when: datetime.datetime
+    day: datetime.date
+    ref: uuid.UUID
+    host: ipaddress.IPv4Address
 
 
 # Random weights rarely close what they open: biases toward the bytes that close strings,
@@ -82,7 +90,9 @@ try:
     schemas = [("pydantic's own (optional fields, $defs)", Report.model_json_schema()),
                ("recursive", tree), ("a list at the root", listed)]
     for name, schema in schemas:
-        validator = jsonschema.Draft202012Validator(schema)
+        # (Formats checked too: date, date-time by rfc3339-validator, uuid, ipv4.)
+        validator = jsonschema.Draft202012Validator(
+            schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
         ended = 0
         for seed in range(6):
             r = client.chat.completions.create(model="tiny", messages=messages,

@@ -330,6 +330,39 @@ b")"));
   EXPECT_FALSE(any->in_plain_string(s));  // each character is the DFA's
 }
 
+TEST(JsonSchema, Formats) {
+  auto of = [](const char* format) {
+    return JsonSchema::compile({{"type", "string"}, {"format", format}});
+  };
+  const auto date = of("date");
+  for (const char* ok : {"\"2024-02-29\"", "\"2000-02-29\"", "\"0001-12-31\"", "\"2026-04-30\""}) {
+    EXPECT_TRUE(takes(*date, ok)) << ok;
+  }
+  for (const char* no : {"\"2023-02-29\"", "\"1900-02-29\"", "\"2026-04-31\"", "\"2026-13-01\"",
+                         "\"0000-01-01\"", "\"2026-1-01\""}) {
+    EXPECT_FALSE(takes(*date, no)) << no;
+  }
+  const auto date_time = of("date-time");
+  EXPECT_TRUE(takes(*date_time, R"("2026-12-05T21:30:00Z")"));
+  EXPECT_TRUE(takes(*date_time, R"("2026-12-05T23:59:59.123456+05:30")"));
+  EXPECT_FALSE(takes(*date_time, R"("2026-12-05 21:30:00Z")"));
+  EXPECT_FALSE(takes(*date_time, R"("2026-12-05T24:00:00Z")"));
+  EXPECT_TRUE(takes(*of("time"), R"("08:15:00-01:00")"));
+  EXPECT_TRUE(takes(*of("uuid"), R"("123e4567-e89b-12d3-a456-426614174000")"));
+  EXPECT_FALSE(takes(*of("uuid"), R"("123e4567-e89b-12d3-a456-42661417400")"));
+  EXPECT_TRUE(takes(*of("ipv4"), R"("255.255.0.9")"));
+  EXPECT_FALSE(takes(*of("ipv4"), R"("256.1.1.1")"));
+  EXPECT_FALSE(takes(*of("ipv4"), R"("01.1.1.1")"));
+  EXPECT_TRUE(takes(*of("email"), R"("first.last+tag@mail.example.com")"));
+  EXPECT_FALSE(takes(*of("email"), R"("a@b")"));
+  EXPECT_FALSE(takes(*of("email"), R"("@example.com")"));
+  // Formats it does not know are annotations; a pattern beside a format is what holds.
+  EXPECT_TRUE(takes(*of("hostname"), R"("any text")"));
+  EXPECT_TRUE(
+      takes(*JsonSchema::compile({{"type", "string"}, {"format", "date"}, {"pattern", "^x$"}}),
+            R"("x")"));
+}
+
 TEST(JsonSchema, MapsAndAnyValue) {
   const auto m = compile(R"({"type": "object", "additionalProperties": {"type": "integer"}})");
   EXPECT_TRUE(takes(*m, R"({})"));

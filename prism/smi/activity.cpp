@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace prism::smi {
 
@@ -38,8 +39,29 @@ bool running(int64_t pid) {
 
 }  // namespace
 
+uint64_t process_start(int64_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat;
+  if (!std::getline(in, stat)) return 0;
+  // After the command's name (in parentheses, which may hold anything), the state is field 3
+  // and the start time field 22.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22; ++i) {
+    if (!(fields >> field)) return 0;
+  }
+  try {
+    return std::stoull(field);
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
 Publisher::Publisher(Activity activity, std::string dir) : activity_(std::move(activity)) {
   activity_.pid = getpid();
+  activity_.started = process_start(activity_.pid);
   std::error_code error;
   fs::create_directories(dir, error);
   // Only its owner may read what the processes do (models, paths), as under $XDG_RUNTIME_DIR.
@@ -73,7 +95,7 @@ void Publisher::write() {
       {"model", activity_.model},     {"platform", activity_.platform},
       {"devices", activity_.devices}, {"memory_bytes", activity_.memory_bytes},
       {"tokens", activity_.tokens},   {"tokens_per_second", activity_.tokens_per_second},
-      {"updated", activity_.updated}};
+      {"updated", activity_.updated}, {"started", activity_.started}};
   const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   const std::string partial = path_ + ".partial";
   {
@@ -103,7 +125,12 @@ std::vector<Activity> read_activities(const std::string& dir) {
       a.tokens = j.at("tokens").get<uint64_t>();
       a.tokens_per_second = j.at("tokens_per_second").get<double>();
       a.updated = j.at("updated").get<double>();
-      if (running(a.pid)) out.push_back(std::move(a));
+      a.started = j.value("started", uint64_t{0});
+      // (A file without a start time, or a system that does not say one: the pid alone.)
+      const uint64_t now_started = a.started != 0 ? process_start(a.pid) : 0;
+      if (running(a.pid) && (now_started == 0 || now_started == a.started)) {
+        out.push_back(std::move(a));
+      }
     } catch (const nlohmann::json::exception&) {
       continue;  // not an activity
     }

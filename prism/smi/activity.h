@@ -2,7 +2,8 @@
 // one small JSON file per process, `<pid>.json` in the activity directory, replaced atomically
 // (written beside it, then renamed) as it changes and removed when the process ends. `prism
 // smi` shows each beside the devices it runs on and skips the files of processes that are gone
-// (a process killed before it could remove its own).
+// (a process killed before it could remove its own), also where another process has its pid
+// since (its start time differs from the one the file recorded).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,13 @@ struct Activity {
   uint64_t tokens = 0;           // generated so far
   double tokens_per_second = 0;  // generated, lately
   double updated = 0;            // seconds since the epoch
+  // When the process started (Linux: clock ticks since boot, /proc/<pid>/stat), so that a file
+  // left by a killed process is not taken for another that got its pid; 0 where unknown.
+  uint64_t started = 0;
 };
+
+// When process `pid` started (clock ticks since boot), or 0 where that cannot be read.
+uint64_t process_start(int64_t pid);
 
 // PRISM_ACTIVITY_DIR, else $XDG_RUNTIME_DIR/prism, else /tmp/prism-<uid>.
 std::string activity_dir();

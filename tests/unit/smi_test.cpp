@@ -248,6 +248,16 @@ TEST(SmiActivity, PublishedReadAndRemoved) {
     std::ofstream(dir / "activity" / "junk.json") << "{not json";
     std::ofstream(dir / "activity" / "other.json") << R"({"pid": 1})";
     EXPECT_EQ(read_activities((dir / "activity").string()).size(), 1u);
+    // A file left by a process whose pid another has since (here: this one, started at
+    // another time) is stale too.
+    EXPECT_GT(process_start(getpid()), 0u);
+    EXPECT_EQ(a[0].started, process_start(getpid()));
+    std::ofstream(dir / "activity" / "reused.json")
+        << R"({"pid":)" << getpid()
+        << R"(,"command":"serve","model":"m","platform":"cpu","devices":[0],"memory_bytes":1,)"
+        << R"("tokens":0,"tokens_per_second":0,"updated":1,"started":)"
+        << process_start(getpid()) + 1 << "}";
+    EXPECT_EQ(read_activities((dir / "activity").string()).size(), 1u);
   }
   EXPECT_FALSE(fs::exists(dir / "activity" / (std::to_string(getpid()) + ".json")));
   EXPECT_TRUE(read_activities((dir / "nowhere").string()).empty());

@@ -7,12 +7,14 @@
 // Every text the grammar takes to the end is valid JSON the schema accepts; in return the
 // grammar is narrower than the schema where that keeps it simple: an object's properties come
 // in the schema's order, each at most once, and an object that declares properties takes no
-// others. Unions are followed as threads, each a stack of frames, so that alternatives which
-// start alike (objects told apart by a const property) part where their texts do.
+// others; a bounded number is written without an exponent; a string with a pattern (or a
+// format it knows) in printable ASCII (AsciiPattern). Unions are followed as threads, each a
+// stack of frames, so that alternatives which start alike (objects told apart by a const
+// property) part where their texts do.
 //
 // A prefix the grammar takes always has a way to its end, so a constrained answer can never
-// be left with no token to pick; assertion keywords the grammar cannot hold to (pattern,
-// minimum, not, ...) make compile() throw rather than be ignored.
+// be left with no token to pick; assertion keywords the grammar cannot hold to (multipleOf,
+// not, if, uniqueItems, ...) make compile() throw rather than be ignored.
 #pragma once
 
 #include <compare>

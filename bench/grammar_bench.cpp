@@ -29,22 +29,12 @@ double median_of(std::vector<double> v) {
 void grammar_bench() {
   const std::string dir = option("tokenizer", std::string(PRISM_TOKENIZERS_DIR) + "/llama3_1");
   const llm::Tokenizer tokenizer = llm::Tokenizer::load(dir);
-  // The tokens' bytes as the server takes them: special tokens hold no answer's text.
-  std::vector<std::string> bytes(tokenizer.vocab_size());
-  for (size_t t = 0; t < bytes.size(); ++t) {
-    const auto id = static_cast<int32_t>(t);
-    if (tokenizer.is_special(id)) continue;
-    try {
-      bytes[t] = tokenizer.decode(std::span(&id, 1));
-    } catch (const Error&) {  // an id the tokenizer does not have
-    }
-  }
+  // The tokens' bytes as the server takes them (special tokens hold no answer's text).
   const auto t0 = Clock::now();
-  const llm::GrammarMask mask(bytes);
+  const llm::GrammarMask mask = llm::GrammarMask::of(tokenizer, tokenizer.vocab_size());
   const double build_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  std::printf("%s; %zu tokens (%s); the mask's index built in %.0f ms\n",
-              get_platform("cpu").devices().at(0).name.c_str(), bytes.size(), dir.c_str(),
-              build_ms);
+  std::printf("%s; %zu tokens (%s); the mask made (tokens decoded and indexed) in %.0f ms\n",
+              get_platform("cpu").devices().at(0).name.c_str(), mask.size(), dir.c_str(), build_ms);
   std::printf("%-15s %7s %12s %14s %7s\n", "answer", "tokens", "mask, ms", "every token, ms",
               "ratio");
 
@@ -87,15 +77,15 @@ void grammar_bench() {
       masked.push_back(std::chrono::duration<double, std::milli>(Clock::now() - a).count());
       a = Clock::now();
       size_t m = 0;
-      for (const std::string& b : bytes) {
+      for (size_t t = 0; t < mask.size(); ++t) {
+        const std::string& b = mask.bytes(static_cast<int32_t>(t));
         AnswerGrammar::State next = state;
         m += !b.empty() && grammar->feed(next, b);
       }
       every.push_back(std::chrono::duration<double, std::milli>(Clock::now() - a).count());
       PRISM_CHECK(n == m && allowed[static_cast<size_t>(id)],
                   "grammar: the mask and feeding every token disagree");
-      PRISM_CHECK(grammar->feed(state, bytes[static_cast<size_t>(id)]),
-                  "grammar: the answer leaves its grammar");
+      PRISM_CHECK(grammar->feed(state, mask.bytes(id)), "grammar: the answer leaves its grammar");
     }
     PRISM_CHECK(grammar->complete(state), "grammar: the answer does not complete its grammar");
     const double mm = median_of(masked), em = median_of(every);

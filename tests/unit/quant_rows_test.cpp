@@ -918,8 +918,10 @@ TEST(QuantRows, Int8VnniAndAmxAgreeBitForBit) {
 // stored, and quant_rows_int8_interleaved gives quant_rows_int8's bits on the stored weights
 // for any range of weight rows (whole groups of 16, parts of one, parts of two) and any number
 // of activation rows (one tile of up to 8, several, a band of 64 and more), with one, an odd
-// number and many blocks a row.
+// number and many blocks a row. On CPUs with AMX-INT8, whose tiles read the weights as stored,
+// the VNNI kernels are forced so that these kernels are tested there too.
 TEST(QuantRows, Int8InterleavedWeightsGiveTheStoredBits) {
+  const testing::ScopedEnv vnni("PRISM_CPU_QUANT_ROWS", "vnni");
   cpu::ThreadPool pool(2);
   int tested = 0;
   for (GgmlType type :
@@ -985,6 +987,7 @@ TEST(QuantRows, Int8InterleavedWeightsGiveTheStoredBits) {
 }
 
 TEST(QuantRows, Int8InterleavedRefusesWhatItCannotRead) {
+  const testing::ScopedEnv vnni("PRISM_CPU_QUANT_ROWS", "vnni");  // as above
   std::vector<float> x(64, 1.0f), out(16);
   std::vector<std::byte> w(16 * 36);
   cpu::QuantizedRows rows;

@@ -308,9 +308,10 @@ struct QuantCase {
 bool interleaved(const Buffer& b) { return cpu::interleaved_format(cpu::layout_of(b)).has_value(); }
 
 TEST(WeightLayout, QuantizedWeightsReadInterleaved) {
+  // The VNNI kernels, forced where AMX tiles would take batches and keep the weights as stored.
+  const testing::ScopedEnv vnni("PRISM_CPU_QUANT_ROWS", "vnni");
   if (!cpu::quant_rows_int8_interleaved_native(quant::GgmlType::Q4_0))
-    GTEST_SKIP() << "quantized weights are kept interleaved only with AVX2 or AVX-512 VNNI (no "
-                    "AMX)";
+    GTEST_SKIP() << "quantized weights are kept interleaved only with AVX2 or AVX-512 VNNI";
   Platform& cpu = get_platform("cpu");
   for (quant::GgmlType format : {quant::GgmlType::Q4_0, quant::GgmlType::Q8_0,
                                  quant::GgmlType::Q4_K, quant::GgmlType::Q6_K}) {
@@ -393,9 +394,10 @@ TEST(WeightLayout, QuantizedWeightsReadInterleaved) {
 // interleaved weights' rows anywhere, and each row gets the bits it gets alone (the other
 // weights' 40 rows take dequantized panels: their bits as stored).
 TEST(WeightLayout, InterleavedWeightsBesideOthersInOneStep) {
+  // The VNNI kernels, forced where AMX tiles would take batches and keep the weights as stored.
+  const testing::ScopedEnv vnni("PRISM_CPU_QUANT_ROWS", "vnni");
   if (!cpu::quant_rows_int8_interleaved_native(quant::GgmlType::Q4_0))
-    GTEST_SKIP()
-        << "quantized weights are kept interleaved only with AVX2 or AVX-512 VNNI (no AMX)";
+    GTEST_SKIP() << "quantized weights are kept interleaved only with AVX2 or AVX-512 VNNI";
   Platform& cpu = get_platform("cpu");
   const quant::GgmlType format = quant::GgmlType::Q4_0;
   constexpr int64_t K = 96, rows[] = {48, 40};

@@ -66,6 +66,16 @@ if echo "$info" | grep -q 'simd \(AVX2\|SSE4\|SSSE3\|SSE2\)[,)]'; then  # no AVX
   check "PRISM_CPU_ROWS=fma without AVX-512 BF16" \
     "1 prism: error: PRISM_CPU_ROWS=fma: needs AVX-512 BF16" "$rc $err"
 fi
+# How far ahead decoding prefetches blocked bf16 weights: PRISM_CPU_PREFETCH chooses, one line
+# for a bad value; shown where the CPU has the blocked kernel (AVX-512 BF16).
+err=$(PRISM_CPU_PREFETCH=100 "$prism" info 2>&1 >/dev/null); rc=$?
+check "bad PRISM_CPU_PREFETCH" "1 prism: error: PRISM_CPU_PREFETCH=100: expected a number of bytes, a multiple of 64 up to 65536 (0: none)" "$rc $err"
+got=$(PRISM_CPU_PREFETCH=0 "$prism" info | grep -c 'decoding prefetches')
+check "PRISM_CPU_PREFETCH=0" 0 "$got"
+if echo "$info" | grep -q 'avx512_bf16'; then
+  got=$(PRISM_CPU_PREFETCH=1024 "$prism" info | grep -c 'decoding prefetches 1024 B ahead')
+  check "PRISM_CPU_PREFETCH=1024" 1 "$got"
+fi
 # A prompt's bf16 products: oneDNN's or f32 FMAs, measured once per CPU model and kept in the
 # user's cache; PRISM_CPU_PRODUCTS forces one or measures again, one line for a bad value.
 err=$(PRISM_CPU_PRODUCTS=bogus "$prism" info 2>&1 >/dev/null); rc=$?

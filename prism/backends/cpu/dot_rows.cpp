@@ -22,7 +22,11 @@
 #include "prism/backends/cpu/avx512_bf16.h"
 #endif
 #if HWY_ONCE
+#include <charconv>
 #include <cstdlib>
+#if HWY_ARCH_X86
+#include <cpuid.h>
+#endif
 #include <string_view>
 
 #include "prism/backends/cpu/amx_rows.h"
@@ -305,11 +309,12 @@ PRISM_TARGET_AVX512_BF16 void dot_rows_bf16_avx512(const uint16_t* x, const floa
 
 // Blocked weights: each pair of x's values, broadcast, against the same pair of 64 rows (four
 // vectors of 16 rows), summed into 16 rows' lanes with no reduction at the end. Four blocks at
-// a time from four quarters of the range, so that four streams run as in dot_rows_bf16_avx512.
+// a time from four quarters of the range, so that four streams run as in dot_rows_bf16_avx512;
+// each stream's lines `ahead` bytes on prefetched into L2 where decode_prefetch_bytes says so.
 PRISM_TARGET_AVX512_BF16 void blocks_bf16_avx512(const uint16_t* x, const uint16_t* w, int64_t k,
                                                  int64_t blocks, float* out) {
   constexpr int kVectors = 4;  // of 16 rows in a block of 64
-  const int64_t block = 64 * k, q = blocks / kDotRows;
+  const int64_t block = 64 * k, q = blocks / kDotRows, ahead = decode_prefetch_bytes();
   auto run = [&](const int64_t* ids, auto count) PRISM_TARGET_AVX512_BF16 {
     constexpr int n = decltype(count)::value;
     __m512 acc[n][kVectors];
@@ -318,6 +323,13 @@ PRISM_TARGET_AVX512_BF16 void blocks_bf16_avx512(const uint16_t* x, const uint16
     const uint16_t* p[n];
     for (int b = 0; b < n; ++b) p[b] = w + ids[b] * block;
     for (int64_t i = 0; i < k; i += 2) {
+      if (ahead) {
+#pragma GCC unroll 16
+        for (int v = 0; v < n * kVectors; ++v) {
+          const auto* line = p[v / kVectors] + i * 64 + (v % kVectors) * 32;
+          _mm_prefetch(reinterpret_cast<const char*>(line) + ahead, _MM_HINT_T1);
+        }
+      }
       uint32_t pair;
       std::memcpy(&pair, x + i, sizeof pair);
       const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
@@ -472,6 +484,41 @@ PRISM_TARGET_AVX512_BF16 void rows_bf16_blocked_avx512(const uint16_t* x, int64_
 }
 }  // namespace
 #endif
+
+namespace {
+
+bool intel_cpu() {
+#if HWY_ARCH_X86
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  char vendor[12];
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  return std::string_view(vendor, 12) == "GenuineIntel";
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+int64_t decode_prefetch_bytes() {
+  static const int64_t bytes = [] {
+    const char* env = std::getenv("PRISM_CPU_PREFETCH");
+    if (!env || !*env) return intel_cpu() ? int64_t{512} : int64_t{0};
+    const std::string_view want = env;
+    int64_t n = -1;
+    const auto [end, ec] = std::from_chars(want.data(), want.data() + want.size(), n);
+    PRISM_CHECK(ec == std::errc() && end == want.data() + want.size() && n >= 0 && n <= 65536 &&
+                    n % 64 == 0,
+                "PRISM_CPU_PREFETCH={}: expected a number of bytes, a multiple of 64 up to 65536 "
+                "(0: none)",
+                want);
+    return n;
+  }();
+  return bytes;
+}
 
 RowsKernel rows_kernel() {
   static const RowsKernel chosen = [] {

@@ -86,6 +86,15 @@ DotRowKernels dot_row_kernels();
 enum class RowsKernel { onednn, amx, fma, dpbf16, widen };
 RowsKernel rows_kernel();
 
+// How many bytes ahead bf16_blocked (one row of decoding against blocked weights) prefetches
+// each of its four streams into L2, 0 for none: by default 512 on Intel CPUs and none on
+// others. On a 2-core Intel Xeon with AMX, decoding the Llama-1B-shaped checkpoint went from
+// 10.9-11.1 to 12.8-12.9 tok/s in alternating runs (256 bytes: 12.3, 1024: 12.0, 4096: 11.5;
+// into L1: 11.8); on AMD's Zen 4, prefetches 4 and 8 KiB ahead were 5-10 % slower
+// (docs/performance.md). PRISM_CPU_PREFETCH=<bytes> (a multiple of 64, up to 65536) chooses,
+// for comparisons (read once; another value throws prism::Error).
+int64_t decode_prefetch_bytes();
+
 // Calls visit(rows[kDotRows]) for groups of row indices covering [n0, n1): group j holds
 // rows n0 + j, n0 + j + q, n0 + j + 2q, n0 + j + 3q (q = a quarter of the range, rounded
 // down), so the four streams run through four separate quarters; the rows left over go in

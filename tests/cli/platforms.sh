@@ -70,6 +70,9 @@ fi
 # for a bad value; shown where the CPU has the blocked kernel (AVX-512 BF16).
 err=$(PRISM_CPU_PREFETCH=100 "$prism" info 2>&1 >/dev/null); rc=$?
 check "bad PRISM_CPU_PREFETCH" "1 prism: error: PRISM_CPU_PREFETCH=100: expected a number of bytes, a multiple of 64 up to 65536 (0: none)" "$rc $err"
+# ... also where the SIMD target has no blocked weights to prefetch.
+err=$(PRISM_CPU_TARGET="$lowest" PRISM_CPU_PREFETCH=100 "$prism" info 2>&1 >/dev/null); rc=$?
+check "bad PRISM_CPU_PREFETCH, $lowest" "1 prism: error: PRISM_CPU_PREFETCH=100: expected a number of bytes, a multiple of 64 up to 65536 (0: none)" "$rc $err"
 got=$(PRISM_CPU_PREFETCH=0 "$prism" info | grep -c 'decoding prefetches')
 check "PRISM_CPU_PREFETCH=0" 0 "$got"
 if echo "$info" | grep -q 'avx512_bf16'; then

@@ -177,11 +177,12 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
   }
   // Which kernels take a prompt's bf16 products (bf16_products.h).
   const std::string bf16 = ", " + bf16_products().description;
-  // How far ahead decoding's products prefetch blocked bf16 weights (dot_rows.h).
-  const std::string prefetch =
-      dot_row_kernels().bf16_blocked && decode_prefetch_bytes() > 0
-          ? fmt::format(", decoding prefetches {} B ahead", decode_prefetch_bytes())
-          : "";
+  // How far ahead decoding's products prefetch blocked bf16 weights (dot_rows.h): read, and a
+  // bad PRISM_CPU_PREFETCH refused, on every CPU, shown where there are blocked weights.
+  const int64_t ahead = decode_prefetch_bytes();
+  const std::string prefetch = dot_row_kernels().bf16_blocked && ahead > 0
+                                   ? fmt::format(", decoding prefetches {} B ahead", ahead)
+                                   : "";
   return {{fmt::format("{} ({}{} threads, simd {}{}{}{}{})", cpu_model(), device, pool_.size(),
                        simd::current().describe(), bf16, rows_description(), prefetch, quantized),
            memory}};

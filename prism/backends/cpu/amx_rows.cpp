@@ -97,6 +97,7 @@ PRISM_TARGET_AMX void amx_rows_blocked(const uint16_t* x, int64_t ldx, int64_t r
   // start 16 c rows into it.
   constexpr int64_t kPairStride = 64 * 2 * sizeof(uint16_t);
   constexpr int64_t kAheadBytes = 1024;
+  constexpr int64_t kStepLines = kAmxDepth / 2 * kPairStride / 64;  // a step's 4 KiB
   for (int64_t b = 0; b < blocks; ++b) {
     const uint16_t* block = w + b * 64 * k;
     _tile_zero(0);
@@ -106,7 +107,7 @@ PRISM_TARGET_AMX void amx_rows_blocked(const uint16_t* x, int64_t ldx, int64_t r
     for (int64_t i = 0; i < k; i += kAmxDepth) {
       const uint16_t* p = block + i * 64;  // pair i / 2
       const char* ahead = reinterpret_cast<const char*>(p) + kAheadBytes;
-      for (int64_t line = 0; line < kAmxDepth * kPairStride / 2 / 64; ++line)
+      for (int64_t line = 0; line < kStepLines; ++line)
         _mm_prefetch(ahead + line * 64, _MM_HINT_T0);
       _tile_loadd(4, x + i, ldx * sizeof(uint16_t));
       _tile_loadd(5, p, kPairStride);

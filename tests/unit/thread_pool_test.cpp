@@ -4,10 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 #include <vector>
+
+#include "prism/core/spin.h"
 
 namespace prism::cpu {
 namespace {
@@ -84,6 +89,67 @@ TEST(ThreadPool, NestedCallsRunSeriallyAndErrorsReachTheCaller) {
                                            if (begin == 0) throw std::runtime_error("first chunk");
                                          }),
                std::runtime_error);
+}
+
+// Jobs far shorter than a wake-up, one after the other, as a decode step hands them out: each
+// index once, with more threads than cores (workers preempted at any point) too.
+TEST(ThreadPool, BackToBackShortJobs) {
+  for (int threads : {2, 3, 8}) {
+    ThreadPool pool(threads);
+    std::vector<std::atomic<int>> visits(64);
+    for (int job = 0; job < 20000; ++job) {
+      pool.parallel_for(64, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) visits[i].fetch_add(1);
+      });
+    }
+    for (auto& v : visits) EXPECT_EQ(v.load(), 20000) << threads << " threads";
+  }
+}
+
+// Workers that went to sleep between jobs take part in the next: the first chunk waits for
+// another thread to run the second (and fails after a long while rather than hang).
+TEST(ThreadPool, SleepingWorkersWakeForTheNextJob) {
+  ThreadPool pool(2);
+  for (int round = 0; round < 3; ++round) {
+    std::this_thread::sleep_for(kSpin * 5);  // the worker has stopped spinning
+    std::atomic<bool> second_ran = false;
+    std::atomic<bool> waited_in_vain = false;
+    const auto caller = std::this_thread::get_id();
+    std::thread::id second_ran_on;
+    pool.parallel_for(2, 1, [&](int64_t begin, int64_t) {
+      if (begin == 1) {
+        second_ran_on = std::this_thread::get_id();
+        second_ran.store(true);
+        return;
+      }
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!second_ran.load()) {
+        if (std::chrono::steady_clock::now() > until) {
+          waited_in_vain.store(true);
+          return;
+        }
+        std::this_thread::yield();
+      }
+    });
+    ASSERT_FALSE(waited_in_vain.load()) << "round " << round;
+    EXPECT_NE(second_ran_on, caller);
+  }
+}
+
+// Several threads handing jobs to one pool: they take turns, every index once.
+TEST(ThreadPool, CallersFromSeveralThreads) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> visited = 0;
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 3; ++c) {
+    callers.emplace_back([&] {
+      for (int job = 0; job < 3000; ++job) {
+        pool.parallel_for(16, 1, [&](int64_t begin, int64_t end) { visited += end - begin; });
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(visited.load(), 3 * 3000 * 16);
 }
 
 }  // namespace

@@ -22,13 +22,25 @@ struct ThreadPool::Job {
   const std::function<void(int64_t, int64_t)>* fn;
   int64_t n = 0;
   int chunks = 0;
-  std::atomic<int> next{0};      // the next chunk to claim
-  std::atomic<int> finished{0};  // chunks done
-  std::mutex mutex;
+  std::atomic<int> next{0};          // the next chunk to claim
+  std::atomic<int> finished{0};      // chunks done
+  std::atomic<bool> waiting{false};  // the caller sleeps on `done` (after its spin ran out)
+  std::mutex mutex;                  // for `done` and `error`
   std::condition_variable done;
   std::exception_ptr error;
-  int active = 0;  // workers inside run_chunks (guarded by the pool's mutex)
 };
+
+namespace {
+
+// Waits for done(): spins (kSpin), then gives the core away between looks. For waits that end
+// as soon as another thread runs a few instructions, unless it was preempted.
+template <typename Done>
+void spin_then_yield(Done done) {
+  if (spin_until(done)) return;
+  while (!done()) std::this_thread::yield();
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int threads, std::vector<int> cpus) {
   if (threads <= 0) {
@@ -50,10 +62,10 @@ ThreadPool::ThreadPool(int threads, std::vector<int> cpus) {
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard lock(mutex_);
-    stop_ = true;
-  }
+  stop_.store(true);
+  generation_.fetch_add(1);
+  mutex_.lock();  // as in parallel_for
+  mutex_.unlock();
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
@@ -70,7 +82,9 @@ void ThreadPool::run_chunks(Job& job) {
       std::lock_guard lock(job.mutex);
       if (!job.error) job.error = std::current_exception();
     }
-    if (++job.finished == job.chunks) {
+    // The caller sets `waiting` before it looks at `finished` a last time and sleeps; the last
+    // chunk's thread counts itself before it looks at `waiting`: one of them sees the other.
+    if (job.finished.fetch_add(1) + 1 == job.chunks && job.waiting.load()) {
       std::lock_guard lock(job.mutex);
       job.done.notify_all();
     }
@@ -93,23 +107,28 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   job.fn = &fn;
   job.n = n;
   job.chunks = chunks;
-  {
-    std::lock_guard lock(mutex_);
-    job_ = &job;
-    ++generation_;
+  job_.store(&job);
+  generation_.fetch_add(1);
+  // A worker counts itself a sleeper before it looks at the generation a last time: if it
+  // was not counted here, it sees this job's.
+  if (sleepers_.load() > 0) {
+    // One between its last look and its wait holds mutex_: passing through it first puts the
+    // notification after the wait.
+    mutex_.lock();
+    mutex_.unlock();
+    wake_.notify_all();
   }
-  wake_.notify_all();
   run_chunks(job);
-  if (!spin_until([&] { return job.finished == job.chunks; })) {
+  const auto all_done = [&] { return job.finished.load() == job.chunks; };
+  if (!spin_until(all_done)) {
     std::unique_lock lock(job.mutex);
-    job.done.wait(lock, [&] { return job.finished == job.chunks; });
+    job.waiting.store(true);
+    job.done.wait(lock, all_done);
   }
-  {
-    // No worker may still hold a pointer to `job` when it goes out of scope.
-    std::unique_lock lock(mutex_);
-    job_ = nullptr;
-    idle_.wait(lock, [&] { return job.active == 0; });
-  }
+  // No worker may still hold a pointer to `job` when it goes out of scope: one that counts
+  // itself inside after this looks at job_ after it is cleared.
+  job_.store(nullptr);
+  spin_then_yield([&] { return inside_.load() == 0; });
   if (job.error) std::rethrow_exception(job.error);
 }
 
@@ -143,22 +162,18 @@ void ThreadPool::parallel_for_tapered(int64_t n, int64_t grain,
 void ThreadPool::work() {
   uint64_t seen = 0;
   for (;;) {
-    spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
-    Job* job;
-    {
+    const auto new_job = [&] { return generation_.load() != seen; };
+    if (!spin_until(new_job)) {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || (generation_ != seen && job_); });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
-      // Joined under the lock: parallel_for clears job_ and waits for active == 0 under it
-      // before `job` dies.
-      if (job->next >= job->chunks) continue;
-      ++job->active;
+      sleepers_.fetch_add(1);
+      wake_.wait(lock, new_job);
+      sleepers_.fetch_sub(1);
     }
-    run_chunks(*job);
-    std::lock_guard lock(mutex_);
-    if (--job->active == 0) idle_.notify_all();
+    if (stop_.load()) return;
+    seen = generation_.load();
+    inside_.fetch_add(1);
+    if (Job* job = job_.load()) run_chunks(*job);  // claims nothing once all chunks are taken
+    inside_.fetch_sub(1);
   }
 }
 

@@ -4,6 +4,12 @@
 // everyone wait; and workers spin only briefly (kSpin) for the next job before sleeping on a
 // condition variable, so back-to-back kernels (a decode step runs hundreds) skip the wake-up
 // latency while a busy machine loses at most that much of a core to the spin.
+//
+// Handing out a job and waiting for it take no lock and make no system call while the threads
+// spin: a job is published through atomics, and the caller sleeps, or wakes sleeping workers,
+// only after a spin has run out. (With a mutex around the job, a spinning worker woke into a
+// lock its caller still held, and every kernel of a decode step made about one futex call:
+// 40,000 for 128 tokens of the 1B model.)
 #pragma once
 
 #include <atomic>
@@ -46,11 +52,13 @@ class ThreadPool {
   static void run_chunks(Job& job);
 
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::condition_variable wake_, idle_;
-  Job* job_ = nullptr;
-  std::atomic<uint64_t> generation_ = 0;  // written under mutex_, read by spinning workers
-  bool stop_ = false;
+  std::atomic<Job*> job_ = nullptr;       // the job being handed out; null between jobs
+  std::atomic<uint64_t> generation_ = 0;  // one more for every job (and for the stop)
+  std::atomic<int> inside_ = 0;           // workers that may hold a pointer to a job
+  std::atomic<int> sleepers_ = 0;         // workers asleep on wake_ (or about to be)
+  std::atomic<bool> stop_ = false;
+  std::mutex mutex_;  // for wake_ only
+  std::condition_variable wake_;
   std::mutex call_mutex_;  // one parallel_for at a time
 };
 

@@ -91,8 +91,10 @@ RowsKernel rows_kernel();
 // others. On a 2-core Intel Xeon with AMX, decoding the Llama-1B-shaped checkpoint went from
 // 10.9-11.1 to 12.8-12.9 tok/s in alternating runs (256 bytes: 12.3, 1024: 12.0, 4096: 11.5;
 // into L1: 11.8); on AMD's Zen 4, prefetches 4 and 8 KiB ahead were 5-10 % slower
-// (docs/performance.md). PRISM_CPU_PREFETCH=<bytes> (a multiple of 64, up to 65536) chooses,
-// for comparisons (read once; another value throws prism::Error).
+// (docs/performance.md). The integer kernels of interleaved Q4_0 and Q8_0 weights prefetch
+// their one stream four times as far (quant_rows.cpp). PRISM_CPU_PREFETCH=<bytes> (a
+// multiple of 64, up to 65536) chooses, for comparisons (read once; another value throws
+// prism::Error).
 int64_t decode_prefetch_bytes();
 
 // Calls visit(rows[kDotRows]) for groups of row indices covering [n0, n1): group j holds

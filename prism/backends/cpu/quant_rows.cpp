@@ -1393,6 +1393,28 @@ void KRows(const Int8Rows& x, const uint8_t* w, int64_t row_bytes, int64_t n, in
 constexpr int64_t kInterleavedAhead = 4096;
 constexpr int kInterleavedPrefetchRows = 5;
 
+// How far ahead a tile of `rows` activation rows prefetches its group's stream (0: not at
+// all): kInterleavedAhead for five rows or more; for fewer, as far as decode_prefetch_bytes'
+// four streams of bf16 weights reach together (2 KiB on Intel by default, none elsewhere, where
+// Zen 4 was slower with them, above). On two cores of an Intel Xeon (with AMX's batches off,
+// PRISM_CPU_QUANT_ROWS=vnni, as on Intel CPUs without AMX), 1 GiB of 8192 x 2048 weights
+// streamed (prism-bench quant, share of a plain read, none -> 2 KiB ahead): Q4_0 one row
+// 66-70 % -> 84-89 %, four rows 49-55 % -> 59-63 %; Q8_0 one row 79-85 % -> 88-93 %, four rows
+// 55-58 % -> 72-76 %. 512 bytes ahead did less (75 % for Q4_0's row), 4-8 KiB the same. The
+// K-quant tiles gained nothing from them and issue none.
+PRISM_VNNI_INLINE int64_t InterleavedAhead(int rows, bool stream) {
+  if (!stream) return 0;
+  return rows >= kInterleavedPrefetchRows ? kInterleavedAhead : kRows * decode_prefetch_bytes();
+}
+
+// Asks for the lines of `bytes` bytes at p + ahead into L2 (none with ahead 0). Past a group's
+// end lies the next group, the stream's next bytes; a prefetch does not fault.
+PRISM_VNNI_INLINE void PrefetchAhead(const uint8_t* p, int64_t bytes, int64_t ahead) {
+  if (!ahead) return;
+  for (int64_t line = 0; line < bytes; line += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + ahead + line), _MM_HINT_T1);
+}
+
 // sum += q . (the four signed bytes at p, in every lane): vpdpbusd with the bytes broadcast
 // from memory by the instruction itself (GCC loads them with a broadcast of its own first,
 // an instruction more for each product).
@@ -1741,14 +1763,10 @@ PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void InterleavedTile(const uint8_t* x, i
     }
   };
   const int64_t pair = 64 + 2 * F::kRunBytes;  // two blocks' d, then their runs
+  const int64_t ahead = InterleavedAhead(G, stream);
   for (int64_t b = 0; b + 1 < blocks; b += 2) {
     const uint8_t* p = w + b / 2 * pair;
-    if (G >= kInterleavedPrefetchRows && stream) {
-      // Past the group's end lies the next group, the stream's next bytes; a prefetch does
-      // not fault.
-      for (int64_t line = 0; line < pair; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(p + kInterleavedAhead + line), _MM_HINT_T1);
-    }
+    PrefetchAhead(p, pair, ahead);
     block(b, p + 64, p);
     block(b + 1, p + 64 + F::kRunBytes, p + 32);
   }

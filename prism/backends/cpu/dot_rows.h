@@ -92,9 +92,10 @@ RowsKernel rows_kernel();
 // 10.9-11.1 to 12.8-12.9 tok/s in alternating runs (256 bytes: 12.3, 1024: 12.0, 4096: 11.5;
 // into L1: 11.8); on AMD's Zen 4, prefetches 4 and 8 KiB ahead were 5-10 % slower
 // (docs/performance.md). The integer kernels of interleaved Q4_0 and Q8_0 weights prefetch
-// their one stream four times as far (quant_rows.cpp). PRISM_CPU_PREFETCH=<bytes> (a
-// multiple of 64, up to 65536) chooses, for comparisons (read once; another value throws
-// prism::Error).
+// their one stream four times as far (quant_rows.cpp), decoding's attention its keys twice as
+// far and their values into L2 (kernels_attention.cpp) where this is not 0.
+// PRISM_CPU_PREFETCH=<bytes> (a multiple of 64, up to 65536) chooses, for comparisons (read once;
+// another value throws prism::Error).
 int64_t decode_prefetch_bytes();
 
 // Calls visit(rows[kDotRows]) for groups of row indices covering [n0, n1): group j holds

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "prism/backends/cpu/avx512_bf16.h"
+#include "prism/backends/cpu/dot_rows.h"
 #include "prism/backends/cpu/fast_math-inl.h"
 #include "prism/backends/cpu/fast_math.h"
 #include "prism/backends/cpu/kernels.h"
@@ -328,14 +329,28 @@ PRISM_TARGET_AVX512_BF16 inline __m512 lane_sums16(const __m512* v) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(w0, w1, 0x88), _mm512_shuffle_f32x4(w0, w1, 0xDD));
 }
 
-// s[r * ldk + j] = scale * (q[r] . k[j]) for R rows and n keys of D values (D % 32 == 0).
+// s[r * ldk + j] = scale * (q[r] . k[j]) for R rows and n keys of D values (D % 32 == 0);
+// v: the values of the same keys, E each (prefetched, not read).
 PRISM_TARGET_AVX512_BF16 void decode_scores_bf16(const uint16_t* const* q, int R, int64_t D,
                                                  const uint16_t* k, int64_t n, float scale,
-                                                 float* s, int64_t ldk) {
+                                                 float* s, int64_t ldk, const uint16_t* v,
+                                                 int64_t E) {
   const __m512 sc = _mm512_set1_ps(scale);
+  // Where decoding prefetches (decode_prefetch_bytes: Intel CPUs by default), the keys 1 KiB
+  // ahead into L1 and the values of the keys in hand into L2, for the sums after the softmax:
+  // a layer's cache comes from memory, after the rest of the step streamed the weights. On 2
+  // cores of an Intel Xeon with AMX, the Q4_0 1B-shaped file at position 340-400: the 16
+  // layers' attention 1.11-1.19 -> 0.82 ms a step (2 KiB ahead the same, 8 KiB 0.91-0.95).
+  const int64_t ahead = 2 * decode_prefetch_bytes();
   int64_t j = 0;
   for (; j + 16 <= n; j += 16) {
     const uint16_t* kj = k + j * D;
+    if (ahead) {
+      const char* keys = reinterpret_cast<const char*>(kj) + ahead;
+      for (int64_t l = 0; l < 16 * D * 2; l += 64) _mm_prefetch(keys + l, _MM_HINT_T0);
+      const char* values = reinterpret_cast<const char*>(v + j * E);
+      for (int64_t l = 0; l < 16 * E * 2; l += 64) _mm_prefetch(values + l, _MM_HINT_T1);
+    }
     for (int r = 0; r < R; ++r) {
       __m512 acc[16];
       for (int x = 0; x < 16; ++x) acc[x] = _mm512_setzero_ps();
@@ -610,7 +625,7 @@ void attend_decode(const Geometry& g, std::span<const std::byte* const> in, S* y
       for (int64_t r = 0; r < rows; ++r)
         q[r] = reinterpret_cast<const uint16_t*>(in[0]) + row_of(r) * D;
       decode_scores_bf16(q, static_cast<int>(rows), D, reinterpret_cast<const uint16_t*>(keys), n,
-                         scale, s, ldk);
+                         scale, s, ldk, reinterpret_cast<const uint16_t*>(values), E);
     }
   } else if (n > 0) {
     w.q.resize(static_cast<size_t>((rows + 8) * D));  // the rows in f32, then 8 keys

@@ -1262,6 +1262,20 @@ alignas(64) constexpr DIndices kDIndices = MakeDIndices();
 // d_x, acc), lane p the pair of weight row p / G and activation row p % G. That is
 // amx_k_rows' arithmetic (amx_rows.h), bit for bit: a product may take either kernel by its
 // number of rows.
+//
+// KRowHeads gathers the weight rows' d, -dmin and minimums for KFinish; KFinish scales the
+// sums (sums[r * G + g]: lanes whose total is pair (r, g)'s T) and adds them into acc.
+template <typename F>
+PRISM_VNNI_INLINE void KRowHeads(const typename F::Block& b, int r, __m512& wd, __m512i& wm) {
+  const auto quarter = static_cast<__mmask16>(0xf << (4 * r));
+  wd = _mm512_mask_broadcast_f32x4(wd, quarter, b.dd);
+  if constexpr (F::kMin) wm = _mm512_mask_broadcast_i32x4(wm, quarter, b.mins);
+}
+
+template <typename F, int G>
+PRISM_VNNI_INLINE void KFinish(const __m512i (&sums)[kRows * G], __m512 wd, __m512i wm,
+                               const uint8_t* const* x, __m512& acc);
+
 template <typename F, int G>
 PRISM_VNNI_INLINE void KExactStep(const typename F::Block* b, const uint8_t* const* x,
                                   __m512& acc) {
@@ -1270,12 +1284,16 @@ PRISM_VNNI_INLINE void KExactStep(const typename F::Block* b, const uint8_t* con
   __m512i wm = _mm512_setzero_si512();  // quarter r: weight row r's minimums
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) {
-    const auto quarter = static_cast<__mmask16>(0xf << (4 * r));
-    wd = _mm512_mask_broadcast_f32x4(wd, quarter, b[r].dd);
-    if constexpr (F::kMin) wm = _mm512_mask_broadcast_i32x4(wm, quarter, b[r].mins);
+    KRowHeads<F>(b[r], r, wd, wm);
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) sums[r * G + g] = F::Sums(b[r], x[g]);
   }
+  KFinish<F, G>(sums, wd, wm, x, acc);
+}
+
+template <typename F, int G>
+PRISM_VNNI_INLINE void KFinish(const __m512i (&sums)[kRows * G], __m512 wd, __m512i wm,
+                               const uint8_t* const* x, __m512& acc) {
   // Lane p: weight row p / G's d and -dmin (zero past the pairs).
   constexpr auto kPairs = static_cast<__mmask16>((1u << (kRows * G)) - 1);
   const __m512 dw = _mm512_maskz_permutexvar_ps(kPairs, LoadV(kDIndices.d[G - 1]), wd);
@@ -1338,6 +1356,26 @@ PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void KTile(const Int8Rows& x, const uint
   for (int c = 0; c < kMaxFull; ++c) acc[c] = _mm512_setzero_ps();
   const uint8_t* xs[kChunk];
   for (int64_t s = 0; s < blocks; ++s) {
+    if constexpr (G == 1) {
+      if (full == 0) {
+        // One activation row (decoding): each weight row's block is multiplied as soon as it
+        // is unpacked, so that four unpacked blocks do not wait in registers (and spill).
+        __m512i sums[kRows];
+        __m512 wd = _mm512_setzero_ps();
+        __m512i wm = _mm512_setzero_si512();
+        xs[0] = x.x + s * KRecord::kBytes;
+#pragma GCC unroll 4
+        for (int r = 0; r < kRows; ++r) {
+          const uint8_t* p = w[r] + s * F::kBytes;
+          for (int64_t j = 0; j < F::kBytes; j += 64) hwy::Prefetch(p + kPrefetchAhead + j);
+          const typename F::Block b = F::Load(p);
+          KRowHeads<F>(b, r, wd, wm);
+          sums[r] = F::Sums(b, xs[0]);
+        }
+        KFinish<F, 1>(sums, wd, wm, xs, tail);
+        continue;
+      }
+    }
     typename F::Block b[kRows];
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {

@@ -106,24 +106,21 @@ TEST(ThreadPool, BackToBackShortJobs) {
   }
 }
 
-// Workers that went to sleep between jobs take part in the next: the first chunk waits for
-// another thread to run the second (and fails after a long while rather than hang).
+// Workers that went to sleep between jobs take part in the next: each of its two chunks waits
+// for the other to start, which only two threads running at once get past (a chunk gives up
+// after a long while rather than hang).
 TEST(ThreadPool, SleepingWorkersWakeForTheNextJob) {
   ThreadPool pool(2);
   for (int round = 0; round < 3; ++round) {
     std::this_thread::sleep_for(kSpin * 5);  // the worker has stopped spinning
-    std::atomic<bool> second_ran = false;
+    std::atomic<int> started = 0;
     std::atomic<bool> waited_in_vain = false;
-    const auto caller = std::this_thread::get_id();
-    std::thread::id second_ran_on;
+    std::thread::id ran_on[2];
     pool.parallel_for(2, 1, [&](int64_t begin, int64_t) {
-      if (begin == 1) {
-        second_ran_on = std::this_thread::get_id();
-        second_ran.store(true);
-        return;
-      }
+      ran_on[begin] = std::this_thread::get_id();
+      started.fetch_add(1);
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-      while (!second_ran.load()) {
+      while (started.load() < 2) {
         if (std::chrono::steady_clock::now() > until) {
           waited_in_vain.store(true);
           return;
@@ -132,7 +129,7 @@ TEST(ThreadPool, SleepingWorkersWakeForTheNextJob) {
       }
     });
     ASSERT_FALSE(waited_in_vain.load()) << "round " << round;
-    EXPECT_NE(second_ran_on, caller);
+    EXPECT_NE(ran_on[0], ran_on[1]);
   }
 }
 

@@ -1002,15 +1002,14 @@ PRISM_VNNI_INLINE void ExactStep(const uint8_t* const* x, const uint8_t* const* 
 // exact here) and adding the word pairs (vpmaddwd by ones). Twice gives lane 4c + r: row r's
 // sum over quarter c of the step's 64 values; a block is two quarters. The sums and their
 // scaling are ExactStep's, so are the bits.
-template <typename F>
-PRISM_VNNI_INLINE void ExactStepOne(const uint8_t* x, const uint8_t* const* w, __m512& acc) {
-  static_assert(std::is_same_v<F, Q4<false> >);
+PRISM_VNNI_INLINE void Q4_0StepOne(const uint8_t* x, const uint8_t* const* w, __m512& acc) {
+  using F = Q4<false>;
   const __m512i start = LoadV(x + PairRecord::kExtra), values = LoadV(x + PairRecord::kValues);
   __m512i s[kRows];
   __m256i dw = _mm256_setzero_si256();  // f16: words 0-3 the rows' first d, words 8-11 second
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) {
-    s[r] = _mm512_dpbusd_epi32(start, F::template Quants<false>(w[r]), values);
+    s[r] = _mm512_dpbusd_epi32(start, F::Quants<false>(w[r]), values);
     uint16_t d[2];
     std::memcpy(&d[0], w[r], 2);
     std::memcpy(&d[1], w[r] + F::kBytes, 2);
@@ -1059,7 +1058,7 @@ PRISM_QUANT_ROWS_ATTR_VNNI HWY_NOINLINE void PairTile(const uint8_t* x, int64_t 
         for (int64_t j = 0; j < 2 * F::kBytes; j += 64) hwy::Prefetch(ws[r] + kPrefetchAhead + j);
     }
     if constexpr (G == 1 && std::is_same_v<F, Q4<false> >) {
-      ExactStepOne<F>(xs[0], ws, acc[0][0]);
+      Q4_0StepOne(xs[0], ws, acc[0][0]);
     } else if constexpr (kExact) {
       ExactStep<F, G, false>(xs, ws, acc[0][0]);
     } else {

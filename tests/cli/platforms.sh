@@ -79,11 +79,19 @@ if echo "$info" | grep -q 'avx512_bf16'; then
   got=$(PRISM_CPU_PREFETCH=1024 "$prism" info | grep -c 'decoding prefetches 1024 B ahead')
   check "PRISM_CPU_PREFETCH=1024" 1 "$got"
 fi
-# A prompt's bf16 products: oneDNN's or f32 FMAs, measured once per CPU model and kept in the
-# user's cache; PRISM_CPU_PRODUCTS forces one or measures again, one line for a bad value.
+# A prompt's bf16 products: oneDNN's or f32 FMAs (and with AMX, prism's tiles for blocked
+# weights), measured once per CPU model and kept in the user's cache; PRISM_CPU_PRODUCTS forces
+# one or measures again, one line for a bad value.
 err=$(PRISM_CPU_PRODUCTS=bogus "$prism" info 2>&1 >/dev/null); rc=$?
 check "bad PRISM_CPU_PRODUCTS" \
-  "1 prism: error: PRISM_CPU_PRODUCTS=bogus: expected onednn, fma or measure" "$rc $err"
+  "1 prism: error: PRISM_CPU_PRODUCTS=bogus: expected onednn, fma, amx or measure" "$rc $err"
+if out=$(PRISM_CPU_PRODUCTS=amx "$prism" info 2>&1); then
+  got=$(echo "$out" | grep -c "blocked ones on prism's AMX tiles (PRISM_CPU_PRODUCTS)")
+  check "PRISM_CPU_PRODUCTS=amx" 1 "$got"
+else
+  check "PRISM_CPU_PRODUCTS=amx without AMX" \
+    "prism: error: PRISM_CPU_PRODUCTS=amx: this CPU (or this process) has no AMX-BF16 tiles" "$out"
+fi
 if "$prism" info | grep -q 'oneDNN has none here'; then  # before AVX-512: no choice to make
   echo "ok bf16 products on f32 FMAs alone"
   exit $fail
@@ -110,14 +118,21 @@ if XDG_CACHE_HOME="$cache" "$prism" info | grep -q 'batched rows on [^(,]* ([0-9
   got=$(XDG_CACHE_HOME="$cache" PRISM_CPU_ROWS= "$prism" info | grep -c 'batched rows on [^(,]* ([0-9]* GFLOP/s .*, measured before)')
   check "an empty PRISM_CPU_ROWS forces nothing" 1 "$got"
 fi
+# With AMX, whether prism's tiles or oneDNN take blocked weights, on a line of its own too.
+tiles=0
+if XDG_CACHE_HOME="$cache" "$prism" info | grep -q "blocked ones [^(,]* ([0-9]* GFLOP/s a core on prism's AMX tiles against [0-9]* in oneDNN, measured before)"; then
+  tiles=1
+  got=$(grep -c ' | tiles	\(onednn\|amx\)	[0-9.]*	[0-9.]*$' "$cache/prism/cpu-products")
+  check "tile products' line" 1 "$got"
+fi
 lines=$(grep -c . "$cache/prism/cpu-products")
-check "the cache keeps other CPUs' lines and drops what it cannot read" $((2 + rows)) "$lines"
+check "the cache keeps other CPUs' lines and drops what it cannot read" $((2 + rows + tiles)) "$lines"
 got=$(grep -c "^another CPU | avx2 | gemm avx2 | oneDNN 2.6.3	fma	90.0	95.5\$" "$cache/prism/cpu-products")
 check "another CPU's line as it was" 1 "$got"
 got=$(XDG_CACHE_HOME="$cache" "$prism" info | grep -o 'bf16 products [^)]*)')
 check "measured before" "${first%measured)}measured before)" "$got"
 XDG_CACHE_HOME="$cache" PRISM_CPU_PRODUCTS=measure "$prism" info >/dev/null
-check "measured again, one line a CPU and kind" $((2 + rows)) "$(grep -c . "$cache/prism/cpu-products")"
+check "measured again, one line a CPU and kind" $((2 + rows + tiles)) "$(grep -c . "$cache/prism/cpu-products")"
 got=$(XDG_CACHE_HOME=/proc/no-such-dir "$prism" info | grep -c 'bf16 products .*, measured)')
 check "a cache that cannot be written" 1 "$got"
 exit $fail

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "prism/backends/cpu/amx_gemm.h"
 #include "prism/backends/cpu/dot_rows.h"
 #include "prism/backends/cpu/gemm.h"
 #include "prism/backends/cpu/onednn.h"
@@ -38,6 +39,29 @@ TEST(Bf16Products, MeasuresBothKernelsOfBatchedRows) {
                 std::string_view(c.how) == "measured before")
         << c.how;
     EXPECT_EQ(c.pairs, c.pairs_gflops > c.fma_gflops);
+  }
+}
+
+TEST(Bf16Products, MeasuresTileProductsWhereTheCpuHasAmx) {
+  const cpu::Bf16TilesSpeed s = cpu::measure_bf16_tiles(40, 64, 128, 2);
+  const bool tiles = cpu::amx_gemm_available() && cpu::onednn::multiplies_bf16();
+  EXPECT_EQ(s.tiles_gflops > 0.0, tiles);
+  EXPECT_EQ(s.onednn_gflops > 0.0, tiles);
+  const cpu::Bf16TilesChoice& c = cpu::bf16_tile_products();
+  EXPECT_EQ(&c, &cpu::bf16_tile_products());  // made once
+  if (!tiles) {
+    EXPECT_FALSE(c.tiles);
+    return;
+  }
+  EXPECT_EQ(testing::error_of([] { cpu::measure_bf16_tiles(40, 64, 100, 1); }),
+            "cpu: tile products of 100 x 64 weights cannot be blocked");
+  const std::string_view how = c.how;
+  if (how == "measured" || how == "measured before") {
+    EXPECT_EQ(c.tiles, c.tiles_gflops > c.onednn_gflops);
+  } else if (cpu::bf16_products().path == cpu::Bf16Products::onednn) {
+    EXPECT_EQ(how, "PRISM_CPU_PRODUCTS");
+  } else {
+    EXPECT_EQ(how, "");  // the FMAs take every product
   }
 }
 

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <new>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <random>
@@ -17,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "prism/backends/cpu/amx_gemm.h"
 #include "prism/backends/cpu/dot_rows.h"
 #include "prism/backends/cpu/gemm.h"
 #include "prism/backends/cpu/onednn.h"
@@ -69,7 +72,7 @@ std::optional<Entry> parse(const std::string& line) {
   std::vector<std::string> f;
   std::istringstream in(line);
   for (std::string part; std::getline(in, part, '\t');) f.push_back(part);
-  if (f.size() != 4 || (f[1] != "onednn" && f[1] != "fma" && f[1] != "dpbf16")) {
+  if (f.size() != 4 || (f[1] != "onednn" && f[1] != "fma" && f[1] != "dpbf16" && f[1] != "amx")) {
     return std::nullopt;
   }
   Entry e{f[0], f[1], 0, 0};
@@ -157,12 +160,16 @@ std::string describe(const Bf16ProductsChoice& c, std::string_view how) {
       gemm_kernel_name(), c.fma_gflops, c.onednn_gflops, how);
 }
 
-// PRISM_CPU_PRODUCTS, checked: "", "onednn", "fma" or "measure" (both choices read it).
+// PRISM_CPU_PRODUCTS, checked: "", "onednn", "fma", "amx" or "measure" (all the choices read
+// it).
 std::string_view products_wanted() {
   const char* env = std::getenv("PRISM_CPU_PRODUCTS");
   const std::string_view want = env ? env : "";
-  PRISM_CHECK(want.empty() || want == "onednn" || want == "fma" || want == "measure",
-              "PRISM_CPU_PRODUCTS={}: expected onednn, fma or measure", want);
+  PRISM_CHECK(
+      want.empty() || want == "onednn" || want == "fma" || want == "amx" || want == "measure",
+      "PRISM_CPU_PRODUCTS={}: expected onednn, fma, amx or measure", want);
+  PRISM_CHECK(want != "amx" || amx_gemm_available(),
+              "PRISM_CPU_PRODUCTS=amx: this CPU (or this process) has no AMX-BF16 tiles");
   return want;
 }
 
@@ -177,9 +184,9 @@ Bf16ProductsChoice choose() {
                                 gemm_kernel_name());
     return c;
   }
-  if (want == "onednn" || want == "fma") {
-    c.path = want == "onednn" ? Bf16Products::onednn : Bf16Products::fma;
-    c.description = want == "onednn"
+  if (want == "onednn" || want == "fma" || want == "amx") {
+    c.path = want == "fma" ? Bf16Products::fma : Bf16Products::onednn;
+    c.description = want != "fma"
                         ? std::string("bf16 products in oneDNN (PRISM_CPU_PRODUCTS)")
                         : fmt::format("bf16 products on f32 FMAs ({} kernel; PRISM_CPU_PRODUCTS)",
                                       gemm_kernel_name());
@@ -193,6 +200,27 @@ Bf16ProductsChoice choose() {
   c.onednn_gflops = m.gflops[0];
   c.fma_gflops = m.gflops[1];
   c.description = describe(c, m.how);
+  return c;
+}
+
+Bf16TilesChoice choose_tiles() {
+  Bf16TilesChoice c;
+  const std::string_view want = products_wanted();
+  if (!amx_gemm_available() || bf16_products().path != Bf16Products::onednn) return c;
+  if (want == "amx" || want == "onednn") {
+    c.tiles = want == "amx";
+    c.how = "PRISM_CPU_PRODUCTS";
+    return c;
+  }
+  const Measured m =
+      measured_choice(bf16_products_key() + " | tiles", {"onednn", "amx"}, want == "measure", [] {
+        const Bf16TilesSpeed s = measure_bf16_tiles(kRows, kDepth, kColumns, kRounds);
+        return std::array<double, 2>{s.onednn_gflops, s.tiles_gflops};
+      });
+  c.tiles = m.faster == 1;
+  c.onednn_gflops = m.gflops[0];
+  c.tiles_gflops = m.gflops[1];
+  c.how = m.how;
   return c;
 }
 
@@ -279,6 +307,55 @@ Bf16ProductsSpeed measure_bf16_products(int M, int K, int N, int rounds) {
   return s;
 }
 
+Bf16TilesSpeed measure_bf16_tiles(int M, int K, int N, int rounds) {
+  Bf16TilesSpeed s;
+  if (!amx_gemm_available() || !onednn::multiplies_bf16()) return s;
+  PRISM_CHECK(K % 32 == 0 && N % kWeightBlockRows == 0,
+              "cpu: tile products of {} x {} weights cannot be blocked", N, K);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<uint16_t> x(int64_t{M} * K), w(int64_t{N} * K), kept(w.size()), y(int64_t{M} * N);
+  for (auto& v : x) v = f32_to_bf16(uniform(rng));
+  for (auto& v : w) v = f32_to_bf16(uniform(rng));
+  ThreadPool one(1);
+  copy_weights(WeightLayout::bf16_blocks, reinterpret_cast<const std::byte*>(w.data()),
+               reinterpret_cast<std::byte*>(kept.data()), N, K, true, one);
+  // The packed activations must be 64-byte aligned (amx_gemm.h).
+  const int64_t packed_values = amx_gemm_packed_values(M, K);
+  std::unique_ptr<uint16_t[], void (*)(uint16_t*)> packed(
+      static_cast<uint16_t*>(
+          ::operator new[](packed_values * sizeof(uint16_t), std::align_val_t(64))),
+      [](uint16_t* p) { ::operator delete[](p, std::align_val_t(64)); });
+  const int64_t rows = (M + kAmxGemmRows - 1) / kAmxGemmRows * kAmxGemmRows;
+  auto tiles = [&] {
+    pack_rows_for_amx_gemm(x.data(), K, M, K, 0, rows, packed.get());
+    amx_gemm_blocked(packed.get(), M, K, kept.data(), N / kWeightBlockRows, y.data(), N);
+  };
+  using dt = dnnl::memory::data_type;
+  const dnnl::memory::desc src({M, K}, dt::bf16, dnnl::memory::format_tag::ab);
+  const dnnl::memory::desc wei({K, N}, dt::bf16, dnnl::memory::format_tag::BA16a64b2a);
+  const dnnl::memory::desc dst({M, N}, dt::bf16, dnnl::memory::format_tag::ab);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), onednn::single_thread(),
+                                  onednn::engine());
+  dnnl::matmul matmul(pd);
+  const dnnl::memory::desc scratch = pd.scratchpad_desc();
+  auto onednn = [&] {
+    dnnl::engine& engine = onednn::engine();
+    onednn::execute(matmul, scratch,
+                    {{DNNL_ARG_SRC, dnnl::memory(src, engine, x.data())},
+                     {DNNL_ARG_WEIGHTS, dnnl::memory(wei, engine, kept.data())},
+                     {DNNL_ARG_DST, dnnl::memory(dst, engine, y.data())}});
+  };
+  const double flop = 2.0 * M * K * N;
+  tiles();  // first touches of the buffers
+  onednn();
+  for (int r = 0; r < rounds; ++r) {
+    s.tiles_gflops = std::max(s.tiles_gflops, flop / seconds(tiles) / 1e9);
+    s.onednn_gflops = std::max(s.onednn_gflops, flop / seconds(onednn) / 1e9);
+  }
+  return s;
+}
+
 Bf16RowsSpeed measure_bf16_rows(int M, int K, int N, int rounds) {
   const DotRowKernels dots = dot_row_kernels();
   Bf16RowsSpeed s;
@@ -309,6 +386,11 @@ Bf16RowsSpeed measure_bf16_rows(int M, int K, int N, int rounds) {
 
 const Bf16ProductsChoice& bf16_products() {
   static const Bf16ProductsChoice choice = choose();
+  return choice;
+}
+
+const Bf16TilesChoice& bf16_tile_products() {
+  static const Bf16TilesChoice choice = choose_tiles();
   return choice;
 }
 

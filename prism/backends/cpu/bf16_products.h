@@ -8,9 +8,14 @@
 // `~/.cache/prism/cpu-products`; a cache that cannot be read or written only costs the
 // measurement again). Where oneDNN has no bf16 products (before AVX-512), gemm.h's alone.
 //
-// PRISM_CPU_PRODUCTS=onednn or fma forces one (for tests and benchmarks; fma forces the
-// widened products even where oneDNN has bf16), =measure measures again and rewrites the
-// cache line.
+// On a CPU with AMX-BF16, where oneDNN's products run on tiles, a prompt's products with
+// weights kept blocked have a third kind: prism's own on AMX tiles (amx_gemm.h). Whether it or
+// oneDNN's is taken is measured the same way (bf16_tile_products below).
+//
+// PRISM_CPU_PRODUCTS=onednn, fma or amx forces one (for tests and benchmarks; fma forces the
+// widened products even where oneDNN has bf16; amx needs AMX and takes oneDNN's products for
+// the weights amx_gemm.h does not take), =measure measures again and rewrites the cache
+// lines.
 #pragma once
 
 #include <string>
@@ -37,6 +42,25 @@ struct Bf16ProductsSpeed {
   double onednn_gflops = 0, fma_gflops = 0;
 };
 Bf16ProductsSpeed measure_bf16_products(int M, int K, int N, int rounds);
+
+// Whether a prompt's products with bf16 weights kept blocked run on prism's AMX tiles
+// (amx_gemm.h) rather than oneDNN's products, where the CPU has AMX-BF16 and bf16_products()
+// chose oneDNN: measured as above (the same product, each kind on one thread), kept on a line
+// of the cache of its own, the key followed by " | tiles".
+struct Bf16TilesChoice {
+  bool tiles = false;  // prism's AMX tiles
+  double onednn_gflops = 0, tiles_gflops = 0;
+  const char* how = "";  // "measured", "measured before" or "PRISM_CPU_PRODUCTS"; "" without AMX
+};
+// The choice for this process, made on the first call (thread-safe).
+const Bf16TilesChoice& bf16_tile_products();
+
+struct Bf16TilesSpeed {
+  double onednn_gflops = 0, tiles_gflops = 0;
+};
+// x{M, K} . w{K, N} (N a multiple of 64, K of 32), w kept blocked, through oneDNN and through
+// amx_gemm.h on the calling thread, `rounds` times in turn; the best of each (0 without AMX).
+Bf16TilesSpeed measure_bf16_tiles(int M, int K, int N, int rounds);
 
 // Products of 2-16 bf16 rows against blocked weights on a CPU with AVX-512 BF16 and no AMX
 // (batched decoding, speculative checks; dot_rows.h's rows_kernel()): f32_rows_blocked (f32

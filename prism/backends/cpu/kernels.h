@@ -42,6 +42,11 @@ Kernel make_dot_kernel(const ir::Graph& graph, ir::ValueId id);     // kernels_d
 // projection at Llama 1B's shapes). kernels_dot.cpp; the quantized products' panels use it too.
 const float* widened_activations(const uint16_t* x, int64_t row_stride, int64_t col_stride,
                                  int64_t M, int64_t K, ThreadPool& pool);
+// bf16 activations x[m][k] (rows `ldx` apart) packed for amx_gemm.h's products
+// (pack_rows_for_amx_gemm) on the pool, in a 64-byte aligned buffer of the calling thread that
+// the next call on it reuses. kernels_dot.cpp.
+const uint16_t* tile_activations(const uint16_t* x, int64_t ldx, int64_t M, int64_t K,
+                                 ThreadPool& pool);
 // Whether a product of `lhs` activations into `out` runs on gemm.h's f32 FMAs with the
 // activations widened (bf16 into bf16 where bf16_products.h chose FMAs; kernels_dot.cpp), the
 // path the quantized products' panels take too, so that both give the same bits.

@@ -14,10 +14,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string_view>
 #include <vector>
 
+#include "prism/backends/cpu/amx_gemm.h"
 #include "prism/backends/cpu/amx_rows.h"
 #include "prism/backends/cpu/bf16_products.h"
 #include "prism/backends/cpu/dot_rows.h"
@@ -150,6 +152,11 @@ class DotKernel {
     blockable_ = t == DType::bf16 && out_.dtype() == DType::bf16 && rhs_.transposed &&
                  !rhs_.needs_copy && !lhs_.needs_copy && !lhs_.transposed && lhs_.batch == 1 &&
                  cpu::blockable(Shape(DType::bf16, {{"n", rhs_.cols}, {"k", rhs_.rows}}));
+    // A prompt's rows against weights kept blocked: prism's AMX tiles where the CPU has them
+    // and they were measured the faster (bf16_tile_products, asked when the slices are
+    // planned).
+    tiles_ = blockable_ && use_dnnl_ && lhs_.rows > kAmxMaxRows && lhs_.cols % 32 == 0 &&
+             lhs_.strides()[2] == 1 && amx_gemm_available();
   }
 
   void operator()(std::span<const std::byte* const> in, std::byte* out, ThreadPool& pool) const {
@@ -188,8 +195,9 @@ class DotKernel {
       PRISM_CHECK(widened_ || !blocked || blocked_slices_.size() == slices_.size(),
                   "cpu: oneDNN planned no product for weights {} kept blocked", rhs_.shape.str());
       const float* x32 = widened_ ? widened_lhs(l, pool) : nullptr;
+      const uint16_t* xt = tiled_ && blocked ? tiled_lhs(l, pool) : nullptr;
       pool.parallel_for(static_cast<int64_t>(slices_.size()), 1, [&](int64_t s0, int64_t s1) {
-        for (int64_t i = s0; i < s1; ++i) run_slice(i, l, r, out, blocked, x32);
+        for (int64_t i = s0; i < s1; ++i) run_slice(i, l, r, out, blocked, x32, xt);
       });
       return;
     }
@@ -306,9 +314,10 @@ class DotKernel {
   }
 
   // Slice i of the planned products, `blocked` being rhs_blocked(r).
-  // x32: the activations as widened_lhs lays them out, where the product is widened.
+  // x32: the activations as widened_lhs lays them out, where the product is widened; xt: as
+  // tiled_lhs lays them out, where it runs on prism's AMX tiles.
   void run_slice(int64_t i, const std::byte* l, const std::byte* r, std::byte* out, bool blocked,
-                 const float* x32 = nullptr) const {
+                 const float* x32 = nullptr, const uint16_t* xt = nullptr) const {
     const int64_t elem = static_cast<int64_t>(size_of(out_.dtype()));
     const int64_t wei_step = rhs_.strides()[2] * elem;  // a block of 64 starts at 64 rows too
     if (widened_) {
@@ -316,6 +325,13 @@ class DotKernel {
       return;
     }
     const Slice& s = blocked ? blocked_slices_[i] : slices_[i];
+    if (xt) {  // tiled_ and blocked: the slice's blocks of 64 weight rows
+      const int64_t N = rhs_.cols, width = std::min(slice_width_, N - s.n0);
+      amx_gemm_blocked(xt, lhs_.rows, lhs_.cols,
+                       reinterpret_cast<const uint16_t*>(r + s.n0 * wei_step), width / 64,
+                       reinterpret_cast<uint16_t*>(out) + s.n0, N);
+      return;
+    }
     std::byte* dst = out + s.n0 * elem;
     thread_local std::vector<std::byte> staging;
     if (s.staged) {
@@ -349,6 +365,7 @@ class DotKernel {
         }
         try {
           make_slices(out_.dtype(), pool.size());
+          tiled_ = tiles_ && bf16_tile_products().tiles && !slices_.empty();
         } catch (const dnnl::error&) {
           slices_.clear();
           blocked_slices_.clear();
@@ -375,6 +392,7 @@ class DotKernel {
     auto ls3 = lhs_.strides(), rs3 = rhs_.strides();
     const int64_t B = lhs_.batch, M = lhs_.rows, K = lhs_.cols, N = rhs_.cols;
     const int64_t width = slice_width(N, threads);
+    slice_width_ = width;
     Slice last, last_blocked;
     int64_t last_width = 0;
     for (int64_t n0 = 0; n0 < N; n0 += width) {
@@ -423,6 +441,14 @@ class DotKernel {
                                lhs_.cols, pool);
   }
   bool widened() const { return widened_; }
+
+  // The activations of a product on prism's AMX tiles (tile_activations), once for all its
+  // slices (and for all the products of a group, which share them).
+  const uint16_t* tiled_lhs(const std::byte* l, ThreadPool& pool) const {
+    return tile_activations(reinterpret_cast<const uint16_t*>(l), lhs_.strides()[1], lhs_.rows,
+                            lhs_.cols, pool);
+  }
+  bool tiled() const { return tiled_; }
 
  private:
   // A slice of a bf16 product on f32 FMAs (bf16_products.h): gemm.h's products, the weights
@@ -634,6 +660,9 @@ class DotKernel {
   bool use_dnnl_ = false;
   bool blockable_ = false;
   mutable bool widened_ = false;  // bf16 operands multiplied in f32 (make_widened_slices)
+  bool tiles_ = false;            // prism's AMX tiles could take the product (blocked weights)
+  mutable bool tiled_ = false;    // and take it: the slices run on them where weights are blocked
+  mutable int64_t slice_width_ = 0;  // make_slices' width
   mutable std::once_flag planned_;
   mutable std::vector<Slice> slices_;
   mutable std::vector<Slice> blocked_slices_;  // the same with the weights blocked
@@ -653,6 +682,31 @@ const float* widened_activations(const uint16_t* x, int64_t row_stride, int64_t 
   float* out = packed.data();  // the pool's threads have thread_locals of their own
   pool.parallel_for((M + kGemmPanelRows - 1) / kGemmPanelRows, 2, [&](int64_t p0, int64_t p1) {
     gemm_pack_lhs(x, row_stride, col_stride, M, K, p0, p1, out);
+  });
+  return out;
+}
+
+const uint16_t* tile_activations(const uint16_t* x, int64_t ldx, int64_t M, int64_t K,
+                                 ThreadPool& pool) {
+  // The caller's own buffer (the pool's threads have thread_locals of their own), 64-byte
+  // aligned as the tile loads want it.
+  struct Packed {
+    uint16_t* data = nullptr;
+    int64_t size = 0;
+    ~Packed() { ::operator delete[](data, std::align_val_t(64)); }
+  };
+  thread_local Packed packed;
+  const int64_t values = amx_gemm_packed_values(M, K);
+  if (values > packed.size) {
+    ::operator delete[](packed.data, std::align_val_t(64));
+    packed.data =
+        static_cast<uint16_t*>(::operator new[](values * sizeof(uint16_t), std::align_val_t(64)));
+    packed.size = values;
+  }
+  uint16_t* out = packed.data;
+  const int64_t groups = (M + kAmxGemmRows - 1) / kAmxGemmRows;
+  pool.parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
+    pack_rows_for_amx_gemm(x, ldx, M, K, g0 * kAmxGemmRows, g1 * kAmxGemmRows, out);
   });
   return out;
 }
@@ -729,10 +783,16 @@ class DotGroup {
       for (const auto& m : members_)
         if (m->widened()) widened = m.get();
       const float* x32 = widened ? widened->widened_lhs(l, pool) : nullptr;
+      // Likewise the products on AMX tiles, the packed x.
+      const uint16_t* xt = nullptr;
+      for (size_t m = 0; m < members_.size() && !xt; ++m)
+        if (members_[m]->tiled() && blocked[m]) xt = members_[m]->tiled_lhs(l, pool);
       pool.parallel_for(static_cast<int64_t>(slices_.size()), 1, [&](int64_t s0, int64_t s1) {
         for (int64_t i = s0; i < s1; ++i) {
           const auto [m, slice] = slices_[i];
-          members_[m]->run_slice(slice, l, in[1 + m], outs[m], blocked[m], x32);
+          const bool tiled = members_[m]->tiled() && blocked[m];
+          members_[m]->run_slice(slice, l, in[1 + m], outs[m], blocked[m], x32,
+                                 tiled ? xt : nullptr);
         }
       });
     } else {  // one after the other

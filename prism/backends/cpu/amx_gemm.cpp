@@ -1,0 +1,182 @@
+#include "prism/backends/cpu/amx_gemm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "prism/backends/cpu/amx_rows.h"
+#include "prism/backends/cpu/simd.h"
+
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+#define PRISM_HAVE_AMX_GEMM 1
+#include <immintrin.h>
+#endif
+
+namespace prism::cpu {
+
+int64_t amx_gemm_packed_values(int64_t m, int64_t k) {
+  return (m + kAmxGemmRows - 1) / kAmxGemmRows * kAmxGemmRows * k;
+}
+
+void pack_rows_for_amx_gemm(const uint16_t* x, int64_t ldx, int64_t m, int64_t k, int64_t r0,
+                            int64_t r1, uint16_t* xp) {
+  constexpr int64_t kTileRows = kAmxGemmRows / 2, kDepth = 32;
+  for (int64_t g = r0; g < r1; g += kAmxGemmRows) {
+    uint16_t* group = xp + g * k;
+    for (int64_t s = 0; s < k / kDepth; ++s) {
+      for (int64_t r = 0; r < kAmxGemmRows; ++r) {
+        // tile r / 16 of the step, its row r % 16
+        uint16_t* dst = group + s * kAmxGemmRows * kDepth + (r / kTileRows) * kTileRows * kDepth +
+                        (r % kTileRows) * kDepth;
+        if (g + r < m) {
+          std::memcpy(dst, x + (g + r) * ldx + s * kDepth, kDepth * sizeof(uint16_t));
+        } else {
+          std::memset(dst, 0, kDepth * sizeof(uint16_t));
+        }
+      }
+    }
+  }
+}
+
+#if PRISM_HAVE_AMX_GEMM
+
+bool amx_gemm_available() {
+  static const bool available = amx_available() && simd::current().avx512_bf16;
+  return available;
+}
+
+namespace {
+
+#define PRISM_TARGET_AMX_GEMM __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16")))
+
+// A block of weights: 64 rows, as k / 2 pairs of 256 bytes; a step (32 values of k) of it 4 KiB.
+constexpr int64_t kPairBytes = 64 * 2 * sizeof(uint16_t);
+constexpr int64_t kStepBytes = 16 * kPairBytes;
+// The packed activations of a step of 32 rows: two tiles of 1 KiB.
+constexpr int64_t kRowStepValues = kAmxGemmRows * 32;
+
+// Floats kept aligned for tile loads and stores, grown as needed (a thread's own).
+struct AlignedFloats {
+  float* data = nullptr;
+  int64_t size = 0;
+  ~AlignedFloats() { ::operator delete[](data, std::align_val_t(64)); }
+  float* get(int64_t n) {
+    if (n > size) {
+      ::operator delete[](data, std::align_val_t(64));
+      data = static_cast<float*>(::operator new[](n * sizeof(float), std::align_val_t(64)));
+      size = n;
+    }
+    return data;
+  }
+};
+
+// The 2 x 2 tiles of sums (tiles 0-3: rows 0-15 and 16-31, columns 0-15 and 16-31 of the 32 x
+// 32 at hand), rounded to bf16 into out's rows below `rows`.
+PRISM_TARGET_AMX_GEMM void write_sums(int64_t rows, uint16_t* out, int64_t ldo) {
+  alignas(64) float sums[4 * 256];
+  _tile_stored(0, sums, 64);
+  _tile_stored(1, sums + 256, 64);
+  _tile_stored(2, sums + 512, 64);
+  _tile_stored(3, sums + 768, 64);
+  for (int64_t r = 0; r < std::min<int64_t>(rows, kAmxGemmRows); ++r) {
+    const float* row = sums + (r / 16) * 512 + (r % 16) * 16;
+    uint16_t* dst = out + r * ldo;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_load_ps(row))));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16),
+                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_load_ps(row + 256))));
+  }
+}
+
+}  // namespace
+
+// Tiles: 0-3 the sums of 32 rows x 32 columns, 4 and 5 the activations' two tiles of a step,
+// 6 and 7 the weights' (16 columns each).
+PRISM_TARGET_AMX_GEMM void amx_gemm_blocked(const uint16_t* xp, int64_t m, int64_t k,
+                                            const uint16_t* w, int64_t blocks, uint16_t* out,
+                                            int64_t ldo) {
+  if (m <= 0 || blocks <= 0) return;
+  AmxTileConfig config;
+  for (int t = 0; t < 8; ++t) config.set(t, 16, 64);
+  _tile_loadconfig(&config);
+  const int64_t mp = (m + kAmxGemmRows - 1) / kAmxGemmRows * kAmxGemmRows;
+  const int64_t steps = k / 32;
+  const int64_t parts = (k + kAmxGemmMaxDepth - 1) / kAmxGemmMaxDepth;
+  const int64_t part_steps = (steps + parts - 1) / parts;
+  thread_local AlignedFloats partial;
+  const int64_t chunk_groups = kAmxGemmChunkRows / kAmxGemmRows;
+  float* acc = parts > 1 ? partial.get(chunk_groups * blocks * 2 * 1024) : nullptr;
+  const auto* wb = reinterpret_cast<const char*>(w);
+  const int64_t block_bytes = 64 * k * static_cast<int64_t>(sizeof(uint16_t));
+
+  for (int64_t m0 = 0; m0 < mp; m0 += kAmxGemmChunkRows) {
+    const int64_t m1 = std::min(mp, m0 + kAmxGemmChunkRows);
+    const int64_t groups = (m1 - m0) / kAmxGemmRows;
+    for (int64_t s0 = 0; s0 < steps; s0 += part_steps) {
+      const int64_t s1 = std::min(steps, s0 + part_steps);
+      const bool first = s0 == 0, last = s1 == steps;
+      // The next block's part is prefetched into L2 over the 2 * groups passes of this one's
+      // steps: per step, its share rounded up to whole cache lines.
+      const int64_t part_bytes = (s1 - s0) * kStepBytes;
+      const int64_t ahead_step = (part_bytes / (2 * groups * (s1 - s0)) + 63) / 64 * 64;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint16_t* block = w + b * 64 * k;
+        const char* next = b + 1 < blocks ? wb + (b + 1) * block_bytes + s0 * kStepBytes : nullptr;
+        const char* next_end = next ? next + part_bytes : nullptr;
+        for (int64_t h = 0; h < 2; ++h) {
+          const uint16_t* wh = block + 64 * h;  // columns 32h.. of each pair of k
+          for (int64_t g = m0; g < m1; g += kAmxGemmRows) {
+            const uint16_t* a = xp + g * k;
+            float* sums =
+                acc ? acc + (((g - m0) / kAmxGemmRows * blocks + b) * 2 + h) * 1024 : nullptr;
+            if (first) {
+              _tile_zero(0);
+              _tile_zero(1);
+              _tile_zero(2);
+              _tile_zero(3);
+            } else {
+              _tile_loadd(0, sums, 64);
+              _tile_loadd(1, sums + 256, 64);
+              _tile_loadd(2, sums + 512, 64);
+              _tile_loadd(3, sums + 768, 64);
+            }
+            for (int64_t s = s0; s < s1; ++s) {
+              const uint16_t* as = a + s * kRowStepValues;
+              const uint16_t* ws = wh + s * (kStepBytes / sizeof(uint16_t));
+              _tile_loadd(4, as, 64);
+              _tile_loadd(6, ws, kPairBytes);
+              _tile_dpbf16ps(0, 4, 6);
+              _tile_loadd(7, ws + 32, kPairBytes);
+              _tile_dpbf16ps(1, 4, 7);
+              _tile_loadd(5, as + kRowStepValues / 2, 64);
+              _tile_dpbf16ps(2, 5, 6);
+              _tile_dpbf16ps(3, 5, 7);
+              for (int64_t l = 0; l < ahead_step && next < next_end; l += 64, next += 64)
+                _mm_prefetch(next, _MM_HINT_T1);
+            }
+            if (last) {
+              write_sums(m - g, out + g * ldo + b * 64 + h * 32, ldo);
+            } else {
+              _tile_stored(0, sums, 64);
+              _tile_stored(1, sums + 256, 64);
+              _tile_stored(2, sums + 512, 64);
+              _tile_stored(3, sums + 768, 64);
+            }
+          }
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+
+#else  // no AMX here: amx_gemm_available() is false and the kernel is never called
+
+bool amx_gemm_available() { return false; }
+void amx_gemm_blocked(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, uint16_t*,
+                      int64_t) {}
+
+#endif
+
+}  // namespace prism::cpu

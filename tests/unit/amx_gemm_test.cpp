@@ -7,23 +7,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <new>
 #include <random>
 #include <vector>
 
+#include "prism/backends/cpu/aligned.h"
 #include "prism/backends/cpu/thread_pool.h"
 #include "prism/backends/cpu/weight_layout.h"
 #include "prism/core/dtype.h"
 
 namespace prism {
 namespace {
-
-struct Aligned {
-  uint16_t* p;
-  explicit Aligned(int64_t n)
-      : p(static_cast<uint16_t*>(::operator new[](n * sizeof(uint16_t), std::align_val_t(64)))) {}
-  ~Aligned() { ::operator delete[](p, std::align_val_t(64)); }
-};
 
 TEST(AmxGemm, MatchesSumsInDoubleRoundedOnce) {
   if (!cpu::amx_gemm_available()) GTEST_SKIP() << "no AMX-BF16 here";
@@ -41,11 +34,11 @@ TEST(AmxGemm, MatchesSumsInDoubleRoundedOnce) {
     cpu::copy_weights(cpu::WeightLayout::bf16_blocks, reinterpret_cast<const std::byte*>(w.data()),
                       reinterpret_cast<std::byte*>(kept.data()), N, K, true, one);
     const int64_t rows = (M + cpu::kAmxGemmRows - 1) / cpu::kAmxGemmRows * cpu::kAmxGemmRows;
-    Aligned packed(cpu::amx_gemm_packed_values(M, K));
+    cpu::AlignedBuffer<uint16_t> packed(cpu::amx_gemm_packed_values(M, K));
     // Packed in two calls, as the pool's threads pack their share.
-    cpu::pack_rows_for_amx_gemm(x.data(), K, M, K, 0, cpu::kAmxGemmRows, packed.p);
-    cpu::pack_rows_for_amx_gemm(x.data(), K, M, K, cpu::kAmxGemmRows, rows, packed.p);
-    cpu::amx_gemm_blocked(packed.p, M, K, kept.data(), N / 64, out.data(), N);
+    cpu::pack_rows_for_amx_gemm(x.data(), K, M, K, 0, cpu::kAmxGemmRows, packed.data());
+    cpu::pack_rows_for_amx_gemm(x.data(), K, M, K, cpu::kAmxGemmRows, rows, packed.data());
+    cpu::amx_gemm_blocked(packed.data(), M, K, kept.data(), N / 64, out.data(), N);
     int bad = 0;
     for (int64_t m = 0; m < M; ++m) {
       for (int64_t n = 0; n < N; ++n) {

@@ -153,15 +153,16 @@ TEST(Composites, AttentionCausalGroupedQuery) {
 }
 
 // Long enough for every path of the CPU kernel: blocks of many query rows (keys transposed
-// into tiles) and a single decoding position (keys as they are), several chunks of the online
-// softmax, a head size that is no multiple of the vector length (72) and one that is (64: a
-// bf16 decoding step then reads keys and values as they are, with AVX-512 BF16), a sliding
-// window; f32 and bf16; under every SIMD target this CPU runs, against the double-precision
-// reference.
+// into tiles, or with AMX-BF16 and a head size that is a multiple of 32, bf16 rows on AMX tiles,
+// the last block's rows padded) and a single decoding position (keys as they are), several
+// chunks of the online softmax, a head size that is no multiple of the vector length (72) and
+// one that is (64: a bf16 decoding step then reads keys and values as they are, with AVX-512
+// BF16), a sliding window; f32 and bf16; under every SIMD target this CPU runs, against the
+// double-precision reference.
 TEST(Composites, AttentionLongCacheUnderEverySimdTarget) {
   const int64_t H = 8, G = 2, Sk = 600;
   const cpu::simd::Target before = cpu::simd::current();
-  for (auto [Sq, D] : {std::pair<int64_t, int64_t>{1, 72}, {37, 72}, {1, 64}}) {
+  for (auto [Sq, D] : {std::pair<int64_t, int64_t>{1, 72}, {37, 72}, {1, 64}, {37, 64}}) {
     for (int64_t window : {0, 100}) {
       for (DType dtype : {DType::f32, DType::bf16}) {
         SCOPED_TRACE(::testing::Message()

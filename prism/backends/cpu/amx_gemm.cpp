@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <new>
 #include <vector>
 
+#include "prism/backends/cpu/aligned.h"
 #include "prism/backends/cpu/amx_rows.h"
 #include "prism/backends/cpu/simd.h"
 
@@ -63,21 +63,6 @@ constexpr int64_t kRowStepValues = kAmxGemmRows * 32;
 // the steps of a part at 737.
 constexpr int64_t kL1Steps = 4;
 
-// Floats kept aligned for tile loads and stores, grown as needed (a thread's own).
-struct AlignedFloats {
-  float* data = nullptr;
-  int64_t size = 0;
-  ~AlignedFloats() { ::operator delete[](data, std::align_val_t(64)); }
-  float* get(int64_t n) {
-    if (n > size) {
-      ::operator delete[](data, std::align_val_t(64));
-      data = static_cast<float*>(::operator new[](n * sizeof(float), std::align_val_t(64)));
-      size = n;
-    }
-    return data;
-  }
-};
-
 // Tiles 0-3 (the 2 x 2 tiles of sums) from and into 4 KiB at p.
 PRISM_TARGET_AMX_GEMM inline void load_sums(const float* p) {
   _tile_loadd(0, p, 64);
@@ -122,9 +107,9 @@ PRISM_TARGET_AMX_GEMM void amx_gemm_blocked(const uint16_t* xp, int64_t m, int64
   const int64_t steps = k / 32;
   const int64_t parts = (k + kAmxGemmMaxDepth - 1) / kAmxGemmMaxDepth;
   const int64_t part_steps = (steps + parts - 1) / parts;
-  thread_local AlignedFloats partial;
+  thread_local AlignedBuffer<float> partial;
   const int64_t chunk_groups = kAmxGemmChunkRows / kAmxGemmRows;
-  float* acc = parts > 1 ? partial.get(chunk_groups * blocks * 2 * 1024) : nullptr;
+  float* acc = parts > 1 ? partial.reserve(chunk_groups * blocks * 2 * 1024) : nullptr;
   alignas(64) float held[kAmxGemmChunkRows / kAmxGemmRows * 1024];  // the chunk's sums
   const auto* wb = reinterpret_cast<const char*>(w);
   const int64_t block_bytes = 64 * k * static_cast<int64_t>(sizeof(uint16_t));

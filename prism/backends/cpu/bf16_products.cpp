@@ -10,8 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <memory>
-#include <new>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <random>
@@ -19,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "prism/backends/cpu/aligned.h"
 #include "prism/backends/cpu/amx_gemm.h"
 #include "prism/backends/cpu/dot_rows.h"
 #include "prism/backends/cpu/gemm.h"
@@ -321,15 +320,11 @@ Bf16TilesSpeed measure_bf16_tiles(int M, int K, int N, int rounds) {
   copy_weights(WeightLayout::bf16_blocks, reinterpret_cast<const std::byte*>(w.data()),
                reinterpret_cast<std::byte*>(kept.data()), N, K, true, one);
   // The packed activations must be 64-byte aligned (amx_gemm.h).
-  const int64_t packed_values = amx_gemm_packed_values(M, K);
-  std::unique_ptr<uint16_t[], void (*)(uint16_t*)> packed(
-      static_cast<uint16_t*>(
-          ::operator new[](packed_values * sizeof(uint16_t), std::align_val_t(64))),
-      [](uint16_t* p) { ::operator delete[](p, std::align_val_t(64)); });
+  AlignedBuffer<uint16_t> packed(amx_gemm_packed_values(M, K));
   const int64_t rows = (M + kAmxGemmRows - 1) / kAmxGemmRows * kAmxGemmRows;
   auto tiles = [&] {
-    pack_rows_for_amx_gemm(x.data(), K, M, K, 0, rows, packed.get());
-    amx_gemm_blocked(packed.get(), M, K, kept.data(), N / kWeightBlockRows, y.data(), N);
+    pack_rows_for_amx_gemm(x.data(), K, M, K, 0, rows, packed.data());
+    amx_gemm_blocked(packed.data(), M, K, kept.data(), N / kWeightBlockRows, y.data(), N);
   };
   using dt = dnnl::memory::data_type;
   const dnnl::memory::desc src({M, K}, dt::bf16, dnnl::memory::format_tag::ab);

@@ -33,10 +33,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <span>
 #include <vector>
 
+#include "prism/backends/cpu/aligned.h"
+#include "prism/backends/cpu/amx_attention.h"
 #include "prism/backends/cpu/avx512_bf16.h"
 #include "prism/backends/cpu/dot_rows.h"
 #include "prism/backends/cpu/fast_math-inl.h"
@@ -181,6 +184,48 @@ void OnlineSoftmax(float* st, int64_t ldq, int64_t n, const float* first, const 
   }
 }
 
+// The same online softmax for scores laid out by rows, s[r * ld + j] (the AMX path's; ld a
+// multiple of the vector length), scaled by `scale` first: row r sees the chunk's keys in
+// [first[r], last[r]), and the weights of the others up to ld are 0.
+void OnlineSoftmaxRows(float* s, int64_t ld, int64_t rows, const int64_t* first,
+                       const int64_t* last, float scale, float* max, float* sum, float* alpha) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto minus_inf = hn::Neg(hn::Inf(d)), scaled = hn::Set(d, scale);
+  const auto floor = hn::Set(d, -87.0f);  // as in OnlineSoftmax
+  const auto step = hn::Set(d, static_cast<float>(L));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = s + r * ld;
+    // Key indices as floats (exact below 2^24), as OnlineSoftmax compares them.
+    const auto f = hn::Set(d, static_cast<float>(first[r]));
+    const auto l = hn::Set(d, static_cast<float>(last[r]));
+    auto mx = minus_inf;
+    // The lanes' key indices, stepped by adding: Iota at each step built the vector through
+    // the stack (a store-forwarding stall a vector on AVX-512).
+    auto jv = hn::Iota(d, 0.0f);
+    for (int64_t j = 0; j < ld; j += L, jv = hn::Add(jv, step)) {
+      const auto seen = hn::And(hn::Ge(jv, f), hn::Lt(jv, l));
+      const auto x = hn::IfThenElse(seen, hn::Mul(hn::LoadU(d, row + j), scaled), minus_inf);
+      hn::StoreU(x, d, row + j);
+      mx = hn::Max(mx, x);
+    }
+    const float before = max[r], m = std::max(before, hn::GetLane(hn::MaxOfLanes(d, mx)));
+    const auto mv = hn::Set(d, m);
+    auto acc = hn::Zero(d);
+    for (int64_t j = 0; j < ld; j += L) {
+      const auto x = hn::Sub(hn::LoadU(d, row + j), mv);
+      const auto p = hn::IfThenElseZero(hn::Ge(x, floor), ExpF32(d, hn::Max(x, floor)));
+      hn::StoreU(p, d, row + j);
+      acc = hn::Add(acc, p);
+    }
+    // 0 on the first chunk a row sees; 1 while it has seen nothing (no -inf - -inf).
+    const float a = m == -std::numeric_limits<float>::infinity() ? 1.0f : exp_f32(before - m);
+    max[r] = m;
+    alpha[r] = a;
+    sum[r] = sum[r] * a + hn::GetLane(hn::SumOfLanes(d, acc));
+  }
+}
+
 // o[r][e] += sum_j pt[j][r] * v[j][e] for R rows and the n value rows of v (each of E), over
 // C vectors of e from e0.
 template <int R, int C>
@@ -295,6 +340,7 @@ HWY_EXPORT(Lanes);
 HWY_EXPORT(ScoresTransposed);
 HWY_EXPORT(ScoresDirect);
 HWY_EXPORT(OnlineSoftmax);
+HWY_EXPORT(OnlineSoftmaxRows);
 HWY_EXPORT(WeightedSums);
 HWY_EXPORT(WidenBf16);
 HWY_EXPORT(SoftmaxRow);
@@ -521,6 +567,12 @@ struct F32Kernels {
   void (*widen_bf16)(const uint16_t* from, float* to, int64_t n) = &HWY_DYNAMIC_DISPATCH(WidenBf16);
   void (*softmax_row)(float* s, int64_t n, float* max,
                       float* sum) = &HWY_DYNAMIC_DISPATCH(SoftmaxRow);
+  void (*softmax_rows)(float* s, int64_t ld, int64_t rows, const int64_t* first,
+                       const int64_t* last, float scale, float* max, float* sum,
+                       float* alpha) = &HWY_DYNAMIC_DISPATCH(OnlineSoftmaxRows);
+  // Whether blocks of 16 or more bf16 rows take AMX tiles (attend_tiles): not under a SIMD
+  // target without AVX-512 BF16 (one forced for tests), whose CPUs have no AMX.
+  bool tiles = amx_attention_available() && simd::current().avx512_bf16;
   // The decoding steps' paths the target in use takes (attend_decode).
 #if HWY_ARCH_X86
   bool decode_avx512_bf16 = simd::current().avx512_bf16;
@@ -578,6 +630,11 @@ void sums_f64(const double* pt, int64_t ldq, int64_t rows, const double* v, int6
 template <typename T>
 struct Scratch {
   std::vector<T> q, qt, keys, values, st, first, last, max, sum, alpha, out;
+  // The AMX path's (attend_tiles): the rows' queries, the chunk's keys and values regrouped,
+  // the weights in bf16, the scores and sums, and each row's visible keys of the chunk.
+  AlignedBuffer<uint16_t> tile_q, tile_k, tile_v, tile_p;
+  AlignedBuffer<float> tile_s, tile_out;
+  std::vector<int64_t> from, to;
 };
 
 template <typename S, typename T>
@@ -664,6 +721,56 @@ void attend_decode(const Geometry& g, std::span<const std::byte* const> in, S* y
 }
 #endif
 
+// attend_block for 16 or more rows in bf16 on AMX tiles (amx_attention.h): per chunk of keys,
+// the scores by tiles, the online softmax along each row, the weighted sums by tiles.
+template <typename RowOf>
+void attend_tiles(const Geometry& g, std::span<const std::byte* const> in, BF16* y, int64_t b,
+                  int64_t gk, int64_t i0, int64_t nb, int64_t rows, int64_t lo, int64_t hi,
+                  float scale, RowOf row_of, Scratch<float>& w, const F32Kernels& f32) {
+  const int64_t D = g.D, E = g.E, padded = round_up(rows, 16);
+  const auto* q = reinterpret_cast<const uint16_t*>(in[0]);
+  const auto* k = reinterpret_cast<const uint16_t*>(in[1]) + (b * g.G + gk) * g.Sk * D;
+  const auto* v = reinterpret_cast<const uint16_t*>(in[2]) + (b * g.G + gk) * g.Sk * E;
+  uint16_t* qa = w.tile_q.reserve(padded * D);
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(qa + r * D, q + row_of(r) * D, D * 2);
+  std::fill(qa + rows * D, qa + padded * D, uint16_t{0});
+  float* out = w.tile_out.reserve(padded * E);
+  std::fill(out, out + padded * E, 0.0f);
+  w.max.assign(static_cast<size_t>(padded), -std::numeric_limits<float>::infinity());
+  w.sum.assign(static_cast<size_t>(padded), 0.0f);
+  w.alpha.resize(static_cast<size_t>(padded));
+  w.from.assign(static_cast<size_t>(padded), 0);  // padding rows see nothing
+  w.to.assign(static_cast<size_t>(padded), 0);
+  for (int64_t c0 = lo; c0 < hi; c0 += kChunk) {
+    const int64_t n = std::min(kChunk, hi - c0);
+    const int64_t ld = round_up(n, 64), keys = round_up(n, 32);
+    uint16_t* kt = w.tile_k.reserve(D * ld);
+    amx_pack_keys(k + c0 * D, n, D, ld, kt);
+    float* s = w.tile_s.reserve(padded * ld);
+    amx_scores(qa, padded, D, kt, ld, s);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = i0 + r % nb;
+      w.from[r] = std::clamp(g.first(i) - c0, int64_t{0}, n);
+      w.to[r] = std::clamp(g.last(i) - c0, w.from[r], n);
+    }
+    f32.softmax_rows(s, ld, padded, w.from.data(), w.to.data(), scale, w.max.data(), w.sum.data(),
+                     w.alpha.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      if (w.alpha[r] == 1.0f) continue;
+      for (int64_t e = 0; e < E; ++e) out[r * E + e] *= w.alpha[r];
+    }
+    uint16_t* vp = w.tile_v.reserve(keys * E);
+    amx_pack_values(v + c0 * E, n, E, keys, vp);
+    amx_weighted_sums(s, ld, padded, vp, E, keys, w.tile_p.reserve(padded * keys), out);
+  }
+  // A row that sees nothing gets 0/0, as the softmax over no finite score does.
+  for (int64_t r = 0; r < rows; ++r) {
+    BF16* yr = y + row_of(r) * E;
+    const float inv = w.sum[r] > 0 ? 1.0f / w.sum[r] : std::numeric_limits<float>::quiet_NaN();
+    for (int64_t e = 0; e < E; ++e) yr[e] = to_storage<BF16>(out[r * E + e] * inv);
+  }
+}
+
 // The rows of query positions [i0, i1) of every query head reading key head gk of batch b.
 // Row r is head gk * rep + r / nb at position i0 + r % nb.
 template <typename S, typename T>
@@ -682,6 +789,13 @@ void attend_block(const Geometry& g, const ir::AttentionAttrs& a,
   }
   auto row_of = [&](int64_t r) { return (b * g.H + gk * g.rep + r / nb) * g.Sq + i0 + r % nb; };
 
+  if constexpr (std::is_same_v<S, BF16>) {
+    if (rows >= 16 && !a.has_mask && g.D % 32 == 0 && g.E % 16 == 0 && f32.tiles) {
+      attend_tiles(g, in, y, b, gk, i0, nb, rows, lo, hi, static_cast<float>(a.scale), row_of, w,
+                   f32);
+      return;
+    }
+  }
 #if HWY_ARCH_X86
   if constexpr (std::is_same_v<S, BF16> || std::is_same_v<S, float>) {
     if (rows <= 4 && !a.has_mask) {

@@ -14,11 +14,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <new>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string_view>
 #include <vector>
 
+#include "prism/backends/cpu/aligned.h"
 #include "prism/backends/cpu/amx_gemm.h"
 #include "prism/backends/cpu/amx_rows.h"
 #include "prism/backends/cpu/bf16_products.h"
@@ -690,20 +690,8 @@ const uint16_t* tile_activations(const uint16_t* x, int64_t ldx, int64_t M, int6
                                  ThreadPool& pool) {
   // The caller's own buffer (the pool's threads have thread_locals of their own), 64-byte
   // aligned as the tile loads want it.
-  struct Packed {
-    uint16_t* data = nullptr;
-    int64_t size = 0;
-    ~Packed() { ::operator delete[](data, std::align_val_t(64)); }
-  };
-  thread_local Packed packed;
-  const int64_t values = amx_gemm_packed_values(M, K);
-  if (values > packed.size) {
-    ::operator delete[](packed.data, std::align_val_t(64));
-    packed.data =
-        static_cast<uint16_t*>(::operator new[](values * sizeof(uint16_t), std::align_val_t(64)));
-    packed.size = values;
-  }
-  uint16_t* out = packed.data;
+  thread_local AlignedBuffer<uint16_t> packed;
+  uint16_t* out = packed.reserve(amx_gemm_packed_values(M, K));
   const int64_t groups = (M + kAmxGemmRows - 1) / kAmxGemmRows;
   pool.parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
     pack_rows_for_amx_gemm(x, ldx, M, K, g0 * kAmxGemmRows, g1 * kAmxGemmRows, out);

@@ -1,0 +1,154 @@
+#include "prism/backends/cpu/amx_attention.h"
+
+#include <cstring>
+
+#include "prism/backends/cpu/amx_gemm.h"
+#include "prism/backends/cpu/amx_rows.h"
+
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+#define PRISM_HAVE_AMX_ATTENTION 1
+#include <immintrin.h>
+#endif
+
+namespace prism::cpu {
+
+bool amx_attention_available() { return amx_gemm_available(); }
+
+void amx_pack_keys(const uint16_t* k, int64_t n, int64_t D, int64_t ld, uint16_t* kt) {
+  // Pairs of d as 32-bit words: a transpose of n x D / 2 words into D / 2 x ld.
+  auto* out = reinterpret_cast<uint32_t*>(kt);
+  for (int64_t j = 0; j < n; ++j) {
+    const uint16_t* row = k + j * D;
+    for (int64_t p = 0; p < D / 2; ++p) {
+      uint32_t word;
+      std::memcpy(&word, row + 2 * p, sizeof(word));
+      out[p * ld + j] = word;
+    }
+  }
+  for (int64_t p = 0; p < D / 2; ++p) std::memset(out + p * ld + n, 0, (ld - n) * sizeof(uint32_t));
+}
+
+void amx_pack_values(const uint16_t* v, int64_t n, int64_t E, int64_t keys, uint16_t* vp) {
+  for (int64_t p = 0; p < keys / 2; ++p) {
+    uint16_t* out = vp + p * E * 2;
+    const int64_t j = 2 * p;
+    const uint16_t* a = j < n ? v + j * E : nullptr;
+    const uint16_t* b = j + 1 < n ? v + (j + 1) * E : nullptr;
+    for (int64_t e = 0; e < E; ++e) {
+      out[2 * e] = a ? a[e] : 0;
+      out[2 * e + 1] = b ? b[e] : 0;
+    }
+  }
+}
+
+#if PRISM_HAVE_AMX_ATTENTION
+
+#define PRISM_TARGET_AMX_ATTENTION __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16")))
+
+namespace {
+
+PRISM_TARGET_AMX_ATTENTION void configure() {
+  AmxTileConfig config;
+  for (int t = 0; t < 8; ++t) config.set(t, 16, 64);
+  _tile_loadconfig(&config);
+}
+
+}  // namespace
+
+// Tiles: 0-3 the scores of 16 rows by 4 x 16 keys, 4 the rows' 32 values of d, 6 and 7 the
+// keys' (in turn).
+PRISM_TARGET_AMX_ATTENTION void amx_scores(const uint16_t* q, int64_t rows, int64_t D,
+                                           const uint16_t* kt, int64_t ld, float* s) {
+  configure();
+  const int64_t q_stride = D * static_cast<int64_t>(sizeof(uint16_t));
+  const int64_t k_stride = ld * 2 * static_cast<int64_t>(sizeof(uint16_t));  // a pair of d
+  const int64_t s_stride = ld * static_cast<int64_t>(sizeof(float));
+  for (int64_t r = 0; r < rows; r += 16) {
+    for (int64_t j = 0; j < ld; j += 64) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t d = 0; d < D; d += 32) {
+        const uint16_t* keys = kt + (d / 2 * ld + j) * 2;  // pairs d / 2.., keys j..
+        _tile_loadd(4, q + r * D + d, q_stride);
+        _tile_loadd(6, keys, k_stride);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_loadd(7, keys + 32, k_stride);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_loadd(6, keys + 64, k_stride);
+        _tile_dpbf16ps(2, 4, 6);
+        _tile_loadd(7, keys + 96, k_stride);
+        _tile_dpbf16ps(3, 4, 7);
+      }
+      float* out = s + r * ld + j;
+      _tile_stored(0, out, s_stride);
+      _tile_stored(1, out + 16, s_stride);
+      _tile_stored(2, out + 32, s_stride);
+      _tile_stored(3, out + 48, s_stride);
+    }
+  }
+  _tile_release();
+}
+
+// Tiles: 0-3 the sums of 16 rows by 4 x 16 values, 4 the rows' 32 weights, 6 and 7 the values
+// of those 32 keys (in turn).
+PRISM_TARGET_AMX_ATTENTION void amx_weighted_sums(const float* w, int64_t ld, int64_t rows,
+                                                  const uint16_t* vp, int64_t E, int64_t keys,
+                                                  uint16_t* p, float* o) {
+  // The weights in bf16 (to nearest even, as vcvtne2ps2bf16 rounds), rows of `keys`.
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < keys; j += 32) {
+      const __m512 lo = _mm512_loadu_ps(w + r * ld + j), hi = _mm512_loadu_ps(w + r * ld + j + 16);
+      _mm512_storeu_si512(p + r * keys + j, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+    }
+  }
+  configure();
+  const int64_t p_stride = keys * static_cast<int64_t>(sizeof(uint16_t));
+  const int64_t v_stride = E * 2 * static_cast<int64_t>(sizeof(uint16_t));  // a pair of keys
+  const int64_t o_stride = E * static_cast<int64_t>(sizeof(float));
+  for (int64_t r = 0; r < rows; r += 16) {
+    for (int64_t e = 0; e < E; e += 64) {
+      // Up to 4 tiles of 16 values: E a multiple of 16.
+      const int64_t tiles = E - e >= 64 ? 4 : (E - e) / 16;
+      float* out = o + r * E + e;
+      _tile_loadd(0, out, o_stride);
+      if (tiles > 1) _tile_loadd(1, out + 16, o_stride);
+      if (tiles > 2) _tile_loadd(2, out + 32, o_stride);
+      if (tiles > 3) _tile_loadd(3, out + 48, o_stride);
+      for (int64_t j = 0; j < keys; j += 32) {
+        const uint16_t* values = vp + (j / 2 * E + e) * 2;  // pairs j / 2.., values e..
+        _tile_loadd(4, p + r * keys + j, p_stride);
+        _tile_loadd(6, values, v_stride);
+        _tile_dpbf16ps(0, 4, 6);
+        if (tiles > 1) {
+          _tile_loadd(7, values + 32, v_stride);
+          _tile_dpbf16ps(1, 4, 7);
+        }
+        if (tiles > 2) {
+          _tile_loadd(6, values + 64, v_stride);
+          _tile_dpbf16ps(2, 4, 6);
+        }
+        if (tiles > 3) {
+          _tile_loadd(7, values + 96, v_stride);
+          _tile_dpbf16ps(3, 4, 7);
+        }
+      }
+      _tile_stored(0, out, o_stride);
+      if (tiles > 1) _tile_stored(1, out + 16, o_stride);
+      if (tiles > 2) _tile_stored(2, out + 32, o_stride);
+      if (tiles > 3) _tile_stored(3, out + 48, o_stride);
+    }
+  }
+  _tile_release();
+}
+
+#else  // no AMX here: amx_attention_available() is false and these are never called
+
+void amx_scores(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, float*) {}
+void amx_weighted_sums(const float*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, uint16_t*,
+                       float*) {}
+
+#endif
+
+}  // namespace prism::cpu

@@ -1,0 +1,39 @@
+// The two products of a prompt's attention in bf16 on AMX tiles (kernels_attention.cpp takes
+// them for blocks of 16 or more query rows where the CPU has AMX-BF16): the scores of a block's
+// query rows against a chunk of keys, and the weighted sums of the chunk's values. The online
+// softmax between them stays in f32 vector code.
+//
+// The scores are S = Q . K^T, Q the block's rows as the tiles' first operand (rows of D values,
+// as they are), K^T the second: the chunk's keys regrouped once per chunk into pairs of d
+// ([D / 2][keys][2], amx_pack_keys). The sums are O += P . V, P the softmax's weights rounded to
+// bf16 (as flash attention's bf16 kernels round them) and V the chunk's values regrouped into
+// pairs of keys ([keys / 2][E][2], amx_pack_values). Sums in f32.
+#pragma once
+
+#include <cstdint>
+
+namespace prism::cpu {
+
+// Whether the functions below can run: amx_gemm_available() (AMX-BF16 and AVX-512 BF16).
+bool amx_attention_available();
+
+// kt[(p * ld + j) * 2 + t] = k[j * D + 2p + t] for j < n keys (D values each, bf16), zeros for
+// n <= j < ld; ld a multiple of 32.
+void amx_pack_keys(const uint16_t* k, int64_t n, int64_t D, int64_t ld, uint16_t* kt);
+
+// vp[(p * E + e) * 2 + t] = v[(2p + t) * E + e] for 2p + t < n (E values a key, bf16), zeros up
+// to `keys` (a multiple of 32).
+void amx_pack_values(const uint16_t* v, int64_t n, int64_t E, int64_t keys, uint16_t* vp);
+
+// s[r * ld + j] = q_r . k_j (f32) for r < rows (a multiple of 16; q's rows D values apart, D a
+// multiple of 32) and j < ld (a multiple of 64), kt = amx_pack_keys(.., ld, ..).
+void amx_scores(const uint16_t* q, int64_t rows, int64_t D, const uint16_t* kt, int64_t ld,
+                float* s);
+
+// o[r * E + e] += sum_j bf16(w[r * ld + j]) * v_j[e] for r < rows (a multiple of 16), j < keys
+// (a multiple of 32, at most ld), e < E (a multiple of 16); vp = amx_pack_values(.., keys, ..).
+// p: room for rows * keys bf16 weights.
+void amx_weighted_sums(const float* w, int64_t ld, int64_t rows, const uint16_t* vp, int64_t E,
+                       int64_t keys, uint16_t* p, float* o);
+
+}  // namespace prism::cpu

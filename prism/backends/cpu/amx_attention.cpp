@@ -1,5 +1,6 @@
 #include "prism/backends/cpu/amx_attention.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "prism/backends/cpu/amx_gemm.h"
@@ -13,20 +14,6 @@
 namespace prism::cpu {
 
 bool amx_attention_available() { return amx_gemm_available(); }
-
-void amx_pack_keys(const uint16_t* k, int64_t n, int64_t D, int64_t ld, uint16_t* kt) {
-  // Pairs of d as 32-bit words: a transpose of n x D / 2 words into D / 2 x ld.
-  auto* out = reinterpret_cast<uint32_t*>(kt);
-  for (int64_t j = 0; j < n; ++j) {
-    const uint16_t* row = k + j * D;
-    for (int64_t p = 0; p < D / 2; ++p) {
-      uint32_t word;
-      std::memcpy(&word, row + 2 * p, sizeof(word));
-      out[p * ld + j] = word;
-    }
-  }
-  for (int64_t p = 0; p < D / 2; ++p) std::memset(out + p * ld + n, 0, (ld - n) * sizeof(uint32_t));
-}
 
 void amx_pack_values(const uint16_t* v, int64_t n, int64_t E, int64_t keys, uint16_t* vp) {
   for (int64_t p = 0; p < keys / 2; ++p) {
@@ -54,6 +41,28 @@ PRISM_TARGET_AMX_ATTENTION void configure() {
 }
 
 }  // namespace
+
+// Pairs of d as 32-bit words: a transpose of n x D / 2 words into D / 2 x ld, 16 keys at a
+// time by gathers (the scalar transpose took 3 % of a 1536-token prefill).
+PRISM_TARGET_AMX_ATTENTION void amx_pack_keys(const uint16_t* k, int64_t n, int64_t D, int64_t ld,
+                                              uint16_t* kt) {
+  auto* out = reinterpret_cast<uint32_t*>(kt);
+  const int64_t words = D / 2;
+  const __m512i rows =
+      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                         _mm512_set1_epi32(static_cast<int32_t>(words)));
+  for (int64_t j = 0; j < ld; j += 16) {
+    const int64_t here = std::clamp<int64_t>(n - j, 0, 16);
+    const __mmask16 keys = static_cast<__mmask16>((uint32_t{1} << here) - 1);
+    const auto* base = reinterpret_cast<const int*>(k + j * D);
+    for (int64_t p = 0; p < words; ++p) {
+      const __m512i v = here > 0 ? _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), keys, rows,
+                                                               base + p, sizeof(uint32_t))
+                                 : _mm512_setzero_si512();
+      _mm512_storeu_si512(out + p * ld + j, v);
+    }
+  }
+}
 
 // Tiles: 0-3 the scores of 16 rows by 4 x 16 keys, 4 the rows' 32 values of d, 6 and 7 the
 // keys' (in turn).
@@ -145,6 +154,7 @@ PRISM_TARGET_AMX_ATTENTION void amx_weighted_sums(const float* w, int64_t ld, in
 
 #else  // no AMX here: amx_attention_available() is false and these are never called
 
+void amx_pack_keys(const uint16_t*, int64_t, int64_t, int64_t, uint16_t*) {}
 void amx_scores(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, float*) {}
 void amx_weighted_sums(const float*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, uint16_t*,
                        float*) {}

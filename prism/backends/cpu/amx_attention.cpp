@@ -105,11 +105,19 @@ PRISM_TARGET_AMX_ATTENTION void amx_scores(const uint16_t* q, int64_t rows, int6
 PRISM_TARGET_AMX_ATTENTION void amx_weighted_sums(const float* w, int64_t ld, int64_t rows,
                                                   const uint16_t* vp, int64_t E, int64_t keys,
                                                   uint16_t* p, float* o) {
-  // The weights in bf16 (to nearest even, as vcvtne2ps2bf16 rounds), rows of `keys`.
+  // The weights as the sum of two bf16 values, each rounded to nearest even: hi, and lo the
+  // rest of w - hi. Rows of `keys`, lo's after hi's.
+  uint16_t* p_lo = p + rows * keys;
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < keys; j += 32) {
-      const __m512 lo = _mm512_loadu_ps(w + r * ld + j), hi = _mm512_loadu_ps(w + r * ld + j + 16);
-      _mm512_storeu_si512(p + r * keys + j, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+    for (int64_t j = 0; j < keys; j += 16) {
+      const __m512 x = _mm512_loadu_ps(w + r * ld + j);
+      const __m256i hi = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x));
+      // (The maskz forms: GCC 12 warns of the unmasked ones' undefined source.)
+      const __m512 widened = _mm512_castsi512_ps(
+          _mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, hi), 16));
+      const __m256i lo = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_sub_ps(x, widened)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + r * keys + j), hi);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p_lo + r * keys + j), lo);
     }
   }
   configure();
@@ -128,19 +136,24 @@ PRISM_TARGET_AMX_ATTENTION void amx_weighted_sums(const float* w, int64_t ld, in
       for (int64_t j = 0; j < keys; j += 32) {
         const uint16_t* values = vp + (j / 2 * E + e) * 2;  // pairs j / 2.., values e..
         _tile_loadd(4, p + r * keys + j, p_stride);
+        _tile_loadd(5, p_lo + r * keys + j, p_stride);
         _tile_loadd(6, values, v_stride);
         _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(0, 5, 6);
         if (tiles > 1) {
           _tile_loadd(7, values + 32, v_stride);
           _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(1, 5, 7);
         }
         if (tiles > 2) {
           _tile_loadd(6, values + 64, v_stride);
           _tile_dpbf16ps(2, 4, 6);
+          _tile_dpbf16ps(2, 5, 6);
         }
         if (tiles > 3) {
           _tile_loadd(7, values + 96, v_stride);
           _tile_dpbf16ps(3, 4, 7);
+          _tile_dpbf16ps(3, 5, 7);
         }
       }
       _tile_stored(0, out, o_stride);

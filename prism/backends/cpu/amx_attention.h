@@ -5,9 +5,13 @@
 //
 // The scores are S = Q . K^T, Q the block's rows as the tiles' first operand (rows of D values,
 // as they are), K^T the second: the chunk's keys regrouped once per chunk into pairs of d
-// ([D / 2][keys][2], amx_pack_keys). The sums are O += P . V, P the softmax's weights rounded to
-// bf16 (as flash attention's bf16 kernels round them) and V the chunk's values regrouped into
-// pairs of keys ([keys / 2][E][2], amx_pack_values). Sums in f32.
+// ([D / 2][keys][2], amx_pack_keys). The sums are O += P . V, V the chunk's values regrouped
+// into pairs of keys ([keys / 2][E][2], amx_pack_values) and P the softmax's weights as the sum
+// of two bf16 values, hi and lo (16 bits of mantissa, twice the tile products): rounded to one
+// bf16, as flash attention's bf16 kernels round them, the weights flipped the first greedy id
+// of the Llama-1B-shaped benchmark checkpoint after a 6-token prompt (a near tie) away from the
+// one llama.cpp, PyTorch and prism's vector path agree on, and the peers fed prism's ids
+// then disagreed with its next id at 2-3 of 16 steps instead of 0-1. Sums in f32.
 #pragma once
 
 #include <cstdint>
@@ -30,9 +34,10 @@ void amx_pack_values(const uint16_t* v, int64_t n, int64_t E, int64_t keys, uint
 void amx_scores(const uint16_t* q, int64_t rows, int64_t D, const uint16_t* kt, int64_t ld,
                 float* s);
 
-// o[r * E + e] += sum_j bf16(w[r * ld + j]) * v_j[e] for r < rows (a multiple of 16), j < keys
-// (a multiple of 32, at most ld), e < E (a multiple of 16); vp = amx_pack_values(.., keys, ..).
-// p: room for rows * keys bf16 weights.
+// o[r * E + e] += sum_j (hi + lo)(w[r * ld + j]) * v_j[e] for r < rows (a multiple of 16),
+// j < keys (a multiple of 32, at most ld), e < E (a multiple of 16), hi the weight rounded to
+// bf16 and lo the rest rounded to bf16; vp = amx_pack_values(.., keys, ..). p: room for
+// 2 * rows * keys bf16 values.
 void amx_weighted_sums(const float* w, int64_t ld, int64_t rows, const uint16_t* vp, int64_t E,
                        int64_t keys, uint16_t* p, float* o);
 

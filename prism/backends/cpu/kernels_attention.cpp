@@ -761,7 +761,7 @@ void attend_tiles(const Geometry& g, std::span<const std::byte* const> in, BF16*
     }
     uint16_t* vp = w.tile_v.reserve(keys * E);
     amx_pack_values(v + c0 * E, n, E, keys, vp);
-    amx_weighted_sums(s, ld, padded, vp, E, keys, w.tile_p.reserve(padded * keys), out);
+    amx_weighted_sums(s, ld, padded, vp, E, keys, w.tile_p.reserve(2 * padded * keys), out);
   }
   // A row that sees nothing gets 0/0, as the softmax over no finite score does.
   for (int64_t r = 0; r < rows; ++r) {

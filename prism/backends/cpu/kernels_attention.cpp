@@ -41,6 +41,7 @@
 #include "prism/backends/cpu/aligned.h"
 #include "prism/backends/cpu/amx_attention.h"
 #include "prism/backends/cpu/avx512_bf16.h"
+#include "prism/backends/cpu/bf16-inl.h"
 #include "prism/backends/cpu/dot_rows.h"
 #include "prism/backends/cpu/fast_math-inl.h"
 #include "prism/backends/cpu/fast_math.h"
@@ -320,13 +321,9 @@ void SoftmaxRow(float* s, int64_t n, float* max, float* sum) {
 // to[i] = from[i] widened, bf16 to f32 (a shift of the bits).
 void WidenBf16(const uint16_t* from, float* to, int64_t n) {
   const hn::ScalableTag<float> d;
-  const hn::RebindToUnsigned<decltype(d)> du;
-  const hn::Rebind<uint16_t, decltype(d)> dh;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = 0;
-  for (; i + L <= n; i += L)
-    hn::StoreU(hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(dh, from + i)))), d,
-               to + i);
+  for (; i + L <= n; i += L) hn::StoreU(LoadBf16(d, from + i), d, to + i);
   for (; i < n; ++i) to[i] = bf16_to_f32(from[i]);
 }
 

@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "prism/backends/cpu/bf16-inl.h"
 #include "prism/backends/cpu/dot_rows.h"
 #include "prism/backends/cpu/int8_rows.h"
 #include "prism/backends/cpu/simd.h"
@@ -593,19 +594,8 @@ void Rows(const float* x, int64_t ldx, int64_t m, const uint8_t* w, int64_t row_
 }
 
 // v rounded to bf16 (to nearest even; a NaN keeps its sign and the top of its payload, made
-// quiet, as prism::f32_to_bf16 does) and stored at p. (AVX-512's vcvtneps2bf16 would round
-// subnormals to zero.)
-HWY_INLINE void StoreBF16(VF v, uint16_t* p) {
-  const DU du;
-  const hn::Rebind<uint16_t, DF> d16;
-  const VU bits = hn::BitCast(du, v);
-  const VU rounded = hn::Add(
-      bits, hn::Add(hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u)), hn::Set(du, 0x7fffu)));
-  const VU r = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)),
-                              hn::Or(bits, hn::Set(du, 0x400000u)), rounded);
-  // The top halves, as 16-bit lanes (no value saturates).
-  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(DI(), hn::ShiftRight<16>(r))), d16, p);
-}
+// quiet, as prism::f32_to_bf16 does) and stored at p (bf16-inl.h).
+HWY_INLINE void StoreBF16(VF v, uint16_t* p) { StoreBf16(DF(), v, p); }
 
 // The weights kPrefetchAhead bytes past the block at p (past a row's end: the next row's).
 template <typename Format>

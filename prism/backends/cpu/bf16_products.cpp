@@ -52,6 +52,20 @@ double seconds(Fn&& fn) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Of two ways to compute one product of `flop` flops, each way's best GFLOP/s over `rounds`
+// calls of each in turn, after a first call of each (the buffers' first touches).
+template <typename A, typename B>
+std::array<double, 2> best_gflops(double flop, int rounds, A&& a, B&& b) {
+  std::array<double, 2> best{0, 0};
+  a();
+  b();
+  for (int r = 0; r < rounds; ++r) {
+    best[0] = std::max(best[0], flop / seconds(a) / 1e9);
+    best[1] = std::max(best[1], flop / seconds(b) / 1e9);
+  }
+  return best;
+}
+
 std::string cache_path() {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   if (xdg && *xdg) return std::string(xdg) + "/prism/cpu-products";
@@ -341,13 +355,9 @@ Bf16TilesSpeed measure_bf16_tiles(int M, int K, int N, int rounds) {
                      {DNNL_ARG_WEIGHTS, dnnl::memory(wei, engine, kept.data())},
                      {DNNL_ARG_DST, dnnl::memory(dst, engine, y.data())}});
   };
-  const double flop = 2.0 * M * K * N;
-  tiles();  // first touches of the buffers
-  onednn();
-  for (int r = 0; r < rounds; ++r) {
-    s.tiles_gflops = std::max(s.tiles_gflops, flop / seconds(tiles) / 1e9);
-    s.onednn_gflops = std::max(s.onednn_gflops, flop / seconds(onednn) / 1e9);
-  }
+  const std::array<double, 2> best = best_gflops(2.0 * M * K * N, rounds, tiles, onednn);
+  s.tiles_gflops = best[0];
+  s.onednn_gflops = best[1];
   return s;
 }
 
@@ -369,13 +379,9 @@ Bf16RowsSpeed measure_bf16_rows(int M, int K, int N, int rounds) {
   const int64_t blocks = N / kWeightBlockRows;
   auto fma = [&] { dots.f32_rows_blocked(x32.data(), K, M, kept.data(), K, blocks, y.data(), N); };
   auto pairs = [&] { dots.bf16_rows_blocked(x.data(), K, M, kept.data(), K, blocks, y.data(), N); };
-  const double flop = 2.0 * M * K * N;
-  fma();  // first touches of the buffers
-  pairs();
-  for (int r = 0; r < rounds; ++r) {
-    s.fma_gflops = std::max(s.fma_gflops, flop / seconds(fma) / 1e9);
-    s.pairs_gflops = std::max(s.pairs_gflops, flop / seconds(pairs) / 1e9);
-  }
+  const std::array<double, 2> best = best_gflops(2.0 * M * K * N, rounds, fma, pairs);
+  s.fma_gflops = best[0];
+  s.pairs_gflops = best[1];
   return s;
 }
 

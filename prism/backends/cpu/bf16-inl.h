@@ -12,6 +12,10 @@
 
 #include <hwy/highway.h>
 
+#include <cstdint>
+
+#include "prism/core/dtype.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace prism::cpu::HWY_NAMESPACE {
 
@@ -55,6 +59,16 @@ HWY_INLINE hwy::HWY_NAMESPACE::Vec<D> LoadBf16(D d, const uint16_t* p) {
   const hn::RebindToUnsigned<D> du;
   const hn::Rebind<uint16_t, D> d16;
   return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+}
+
+// to[i] = from[i] widened, for n values.
+HWY_INLINE void WidenBf16Array(const uint16_t* from, float* to, int64_t n) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + L <= n; i += L) hn::StoreU(LoadBf16(d, from + i), d, to + i);
+  for (; i < n; ++i) to[i] = bf16_to_f32(from[i]);
 }
 
 }  // namespace prism::cpu::HWY_NAMESPACE

@@ -319,13 +319,7 @@ void SoftmaxRow(float* s, int64_t n, float* max, float* sum) {
 }
 
 // to[i] = from[i] widened, bf16 to f32 (a shift of the bits).
-void WidenBf16(const uint16_t* from, float* to, int64_t n) {
-  const hn::ScalableTag<float> d;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  int64_t i = 0;
-  for (; i + L <= n; i += L) hn::StoreU(LoadBf16(d, from + i), d, to + i);
-  for (; i < n; ++i) to[i] = bf16_to_f32(from[i]);
-}
+void WidenBf16(const uint16_t* from, float* to, int64_t n) { WidenBf16Array(from, to, n); }
 
 }  // namespace prism::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -658,6 +652,18 @@ const T* in_compute_type(const S* from, int64_t n, std::vector<T>& to, const F32
 
 inline int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
+// The block's rows of output, each of its E sums divided by the row's sum of weights: row r
+// into y's row row_of(r). A row that sees nothing gets 0/0, as the softmax over no finite
+// score does.
+template <typename S, typename T, typename RowOf>
+void write_rows(const T* out, const T* sum, int64_t rows, int64_t E, RowOf row_of, S* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    S* yr = y + row_of(r) * E;
+    const T inv = sum[r] > 0 ? T(1) / sum[r] : std::numeric_limits<T>::quiet_NaN();
+    for (int64_t e = 0; e < E; ++e) yr[e] = to_storage<S>(out[r * E + e] * inv);
+  }
+}
+
 #if HWY_ARCH_X86
 // attend_block for a decoding step in bf16 or f32 (see decode_scores_bf16 and
 // decode_scores_avx2): the scores of every visible key at once, then the softmax along each
@@ -709,12 +715,7 @@ void attend_decode(const Geometry& g, std::span<const std::byte* const> in, S* y
   } else {
     decode_sums_avx2(s, ldk, static_cast<int>(rows), values, E, n, w.out.data());
   }
-  // A row that sees nothing gets 0/0, as the softmax over no finite score does.
-  for (int64_t r = 0; r < rows; ++r) {
-    S* yr = y + row_of(r) * E;
-    const float inv = sum[r] > 0 ? 1.0f / sum[r] : std::numeric_limits<float>::quiet_NaN();
-    for (int64_t e = 0; e < E; ++e) yr[e] = to_storage<S>(w.out[r * E + e] * inv);
-  }
+  write_rows(w.out.data(), sum, rows, E, row_of, y);
 }
 #endif
 
@@ -760,12 +761,7 @@ void attend_tiles(const Geometry& g, std::span<const std::byte* const> in, BF16*
     amx_pack_values(v + c0 * E, n, E, keys, vp);
     amx_weighted_sums(s, ld, padded, vp, E, keys, w.tile_p.reserve(2 * padded * keys), out);
   }
-  // A row that sees nothing gets 0/0, as the softmax over no finite score does.
-  for (int64_t r = 0; r < rows; ++r) {
-    BF16* yr = y + row_of(r) * E;
-    const float inv = w.sum[r] > 0 ? 1.0f / w.sum[r] : std::numeric_limits<float>::quiet_NaN();
-    for (int64_t e = 0; e < E; ++e) yr[e] = to_storage<BF16>(out[r * E + e] * inv);
-  }
+  write_rows(out, w.sum.data(), rows, E, row_of, y);
 }
 
 // The rows of query positions [i0, i1) of every query head reading key head gk of batch b.
@@ -890,12 +886,7 @@ void attend_block(const Geometry& g, const ir::AttentionAttrs& a,
     }
   }
 
-  // A row that sees nothing gets 0/0, as the softmax over no finite score does.
-  for (int64_t r = 0; r < rows; ++r) {
-    S* yr = y + row_of(r) * E;
-    const T inv = w.sum[r] > 0 ? T(1) / w.sum[r] : std::numeric_limits<T>::quiet_NaN();
-    for (int64_t e = 0; e < E; ++e) yr[e] = to_storage<S>(w.out[r * E + e] * inv);
-  }
+  write_rows(w.out.data(), w.sum.data(), rows, E, row_of, y);
 }
 
 }  // namespace

@@ -26,16 +26,9 @@ namespace {
 namespace hn = hwy::HWY_NAMESPACE;
 using ir::Op;
 
-// bf16 blocks in whole vectors (bf16-inl.h: the same bits as dtype.h's conversions), the
-// compiler's loops at half the vector width took most of a bf16 program's time: y = x
-// widened, y = x rounded to bf16 (as f32), y = x rounded and stored.
-void WidenBf16Block(const uint16_t* x, float* y, int n) {
-  const hn::ScalableTag<float> d;
-  const int L = static_cast<int>(hn::Lanes(d));
-  int i = 0;
-  for (; i + L <= n; i += L) hn::StoreU(LoadBf16(d, x + i), d, y + i);
-  for (; i < n; ++i) y[i] = bf16_to_f32(x[i]);
-}
+// bf16 blocks in whole vectors (bf16-inl.h: the same bits as dtype.h's conversions; its
+// WidenBf16Array widens them), the compiler's loops at half the vector width took most of a
+// bf16 program's time: y = x rounded to bf16 (as f32), y = x rounded and stored.
 void RoundBf16Block(const float* x, float* y, int n) {
   const hn::ScalableTag<float> d;
   const int L = static_cast<int>(hn::Lanes(d));
@@ -57,7 +50,7 @@ void load_block(const S* src, bool contiguous, const std::array<int64_t, kMaxRan
                 const Shape& out, int64_t begin, int n, T* dst) {
   if constexpr (std::is_same_v<S, BF16> && std::is_same_v<T, float>) {
     if (contiguous) {
-      WidenBf16Block(reinterpret_cast<const uint16_t*>(src + begin), dst, n);
+      WidenBf16Array(reinterpret_cast<const uint16_t*>(src + begin), dst, n);
       return;
     }
   }

@@ -593,10 +593,6 @@ void Rows(const float* x, int64_t ldx, int64_t m, const uint8_t* w, int64_t row_
   for_row_groups(0, n, run);
 }
 
-// v rounded to bf16 (to nearest even; a NaN keeps its sign and the top of its payload, made
-// quiet, as prism::f32_to_bf16 does) and stored at p (bf16-inl.h).
-HWY_INLINE void StoreBF16(VF v, uint16_t* p) { StoreBf16(DF(), v, p); }
-
 // The weights kPrefetchAhead bytes past the block at p (past a row's end: the next row's).
 template <typename Format>
 HWY_INLINE void PrefetchBlock(const uint8_t* p) {
@@ -620,7 +616,7 @@ void DequantRows(const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k, uint
       if constexpr (!kPlain<Format>) PrefetchBlock<Format>(row + b * Format::kBytes);
       Format::template Block<true>(row + b * Format::kBytes, [&](int e, VF v) HWY_ATTR {
         if constexpr (kBF16) {
-          StoreBF16(v, ob + e);
+          StoreBf16(DF(), v, ob + e);  // as prism::f32_to_bf16 rounds (bf16-inl.h)
         } else {
           hn::StoreU(v, DF(), ob + e);
         }
@@ -640,12 +636,12 @@ void DequantRows(const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k, uint
 }
 
 // With AVX-512 BF16 (which Highway 1.0.3 cannot express: a function target attribute, as in
-// avx512_bf16.h), vcvtneps2bf16 rounds 16 values in one instruction where StoreBF16 takes
+// avx512_bf16.h), vcvtneps2bf16 rounds 16 values in one instruction where StoreBf16 takes
 // nine, to the same bits (to nearest even; a NaN's top half, made quiet) except that it reads
 // f32 subnormals as zeros. The block formats never produce one: their values are sums of
 // products of f16 scales with integers, integer multiples of 2^-24, zero or at least 2^-24
 // in magnitude (F16 rows likewise); F32 and BF16 rows may hold subnormals and take
-// StoreBF16.
+// StoreBf16.
 #undef PRISM_QUANT_ROWS_VCVTNE
 #undef PRISM_QUANT_ROWS_ATTR_BF16
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -73,6 +74,27 @@ TEST(AmxGemm, PacksRowsPastTheEndAsZeros) {
       for (int64_t i = 0; i < 32; ++i)
         EXPECT_EQ(packed[1024 * s + 512 * (r / 16) + 32 * (r % 16) + i], r < M ? 0x3f80 : 0)
             << s << " " << r << " " << i;
+}
+
+// Pieces of 64 rows put into a block land where the layout says (blocked_index), whatever
+// the piece's width, and leave the rest of the block alone.
+TEST(AmxGemm, BlocksPiecesOfRowsInPlace) {
+  const int64_t K = 320;
+  std::vector<uint16_t> rows(64 * K);
+  for (int64_t r = 0; r < 64; ++r)
+    for (int64_t c = 0; c < K; ++c) rows[r * K + c] = static_cast<uint16_t>(r * 1000 + c);
+  cpu::AlignedBuffer<uint16_t> block(64 * K);
+  std::fill_n(block.data(), 64 * K, uint16_t{0xffff});
+  // Values [0, 256) in one piece, [256, 288) in another; [288, 320) not written.
+  cpu::block_rows_for_amx_gemm(rows.data(), K, 0, 256, K, block.data());
+  cpu::block_rows_for_amx_gemm(rows.data() + 256, K, 256, 288, K, block.data());
+  int64_t bad = 0;
+  for (int64_t r = 0; r < 64; ++r)
+    for (int64_t c = 0; c < K; ++c) {
+      const uint16_t want = c < 288 ? rows[r * K + c] : uint16_t{0xffff};
+      bad += block.data()[cpu::blocked_index(r, c, K)] != want;
+    }
+  EXPECT_EQ(bad, 0);
 }
 
 }  // namespace

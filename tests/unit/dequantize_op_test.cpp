@@ -12,8 +12,11 @@
 #include <utility>
 #include <vector>
 
+#include "prism/backends/cpu/aligned.h"
+#include "prism/backends/cpu/amx_gemm.h"
 #include "prism/backends/cpu/bf16_products.h"
 #include "prism/backends/cpu/quant_rows.h"
+#include "prism/backends/cpu/weight_layout.h"
 #include "prism/compiler/passes.h"
 #include "prism/quant/dequantize.h"
 #include "prism/quant/quantize.h"
@@ -166,6 +169,50 @@ TEST(DequantizeOp, PanelsGiveTheBitsOfTheDequantizedProduct) {
     ASSERT_EQ(quantized.shape().bytes(), plain.shape().bytes());
     EXPECT_EQ(std::memcmp(quantized.bytes().data(), plain.bytes().data(), plain.shape().bytes()),
               0);
+  }
+}
+
+// Where a prompt's bf16 products run on prism's AMX tiles, the quantized weights are
+// dequantized into blocks of 64 rows a piece at a time and multiplied by amx_gemm_blocked: the
+// bits of that kernel over the whole dequantized matrix, blocked (its sums of a column do not
+// depend on the blocks multiplied with it). Depths of several pieces of 256 values, and one
+// (2080) of pieces of 32 and two parts of amx_gemm_blocked's; 5 blocks of rows (a thread's
+// unit is up to 4).
+TEST(DequantizeOp, PromptProductsOnAmxTilesGiveTheTilesBits) {
+  if (!cpu::amx_gemm_available() || !cpu::bf16_tile_products().tiles)
+    GTEST_SKIP() << "a prompt's bf16 products do not run on prism's AMX tiles here";
+  const testing::QuantActivations f32_activations("f32");  // every format through the tiles
+  Platform& cpu = get_platform("cpu");
+  const std::pair<GgmlType, int64_t> cases[] = {
+      {GgmlType::Q4_0, 16}, {GgmlType::Q8_0, 65}, {GgmlType::Q4_K, 2}, {GgmlType::Q6_K, 3}};
+  for (const auto& [t, blocks] : cases) {
+    SCOPED_TRACE(quant::info(t).name);
+    const int64_t n = 5 * cpu::kWeightBlockRows, m = 40;
+    const int64_t k = blocks * quant::info(t).block_elements;
+    const HostBuffer w = testing::random_blocks(t, n, blocks, 9, "n", "k");
+    const HostBuffer wd =
+        testing::f32(S({{"n", n}, {"k", k}}), reference(t, w)).convert(DType::bf16);
+    std::vector<float> xv(static_cast<size_t>(m * k));
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::cos(0.13 * i);
+    const HostBuffer x = testing::f32(S({{"m", m}, {"k", k}}), xv).convert(DType::bf16);
+    const HostBuffer got =
+        run(TraceFn([t](std::span<const Tensor> in) {
+              return std::vector<Tensor>{in[0].dot(in[1].dequantize(t, DType::bf16), "k")};
+            }),
+            std::vector<HostBuffer>{x, w}, &cpu)[0];
+    // The kernel by hand: the dequantized weights blocked, the activations packed.
+    const auto* wv = reinterpret_cast<const uint16_t*>(wd.bytes().data());
+    cpu::AlignedBuffer<uint16_t> blocked(n * k), packed(cpu::amx_gemm_packed_values(m, k));
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < k; ++c) blocked.data()[cpu::blocked_index(r, c, k)] = wv[r * k + c];
+    const int64_t padded = cpu::amx_gemm_packed_values(m, k) / k;
+    cpu::pack_rows_for_amx_gemm(reinterpret_cast<const uint16_t*>(x.bytes().data()), k, m, k, 0,
+                                padded, packed.data());
+    std::vector<uint16_t> want(static_cast<size_t>(m * n));
+    cpu::amx_gemm_blocked(packed.data(), m, k, blocked.data(), n / cpu::kWeightBlockRows,
+                          want.data(), n);
+    ASSERT_EQ(got.shape().bytes(), static_cast<int64_t>(want.size() * 2));
+    EXPECT_EQ(std::memcmp(got.bytes().data(), want.data(), want.size() * 2), 0);
   }
 }
 

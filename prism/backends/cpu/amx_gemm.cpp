@@ -48,7 +48,71 @@ void pack_rows_for_amx_gemm(const uint16_t* x, int64_t ldx, int64_t m, int64_t k
   }
 }
 
+namespace {
+
+// block_rows_for_amx_gemm one value pair at a time.
+void block_rows_plain(const uint16_t* rows, int64_t ldr, int64_t c0, int64_t c1, uint16_t* block) {
+  constexpr int64_t kBlockRows = 64;
+  for (int64_t r = 0; r < kBlockRows; ++r) {
+    for (int64_t c = c0; c < c1; c += 2) {
+      std::memcpy(block + ((c / 2) * kBlockRows + r) * 2, rows + r * ldr + (c - c0), 4);
+    }
+  }
+}
+
+}  // namespace
+
 #if PRISM_HAVE_AMX_GEMM
+
+#define PRISM_TARGET_AVX512 __attribute__((target("avx512f")))
+
+// GCC 12's unpack intrinsics pass an undefined vector as their masked-off source, which its
+// -Wmaybe-uninitialized takes for a read of an uninitialized value.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// Pairs of values are 32-bit words: 16 rows x 16 pairs at a time are transposed in registers
+// (unpacks within 128-bit lanes, then two rounds of lane shuffles) into 16 pairs x 16 rows,
+// each one aligned 64-byte store into its pair's 64 rows.
+PRISM_TARGET_AVX512 void block_rows_for_amx_gemm(const uint16_t* rows, int64_t ldr, int64_t c0,
+                                                 int64_t c1, int64_t k, uint16_t* block) {
+  (void)k;
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (!avx512) {
+    block_rows_plain(rows, ldr, c0, c1, block);
+    return;
+  }
+  constexpr int64_t kBlockRows = 64;
+  auto* out = reinterpret_cast<uint32_t*>(block);
+  for (int64_t r0 = 0; r0 < kBlockRows; r0 += 16) {
+    for (int64_t c = c0; c < c1; c += 32) {
+      __m512i v[16], t[16];
+      for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_si512(rows + (r0 + i) * ldr + (c - c0));
+      for (int i = 0; i < 16; i += 2) {  // within lanes: rows i, i+1 paired
+        t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+      }
+      for (int i = 0; i < 16; i += 4) {  // within lanes: pair q of rows i..i+3 in u[i + q]
+        v[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        v[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        v[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        v[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+      }
+      uint32_t* dst = out + (c / 2) * kBlockRows + r0;
+      for (int q = 0; q < 4; ++q) {  // lane l of v[4g + q]: pair 4l + q of rows 4g..4g+3
+        const __m512i w0 = _mm512_shuffle_i32x4(v[q], v[4 + q], 0x88);
+        const __m512i w1 = _mm512_shuffle_i32x4(v[q], v[4 + q], 0xDD);
+        const __m512i w2 = _mm512_shuffle_i32x4(v[8 + q], v[12 + q], 0x88);
+        const __m512i w3 = _mm512_shuffle_i32x4(v[8 + q], v[12 + q], 0xDD);
+        _mm512_store_si512(dst + q * kBlockRows, _mm512_shuffle_i32x4(w0, w2, 0x88));
+        _mm512_store_si512(dst + (q + 8) * kBlockRows, _mm512_shuffle_i32x4(w0, w2, 0xDD));
+        _mm512_store_si512(dst + (q + 4) * kBlockRows, _mm512_shuffle_i32x4(w1, w3, 0x88));
+        _mm512_store_si512(dst + (q + 12) * kBlockRows, _mm512_shuffle_i32x4(w1, w3, 0xDD));
+      }
+    }
+  }
+}
+#pragma GCC diagnostic pop
 
 bool amx_gemm_available() {
   static const bool available = amx_available() && simd::current().avx512_bf16;
@@ -201,6 +265,10 @@ PRISM_TARGET_AMX_GEMM void amx_gemm_blocked(const uint16_t* xp, int64_t m, int64
 #else  // no AMX here: amx_gemm_available() is false and the kernel is never called
 
 bool amx_gemm_available() { return false; }
+void block_rows_for_amx_gemm(const uint16_t* rows, int64_t ldr, int64_t c0, int64_t c1, int64_t,
+                             uint16_t* block) {
+  block_rows_plain(rows, ldr, c0, c1, block);
+}
 void amx_gemm_blocked(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, uint16_t*,
                       int64_t) {}
 

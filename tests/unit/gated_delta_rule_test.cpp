@@ -121,6 +121,23 @@ TEST(GatedDeltaRule, ChunkedEqualsRecurrentOverManyChunks) {
   expect_values(chunked[1], recurrent[1].to_f64(), 1e-4);
 }
 
+// Sizes the chunked kernel's vector code takes in blocks and in tails: keys of 32 values (two
+// 16 x 16 transposes a row of chunks), values of 147 (a row of D as 8 vectors, then 1, then
+// single values), a last chunk of 36 tokens; in f32 and f64 (8 x 8 transposes).
+TEST(GatedDeltaRule, ChunkedEqualsRecurrentAtWideHeads) {
+  Operands x =
+      operands({.batch = 1, .key_heads = 1, .heads = 2, .len = 100, .dk = 32, .dv = 147}, 4);
+  for (DType dtype : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(name(dtype));
+    std::vector<HostBuffer> in = inputs(x);
+    for (HostBuffer& b : in) b = b.convert(dtype);
+    std::vector<HostBuffer> recurrent = run(rule(0), in);
+    std::vector<HostBuffer> chunked = run(rule(64), in);
+    expect_values(chunked[0], recurrent[0].to_f64(), 1e-4);
+    expect_values(chunked[1], recurrent[1].to_f64(), 1e-4);
+  }
+}
+
 TEST(GatedDeltaRule, PaddingWithZeroGateAndBetaLeavesTheState) {
   // The first 5 of 9 tokens are real; the rest have g = 0 and beta = 0.
   Operands x = operands({.batch = 1, .key_heads = 1, .heads = 2, .len = 9, .dk = 4, .dv = 4}, 3);

@@ -86,7 +86,7 @@ err=$(PRISM_CPU_PRODUCTS=bogus "$prism" info 2>&1 >/dev/null); rc=$?
 check "bad PRISM_CPU_PRODUCTS" \
   "1 prism: error: PRISM_CPU_PRODUCTS=bogus: expected onednn, fma, amx or measure" "$rc $err"
 if out=$(PRISM_CPU_PRODUCTS=amx "$prism" info 2>&1); then
-  got=$(echo "$out" | grep -c "blocked ones on prism's AMX tiles (PRISM_CPU_PRODUCTS)")
+  got=$(echo "$out" | grep -c "blocked and quantized ones on prism's AMX tiles (PRISM_CPU_PRODUCTS)")
   check "PRISM_CPU_PRODUCTS=amx" 1 "$got"
 else
   check "PRISM_CPU_PRODUCTS=amx without AMX" \
@@ -120,7 +120,7 @@ if XDG_CACHE_HOME="$cache" "$prism" info | grep -q 'batched rows on [^(,]* ([0-9
 fi
 # With AMX, whether prism's tiles or oneDNN take blocked weights, on a line of its own too.
 tiles=0
-if XDG_CACHE_HOME="$cache" "$prism" info | grep -q "blocked ones [^(,]* ([0-9]* GFLOP/s a core on prism's AMX tiles against [0-9]* in oneDNN, measured before)"; then
+if XDG_CACHE_HOME="$cache" "$prism" info | grep -q "blocked [^(,]* ([0-9]* GFLOP/s a core on prism's AMX tiles against [0-9]* in oneDNN, measured before)"; then
   tiles=1
   got=$(grep -c ' | tiles	\(onednn\|amx\)	[0-9.]*	[0-9.]*$' "$cache/prism/cpu-products")
   check "tile products' line" 1 "$got"

@@ -178,16 +178,19 @@ std::vector<DeviceInfo> CpuPlatform::devices() const {
   }
   // Which kernels take a prompt's bf16 products (bf16_products.h).
   std::string bf16 = ", " + bf16_products().description;
-  // and, where the CPU has AMX, whether those with weights kept blocked run on prism's tiles.
+  // and, where the CPU has AMX, whether those with weights kept blocked run on prism's tiles
+  // (and with them those with quantized weights, dequantized into blocks: kernels_quant.cpp).
   if (const Bf16TilesChoice& t = bf16_tile_products(); *t.how) {
     const std::string_view how = t.how;
     if (how == "PRISM_CPU_PRODUCTS") {
-      bf16 += t.tiles ? ", blocked ones on prism's AMX tiles (PRISM_CPU_PRODUCTS)" : "";
+      bf16 +=
+          t.tiles ? ", blocked and quantized ones on prism's AMX tiles (PRISM_CPU_PRODUCTS)" : "";
     } else {
       bf16 += fmt::format(
-          ", blocked ones {} ({:.0f} GFLOP/s a core on prism's AMX tiles against {:.0f} in "
+          ", blocked {} ({:.0f} GFLOP/s a core on prism's AMX tiles against {:.0f} in "
           "oneDNN, {})",
-          t.tiles ? "on prism's AMX tiles" : "in oneDNN", t.tiles_gflops, t.onednn_gflops, how);
+          t.tiles ? "and quantized ones on prism's AMX tiles" : "ones in oneDNN", t.tiles_gflops,
+          t.onednn_gflops, how);
     }
   }
   // How far ahead decoding's products prefetch blocked bf16 weights (dot_rows.h): read, and a

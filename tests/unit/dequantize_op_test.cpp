@@ -258,11 +258,11 @@ TEST(DequantizeOp, KeepsNoDequantizedCopy) {
 
 // Products of one x by several quantized parameter weights (a layer's q, k and v) run as one
 // step, the activations rounded once per weights' format: each product's values are those of
-// the product alone, bit for bit, for decoding, batches (VNNI and AMX tiles where present) and
-// prefill.
-TEST(DequantizeOp, ProductsOfTheSameActivationsAsOneStep) {
+// the product alone, bit for bit, for each of `rows` rows of x in `dtype`, under each mode of
+// the activations.
+void check_one_step(DType dtype, const int64_t (&widths)[3], int64_t k,
+                    std::initializer_list<int64_t> rows) {
   const GgmlType types[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K};
-  const int64_t widths[] = {48, 21, 35}, k = 256;
   Platform& cpu = get_platform("cpu");
   std::vector<Tensor> params;
   std::map<std::string, Buffer, std::less<>> bound;
@@ -275,14 +275,14 @@ TEST(DequantizeOp, ProductsOfTheSameActivationsAsOneStep) {
   }
   for (const char* mode : {"int8", "f32"}) {
     const testing::QuantActivations activations(mode);
-    for (int64_t m : {1, 5, 16, 20, 40}) {
-      SCOPED_TRACE(fmt::format("{} m={}", mode, m));
+    for (int64_t m : rows) {
+      SCOPED_TRACE(fmt::format("{} {} m={}", name(dtype), mode, m));
       std::vector<float> xv(static_cast<size_t>(m * k));
       for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.29 * i) * 0.7f;
-      const HostBuffer x = testing::f32(S({{"m", m}, {"k", k}}), xv);
+      const HostBuffer x = testing::f32(S({{"m", m}, {"k", k}}), xv).convert(dtype);
       std::vector<Buffer> in{cpu.upload(x)};
       auto product = [&](Tensor a, size_t p) {
-        return a.dot(params[p].dequantize(types[p], DType::f32), "k");
+        return a.dot(params[p].dequantize(types[p], dtype), "k");
       };
       Executable together =
           prism::compile(cpu,
@@ -302,6 +302,17 @@ TEST(DequantizeOp, ProductsOfTheSameActivationsAsOneStep) {
       }
     }
   }
+}
+
+// Decoding, batches (VNNI and AMX tiles where present) and prefill, in f32.
+TEST(DequantizeOp, ProductsOfTheSameActivationsAsOneStep) {
+  check_one_step(DType::f32, {48, 21, 35}, 256, {1, 5, 16, 20, 40});
+}
+
+// A prompt's bf16 products of whole blocks of 64 weight rows: on prism's AMX tiles where they
+// take bf16 prompts (one loop over all the products' units of blocks, 1 to 5 blocks each).
+TEST(DequantizeOp, PromptProductsOfTheSameActivationsAsOneStep) {
+  check_one_step(DType::bf16, {192, 64, 320}, 512, {17, 40});
 }
 
 // A product's bf16 results are its f32 results rounded, however the row kernels' columns were

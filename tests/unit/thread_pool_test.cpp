@@ -50,6 +50,18 @@ TEST(ThreadPool, ChunksCoverTheRangeOnce) {
   }
 }
 
+TEST(ThreadPool, EachItemIsAChunkOfItsOwn) {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 7, 18, 64}) {
+      const auto chunks = chunks_of([&](auto fn) { pool.parallel_for_each(n, fn); });
+      expect_tiling(chunks, n);
+      // One thread runs the whole range at once; several claim the items one by one.
+      EXPECT_EQ(chunks.size(), threads == 1 ? size_t{1} : static_cast<size_t>(n));
+    }
+  }
+}
+
 TEST(ThreadPool, TaperedChunksShrinkAndCoverTheRangeOnce) {
   for (int threads : {1, 2, 3, 8}) {
     ThreadPool pool(threads);

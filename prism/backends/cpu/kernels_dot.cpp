@@ -196,7 +196,7 @@ class DotKernel {
                   "cpu: oneDNN planned no product for weights {} kept blocked", rhs_.shape.str());
       const float* x32 = widened_ ? widened_lhs(l, pool) : nullptr;
       const uint16_t* xt = tiled_ && blocked ? tiled_lhs(l, pool) : nullptr;
-      pool.parallel_for(static_cast<int64_t>(slices_.size()), 1, [&](int64_t s0, int64_t s1) {
+      pool.parallel_for_each(static_cast<int64_t>(slices_.size()), [&](int64_t s0, int64_t s1) {
         for (int64_t i = s0; i < s1; ++i) run_slice(i, l, r, out, blocked, x32, xt);
       });
       return;
@@ -775,7 +775,7 @@ class DotGroup {
       const uint16_t* xt = nullptr;
       for (size_t m = 0; m < members_.size() && !xt; ++m)
         if (members_[m]->tiled() && blocked[m]) xt = members_[m]->tiled_lhs(l, pool);
-      pool.parallel_for(static_cast<int64_t>(slices_.size()), 1, [&](int64_t s0, int64_t s1) {
+      pool.parallel_for_each(static_cast<int64_t>(slices_.size()), [&](int64_t s0, int64_t s1) {
         for (int64_t i = s0; i < s1; ++i) {
           const auto [m, slice] = slices_[i];
           const bool tiled = members_[m]->tiled() && blocked[m];

@@ -399,7 +399,7 @@ class QuantDotProducts {
       const int64_t blocks = members_[i].n() / kWeightBlockRows;
       first.push_back(first.back() + (blocks + unit - 1) / unit);
     }
-    pool.parallel_for(first.back(), 1, [&](int64_t u0, int64_t u1) {
+    pool.parallel_for_each(first.back(), [&](int64_t u0, int64_t u1) {
       for (size_t j = 0; j < tiled.size(); ++j) {
         const int64_t lo = std::max(u0, first[j]) - first[j];
         const int64_t hi = std::min(u1, first[j + 1]) - first[j];

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 
 #include "prism/core/spin.h"
 
@@ -97,7 +98,15 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   if (n <= 0) return;
   // Four chunks a thread: enough slack for a late worker, few enough to stay cheap.
   int64_t most = std::max<int64_t>(1, n / std::max<int64_t>(grain, 1));
-  int chunks = static_cast<int>(std::min<int64_t>(4 * size(), most));
+  run(n, static_cast<int>(std::min<int64_t>(4 * size(), most)), fn);
+}
+
+void ThreadPool::parallel_for_each(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  run(n, static_cast<int>(std::min<int64_t>(n, std::numeric_limits<int>::max())), fn);
+}
+
+void ThreadPool::run(int64_t n, int chunks, const std::function<void(int64_t, int64_t)>& fn) {
   if (chunks <= 1 || size() == 1 || t_in_chunk) {
     fn(0, n);
     return;

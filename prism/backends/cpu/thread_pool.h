@@ -38,6 +38,11 @@ class ThreadPool {
   // it runs serially. An exception thrown by fn is rethrown here.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+  // The same with each item a chunk of its own, claimed one at a time: for a few items of much
+  // work each (a product's slices of columns), where four chunks a thread would leave one
+  // thread a chunk of two or three items while the others wait.
+  void parallel_for_each(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+
   // The same with chunks that shrink: a round of one chunk per thread holding 8/15 of [0, n),
   // then rounds of 4/15, 2/15 and 1/15, each chunk a multiple of `grain` where it can be. For
   // kernels that stream through memory: the first chunks are long (few restarts of the
@@ -48,6 +53,7 @@ class ThreadPool {
 
  private:
   struct Job;
+  void run(int64_t n, int chunks, const std::function<void(int64_t, int64_t)>& fn);
   void work();
   static void run_chunks(Job& job);
 

@@ -34,6 +34,14 @@ using Json = nlohmann::ordered_json;
   throw ApiError(400, message, "invalid_request_error", param);
 }
 
+// Whether o is an object whose `key` is the string `want` (Json::value would throw for a key
+// of another type, a crash rather than the client's 400).
+bool has_string(const Json& o, const char* key, std::string_view want) {
+  if (!o.is_object()) return false;
+  const auto it = o.find(key);
+  return it != o.end() && it->is_string() && it->get_ref<const std::string&>() == want;
+}
+
 double number(const Json& j, const char* key, double low, double high) {
   if (!j.is_number()) bad(key, fmt::format("'{}' must be a number", key));
   const double v = j.get<double>();
@@ -107,7 +115,7 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
       if (!m.contains("content") || !m["content"].is_array()) continue;
       std::string text;
       for (const Json& part : m["content"]) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        if (!has_string(part, "type", "text") || !part.contains("text") ||
             !part["text"].is_string()) {
           bad("messages", "only text content parts are supported");
         }
@@ -136,7 +144,7 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
       const Json& tools = j["tools"];
       if (!tools.is_array()) bad("tools", "'tools' must be a list");
       for (const Json& t : tools) {
-        if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+        if (!has_string(t, "type", "function") || !t.contains("function") ||
             !t["function"].is_object() || !t["function"].contains("name") ||
             !t["function"]["name"].is_string()) {
           bad("tools", "each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
@@ -164,9 +172,9 @@ CompletionRequest parse_request(std::string_view body, bool chat, const std::str
         r.tools = nullptr;
       } else if (choice == "required") {
         r.call_required = true;
-      } else if (choice.is_object() && choice.value("type", "") == "function" &&
-                 choice.contains("function") && choice["function"].is_object() &&
-                 choice["function"].contains("name") && choice["function"]["name"].is_string()) {
+      } else if (has_string(choice, "type", "function") && choice.contains("function") &&
+                 choice["function"].is_object() && choice["function"].contains("name") &&
+                 choice["function"]["name"].is_string()) {
         r.call_required = true;
         r.call_function = choice["function"]["name"].get<std::string>();
       } else if (choice != "auto") {

@@ -86,8 +86,8 @@ TEST(AmxGemm, BlocksPiecesOfRowsInPlace) {
   cpu::AlignedBuffer<uint16_t> block(64 * K);
   std::fill_n(block.data(), 64 * K, uint16_t{0xffff});
   // Values [0, 256) in one piece, [256, 288) in another; [288, 320) not written.
-  cpu::block_rows_for_amx_gemm(rows.data(), K, 0, 256, K, block.data());
-  cpu::block_rows_for_amx_gemm(rows.data() + 256, K, 256, 288, K, block.data());
+  cpu::block_rows_for_amx_gemm(rows.data(), K, 0, 256, block.data());
+  cpu::block_rows_for_amx_gemm(rows.data() + 256, K, 256, 288, block.data());
   int64_t bad = 0;
   for (int64_t r = 0; r < 64; ++r)
     for (int64_t c = 0; c < K; ++c) {

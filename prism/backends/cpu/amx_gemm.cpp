@@ -66,22 +66,18 @@ void block_rows_plain(const uint16_t* rows, int64_t ldr, int64_t c0, int64_t c1,
 
 #define PRISM_TARGET_AVX512 __attribute__((target("avx512f")))
 
+namespace {
+
 // GCC 12's unpack intrinsics pass an undefined vector as their masked-off source, which its
 // -Wmaybe-uninitialized takes for a read of an uninitialized value.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-// Pairs of values are 32-bit words: 16 rows x 16 pairs at a time are transposed in registers
-// (unpacks within 128-bit lanes, then two rounds of lane shuffles) into 16 pairs x 16 rows,
-// each one aligned 64-byte store into its pair's 64 rows.
-PRISM_TARGET_AVX512 void block_rows_for_amx_gemm(const uint16_t* rows, int64_t ldr, int64_t c0,
-                                                 int64_t c1, int64_t k, uint16_t* block) {
-  (void)k;
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (!avx512) {
-    block_rows_plain(rows, ldr, c0, c1, block);
-    return;
-  }
+// block_rows_for_amx_gemm in AVX-512. Pairs of values are 32-bit words: 16 rows x 16 pairs at
+// a time are transposed in registers (unpacks within 128-bit lanes, then two rounds of lane
+// shuffles) into 16 pairs x 16 rows, each one aligned 64-byte store into its pair's 64 rows.
+PRISM_TARGET_AVX512 void block_rows_avx512(const uint16_t* rows, int64_t ldr, int64_t c0,
+                                           int64_t c1, uint16_t* block) {
   constexpr int64_t kBlockRows = 64;
   auto* out = reinterpret_cast<uint32_t*>(block);
   for (int64_t r0 = 0; r0 < kBlockRows; r0 += 16) {
@@ -113,6 +109,20 @@ PRISM_TARGET_AVX512 void block_rows_for_amx_gemm(const uint16_t* rows, int64_t l
   }
 }
 #pragma GCC diagnostic pop
+
+}  // namespace
+
+// The check stays outside the AVX-512 code: a function compiled for AVX-512 may use it
+// anywhere in its body, the fallback's loop too.
+void block_rows_for_amx_gemm(const uint16_t* rows, int64_t ldr, int64_t c0, int64_t c1,
+                             uint16_t* block) {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512) {
+    block_rows_avx512(rows, ldr, c0, c1, block);
+  } else {
+    block_rows_plain(rows, ldr, c0, c1, block);
+  }
+}
 
 bool amx_gemm_available() {
   static const bool available = amx_available() && simd::current().avx512_bf16;
@@ -265,7 +275,7 @@ PRISM_TARGET_AMX_GEMM void amx_gemm_blocked(const uint16_t* xp, int64_t m, int64
 #else  // no AMX here: amx_gemm_available() is false and the kernel is never called
 
 bool amx_gemm_available() { return false; }
-void block_rows_for_amx_gemm(const uint16_t* rows, int64_t ldr, int64_t c0, int64_t c1, int64_t,
+void block_rows_for_amx_gemm(const uint16_t* rows, int64_t ldr, int64_t c0, int64_t c1,
                              uint16_t* block) {
   block_rows_plain(rows, ldr, c0, c1, block);
 }

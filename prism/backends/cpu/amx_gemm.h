@@ -45,11 +45,11 @@ void pack_rows_for_amx_gemm(const uint16_t* x, int64_t ldx, int64_t m, int64_t k
                             int64_t r1, uint16_t* xp);
 
 // Values [c0, c1) of 64 weight rows (row r at rows + r * ldr, value c0 first; bf16), written
-// into their places in a block of 64 rows of k values kept blocked (weight_layout.h: pairs of k
-// across the 64 rows) at `block`: what a product of weights in another form (quantized,
-// dequantized a piece at a time) gives amx_gemm_blocked. c0 and c1 multiples of 32; `block`
-// 64-byte aligned.
-void block_rows_for_amx_gemm(const uint16_t* rows, int64_t ldr, int64_t c0, int64_t c1, int64_t k,
+// into their places in a block of 64 weight rows kept blocked (weight_layout.h: pairs of k
+// across the 64 rows, so a pair's place does not depend on the rows' length) at `block`: what
+// a product of weights in another form (quantized, dequantized a piece at a time) gives
+// amx_gemm_blocked. c0 and c1 multiples of 32; `block` 64-byte aligned.
+void block_rows_for_amx_gemm(const uint16_t* rows, int64_t ldr, int64_t c0, int64_t c1,
                              uint16_t* block);
 
 // out[i * ldo + j] = x_i . (weight row j), bf16, for i < m and j < 64 * blocks: the `blocks`

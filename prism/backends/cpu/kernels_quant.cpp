@@ -199,7 +199,7 @@ class QuantDot {
           dequantize_rows(format_, wb + c / t.block_elements * t.block_bytes, row_bytes_,
                           kWeightBlockRows, pv, DType::bf16, reinterpret_cast<std::byte*>(rows),
                           pv);
-          block_rows_for_amx_gemm(rows, pv, c, c + pv, k_, blocked + (b - u0) * block_values);
+          block_rows_for_amx_gemm(rows, pv, c, c + pv, blocked + (b - u0) * block_values);
         }
       }
       amx_gemm_blocked(xt, m_, k_, blocked, u1 - u0,

@@ -136,6 +136,28 @@ TEST(DequantizeOp, ProductsOverSeveralPanels) {
   check_products(GgmlType::Q8_0, 1024 + 37, 8, {20}, "int8");  // prefill: f32 all the same
 }
 
+// A prompt's product of x {m, k} (cos(step * i), rounded to bf16) by dequantize(w) in bf16,
+// w {n, k} of random blocks of `t`: the blocks, their values rounded to bf16, x and the
+// product the CPU gives.
+struct QuantPrompt {
+  HostBuffer w, dequantized, x, product;
+};
+QuantPrompt quant_prompt(GgmlType t, int64_t n, int64_t m, int64_t blocks, uint32_t seed,
+                         double step) {
+  const int64_t k = blocks * quant::info(t).block_elements;
+  QuantPrompt p;
+  p.w = testing::random_blocks(t, n, blocks, seed, "n", "k");
+  p.dequantized = testing::f32(S({{"n", n}, {"k", k}}), reference(t, p.w)).convert(DType::bf16);
+  std::vector<float> xv(static_cast<size_t>(m * k));
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::cos(step * i);
+  p.x = testing::f32(S({{"m", m}, {"k", k}}), xv).convert(DType::bf16);
+  p.product = run(TraceFn([t](std::span<const Tensor> in) {
+                    return std::vector<Tensor>{in[0].dot(in[1].dequantize(t, DType::bf16), "k")};
+                  }),
+                  std::vector<HostBuffer>{p.x, p.w}, &get_platform("cpu"))[0];
+  return p;
+}
+
 // A prefill's product over quantized weights (panels of weight rows dequantized to bf16, then
 // multiplied) gives the bits of the same bf16 product over the whole dequantized matrix where
 // bf16 products run on f32 FMAs: the panels take gemm.h's products, whose sums do not depend
@@ -149,25 +171,13 @@ TEST(DequantizeOp, PanelsGiveTheBitsOfTheDequantizedProduct) {
   Platform& cpu = get_platform("cpu");
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K}) {
     SCOPED_TRACE(quant::info(t).name);
-    const int64_t n = 1024 + 96, m = 20, blocks = t == GgmlType::Q8_0 ? 24 : 3;
-    const int64_t k = blocks * quant::info(t).block_elements;
-    const HostBuffer w = testing::random_blocks(t, n, blocks, 5, "n", "k");
-    const HostBuffer wd =
-        testing::f32(S({{"n", n}, {"k", k}}), reference(t, w)).convert(DType::bf16);
-    std::vector<float> xv(static_cast<size_t>(m * k));
-    for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::cos(0.21 * i);
-    const HostBuffer x = testing::f32(S({{"m", m}, {"k", k}}), xv).convert(DType::bf16);
-    const HostBuffer quantized =
-        run(TraceFn([t](std::span<const Tensor> in) {
-              return std::vector<Tensor>{in[0].dot(in[1].dequantize(t, DType::bf16), "k")};
-            }),
-            std::vector<HostBuffer>{x, w}, &cpu)[0];
+    const QuantPrompt p = quant_prompt(t, 1024 + 96, 20, t == GgmlType::Q8_0 ? 24 : 3, 5, 0.21);
     const HostBuffer plain = run(TraceFn([](std::span<const Tensor> in) {
                                    return std::vector<Tensor>{in[0].dot(in[1], "k")};
                                  }),
-                                 std::vector<HostBuffer>{x, wd}, &cpu)[0];
-    ASSERT_EQ(quantized.shape().bytes(), plain.shape().bytes());
-    EXPECT_EQ(std::memcmp(quantized.bytes().data(), plain.bytes().data(), plain.shape().bytes()),
+                                 std::vector<HostBuffer>{p.x, p.dequantized}, &cpu)[0];
+    ASSERT_EQ(p.product.shape().bytes(), plain.shape().bytes());
+    EXPECT_EQ(std::memcmp(p.product.bytes().data(), plain.bytes().data(), plain.shape().bytes()),
               0);
   }
 }
@@ -182,37 +192,26 @@ TEST(DequantizeOp, PromptProductsOnAmxTilesGiveTheTilesBits) {
   if (!cpu::amx_gemm_available() || !cpu::bf16_tile_products().tiles)
     GTEST_SKIP() << "a prompt's bf16 products do not run on prism's AMX tiles here";
   const testing::QuantActivations f32_activations("f32");  // every format through the tiles
-  Platform& cpu = get_platform("cpu");
   const std::pair<GgmlType, int64_t> cases[] = {
       {GgmlType::Q4_0, 16}, {GgmlType::Q8_0, 65}, {GgmlType::Q4_K, 2}, {GgmlType::Q6_K, 3}};
   for (const auto& [t, blocks] : cases) {
     SCOPED_TRACE(quant::info(t).name);
     const int64_t n = 5 * cpu::kWeightBlockRows, m = 40;
     const int64_t k = blocks * quant::info(t).block_elements;
-    const HostBuffer w = testing::random_blocks(t, n, blocks, 9, "n", "k");
-    const HostBuffer wd =
-        testing::f32(S({{"n", n}, {"k", k}}), reference(t, w)).convert(DType::bf16);
-    std::vector<float> xv(static_cast<size_t>(m * k));
-    for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::cos(0.13 * i);
-    const HostBuffer x = testing::f32(S({{"m", m}, {"k", k}}), xv).convert(DType::bf16);
-    const HostBuffer got =
-        run(TraceFn([t](std::span<const Tensor> in) {
-              return std::vector<Tensor>{in[0].dot(in[1].dequantize(t, DType::bf16), "k")};
-            }),
-            std::vector<HostBuffer>{x, w}, &cpu)[0];
+    const QuantPrompt p = quant_prompt(t, n, m, blocks, 9, 0.13);
     // The kernel by hand: the dequantized weights blocked, the activations packed.
-    const auto* wv = reinterpret_cast<const uint16_t*>(wd.bytes().data());
+    const auto* wv = reinterpret_cast<const uint16_t*>(p.dequantized.bytes().data());
     cpu::AlignedBuffer<uint16_t> blocked(n * k), packed(cpu::amx_gemm_packed_values(m, k));
     for (int64_t r = 0; r < n; ++r)
       for (int64_t c = 0; c < k; ++c) blocked.data()[cpu::blocked_index(r, c, k)] = wv[r * k + c];
     const int64_t padded = cpu::amx_gemm_packed_values(m, k) / k;
-    cpu::pack_rows_for_amx_gemm(reinterpret_cast<const uint16_t*>(x.bytes().data()), k, m, k, 0,
+    cpu::pack_rows_for_amx_gemm(reinterpret_cast<const uint16_t*>(p.x.bytes().data()), k, m, k, 0,
                                 padded, packed.data());
     std::vector<uint16_t> want(static_cast<size_t>(m * n));
     cpu::amx_gemm_blocked(packed.data(), m, k, blocked.data(), n / cpu::kWeightBlockRows,
                           want.data(), n);
-    ASSERT_EQ(got.shape().bytes(), static_cast<int64_t>(want.size() * 2));
-    EXPECT_EQ(std::memcmp(got.bytes().data(), want.data(), want.size() * 2), 0);
+    ASSERT_EQ(p.product.shape().bytes(), static_cast<int64_t>(want.size() * 2));
+    EXPECT_EQ(std::memcmp(p.product.bytes().data(), want.data(), want.size() * 2), 0);
   }
 }
 

@@ -24,6 +24,9 @@
 # GPU_CHECK_GROUPS (comma separated; default all) picks what runs:
 #   parity       the tiny models' greedy ids on cuda (with and without CUDA graphs, quantized
 #                weights, products without cuBLASLt)
+#   mesh         the same split over --devices=2 and 4 (the GPU presented as several, collectives
+#                through host memory; on a machine with several GPUs, also over two of them
+#                through NCCL), and the unit tests of CUDA meshes
 #   opencl       the same on the GPU's OpenCL driver (NVIDIA's offers one)
 #   mnist, conformance
 #   ops          the op harness and CUDA tests (cuda alone, then with OpenCL beside)
@@ -39,7 +42,7 @@ set -u
 bin=$(cd "${1:?usage: gpu_check_prebuilt.sh BIN_DIR [DATA_DIR] [LOG]}" && pwd)
 data=$(cd "${2:-$(dirname "$0")/..}" && pwd)
 log=${3:-gpu_check.log}
-groups=",${GPU_CHECK_GROUPS:-parity,opencl,mnist,conformance,ops,limits,bench,profile,torch,smi,pjrt},"
+groups=",${GPU_CHECK_GROUPS:-parity,mesh,opencl,mnist,conformance,ops,limits,bench,profile,torch,smi,pjrt},"
 want() { [[ "$groups" == *",$1,"* ]]; }
 plain_library_path=${LD_LIBRARY_PATH:-}  # for python3, which brings its own libraries
 for lib in "$bin/lib" "$bin/../lib" "${CUDA_HOME:-/usr/local/cuda}/lib64"; do
@@ -109,6 +112,23 @@ if want parity; then
       env PRISM_CUDA_CUBLASLT=0 "$bin/prism" llm --model="$dir" \
       --prompt-ids=128000,791,6864,315,9822,374 --max-tokens=24 --print-ids --seqlen=64 --platform=cuda
   fi
+fi
+
+# Tensor parallel on cuda: the reference's greedy ids with the model split over devices.
+if want mesh; then
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  for dir in "${tiny[@]}"; do
+    want=$(ids_of "$dir" greedy_ids | tr ',' ' ')
+    run=("$bin/prism" llm --model="$dir" --prompt-ids="$(ids_of "$dir" prompt_ids)" --max-tokens=24
+      --print-ids --seqlen=64 "$(dtype_of "$dir")" --platform=cuda)
+    name="$(basename "$(dirname "$dir")") $(basename "$dir")"
+    for n in 2 4; do
+      parity "$name --devices=$n, one GPU as $n" "$want" env PRISM_CUDA_DEVICES=$n "${run[@]}" --devices=$n
+    done
+    if ((gpus >= 2)); then parity "$name --devices=2, NCCL" "$want" "${run[@]}" --devices=2; fi
+  done
+  step "cuda mesh unit tests" 300 "$bin/prism-unit-tests" \
+    --gtest_filter='TensorParallel.Cuda*:Partition.*:CudaMesh.*' --gtest_brief=1
 fi
 
 # The same on prism's OpenCL backend, where the GPU's driver offers OpenCL (NVIDIA's does).

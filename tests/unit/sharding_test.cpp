@@ -177,6 +177,7 @@ double sharded_difference(const TraceFn& fn, const std::vector<HostBuffer>& inpu
                           const std::string& platform = "cpu") {
   CpuDevices devices(n);
   setenv("PRISM_OPENCL_DEVICES", std::to_string(n).c_str(), 1);
+  setenv("PRISM_CUDA_DEVICES", std::to_string(n).c_str(), 1);
   Platform& cpu = get_platform(platform);
   std::vector<Shape> shapes;
   for (const HostBuffer& h : inputs) shapes.push_back(h.shape());
@@ -205,6 +206,7 @@ double sharded_difference(const TraceFn& fn, const std::vector<HostBuffer>& inpu
   HostBuffer got = exe.output_to_host(out, 0);
   EXPECT_EQ(got.shape(), want.shape());
   unsetenv("PRISM_OPENCL_DEVICES");
+  unsetenv("PRISM_CUDA_DEVICES");
   double worst = 0;
   std::vector<double> a = got.to_f64(), b = want.to_f64();
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
@@ -212,12 +214,13 @@ double sharded_difference(const TraceFn& fn, const std::vector<HostBuffer>& inpu
 }
 
 // The platforms that run meshes here: prism's CPU (collectives through host memory), OpenCL
-// (its devices' collectives through host memory) and the XLA CPU plugin (XLA's partitioner
-// and collectives), each against the same program on one device.
+// and CUDA (one device presented as several, collectives through host memory) and the XLA
+// CPU plugin (XLA's partitioner and collectives), each against the same program on one device.
 std::vector<std::string> mesh_platforms() {
   std::vector<std::string> names;
   for (const PlatformStatus& s : platform_statuses()) {
-    if (s.available && (s.name == "cpu" || s.name == "opencl" || s.name == "xla-cpu")) {
+    if (s.available &&
+        (s.name == "cpu" || s.name == "opencl" || s.name == "cuda" || s.name == "xla-cpu")) {
       names.push_back(s.name);
     }
   }

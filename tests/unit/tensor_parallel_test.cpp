@@ -74,6 +74,22 @@ TEST(TensorParallel, OpenClDevicesMatchOneDevice) {
   unsetenv("PRISM_OPENCL_DEVICES");
 }
 
+// CUDA's devices of a mesh (one GPU presented as two and four, each with its own stream),
+// collectives through host memory: the tiny checkpoints as on one device. A mesh of distinct
+// GPUs (collectives through NCCL) is checked by tools/gpu_check_prebuilt.sh where a machine
+// has several.
+TEST(TensorParallel, CudaDevicesMatchOneDevice) {
+  bool available = false;
+  for (const PlatformStatus& s : platform_statuses()) available |= s.name == "cuda" && s.available;
+  if (!available) GTEST_SKIP() << "no CUDA device";
+  for (int n : {2, 4}) {
+    testing::ScopedEnv presented("PRISM_CUDA_DEVICES", std::to_string(n));
+    expect_same_as_one_device(fixture("llama", "tiny-f32"), n, "cuda");
+    expect_same_as_one_device(fixture("qwen3_5", "tiny-bf16-untied"), n, "cuda");
+    expect_same_as_one_device(fixture("lfm2", "tiny-bf16-untied"), n, "cuda");
+  }
+}
+
 TEST(TensorParallel, LlamaMatchesOneDevice) {
   for (const std::string& p : mesh_platforms()) {
     for (int n : {2, 4}) expect_same_as_one_device(fixture("llama", "tiny-f32"), n, p);

@@ -77,6 +77,26 @@ const Loaded<CublasLtApi>& cublaslt_library() {
   return lib;
 }
 
+#ifdef PRISM_CUDA_NCCL
+Loaded<NcclApi> load_nccl(std::initializer_list<const char*> names) {
+  return load<NcclApi>(names, [](void* handle, NcclApi& api) {
+    std::string missing;
+    PRISM_NCCL_FUNCTIONS(PRISM_CUDA_RESOLVE)
+    return missing;
+  });
+}
+
+Loaded<NcclApi> load_nccl(const char* path) { return load_nccl({path}); }
+
+const Loaded<NcclApi>& nccl_library() {
+  static const Loaded<NcclApi> lib = [] {
+    const char* path = std::getenv("PRISM_NCCL_LIBRARY");
+    return path && *path ? load_nccl({path}) : load_nccl({"libnccl.so.2", "libnccl.so"});
+  }();
+  return lib;
+}
+#endif
+
 #undef PRISM_CUDA_RESOLVE
 
 const DriverApi& driver() {

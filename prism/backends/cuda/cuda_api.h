@@ -1,5 +1,6 @@
-// The CUDA libraries, loaded at run time with dlopen: the driver (libcuda.so.1), NVRTC and
-// cuBLASLt. Only the toolkit's headers are needed to build; a binary built with CUDA starts
+// The CUDA libraries, loaded at run time with dlopen: the driver (libcuda.so.1), NVRTC,
+// cuBLASLt and NCCL (libnccl.so.2, for meshes of several GPUs; built where the toolkit has
+// nccl.h). Only the toolkit's headers are needed to build; a binary built with CUDA starts
 // on machines without a GPU or toolkit, and `status()` says why CUDA cannot be used there.
 #pragma once
 
@@ -8,6 +9,11 @@
 #include <nvrtc.h>
 
 #include <string>
+
+#if __has_include(<nccl.h>)
+#include <nccl.h>
+#define PRISM_CUDA_NCCL 1
+#endif
 
 namespace prism::cuda {
 
@@ -27,7 +33,9 @@ namespace prism::cuda {
   X(cuMemcpyHtoD_v2)                   \
   X(cuMemcpyDtoH_v2)                   \
   X(cuMemcpyDtoDAsync_v2)              \
+  X(cuMemcpy2DAsync_v2)                \
   X(cuMemsetD8Async)                   \
+  X(cuMemsetD32Async)                  \
   X(cuStreamCreate)                    \
   X(cuStreamDestroy_v2)                \
   X(cuStreamSynchronize)               \
@@ -75,6 +83,16 @@ namespace prism::cuda {
   X(cublasLtMatmulAlgoGetHeuristic)       \
   X(cublasLtMatmul)
 
+#define PRISM_NCCL_FUNCTIONS(X) \
+  X(ncclGetVersion)             \
+  X(ncclGetErrorString)         \
+  X(ncclCommInitAll)            \
+  X(ncclCommDestroy)            \
+  X(ncclCommAbort)              \
+  X(ncclAllReduce)              \
+  X(ncclAllGather)              \
+  X(ncclReduceScatter)
+
 #define PRISM_CUDA_DECLARE(name) decltype(&::name) name = nullptr;
 
 struct DriverApi {
@@ -86,6 +104,11 @@ struct NvrtcApi {
 struct CublasLtApi {
   PRISM_CUBLASLT_FUNCTIONS(PRISM_CUDA_DECLARE)
 };
+#ifdef PRISM_CUDA_NCCL
+struct NcclApi {
+  PRISM_NCCL_FUNCTIONS(PRISM_CUDA_DECLARE)
+};
+#endif
 
 #undef PRISM_CUDA_DECLARE
 
@@ -101,6 +124,13 @@ struct Loaded {
 const Loaded<DriverApi>& driver_library();
 const Loaded<NvrtcApi>& nvrtc_library();
 const Loaded<CublasLtApi>& cublaslt_library();
+#ifdef PRISM_CUDA_NCCL
+// NCCL from PRISM_NCCL_LIBRARY (a path: the one a Python wheel brings, say) where it is set,
+// else libnccl.so.2 where dlopen finds it.
+const Loaded<NcclApi>& nccl_library();
+// NCCL from the library at `path` (the tests' stand-in).
+Loaded<NcclApi> load_nccl(const char* path);
+#endif
 
 // The loaded tables; each throws prism::Error with the reason when its library is missing.
 const DriverApi& driver();

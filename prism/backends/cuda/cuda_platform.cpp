@@ -1,5 +1,6 @@
 #include "prism/backends/cuda/cuda_platform.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "prism/backends/cuda/nvrtc_compiler.h"
@@ -38,11 +39,22 @@ CudaMemory::~CudaMemory() {
   if (ptr && cache) cache->put(ptr, bytes);
 }
 
-CudaPlatform::CudaPlatform() {
+CudaPlatform::CudaPlatform() { open(0); }
+
+CudaPlatform::CudaPlatform(int ordinal, std::shared_ptr<Communicator> comm,
+                           std::shared_ptr<NcclMesh> nccl, int64_t index,
+                           std::string_view collectives)
+    : comm_(std::move(comm)), nccl_(std::move(nccl)), mesh_device_(index) {
+  open(ordinal);
+  info_.name += fmt::format(", device {} of {}, collectives through {}", index, comm_->mesh().str(),
+                            collectives);
+}
+
+void CudaPlatform::open(int ordinal) {
   std::string reason = unavailable_reason();
   PRISM_CHECK(reason.empty(), "platform cuda is not available: {}", reason);
   const DriverApi& drv = driver();
-  check(drv.cuDeviceGet(&device_, 0), "cuDeviceGet");
+  check(drv.cuDeviceGet(&device_, ordinal), "cuDeviceGet");
   check(drv.cuDevicePrimaryCtxRetain(&context_, device_), "cuDevicePrimaryCtxRetain");
   bind();
   char name[256] = {};
@@ -84,6 +96,51 @@ CudaPlatform::~CudaPlatform() {
   if (lt_handle_ && cublaslt_library().ok) cublaslt_library().api.cublasLtDestroy(lt_handle_);
   if (stream_) drv.api.cuStreamDestroy_v2(stream_);
   if (context_) drv.api.cuDevicePrimaryCtxRelease_v2(device_);
+}
+
+int64_t CudaPlatform::mesh_capacity() const {
+  if (const int64_t asked = devices_asked("PRISM_CUDA_DEVICES")) return asked;
+  int count = 0;
+  check(driver().cuDeviceGetCount(&count), "cuDeviceGetCount");
+  return std::max(count, 1);
+}
+
+std::vector<Platform*> CudaPlatform::mesh_devices(const Mesh& mesh) {
+  PRISM_CHECK(!comm_, "cuda: device {} of a mesh cannot itself be split", mesh_device_);
+  const int64_t n = mesh.devices();
+  PRISM_CHECK(n <= mesh_capacity(),
+              "cuda: the mesh {} needs {} devices, the machine has {} GPUs "
+              "(PRISM_CUDA_DEVICES presents one as several)",
+              mesh.str(), n, mesh_capacity());
+  if (n == 1) return {this};
+  // The machine's GPUs in order, or GPU 0 presented as several.
+  const bool virtual_devices = devices_asked("PRISM_CUDA_DEVICES") > 0;
+  std::vector<int> ordinals;
+  for (int64_t k = 0; k < n; ++k) ordinals.push_back(virtual_devices ? 0 : static_cast<int>(k));
+  std::shared_ptr<NcclMesh> nccl;
+  std::string collectives;  // how, said in each device's name
+  return meshes_.get(mesh, [&](std::shared_ptr<Communicator> comm, int64_t k) {
+    if (k == 0) {
+      std::string why = "PRISM_CUDA_DEVICES presents one GPU as several";
+      if (!virtual_devices) why = "PRISM_CUDA_NCCL=0";
+      if (!virtual_devices && env_switch("PRISM_CUDA_NCCL", true)) {
+        nccl = NcclMesh::open(mesh, ordinals, &why);
+      }
+      collectives = nccl ? nccl->version() : fmt::format("host memory ({})", why);
+    }
+    return std::unique_ptr<Platform>(
+        new CudaPlatform(ordinals[k], std::move(comm), nccl, k, collectives));
+  });
+}
+
+void CudaPlatform::abort_collectives() {
+  if (comm_) comm_->abort();
+  if (nccl_) nccl_->abort();
+}
+
+void CudaPlatform::reset_collectives() {
+  if (comm_) comm_->reset();
+  if (nccl_) nccl_->reset();
 }
 
 void CudaPlatform::bind() const { check(driver().cuCtxSetCurrent(context_), "cuCtxSetCurrent"); }

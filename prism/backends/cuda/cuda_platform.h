@@ -1,5 +1,7 @@
 // The CUDA platform: device 0 of the machine, its primary context, one stream, device memory
 // with a cache of freed blocks, and the cuBLASLt handle and workspace matrix products share.
+// A mesh is the machine's GPUs, each a CudaPlatform of its own; their collectives run through
+// NCCL where it is (nccl.h), else through host memory.
 #pragma once
 
 #include <map>
@@ -7,6 +9,8 @@
 #include <mutex>
 
 #include "prism/backends/cuda/cuda_api.h"
+#include "prism/backends/cuda/nccl.h"
+#include "prism/runtime/collectives.h"
 #include "prism/runtime/platform.h"
 
 namespace prism::cuda {
@@ -37,6 +41,8 @@ class CudaPlatform : public Platform {
  public:
   CudaPlatform();
   ~CudaPlatform() override;
+  CudaPlatform(const CudaPlatform&) = delete;
+  CudaPlatform& operator=(const CudaPlatform&) = delete;
 
   std::string_view name() const override { return "cuda"; }
   std::vector<DeviceInfo> devices() const override;
@@ -61,7 +67,27 @@ class CudaPlatform : public Platform {
   // Device memory of `bytes` (rounded up to 256), from the cache when it can.
   std::shared_ptr<CudaMemory> raw_allocate(size_t bytes);
 
+  // A mesh is the machine's GPUs in order (PRISM_CUDA_DEVICES=N presents GPU 0 as N, each
+  // with its own stream, to try a mesh on one GPU); collectives through NCCL where the mesh's
+  // devices are distinct GPUs and libnccl.so.2 loads (PRISM_CUDA_NCCL=0 declines it), else
+  // through host memory.
+  int64_t mesh_capacity() const override;
+  std::vector<Platform*> mesh_devices(const Mesh& mesh) override;
+  void abort_collectives() override;
+  void reset_collectives() override;
+  int64_t mesh_index() const override { return mesh_device_; }
+  // Where this platform is a device of a mesh: its index, the host communicator and the NCCL
+  // communicators (null where the collectives go through host memory); else 0, null, null.
+  int64_t mesh_device() const { return mesh_device_; }
+  Communicator* communicator() const { return comm_.get(); }
+  NcclMesh* nccl() const { return nccl_.get(); }
+
  private:
+  // Device `index` of a mesh, on GPU `ordinal`; `collectives` says how they run.
+  CudaPlatform(int ordinal, std::shared_ptr<Communicator> comm, std::shared_ptr<NcclMesh> nccl,
+               int64_t index, std::string_view collectives);
+  void open(int ordinal);
+
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
   CUstream stream_ = nullptr;
@@ -70,6 +96,10 @@ class CudaPlatform : public Platform {
   std::string arch_;
   DeviceInfo info_;
   std::shared_ptr<BlockCache> blocks_ = std::make_shared<BlockCache>();
+  std::shared_ptr<Communicator> comm_;
+  std::shared_ptr<NcclMesh> nccl_;
+  int64_t mesh_device_ = 0;
+  MeshDevices meshes_;
 };
 
 // A device's nominal limits from its specification (for benchmarks' ratios): memory

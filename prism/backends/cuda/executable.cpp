@@ -5,6 +5,11 @@
 // a kernel of our own: codegen.h's few_rows_product). A call enqueues every step on the
 // platform's stream and waits for it once at the end.
 //
+// On a device of a mesh, collectives run through NCCL on the stream (inside CUDA graphs too)
+// where the platform has NCCL communicators, else through host memory: the stream waited
+// for, the operand read back, exchanged in the host communicator, the result written (such a
+// program runs without graphs).
+//
 // PRISM_CUDA_PROFILE=1 times every step on the device (events around each, recorded inside
 // the CUDA graph when the call runs as one, so launch gaps are not counted) and prints, when
 // the executable is destroyed, where a call's device time went (docs/platforms.md).
@@ -20,11 +25,13 @@
 #include "prism/backends/cuda/codegen.h"
 #include "prism/backends/cuda/cuda_platform.h"
 #include "prism/backends/cuda/matmul.h"
+#include "prism/backends/cuda/nccl.h"
 #include "prism/backends/cuda/nvrtc_compiler.h"
 #include "prism/compiler/fusion.h"
 #include "prism/compiler/kernel_ir.h"
 #include "prism/compiler/schedule.h"
 #include "prism/core/error.h"
+#include "prism/runtime/collectives.h"
 #include "prism/runtime/outputs.h"
 
 namespace prism::cuda {
@@ -35,12 +42,19 @@ using ir::ValueId;
 
 namespace {
 
+// How a collective step runs (none: the step is kernels or a product).
+enum class Collective : uint8_t { none, coordinate, copy, nccl, host };
+
 struct Step {
   ValueId value;
   std::vector<ValueId> reads;
   std::vector<KernelCode> kernels;
   std::vector<CUfunction> functions;
   std::unique_ptr<Matmul> matmul;  // a cuBLASLt product instead of kernels
+  Collective collective = Collective::none;
+  // NCCL's blocks where they must be rearranged (nccl.h's block_copies) and the copies.
+  std::shared_ptr<CudaMemory> scratch;
+  std::vector<RowCopy> copies;
 };
 
 class CudaExecutable : public ExecutableImpl {
@@ -59,6 +73,12 @@ class CudaExecutable : public ExecutableImpl {
     std::vector<std::vector<ValueId>> reads;
     for (ValueId id : schedule_.steps()) {
       const ir::Node& n = graph_.node(id);
+      if (kernel::lowering_of(n.op) == kernel::Lowering::collective) {
+        Step& step = steps_.emplace_back(Step{id, n.inputs, {}, {}, nullptr});
+        plan_collective(step);
+        reads.push_back(step.reads);
+        continue;
+      }
       Step& step = steps_.emplace_back(Step{id, step_reads(graph_, plan_, id), {}, {}, nullptr});
       // Products of few rows (decoding) run in our kernel, others in cuBLASLt where it is.
       std::optional<MatmulShape> mm;
@@ -157,6 +177,10 @@ class CudaExecutable : public ExecutableImpl {
       mark(i);
       const Step& step = steps_[i];
       CUdeviceptr out = ptr[step.value];
+      if (step.collective != Collective::none) {
+        enqueue_collective(step, ptr);
+        continue;
+      }
       args.assign(1, out);
       for (ValueId r : step.reads) args.push_back(ptr[r]);
       if (step.matmul) {
@@ -193,16 +217,126 @@ class CudaExecutable : public ExecutableImpl {
     }
   }
 
+  // How collective step `step` runs: a mesh coordinate is written by a memset, a group of
+  // one copies its operand, NCCL takes the others where the platform has its communicators
+  // and carries the element type, host memory the rest.
+  void plan_collective(Step& step) {
+    const ir::Node& n = graph_.node(step.value);
+    check_collective("cuda", graph_, step.value, platform_.communicator());
+    const auto& c = n.attr<ir::CollectiveAttrs>();
+    if (n.op == Op::mesh_coordinate) {
+      step.collective = Collective::coordinate;
+      return;
+    }
+    if (c.group == 1) {
+      step.collective = Collective::copy;
+      return;
+    }
+    if (!platform_.nccl() || !NcclMesh::carries(n.shape.dtype())) {
+      step.collective = Collective::host;
+      host_collectives_ = true;
+      return;
+    }
+    step.collective = Collective::nccl;
+    // Blocks gathered or scattered along an inner dimension are rearranged through scratch.
+    if (n.op != Op::all_reduce) {
+      const bool gather = n.op == Op::all_gather;
+      const Shape& whole = gather ? n.shape : graph_.node(n.inputs[0]).shape;
+      step.copies = block_copies(whole, c.axis, c.group, gather);
+      if (!step.copies.empty()) {
+        step.scratch = platform_.raw_allocate(static_cast<size_t>(whole.bytes()));
+      }
+    }
+  }
+
+  void enqueue_collective(const Step& step, const std::vector<CUdeviceptr>& ptr) const {
+    const DriverApi& drv = driver();
+    CUstream stream = platform_.stream();
+    const ir::Node& n = graph_.node(step.value);
+    const auto& c = n.attr<ir::CollectiveAttrs>();
+    const CUdeviceptr out = ptr[step.value];
+    const int64_t device = platform_.mesh_device();
+    if (step.collective == Collective::coordinate) {
+      const Communicator* comm = platform_.communicator();
+      const auto at =
+          static_cast<unsigned>(comm ? comm->mesh().coordinate(device, c.mesh_axis) : 0);
+      check(drv.cuMemsetD32Async(out, at, 1, stream), "cuMemsetD32Async (mesh coordinate)");
+      return;
+    }
+    const CUdeviceptr in = ptr[n.inputs[0]];
+    const Shape& operand = graph_.node(n.inputs[0]).shape;
+    if (step.collective == Collective::copy) {
+      if (in != out && operand.bytes() > 0) {
+        check(drv.cuMemcpyDtoDAsync_v2(out, in, operand.bytes(), stream), "cuMemcpyDtoDAsync");
+      }
+      return;
+    }
+    if (step.collective == Collective::host) return run_host(n, operand, in, out);
+    NcclMesh& nccl = *platform_.nccl();
+    const DType dtype = n.shape.dtype();
+    if (n.op == Op::all_reduce) {
+      nccl.all_reduce(device, c.mesh_axis, dtype, operand.numel(), in, out, stream);
+    } else if (n.op == Op::all_gather) {
+      if (!step.scratch) {
+        nccl.all_gather(device, c.mesh_axis, dtype, operand.numel(), in, out, stream);
+        return;
+      }
+      nccl.all_gather(device, c.mesh_axis, dtype, operand.numel(), in, step.scratch->ptr, stream);
+      for (const RowCopy& rc : step.copies) copy_rows(step.scratch->ptr, out, rc);
+    } else {
+      if (!step.scratch) {
+        nccl.reduce_scatter(device, c.mesh_axis, dtype, n.shape.numel(), in, out, stream);
+        return;
+      }
+      for (const RowCopy& rc : step.copies) copy_rows(in, step.scratch->ptr, rc);
+      nccl.reduce_scatter(device, c.mesh_axis, dtype, n.shape.numel(), step.scratch->ptr, out,
+                          stream);
+    }
+  }
+
+  // One of block_copies' copies, from the blocks at `src` to those at `dst`.
+  void copy_rows(CUdeviceptr src, CUdeviceptr dst, const RowCopy& rc) const {
+    CUDA_MEMCPY2D copy{};
+    copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    copy.srcDevice = src + rc.src;
+    copy.srcPitch = rc.src_pitch;
+    copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    copy.dstDevice = dst + rc.dst;
+    copy.dstPitch = rc.dst_pitch;
+    copy.WidthInBytes = rc.width;
+    copy.Height = rc.height;
+    check(driver().cuMemcpy2DAsync_v2(&copy, platform_.stream()), "cuMemcpy2DAsync");
+  }
+
+  // A collective through host memory: what came before on the stream finished, the operand
+  // read back, exchanged with the mesh's other devices, the result written.
+  void run_host(const ir::Node& n, const Shape& operand, CUdeviceptr in, CUdeviceptr out) const {
+    const DriverApi& drv = driver();
+    std::vector<std::byte> host_in(operand.bytes()), host_out(n.shape.bytes());
+    check(drv.cuStreamSynchronize(platform_.stream()), "cuStreamSynchronize (a collective)");
+    if (!host_in.empty()) {
+      check(drv.cuMemcpyDtoH_v2(host_in.data(), in, host_in.size()),
+            "cuMemcpyDtoH (a collective's operand)");
+    }
+    run_collective(n, operand, platform_.communicator(), platform_.mesh_device(), host_in.data(),
+                   host_out.data());
+    if (!host_out.empty()) {
+      check(drv.cuMemcpyHtoD_v2(out, host_out.data(), host_out.size()),
+            "cuMemcpyHtoD (a collective's result)");
+    }
+  }
+
   static bool profiling() {
     static const bool on = env_switch("PRISM_CUDA_PROFILE", false);
     return on;
   }
 
   // Whether calls may replay CUDA graphs: PRISM_CUDA_GRAPHS is not 0, no capture has failed,
-  // and the program has steps enough for graphs to pay.
+  // the program has no collectives through host memory (the host takes part in those), and it
+  // has steps enough for graphs to pay.
   bool runs_graphs() const {
     static const bool enabled = env_switch("PRISM_CUDA_GRAPHS", true);
-    return enabled && !graphs_failed_ && steps_.size() >= kMinGraphSteps;
+    return enabled && !graphs_failed_ && !host_collectives_ && steps_.size() >= kMinGraphSteps;
   }
 
   // Adds the last call's time per step (the events around each) to the profile.
@@ -359,6 +493,9 @@ class CudaExecutable : public ExecutableImpl {
         what =
             fmt::format("cuBLASLt {} {}x{}x{} batch {}{}{}", name(m.dtype), m.m, m.n, m.k, m.batch,
                         m.lhs_transposed ? " lhsT" : "", m.rhs_transposed ? " rhsT" : "");
+      } else if (step.collective != Collective::none) {
+        constexpr const char* kHow[] = {"", "memset", "copy", "nccl", "host memory"};
+        what = kHow[static_cast<int>(step.collective)];
       } else {
         for (const KernelCode& k : step.kernels) what += k.name + " ";
       }
@@ -401,6 +538,7 @@ class CudaExecutable : public ExecutableImpl {
   std::vector<GraphEntry> graphs_;
   uint64_t clock_ = 0;
   bool graphs_failed_ = false;
+  bool host_collectives_ = false;  // a collective step runs through host memory
   std::mutex mutex_;
   // PRISM_CUDA_PROFILE: an event before each step and one after the last; per step, the
   // milliseconds summed over the calls counted.

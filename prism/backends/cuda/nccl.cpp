@@ -1,0 +1,208 @@
+#include "prism/backends/cuda/nccl.h"
+
+#include "prism/core/error.h"
+
+namespace prism::cuda {
+
+std::vector<RowCopy> block_copies(const Shape& whole, int axis, int64_t group, bool to_whole) {
+  PRISM_CHECK(axis >= 0 && axis < whole.rank() && group >= 1 && whole.size(axis) % group == 0,
+              "cuda: {} does not split into {} blocks along dimension {}", whole.str(), group,
+              axis);
+  size_t outer = 1, block = static_cast<size_t>(size_of(whole.dtype()));
+  for (int d = 0; d < axis; ++d) outer *= static_cast<size_t>(whole.size(d));
+  for (int d = axis + 1; d < whole.rank(); ++d) block *= static_cast<size_t>(whole.size(d));
+  block *= static_cast<size_t>(whole.size(axis) / group);
+  std::vector<RowCopy> copies;
+  if (outer == 1) return copies;
+  const size_t g = static_cast<size_t>(group);
+  for (size_t r = 0; r < g; ++r) {
+    // Device r's block: `outer` rows one block apart in NCCL's order, a row of `whole` apart
+    // in whole's.
+    const size_t nccl_at = r * outer * block, whole_at = r * block;
+    copies.push_back(to_whole ? RowCopy{nccl_at, block, whole_at, g * block, block, outer}
+                              : RowCopy{whole_at, g * block, nccl_at, block, block, outer});
+  }
+  return copies;
+}
+
+#ifdef PRISM_CUDA_NCCL
+
+namespace {
+
+void check_nccl(const NcclApi& api, ncclResult_t r, const char* what) {
+  if (r == ncclSuccess) return;
+  fail("cuda: {}: {}", what, api.ncclGetErrorString(r));
+}
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::f64:
+      return ncclFloat64;
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::i64:
+      return ncclInt64;
+    case DType::i32:
+      return ncclInt32;
+    case DType::i8:
+      return ncclInt8;
+    case DType::u8:
+    case DType::boolean:
+      return ncclUint8;
+    case DType::u32:
+      return ncclUint32;
+    default:
+      fail("cuda: NCCL does not carry {}", name(dtype));
+  }
+}
+
+}  // namespace
+
+bool NcclMesh::carries(DType dtype) { return dtype != DType::i16; }
+
+std::unique_ptr<NcclMesh> NcclMesh::open(const Mesh& mesh, std::vector<int> ordinals,
+                                         std::string* why) {
+  const auto& lib = nccl_library();
+  if (!lib.ok) {
+    *why = fmt::format("no NCCL ({})", lib.error);
+    return nullptr;
+  }
+  return open(lib.api, mesh, std::move(ordinals), why);
+}
+
+std::unique_ptr<NcclMesh> NcclMesh::open(const NcclApi& api, const Mesh& mesh,
+                                         std::vector<int> ordinals, std::string* why) {
+  for (size_t i = 0; i < ordinals.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (ordinals[i] == ordinals[j]) {
+        *why = fmt::format("GPU {} holds devices {} and {} (NCCL wants distinct GPUs)", ordinals[i],
+                           j, i);
+        return nullptr;
+      }
+    }
+  }
+  std::unique_ptr<NcclMesh> m(new NcclMesh(api, mesh, std::move(ordinals)));
+  int version = 0;
+  api.ncclGetVersion(&version);
+  // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch since 2.9.
+  m->version_ = fmt::format("NCCL {}.{}.{}", version / 10000, version / 100 % 100, version % 100);
+  try {
+    m->init();
+  } catch (const Error& e) {
+    *why = e.what();
+    return nullptr;
+  }
+  return m;
+}
+
+void NcclMesh::init() {
+  const int64_t n = mesh_.devices();
+  comms_.assign(mesh_.axes().size() * n, nullptr);
+  try {
+    for (size_t a = 0; a < mesh_.axes().size(); ++a) {
+      const int64_t size = mesh_.axes()[a].size;
+      int64_t stride = 1;
+      for (size_t b = a + 1; b < mesh_.axes().size(); ++b) stride *= mesh_.axes()[b].size;
+      for (int64_t first = 0; first < n; ++first) {
+        if (mesh_.coordinate(first, static_cast<int>(a)) != 0) continue;  // not a group's first
+        std::vector<int> gpus;
+        for (int64_t j = 0; j < size; ++j) gpus.push_back(ordinals_[first + j * stride]);
+        std::vector<ncclComm_t> made(size);
+        check_nccl(api_, api_.ncclCommInitAll(made.data(), static_cast<int>(size), gpus.data()),
+                   "ncclCommInitAll");
+        for (int64_t j = 0; j < size; ++j) comms_[a * n + first + j * stride] = made[j];
+      }
+    }
+  } catch (...) {
+    destroy(false);
+    throw;
+  }
+}
+
+void NcclMesh::destroy(bool abort) {
+  for (void*& c : comms_) {
+    if (c) {
+      auto comm = static_cast<ncclComm_t>(c);
+      abort ? api_.ncclCommAbort(comm) : api_.ncclCommDestroy(comm);
+    }
+    c = nullptr;
+  }
+}
+
+// Meshes live as long as the platform that made them, until the process exits, when NCCL and
+// the driver may already be unloading: the communicators are left to the exit.
+NcclMesh::~NcclMesh() = default;
+
+void* NcclMesh::comm(int64_t device, int mesh_axis) {
+  PRISM_CHECK(mesh_axis >= 0 && mesh_axis < static_cast<int>(mesh_.axes().size()) && device >= 0 &&
+                  device < mesh_.devices(),
+              "cuda: device {} or mesh axis {} is not in the mesh {}", device, mesh_axis,
+              mesh_.str());
+  PRISM_CHECK(!aborted_, "collectives: another device of the mesh failed");
+  return comms_[mesh_axis * mesh_.devices() + device];
+}
+
+void NcclMesh::all_reduce(int64_t device, int mesh_axis, DType dtype, size_t count, CUdeviceptr in,
+                          CUdeviceptr out, CUstream stream) {
+  auto* c = static_cast<ncclComm_t>(comm(device, mesh_axis));
+  check_nccl(api_,
+             api_.ncclAllReduce(reinterpret_cast<const void*>(in), reinterpret_cast<void*>(out),
+                                count, nccl_type(dtype), ncclSum, c, stream),
+             "ncclAllReduce");
+}
+
+void NcclMesh::all_gather(int64_t device, int mesh_axis, DType dtype, size_t count, CUdeviceptr in,
+                          CUdeviceptr out, CUstream stream) {
+  auto* c = static_cast<ncclComm_t>(comm(device, mesh_axis));
+  check_nccl(api_,
+             api_.ncclAllGather(reinterpret_cast<const void*>(in), reinterpret_cast<void*>(out),
+                                count, nccl_type(dtype), c, stream),
+             "ncclAllGather");
+}
+
+void NcclMesh::reduce_scatter(int64_t device, int mesh_axis, DType dtype, size_t count,
+                              CUdeviceptr in, CUdeviceptr out, CUstream stream) {
+  auto* c = static_cast<ncclComm_t>(comm(device, mesh_axis));
+  check_nccl(api_,
+             api_.ncclReduceScatter(reinterpret_cast<const void*>(in), reinterpret_cast<void*>(out),
+                                    count, nccl_type(dtype), ncclSum, c, stream),
+             "ncclReduceScatter");
+}
+
+// Another device may be waiting in a collective (in NCCL's kernel, or in its enqueue while
+// the others connect): ncclCommAbort is made for that, and devices that come later see
+// aborted_ first.
+void NcclMesh::abort() {
+  std::lock_guard lock(mutex_);
+  if (aborted_.exchange(true)) return;
+  destroy(true);
+}
+
+void NcclMesh::reset() {
+  std::lock_guard lock(mutex_);
+  if (!aborted_) return;
+  init();
+  aborted_ = false;
+}
+
+#else  // no nccl.h: every mesh's collectives go through host memory
+
+std::unique_ptr<NcclMesh> NcclMesh::open(const Mesh&, std::vector<int>, std::string* why) {
+  *why = "built without NCCL's header";
+  return nullptr;
+}
+NcclMesh::~NcclMesh() = default;
+bool NcclMesh::carries(DType) { return false; }
+void NcclMesh::all_reduce(int64_t, int, DType, size_t, CUdeviceptr, CUdeviceptr, CUstream) {}
+void NcclMesh::all_gather(int64_t, int, DType, size_t, CUdeviceptr, CUdeviceptr, CUstream) {}
+void NcclMesh::reduce_scatter(int64_t, int, DType, size_t, CUdeviceptr, CUdeviceptr, CUstream) {}
+void NcclMesh::abort() {}
+void NcclMesh::reset() {}
+
+#endif
+
+}  // namespace prism::cuda

@@ -15,10 +15,15 @@ namespace prism {
 // two kernels of a decode step, far shorter than a scheduler's time slice.
 inline constexpr auto kSpin = std::chrono::microseconds(100);
 
-// Spins until done() or kSpin has passed; returns done().
+// How long where the thread shares its core with another process: a thread that spins there
+// spends its share of the core on nothing, and one that sleeps is woken ahead of the other
+// process (the scheduler favours a thread that slept over one that has been running).
+inline constexpr auto kSharedSpin = std::chrono::microseconds(10);
+
+// Spins until done() or `spin` has passed; returns done().
 template <typename Done>
-bool spin_until(Done done) {
-  const auto until = std::chrono::steady_clock::now() + kSpin;
+bool spin_until(Done done, std::chrono::microseconds spin = kSpin) {
+  const auto until = std::chrono::steady_clock::now() + spin;
   for (int i = 0;; ++i) {
     if (done()) return true;
 #if defined(__x86_64__)

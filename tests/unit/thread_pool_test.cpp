@@ -2,6 +2,10 @@
 #include "prism/backends/cpu/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -12,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "prism/backends/cpu/core_sharing.h"
 #include "prism/core/spin.h"
 
 namespace prism::cpu {
@@ -159,6 +164,78 @@ TEST(ThreadPool, CallersFromSeveralThreads) {
   }
   for (auto& t : callers) t.join();
   EXPECT_EQ(visited.load(), 3 * 3000 * 16);
+}
+
+// /proc/stat's per-CPU lines: the busy ticks are user, nice, system, irq and softirq; the
+// total line, idle, iowait and steal do not count; a CPU without a line is no answer.
+TEST(CoreSharing, CountsTheBusyTicksOfTheCpusAsked) {
+  const std::string stat =
+      "cpu  900 9 90 9000 90 9 9 9 0 0\n"
+      "cpu0 100 1 10 5000 50 2 3 40 0 0\n"
+      "cpu1 200 2 20 4000 40 4 6 50 0 0\n"
+      "cpu3 7 0 0 1 1 0 0 0 0 0\n"
+      "intr 12345 0 0\n"
+      "ctxt 999\n";
+  EXPECT_EQ(busy_ticks(stat, {0}), 116);
+  EXPECT_EQ(busy_ticks(stat, {0, 1}), 116 + 232);
+  EXPECT_EQ(busy_ticks(stat, {3}), 7);
+  EXPECT_EQ(busy_ticks(stat, {2}), std::nullopt);
+  EXPECT_EQ(busy_ticks("cpu0 1 2\n", {0}), std::nullopt);
+}
+
+// A child process that spins, pinned to the last CPU this process may run on, for as long as
+// it lives (as prism-bench's contention line makes).
+class SpinningChild {
+ public:
+  SpinningChild() {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    sched_getaffinity(0, sizeof allowed, &allowed);
+    int cpu = 0;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed)) cpu = c;
+    pid_ = fork();
+    if (pid_ == 0) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      sched_setaffinity(0, sizeof one, &one);
+      volatile uint64_t x = 1;
+      for (;;) x = x * 6364136223846793005u + 1442695040888963407u;
+    }
+  }
+  ~SpinningChild() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  SpinningChild(const SpinningChild&) = delete;
+  SpinningChild& operator=(const SpinningChild&) = delete;
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// Another process spinning on one of this process's CPUs takes a good share of a CPU (at
+// least a third, whatever else the machine runs), and the pool, handing out jobs meanwhile,
+// sees its cores as shared.
+TEST(CoreSharing, SeesAnotherProcessOnTheCpus) {
+  CoreSharing sharing;
+  ThreadPool pool(2);
+  SpinningChild child;
+  ASSERT_EQ(sharing.look(), std::nullopt);  // the first look is the baseline
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
+  std::atomic<int64_t> visited = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    pool.parallel_for(16, 1, [&](int64_t begin, int64_t end) { visited += end - begin; });
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  std::optional<double> others = sharing.look();
+  ASSERT_TRUE(others.has_value());
+  EXPECT_GE(*others, 0.33);
+  EXPECT_EQ(sharing.look(std::chrono::milliseconds(1000)), std::nullopt);  // too soon
+  EXPECT_TRUE(pool.shared());
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <exception>
 #include <limits>
+#include <optional>
 
 #include "prism/core/spin.h"
 
@@ -112,6 +113,11 @@ void ThreadPool::run(int64_t n, int chunks, const std::function<void(int64_t, in
     return;
   }
   std::lock_guard call(call_mutex_);
+  if (++jobs_ % 64 == 0) {
+    if (std::optional<double> others = sharing_.look()) {
+      shared_.store(*others >= kSharedCores, std::memory_order_relaxed);
+    }
+  }
   Job job;
   job.fn = &fn;
   job.n = n;
@@ -172,7 +178,7 @@ void ThreadPool::work() {
   uint64_t seen = 0;
   for (;;) {
     const auto new_job = [&] { return generation_.load() != seen; };
-    if (!spin_until(new_job)) {
+    if (!spin_until(new_job, shared_.load(std::memory_order_relaxed) ? kSharedSpin : kSpin)) {
       std::unique_lock lock(mutex_);
       sleepers_.fetch_add(1);
       wake_.wait(lock, new_job);

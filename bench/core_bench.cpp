@@ -3,6 +3,8 @@
 // compile time of a 32-layer Llama-shaped graph.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <random>
 
@@ -180,7 +182,8 @@ void elementwise_bench() {
 
 // One layer's attention at Llama 3.2 1B's shapes (32 query heads over 8 key heads of 64) on a
 // cache of 1024 positions: a prefill of 512 tokens from position 0, and one decoding step
-// at position 512. GFLOP/s count the products of the visible (query, key) pairs.
+// at position 512. GFLOP/s count the products of the visible (query, key) pairs. Then a
+// decoding step at position 4000 of a 4096-position cache read from memory.
 void attention_bench() {
   const int64_t H = 32, G = 8, D = 64, Sk = 1024;
   int n_threads = threads();
@@ -210,6 +213,43 @@ void attention_bench() {
                   100 * gflops / peak);
       std::fflush(stdout);
     }
+  }
+  // A decoding step late in a long context, its cache coming from memory as in a model's step
+  // (whose weights streamed through the caches before): 64 MiB read between calls. The cache
+  // bytes read a second, against the read bandwidth.
+  const double read_gbps = measure_read_gbps(n_threads);
+  std::printf("\ndecode at position %d, cache from memory (read bandwidth %.1f GB/s):\n", 4000,
+              read_gbps);
+  std::printf("%-6s %12s %12s %10s\n", "dtype", "us", "GB/s", "of read");
+  std::vector<float> flush(16 << 20, 1.0f);
+  volatile float sink = 0;  // keeps the reads of `flush`
+  for (DType t : {DType::bf16, DType::f32}) {
+    const int64_t long_sk = 4096, position = 4000;
+    Shape q(t, {{"h", H}, {"q", 1}, {"hd", D}}), kv(t, {{"h", G}, {"k", long_sk}, {"hd", D}});
+    Shape off = Shape::scalar(DType::i32);
+    auto fn = [](Tensor q, Tensor k, Tensor v, Tensor off) {
+      return nn::attention(q, k, v, {.causal = true, .offset = off});
+    };
+    Executable exe = compile(cpu, fn, {q, kv, kv, off});
+    std::vector<Buffer> in{random_buffer(cpu, q), random_buffer(cpu, kv), random_buffer(cpu, kv),
+                           cpu.upload(HostBuffer::from<int32_t>(off, {int32_t{position}}))};
+    std::vector<double> times;
+    for (int rep = 0; rep < 31; ++rep) {
+      float read = 0;
+      for (size_t i = 0; i < flush.size(); i += 16) read += flush[i];  // a line at a time
+      sink = sink + read;
+      const auto start = std::chrono::steady_clock::now();
+      exe.call(std::span<const Buffer>{}, in);
+      exe.platform().synchronize();
+      times.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(times.begin(), times.end());
+    const double s = times[times.size() / 2];
+    const double bytes = 2.0 * G * (position + 1) * D * static_cast<double>(size_of(t));
+    std::printf("%-6s %12.1f %12.1f %9.0f%%\n", std::string(name(t)).c_str(), s * 1e6,
+                bytes / s / 1e9, 100 * bytes / s / 1e9 / read_gbps);
+    std::fflush(stdout);
   }
 }
 

@@ -165,12 +165,78 @@ PRISM_TARGET_AMX_ATTENTION void amx_weighted_sums(const float* w, int64_t ld, in
   _tile_release();
 }
 
+// Tiles: 0 the scores of 16 keys by the 4 rows, 1 the keys' 32 values of d, 2 the rows'.
+PRISM_TARGET_AMX_ATTENTION int64_t amx_decode_scores(const uint16_t* const* q, int rows, int64_t D,
+                                                     const uint16_t* k, int64_t n, float scale,
+                                                     float* s, int64_t ldk,
+                                                     std::span<const DecodeAhead> ahead) {
+  const int64_t steps = D / 32;
+  if (rows > 4 || D % 32 != 0 || steps > kAmxDecodeMaxSteps) return 0;
+  // Per step of 32 values of d, the second operand: 16 pairs of d by 4 rows (zeros past
+  // `rows`).
+  alignas(64) uint16_t qb[kAmxDecodeMaxSteps * 16 * 4 * 2];
+  for (int64_t t = 0; t < steps; ++t)
+    for (int p = 0; p < 16; ++p)
+      for (int r = 0; r < 4; ++r)
+        for (int u = 0; u < 2; ++u)
+          qb[((t * 16 + p) * 4 + r) * 2 + u] = r < rows ? q[r][32 * t + 2 * p + u] : uint16_t{0};
+  AmxTileConfig config;
+  config.set(0, 16, 16);
+  config.set(1, 16, 64);
+  config.set(2, 16, 16);
+  _tile_loadconfig(&config);
+  const int64_t k_stride = D * static_cast<int64_t>(sizeof(uint16_t));
+  // Lanes of four 4-key vectors of the 16 x 4 scores (lane 4i + r: key i, row r) gathered for
+  // rows 0-1 and 2-3, keys 0-3 of the first and 0-3 of the second vector.
+  const __m512i rows01 = _mm512_set_epi32(29, 25, 21, 17, 13, 9, 5, 1, 28, 24, 20, 16, 12, 8, 4, 0);
+  const __m512i rows23 =
+      _mm512_set_epi32(31, 27, 23, 19, 15, 11, 7, 3, 30, 26, 22, 18, 14, 10, 6, 2);
+  const __m512i low = _mm512_set_epi32(23, 22, 21, 20, 19, 18, 17, 16, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i high =
+      _mm512_set_epi32(31, 30, 29, 28, 27, 26, 25, 24, 15, 14, 13, 12, 11, 10, 9, 8);
+  const __m512 sc = _mm512_set1_ps(scale);
+  alignas(64) float c[16 * 4];
+  const int64_t full = n / 16 * 16;
+  for (int64_t j = 0; j < full; j += 16) {
+    const uint16_t* kj = k + j * D;
+    prefetch_ahead(ahead, j);
+    _tile_zero(0);
+    for (int64_t t = 0; t < steps; ++t) {
+      _tile_loadd(1, kj + 32 * t, k_stride);
+      _tile_loadd(2, qb + t * 128, 16);
+      _tile_dpbf16ps(0, 1, 2);
+    }
+    _tile_stored(0, c, 16);
+    const __m512 z0 = _mm512_load_ps(c), z1 = _mm512_load_ps(c + 16);
+    const __m512 z2 = _mm512_load_ps(c + 32), z3 = _mm512_load_ps(c + 48);
+    const __m512 p01 = _mm512_permutex2var_ps(z0, rows01, z1);  // rows 0, 1 of keys 0-7
+    const __m512 p23 = _mm512_permutex2var_ps(z2, rows01, z3);  // rows 0, 1 of keys 8-15
+    const __m512 q01 = _mm512_permutex2var_ps(z0, rows23, z1);
+    const __m512 q23 = _mm512_permutex2var_ps(z2, rows23, z3);
+    // Row r: the first 8 lanes of one vector and of the other (or the last 8 of each).
+    const __m512 row0 = _mm512_permutex2var_ps(p01, low, p23);
+    const __m512 row1 = _mm512_permutex2var_ps(p01, high, p23);
+    const __m512 row2 = _mm512_permutex2var_ps(q01, low, q23);
+    const __m512 row3 = _mm512_permutex2var_ps(q01, high, q23);
+    _mm512_storeu_ps(s + j, _mm512_mul_ps(row0, sc));
+    if (rows > 1) _mm512_storeu_ps(s + ldk + j, _mm512_mul_ps(row1, sc));
+    if (rows > 2) _mm512_storeu_ps(s + 2 * ldk + j, _mm512_mul_ps(row2, sc));
+    if (rows > 3) _mm512_storeu_ps(s + 3 * ldk + j, _mm512_mul_ps(row3, sc));
+  }
+  _tile_release();
+  return full;
+}
+
 #else  // no AMX here: amx_attention_available() is false and these are never called
 
 void amx_pack_keys(const uint16_t*, int64_t, int64_t, int64_t, uint16_t*) {}
 void amx_scores(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, float*) {}
 void amx_weighted_sums(const float*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, uint16_t*,
                        float*) {}
+int64_t amx_decode_scores(const uint16_t* const*, int, int64_t, const uint16_t*, int64_t, float,
+                          float*, int64_t, std::span<const DecodeAhead>) {
+  return 0;
+}
 
 #endif
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 namespace prism::cpu {
 
@@ -40,5 +41,39 @@ void amx_scores(const uint16_t* q, int64_t rows, int64_t D, const uint16_t* kt, 
 // 2 * rows * keys bf16 values.
 void amx_weighted_sums(const float* w, int64_t ld, int64_t rows, const uint16_t* vp, int64_t E,
                        int64_t keys, uint16_t* p, float* o);
+
+// Rows of memory a decoding step reads later, prefetched while it computes: as it takes keys
+// 16j to 16j + 15, rows 16j to 16j + 15 of the `rows` rows of `bytes` at `at`, into L1 (`l1`)
+// or L2.
+struct DecodeAhead {
+  const char* at = nullptr;
+  int64_t rows = 0, bytes = 0;
+  bool l1 = false;
+};
+inline void prefetch_ahead(std::span<const DecodeAhead> ahead, int64_t j) {
+  for (const DecodeAhead& a : ahead) {
+    if (j >= a.rows) continue;
+    const char* from = a.at + j * a.bytes;
+    const int64_t bytes = (a.rows - j < 16 ? a.rows - j : 16) * a.bytes;
+    for (int64_t l = 0; l < bytes; l += 64) {
+      if (a.l1) {
+        __builtin_prefetch(from + l, 0, 3);
+      } else {
+        __builtin_prefetch(from + l, 0, 2);
+      }
+    }
+  }
+}
+
+// A decoding step's scores on tiles: s[r * ldk + j] = scale * (q[r] . k_j) for r < rows (at
+// most 4: a key head's query heads) and the first n rounded down to 16 keys (D values each, D
+// apart, as a KV cache keeps them), which it returns; 0, doing nothing, where rows > 4 or D is
+// not a multiple of 32 or above 32 * kAmxDecodeMaxSteps. The keys are the tiles' first operand
+// as they are kept, 16 keys by 32 values of d; the rows, regrouped once into pairs of d, the
+// second, 4 columns. Prefetches `ahead` as it goes.
+inline constexpr int64_t kAmxDecodeMaxSteps = 8;
+int64_t amx_decode_scores(const uint16_t* const* q, int rows, int64_t D, const uint16_t* k,
+                          int64_t n, float scale, float* s, int64_t ldk,
+                          std::span<const DecodeAhead> ahead);
 
 }  // namespace prism::cpu

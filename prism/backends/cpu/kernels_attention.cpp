@@ -20,9 +20,13 @@
 // takes its own path where the CPU has AVX-512 BF16 (attend_decode): keys and values
 // read as they are, all the visible keys' scores at once (16 keys per transposing
 // reduction), a plain softmax along each row, the weighted sums. One Llama-1B layer at
-// position 512 (`prism-bench attention`): 72 us before, 17 us with it. Without AVX-512 BF16,
-// a decoding step in bf16 or f32 takes the same path with AVX2 (attend_decode): keys widened
-// in registers, 8 keys' scores per transposing reduction.
+// position 512 (`prism-bench attention`): 72 us before, 17 us with it. Where the CPU also has
+// AMX-BF16, the scores of whole blocks of 16 keys come from tiles (amx_decode_scores: the keys
+// as the first operand as the cache keeps them, the rows as the second): at position 4000 with
+// the cache from memory, a layer took 391-414 us with the reductions and 284-290 us so (88-90 %
+// of the read bandwidth; 2 cores of an Intel Xeon). Without AVX-512 BF16, a decoding step in
+// bf16 or f32 takes the same path with AVX2 (attend_decode): keys widened in registers, 8
+// keys' scores per transposing reduction.
 #include "prism/backends/cpu/hwy_targets.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -366,28 +370,17 @@ PRISM_TARGET_AVX512_BF16 inline __m512 lane_sums16(const __m512* v) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(w0, w1, 0x88), _mm512_shuffle_f32x4(w0, w1, 0xDD));
 }
 
-// s[r * ldk + j] = scale * (q[r] . k[j]) for R rows and n keys of D values (D % 32 == 0);
-// v: the values of the same keys, E each (prefetched, not read).
+// s[r * ldk + j] = scale * (q[r] . k[j]) for R rows and n keys of D values (D % 32 == 0),
+// prefetching `ahead` as it goes (amx_attention.h).
 PRISM_TARGET_AVX512_BF16 void decode_scores_bf16(const uint16_t* const* q, int R, int64_t D,
                                                  const uint16_t* k, int64_t n, float scale,
-                                                 float* s, int64_t ldk, const uint16_t* v,
-                                                 int64_t E) {
+                                                 float* s, int64_t ldk,
+                                                 std::span<const DecodeAhead> ahead) {
   const __m512 sc = _mm512_set1_ps(scale);
-  // Where decoding prefetches (decode_prefetch_bytes: Intel CPUs by default), the keys 1 KiB
-  // ahead into L1 and the values of the keys in hand into L2, for the sums after the softmax:
-  // a layer's cache comes from memory, after the rest of the step streamed the weights. On 2
-  // cores of an Intel Xeon with AMX, the Q4_0 1B-shaped file at position 340-400: the 16
-  // layers' attention 1.11-1.19 -> 0.82 ms a step (2 KiB ahead the same, 8 KiB 0.91-0.95).
-  const int64_t ahead = 2 * decode_prefetch_bytes();
   int64_t j = 0;
   for (; j + 16 <= n; j += 16) {
     const uint16_t* kj = k + j * D;
-    if (ahead) {
-      const char* keys = reinterpret_cast<const char*>(kj) + ahead;
-      for (int64_t l = 0; l < 16 * D * 2; l += 64) _mm_prefetch(keys + l, _MM_HINT_T0);
-      const char* values = reinterpret_cast<const char*>(v + j * E);
-      for (int64_t l = 0; l < 16 * E * 2; l += 64) _mm_prefetch(values + l, _MM_HINT_T1);
-    }
+    prefetch_ahead(ahead, j);
     for (int r = 0; r < R; ++r) {
       __m512 acc[16];
       for (int x = 0; x < 16; ++x) acc[x] = _mm512_setzero_ps();
@@ -684,8 +677,26 @@ void attend_decode(const Geometry& g, std::span<const std::byte* const> in, S* y
       const uint16_t* q[4];
       for (int64_t r = 0; r < rows; ++r)
         q[r] = reinterpret_cast<const uint16_t*>(in[0]) + row_of(r) * D;
-      decode_scores_bf16(q, static_cast<int>(rows), D, reinterpret_cast<const uint16_t*>(keys), n,
-                         scale, s, ldk, reinterpret_cast<const uint16_t*>(values), E);
+      const auto* k16 = reinterpret_cast<const uint16_t*>(keys);
+      const auto* v16 = reinterpret_cast<const uint16_t*>(values);
+      // Where decoding prefetches (decode_prefetch_bytes: Intel CPUs by default), the keys 1
+      // KiB ahead into L1 and the values of the keys in hand into L2, for the sums after the
+      // softmax: a layer's cache comes from memory, after the rest of the step streamed the
+      // weights. On 2 cores of an Intel Xeon with AMX, the Q4_0 1B-shaped file at position
+      // 340-400: the 16 layers' attention 1.11-1.19 -> 0.82 ms a step (2 KiB ahead the same,
+      // 8 KiB 0.91-0.95).
+      const int64_t ahead = 2 * decode_prefetch_bytes();
+      const DecodeAhead streams[2] = {
+          {reinterpret_cast<const char*>(k16) + ahead, n - ahead / (D * 2), D * 2, true},
+          {reinterpret_cast<const char*>(v16), n, E * 2, false}};
+      const std::span<const DecodeAhead> pf(streams, ahead ? 2 : 0);
+      // The scores of whole blocks of 16 keys on AMX tiles where the CPU has them, the rest
+      // (or all) in vector code.
+      const int64_t done =
+          f32.tiles ? amx_decode_scores(q, static_cast<int>(rows), D, k16, n, scale, s, ldk, pf)
+                    : 0;
+      decode_scores_bf16(q, static_cast<int>(rows), D, k16 + done * D, n - done, scale, s + done,
+                         ldk, done ? std::span<const DecodeAhead>() : pf);
     }
   } else if (n > 0) {
     w.q.resize(static_cast<size_t>((rows + 8) * D));  // the rows in f32, then 8 keys

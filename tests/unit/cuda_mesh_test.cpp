@@ -156,10 +156,14 @@ TEST(CudaMesh, NcclAbortWakesWaitingDevicesAndResetMakesNewOnes) {
     waiting_error = testing::error_of(
         [&] { nccl->all_reduce(0, 0, DType::f32, 2, at(in.data()), at(out.data()), nullptr); });
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   nccl->abort();
   alone.join();
-  EXPECT_EQ(waiting_error.rfind("cuda: ncclAllReduce: ", 0), 0u) << waiting_error;
+  // NCCL's error where the device was waiting by then (it always was but on a very busy
+  // machine, where it came after the abort and failed at once).
+  EXPECT_TRUE(waiting_error.rfind("cuda: ncclAllReduce: ", 0) == 0 ||
+              waiting_error == "collectives: another device of the mesh failed")
+      << waiting_error;
   EXPECT_EQ(testing::error_of([&] {
               nccl->all_reduce(1, 0, DType::f32, 2, at(in.data()), at(out.data()), nullptr);
             }),

@@ -192,19 +192,27 @@ void attention_bench() {
   std::printf("%-6s %-8s %8s %12s %12s %10s\n", "dtype", "step", "queries", "us", "GFLOP/s",
               "of peak");
   Platform& cpu = get_platform("cpu");
+  // The step of Sq queries from position `offset` over a cache of `keys` positions, compiled,
+  // and random inputs for it.
+  struct Step {
+    Executable exe;
+    std::vector<Buffer> in;
+  };
+  auto step = [&](DType t, int64_t Sq, int64_t keys, int32_t offset) {
+    Shape q(t, {{"h", H}, {"q", Sq}, {"hd", D}}), kv(t, {{"h", G}, {"k", keys}, {"hd", D}});
+    Shape off = Shape::scalar(DType::i32);
+    auto fn = [](Tensor q, Tensor k, Tensor v, Tensor off) {
+      return nn::attention(q, k, v, {.causal = true, .offset = off});
+    };
+    return Step{compile(cpu, fn, {q, kv, kv, off}),
+                {random_buffer(cpu, q), random_buffer(cpu, kv), random_buffer(cpu, kv),
+                 cpu.upload(HostBuffer::from<int32_t>(off, {offset}))}};
+  };
   for (DType t : {DType::bf16, DType::f32}) {
     for (int64_t Sq : {512, 1}) {
       const int64_t offset = Sq == 1 ? 512 : 0;
-      Shape q(t, {{"h", H}, {"q", Sq}, {"hd", D}}), kv(t, {{"h", G}, {"k", Sk}, {"hd", D}});
-      Shape off = Shape::scalar(DType::i32);
-      auto fn = [](Tensor q, Tensor k, Tensor v, Tensor off) {
-        return nn::attention(q, k, v, {.causal = true, .offset = off});
-      };
-      Executable exe = compile(cpu, fn, {q, kv, kv, off});
-      std::vector<Buffer> in{
-          random_buffer(cpu, q), random_buffer(cpu, kv), random_buffer(cpu, kv),
-          cpu.upload(HostBuffer::from<int32_t>(off, {static_cast<int32_t>(offset)}))};
-      double s = call_seconds(exe, in, Sq == 1 ? 51 : 7);
+      Step st = step(t, Sq, Sk, static_cast<int32_t>(offset));
+      double s = call_seconds(st.exe, st.in, Sq == 1 ? 51 : 7);
       double pairs = 0;  // (query, key) pairs each query head sees
       for (int64_t i = 0; i < Sq; ++i) pairs += static_cast<double>(offset + i + 1);
       double gflops = 4.0 * D * H * pairs / s / 1e9;
@@ -218,29 +226,22 @@ void attention_bench() {
   // (whose weights streamed through the caches before): 64 MiB read between calls. The cache
   // bytes read a second, against the read bandwidth.
   const double read_gbps = measure_read_gbps(n_threads);
-  std::printf("\ndecode at position %d, cache from memory (read bandwidth %.1f GB/s):\n", 4000,
+  std::printf("\ndecode at position 4000, cache from memory (read bandwidth %.1f GB/s):\n",
               read_gbps);
   std::printf("%-6s %12s %12s %10s\n", "dtype", "us", "GB/s", "of read");
   std::vector<float> flush(16 << 20, 1.0f);
   volatile float sink = 0;  // keeps the reads of `flush`
   for (DType t : {DType::bf16, DType::f32}) {
-    const int64_t long_sk = 4096, position = 4000;
-    Shape q(t, {{"h", H}, {"q", 1}, {"hd", D}}), kv(t, {{"h", G}, {"k", long_sk}, {"hd", D}});
-    Shape off = Shape::scalar(DType::i32);
-    auto fn = [](Tensor q, Tensor k, Tensor v, Tensor off) {
-      return nn::attention(q, k, v, {.causal = true, .offset = off});
-    };
-    Executable exe = compile(cpu, fn, {q, kv, kv, off});
-    std::vector<Buffer> in{random_buffer(cpu, q), random_buffer(cpu, kv), random_buffer(cpu, kv),
-                           cpu.upload(HostBuffer::from<int32_t>(off, {int32_t{position}}))};
+    const int32_t position = 4000;
+    Step st = step(t, 1, 4096, position);
     std::vector<double> times;
     for (int rep = 0; rep < 31; ++rep) {
       float read = 0;
       for (size_t i = 0; i < flush.size(); i += 16) read += flush[i];  // a line at a time
       sink = sink + read;
       const auto start = std::chrono::steady_clock::now();
-      exe.call(std::span<const Buffer>{}, in);
-      exe.platform().synchronize();
+      st.exe.call(std::span<const Buffer>{}, st.in);
+      st.exe.platform().synchronize();
       times.push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }

@@ -60,8 +60,13 @@ std::optional<int> Mesh::find(std::string_view axis) const {
 }
 
 int64_t Mesh::coordinate(int64_t device, int axis) const {
-  for (int a = static_cast<int>(axes_.size()) - 1; a > axis; --a) device /= axes_[a].size;
-  return device % axes_[axis].size;
+  return device / stride(axis) % axes_[axis].size;
+}
+
+int64_t Mesh::stride(int axis) const {
+  int64_t stride = 1;
+  for (int a = static_cast<int>(axes_.size()) - 1; a > axis; --a) stride *= axes_[a].size;
+  return stride;
 }
 
 std::string Mesh::str() const {

@@ -42,6 +42,9 @@ class Mesh {
   std::optional<int> find(std::string_view axis) const;
   // Device `device`'s coordinate along axis `axis` (an index into axes()).
   int64_t coordinate(int64_t device, int axis) const;
+  // How far apart two devices that differ by one along axis `axis` (and nowhere else) are:
+  // the devices of device d's group along that axis are d - c * stride, ..., c its coordinate.
+  int64_t stride(int axis) const;
   // "{model=2}", "{data=2,model=4}", "{}" for one device.
   std::string str() const;
   bool operator==(const Mesh&) const = default;

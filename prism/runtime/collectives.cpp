@@ -98,10 +98,8 @@ HostCommunicator::Group& HostCommunicator::group(int64_t device, int mesh_axis, 
                   device < mesh_.devices(),
               "collectives: device {} or mesh axis {} is not in the mesh {}", device, mesh_axis,
               mesh_.str());
-  int64_t stride = 1;
-  for (size_t a = mesh_axis + 1; a < mesh_.axes().size(); ++a) stride *= mesh_.axes()[a].size;
   *place = mesh_.coordinate(device, mesh_axis);
-  const int64_t first = device - *place * stride;
+  const int64_t first = device - *place * mesh_.stride(mesh_axis);
   return *groups_[mesh_axis * mesh_.devices() + first];
 }
 
@@ -263,8 +261,7 @@ ProcessCommunicator::ProcessCommunicator(Mesh mesh, Processes& processes)
   // Every process walks every group in the same order: forming an MPI group is collective
   // over the whole run.
   for (size_t a = 0; a < mesh_.axes().size(); ++a) {
-    int64_t stride = 1;
-    for (size_t b = a + 1; b < mesh_.axes().size(); ++b) stride *= mesh_.axes()[b].size;
+    const int64_t stride = mesh_.stride(static_cast<int>(a));
     const int64_t size = mesh_.axes()[a].size;
     for (int64_t first = 0; first < n; ++first) {
       if (mesh_.coordinate(first, static_cast<int>(a)) != 0) continue;

@@ -78,20 +78,22 @@ const Loaded<CublasLtApi>& cublaslt_library() {
 }
 
 #ifdef PRISM_CUDA_NCCL
-Loaded<NcclApi> load_nccl(std::initializer_list<const char*> names) {
+namespace {
+Loaded<NcclApi> load_first_nccl(std::initializer_list<const char*> names) {
   return load<NcclApi>(names, [](void* handle, NcclApi& api) {
     std::string missing;
     PRISM_NCCL_FUNCTIONS(PRISM_CUDA_RESOLVE)
     return missing;
   });
 }
+}  // namespace
 
-Loaded<NcclApi> load_nccl(const char* path) { return load_nccl({path}); }
+Loaded<NcclApi> load_nccl(const char* path) { return load_first_nccl({path}); }
 
 const Loaded<NcclApi>& nccl_library() {
   static const Loaded<NcclApi> lib = [] {
     const char* path = std::getenv("PRISM_NCCL_LIBRARY");
-    return path && *path ? load_nccl({path}) : load_nccl({"libnccl.so.2", "libnccl.so"});
+    return path && *path ? load_nccl(path) : load_first_nccl({"libnccl.so.2", "libnccl.so"});
   }();
   return lib;
 }

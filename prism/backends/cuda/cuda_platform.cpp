@@ -121,8 +121,8 @@ std::vector<Platform*> CudaPlatform::mesh_devices(const Mesh& mesh) {
   std::string collectives;  // how, said in each device's name
   return meshes_.get(mesh, [&](std::shared_ptr<Communicator> comm, int64_t k) {
     if (k == 0) {
-      std::string why = "PRISM_CUDA_DEVICES presents one GPU as several";
-      if (!virtual_devices) why = "PRISM_CUDA_NCCL=0";
+      std::string why =
+          virtual_devices ? "PRISM_CUDA_DEVICES presents one GPU as several" : "PRISM_CUDA_NCCL=0";
       if (!virtual_devices && env_switch("PRISM_CUDA_NCCL", true)) {
         nccl = NcclMesh::open(mesh, ordinals, &why);
       }

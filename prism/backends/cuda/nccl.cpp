@@ -105,8 +105,7 @@ void NcclMesh::init() {
   try {
     for (size_t a = 0; a < mesh_.axes().size(); ++a) {
       const int64_t size = mesh_.axes()[a].size;
-      int64_t stride = 1;
-      for (size_t b = a + 1; b < mesh_.axes().size(); ++b) stride *= mesh_.axes()[b].size;
+      const int64_t stride = mesh_.stride(static_cast<int>(a));
       for (int64_t first = 0; first < n; ++first) {
         if (mesh_.coordinate(first, static_cast<int>(a)) != 0) continue;  // not a group's first
         std::vector<int> gpus;

@@ -187,11 +187,12 @@ void elementwise_bench() {
 void attention_bench() {
   const int64_t H = 32, G = 8, D = 64, Sk = 1024;
   int n_threads = threads();
+  Platform& cpu = get_platform("cpu");
+  std::printf("on %s\n", cpu.devices().at(0).name.c_str());
   double peak = measure_fp32_peak_gflops(n_threads);
   std::printf("fp32 peak (measured, %d threads): %.0f GFLOP/s\n", n_threads, peak);
   std::printf("%-6s %-8s %8s %12s %12s %10s\n", "dtype", "step", "queries", "us", "GFLOP/s",
               "of peak");
-  Platform& cpu = get_platform("cpu");
   // The step of Sq queries from position `offset` over a cache of `keys` positions, compiled,
   // and random inputs for it.
   struct Step {

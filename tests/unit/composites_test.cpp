@@ -195,6 +195,55 @@ TEST(Composites, AttentionLongCacheUnderEverySimdTarget) {
   }
 }
 
+// A prompt's blocks of rows in bf16, which take AMX tiles where the CPU has them (keys and
+// values regrouped once for every block that reads them, in chunks of 512 keys): two batches,
+// three chunks of keys (the last partial), blocks of rows whose first and last visible keys
+// fall inside chunks (a window), and the last block of rows short. Under every SIMD target, so
+// the vector path is checked against the same reference.
+TEST(Composites, AttentionPromptBlocksInChunksOfKeys) {
+  const int64_t B = 2, H = 8, G = 2, Sq = 150, Sk = 1300, D = 64;
+  const cpu::simd::Target before = cpu::simd::current();
+  for (int64_t window : {0, 700}) {
+    SCOPED_TRACE(::testing::Message() << "window " << window);
+    auto bf16 = [&](std::initializer_list<Dim> dims, uint32_t seed) {
+      const Shape shape = S(dims);
+      return run1([](Tensor t) { return t.convert(DType::bf16).convert(DType::f32); },
+                  {f32(shape, random_values(shape.numel(), seed))});
+    };
+    auto q = bf16({{"b", B}, {"h", H}, {"q", Sq}, {"hd", D}}, 40);
+    auto k = bf16({{"b", B}, {"h", G}, {"k", Sk}, {"hd", D}}, 41);
+    auto v = bf16({{"b", B}, {"h", G}, {"k", Sk}, {"hd", D}}, 42);
+    std::vector<double> want;
+    for (int64_t b = 0; b < B; ++b) {  // batch b of each, as its own buffer
+      auto part = [&](const HostBuffer& x, int64_t heads, int64_t rows) {
+        const std::vector<double> all = x.to_f64();
+        const int64_t n = heads * rows * D;
+        return f32(S({{"h", heads}, {"q", rows}, {"hd", D}}),
+                   std::vector<float>(all.begin() + b * n, all.begin() + (b + 1) * n));
+      };
+      std::vector<double> y = reference_attention(part(q, H, Sq), part(k, G, Sk), part(v, G, Sk), H,
+                                                  G, Sq, Sk, D, true, window, Sk - Sq);
+      want.insert(want.end(), y.begin(), y.end());
+    }
+    for (const cpu::simd::Target& target : cpu::simd::available()) {
+      SCOPED_TRACE("SIMD target " + target.name());
+      cpu::simd::use(target);
+      auto y = run1(
+          [&](Tensor q, Tensor k, Tensor v) {
+            nn::AttentionOptions o;
+            o.causal = true;
+            o.window = window;
+            return nn::attention(q.convert(DType::bf16), k.convert(DType::bf16),
+                                 v.convert(DType::bf16), o)
+                .convert(DType::f32);
+          },
+          {q, k, v});
+      expect_values(y, want, 1e-2);
+    }
+    cpu::simd::use(before);
+  }
+}
+
 TEST(Composites, AttentionWithMaskAndBatchTags) {
   const int64_t B = 2, H = 2, Sq = 2, Sk = 3, D = 4;
   auto q = f32(S({{"b", B}, {"q", Sq}, {"h", H}, {"hd", D}}), random_values(B * H * Sq * D, 20));

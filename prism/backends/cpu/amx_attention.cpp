@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "prism/backends/cpu/amx_gemm.h"
 #include "prism/backends/cpu/amx_rows.h"
+#include "prism/backends/cpu/fast_math.h"
 
 #if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
 #define PRISM_HAVE_AMX_ATTENTION 1
@@ -67,13 +69,13 @@ PRISM_TARGET_AMX_ATTENTION void amx_pack_keys(const uint16_t* k, int64_t n, int6
 // Tiles: 0-3 the scores of 16 rows by 4 x 16 keys, 4 the rows' 32 values of d, 6 and 7 the
 // keys' (in turn).
 PRISM_TARGET_AMX_ATTENTION void amx_scores(const uint16_t* q, int64_t rows, int64_t D,
-                                           const uint16_t* kt, int64_t ld, float* s) {
+                                           const uint16_t* kt, int64_t ld, int64_t cols, float* s) {
   configure();
   const int64_t q_stride = D * static_cast<int64_t>(sizeof(uint16_t));
   const int64_t k_stride = ld * 2 * static_cast<int64_t>(sizeof(uint16_t));  // a pair of d
-  const int64_t s_stride = ld * static_cast<int64_t>(sizeof(float));
+  const int64_t s_stride = cols * static_cast<int64_t>(sizeof(float));
   for (int64_t r = 0; r < rows; r += 16) {
-    for (int64_t j = 0; j < ld; j += 64) {
+    for (int64_t j = 0; j < cols; j += 64) {
       _tile_zero(0);
       _tile_zero(1);
       _tile_zero(2);
@@ -90,7 +92,7 @@ PRISM_TARGET_AMX_ATTENTION void amx_scores(const uint16_t* q, int64_t rows, int6
         _tile_loadd(7, keys + 96, k_stride);
         _tile_dpbf16ps(3, 4, 7);
       }
-      float* out = s + r * ld + j;
+      float* out = s + r * cols + j;
       _tile_stored(0, out, s_stride);
       _tile_stored(1, out + 16, s_stride);
       _tile_stored(2, out + 32, s_stride);
@@ -100,26 +102,102 @@ PRISM_TARGET_AMX_ATTENTION void amx_scores(const uint16_t* q, int64_t rows, int6
   _tile_release();
 }
 
-// Tiles: 0-3 the sums of 16 rows by 4 x 16 values, 4 the rows' 32 weights, 6 and 7 the values
-// of those 32 keys (in turn).
-PRISM_TARGET_AMX_ATTENTION void amx_weighted_sums(const float* w, int64_t ld, int64_t rows,
-                                                  const uint16_t* vp, int64_t E, int64_t keys,
-                                                  uint16_t* p, float* o) {
-  // The weights as the sum of two bf16 values, each rounded to nearest even: hi, and lo the
-  // rest of w - hi. Rows of `keys`, lo's after hi's.
+// exp(x) for x in [-87, 0] (a score less its row's maximum, as the softmax below takes it)
+// by the steps of fast_math-inl.h's ExpF32, so with its bits there, without the handling of
+// arguments outside that range: the result is a normal float, 2^k by one vscalefps.
+PRISM_TARGET_AMX_ATTENTION inline __m512 exp_nonpositive(__m512 x) {
+  const __m512 shifter = _mm512_set1_ps(12582912.0f);
+  const __m512 k =
+      _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), shifter), shifter);
+  const __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.42860682030941723212e-6f),
+                                    _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), x));
+  __m512 p = _mm512_set1_ps(1.0f / 5040);
+  for (float coefficient : {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(coefficient));
+  return _mm512_maskz_scalef_ps(0xffff, p, k);  // (maskz: see amx_softmax_weights)
+}
+
+// The largest of the lanes and their sum, pairwise (GCC 12 warns of the undefined sources in
+// its own reductions' intrinsics).
+inline float largest_lane(const float* lanes) {
+  float m = lanes[0];
+  for (int i = 1; i < 16; ++i) m = std::max(m, lanes[i]);
+  return m;
+}
+inline float lanes_sum(float* lanes) {
+  for (int width = 8; width >= 1; width /= 2)
+    for (int i = 0; i < width; ++i) lanes[i] += lanes[i + width];
+  return lanes[0];
+}
+
+// The lanes of keys j..j + 15 that lie in [from, to).
+inline __mmask16 keys_seen(int64_t j, int64_t from, int64_t to) {
+  const int64_t lo = std::clamp<int64_t>(from - j, 0, 16), hi = std::clamp<int64_t>(to - j, 0, 16);
+  const uint32_t below_hi = (uint32_t{1} << hi) - 1, below_lo = (uint32_t{1} << lo) - 1;
+  return static_cast<__mmask16>(below_hi & ~below_lo);
+}
+
+PRISM_TARGET_AMX_ATTENTION void amx_softmax_weights(const float* s, int64_t ld, int64_t rows,
+                                                    const int64_t* first, const int64_t* last,
+                                                    float scale, int64_t keys, float* max,
+                                                    float* sum, float* alpha, uint16_t* p) {
+  constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+  const __m512 scaled = _mm512_set1_ps(scale), floor = _mm512_set1_ps(-87.0f);
   uint16_t* p_lo = p + rows * keys;
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < keys; j += 16) {
-      const __m512 x = _mm512_loadu_ps(w + r * ld + j);
-      const __m256i hi = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x));
-      // (The maskz forms: GCC 12 warns of the unmasked ones' undefined source.)
-      const __m512 widened = _mm512_castsi512_ps(
-          _mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, hi), 16));
-      const __m256i lo = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_sub_ps(x, widened)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + r * keys + j), hi);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p_lo + r * keys + j), lo);
+    const float* row = s + r * ld;
+    uint16_t* hi_row = p + r * keys;
+    uint16_t* lo_row = p_lo + r * keys;
+    const int64_t from = first[r], to = std::min(last[r], keys);
+    __m512 mx = _mm512_set1_ps(kMinusInf);
+    for (int64_t j = from / 16 * 16; j < to; j += 16) {
+      const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(row + j), scaled);
+      mx = _mm512_mask_max_ps(mx, keys_seen(j, from, to), mx, x);
     }
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, mx);
+    const float before = max[r], m = std::max(before, largest_lane(lanes));
+    if (m == kMinusInf) {  // nothing seen yet: no weights, nothing to rescale
+      std::memset(hi_row, 0, keys * sizeof(uint16_t));
+      std::memset(lo_row, 0, keys * sizeof(uint16_t));
+      alpha[r] = 1.0f;
+      continue;
+    }
+    const __m512 mv = _mm512_set1_ps(m);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j = 0; j < keys; j += 16) {
+      const __mmask16 seen = keys_seen(j, from, to);
+      __m256i hi = _mm256_setzero_si256(), lo = _mm256_setzero_si256();
+      if (seen != 0) {
+        const __m512 x = _mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(row + j), scaled), mv);
+        const __mmask16 kept = seen & _mm512_cmp_ps_mask(x, floor, _CMP_GE_OQ);
+        const __m512 w =
+            _mm512_maskz_mov_ps(kept, exp_nonpositive(_mm512_maskz_max_ps(0xffff, x, floor)));
+        acc = _mm512_add_ps(acc, w);
+        hi = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(w));
+        // (The maskz forms here and above: GCC 12 warns of the unmasked ones' undefined source.)
+        const __m512 widened = _mm512_castsi512_ps(
+            _mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, hi), 16));
+        lo = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_sub_ps(w, widened)));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi_row + j), hi);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo_row + j), lo);
+    }
+    // 0 on the first chunk a row sees.
+    const float a = before == kMinusInf ? 0.0f : exp_f32(before - m);
+    max[r] = m;
+    alpha[r] = a;
+    _mm512_store_ps(lanes, acc);
+    sum[r] = sum[r] * a + lanes_sum(lanes);
   }
+}
+
+// Tiles: 0-3 the sums of 16 rows by 4 x 16 values, 4 and 5 the rows' 32 weights (hi, lo), 6
+// and 7 the values of those 32 keys (in turn).
+PRISM_TARGET_AMX_ATTENTION void amx_weighted_sums(const uint16_t* p, int64_t rows,
+                                                  const uint16_t* vp, int64_t E, int64_t keys,
+                                                  float* o) {
+  const uint16_t* p_lo = p + rows * keys;
   configure();
   const int64_t p_stride = keys * static_cast<int64_t>(sizeof(uint16_t));
   const int64_t v_stride = E * 2 * static_cast<int64_t>(sizeof(uint16_t));  // a pair of keys
@@ -230,9 +308,10 @@ PRISM_TARGET_AMX_ATTENTION int64_t amx_decode_scores(const uint16_t* const* q, i
 #else  // no AMX here: amx_attention_available() is false and these are never called
 
 void amx_pack_keys(const uint16_t*, int64_t, int64_t, int64_t, uint16_t*) {}
-void amx_scores(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, float*) {}
-void amx_weighted_sums(const float*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, uint16_t*,
-                       float*) {}
+void amx_scores(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, float*) {}
+void amx_softmax_weights(const float*, int64_t, int64_t, const int64_t*, const int64_t*, float,
+                         int64_t, float*, float*, float*, uint16_t*) {}
+void amx_weighted_sums(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, float*) {}
 int64_t amx_decode_scores(const uint16_t* const*, int, int64_t, const uint16_t*, int64_t, float,
                           float*, int64_t, std::span<const DecodeAhead>) {
   return 0;

@@ -30,17 +30,29 @@ void amx_pack_keys(const uint16_t* k, int64_t n, int64_t D, int64_t ld, uint16_t
 // to `keys` (a multiple of 32).
 void amx_pack_values(const uint16_t* v, int64_t n, int64_t E, int64_t keys, uint16_t* vp);
 
-// s[r * ld + j] = q_r . k_j (f32) for r < rows (a multiple of 16; q's rows D values apart, D a
-// multiple of 32) and j < ld (a multiple of 64), kt = amx_pack_keys(.., ld, ..).
+// s[r * cols + j] = q_r . k_j (f32) for r < rows (a multiple of 16; q's rows D values apart, D
+// a multiple of 32) and j < cols (a multiple of 64, at most ld), kt = amx_pack_keys(.., ld, ..).
 void amx_scores(const uint16_t* q, int64_t rows, int64_t D, const uint16_t* kt, int64_t ld,
-                float* s);
+                int64_t cols, float* s);
 
-// o[r * E + e] += sum_j (hi + lo)(w[r * ld + j]) * v_j[e] for r < rows (a multiple of 16),
-// j < keys (a multiple of 32, at most ld), e < E (a multiple of 16), hi the weight rounded to
-// bf16 and lo the rest rounded to bf16; vp = amx_pack_values(.., keys, ..). p: room for
-// 2 * rows * keys bf16 values.
-void amx_weighted_sums(const float* w, int64_t ld, int64_t rows, const uint16_t* vp, int64_t E,
-                       int64_t keys, uint16_t* p, float* o);
+// The online softmax of a chunk's scores, as the weights amx_weighted_sums multiplies: row r
+// (of rows) of s (amx_scores' rows, ld apart), scaled by `scale`, sees the chunk's keys in
+// [first[r], last[r]). With m the larger of max[r] and the row's largest visible score, each
+// visible key's weight is exp(score - m) (0 below e^-87), the others' 0; max[r] becomes m,
+// alpha[r] the factor the row's earlier sums take (exp(before - m); 1 while it has seen
+// nothing), sum[r] = sum[r] * alpha[r] + the weights. The weights go to p as the sum of two
+// bf16 values, each rounded to nearest even: hi, and lo the rest; rows of `keys` (a multiple of
+// 16, at most ld), lo's after hi's. The same values as kernels_attention.cpp's vector softmax
+// (its exp's steps), in one pass over the scores to find m and one to write the weights.
+void amx_softmax_weights(const float* s, int64_t ld, int64_t rows, const int64_t* first,
+                         const int64_t* last, float scale, int64_t keys, float* max, float* sum,
+                         float* alpha, uint16_t* p);
+
+// o[r * E + e] += sum_j (hi + lo)_rj * v_j[e] for r < rows (a multiple of 16), j < keys (a
+// multiple of 32), e < E (a multiple of 16), hi and lo as amx_softmax_weights writes them to
+// p; vp = amx_pack_values(.., keys, ..).
+void amx_weighted_sums(const uint16_t* p, int64_t rows, const uint16_t* vp, int64_t E, int64_t keys,
+                       float* o);
 
 // Rows of memory a decoding step reads later, prefetched while it computes: as it takes keys
 // 16j to 16j + 15, rows 16j to 16j + 15 of the `rows` rows of `bytes` at `at`, into L1 (`l1`)

@@ -9,6 +9,10 @@
 // of kChunk keys with the online softmax: each row keeps its running maximum, sum and output,
 // rescaled when a chunk raises the maximum, so the scratch stays in cache at any length.
 //
+// Where the CPU has AMX-BF16, a block of 16 or more bf16 rows (a prompt's) runs its products
+// on tiles instead (attend_tiles, amx_attention.h), over chunks of kTileChunk keys regrouped
+// once a call for every block that reads them (PackedKv).
+//
 // Per chunk, the steps run as vector code compiled per SIMD target (hwy_targets.h), with the
 // scores transposed (keys x rows) so that the softmax runs down a vector of rows at a time:
 // the scores as register tiles of keys x rows from the queries transposed (or, for the few
@@ -189,48 +193,6 @@ void OnlineSoftmax(float* st, int64_t ldq, int64_t n, const float* first, const 
   }
 }
 
-// The same online softmax for scores laid out by rows, s[r * ld + j] (the AMX path's; ld a
-// multiple of the vector length), scaled by `scale` first: row r sees the chunk's keys in
-// [first[r], last[r]), and the weights of the others up to ld are 0.
-void OnlineSoftmaxRows(float* s, int64_t ld, int64_t rows, const int64_t* first,
-                       const int64_t* last, float scale, float* max, float* sum, float* alpha) {
-  const hn::ScalableTag<float> d;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  const auto minus_inf = hn::Neg(hn::Inf(d)), scaled = hn::Set(d, scale);
-  const auto floor = hn::Set(d, -87.0f);  // as in OnlineSoftmax
-  const auto step = hn::Set(d, static_cast<float>(L));
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = s + r * ld;
-    // Key indices as floats (exact below 2^24), as OnlineSoftmax compares them.
-    const auto f = hn::Set(d, static_cast<float>(first[r]));
-    const auto l = hn::Set(d, static_cast<float>(last[r]));
-    auto mx = minus_inf;
-    // The lanes' key indices, stepped by adding: Iota at each step built the vector through
-    // the stack (a store-forwarding stall a vector on AVX-512).
-    auto jv = hn::Iota(d, 0.0f);
-    for (int64_t j = 0; j < ld; j += L, jv = hn::Add(jv, step)) {
-      const auto seen = hn::And(hn::Ge(jv, f), hn::Lt(jv, l));
-      const auto x = hn::IfThenElse(seen, hn::Mul(hn::LoadU(d, row + j), scaled), minus_inf);
-      hn::StoreU(x, d, row + j);
-      mx = hn::Max(mx, x);
-    }
-    const float before = max[r], m = std::max(before, hn::GetLane(hn::MaxOfLanes(d, mx)));
-    const auto mv = hn::Set(d, m);
-    auto acc = hn::Zero(d);
-    for (int64_t j = 0; j < ld; j += L) {
-      const auto x = hn::Sub(hn::LoadU(d, row + j), mv);
-      const auto p = hn::IfThenElseZero(hn::Ge(x, floor), ExpF32(d, hn::Max(x, floor)));
-      hn::StoreU(p, d, row + j);
-      acc = hn::Add(acc, p);
-    }
-    // 0 on the first chunk a row sees; 1 while it has seen nothing (no -inf - -inf).
-    const float a = m == -std::numeric_limits<float>::infinity() ? 1.0f : exp_f32(before - m);
-    max[r] = m;
-    alpha[r] = a;
-    sum[r] = sum[r] * a + hn::GetLane(hn::SumOfLanes(d, acc));
-  }
-}
-
 // o[r][e] += sum_j pt[j][r] * v[j][e] for R rows and the n value rows of v (each of E), over
 // C vectors of e from e0.
 template <int R, int C>
@@ -335,7 +297,6 @@ HWY_EXPORT(Lanes);
 HWY_EXPORT(ScoresTransposed);
 HWY_EXPORT(ScoresDirect);
 HWY_EXPORT(OnlineSoftmax);
-HWY_EXPORT(OnlineSoftmaxRows);
 HWY_EXPORT(WeightedSums);
 HWY_EXPORT(WidenBf16);
 HWY_EXPORT(SoftmaxRow);
@@ -522,6 +483,9 @@ PRISM_TARGET_AVX2_FMA void decode_sums_avx2(const float* p, int64_t ldk, int R, 
 
 constexpr int64_t kBlockRows = 64;  // query rows (heads x positions) per work item
 constexpr int64_t kChunk = 256;     // keys per step of the online softmax
+// keys per step on AMX tiles: a block's 64 rows' scores (128 KiB) stay in L2; 128 keys were
+// 12 % slower at Llama 1B's shapes, 1024 no faster
+constexpr int64_t kTileChunk = 512;
 constexpr int64_t kDirectRows = 8;  // fewer rows than this score keys without transposing
 
 struct Geometry {
@@ -551,9 +515,6 @@ struct F32Kernels {
   void (*widen_bf16)(const uint16_t* from, float* to, int64_t n) = &HWY_DYNAMIC_DISPATCH(WidenBf16);
   void (*softmax_row)(float* s, int64_t n, float* max,
                       float* sum) = &HWY_DYNAMIC_DISPATCH(SoftmaxRow);
-  void (*softmax_rows)(float* s, int64_t ld, int64_t rows, const int64_t* first,
-                       const int64_t* last, float scale, float* max, float* sum,
-                       float* alpha) = &HWY_DYNAMIC_DISPATCH(OnlineSoftmaxRows);
   // Whether blocks of 16 or more bf16 rows take AMX tiles (attend_tiles): not under a SIMD
   // target without AVX-512 BF16 (one forced for tests), whose CPUs have no AMX.
   bool tiles = amx_attention_available() && simd::current().avx512_bf16;
@@ -614,9 +575,9 @@ void sums_f64(const double* pt, int64_t ldq, int64_t rows, const double* v, int6
 template <typename T>
 struct Scratch {
   std::vector<T> q, qt, keys, values, st, first, last, max, sum, alpha, out;
-  // The AMX path's (attend_tiles): the rows' queries, the chunk's keys and values regrouped,
-  // the weights in bf16, the scores and sums, and each row's visible keys of the chunk.
-  AlignedBuffer<uint16_t> tile_q, tile_k, tile_v, tile_p;
+  // The AMX path's (attend_tiles): the rows' queries, the weights in bf16, the scores and
+  // sums, and each row's visible keys of the chunk.
+  AlignedBuffer<uint16_t> tile_q, tile_p;
   AlignedBuffer<float> tile_s, tile_out;
   std::vector<int64_t> from, to;
 };
@@ -730,16 +691,61 @@ void attend_decode(const Geometry& g, std::span<const std::byte* const> in, S* y
 }
 #endif
 
-// attend_block for 16 or more rows in bf16 on AMX tiles (amx_attention.h): per chunk of keys,
-// the scores by tiles, the online softmax along each row, the weighted sums by tiles.
+// The AMX path's keys and values (attend_tiles), regrouped once a call for all the blocks of
+// rows that read them rather than once a block: per batch and key head, per chunk of
+// kTileChunk keys from key 0 up to the last key a row sees, the chunk's keys as
+// amx_pack_keys lays them out (their count rounded up to 64) and then its values as
+// amx_pack_values does (rounded up to 32). A prompt's chunk of 1024 queries reads each key in
+// 64 blocks of rows; packing them in each block took 12 % of its attention.
+struct PackedKv {
+  const uint16_t* data = nullptr;
+  int64_t keys = 0;    // the keys packed, [0, keys)
+  int64_t chunks = 0;  // per batch and key head
+  int64_t D = 0, E = 0, G = 0;
+
+  int64_t chunk_values() const { return (D + E) * kTileChunk; }
+  // Chunk c of key head gk of batch b: its keys, and its values after them.
+  const uint16_t* chunk(int64_t b, int64_t gk, int64_t c) const {
+    return data + ((b * G + gk) * chunks + c) * chunk_values();
+  }
+  const uint16_t* values(const uint16_t* chunk) const { return chunk + D * kTileChunk; }
+  // Keys in chunk c: its keys' rows in amx_pack_keys' layout are this many apart.
+  int64_t keys_in(int64_t c) const { return std::min(kTileChunk, keys - c * kTileChunk); }
+};
+
+PackedKv pack_kv(const Geometry& g, std::span<const std::byte* const> in, int64_t keys,
+                 AlignedBuffer<uint16_t>& buffer, ThreadPool& pool) {
+  PackedKv kv;
+  kv.keys = keys;
+  kv.chunks = (keys + kTileChunk - 1) / kTileChunk;
+  kv.D = g.D;
+  kv.E = g.E;
+  kv.G = g.G;
+  uint16_t* data = buffer.reserve(g.B * g.G * kv.chunks * kv.chunk_values());
+  kv.data = data;
+  const auto* k = reinterpret_cast<const uint16_t*>(in[1]);
+  const auto* v = reinterpret_cast<const uint16_t*>(in[2]);
+  pool.parallel_for(g.B * g.G * kv.chunks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t c = t % kv.chunks, head = t / kv.chunks;  // head: b * G + gk
+      const int64_t c0 = c * kTileChunk, n = kv.keys_in(c);
+      uint16_t* at = data + t * kv.chunk_values();
+      amx_pack_keys(k + (head * g.Sk + c0) * g.D, n, g.D, round_up(n, 64), at);
+      amx_pack_values(v + (head * g.Sk + c0) * g.E, n, g.E, round_up(n, 32), at + g.D * kTileChunk);
+    }
+  });
+  return kv;
+}
+
+// attend_block for 16 or more rows in bf16 on AMX tiles (amx_attention.h): per chunk of keys
+// (of kv's), the scores by tiles, the online softmax along each row, the weighted sums by
+// tiles.
 template <typename RowOf>
 void attend_tiles(const Geometry& g, std::span<const std::byte* const> in, BF16* y, int64_t b,
                   int64_t gk, int64_t i0, int64_t nb, int64_t rows, int64_t lo, int64_t hi,
-                  float scale, RowOf row_of, Scratch<float>& w, const F32Kernels& f32) {
+                  float scale, RowOf row_of, Scratch<float>& w, const PackedKv& kv) {
   const int64_t D = g.D, E = g.E, padded = round_up(rows, 16);
   const auto* q = reinterpret_cast<const uint16_t*>(in[0]);
-  const auto* k = reinterpret_cast<const uint16_t*>(in[1]) + (b * g.G + gk) * g.Sk * D;
-  const auto* v = reinterpret_cast<const uint16_t*>(in[2]) + (b * g.G + gk) * g.Sk * E;
   uint16_t* qa = w.tile_q.reserve(padded * D);
   for (int64_t r = 0; r < rows; ++r) std::memcpy(qa + r * D, q + row_of(r) * D, D * 2);
   std::fill(qa + rows * D, qa + padded * D, uint16_t{0});
@@ -750,27 +756,27 @@ void attend_tiles(const Geometry& g, std::span<const std::byte* const> in, BF16*
   w.alpha.resize(static_cast<size_t>(padded));
   w.from.assign(static_cast<size_t>(padded), 0);  // padding rows see nothing
   w.to.assign(static_cast<size_t>(padded), 0);
-  for (int64_t c0 = lo; c0 < hi; c0 += kChunk) {
-    const int64_t n = std::min(kChunk, hi - c0);
-    const int64_t ld = round_up(n, 64), keys = round_up(n, 32);
-    uint16_t* kt = w.tile_k.reserve(D * ld);
-    amx_pack_keys(k + c0 * D, n, D, ld, kt);
-    float* s = w.tile_s.reserve(padded * ld);
-    amx_scores(qa, padded, D, kt, ld, s);
+  for (int64_t c = lo / kTileChunk; c * kTileChunk < hi; ++c) {
+    // The block's keys of the chunk: the scores and sums go as far as they do (and the
+    // weights of keys past them are 0).
+    const int64_t c0 = c * kTileChunk, n = std::min(kTileChunk, hi - c0);
+    const int64_t cols = round_up(n, 64), keys = round_up(n, 32);
+    const uint16_t* chunk = kv.chunk(b, gk, c);
+    float* s = w.tile_s.reserve(padded * cols);
+    amx_scores(qa, padded, D, chunk, round_up(kv.keys_in(c), 64), cols, s);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = i0 + r % nb;
       w.from[r] = std::clamp(g.first(i) - c0, int64_t{0}, n);
       w.to[r] = std::clamp(g.last(i) - c0, w.from[r], n);
     }
-    f32.softmax_rows(s, ld, padded, w.from.data(), w.to.data(), scale, w.max.data(), w.sum.data(),
-                     w.alpha.data());
+    uint16_t* p = w.tile_p.reserve(2 * padded * keys);
+    amx_softmax_weights(s, cols, padded, w.from.data(), w.to.data(), scale, keys, w.max.data(),
+                        w.sum.data(), w.alpha.data(), p);
     for (int64_t r = 0; r < rows; ++r) {
       if (w.alpha[r] == 1.0f) continue;
       for (int64_t e = 0; e < E; ++e) out[r * E + e] *= w.alpha[r];
     }
-    uint16_t* vp = w.tile_v.reserve(keys * E);
-    amx_pack_values(v + c0 * E, n, E, keys, vp);
-    amx_weighted_sums(s, ld, padded, vp, E, keys, w.tile_p.reserve(2 * padded * keys), out);
+    amx_weighted_sums(p, padded, kv.values(chunk), E, keys, out);
   }
   write_rows(out, w.sum.data(), rows, E, row_of, y);
 }
@@ -780,7 +786,8 @@ void attend_tiles(const Geometry& g, std::span<const std::byte* const> in, BF16*
 template <typename S, typename T>
 void attend_block(const Geometry& g, const ir::AttentionAttrs& a,
                   std::span<const std::byte* const> in, DType mask_dtype, S* y, int64_t b,
-                  int64_t gk, int64_t i0, int64_t i1, Scratch<T>& w, const F32Kernels& f32) {
+                  int64_t gk, int64_t i0, int64_t i1, Scratch<T>& w, const F32Kernels& f32,
+                  const PackedKv* kv) {
   constexpr bool kF32 = std::is_same_v<T, float>;
   constexpr T minus_inf = -std::numeric_limits<T>::infinity();
   const int64_t D = g.D, E = g.E, nb = i1 - i0, rows = g.rep * nb;
@@ -794,9 +801,9 @@ void attend_block(const Geometry& g, const ir::AttentionAttrs& a,
   auto row_of = [&](int64_t r) { return (b * g.H + gk * g.rep + r / nb) * g.Sq + i0 + r % nb; };
 
   if constexpr (std::is_same_v<S, BF16>) {
-    if (rows >= 16 && !a.has_mask && g.D % 32 == 0 && g.E % 16 == 0 && f32.tiles) {
+    if (kv && rows >= 16) {
       attend_tiles(g, in, y, b, gk, i0, nb, rows, lo, hi, static_cast<float>(a.scale), row_of, w,
-                   f32);
+                   *kv);
       return;
     }
   }
@@ -925,6 +932,20 @@ Kernel make_attention_kernel(const ir::Graph& graph, ir::ValueId id) {
                     std::is_same_v<S, F16> || std::is_same_v<S, BF16>) {
         using T = std::conditional_t<std::is_same_v<S, double>, double, float>;
         S* y = reinterpret_cast<S*>(out);
+        // Blocks of 16 or more bf16 rows take AMX tiles where the CPU has them (attend_tiles),
+        // their keys and values packed first.
+        PackedKv packed;
+        const PackedKv* kv = nullptr;
+        if constexpr (std::is_same_v<S, BF16>) {
+          if (f32.tiles && g.rep * nb >= 16 && !a.has_mask && g.D % 32 == 0 && g.E % 16 == 0) {
+            int64_t keys = 0;  // the last key a row sees
+            for (int64_t i = 0; i < g.Sq; ++i)
+              if (g.first(i) < g.last(i)) keys = std::max(keys, g.last(i));
+            thread_local AlignedBuffer<uint16_t> buffer;  // kept for the next call
+            packed = pack_kv(g, in, keys, buffer, pool);
+            kv = &packed;
+          }
+        }
         // Later query blocks see more keys: hand them out first.
         pool.parallel_for(g.B * g.G * blocks, 1, [&](int64_t t0, int64_t t1) {
           thread_local Scratch<T> scratch;
@@ -932,7 +953,7 @@ Kernel make_attention_kernel(const ir::Graph& graph, ir::ValueId id) {
             int64_t block = blocks - 1 - t % blocks, gk = (t / blocks) % g.G,
                     b = t / (blocks * g.G);
             int64_t i0 = block * nb, i1 = std::min(g.Sq, i0 + nb);
-            attend_block<S, T>(g, a, in, mask_dtype, y, b, gk, i0, i1, scratch, f32);
+            attend_block<S, T>(g, a, in, mask_dtype, y, b, gk, i0, i1, scratch, f32, kv);
           }
         });
       } else {

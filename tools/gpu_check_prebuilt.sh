@@ -26,7 +26,8 @@
 #                weights, products without cuBLASLt)
 #   mesh         the same split over --devices=2 and 4 (the GPU presented as several, collectives
 #                through host memory; on a machine with several GPUs, also over two of them
-#                through NCCL), and the unit tests of CUDA meshes
+#                through NCCL), over 2 processes where mpirun is there, and the unit tests of
+#                CUDA meshes
 #   opencl       the same on the GPU's OpenCL driver (NVIDIA's offers one)
 #   mnist, conformance
 #   ops          the op harness and CUDA tests (cuda alone, then with OpenCL beside)
@@ -126,6 +127,14 @@ if want mesh; then
       parity "$name --devices=$n, one GPU as $n" "$want" env PRISM_CUDA_DEVICES=$n "${run[@]}" --devices=$n
     done
     if ((gpus >= 2)); then parity "$name --devices=2, NCCL" "$want" "${run[@]}" --devices=2; fi
+    # Over the processes of a run (docs/cluster.md), where the machine has Open MPI: a GPU
+    # each through NCCL where it has two, both on GPU 0 through MPI where it has one.
+    if command -v mpirun >/dev/null; then
+      mpi=(mpirun -n 2 --oversubscribe)
+      ((EUID == 0)) && mpi+=(--allow-run-as-root)
+      parity "$name over 2 processes ($( ((gpus >= 2)) && echo NCCL || echo MPI))" "$want" \
+        "${mpi[@]}" "${run[@]}"
+    fi
   done
   step "cuda mesh unit tests" 300 "$bin/prism-unit-tests" \
     --gtest_filter='TensorParallel.Cuda*:Partition.*:CudaMesh.*' --gtest_brief=1

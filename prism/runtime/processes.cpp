@@ -353,15 +353,15 @@ Processes::Processes() {
   world_->broadcast(&timeout_s_, sizeof timeout_s_, 0);
   std::vector<char> hosts(static_cast<size_t>(size_) * kMaxString);
   world_->all_gather(host, kMaxString, hosts.data());
+  for (int r = 0; r < size_; ++r) {
+    const char* name = hosts.data() + static_cast<size_t>(r) * kMaxString;
+    hosts_.emplace_back(name, strnlen(name, kMaxString - 1));
+    if (r < rank_ && hosts_.back() == host_) ++local_rank_;
+  }
   if (timeout_s_ > 0 && thread_level_ == ThreadLevel::multiple) {
-    std::vector<std::string> names;
-    for (int r = 0; r < size_; ++r) {
-      const char* name = hosts.data() + static_cast<size_t>(r) * kMaxString;
-      names.emplace_back(name, strnlen(name, kMaxString - 1));
-    }
     Handle comm = nullptr;
     check(m.Comm_dup(m.comm_world, &comm), "MPI_Comm_dup");
-    watch_ = std::make_unique<Watch>(*this, comm, timeout_s_, std::move(names));
+    watch_ = std::make_unique<Watch>(*this, comm, timeout_s_, hosts_);
   }
 }
 

@@ -38,6 +38,10 @@ class Processes {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const std::string& host() const { return host_; }
+  // Process r's host, and this process's place among those of its host (0 for the lowest
+  // rank there).
+  const std::string& host_of(int r) const { return hosts_.at(static_cast<size_t>(r)); }
+  int local_rank() const { return local_rank_; }
   // "rank 1 on host-b": how messages name this process.
   std::string name() const;
 
@@ -90,6 +94,8 @@ class Processes {
   int rank_ = 0, size_ = 1;
   ThreadLevel thread_level_ = ThreadLevel::serialized;
   std::string host_;
+  std::vector<std::string> hosts_;  // per rank
+  int local_rank_ = 0;
   std::unique_ptr<ProcessGroup> world_;
   // Rank 0 and each follower hear from each other every so often, or one ends the run naming
   // the other (PRISM_PROCESS_TIMEOUT, 30 s by default; 0 turns it off). Needs MPI's multiple

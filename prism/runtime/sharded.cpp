@@ -159,7 +159,7 @@ ShardedExecutable compile_sharded(Platform& platform, const TraceFn& fn, std::ve
   exe.devices_ = platform.mesh_devices(options.mesh);
   PRISM_CHECK(Processes::asked() == 1 || options.mesh.devices() == 1 ||
                   static_cast<int64_t>(exe.devices_.size()) < options.mesh.devices(),
-              "{}: a mesh across the processes of a run runs on the cpu platform only "
+              "{}: a mesh across the processes of a run runs on the cpu and cuda platforms only "
               "(docs/cluster.md)",
               platform.name());
   exe.first_device_ = exe.devices_.front()->mesh_index();

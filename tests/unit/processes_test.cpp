@@ -13,6 +13,11 @@
 #include "prism/runtime/collectives.h"
 #include "tests/unit/test_util.h"
 
+#if PRISM_WITH_CUDA
+#include "prism/backends/cuda/cuda_api.h"
+#include "prism/backends/cuda/nccl.h"
+#endif
+
 namespace prism {
 namespace {
 
@@ -172,6 +177,138 @@ TEST(Processes, AMeshThatDoesNotShareOutIsRefused) {
                         "out evenly over the run's {} processes",
                         n + 1, n + 1, n));
 }
+
+#if PRISM_WITH_CUDA && defined(PRISM_CUDA_NCCL) && defined(PRISM_FAKE_NCCL)
+
+// NCCL's communicators of a CUDA mesh across the processes (cuda/nccl.h, open_across), on the
+// stand-in library (tests/cuda/fake_nccl.cpp: its ranks in several processes meet in shared
+// memory, host buffers for device memory): each group's id from the process holding its first
+// device, handed out over MPI, and every device in the groups of its coordinates.
+const cuda::NcclApi* fake_nccl() {
+  static const cuda::Loaded<cuda::NcclApi> lib = cuda::load_nccl(PRISM_FAKE_NCCL);
+  return lib.ok ? &lib.api : nullptr;
+}
+
+CUdeviceptr at(const float* p) { return reinterpret_cast<CUdeviceptr>(p); }
+
+// This process's devices of `mesh` (`local` from `first`) on GPUs of their own, device d's
+// operand {d + 1, 10 (d + 1), 100 (d + 1), ...}: along each axis, the sum of the group's first
+// two values, the gather of them, and the scatter of the sums of all `size` of them, computed
+// by hand from the members' indices.
+void expect_nccl_groups(const Mesh& mesh, Processes& processes) {
+  SCOPED_TRACE(mesh.str());
+  const int64_t local = mesh.devices() / processes.size(), first = processes.rank() * local;
+  std::vector<int> ordinals;
+  for (int64_t k = 0; k < local; ++k) ordinals.push_back(static_cast<int>(first + k));
+  std::string why;
+  auto nccl =
+      cuda::NcclMesh::open_across(*fake_nccl(), mesh, processes, first, ordinals, nullptr, &why);
+  ASSERT_TRUE(nccl) << why;
+  for (int a = 0; a < static_cast<int>(mesh.axes().size()); ++a) {
+    SCOPED_TRACE("mesh axis " + std::to_string(a));
+    const int64_t size = mesh.axes()[a].size, stride = mesh.stride(a);
+    auto operand = [&](int64_t d) {
+      std::vector<float> x;
+      for (int64_t i = 0, scale = 1; i < std::max<int64_t>(size, 2); ++i, scale *= 10) {
+        x.push_back(float((d + 1) * scale));
+      }
+      return x;
+    };
+    std::vector<std::vector<float>> sums(local), gathers(local), scatters(local);
+    std::vector<std::thread> threads;  // each device from its own thread, as a mesh's run
+    for (int64_t k = 0; k < local; ++k) {
+      threads.emplace_back([&, k] {
+        const int64_t d = first + k;
+        const std::vector<float> in = operand(d);
+        sums[k].assign(2, 0);
+        gathers[k].assign(2 * size, 0);
+        scatters[k].assign(1, 0);
+        nccl->all_reduce(d, a, DType::f32, 2, at(in.data()), at(sums[k].data()), nullptr);
+        nccl->all_gather(d, a, DType::f32, 2, at(in.data()), at(gathers[k].data()), nullptr);
+        nccl->reduce_scatter(d, a, DType::f32, 1, at(in.data()), at(scatters[k].data()), nullptr);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int64_t k = 0; k < local; ++k) {
+      const int64_t d = first + k, c = mesh.coordinate(d, a), base = d - c * stride;
+      std::vector<float> sum(std::max<int64_t>(size, 2), 0), gather;
+      for (int64_t j = 0; j < size; ++j) {
+        const std::vector<float> x = operand(base + j * stride);
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += x[i];
+        gather.insert(gather.end(), x.begin(), x.begin() + 2);
+      }
+      EXPECT_EQ(sums[k], std::vector<float>(sum.begin(), sum.begin() + 2)) << "device " << d;
+      EXPECT_EQ(gathers[k], gather) << "device " << d;
+      EXPECT_EQ(scatters[k], std::vector<float>{sum[c]}) << "device " << d;
+    }
+  }
+}
+
+TEST(Processes, NcclGroupsAcrossProcesses) {
+  Processes* processes = Processes::get();
+  if (!processes) GTEST_SKIP() << "a run of one process (tests run this under mpirun)";
+  if (!fake_nccl()) GTEST_SKIP() << "no stand-in NCCL at " << PRISM_FAKE_NCCL;
+  const int n = processes->size();
+  expect_nccl_groups(Mesh({{"model", n}}), *processes);               // a device in each
+  expect_nccl_groups(Mesh({{"data", 2}, {"model", n}}), *processes);  // groups within and across
+  expect_nccl_groups(Mesh({{"model", 2}, {"data", n}}), *processes);
+}
+
+// Where NCCL cannot serve some process, every process hears why and takes none: here two
+// processes of one host name the same GPU.
+TEST(Processes, NcclAcrossProcessesSaysWhyItCannotServe) {
+  Processes* processes = Processes::get();
+  if (!processes) GTEST_SKIP() << "a run of one process (tests run this under mpirun)";
+  if (!fake_nccl()) GTEST_SKIP() << "no stand-in NCCL at " << PRISM_FAKE_NCCL;
+  const int n = processes->size();
+  std::string why;
+  // Process r holds device r on GPU r, but the last process also names GPU 0.
+  const int gpu = processes->rank() == n - 1 ? 0 : processes->rank();
+  EXPECT_FALSE(cuda::NcclMesh::open_across(*fake_nccl(), Mesh({{"model", n}}), *processes,
+                                           processes->rank(), {gpu}, nullptr, &why));
+  bool one_host = true;
+  for (int r = 0; r < n; ++r) one_host = one_host && processes->host_of(r) == processes->host();
+  if (one_host) {
+    EXPECT_EQ(why, fmt::format("GPU 0 of {} holds devices 0 and {} (NCCL wants distinct GPUs)",
+                               processes->host(), n - 1));
+  }
+}
+
+// A process whose device fails aborts its communicators: the devices of the other processes
+// waiting for it in a collective return with NCCL's error instead of waiting forever.
+TEST(Processes, NcclAbortInOneProcessWakesTheOthers) {
+  Processes* processes = Processes::get();
+  if (!processes) GTEST_SKIP() << "a run of one process (tests run this under mpirun)";
+  if (!fake_nccl()) GTEST_SKIP() << "no stand-in NCCL at " << PRISM_FAKE_NCCL;
+  const int rank = processes->rank();
+  std::string why;
+  auto nccl = cuda::NcclMesh::open_across(*fake_nccl(), Mesh({{"model", processes->size()}}),
+                                          *processes, rank, {rank}, nullptr, &why);
+  ASSERT_TRUE(nccl) << why;
+  const std::vector<float> in{1, 2};
+  std::vector<float> out(2);
+  if (rank == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    nccl->abort();
+    EXPECT_EQ(testing::error_of([&] {
+                nccl->all_reduce(0, 0, DType::f32, 2, at(in.data()), at(out.data()), nullptr);
+              }),
+              "collectives: another device of the mesh failed");
+  } else {
+    EXPECT_EQ(testing::error_of([&] {
+                nccl->all_reduce(rank, 0, DType::f32, 2, at(in.data()), at(out.data()), nullptr);
+              }).rfind("cuda: ncclAllReduce: ", 0),
+              0u);
+  }
+  nccl->reset();  // across processes, a failed mesh stays failed
+  EXPECT_NE(testing::error_of([&] {
+              nccl->all_reduce(rank, 0, DType::f32, 2, at(in.data()), at(out.data()), nullptr);
+            }),
+            "");
+  processes->world().all_gather(&rank, sizeof rank, std::vector<int>(processes->size()).data());
+}
+
+#endif  // PRISM_WITH_CUDA && PRISM_CUDA_NCCL && PRISM_FAKE_NCCL
 
 // The run leaves MPI once every test is done (an MPI process must, before it exits).
 class LeaveMpi : public ::testing::Environment {

@@ -87,6 +87,10 @@ namespace prism::cuda {
   X(ncclGetVersion)             \
   X(ncclGetErrorString)         \
   X(ncclCommInitAll)            \
+  X(ncclGetUniqueId)            \
+  X(ncclCommInitRank)           \
+  X(ncclGroupStart)             \
+  X(ncclGroupEnd)               \
   X(ncclCommDestroy)            \
   X(ncclCommAbort)              \
   X(ncclAllReduce)              \

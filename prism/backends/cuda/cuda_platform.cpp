@@ -6,6 +6,7 @@
 #include "prism/backends/cuda/nvrtc_compiler.h"
 #include "prism/compiler/kernel_ir.h"
 #include "prism/core/error.h"
+#include "prism/runtime/processes.h"
 
 namespace prism {
 namespace cuda {
@@ -99,19 +100,73 @@ CudaPlatform::~CudaPlatform() {
 }
 
 int64_t CudaPlatform::mesh_capacity() const {
-  if (const int64_t asked = devices_asked("PRISM_CUDA_DEVICES")) return asked;
+  // In a run of several processes, each offers its own.
+  if (const int64_t asked = devices_asked("PRISM_CUDA_DEVICES")) return asked * Processes::asked();
+  return gpu_count() * Processes::asked();
+}
+
+int CudaPlatform::gpu_count() {
   int count = 0;
   check(driver().cuDeviceGetCount(&count), "cuDeviceGetCount");
   return std::max(count, 1);
+}
+
+std::vector<Platform*> CudaPlatform::process_mesh_devices(const Mesh& mesh, Processes& processes) {
+  const int64_t n = mesh.devices();
+  PRISM_CHECK(n % processes.size() == 0,
+              "cuda: the mesh {} has {} devices, which do not share out evenly over this run's "
+              "{} processes (give --devices={} or a multiple)",
+              mesh.str(), n, processes.size(), processes.size());
+  std::lock_guard lock(process_mutex_);
+  auto& devices = process_meshes_[mesh.str()];
+  if (devices.empty()) {
+    auto comm = std::make_shared<ProcessCommunicator>(mesh, processes);
+    const int64_t local = comm->local_devices(), first = comm->first_device();
+    // This process's GPUs: the next `local` of its host after those of the processes before
+    // it there, or where the host has too few for that (each process given its own GPUs by
+    // CUDA_VISIBLE_DEVICES, say), its first ones. PRISM_CUDA_DEVICES: GPU 0 for all.
+    const bool virtual_devices = devices_asked("PRISM_CUDA_DEVICES") > 0;
+    const int count = gpu_count();
+    std::vector<int> ordinals;
+    for (int64_t k = 0; k < local; ++k) {
+      const int64_t next = processes.local_rank() * local + k;
+      ordinals.push_back(virtual_devices ? 0 : static_cast<int>(next < count ? next : k % count));
+    }
+    // Every process asks, in the same order, whether every process can take NCCL.
+    const std::string declined = virtual_devices ? "PRISM_CUDA_DEVICES presents one GPU as several"
+                                 : !env_switch("PRISM_CUDA_NCCL", true) ? "PRISM_CUDA_NCCL=0"
+                                                                        : "";
+    auto bind = [](int ordinal) {  // NCCL joins a group on the current GPU
+      CUdevice device = 0;
+      CUcontext context = nullptr;
+      check(driver().cuDeviceGet(&device, ordinal), "cuDeviceGet");
+      check(driver().cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
+      check(driver().cuCtxSetCurrent(context), "cuCtxSetCurrent");
+    };
+    std::string why;
+    std::shared_ptr<NcclMesh> nccl =
+        NcclMesh::open_across(mesh, processes, first, ordinals, bind, declined, &why);
+    const std::string collectives = nccl ? nccl->version() : fmt::format("host memory ({})", why);
+    for (int64_t k = 0; k < local; ++k) {
+      devices.push_back(std::unique_ptr<CudaPlatform>(
+          new CudaPlatform(ordinals[k], comm, nccl, first + k, collectives)));
+    }
+  }
+  std::vector<Platform*> out;
+  for (auto& d : devices) out.push_back(d.get());
+  return out;
 }
 
 std::vector<Platform*> CudaPlatform::mesh_devices(const Mesh& mesh) {
   PRISM_CHECK(!comm_, "cuda: device {} of a mesh cannot itself be split", mesh_device_);
   const int64_t n = mesh.devices();
   PRISM_CHECK(n <= mesh_capacity(),
-              "cuda: the mesh {} needs {} devices, the machine has {} GPUs "
+              "cuda: the mesh {} needs {} devices, the run has {} GPUs "
               "(PRISM_CUDA_DEVICES presents one as several)",
               mesh.str(), n, mesh_capacity());
+  if (Processes* processes = Processes::get(); processes && n > 1) {
+    return process_mesh_devices(mesh, *processes);  // this process's block of the devices
+  }
   if (n == 1) return {this};
   // The machine's GPUs in order, or GPU 0 presented as several.
   const bool virtual_devices = devices_asked("PRISM_CUDA_DEVICES") > 0;

@@ -70,7 +70,9 @@ class CudaPlatform : public Platform {
   // A mesh is the machine's GPUs in order (PRISM_CUDA_DEVICES=N presents GPU 0 as N, each
   // with its own stream, to try a mesh on one GPU); collectives through NCCL where the mesh's
   // devices are distinct GPUs and libnccl.so.2 loads (PRISM_CUDA_NCCL=0 declines it), else
-  // through host memory.
+  // through host memory. In a run of several processes (docs/cluster.md), each holds its
+  // block of the mesh's devices on GPUs of its host, and the collectives cross processes
+  // through NCCL or, where some process cannot take it, MPI.
   int64_t mesh_capacity() const override;
   std::vector<Platform*> mesh_devices(const Mesh& mesh) override;
   void abort_collectives() override;
@@ -87,6 +89,8 @@ class CudaPlatform : public Platform {
   CudaPlatform(int ordinal, std::shared_ptr<Communicator> comm, std::shared_ptr<NcclMesh> nccl,
                int64_t index, std::string_view collectives);
   void open(int ordinal);
+  static int gpu_count();  // as the driver counts them (CUDA_VISIBLE_DEVICES), at least 1
+  std::vector<Platform*> process_mesh_devices(const Mesh& mesh, Processes& processes);
 
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
@@ -100,6 +104,8 @@ class CudaPlatform : public Platform {
   std::shared_ptr<NcclMesh> nccl_;
   int64_t mesh_device_ = 0;
   MeshDevices meshes_;
+  std::mutex process_mutex_;  // the meshes across processes, by mesh
+  std::map<std::string, std::vector<std::unique_ptr<CudaPlatform>>> process_meshes_;
 };
 
 // A device's nominal limits from its specification (for benchmarks' ratios): memory

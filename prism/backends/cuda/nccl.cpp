@@ -1,6 +1,10 @@
 #include "prism/backends/cuda/nccl.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "prism/core/error.h"
+#include "prism/runtime/processes.h"
 
 namespace prism::cuda {
 
@@ -86,10 +90,7 @@ std::unique_ptr<NcclMesh> NcclMesh::open(const NcclApi& api, const Mesh& mesh,
     }
   }
   std::unique_ptr<NcclMesh> m(new NcclMesh(api, mesh, std::move(ordinals)));
-  int version = 0;
-  api.ncclGetVersion(&version);
-  // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch since 2.9.
-  m->version_ = fmt::format("NCCL {}.{}.{}", version / 10000, version / 100 % 100, version % 100);
+  m->version_ = m->say_version();
   try {
     m->init();
   } catch (const Error& e) {
@@ -99,7 +100,150 @@ std::unique_ptr<NcclMesh> NcclMesh::open(const NcclApi& api, const Mesh& mesh,
   return m;
 }
 
+std::string NcclMesh::say_version() const {
+  int version = 0;
+  api_.ncclGetVersion(&version);
+  // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch since 2.9.
+  return fmt::format("NCCL {}.{}.{}", version / 10000, version / 100 % 100, version % 100);
+}
+
+namespace {
+
+// Why a process cannot join a mesh across processes (empty where it can).
+struct Offer {
+  char why[240];
+};
+
+// Whether every process can join (`declined` saying why this one cannot, where it cannot)
+// with GPUs distinct on each host; the same answer in every process.
+bool every_process_can_join(std::string_view declined, Processes& processes,
+                            const std::vector<int>& ordinals, std::string* why) {
+  Offer mine{};
+  const size_t n = std::min(declined.size(), sizeof(mine.why) - 1);
+  std::memcpy(mine.why, declined.data(), n);
+  const int p = processes.size();
+  const size_t local = ordinals.size();
+  std::vector<Offer> offers(p);
+  processes.world().all_gather(&mine, sizeof(Offer), offers.data());
+  std::vector<int> gpus(p * local);
+  processes.world().all_gather(ordinals.data(), local * sizeof(int), gpus.data());
+  for (int r = 0; r < p; ++r) {
+    if (offers[r].why[0]) {
+      *why = fmt::format("rank {} on {}: {}", r, processes.host_of(r), offers[r].why);
+      return false;
+    }
+  }
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      const std::string& host = processes.host_of(static_cast<int>(i / local));
+      if (gpus[i] == gpus[j] && host == processes.host_of(static_cast<int>(j / local))) {
+        *why = fmt::format("GPU {} of {} holds devices {} and {} (NCCL wants distinct GPUs)",
+                           gpus[i], host, j, i);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<NcclMesh> NcclMesh::open_across(const Mesh& mesh, Processes& processes,
+                                                int64_t first, std::vector<int> ordinals,
+                                                std::function<void(int)> bind,
+                                                const std::string& declined, std::string* why) {
+  const auto& lib = nccl_library();
+  if (!declined.empty() || !lib.ok) {  // the others ask whether every process can join: no
+    every_process_can_join(declined.empty() ? "no NCCL (" + lib.error + ")" : declined, processes,
+                           ordinals, why);
+    return nullptr;
+  }
+  return open_across(lib.api, mesh, processes, first, std::move(ordinals), std::move(bind), why);
+}
+
+std::unique_ptr<NcclMesh> NcclMesh::open_across(const NcclApi& api, const Mesh& mesh,
+                                                Processes& processes, int64_t first,
+                                                std::vector<int> ordinals,
+                                                std::function<void(int)> bind, std::string* why) {
+  if (!every_process_can_join("", processes, ordinals, why)) return nullptr;
+  std::unique_ptr<NcclMesh> m(new NcclMesh(api, mesh, std::move(ordinals)));
+  m->first_ = first;
+  m->processes_ = &processes;
+  m->bind_ = std::move(bind);
+  m->version_ = m->say_version();
+  m->init();
+  return m;
+}
+
+void NcclMesh::init_across() {
+  const int64_t n = mesh_.devices(), local = static_cast<int64_t>(ordinals_.size());
+  const int rank = processes_->rank();
+  comms_.assign(mesh_.axes().size() * local, nullptr);
+  // Every group, in the same order in every process, and each one's id from the process
+  // holding its first device (as ProcessCommunicator shares the devices out: process r holds
+  // devices r * local..).
+  struct Group {
+    int axis;
+    int64_t first;
+  };
+  std::vector<Group> groups;
+  for (size_t a = 0; a < mesh_.axes().size(); ++a) {
+    for (int64_t first = 0; first < n; ++first) {
+      if (mesh_.coordinate(first, static_cast<int>(a)) == 0) {
+        groups.push_back({static_cast<int>(a), first});
+      }
+    }
+  }
+  struct Id {
+    ncclUniqueId id;
+    int32_t made;  // whether ncclGetUniqueId gave it
+  };
+  const size_t count = groups.size();
+  std::vector<Id> mine(count), all(count * processes_->size());
+  for (size_t g = 0; g < count; ++g) {
+    std::memset(&mine[g], 0, sizeof(Id));
+    if (groups[g].first / local == rank) {
+      mine[g].made = api_.ncclGetUniqueId(&mine[g].id) == ncclSuccess;
+    }
+  }
+  processes_->world().all_gather(mine.data(), count * sizeof(Id), all.data());
+  for (size_t g = 0; g < count; ++g) {  // the same check, and the same error, everywhere
+    const int64_t owner = groups[g].first / local;
+    PRISM_CHECK(all[owner * count + g].made, "cuda: ncclGetUniqueId failed in rank {} of the run",
+                owner);
+  }
+  check_nccl(api_, api_.ncclGroupStart(), "ncclGroupStart");
+  try {
+    for (size_t g = 0; g < count; ++g) {
+      const int a = groups[g].axis;
+      const int64_t size = mesh_.axes()[a].size, stride = mesh_.stride(a);
+      const ncclUniqueId& id = all[(groups[g].first / local) * count + g].id;
+      for (int64_t c = 0; c < size; ++c) {
+        const int64_t device = groups[g].first + c * stride;
+        if (device < first_ || device >= first_ + local) continue;
+        if (bind_) bind_(ordinals_[device - first_]);
+        ncclComm_t made = nullptr;
+        check_nccl(api_,
+                   api_.ncclCommInitRank(&made, static_cast<int>(size), id, static_cast<int>(c)),
+                   "ncclCommInitRank");
+        comms_[a * local + device - first_] = made;
+      }
+    }
+  } catch (...) {
+    api_.ncclGroupEnd();
+    destroy(false);
+    throw;
+  }
+  const ncclResult_t ended = api_.ncclGroupEnd();
+  if (ended != ncclSuccess) destroy(false);
+  check_nccl(api_, ended, "ncclGroupEnd");
+}
+
 void NcclMesh::init() {
+  if (processes_) {
+    init_across();
+    return;
+  }
   const int64_t n = mesh_.devices();
   comms_.assign(mesh_.axes().size() * n, nullptr);
   try {
@@ -137,12 +281,13 @@ void NcclMesh::destroy(bool abort) {
 NcclMesh::~NcclMesh() = default;
 
 void* NcclMesh::comm(int64_t device, int mesh_axis) {
-  PRISM_CHECK(mesh_axis >= 0 && mesh_axis < static_cast<int>(mesh_.axes().size()) && device >= 0 &&
-                  device < mesh_.devices(),
-              "cuda: device {} or mesh axis {} is not in the mesh {}", device, mesh_axis,
-              mesh_.str());
+  const auto local = static_cast<int64_t>(ordinals_.size());
+  PRISM_CHECK(mesh_axis >= 0 && mesh_axis < static_cast<int>(mesh_.axes().size()) &&
+                  device >= first_ && device < first_ + local,
+              "cuda: device {} or mesh axis {} is not among the mesh {}'s devices here", device,
+              mesh_axis, mesh_.str());
   PRISM_CHECK(!aborted_, "collectives: another device of the mesh failed");
-  return comms_[mesh_axis * mesh_.devices() + device];
+  return comms_[mesh_axis * local + device - first_];
 }
 
 void NcclMesh::all_reduce(int64_t device, int mesh_axis, DType dtype, size_t count, CUdeviceptr in,
@@ -183,7 +328,7 @@ void NcclMesh::abort() {
 
 void NcclMesh::reset() {
   std::lock_guard lock(mutex_);
-  if (!aborted_) return;
+  if (!aborted_ || processes_) return;
   init();
   aborted_ = false;
 }
@@ -191,6 +336,12 @@ void NcclMesh::reset() {
 #else  // no nccl.h: every mesh's collectives go through host memory
 
 std::unique_ptr<NcclMesh> NcclMesh::open(const Mesh&, std::vector<int>, std::string* why) {
+  *why = "built without NCCL's header";
+  return nullptr;
+}
+std::unique_ptr<NcclMesh> NcclMesh::open_across(const Mesh&, Processes&, int64_t, std::vector<int>,
+                                                std::function<void(int)>, const std::string&,
+                                                std::string* why) {
   *why = "built without NCCL's header";
   return nullptr;
 }

@@ -1,11 +1,13 @@
-// The collectives of a CUDA mesh whose devices are distinct GPUs of this process, through NCCL
-// (cuda_api.h loads it): run on the devices' streams, and so inside the CUDA graphs a decoding
-// step replays. Where NCCL is missing or cannot serve a mesh, its collectives go through host
-// memory instead (executable.cpp).
+// The collectives of a CUDA mesh whose devices are distinct GPUs, of this process or of the
+// processes of a run (docs/cluster.md), through NCCL (cuda_api.h loads it): run on the
+// devices' streams, and so inside the CUDA graphs a decoding step replays. Where NCCL is
+// missing or cannot serve a mesh, its collectives go through host memory instead
+// (executable.cpp).
 #pragma once
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,6 +17,10 @@
 #include "prism/core/dtype.h"
 #include "prism/core/mesh.h"
 #include "prism/core/shape.h"
+
+namespace prism {
+class Processes;
+}
 
 namespace prism::cuda {
 
@@ -48,6 +54,24 @@ class NcclMesh {
   // The same on `api` (cuda_api.h's load_nccl: a stand-in library, in tests).
   static std::unique_ptr<NcclMesh> open(const NcclApi& api, const Mesh& mesh,
                                         std::vector<int> ordinals, std::string* why);
+
+  // A mesh across the processes of a run: this process holds devices first.. (first +
+  // ordinals.size()), device first + k on GPU ordinals[k] of its host. Each group's NCCL id is
+  // made by the process holding its first device and handed to the others over MPI, and each
+  // device joins its groups (ncclCommInitRank) with `bind(ordinal)` having made its GPU the
+  // current one. Every process of the run calls this at the same point (it is collective):
+  // null in every process, with *why, where NCCL cannot serve some process (the library
+  // missing there, `declined` non-empty there saying why, a GPU of a host holding two
+  // devices); an initialization that fails afterwards throws, in the processes where it fails.
+  static std::unique_ptr<NcclMesh> open_across(const Mesh& mesh, Processes& processes,
+                                               int64_t first, std::vector<int> ordinals,
+                                               std::function<void(int)> bind,
+                                               const std::string& declined, std::string* why);
+  // The same on `api`, which every process loaded.
+  static std::unique_ptr<NcclMesh> open_across(const NcclApi& api, const Mesh& mesh,
+                                               Processes& processes, int64_t first,
+                                               std::vector<int> ordinals,
+                                               std::function<void(int)> bind, std::string* why);
   ~NcclMesh();
   NcclMesh(const NcclMesh&) = delete;
   NcclMesh& operator=(const NcclMesh&) = delete;
@@ -71,7 +95,8 @@ class NcclMesh {
 
   // A device failed: aborts every communicator, so devices waiting on the others in NCCL's
   // kernels return with an error instead of waiting forever. reset() makes new ones once
-  // every device has returned.
+  // every device has returned; across processes it does not (that would take every process,
+  // and a failure there ends the run: docs/cluster.md), and later calls fail.
   void abort();
   void reset();
 
@@ -79,16 +104,21 @@ class NcclMesh {
   NcclMesh(const NcclApi& api, Mesh mesh, std::vector<int> ordinals)
       : api_(api), mesh_(std::move(mesh)), ordinals_(std::move(ordinals)) {}
   void init();               // makes comms_, throwing on failure
+  void init_across();        // the same across processes_
   void destroy(bool abort);  // every communicator, aborted or destroyed
   void* comm(int64_t device, int mesh_axis);
+  std::string say_version() const;
 
   const NcclApi& api_;
   Mesh mesh_;
-  std::vector<int> ordinals_;
+  std::vector<int> ordinals_;  // of this process's devices, first_ on
+  int64_t first_ = 0;
+  Processes* processes_ = nullptr;  // a mesh across them, or null
+  std::function<void(int)> bind_;
   std::string version_;
   std::mutex mutex_;  // abort() and reset()
   std::atomic<bool> aborted_{false};
-  std::vector<void*> comms_;  // [mesh axis * devices + device], ncclComm_t
+  std::vector<void*> comms_;  // [mesh axis * devices here + device - first_], ncclComm_t
 };
 
 }  // namespace prism::cuda

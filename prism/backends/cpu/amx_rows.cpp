@@ -68,13 +68,26 @@ bool linux_permits_amx() {
 
 }  // namespace
 
+// PRISM_CPU_AMX=0: none of AMX's kernels, as on a CPU without it (for tests and benchmarks of
+// the other paths on a CPU with it).
+static bool amx_wanted() {
+  static const bool wanted = [] {
+    const char* env = std::getenv("PRISM_CPU_AMX");
+    const std::string_view want = env ? env : "";
+    PRISM_CHECK(want.empty() || want == "0" || want == "1", "PRISM_CPU_AMX={}: expected 0 or 1",
+                want);
+    return want != "0";
+  }();
+  return wanted;
+}
+
 bool amx_available() {
-  static const bool available = cpu_and_os_have_amx_bf16() && linux_permits_amx();
+  static const bool available = amx_wanted() && cpu_and_os_have_amx_bf16() && linux_permits_amx();
   return available;
 }
 
 bool amx_int8_available() {
-  static const bool available = cpu_and_os_have_amx_int8() && linux_permits_amx();
+  static const bool available = amx_wanted() && cpu_and_os_have_amx_int8() && linux_permits_amx();
   return available;
 }
 

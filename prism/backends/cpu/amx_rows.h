@@ -27,7 +27,9 @@ inline constexpr int64_t kAmxDepth = 32;    // k must be a multiple of this
 inline constexpr int64_t kAmxColumns = 16;  // unblocked weights: n a multiple of this
 
 // Whether the kernels below can run: AMX-BF16 on this CPU, enabled by the operating system,
-// and permitted for this process.
+// and permitted for this process; and not declined by PRISM_CPU_AMX=0 (every AMX kernel's
+// availability comes from here or amx_int8_available: the paths of a CPU without AMX, for
+// tests and benchmarks of them on a CPU with it).
 bool amx_available();
 
 // What ldtilecfg reads: palette 1, then each tile's bytes a row and rows.

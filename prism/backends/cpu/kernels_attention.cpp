@@ -386,6 +386,44 @@ PRISM_TARGET_AVX512_BF16 void decode_sums_bf16(const float* p, int64_t ldk, int 
       for (int c = 0; c < 4; ++c) _mm512_storeu_ps(o + r * E + e0 + 16 * c, acc[r][c]);
   }
 }
+// A prompt's scores in bf16 without AMX (the vector path's transposed layout, as ScoreTile
+// writes it): st[j][r] = scale * (q_r . k_j) for the n keys of D values (D even) as the cache
+// keeps them, and all ldq rows (a multiple of 32) from qp, the rows' pairs of d side by side
+// (qp[p * ldq + r]: values 2p and 2p + 1 of row r). vdpbf16ps takes a pair a lane, twice the
+// products of an f32 FMA, and the keys need no widening. Tiles of 8 keys x 32 rows, as
+// ScoreTile's on AVX-512.
+PRISM_TARGET_AVX512_BF16 void score_pairs_bf16(const uint32_t* qp, int64_t ldq, int64_t D,
+                                               const uint16_t* k, int64_t n, float scale,
+                                               float* st) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  const int64_t pairs = D / 2;
+  for (int64_t j0 = 0; j0 < n; j0 += 8) {
+    const int64_t keys = std::min<int64_t>(8, n - j0);
+    const auto* kp =
+        reinterpret_cast<const uint32_t*>(k + j0 * D);  // key x's pair p: x * pairs + p
+    for (int64_t r = 0; r < ldq; r += 32) {
+      __m512 a0[8], a1[8];
+      for (int x = 0; x < 8; ++x) a0[x] = a1[x] = _mm512_setzero_ps();
+      for (int64_t p = 0; p < pairs; ++p) {
+        const __m512bh q0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(qp + p * ldq + r));
+        const __m512bh q1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(qp + p * ldq + r + 16));
+#pragma GCC unroll 8
+        for (int x = 0; x < 8; ++x) {
+          if (x >= keys) break;
+          const __m512bh kv =
+              reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(kp[x * pairs + p])));
+          a0[x] = _mm512_dpbf16_ps(a0[x], q0, kv);
+          a1[x] = _mm512_dpbf16_ps(a1[x], q1, kv);
+        }
+      }
+      for (int x = 0; x < keys; ++x) {
+        _mm512_storeu_ps(st + (j0 + x) * ldq + r, _mm512_mul_ps(a0[x], sc));
+        _mm512_storeu_ps(st + (j0 + x) * ldq + r + 16, _mm512_mul_ps(a1[x], sc));
+      }
+    }
+  }
+}
+
 // The same on CPUs with AVX2 and FMA but not AVX-512 BF16: keys and values widened into
 // registers as they are read (a block of 8 keys once, into L1, for all the rows), the scores of
 // 8 keys from one transposing reduction, the products and sums in f32. One Llama-1B layer at
@@ -479,6 +517,8 @@ PRISM_TARGET_AVX2_FMA void decode_sums_avx2(const float* p, int64_t ldk, int R, 
     }
   }
 }
+#else  // never called elsewhere: attend_block takes the pairs only on x86
+void score_pairs_bf16(const uint32_t*, int64_t, int64_t, const uint16_t*, int64_t, float, float*) {}
 #endif
 
 constexpr int64_t kBlockRows = 64;  // query rows (heads x positions) per work item
@@ -521,6 +561,11 @@ struct F32Kernels {
   // The decoding steps' paths the target in use takes (attend_decode).
 #if HWY_ARCH_X86
   bool decode_avx512_bf16 = simd::current().avx512_bf16;
+  // A prompt's bf16 scores by pairs of d (score_pairs_bf16) where vdpbf16ps outruns f32 FMAs
+  // here, as the few-row products measured it (rows_kernel, PRISM_CPU_ROWS=dpbf16): on an
+  // Intel Xeon it runs at half their rate (the pairs made one layer's 512-token prefill 5.7
+  // -> 6.5 ms with AMX off), on AMD's Zen 4 at twice.
+  bool score_pairs = decode_avx512_bf16 && rows_kernel() == RowsKernel::dpbf16;
   bool decode_avx2 = simd::current().hwy != 0 && simd::current().hwy <= HWY_AVX2;
 #endif
 };
@@ -575,6 +620,7 @@ void sums_f64(const double* pt, int64_t ldq, int64_t rows, const double* v, int6
 template <typename T>
 struct Scratch {
   std::vector<T> q, qt, keys, values, st, first, last, max, sum, alpha, out;
+  std::vector<uint32_t> qp;  // bf16 rows' pairs of d, for score_pairs_bf16
   // The AMX path's (attend_tiles): the rows' queries, the weights in bf16, the scores and
   // sums, and each row's visible keys of the chunk.
   AlignedBuffer<uint16_t> tile_q, tile_p;
@@ -822,13 +868,29 @@ void attend_block(const Geometry& g, const ir::AttentionAttrs& a,
 #endif
   const bool transposed = kF32 && rows >= kDirectRows;
   const int64_t ldq = kF32 ? round_up(rows, transposed ? 2 * f32.lanes : f32.lanes) : rows;
-  w.q.resize(static_cast<size_t>(rows * D));
   const T scale = static_cast<T>(a.scale);
-  for (int64_t r = 0; r < rows; ++r) {
-    widen(reinterpret_cast<const S*>(in[0]) + row_of(r) * D, w.q.data() + r * D, D, f32);
-    for (int64_t d = 0; d < D; ++d) w.q[r * D + d] *= scale;
+  // bf16 rows on AVX-512 BF16 score by pairs of d (score_pairs_bf16), from the rows and keys
+  // as they are.
+#if HWY_ARCH_X86
+  const bool pairs =
+      std::is_same_v<S, BF16> && transposed && f32.score_pairs && f32.lanes == 16 && D % 2 == 0;
+#else
+  const bool pairs = false;
+#endif
+  if (pairs) {
+    w.qp.assign(static_cast<size_t>(D / 2 * ldq), 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto* qr = reinterpret_cast<const uint32_t*>(in[0]) + row_of(r) * (D / 2);
+      for (int64_t p = 0; p < D / 2; ++p) w.qp[p * ldq + r] = qr[p];
+    }
+  } else {
+    w.q.resize(static_cast<size_t>(rows * D));
+    for (int64_t r = 0; r < rows; ++r) {
+      widen(reinterpret_cast<const S*>(in[0]) + row_of(r) * D, w.q.data() + r * D, D, f32);
+      for (int64_t d = 0; d < D; ++d) w.q[r * D + d] *= scale;
+    }
   }
-  if (transposed) {
+  if (transposed && !pairs) {
     w.qt.assign(static_cast<size_t>(D * ldq), T(0));
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t d = 0; d < D; ++d) w.qt[d * ldq + r] = w.q[r * D + d];
@@ -855,11 +917,14 @@ void attend_block(const Geometry& g, const ir::AttentionAttrs& a,
       widen(at, copy.data(), n * width, f32);
       return copy.data();
     };
-    const T* keys = rows_of(in[1], D, w.keys);
+    const T* keys = pairs ? nullptr : rows_of(in[1], D, w.keys);
     const T* values = rows_of(in[2], E, w.values);
     w.st.resize(static_cast<size_t>((n + 4) * ldq));
     if constexpr (kF32) {
-      if (transposed) {
+      if (pairs) {
+        const auto* k = reinterpret_cast<const uint16_t*>(in[1]) + ((b * g.G + gk) * g.Sk + c0) * D;
+        score_pairs_bf16(w.qp.data(), ldq, D, k, n, scale, w.st.data());
+      } else if (transposed) {
         f32.transposed(w.qt.data(), ldq, D, keys, n, w.st.data());
       } else {
         f32.direct(w.q.data(), rows, D, keys, n, w.st.data(), ldq);

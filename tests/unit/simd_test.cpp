@@ -5,9 +5,11 @@
 #include "prism/backends/cpu/simd.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "prism/backends/cpu/dot_rows.h"
+#include "prism/backends/cpu/fast_math.h"
 #include "prism/nn/nn.h"
 #include "tests/unit/test_util.h"
 
@@ -141,6 +143,29 @@ TEST(SimdTargets, DecodeMatrixVector) {
       }
     });
   }
+}
+
+// The softmaxes' exp for arguments in [-87, 0] gives exp_f32's bits there, under every target:
+// every float from -87 to 0 at a stride, the ends and the smallest magnitudes.
+TEST(SimdTargets, ExpOfNonPositiveArgumentsHasExpsBits) {
+  std::vector<float> x{-87.0f, -0.0f, 0.0f, -1e-45f, -1e-38f, -86.99999f, -0.5f, -0.6931472f};
+  uint32_t to = 0;
+  const float low = -87.0f;
+  std::memcpy(&to, &low, 4);  // the bits of negative floats grow with their magnitude
+  for (uint32_t bits = 0x80000000u; bits <= to; bits += 997) {
+    float v;
+    std::memcpy(&v, &bits, 4);
+    x.push_back(v);
+  }
+  std::vector<float> got(x.size());
+  for_each_target([&] {
+    cpu::exp_nonpositive_f32_simd(x.data(), got.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float want = cpu::exp_f32(x[i]);
+      ASSERT_EQ(std::memcmp(&got[i], &want, 4), 0)
+          << "exp(" << x[i] << "): " << got[i] << " against " << want;
+    }
+  });
 }
 
 // Fused elementwise loops: several blocks and a partial one, exp, sigmoid and a conversion.

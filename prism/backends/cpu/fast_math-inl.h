@@ -43,6 +43,24 @@ HWY_INLINE hwy::HWY_NAMESPACE::Vec<D> ExpF32(D d, hwy::HWY_NAMESPACE::Vec<D> x) 
   return hn::IfThenElse(hn::Eq(x, x), y, x);
 }
 
+// exp(x) for lanes in [-87, 0] (a softmax's score less its maximum, clamped where the weight
+// would be flushed to 0): ExpF32's steps, so its bits there, without its range checks and
+// selects; the result is a normal float, so one product by 2^k.
+template <class D>
+HWY_INLINE hwy::HWY_NAMESPACE::Vec<D> ExpNonPositiveF32(D d, hwy::HWY_NAMESPACE::Vec<D> x) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  const hn::RebindToSigned<D> di;
+  const auto shifter = hn::Set(d, 12582912.0f);
+  const auto k = hn::Sub(hn::MulAdd(x, hn::Set(d, 1.44269504088896341f), shifter), shifter);
+  const auto r = hn::NegMulAdd(k, hn::Set(d, 1.42860682030941723212e-6f),
+                               hn::NegMulAdd(k, hn::Set(d, 0.693145751953125f), x));
+  auto p = hn::Set(d, 1.0f / 5040);
+  for (float coefficient : {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
+    p = hn::MulAdd(p, r, hn::Set(d, coefficient));
+  const auto ki = hn::ConvertTo(di, k);
+  return hn::Mul(p, hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(ki, hn::Set(di, 127)))));
+}
+
 // y[i] = exp(x[i]) for n values.
 HWY_INLINE void ExpF32Array(const float* x, float* y, int64_t n) {
   namespace hn = hwy::HWY_NAMESPACE;

@@ -15,6 +15,17 @@ namespace prism::cpu::HWY_NAMESPACE {
 
 void ExpF32Rows(const float* x, float* y, int64_t n) { ExpF32Array(x, y, n); }
 
+void ExpNonPositiveF32Rows(const float* x, float* y, int64_t n) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    hn::StoreU(ExpNonPositiveF32(d, hn::LoadU(d, x + i)), d, y + i);
+  }
+  for (; i < n; ++i) y[i] = exp_f32(x[i]);
+}
+
 }  // namespace prism::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -22,9 +33,14 @@ HWY_AFTER_NAMESPACE();
 namespace prism::cpu {
 
 HWY_EXPORT(ExpF32Rows);
+HWY_EXPORT(ExpNonPositiveF32Rows);
 
 void exp_f32_simd(const float* x, float* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(ExpF32Rows)(x, y, n);
+}
+
+void exp_nonpositive_f32_simd(const float* x, float* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ExpNonPositiveF32Rows)(x, y, n);
 }
 
 }  // namespace prism::cpu

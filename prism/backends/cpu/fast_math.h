@@ -38,5 +38,8 @@ inline float exp_f32(float x) {
 
 // y[i] = exp(x[i]) with the vector code of the SIMD target in use (simd.h, fast_math.cpp).
 void exp_f32_simd(const float* x, float* y, int64_t n);
+// The same for x[i] in [-87, 0] only, as the softmaxes take it (fast_math-inl.h's
+// ExpNonPositiveF32): the same bits there.
+void exp_nonpositive_f32_simd(const float* x, float* y, int64_t n);
 
 }  // namespace prism::cpu

@@ -183,7 +183,7 @@ void OnlineSoftmax(float* st, int64_t ldq, int64_t n, const float* first, const 
     auto acc = hn::Zero(d);
     for (int64_t j = 0; j < n; ++j) {
       const auto x = hn::Sub(hn::LoadU(d, st + j * ldq + r), m);
-      const auto p = hn::IfThenElseZero(hn::Ge(x, floor), ExpF32(d, hn::Max(x, floor)));
+      const auto p = hn::IfThenElseZero(hn::Ge(x, floor), ExpNonPositiveF32(d, hn::Max(x, floor)));
       hn::StoreU(p, d, st + j * ldq + r);
       acc = hn::Add(acc, p);
     }
@@ -271,7 +271,7 @@ void SoftmaxRow(float* s, int64_t n, float* max, float* sum) {
   auto acc = hn::Zero(d);
   for (j = 0; j + L <= n; j += L) {
     const auto x = hn::Sub(hn::LoadU(d, s + j), mv);
-    const auto p = hn::IfThenElseZero(hn::Ge(x, floor), ExpF32(d, hn::Max(x, floor)));
+    const auto p = hn::IfThenElseZero(hn::Ge(x, floor), ExpNonPositiveF32(d, hn::Max(x, floor)));
     hn::StoreU(p, d, s + j);
     acc = hn::Add(acc, p);
   }

@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -759,15 +760,24 @@ struct PackedKv {
   int64_t keys_in(int64_t c) const { return std::min(kTileChunk, keys - c * kTileChunk); }
 };
 
+// The packing of keys [0, keys) into `buffer`, or where that takes more than
+// kKeptPackedBytes (long contexts: 8 key heads of 64 take 256 MiB at 128 Ki keys), into
+// `large`, which the caller frees after the call rather than keep it.
+constexpr int64_t kKeptPackedBytes = int64_t{64} << 20;
+
 PackedKv pack_kv(const Geometry& g, std::span<const std::byte* const> in, int64_t keys,
-                 AlignedBuffer<uint16_t>& buffer, ThreadPool& pool) {
+                 AlignedBuffer<uint16_t>& buffer, std::optional<AlignedBuffer<uint16_t>>& large,
+                 ThreadPool& pool) {
   PackedKv kv;
   kv.keys = keys;
   kv.chunks = (keys + kTileChunk - 1) / kTileChunk;
   kv.D = g.D;
   kv.E = g.E;
   kv.G = g.G;
-  uint16_t* data = buffer.reserve(g.B * g.G * kv.chunks * kv.chunk_values());
+  const int64_t values = g.B * g.G * kv.chunks * kv.chunk_values();
+  AlignedBuffer<uint16_t>& into =
+      values * int64_t{sizeof(uint16_t)} <= kKeptPackedBytes ? buffer : large.emplace();
+  uint16_t* data = into.reserve(values);
   kv.data = data;
   const auto* k = reinterpret_cast<const uint16_t*>(in[1]);
   const auto* v = reinterpret_cast<const uint16_t*>(in[2]);
@@ -1000,6 +1010,7 @@ Kernel make_attention_kernel(const ir::Graph& graph, ir::ValueId id) {
         // Blocks of 16 or more bf16 rows take AMX tiles where the CPU has them (attend_tiles),
         // their keys and values packed first.
         PackedKv packed;
+        std::optional<AlignedBuffer<uint16_t>> large;  // where it takes too much to keep
         const PackedKv* kv = nullptr;
         if constexpr (std::is_same_v<S, BF16>) {
           if (f32.tiles && g.rep * nb >= 16 && !a.has_mask && g.D % 32 == 0 && g.E % 16 == 0) {
@@ -1007,7 +1018,7 @@ Kernel make_attention_kernel(const ir::Graph& graph, ir::ValueId id) {
             for (int64_t i = 0; i < g.Sq; ++i)
               if (g.first(i) < g.last(i)) keys = std::max(keys, g.last(i));
             thread_local AlignedBuffer<uint16_t> buffer;  // kept for the next call
-            packed = pack_kv(g, in, keys, buffer, pool);
+            packed = pack_kv(g, in, keys, buffer, large, pool);
             kv = &packed;
           }
         }

@@ -159,9 +159,31 @@ TEST(Composites, AttentionCausalGroupedQuery) {
 // one that is (64: a bf16 decoding step then reads keys and values as they are, with AVX-512
 // BF16), a sliding window; f32 and bf16; under every SIMD target this CPU runs, against the
 // double-precision reference.
+// Causal attention of q, k and v (f32) in `dtype` with a sliding `window` (0: none) under
+// every SIMD target, each result against `want` within `tol`.
+void expect_attention_on_every_target(const HostBuffer& q, const HostBuffer& k, const HostBuffer& v,
+                                      DType dtype, int64_t window, const std::vector<double>& want,
+                                      double tol) {
+  const cpu::simd::Target before = cpu::simd::current();
+  for (const cpu::simd::Target& target : cpu::simd::available()) {
+    SCOPED_TRACE("SIMD target " + target.name());
+    cpu::simd::use(target);
+    auto y = run1(
+        [&](Tensor q, Tensor k, Tensor v) {
+          nn::AttentionOptions o;
+          o.causal = true;
+          o.window = window;
+          return nn::attention(q.convert(dtype), k.convert(dtype), v.convert(dtype), o)
+              .convert(DType::f32);
+        },
+        {q, k, v});
+    expect_values(y, want, tol);
+  }
+  cpu::simd::use(before);
+}
+
 TEST(Composites, AttentionLongCacheUnderEverySimdTarget) {
   const int64_t H = 8, G = 2, Sk = 600;
-  const cpu::simd::Target before = cpu::simd::current();
   for (auto [Sq, D] : {std::pair<int64_t, int64_t>{1, 72}, {37, 72}, {1, 64}, {37, 64}}) {
     for (int64_t window : {0, 100}) {
       for (DType dtype : {DType::f32, DType::bf16}) {
@@ -175,21 +197,8 @@ TEST(Composites, AttentionLongCacheUnderEverySimdTarget) {
         };
         std::vector<double> want = reference_attention(in_dtype(q), in_dtype(k), in_dtype(v), H, G,
                                                        Sq, Sk, D, true, window, Sk - Sq);
-        for (const cpu::simd::Target& target : cpu::simd::available()) {
-          SCOPED_TRACE("SIMD target " + target.name());
-          cpu::simd::use(target);
-          auto y = run1(
-              [&](Tensor q, Tensor k, Tensor v) {
-                nn::AttentionOptions o;
-                o.causal = true;
-                o.window = window;
-                return nn::attention(q.convert(dtype), k.convert(dtype), v.convert(dtype), o)
-                    .convert(DType::f32);
-              },
-              {q, k, v});
-          expect_values(y, want, dtype == DType::f32 ? 1e-5 : 1e-2);
-        }
-        cpu::simd::use(before);
+        expect_attention_on_every_target(q, k, v, dtype, window, want,
+                                         dtype == DType::f32 ? 1e-5 : 1e-2);
       }
     }
   }
@@ -202,7 +211,6 @@ TEST(Composites, AttentionLongCacheUnderEverySimdTarget) {
 // the vector path is checked against the same reference.
 TEST(Composites, AttentionPromptBlocksInChunksOfKeys) {
   const int64_t B = 2, H = 8, G = 2, Sq = 150, Sk = 1300, D = 64;
-  const cpu::simd::Target before = cpu::simd::current();
   for (int64_t window : {0, 700}) {
     SCOPED_TRACE(::testing::Message() << "window " << window);
     auto bf16 = [&](std::initializer_list<Dim> dims, uint32_t seed) {
@@ -225,22 +233,7 @@ TEST(Composites, AttentionPromptBlocksInChunksOfKeys) {
                                                   G, Sq, Sk, D, true, window, Sk - Sq);
       want.insert(want.end(), y.begin(), y.end());
     }
-    for (const cpu::simd::Target& target : cpu::simd::available()) {
-      SCOPED_TRACE("SIMD target " + target.name());
-      cpu::simd::use(target);
-      auto y = run1(
-          [&](Tensor q, Tensor k, Tensor v) {
-            nn::AttentionOptions o;
-            o.causal = true;
-            o.window = window;
-            return nn::attention(q.convert(DType::bf16), k.convert(DType::bf16),
-                                 v.convert(DType::bf16), o)
-                .convert(DType::f32);
-          },
-          {q, k, v});
-      expect_values(y, want, 1e-2);
-    }
-    cpu::simd::use(before);
+    expect_attention_on_every_target(q, k, v, DType::bf16, window, want, 1e-2);
   }
 }
 

@@ -18,6 +18,22 @@
 HWY_BEFORE_NAMESPACE();
 namespace prism::cpu::HWY_NAMESPACE {
 
+// exp(c) = p * 2^k for c in exp_f32's range: k = round(c / ln 2), and p the polynomial of
+// c - k ln 2 (what both functions below share, step for step).
+template <class D>
+HWY_INLINE void ExpF32Parts(D d, hwy::HWY_NAMESPACE::Vec<D> c, hwy::HWY_NAMESPACE::Vec<D>& p,
+                            hwy::HWY_NAMESPACE::Vec<hwy::HWY_NAMESPACE::RebindToSigned<D>>& k) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  const auto shifter = hn::Set(d, 12582912.0f);
+  const auto kf = hn::Sub(hn::MulAdd(c, hn::Set(d, 1.44269504088896341f), shifter), shifter);
+  const auto r = hn::NegMulAdd(kf, hn::Set(d, 1.42860682030941723212e-6f),
+                               hn::NegMulAdd(kf, hn::Set(d, 0.693145751953125f), c));
+  p = hn::Set(d, 1.0f / 5040);
+  for (float coefficient : {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
+    p = hn::MulAdd(p, r, hn::Set(d, coefficient));
+  k = hn::ConvertTo(hn::RebindToSigned<D>(), kf);
+}
+
 // exp of each lane, as exp_f32(float).
 template <class D>
 HWY_INLINE hwy::HWY_NAMESPACE::Vec<D> ExpF32(D d, hwy::HWY_NAMESPACE::Vec<D> x) {
@@ -25,14 +41,10 @@ HWY_INLINE hwy::HWY_NAMESPACE::Vec<D> ExpF32(D d, hwy::HWY_NAMESPACE::Vec<D> x) 
   const hn::RebindToSigned<D> di;
   const auto hi = hn::Set(d, 88.72283935546875f), lo = hn::Set(d, -103.972084045410f);
   const auto c = hn::Min(hn::Max(x, lo), hi);  // NaN lanes are put back at the end
-  const auto shifter = hn::Set(d, 12582912.0f);
-  const auto k = hn::Sub(hn::MulAdd(c, hn::Set(d, 1.44269504088896341f), shifter), shifter);
-  const auto r = hn::NegMulAdd(k, hn::Set(d, 1.42860682030941723212e-6f),
-                               hn::NegMulAdd(k, hn::Set(d, 0.693145751953125f), c));
-  auto p = hn::Set(d, 1.0f / 5040);
-  for (float coefficient : {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
-    p = hn::MulAdd(p, r, hn::Set(d, coefficient));
-  const auto ki = hn::ConvertTo(di, k);
+  hn::Vec<D> p;
+  hn::Vec<hn::RebindToSigned<D>> ki;
+  ExpF32Parts(d, c, p, ki);
+  // 2^k in two factors, so that results down to the smallest subnormals come out right.
   const auto half = hn::ShiftRight<1>(ki);
   const auto bias = hn::Set(di, 127);
   const auto s1 = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(half, bias)));
@@ -44,20 +56,15 @@ HWY_INLINE hwy::HWY_NAMESPACE::Vec<D> ExpF32(D d, hwy::HWY_NAMESPACE::Vec<D> x) 
 }
 
 // exp(x) for lanes in [-87, 0] (a softmax's score less its maximum, clamped where the weight
-// would be flushed to 0): ExpF32's steps, so its bits there, without its range checks and
-// selects; the result is a normal float, so one product by 2^k.
+// would be flushed to 0): ExpF32's bits there, without its range checks and selects; the
+// result is a normal float, so 2^k is one factor.
 template <class D>
 HWY_INLINE hwy::HWY_NAMESPACE::Vec<D> ExpNonPositiveF32(D d, hwy::HWY_NAMESPACE::Vec<D> x) {
   namespace hn = hwy::HWY_NAMESPACE;
   const hn::RebindToSigned<D> di;
-  const auto shifter = hn::Set(d, 12582912.0f);
-  const auto k = hn::Sub(hn::MulAdd(x, hn::Set(d, 1.44269504088896341f), shifter), shifter);
-  const auto r = hn::NegMulAdd(k, hn::Set(d, 1.42860682030941723212e-6f),
-                               hn::NegMulAdd(k, hn::Set(d, 0.693145751953125f), x));
-  auto p = hn::Set(d, 1.0f / 5040);
-  for (float coefficient : {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
-    p = hn::MulAdd(p, r, hn::Set(d, coefficient));
-  const auto ki = hn::ConvertTo(di, k);
+  hn::Vec<D> p;
+  hn::Vec<hn::RebindToSigned<D>> ki;
+  ExpF32Parts(d, x, p, ki);
   return hn::Mul(p, hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(ki, hn::Set(di, 127)))));
 }
 

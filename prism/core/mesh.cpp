@@ -69,6 +69,17 @@ int64_t Mesh::stride(int axis) const {
   return stride;
 }
 
+std::vector<std::vector<int64_t>> Mesh::groups(int axis) const {
+  const int64_t size = axes_.at(static_cast<size_t>(axis)).size, step = stride(axis);
+  std::vector<std::vector<int64_t>> groups;
+  for (int64_t first = 0; first < devices(); ++first) {
+    if (coordinate(first, axis) != 0) continue;
+    std::vector<int64_t>& members = groups.emplace_back();
+    for (int64_t c = 0; c < size; ++c) members.push_back(first + c * step);
+  }
+  return groups;
+}
+
 std::string Mesh::str() const {
   std::vector<std::string> parts;
   for (const MeshAxis& a : axes_) parts.push_back(fmt::format("{}={}", a.name, a.size));

@@ -45,6 +45,11 @@ class Mesh {
   // How far apart two devices that differ by one along axis `axis` (and nowhere else) are:
   // the devices of device d's group along that axis are d - c * stride, ..., c its coordinate.
   int64_t stride(int axis) const;
+  // The groups of devices that differ only along axis `axis`: each group's devices in the
+  // order of their coordinate along it, the groups in the order of their first device. Every
+  // walk over a mesh's collective groups takes this order (forming them across processes is
+  // collective, so every process must take the same one).
+  std::vector<std::vector<int64_t>> groups(int axis) const;
   // "{model=2}", "{data=2,model=4}", "{}" for one device.
   std::string str() const;
   bool operator==(const Mesh&) const = default;

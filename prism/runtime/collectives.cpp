@@ -261,13 +261,11 @@ ProcessCommunicator::ProcessCommunicator(Mesh mesh, Processes& processes)
   // Every process walks every group in the same order: forming an MPI group is collective
   // over the whole run.
   for (size_t a = 0; a < mesh_.axes().size(); ++a) {
-    const int64_t stride = mesh_.stride(static_cast<int>(a));
-    const int64_t size = mesh_.axes()[a].size;
-    for (int64_t first = 0; first < n; ++first) {
-      if (mesh_.coordinate(first, static_cast<int>(a)) != 0) continue;
+    for (const std::vector<int64_t>& members : mesh_.groups(static_cast<int>(a))) {
+      const auto size = static_cast<int64_t>(members.size());
       std::vector<int> processes_of;  // of the members, in order, each once
-      for (int64_t c = 0; c < size; ++c) {
-        const int owner = static_cast<int>((first + c * stride) / local_);
+      for (int64_t device : members) {
+        const int owner = static_cast<int>(device / local_);
         if (std::find(processes_of.begin(), processes_of.end(), owner) == processes_of.end()) {
           processes_of.push_back(owner);
         }
@@ -282,13 +280,13 @@ ProcessCommunicator::ProcessCommunicator(Mesh mesh, Processes& processes)
       g->comm = std::move(comm);
       g->local_of.assign(size, -1);
       for (int64_t c = 0; c < size; ++c) {
-        const int owner = static_cast<int>((first + c * stride) / local_);
+        const int owner = static_cast<int>(members[c] / local_);
         g->owner.push_back(static_cast<int>(
             std::find(processes_of.begin(), processes_of.end(), owner) - processes_of.begin()));
         if (owner == processes.rank()) {
           g->local_of[c] = static_cast<int64_t>(g->local.size());
           g->local.push_back(c);
-          index_[a * local_ + (first + c * stride - first_)] = g.get();
+          index_[a * local_ + (members[c] - first_)] = g.get();
         }
       }
       g->slots.resize(size);

@@ -37,6 +37,9 @@ TEST(Mesh, ParsesAxesAndCoordinates) {
   EXPECT_EQ(m.coordinate(4, 0), 1);  // device 4 = (1, 1)
   EXPECT_EQ(m.coordinate(4, 1), 1);
   EXPECT_EQ(m.coordinate(5, 1), 2);
+  using Groups = std::vector<std::vector<int64_t>>;
+  EXPECT_EQ(m.groups(0), (Groups{{0, 3}, {1, 4}, {2, 5}}));
+  EXPECT_EQ(m.groups(1), (Groups{{0, 1, 2}, {3, 4, 5}}));
   EXPECT_EQ(*m.find("model"), 1);
   EXPECT_FALSE(m.find("pipe"));
   EXPECT_EQ(error_of([] { Mesh::parse("model"); }),

@@ -176,7 +176,7 @@ std::unique_ptr<NcclMesh> NcclMesh::open_across(const NcclApi& api, const Mesh& 
 }
 
 void NcclMesh::init_across() {
-  const int64_t n = mesh_.devices(), local = static_cast<int64_t>(ordinals_.size());
+  const auto local = static_cast<int64_t>(ordinals_.size());
   const int rank = processes_->rank();
   comms_.assign(mesh_.axes().size() * local, nullptr);
   // Every group, in the same order in every process, and each one's id from the process
@@ -184,14 +184,12 @@ void NcclMesh::init_across() {
   // devices r * local..).
   struct Group {
     int axis;
-    int64_t first;
+    std::vector<int64_t> members;
   };
   std::vector<Group> groups;
   for (size_t a = 0; a < mesh_.axes().size(); ++a) {
-    for (int64_t first = 0; first < n; ++first) {
-      if (mesh_.coordinate(first, static_cast<int>(a)) == 0) {
-        groups.push_back({static_cast<int>(a), first});
-      }
+    for (std::vector<int64_t>& members : mesh_.groups(static_cast<int>(a))) {
+      groups.push_back({static_cast<int>(a), std::move(members)});
     }
   }
   struct Id {
@@ -202,31 +200,31 @@ void NcclMesh::init_across() {
   std::vector<Id> mine(count), all(count * processes_->size());
   for (size_t g = 0; g < count; ++g) {
     std::memset(&mine[g], 0, sizeof(Id));
-    if (groups[g].first / local == rank) {
+    if (groups[g].members[0] / local == rank) {
       mine[g].made = api_.ncclGetUniqueId(&mine[g].id) == ncclSuccess;
     }
   }
   processes_->world().all_gather(mine.data(), count * sizeof(Id), all.data());
   for (size_t g = 0; g < count; ++g) {  // the same check, and the same error, everywhere
-    const int64_t owner = groups[g].first / local;
+    const int64_t owner = groups[g].members[0] / local;
     PRISM_CHECK(all[owner * count + g].made, "cuda: ncclGetUniqueId failed in rank {} of the run",
                 owner);
   }
   check_nccl(api_, api_.ncclGroupStart(), "ncclGroupStart");
   try {
     for (size_t g = 0; g < count; ++g) {
-      const int a = groups[g].axis;
-      const int64_t size = mesh_.axes()[a].size, stride = mesh_.stride(a);
-      const ncclUniqueId& id = all[(groups[g].first / local) * count + g].id;
+      const std::vector<int64_t>& members = groups[g].members;
+      const auto size = static_cast<int64_t>(members.size());
+      const ncclUniqueId& id = all[(members[0] / local) * count + g].id;
       for (int64_t c = 0; c < size; ++c) {
-        const int64_t device = groups[g].first + c * stride;
+        const int64_t device = members[c];
         if (device < first_ || device >= first_ + local) continue;
         if (bind_) bind_(ordinals_[device - first_]);
         ncclComm_t made = nullptr;
         check_nccl(api_,
                    api_.ncclCommInitRank(&made, static_cast<int>(size), id, static_cast<int>(c)),
                    "ncclCommInitRank");
-        comms_[a * local + device - first_] = made;
+        comms_[groups[g].axis * local + device - first_] = made;
       }
     }
   } catch (...) {
@@ -248,16 +246,14 @@ void NcclMesh::init() {
   comms_.assign(mesh_.axes().size() * n, nullptr);
   try {
     for (size_t a = 0; a < mesh_.axes().size(); ++a) {
-      const int64_t size = mesh_.axes()[a].size;
-      const int64_t stride = mesh_.stride(static_cast<int>(a));
-      for (int64_t first = 0; first < n; ++first) {
-        if (mesh_.coordinate(first, static_cast<int>(a)) != 0) continue;  // not a group's first
+      for (const std::vector<int64_t>& members : mesh_.groups(static_cast<int>(a))) {
         std::vector<int> gpus;
-        for (int64_t j = 0; j < size; ++j) gpus.push_back(ordinals_[first + j * stride]);
-        std::vector<ncclComm_t> made(size);
-        check_nccl(api_, api_.ncclCommInitAll(made.data(), static_cast<int>(size), gpus.data()),
+        for (int64_t device : members) gpus.push_back(ordinals_[device]);
+        std::vector<ncclComm_t> made(members.size());
+        check_nccl(api_,
+                   api_.ncclCommInitAll(made.data(), static_cast<int>(members.size()), gpus.data()),
                    "ncclCommInitAll");
-        for (int64_t j = 0; j < size; ++j) comms_[a * n + first + j * stride] = made[j];
+        for (size_t j = 0; j < members.size(); ++j) comms_[a * n + members[j]] = made[j];
       }
     }
   } catch (...) {

@@ -559,6 +559,16 @@ int64_t devices_asked(const char* variable) {
   return n;
 }
 
+namespace {
+
+std::vector<Platform*> platforms(const std::vector<std::unique_ptr<Platform>>& devices) {
+  std::vector<Platform*> out;
+  for (auto& d : devices) out.push_back(d.get());
+  return out;
+}
+
+}  // namespace
+
 std::vector<Platform*> MeshDevices::get(const Mesh& mesh, const Make& make) {
   std::lock_guard lock(mutex_);
   auto& devices = meshes_[mesh.str()];
@@ -566,9 +576,26 @@ std::vector<Platform*> MeshDevices::get(const Mesh& mesh, const Make& make) {
     auto comm = std::make_shared<HostCommunicator>(mesh);
     for (int64_t k = 0; k < mesh.devices(); ++k) devices.push_back(make(comm, k));
   }
-  std::vector<Platform*> out;
-  for (auto& d : devices) out.push_back(d.get());
-  return out;
+  return platforms(devices);
+}
+
+std::vector<Platform*> MeshDevices::get_across(std::string_view platform, const Mesh& mesh,
+                                               Processes& processes, const Make& make) {
+  const int64_t n = mesh.devices();
+  PRISM_CHECK(n % processes.size() == 0,
+              "{}: the mesh {} has {} devices, which do not share out evenly over this run's "
+              "{} processes (give --devices={} or a multiple)",
+              platform, mesh.str(), n, processes.size(), processes.size());
+  std::lock_guard lock(mutex_);
+  auto& devices = meshes_[mesh.str()];
+  if (devices.empty()) {
+    auto comm = std::make_shared<ProcessCommunicator>(mesh, processes);
+    const int64_t first = comm->first_device();
+    for (int64_t k = first; k < first + comm->local_devices(); ++k) {
+      devices.push_back(make(comm, k));
+    }
+  }
+  return platforms(devices);
 }
 
 }  // namespace prism

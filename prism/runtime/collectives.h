@@ -164,6 +164,12 @@ class MeshDevices {
  public:
   using Make = std::function<std::unique_ptr<Platform>(std::shared_ptr<Communicator>, int64_t)>;
   std::vector<Platform*> get(const Mesh& mesh, const Make& make);
+  // The same for a mesh across the processes of a run (docs/cluster.md): this process's block
+  // of its devices, made by `make` for each device k of the block in order, their collectives
+  // through one ProcessCommunicator. A mesh whose devices do not share out evenly over the
+  // processes is refused, naming `platform`.
+  std::vector<Platform*> get_across(std::string_view platform, const Mesh& mesh,
+                                    Processes& processes, const Make& make);
 
  private:
   std::mutex mutex_;

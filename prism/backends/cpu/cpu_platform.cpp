@@ -223,25 +223,20 @@ std::vector<Platform*> CpuPlatform::mesh_devices(const Mesh& mesh) {
   std::vector<int> allowed = allowed_cpus();
   if (static_cast<int>(allowed.size()) > threads) allowed.resize(threads);  // PRISM_THREADS
   if (Processes* processes = Processes::get(); processes && n > 1) {
-    // A run of several processes: this process's block of the mesh's devices.
-    PRISM_CHECK(n % processes->size() == 0,
-                "cpu: the mesh {} has {} devices, which do not share out evenly over this run's "
-                "{} processes (give --devices={} or a multiple)",
-                mesh.str(), n, processes->size(), processes->size());
-    std::lock_guard lock(process_mutex_);
-    auto& devices = process_meshes_[mesh.str()];
-    if (devices.empty()) {
-      auto comm = std::make_shared<ProcessCommunicator>(mesh, *processes);
-      const std::vector<NumaNode> nodes = numa_nodes(allowed);
-      const std::vector<std::vector<int>> sets = device_cpus(nodes, comm->local_devices());
-      for (int64_t k = 0; k < comm->local_devices(); ++k) {
-        devices.push_back(std::make_unique<CpuPlatform>(sets[k], node_of(sets[k], nodes), comm,
-                                                        comm->first_device() + k));
-      }
-    }
-    std::vector<Platform*> out;
-    for (auto& d : devices) out.push_back(d.get());
-    return out;
+    // A run of several processes: this process's block of the mesh's devices, the threads
+    // shared out over them.
+    const int64_t local = n / processes->size(), first = processes->rank() * local;
+    std::vector<NumaNode> nodes;
+    std::vector<std::vector<int>> sets;
+    return meshes_.get_across(
+        "cpu", mesh, *processes, [&](std::shared_ptr<Communicator> comm, int64_t k) {
+          if (k == first) {
+            nodes = numa_nodes(allowed);
+            sets = device_cpus(nodes, local);
+          }
+          const std::vector<int>& set = sets[k - first];
+          return std::make_unique<CpuPlatform>(set, node_of(set, nodes), std::move(comm), k);
+        });
   }
   if (n == 1) return {this};
   const std::vector<NumaNode> nodes = numa_nodes(allowed);

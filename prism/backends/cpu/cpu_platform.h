@@ -82,10 +82,7 @@ class CpuPlatform : public Platform {
   int64_t device_ = 0;
   std::vector<int> cpus_;  // a mesh device's CPUs
   int node_ = -1;          // and the NUMA node holding them all, or -1
-  MeshDevices meshes_;
-  std::mutex process_mutex_;
-  // Meshes across processes: this process's devices of each, by Mesh::str().
-  std::map<std::string, std::vector<std::unique_ptr<CpuPlatform>>> process_meshes_;
+  MeshDevices meshes_;     // in this process, or this process's block of one across processes
 };
 
 }  // namespace prism::cpu

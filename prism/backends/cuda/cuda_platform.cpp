@@ -112,49 +112,42 @@ int CudaPlatform::gpu_count() {
 }
 
 std::vector<Platform*> CudaPlatform::process_mesh_devices(const Mesh& mesh, Processes& processes) {
-  const int64_t n = mesh.devices();
-  PRISM_CHECK(n % processes.size() == 0,
-              "cuda: the mesh {} has {} devices, which do not share out evenly over this run's "
-              "{} processes (give --devices={} or a multiple)",
-              mesh.str(), n, processes.size(), processes.size());
-  std::lock_guard lock(process_mutex_);
-  auto& devices = process_meshes_[mesh.str()];
-  if (devices.empty()) {
-    auto comm = std::make_shared<ProcessCommunicator>(mesh, processes);
-    const int64_t local = comm->local_devices(), first = comm->first_device();
-    // This process's GPUs: the next `local` of its host after those of the processes before
-    // it there, or where the host has too few for that (each process given its own GPUs by
-    // CUDA_VISIBLE_DEVICES, say), its first ones. PRISM_CUDA_DEVICES: GPU 0 for all.
-    const bool virtual_devices = devices_asked("PRISM_CUDA_DEVICES") > 0;
-    const int count = gpu_count();
-    std::vector<int> ordinals;
-    for (int64_t k = 0; k < local; ++k) {
-      const int64_t next = processes.local_rank() * local + k;
-      ordinals.push_back(virtual_devices ? 0 : static_cast<int>(next < count ? next : k % count));
-    }
-    // Every process asks, in the same order, whether every process can take NCCL.
-    const std::string declined = virtual_devices ? "PRISM_CUDA_DEVICES presents one GPU as several"
-                                 : !env_switch("PRISM_CUDA_NCCL", true) ? "PRISM_CUDA_NCCL=0"
-                                                                        : "";
-    auto bind = [](int ordinal) {  // NCCL joins a group on the current GPU
-      CUdevice device = 0;
-      CUcontext context = nullptr;
-      check(driver().cuDeviceGet(&device, ordinal), "cuDeviceGet");
-      check(driver().cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
-      check(driver().cuCtxSetCurrent(context), "cuCtxSetCurrent");
-    };
-    std::string why;
-    std::shared_ptr<NcclMesh> nccl =
-        NcclMesh::open_across(mesh, processes, first, ordinals, bind, declined, &why);
-    const std::string collectives = nccl ? nccl->version() : fmt::format("host memory ({})", why);
-    for (int64_t k = 0; k < local; ++k) {
-      devices.push_back(std::unique_ptr<CudaPlatform>(
-          new CudaPlatform(ordinals[k], comm, nccl, first + k, collectives)));
-    }
-  }
-  std::vector<Platform*> out;
-  for (auto& d : devices) out.push_back(d.get());
-  return out;
+  const int64_t local = mesh.devices() / processes.size(), first = processes.rank() * local;
+  std::vector<int> ordinals;
+  std::shared_ptr<NcclMesh> nccl;
+  std::string collectives;  // how, said in each device's name
+  return meshes_.get_across(
+      "cuda", mesh, processes, [&](std::shared_ptr<Communicator> comm, int64_t k) {
+        if (k == first) {
+          // This process's GPUs: the next `local` of its host after those of the processes before
+          // it there, or where the host has too few for that (each process given its own GPUs by
+          // CUDA_VISIBLE_DEVICES, say), its first ones. PRISM_CUDA_DEVICES: GPU 0 for all.
+          const bool virtual_devices = devices_asked("PRISM_CUDA_DEVICES") > 0;
+          const int count = gpu_count();
+          for (int64_t j = 0; j < local; ++j) {
+            const int64_t next = processes.local_rank() * local + j;
+            ordinals.push_back(virtual_devices ? 0
+                                               : static_cast<int>(next < count ? next : j % count));
+          }
+          // Every process asks, in the same order, whether every process can take NCCL.
+          const std::string declined = virtual_devices
+                                           ? "PRISM_CUDA_DEVICES presents one GPU as several"
+                                       : !env_switch("PRISM_CUDA_NCCL", true) ? "PRISM_CUDA_NCCL=0"
+                                                                              : "";
+          auto bind = [](int ordinal) {  // NCCL joins a group on the current GPU
+            CUdevice device = 0;
+            CUcontext context = nullptr;
+            check(driver().cuDeviceGet(&device, ordinal), "cuDeviceGet");
+            check(driver().cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
+            check(driver().cuCtxSetCurrent(context), "cuCtxSetCurrent");
+          };
+          std::string why;
+          nccl = NcclMesh::open_across(mesh, processes, first, ordinals, bind, declined, &why);
+          collectives = nccl ? nccl->version() : fmt::format("host memory ({})", why);
+        }
+        return std::unique_ptr<Platform>(
+            new CudaPlatform(ordinals[k - first], std::move(comm), nccl, k, collectives));
+      });
 }
 
 std::vector<Platform*> CudaPlatform::mesh_devices(const Mesh& mesh) {

@@ -103,9 +103,7 @@ class CudaPlatform : public Platform {
   std::shared_ptr<Communicator> comm_;
   std::shared_ptr<NcclMesh> nccl_;
   int64_t mesh_device_ = 0;
-  MeshDevices meshes_;
-  std::mutex process_mutex_;  // the meshes across processes, by mesh
-  std::map<std::string, std::vector<std::unique_ptr<CudaPlatform>>> process_meshes_;
+  MeshDevices meshes_;  // in this process, or this process's block of one across processes
 };
 
 // A device's nominal limits from its specification (for benchmarks' ratios): memory

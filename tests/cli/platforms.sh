@@ -66,6 +66,12 @@ if echo "$info" | grep -q 'simd \(AVX2\|SSE4\|SSSE3\|SSE2\)[,)]'; then  # no AVX
   check "PRISM_CPU_ROWS=fma without AVX-512 BF16" \
     "1 prism: error: PRISM_CPU_ROWS=fma: needs AVX-512 BF16" "$rc $err"
 fi
+# PRISM_CPU_AMX=0: none of AMX's kernels (nothing in the description names AMX), one line for
+# a bad value.
+err=$(PRISM_CPU_AMX=2 "$prism" info 2>&1 >/dev/null); rc=$?
+check "bad PRISM_CPU_AMX" "1 prism: error: PRISM_CPU_AMX=2: expected 0 or 1" "$rc $err"
+got=$(PRISM_CPU_AMX=0 "$prism" info | grep -c 'AMX')
+check "PRISM_CPU_AMX=0" 0 "$got"
 # How far ahead decoding prefetches blocked bf16 weights: PRISM_CPU_PREFETCH chooses, one line
 # for a bad value; shown where the CPU has the blocked kernel (AVX-512 BF16).
 err=$(PRISM_CPU_PREFETCH=100 "$prism" info 2>&1 >/dev/null); rc=$?
